@@ -1,0 +1,1 @@
+"""Aggregates over scored runs: per-benchmark scores, win-rate, macro-average."""

@@ -1,0 +1,99 @@
+"""A benchmark is data: one declarative spec drives loading, prompting, scoring and reporting."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class Access(StrEnum):
+    PUBLIC = "public"
+    GATED = "gated"
+    PRIVATE = "private"
+
+
+class Curation(StrEnum):
+    EXISTING = "existing"
+    REFORMULATED = "reformulated"
+    NEW = "new"
+
+
+class OutputType(StrEnum):
+    CHOICE_LETTER = "choice_letter"
+    YES_NO_MAYBE = "yes_no_maybe"
+    NUMBER_OR_DATE = "number_or_date"
+    FREE_TEXT = "free_text"
+    SQL = "sql"
+    CODE_LIST = "code_list"
+
+
+class PromptSpec(BaseModel):
+    """``template`` is a ``str.format`` template over the instance's fields (``{context}``, ``{question}``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    system: str | None = None
+    template: str
+
+
+class Criterion(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    description: str
+
+
+class JudgeRubric(BaseModel):
+    """An LLM-jury rubric in the style of MedHELM Appendix F.
+
+    ``template`` may use ``{question}``, ``{response}`` and ``{gold_response}``; ``{criteria}`` expands to the
+    numbered criteria list.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    criteria: list[Criterion]
+    template: str
+    uses_gold: bool = True
+
+
+class BenchmarkSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    id: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    name: str
+    description: str
+    category: str
+    subcategory: str
+    access: Access
+    curation: Curation
+    # The loader that reads the native format, and its options (column names, file globs ...).
+    input_format: str
+    loader_options: dict[str, Any] = Field(default_factory=dict)
+    prompt: PromptSpec
+    output_type: OutputType
+    # Canonical answer labels for closed-ended output, in display order (e.g. ["A", "B"], ["yes", "no", "maybe"]).
+    labels: list[str] | None = None
+    # Raw label in the source -> canonical label (e.g. {"1": "A", "0": "B"}).
+    label_map: dict[str, str] | None = None
+    metric: str
+    max_tokens: int = Field(ge=1, le=32768)
+    judge: JudgeRubric | None = None
+    source: str | None = None
+    license: str | None = None
+
+    @model_validator(mode="after")
+    def _consistent(self) -> BenchmarkSpec:
+        if self.output_type == OutputType.FREE_TEXT and self.metric == "jury" and self.judge is None:
+            raise ValueError(f"{self.id}: a jury-scored benchmark needs a judge rubric")
+        if self.label_map and self.labels:
+            unknown = sorted(set(self.label_map.values()) - set(self.labels))
+            if unknown:
+                raise ValueError(f"{self.id}: label_map maps to labels not in labels: {unknown}")
+        return self
+
+    @property
+    def closed_ended(self) -> bool:
+        return self.output_type != OutputType.FREE_TEXT

@@ -1,0 +1,101 @@
+"""The ``medhelm-local`` command line: thin over the pipeline's packages."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import typer
+
+from medhelm_local import __version__
+from medhelm_local.commands import (
+    audit,
+    benchmarks,
+    datasets,
+    demo,
+    export,
+    init,
+    keys,
+    leaderboard,
+    models,
+    run,
+    score,
+    serve,
+    taxonomy,
+)
+from medhelm_local.console import error
+from medhelm_local.context import AppContext
+from medhelm_local.errors import MedhelmError
+from medhelm_local.logs import configure_logging
+
+app = typer.Typer(
+    name="medhelm-local",
+    help="Evaluate LLMs on clinical work, MedHELM-style, without patient data leaving the network.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"medhelm-local {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def root(
+    ctx: typer.Context,
+    home: Path | None = typer.Option(
+        None, "--home", help="Appliance home directory (default: $MEDHELM_HOME, else ~/.medhelm)."
+    ),
+    actor: str | None = typer.Option(
+        None, "--actor", help="Who is acting, for the audit trail, e.g. an OIDC subject (env: MEDHELM_ACTOR)."
+    ),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show version."),
+) -> None:
+    configure_logging()
+    ctx.obj = AppContext.create(home, actor)
+
+
+for module in (init, demo, run, score, leaderboard):
+    module.register(app)
+for module in (models, benchmarks, datasets, taxonomy, audit, export, serve, keys):
+    app.add_typer(module.app, name=module.NAME, help=module.HELP)
+
+
+def main() -> None:
+    try:
+        app(standalone_mode=False)
+    except MedhelmError as exc:
+        error(str(exc))
+        sys.exit(exc.exit_code)
+    except typer.Exit as exc:
+        sys.exit(exc.exit_code)
+    except typer.Abort:
+        error("aborted")
+        sys.exit(1)
+    except KeyboardInterrupt:
+        error("interrupted; completed work is saved and the run can be resumed")
+        sys.exit(130)
+    except Exception as exc:  # click usage errors carry their own exit code (2)
+        import click
+
+        if isinstance(exc, click.ClickException):
+            exc.show()
+            sys.exit(exc.exit_code)
+        # Unexpected: report the type only; the message or traceback could carry patient text.
+        error(f"internal error ({type(exc).__name__}); set MEDHELM_DEBUG=1 to see the traceback")
+        if _debug():
+            raise
+        sys.exit(1)
+
+
+def _debug() -> bool:
+    import os
+
+    return os.environ.get("MEDHELM_DEBUG") == "1"
+
+
+if __name__ == "__main__":
+    main()

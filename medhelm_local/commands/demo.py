@@ -1,0 +1,53 @@
+"""``demo``: the whole pipeline on a laptop, offline, in a throwaway home."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from medhelm_local.commands.leaderboard import leaderboard_payload, print_leaderboard
+from medhelm_local.commands.run import run_evaluation
+from medhelm_local.console import emit_json, info
+from medhelm_local.context import AppContext, app_context
+from medhelm_local.demo.run_demo import (
+    DEMO_BENCHMARKS,
+    EMBEDDED_MODEL_NAME,
+    SMOKE_TEST_NOTE,
+    finish,
+    new_demo_home,
+    prepare,
+)
+from medhelm_local.home import Home
+
+
+def register(app: typer.Typer) -> None:
+    app.command("demo")(demo)
+
+
+def demo(
+    ctx: typer.Context,
+    instances: int = typer.Option(20, "--instances", min=1, max=60, help="Instances per benchmark."),
+    demo_home: Path | None = typer.Option(None, "--demo-home", help="Where to create the throwaway home "
+                                          "[default: a new temporary directory]."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Run PubMedQA and a synthetic private benchmark on the embedded CPU model, offline."""
+    actor = app_context(ctx).actor
+    root = demo_home.resolve() if demo_home else new_demo_home()
+    app_ctx = AppContext(home=Home(root), actor=actor)
+    info(f"demo home (throwaway): {root}")
+    counts = prepare(app_ctx)
+    info("registered: " + ", ".join(f"{b} ({n} instances)" for b, n in counts.items()))
+    info("starting the embedded model (llama.cpp, 127.0.0.1 only) ...")
+    run_info, _ = run_evaluation(app_ctx, EMBEDDED_MODEL_NAME, list(DEMO_BENCHMARKS), max_instances=instances,
+                                 seed=None, concurrency=2, show_progress=not as_json)
+    info("embedded model stopped.")
+    rows, report = finish(app_ctx)
+    if as_json:
+        emit_json({"home": str(root), "run_id": run_info.run_id, "report": str(report),
+                   "leaderboard": leaderboard_payload(rows), "note": SMOKE_TEST_NOTE})
+        return
+    print_leaderboard(rows)
+    info(f"aggregate-only report: {report}")
+    info(SMOKE_TEST_NOTE)

@@ -1,0 +1,1 @@
+"""``medhelm-local demo``: the whole pipeline, offline, on the embedded smoke-test model."""

@@ -1,0 +1,1 @@
+"""Reports that leave the appliance: aggregates only."""

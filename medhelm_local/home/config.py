@@ -1,0 +1,170 @@
+"""``appliance.yaml``: the validated configuration of one appliance home."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from medhelm_local.errors import ConfigError
+
+CONFIG_VERSION = 1
+
+# Loopback and in-cluster service names: the default allowlist keeps the appliance on its own network.
+DEFAULT_ALLOWLIST = [
+    "http://127.0.0.1",
+    "http://localhost",
+    "http://[::1]",
+    "http://*.svc.cluster.local",
+    "https://*.svc.cluster.local",
+]
+
+EMBEDDED_MODEL_NAME = "smollm2-135m-embedded"
+
+
+class BackendKind(StrEnum):
+    EMBEDDED = "embedded"
+    OPENAI_COMPATIBLE = "openai-compatible"
+    VLLM = "vllm"
+
+
+class Pricing(BaseModel):
+    """How a model's cost is computed from measured usage and time."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    input_per_million: float | None = Field(default=None, ge=0)
+    output_per_million: float | None = Field(default=None, ge=0)
+    gpu_hour_rate: float | None = Field(default=None, ge=0)
+    gpus: int = Field(default=1, ge=1)
+
+
+class ModelEndpoint(BaseModel):
+    """One model the appliance can query: the model under test or a judge."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
+    kind: BackendKind = BackendKind.OPENAI_COMPATIBLE
+    base_urls: list[str] = Field(default_factory=list)
+    served_model: str | None = None
+    # Name of an environment variable or a file holding the API key; the key itself never sits in the YAML.
+    api_key_env: str | None = None
+    api_key_file: Path | None = None
+    timeout_s: float = Field(default=120.0, gt=0)
+    context_length: int = Field(default=2048, ge=256)
+    pricing: Pricing | None = None
+    weights_path: Path | None = None
+
+    @model_validator(mode="after")
+    def _urls_match_kind(self) -> ModelEndpoint:
+        if self.kind != BackendKind.EMBEDDED and not self.base_urls:
+            raise ValueError(f"base_urls: a {self.kind.value} model needs at least one base URL")
+        if self.kind == BackendKind.EMBEDDED and self.base_urls:
+            raise ValueError("base_urls: an embedded model is started by the appliance and takes no URL")
+        return self
+
+    @field_validator("base_urls")
+    @classmethod
+    def _strip_slash(cls, urls: list[str]) -> list[str]:
+        for url in urls:
+            if not url.startswith(("http://", "https://")):
+                raise ValueError(f"base_urls: {url!r} is not an http(s) URL")
+        return [u.rstrip("/") for u in urls]
+
+    @property
+    def model_id(self) -> str:
+        return self.served_model or self.name
+
+
+class Paths(BaseModel):
+    """Locations relative to the home unless absolute. Keys may live on a separate volume."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    store: Path = Path("store/medhelm.duckdb")
+    keys: Path = Path("keys")
+    audit: Path = Path("audit/audit.jsonl")
+    exports: Path = Path("exports")
+    reports: Path = Path("reports")
+
+
+class RunnerSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_concurrency: int = Field(default=64, ge=1, le=4096)
+    max_retries: int = Field(default=4, ge=0, le=20)
+    seed: int = 0
+
+
+class ApplianceConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    version: int = CONFIG_VERSION
+    appliance_name: str = "medhelm-local"
+    models: list[ModelEndpoint] = Field(default_factory=list)
+    judges: list[str] = Field(default_factory=list)
+    allowlist: list[str] = Field(default_factory=lambda: list(DEFAULT_ALLOWLIST))
+    paths: Paths = Field(default_factory=Paths)
+    runner: RunnerSettings = Field(default_factory=RunnerSettings)
+
+    @model_validator(mode="after")
+    def _references_resolve(self) -> ApplianceConfig:
+        names = [m.name for m in self.models]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"models: duplicate model name(s) {duplicates}")
+        for judge in self.judges:
+            if judge not in names:
+                raise ValueError(f"judges: {judge!r} is not a configured model")
+        if self.version != CONFIG_VERSION:
+            raise ValueError(f"version: expected {CONFIG_VERSION}")
+        return self
+
+    def model(self, name: str) -> ModelEndpoint:
+        for endpoint in self.models:
+            if endpoint.name == name:
+                return endpoint
+        from medhelm_local.errors import NotFoundError
+
+        known = ", ".join(m.name for m in self.models) or "none"
+        raise NotFoundError(f"model {name!r} is not configured (configured: {known}); see `models add`")
+
+
+def default_config() -> ApplianceConfig:
+    return ApplianceConfig(
+        models=[ModelEndpoint(name=EMBEDDED_MODEL_NAME, kind=BackendKind.EMBEDDED, context_length=2048)]
+    )
+
+
+def _field_path(loc: tuple[int | str, ...]) -> str:
+    parts: list[str] = []
+    for item in loc:
+        parts.append(f"[{item}]" if isinstance(item, int) else ("." if parts else "") + str(item))
+    return "".join(parts) or "(root)"
+
+
+def load_config(path: Path) -> ApplianceConfig:
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except FileNotFoundError as exc:
+        raise ConfigError(f"{path}: not found; run `medhelm-local init` first") from exc
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"{path}: not valid YAML{where}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    try:
+        return ApplianceConfig.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(f"field {_field_path(e['loc'])}: {e['msg']}" for e in exc.errors())
+        raise ConfigError(f"{path}: {problems}") from None
+
+
+def dump_config(config: ApplianceConfig) -> str:
+    data = config.model_dump(mode="json", exclude_none=True)
+    return yaml.safe_dump(data, sort_keys=False)

@@ -1,0 +1,101 @@
+"""The appliance's two secrets: an Ed25519 signing key (audit checkpoints, exports) and the store's data key.
+
+Both are created once with mode 0600 and never overwritten; their bytes never reach a log or an error.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from medhelm_local.errors import MedhelmError
+
+SIGNING_KEY_FILE = "signing-ed25519.pem"
+PUBLIC_KEY_FILE = "signing-ed25519.pub.pem"
+DATA_KEY_FILE = "store-data.key"
+
+
+class KeyError_(MedhelmError):
+    """A key file is missing, unreadable or too widely readable."""
+
+
+def write_secret_file(path: Path, data: bytes, mode: int = 0o600) -> bool:
+    """Create ``path`` with ``data`` unless it exists. Returns True when created.
+
+    O_EXCL makes a concurrent or repeated init unable to replace an existing key.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    except FileExistsError:
+        return False
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.chmod(path, mode)
+    return True
+
+
+def ensure_keys(keys_dir: Path) -> dict[str, bool]:
+    """Create any missing key; report which were created (True) or kept (False)."""
+    created: dict[str, bool] = {}
+    signing_path = keys_dir / SIGNING_KEY_FILE
+    if signing_path.exists():
+        created[SIGNING_KEY_FILE] = False
+    else:
+        private = Ed25519PrivateKey.generate()
+        pem = private.private_bytes(
+            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+        )
+        created[SIGNING_KEY_FILE] = write_secret_file(signing_path, pem)
+    public_path = keys_dir / PUBLIC_KEY_FILE
+    public_pem = load_signing_key(keys_dir).public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    created[PUBLIC_KEY_FILE] = write_secret_file(public_path, public_pem, mode=0o644)
+    data_path = keys_dir / DATA_KEY_FILE
+    created[DATA_KEY_FILE] = write_secret_file(data_path, secrets.token_hex(32).encode("ascii"))
+    return created
+
+
+def _read_private(path: Path) -> bytes:
+    try:
+        st = path.stat()
+    except FileNotFoundError:
+        raise KeyError_(f"{path}: key file missing; run `medhelm-local init`") from None
+    if st.st_mode & 0o077:
+        raise KeyError_(f"{path}: key file is readable by group or others (mode {st.st_mode & 0o777:o}); "
+                        "expected 0600")
+    return path.read_bytes()
+
+
+def load_signing_key(keys_dir: Path) -> Ed25519PrivateKey:
+    key = serialization.load_pem_private_key(_read_private(keys_dir / SIGNING_KEY_FILE), password=None)
+    if not isinstance(key, Ed25519PrivateKey):
+        raise KeyError_(f"{keys_dir / SIGNING_KEY_FILE}: expected an Ed25519 private key")
+    return key
+
+
+def load_public_key(path: Path) -> Ed25519PublicKey:
+    try:
+        key = serialization.load_pem_public_key(path.read_bytes())
+    except FileNotFoundError:
+        raise KeyError_(f"{path}: public key file missing") from None
+    except ValueError:
+        raise KeyError_(f"{path}: not a PEM public key") from None
+    if not isinstance(key, Ed25519PublicKey):
+        raise KeyError_(f"{path}: expected an Ed25519 public key")
+    return key
+
+
+def load_data_key(keys_dir: Path) -> str:
+    key = _read_private(keys_dir / DATA_KEY_FILE).decode("ascii").strip()
+    if len(key) != 64 or any(c not in "0123456789abcdef" for c in key):
+        raise KeyError_(f"{keys_dir / DATA_KEY_FILE}: expected 64 hex characters")
+    return key

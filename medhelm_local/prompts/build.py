@@ -1,0 +1,47 @@
+"""Prompt construction: ``spec.prompt`` filled from ``instance.fields``. Pure; no I/O."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import string
+
+from medhelm_local.benchmarks.spec import BenchmarkSpec
+from medhelm_local.records import ChatMessage, InferenceRequest, Instance
+
+
+class TemplateError(ValueError):
+    """A template names a field the instance does not have (a spec or loader bug)."""
+
+
+def _fill(template: str, fields: dict[str, str], benchmark: str) -> str:
+    names = {name for _, name, _, _ in string.Formatter().parse(template) if name}
+    missing = sorted(names - set(fields))
+    if missing:
+        raise TemplateError(f"benchmark {benchmark}: template field(s) {missing} not provided by the loader")
+    return template.format_map(fields)
+
+
+def build_request(spec: BenchmarkSpec, instance: Instance, *, seed: int | None = None,
+                  max_tokens: int | None = None) -> InferenceRequest:
+    messages = []
+    if spec.prompt.system:
+        messages.append(ChatMessage(role="system", content=spec.prompt.system))
+    messages.append(ChatMessage(role="user", content=_fill(spec.prompt.template, instance.fields, spec.id)))
+    return InferenceRequest(
+        benchmark=spec.id,
+        instance_id=instance.id,
+        messages=messages,
+        max_tokens=max_tokens or spec.max_tokens,
+        temperature=0.0,
+        seed=seed,
+    )
+
+
+def template_hash(spec: BenchmarkSpec) -> str:
+    return hashlib.sha256(spec.prompt.model_dump_json().encode()).hexdigest()
+
+
+def request_hash(request: InferenceRequest) -> str:
+    payload = json.dumps(request.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(payload.encode()).hexdigest()

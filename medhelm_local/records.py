@@ -1,0 +1,79 @@
+"""The records that flow through the pipeline, one way:
+
+extract -> Instance -> InferenceRequest -> InferenceResult -> InstanceScore -> BenchmarkScore -> export.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Instance(BaseModel):
+    """One evaluation item. ``fields`` fill the prompt template; ``references`` are the gold outputs."""
+
+    model_config = ConfigDict(frozen=True)
+
+    benchmark: str
+    id: str
+    fields: dict[str, str]
+    references: list[str] = Field(default_factory=list)
+    label: str | None = None  # canonical label, for stratified sampling and closed-ended metrics
+    meta: dict[str, Any] = Field(default_factory=dict)  # metric-specific data (limits, db path, ...)
+
+
+class ChatMessage(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    role: Literal["system", "user", "assistant"]
+    content: str
+
+
+class InferenceRequest(BaseModel):
+    benchmark: str
+    instance_id: str
+    messages: list[ChatMessage]
+    max_tokens: int
+    temperature: float = 0.0
+    seed: int | None = None
+    response_format: dict[str, Any] | None = None
+
+
+class InferenceResult(BaseModel):
+    """What came back for one request. Exactly one of ``text`` / ``error`` is set.
+
+    ``error`` is a category and status (``http_503``, ``timeout``, ``invalid_json``), never a body.
+    """
+
+    text: str | None = None
+    error: str | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    latency_s: float = 0.0
+    attempts: int = 1
+    finish_reason: str | None = None
+    endpoint: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and self.text is not None
+
+
+class InstanceScore(BaseModel):
+    benchmark: str
+    instance_id: str
+    metric: str
+    value: float | None  # None: could not be scored (request failed, no valid judgement); never defaulted
+    details: dict[str, Any] = Field(default_factory=dict)
+
+
+class BenchmarkScore(BaseModel):
+    """An aggregate: the only kind of number that may leave the appliance."""
+
+    model: str
+    benchmark: str
+    metric: str
+    score: float | None
+    n: int  # instances that contributed to the score
+    n_failed: int = 0  # instances excluded because their request or judgement failed

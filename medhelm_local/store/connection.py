@@ -1,0 +1,63 @@
+"""Opening the store: DuckDB's own AES-GCM database encryption, keyed by the appliance's data key.
+
+Writing an encrypted DuckDB database needs OpenSSL, which DuckDB gets from its httpfs extension. The
+extension file ships on PyPI (``duckdb-extension-httpfs``, same version as ``duckdb``) and is loaded from
+there by path: nothing is ever downloaded, and extension auto-install and auto-load are switched off.
+"""
+
+from __future__ import annotations
+
+from importlib import util
+from pathlib import Path
+
+import duckdb
+
+from medhelm_local.errors import MedhelmError
+
+STORE_ALIAS = "store"
+
+
+class StoreError(MedhelmError):
+    """The store cannot be opened or written."""
+
+
+def httpfs_extension_path() -> Path:
+    spec = util.find_spec("duckdb_extension_httpfs")
+    if spec is None or not spec.submodule_search_locations:
+        raise StoreError("package duckdb-extension-httpfs is not installed; it is required to encrypt the store")
+    base = Path(next(iter(spec.submodule_search_locations)))
+    path = base / "extensions" / f"v{duckdb.__version__}" / "httpfs.duckdb_extension"
+    if not path.exists():
+        raise StoreError(
+            f"duckdb-extension-httpfs does not match duckdb {duckdb.__version__} (no {path.name} for it); "
+            "install the same version of both"
+        )
+    return path
+
+
+def open_encrypted(path: Path, key_hex: str, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+    """Open (creating if needed) the encrypted database at ``path``; the session cannot reach anything else."""
+    config: dict[str, str | bool | int | float | list[str]] = {
+        "autoinstall_known_extensions": False,
+        "autoload_known_extensions": False,
+        "allow_community_extensions": False,
+    }
+    conn = duckdb.connect(":memory:", config=config)
+    try:
+        conn.execute(f"LOAD '{httpfs_extension_path()}'")
+        options = "ENCRYPTION_KEY $key" + (", READ_ONLY" if read_only else "")
+        conn.execute(f"ATTACH $path AS {STORE_ALIAS} ({options})".replace("$path", _sql_str(str(path)))
+                     .replace("$key", _sql_str(key_hex)))
+        conn.execute(f"USE {STORE_ALIAS}")
+        # From here on, no file or network access beyond the attached database.
+        conn.execute("SET enable_external_access = false")
+        conn.execute("SET lock_configuration = true")
+    except duckdb.Error as exc:
+        conn.close()
+        # DuckDB's message names the file and the failure (wrong key, locked, corrupt); no data in it.
+        raise StoreError(f"cannot open the store {path}: {exc}") from None
+    return conn
+
+
+def _sql_str(value: str) -> str:
+    return "'" + value.replace("'", "''") + "'"

@@ -1,0 +1,75 @@
+CREATE TABLE IF NOT EXISTS meta (
+    key VARCHAR PRIMARY KEY,
+    value VARCHAR
+);
+CREATE TABLE IF NOT EXISTS datasets (
+    benchmark VARCHAR NOT NULL,
+    fingerprint VARCHAR NOT NULL,
+    registered_at TIMESTAMP NOT NULL,
+    n_instances INTEGER NOT NULL,
+    skipped JSON NOT NULL,
+    source_name VARCHAR NOT NULL,
+    PRIMARY KEY (benchmark, fingerprint)
+);
+CREATE TABLE IF NOT EXISTS instances (
+    benchmark VARCHAR NOT NULL,
+    fingerprint VARCHAR NOT NULL,
+    instance_id VARCHAR NOT NULL,
+    position INTEGER NOT NULL,
+    label VARCHAR,
+    payload JSON NOT NULL,
+    PRIMARY KEY (benchmark, fingerprint, instance_id)
+);
+CREATE TABLE IF NOT EXISTS runs (
+    run_id VARCHAR PRIMARY KEY,
+    model VARCHAR NOT NULL,
+    benchmarks JSON NOT NULL,
+    created_at TIMESTAMP NOT NULL,
+    finished_at TIMESTAMP,
+    status VARCHAR NOT NULL,
+    max_instances INTEGER,
+    seed INTEGER NOT NULL,
+    manifest JSON NOT NULL
+);
+-- The planned work of a run: which instances of which dataset version it evaluates.
+CREATE TABLE IF NOT EXISTS run_items (
+    run_id VARCHAR NOT NULL,
+    benchmark VARCHAR NOT NULL,
+    instance_id VARCHAR NOT NULL,
+    fingerprint VARCHAR NOT NULL,
+    position INTEGER NOT NULL,
+    PRIMARY KEY (run_id, benchmark, instance_id)
+);
+CREATE TABLE IF NOT EXISTS requests (
+    run_id VARCHAR NOT NULL,
+    benchmark VARCHAR NOT NULL,
+    instance_id VARCHAR NOT NULL,
+    request JSON NOT NULL,
+    request_hash VARCHAR NOT NULL,
+    PRIMARY KEY (run_id, benchmark, instance_id)
+);
+-- One row per run item at most: a response or a recorded error, never both, never two.
+CREATE TABLE IF NOT EXISTS responses (
+    run_id VARCHAR NOT NULL,
+    benchmark VARCHAR NOT NULL,
+    instance_id VARCHAR NOT NULL,
+    output VARCHAR,
+    error VARCHAR,
+    prompt_tokens INTEGER,
+    completion_tokens INTEGER,
+    latency_s DOUBLE NOT NULL,
+    attempts INTEGER NOT NULL,
+    finish_reason VARCHAR,
+    endpoint VARCHAR,
+    completed_at TIMESTAMP NOT NULL,
+    PRIMARY KEY (run_id, benchmark, instance_id)
+);
+CREATE TABLE IF NOT EXISTS scores (
+    run_id VARCHAR NOT NULL,
+    benchmark VARCHAR NOT NULL,
+    instance_id VARCHAR NOT NULL,
+    metric VARCHAR NOT NULL,
+    value DOUBLE,
+    details JSON NOT NULL,
+    PRIMARY KEY (run_id, benchmark, instance_id, metric)
+);

@@ -1,0 +1,308 @@
+"""Typed access to the store. Every write that belongs together is one transaction."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
+from importlib import resources
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import duckdb
+from pydantic import BaseModel
+
+from medhelm_local.home import Home
+from medhelm_local.home.keys import load_data_key
+from medhelm_local.records import InferenceRequest, InferenceResult, Instance, InstanceScore
+from medhelm_local.store.connection import STORE_ALIAS, open_encrypted
+
+SCHEMA_VERSION = "1"
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+class DatasetInfo(BaseModel):
+    benchmark: str
+    fingerprint: str
+    registered_at: datetime
+    n_instances: int
+    skipped: dict[str, int]
+    source_name: str
+
+
+class RunInfo(BaseModel):
+    run_id: str
+    model: str
+    benchmarks: list[str]
+    created_at: datetime
+    finished_at: datetime | None
+    status: str
+    max_instances: int | None
+    seed: int
+    manifest: dict[str, Any]
+
+
+class ResponseRow(BaseModel):
+    benchmark: str
+    instance_id: str
+    output: str | None
+    error: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    latency_s: float
+    attempts: int
+
+
+class Store:
+    def __init__(self, conn: duckdb.DuckDBPyConnection, path: Path) -> None:
+        self._conn = conn
+        self.path = path
+
+    @classmethod
+    def open(cls, home: Home, *, read_only: bool = False) -> Store:
+        path = home.store_path
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        conn = open_encrypted(path, load_data_key(home.keys_dir), read_only=read_only)
+        store = cls(conn, path)
+        if not read_only:
+            store._migrate()
+        return store
+
+    def _migrate(self) -> None:
+        schema = (resources.files("medhelm_local.store") / "schema.sql").read_text(encoding="utf-8")
+        with self.transaction():
+            for statement in schema.split(";"):
+                if statement.strip():
+                    self._conn.execute(statement)
+            self._conn.execute(
+                "INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT (key) DO NOTHING", [SCHEMA_VERSION]
+            )
+
+    def close(self) -> None:
+        self._conn.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    class _Transaction:
+        def __init__(self, conn: duckdb.DuckDBPyConnection) -> None:
+            self.conn = conn
+
+        def __enter__(self) -> None:
+            self.conn.execute("BEGIN TRANSACTION")
+
+        def __exit__(
+            self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        ) -> None:
+            self.conn.execute("ROLLBACK" if exc_type else "COMMIT")
+
+    def transaction(self) -> Store._Transaction:
+        return Store._Transaction(self._conn)
+
+    def checkpoint(self) -> None:
+        self._conn.execute("CHECKPOINT")
+
+    # -- datasets -----------------------------------------------------------------------------------------
+
+    def register_dataset(
+        self, benchmark: str, fingerprint: str, source_name: str, instances: list[Instance],
+        skipped: dict[str, int],
+    ) -> bool:
+        """Store a dataset version and make it the benchmark's current one. False if it was already stored."""
+        now = utcnow()
+        with self.transaction():
+            exists = self._conn.execute(
+                "SELECT 1 FROM datasets WHERE benchmark = ? AND fingerprint = ?", [benchmark, fingerprint]
+            ).fetchone()
+            if exists:
+                self._conn.execute(
+                    "UPDATE datasets SET registered_at = ? WHERE benchmark = ? AND fingerprint = ?",
+                    [now, benchmark, fingerprint],
+                )
+                return False
+            self._conn.execute(
+                "INSERT INTO datasets VALUES (?, ?, ?, ?, ?, ?)",
+                [benchmark, fingerprint, now, len(instances), json.dumps(skipped), source_name],
+            )
+            self._conn.executemany(
+                "INSERT INTO instances VALUES (?, ?, ?, ?, ?, ?)",
+                [
+                    [benchmark, fingerprint, inst.id, pos, inst.label,
+                     inst.model_dump_json(include={"fields", "references", "meta"})]
+                    for pos, inst in enumerate(instances)
+                ],
+            )
+        return True
+
+    def _dataset(self, row: tuple[Any, ...]) -> DatasetInfo:
+        return DatasetInfo(
+            benchmark=row[0], fingerprint=row[1], registered_at=row[2], n_instances=row[3],
+            skipped=json.loads(row[4]), source_name=row[5],
+        )
+
+    def current_dataset(self, benchmark: str) -> DatasetInfo | None:
+        row = self._conn.execute(
+            "SELECT * FROM datasets WHERE benchmark = ? ORDER BY registered_at DESC LIMIT 1", [benchmark]
+        ).fetchone()
+        return self._dataset(row) if row else None
+
+    def list_datasets(self) -> list[DatasetInfo]:
+        rows = self._conn.execute("SELECT * FROM datasets ORDER BY benchmark, registered_at DESC").fetchall()
+        return [self._dataset(r) for r in rows]
+
+    def instance_labels(self, benchmark: str, fingerprint: str) -> list[tuple[str, str | None]]:
+        return [
+            (r[0], r[1])
+            for r in self._conn.execute(
+                "SELECT instance_id, label FROM instances WHERE benchmark = ? AND fingerprint = ? "
+                "ORDER BY position",
+                [benchmark, fingerprint],
+            ).fetchall()
+        ]
+
+    def get_instances(self, benchmark: str, fingerprint: str, ids: Iterable[str]) -> dict[str, Instance]:
+        wanted = list(ids)
+        if not wanted:
+            return {}
+        rows = self._conn.execute(
+            "SELECT instance_id, label, payload FROM instances "
+            "WHERE benchmark = ? AND fingerprint = ? AND instance_id IN (SELECT unnest(?))",
+            [benchmark, fingerprint, wanted],
+        ).fetchall()
+        out = {}
+        for instance_id, label, payload in rows:
+            data = json.loads(payload)
+            out[instance_id] = Instance(benchmark=benchmark, id=instance_id, label=label, **data)
+        return out
+
+    # -- runs ---------------------------------------------------------------------------------------------
+
+    def create_run(self, run: RunInfo, items: Iterable[tuple[str, str, str, int]]) -> None:
+        """Record a run and its planned items ``(benchmark, instance_id, fingerprint, position)`` atomically."""
+        with self.transaction():
+            self._conn.execute(
+                "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [run.run_id, run.model, json.dumps(run.benchmarks), run.created_at, run.finished_at,
+                 run.status, run.max_instances, run.seed, json.dumps(run.manifest)],
+            )
+            self._conn.executemany(
+                "INSERT INTO run_items VALUES (?, ?, ?, ?, ?)", [[run.run_id, *item] for item in items]
+            )
+
+    def _run(self, row: tuple[Any, ...]) -> RunInfo:
+        return RunInfo(
+            run_id=row[0], model=row[1], benchmarks=json.loads(row[2]), created_at=row[3], finished_at=row[4],
+            status=row[5], max_instances=row[6], seed=row[7], manifest=json.loads(row[8]),
+        )
+
+    def get_run(self, run_id: str) -> RunInfo | None:
+        row = self._conn.execute("SELECT * FROM runs WHERE run_id = ?", [run_id]).fetchone()
+        return self._run(row) if row else None
+
+    def list_runs(self) -> list[RunInfo]:
+        return [self._run(r) for r in self._conn.execute("SELECT * FROM runs ORDER BY created_at").fetchall()]
+
+    def set_run_status(self, run_id: str, status: str, *, finished: bool = False) -> None:
+        self._conn.execute(
+            "UPDATE runs SET status = ?, finished_at = ? WHERE run_id = ?",
+            [status, utcnow() if finished else None, run_id],
+        )
+
+    def pending_items(self, run_id: str, benchmark: str) -> list[tuple[str, str]]:
+        """``(instance_id, fingerprint)`` of planned items that have no response yet, in plan order."""
+        rows = self._conn.execute(
+            "SELECT i.instance_id, i.fingerprint FROM run_items i "
+            "LEFT JOIN responses r USING (run_id, benchmark, instance_id) "
+            "WHERE i.run_id = ? AND i.benchmark = ? AND r.instance_id IS NULL ORDER BY i.position",
+            [run_id, benchmark],
+        ).fetchall()
+        return [(r[0], r[1]) for r in rows]
+
+    def run_item_fingerprints(self, run_id: str, benchmark: str) -> list[tuple[str, str]]:
+        return [
+            (r[0], r[1])
+            for r in self._conn.execute(
+                "SELECT instance_id, fingerprint FROM run_items WHERE run_id = ? AND benchmark = ?",
+                [run_id, benchmark],
+            ).fetchall()
+        ]
+
+    def count_items(self, run_id: str, benchmark: str) -> int:
+        row = self._conn.execute(
+            "SELECT count(*) FROM run_items WHERE run_id = ? AND benchmark = ?", [run_id, benchmark]
+        ).fetchone()
+        return int(row[0]) if row else 0
+
+    def record_response(
+        self, run_id: str, request: InferenceRequest, request_hash: str, result: InferenceResult
+    ) -> None:
+        """Commit one request and its outcome together; a second outcome for the same item is refused."""
+        with self.transaction():
+            self._conn.execute(
+                "INSERT INTO requests VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                [run_id, request.benchmark, request.instance_id, request.model_dump_json(), request_hash],
+            )
+            self._conn.execute(
+                "INSERT INTO responses VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [run_id, request.benchmark, request.instance_id, result.text if result.ok else None,
+                 result.error, result.prompt_tokens, result.completion_tokens, result.latency_s,
+                 result.attempts, result.finish_reason, result.endpoint, utcnow()],
+            )
+
+    def responses(self, run_id: str, benchmark: str) -> Iterator[ResponseRow]:
+        cursor = self._conn.cursor()  # a cursor starts in the default catalog
+        cursor.execute(f"USE {STORE_ALIAS}")
+        cursor.execute(
+            "SELECT r.instance_id, r.output, r.error, r.prompt_tokens, r.completion_tokens, r.latency_s, "
+            "r.attempts FROM responses r JOIN run_items i USING (run_id, benchmark, instance_id) "
+            "WHERE r.run_id = ? AND r.benchmark = ? ORDER BY i.position",
+            [run_id, benchmark],
+        )
+        while batch := cursor.fetchmany(1000):
+            for row in batch:
+                yield ResponseRow(
+                    benchmark=benchmark, instance_id=row[0], output=row[1], error=row[2], prompt_tokens=row[3],
+                    completion_tokens=row[4], latency_s=row[5], attempts=row[6],
+                )
+        cursor.close()
+
+    def replace_scores(self, run_id: str, benchmark: str, scores: list[InstanceScore]) -> None:
+        """Scores are derived data: re-scoring replaces a benchmark's scores for the run in one transaction."""
+        with self.transaction():
+            self._conn.execute("DELETE FROM scores WHERE run_id = ? AND benchmark = ?", [run_id, benchmark])
+            self._conn.executemany(
+                "INSERT INTO scores VALUES (?, ?, ?, ?, ?, ?)",
+                [[run_id, s.benchmark, s.instance_id, s.metric, s.value, json.dumps(s.details)] for s in scores],
+            )
+
+    def score_values(self, run_id: str, benchmark: str, metric: str) -> list[tuple[str, float | None]]:
+        return [
+            (r[0], r[1])
+            for r in self._conn.execute(
+                "SELECT instance_id, value FROM scores WHERE run_id = ? AND benchmark = ? AND metric = ? "
+                "ORDER BY instance_id",
+                [run_id, benchmark, metric],
+            ).fetchall()
+        ]
+
+    def usage(self, run_id: str, benchmark: str) -> dict[str, float]:
+        row = self._conn.execute(
+            "SELECT count(*), count(output), coalesce(sum(prompt_tokens), 0), "
+            "coalesce(sum(completion_tokens), 0), coalesce(sum(latency_s), 0) "
+            "FROM responses WHERE run_id = ? AND benchmark = ?",
+            [run_id, benchmark],
+        ).fetchone()
+        assert row is not None
+        return {
+            "responses": row[0], "ok": row[1], "errors": row[0] - row[1], "prompt_tokens": row[2],
+            "completion_tokens": row[3], "latency_s": row[4],
+        }

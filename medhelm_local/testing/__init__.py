@@ -1,0 +1,1 @@
+"""Test doubles that run for real: a fake OpenAI-compatible server (used by tests and bench/)."""
