@@ -1,0 +1,146 @@
+# syntax=docker/dockerfile:1
+#
+# medhelm-local appliance images. Two final targets:
+#
+#   docker build --target cpu -t medhelm-local:0.1.0-cpu .   # appliance + embedded llama.cpp model (no GPU)
+#   docker build --target gpu -t medhelm-local:0.1.0-gpu .   # appliance + vLLM (CUDA)
+#
+# Both run as UID/GID 10001, work with a read-only root filesystem (writable paths: the home volume
+# /var/lib/medhelm, the audit volume /var/lib/medhelm-audit and /tmp), carry no secrets and no package
+# manager. Base images are pinned by digest: deploy/IMAGES.md says how to update them.
+# Lint: hadolint Dockerfile (tests/deploy/test_dockerfile.py runs it with the ignores documented there).
+
+# python:3.12-slim-bookworm, linux/amd64 + arm64 index digest.
+ARG PYTHON_IMAGE=python:3.12-slim-bookworm@sha256:782412e85d0f0984994c290652577d4018aff08145c85b262bb63dc0c7522254
+# vllm/vllm-openai:v0.11.0 (CUDA 12.8, Python 3.12), index digest.
+ARG VLLM_IMAGE=vllm/vllm-openai:v0.11.0@sha256:014a95f21c9edf6abe0aea6b07353f96baa4ec291c427bb1176dc7c93a85845c
+
+# ---------------------------------------------------------------------------------------------------
+# wheel: the appliance as a wheel (pure Python), shared by both targets.
+FROM ${PYTHON_IMAGE} AS wheel
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY medhelm_local ./medhelm_local
+RUN python -m pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
+
+# ---------------------------------------------------------------------------------------------------
+# cpu-builder: a virtualenv with the appliance and its [embedded] extra. llama-cpp-python is built from
+# source here (the only stage with a compiler), for a portable x86-64/arm64 baseline rather than the
+# build host's CPU (GGML_NATIVE=OFF), without OpenMP so the final image needs no libgomp.
+FROM ${PYTHON_IMAGE} AS cpu-builder
+ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1 \
+    CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_OPENMP=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" \
+    FORCE_CMAKE=1
+# Build tools for this throw-away stage only; the base image is pinned by digest (see deploy/IMAGES.md).
+# hadolint ignore=DL3008
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends build-essential cmake git \
+    && rm -rf /var/lib/apt/lists/*
+COPY --from=wheel /wheels /wheels
+# The wheel's own dependency pins (pyproject.toml) apply; llama-cpp-python is compiled, never a prebuilt binary.
+RUN python -m venv /opt/venv \
+    && /opt/venv/bin/pip install --no-cache-dir --no-binary llama-cpp-python \
+        "$(find /wheels -name 'medhelm_local-*.whl' -print -quit)[embedded]" \
+    && /opt/venv/bin/python -m compileall -q /opt/venv/lib \
+    && /opt/venv/bin/pip uninstall -y pip setuptools wheel \
+    && /opt/venv/bin/python -c "import llama_cpp, medhelm_local; print('ok', llama_cpp.__version__)"
+
+# ---------------------------------------------------------------------------------------------------
+# cpu: the final CPU image. No compiler, no apt/dpkg, no pip; non-root.
+FROM ${PYTHON_IMAGE} AS cpu
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+ARG CREATED=unknown
+LABEL org.opencontainers.image.title="medhelm-local" \
+      org.opencontainers.image.description="MedHELM-style LLM evaluation appliance, CPU target with an embedded llama.cpp model" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.vendor="medhelm-local" \
+      org.opencontainers.image.source="https://example.invalid/medhelm-local" \
+      org.opencontainers.image.base.name="docker.io/library/python:3.12-slim-bookworm"
+# Package manager and pip removed (the dpkg status file stays so image scanners can still list packages);
+# setuid/setgid bits stripped; the two volume mount points created for UID 10001.
+RUN groupadd --system --gid 10001 medhelm \
+    && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/medhelm --no-create-home \
+        --shell /usr/sbin/nologin medhelm \
+    && install -d -o 10001 -g 10001 -m 0700 /var/lib/medhelm /var/lib/medhelm-audit \
+    && python -m pip uninstall -y pip setuptools wheel \
+    && rm -rf /usr/bin/apt* /usr/bin/dpkg* /usr/lib/apt /usr/lib/dpkg /etc/apt /var/lib/apt /var/cache/apt \
+        /var/cache/debconf /usr/share/doc /usr/share/man \
+    && find / -xdev -type f -perm /6000 -exec chmod a-s {} +
+COPY --from=cpu-builder /opt/venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH \
+    HOME=/var/lib/medhelm \
+    MEDHELM_HOME=/var/lib/medhelm \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    TMPDIR=/tmp \
+    VLLM_NO_USAGE_STATS=1 \
+    DO_NOT_TRACK=1 \
+    HF_HUB_OFFLINE=1 \
+    TRANSFORMERS_OFFLINE=1 \
+    HF_DATASETS_OFFLINE=1
+WORKDIR /var/lib/medhelm
+VOLUME ["/var/lib/medhelm", "/var/lib/medhelm-audit"]
+USER 10001:10001
+HEALTHCHECK --interval=60s --timeout=20s --start-period=30s --retries=3 \
+    CMD ["medhelm-local", "doctor", "--json"]
+ENTRYPOINT ["medhelm-local"]
+CMD ["doctor", "--json"]
+
+# ---------------------------------------------------------------------------------------------------
+# gpu: the official vLLM image (CUDA runtime, PyTorch, vLLM) plus the appliance.
+# Documented exception: this target keeps the C compiler that the vLLM image ships, because Triton
+# JIT-compiles its CUDA launcher stubs with it when vLLM loads a model; without it vLLM cannot serve.
+# The package manager, pip, sudo and all setuid bits are removed.
+FROM ${VLLM_IMAGE} AS gpu
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+ARG CREATED=unknown
+LABEL org.opencontainers.image.title="medhelm-local" \
+      org.opencontainers.image.description="MedHELM-style LLM evaluation appliance, GPU target with vLLM" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.vendor="medhelm-local" \
+      org.opencontainers.image.source="https://example.invalid/medhelm-local" \
+      org.opencontainers.image.base.name="docker.io/vllm/vllm-openai:v0.11.0"
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+COPY --from=wheel /wheels /tmp/wheels
+# The appliance joins vLLM's Python; its dependencies are version ranges already met by most of vLLM's.
+RUN python3 -m pip install --no-cache-dir /tmp/wheels/medhelm_local-*.whl \
+    && rm -rf /tmp/wheels \
+    && python3 -c "import vllm, medhelm_local" \
+    && groupadd --system --gid 10001 medhelm \
+    && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/medhelm --no-create-home \
+        --shell /usr/sbin/nologin medhelm \
+    && install -d -o 10001 -g 10001 -m 0700 /var/lib/medhelm /var/lib/medhelm-audit \
+    && python3 -m pip uninstall -y pip \
+    && rm -rf /usr/bin/apt* /usr/bin/dpkg* /usr/lib/apt /usr/lib/dpkg /etc/apt /var/lib/apt /var/cache/apt \
+        /var/cache/debconf /usr/bin/sudo /etc/sudoers /etc/sudoers.d /root/.cache \
+    && find / -xdev -type f -perm /6000 -exec chmod a-s {} +
+ENV HOME=/var/lib/medhelm \
+    MEDHELM_HOME=/var/lib/medhelm \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    TMPDIR=/tmp \
+    XDG_CACHE_HOME=/tmp/cache \
+    VLLM_CACHE_ROOT=/tmp/cache/vllm \
+    TRITON_CACHE_DIR=/tmp/cache/triton \
+    TORCHINDUCTOR_CACHE_DIR=/tmp/cache/inductor \
+    VLLM_NO_USAGE_STATS=1 \
+    DO_NOT_TRACK=1 \
+    HF_HUB_OFFLINE=1 \
+    TRANSFORMERS_OFFLINE=1 \
+    HF_DATASETS_OFFLINE=1
+WORKDIR /var/lib/medhelm
+VOLUME ["/var/lib/medhelm", "/var/lib/medhelm-audit"]
+USER 10001:10001
+HEALTHCHECK --interval=60s --timeout=20s --start-period=60s --retries=3 \
+    CMD ["medhelm-local", "doctor", "--json"]
+ENTRYPOINT ["medhelm-local"]
+CMD ["doctor", "--json"]
