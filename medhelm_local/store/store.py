@@ -73,14 +73,23 @@ class Store:
         return store
 
     def _migrate(self) -> None:
-        schema = (resources.files("medhelm_local.store") / "schema.sql").read_text(encoding="utf-8")
+        # Each stage owns a ``schema_<stage>.sql`` file; all use CREATE ... IF NOT EXISTS.
+        folder = resources.files("medhelm_local.store")
+        files = sorted((f for f in folder.iterdir() if f.name.startswith("schema_") and f.name.endswith(".sql")),
+                       key=lambda f: (f.name != "schema_core.sql", f.name))
         with self.transaction():
-            for statement in schema.split(";"):
-                if statement.strip():
-                    self._conn.execute(statement)
+            for file in files:
+                for statement in file.read_text(encoding="utf-8").split(";"):
+                    if statement.strip():
+                        self._conn.execute(statement)
             self._conn.execute(
                 "INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT (key) DO NOTHING", [SCHEMA_VERSION]
             )
+
+    @property
+    def conn(self) -> duckdb.DuckDBPyConnection:
+        """The raw connection, for stage modules that keep their own queries (``store/<stage>.py``)."""
+        return self._conn
 
     def close(self) -> None:
         self._conn.close()
