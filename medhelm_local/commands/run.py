@@ -51,7 +51,7 @@ def run_evaluation(app_ctx: AppContext, model: str, benchmarks: list[str], *, ma
                 asyncio.run(_execute(app_ctx, store, run, endpoint.name, concurrency, progress))
             results = []
             for benchmark in benchmarks:
-                score_benchmark(store, run.run_id, benchmark)
+                score_benchmark(store, run.run_id, benchmark, config=config)
                 results.append(benchmark_score(store, run.run_id, model, benchmark))
         except BaseException as exc:
             store.set_run_status(run.run_id, "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")

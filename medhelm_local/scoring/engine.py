@@ -6,6 +6,7 @@ from collections import defaultdict
 
 from medhelm_local.benchmarks.registry import get_spec
 from medhelm_local.errors import MedhelmError
+from medhelm_local.home.config import ApplianceConfig
 from medhelm_local.records import InstanceScore
 from medhelm_local.scoring.metrics import get_metric
 from medhelm_local.store.store import Store
@@ -15,7 +16,9 @@ class MetricNotAvailable(MedhelmError):
     """The benchmark's metric is not implemented in this version."""
 
 
-def score_benchmark(store: Store, run_id: str, benchmark: str) -> list[InstanceScore]:
+def score_benchmark(store: Store, run_id: str, benchmark: str, *, config: ApplianceConfig | None = None
+                    ) -> list[InstanceScore]:
+    """Score one benchmark of a run. ``config`` gives the jury's judge models for open-ended benchmarks."""
     spec = get_spec(benchmark)
     metric = get_metric(spec.metric)
     if metric is None:
