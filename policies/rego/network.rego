@@ -1,0 +1,115 @@
+# Network isolation of a release: default deny for ingress and egress, then only DNS and
+# runner -> model servers. Query: data.medhelm.kubernetes.network.deny
+package medhelm.kubernetes.network
+
+import rego.v1
+
+import data.medhelm.lib
+
+policies := [p | some p in input.manifests; p.kind == "NetworkPolicy"]
+
+# A default-deny policy: both policy types, no rules at all.
+default_deny_policies := [p |
+	some p in policies
+	{"Ingress", "Egress"} == {t | some t in p.spec.policyTypes}
+	count(object.get(p.spec, "ingress", [])) == 0
+	count(object.get(p.spec, "egress", [])) == 0
+]
+
+deny contains "no default-deny NetworkPolicy (policyTypes Ingress and Egress, no rules)" if {
+	count(default_deny_policies) == 0
+}
+
+# Every workload's pods must be selected by a default-deny policy.
+deny contains msg if {
+	count(default_deny_policies) > 0
+	some obj in lib.workloads
+	labels := lib.pod_labels(obj)
+	not covered(labels)
+	msg := sprintf("%s: its pods are not selected by a default-deny NetworkPolicy", [lib.id(obj)])
+}
+
+covered(labels) if {
+	some p in default_deny_policies
+	lib.selects(p.spec.podSelector, labels)
+}
+
+is_dns_rule(rule) if {
+	count(rule.ports) > 0
+	not non_dns_port(rule)
+}
+
+non_dns_port(rule) if {
+	some p in rule.ports
+	p.port != 53
+}
+
+# Egress: every rule names its peers (no "to anywhere") and its ports, never an IP block.
+deny contains msg if {
+	some p in policies
+	some i, rule in object.get(p.spec, "egress", [])
+	count(object.get(rule, "to", [])) == 0
+	msg := sprintf("NetworkPolicy/%s: egress rule %d allows every destination", [p.metadata.name, i])
+}
+
+deny contains msg if {
+	some p in policies
+	some i, rule in object.get(p.spec, "egress", [])
+	count(object.get(rule, "ports", [])) == 0
+	msg := sprintf("NetworkPolicy/%s: egress rule %d allows every port", [p.metadata.name, i])
+}
+
+deny contains msg if {
+	some p in policies
+	some i, rule in object.get(p.spec, "egress", [])
+	some peer in object.get(rule, "to", [])
+	peer.ipBlock
+	msg := sprintf("NetworkPolicy/%s: egress rule %d uses an ipBlock (only pod and DNS peers are allowed)", [p.metadata.name, i])
+}
+
+# Egress other than DNS goes only from runner pods to model-server pods of the same release.
+deny contains msg if {
+	some p in policies
+	some i, rule in object.get(p.spec, "egress", [])
+	not is_dns_rule(rule)
+	object.get(p.spec.podSelector, ["matchLabels", "app.kubernetes.io/component"], "") != "runner"
+	msg := sprintf("NetworkPolicy/%s: egress rule %d: only the runner may open connections besides DNS", [p.metadata.name, i])
+}
+
+deny contains msg if {
+	some p in policies
+	some i, rule in object.get(p.spec, "egress", [])
+	not is_dns_rule(rule)
+	some peer in object.get(rule, "to", [])
+	object.get(peer, ["podSelector", "matchLabels", "app.kubernetes.io/component"], "") != "model-server"
+	msg := sprintf("NetworkPolicy/%s: egress rule %d: a non-DNS peer must be the model servers", [p.metadata.name, i])
+}
+
+# Ingress: only model servers accept connections, only from the runner, and every rule names its peers.
+deny contains msg if {
+	some p in policies
+	some i, rule in object.get(p.spec, "ingress", [])
+	count(object.get(rule, "from", [])) == 0
+	msg := sprintf("NetworkPolicy/%s: ingress rule %d allows every source", [p.metadata.name, i])
+}
+
+deny contains msg if {
+	some p in policies
+	count(object.get(p.spec, "ingress", [])) > 0
+	object.get(p.spec.podSelector, ["matchLabels", "app.kubernetes.io/component"], "") != "model-server"
+	msg := sprintf("NetworkPolicy/%s: only model servers may accept connections", [p.metadata.name])
+}
+
+# No Service exposes the release outside the cluster.
+deny contains msg if {
+	some s in input.manifests
+	s.kind == "Service"
+	object.get(s.spec, "type", "ClusterIP") != "ClusterIP"
+	msg := sprintf("Service/%s: type %s exposes the appliance outside the cluster", [s.metadata.name, s.spec.type])
+}
+
+deny contains msg if {
+	some obj in input.manifests
+	obj.kind == "Ingress"
+	msg := sprintf("Ingress/%s: the appliance is not exposed through an Ingress", [obj.metadata.name])
+}
