@@ -8,16 +8,19 @@
 # Both run as UID/GID 10001, work with a read-only root filesystem (writable paths: the home volume
 # /var/lib/medhelm, the audit volume /var/lib/medhelm-audit and /tmp), carry no secrets and no package
 # manager. Base images are pinned by digest: deploy/IMAGES.md says how to update them.
-# Lint: hadolint Dockerfile (tests/deploy/test_dockerfile.py runs it with the ignores documented there).
+# Build with BuildKit (the default builder since Docker 23): it builds only the stages a target needs.
+# Lint: hadolint Dockerfile (tests/deploy/test_dockerfile.py runs it; the one ignore is documented inline).
 
-# python:3.12-slim-bookworm, linux/amd64 + arm64 index digest.
-ARG PYTHON_IMAGE=python:3.12-slim-bookworm@sha256:782412e85d0f0984994c290652577d4018aff08145c85b262bb63dc0c7522254
-# vllm/vllm-openai:v0.11.0 (CUDA 12.8, Python 3.12), index digest.
-ARG VLLM_IMAGE=vllm/vllm-openai:v0.11.0@sha256:014a95f21c9edf6abe0aea6b07353f96baa4ec291c427bb1176dc7c93a85845c
+# Base images, pinned by digest (multi-arch index digests). Each appears on exactly one FROM line below;
+# deploy/IMAGES.md says how to update them. To build from a local mirror, retag the same digest there
+# and point these lines at it (the digest, not the registry name, is what identifies the content).
+FROM python:3.12-slim-bookworm@sha256:782412e85d0f0984994c290652577d4018aff08145c85b262bb63dc0c7522254 AS python-base
+# vllm/vllm-openai:v0.11.0 (CUDA 12.8, Python 3.12).
+FROM vllm/vllm-openai:v0.11.0@sha256:014a95f21c9edf6abe0aea6b07353f96baa4ec291c427bb1176dc7c93a85845c AS vllm-base
 
 # ---------------------------------------------------------------------------------------------------
 # wheel: the appliance as a wheel (pure Python), shared by both targets.
-FROM ${PYTHON_IMAGE} AS wheel
+FROM python-base AS wheel
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
 COPY pyproject.toml README.md ./
@@ -28,7 +31,7 @@ RUN python -m pip wheel --no-cache-dir --no-deps --wheel-dir /wheels .
 # cpu-builder: a virtualenv with the appliance and its [embedded] extra. llama-cpp-python is built from
 # source here (the only stage with a compiler), for a portable x86-64/arm64 baseline rather than the
 # build host's CPU (GGML_NATIVE=OFF), without OpenMP so the final image needs no libgomp.
-FROM ${PYTHON_IMAGE} AS cpu-builder
+FROM python-base AS cpu-builder
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1 \
     CMAKE_ARGS="-DGGML_NATIVE=OFF -DGGML_OPENMP=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF" \
     FORCE_CMAKE=1
@@ -48,7 +51,7 @@ RUN python -m venv /opt/venv \
 
 # ---------------------------------------------------------------------------------------------------
 # cpu: the final CPU image. No compiler, no apt/dpkg, no pip; non-root.
-FROM ${PYTHON_IMAGE} AS cpu
+FROM python-base AS cpu
 ARG VERSION=0.1.0
 ARG REVISION=unknown
 ARG CREATED=unknown
@@ -96,7 +99,7 @@ CMD ["doctor", "--json"]
 # Documented exception: this target keeps the C compiler that the vLLM image ships, because Triton
 # JIT-compiles its CUDA launcher stubs with it when vLLM loads a model; without it vLLM cannot serve.
 # The package manager, pip, sudo and all setuid bits are removed.
-FROM ${VLLM_IMAGE} AS gpu
+FROM vllm-base AS gpu
 ARG VERSION=0.1.0
 ARG REVISION=unknown
 ARG CREATED=unknown
