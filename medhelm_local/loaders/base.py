@@ -19,7 +19,19 @@ from medhelm_local.errors import BadInputError, ExtractError
 from medhelm_local.records import Instance
 
 # Built-in loader modules, imported on first use so that each registers itself.
-_LOADER_MODULES = ("medhelm_local.loaders.pubmedqa", "medhelm_local.loaders.tabular")
+_LOADER_MODULES = (
+    "medhelm_local.loaders.pubmedqa",
+    "medhelm_local.loaders.tabular",
+    "medhelm_local.loaders.headqa",
+    "medhelm_local.loaders.mediqa",
+    "medhelm_local.loaders.mtsamples",
+    "medhelm_local.loaders.line_pairs",
+    "medhelm_local.loaders.dischargeme",
+    "medhelm_local.loaders.medalign",
+    "medhelm_local.loaders.meds",
+    "medhelm_local.loaders.n2c2",
+    "medhelm_local.loaders.omop",
+)
 
 
 @dataclass

@@ -17,9 +17,7 @@ def load_pubmedqa(spec: BenchmarkSpec, path: Path) -> LoadResult:
     try:
         data = json.loads(read_text_utf8(file))
     except json.JSONDecodeError as exc:
-        raise ExtractError(
-            file, f"valid JSON (parse error at line {exc.lineno}, column {exc.colno})"
-        ) from None
+        raise ExtractError(file, f"valid JSON (parse error at line {exc.lineno}, column {exc.colno})") from None
     if not isinstance(data, dict):
         raise ExtractError(file, "a JSON object keyed by PMID")
     instances = []

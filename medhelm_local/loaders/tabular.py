@@ -77,9 +77,7 @@ def sibling(path: Path, pattern: str) -> Path:
     folder = path if path.is_dir() else path.parent
     matches = sorted(p for p in folder.glob(pattern) if p.is_file())
     if len(matches) != 1:
-        raise ExtractError(
-            folder, f"exactly one file matching {pattern!r} beside the data (found {len(matches)})"
-        )
+        raise ExtractError(folder, f"exactly one file matching {pattern!r} beside the data (found {len(matches)})")
     return matches[0].resolve()
 
 

@@ -1,0 +1,273 @@
+"""Reading native files into rows: strict UTF-8, gzip-aware, and every failure an :class:`ExtractError`.
+
+Formats: CSV, TSV, JSON (a list of objects, or an object holding one under ``records_key``), JSONL, Parquet,
+Feather/Arrow IPC, Excel ``.xlsx`` and a DuckDB table or query. A ``.gz`` suffix on the text formats is read
+through gzip. Row numbers are 0-based positions among the data rows of one file (the header is not a row).
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import zlib
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from medhelm_local.errors import ExtractError
+
+TEXT_FORMATS = ("csv", "tsv", "json", "jsonl")
+FORMATS = (*TEXT_FORMATS, "parquet", "feather", "xlsx", "duckdb")
+_SUFFIX_FORMAT = {
+    ".csv": "csv",
+    ".tsv": "tsv",
+    ".tab": "tsv",
+    ".json": "json",
+    ".jsonl": "jsonl",
+    ".ndjson": "jsonl",
+    ".parquet": "parquet",
+    ".pq": "parquet",
+    ".feather": "feather",
+    ".arrow": "feather",
+    ".ipc": "feather",
+    ".xlsx": "xlsx",
+    ".duckdb": "duckdb",
+    ".ddb": "duckdb",
+    ".db": "duckdb",
+}
+
+
+@dataclass
+class Row:
+    file: Path
+    position: int
+    values: dict[str, Any]
+
+
+@dataclass
+class Table:
+    """Rows read from one or more files, with each file's header for column checks."""
+
+    files: list[Path]
+    headers: dict[Path, list[str]] = field(default_factory=dict)
+    rows: list[Row] = field(default_factory=list)
+    skipped: Counter[str] = field(default_factory=Counter)
+
+    def extend(self, file: Path, header: list[str], rows: list[dict[str, Any]]) -> None:
+        if file not in self.files:
+            self.files.append(file)
+        self.headers[file] = header
+        self.rows.extend(Row(file, i, r) for i, r in enumerate(rows))
+
+
+def detect_format(path: Path) -> str:
+    suffixes = [s.lower() for s in path.suffixes]
+    if suffixes and suffixes[-1] == ".gz":
+        suffixes = suffixes[:-1]
+    fmt = _SUFFIX_FORMAT.get(suffixes[-1]) if suffixes else None
+    if fmt is None:
+        raise ExtractError(path, f"a file ending in one of {', '.join(sorted(_SUFFIX_FORMAT))} (optionally .gz)")
+    return fmt
+
+
+def read_bytes(path: Path) -> bytes:
+    """The file's bytes, decompressed when it ends in ``.gz``; a truncated or damaged gzip is an error."""
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ExtractError(path, f"a readable file ({exc.strerror or type(exc).__name__})") from None
+    if path.suffix.lower() == ".gz":
+        if not data:
+            raise ExtractError(path, "a non-empty file")
+        try:
+            data = gzip.decompress(data)
+        except (EOFError, gzip.BadGzipFile, zlib.error):
+            raise ExtractError(path, "a complete gzip stream (the file is truncated or damaged)") from None
+    return data
+
+
+def decode_utf8(path: Path, data: bytes) -> str:
+    if not data.strip():
+        raise ExtractError(path, "a non-empty file")
+    try:
+        return data.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        raise ExtractError(path, f"UTF-8 text (invalid byte at line {line}, offset {exc.start})") from None
+
+
+def read_text(path: Path) -> str:
+    return decode_utf8(path, read_bytes(path))
+
+
+def parse_json(path: Path, text: str) -> Any:
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ExtractError(path, f"valid JSON (parse error at line {exc.lineno}, column {exc.colno})") from None
+
+
+def _csv_rows(path: Path, text: str, delimiter: str) -> tuple[list[str], list[dict[str, Any]]]:
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    try:
+        records = list(reader)
+    except csv.Error as exc:
+        raise ExtractError(
+            path,
+            f"well-formed {'CSV' if delimiter == ',' else 'TSV'} ({exc})",
+            row=max(reader.line_num - 2, 0),
+        ) from None
+    if not records:
+        raise ExtractError(path, "a header row")
+    header = [h.strip() for h in records[0]]
+    if not any(header):
+        raise ExtractError(path, "a header row naming the columns")
+    duplicated = sorted({h for h in header if h and header.count(h) > 1})
+    if duplicated:
+        raise ExtractError(path, "unique column names in the header", column=duplicated[0])
+    rows: list[dict[str, Any]] = []
+    for position, record in enumerate(records[1:]):
+        if len(record) > len(header) and any(v.strip() for v in record[len(header) :]):
+            raise ExtractError(path, f"at most {len(header)} fields, as in the header", row=position)
+        rows.append({h: (record[i] if i < len(record) else "") for i, h in enumerate(header) if h})
+    return [h for h in header if h], rows
+
+
+def _records(path: Path, data: Any, records_key: str | None) -> list[dict[str, Any]]:
+    if records_key is not None:
+        if not isinstance(data, dict) or records_key not in data:
+            raise ExtractError(path, f"a JSON object with the key {records_key!r}", column=records_key)
+        data = data[records_key]
+    if not isinstance(data, list):
+        raise ExtractError(path, "a JSON array of objects" + (f" under {records_key!r}" if records_key else ""))
+    for position, item in enumerate(data):
+        if not isinstance(item, dict):
+            raise ExtractError(path, "a JSON object", row=position)
+    return data
+
+
+def _header_of(rows: list[dict[str, Any]]) -> list[str]:
+    seen: dict[str, None] = {}
+    for row in rows:
+        for key in row:
+            seen.setdefault(str(key), None)
+    return list(seen)
+
+
+def read_table_file(
+    path: Path,
+    fmt: str | None = None,
+    *,
+    records_key: str | None = None,
+    sheet: str | None = None,
+    table: str | None = None,
+    query: str | None = None,
+) -> tuple[list[str], list[dict[str, Any]]]:
+    """Header and rows of one file. ``table``/``query`` select the rows of a DuckDB database."""
+    fmt = fmt or detect_format(path)
+    if fmt in ("csv", "tsv"):
+        return _csv_rows(path, read_text(path), "," if fmt == "csv" else "\t")
+    if fmt == "json":
+        rows = _records(path, parse_json(path, read_text(path)), records_key)
+        return _header_of(rows), rows
+    if fmt == "jsonl":
+        rows = []
+        for line_no, line in enumerate(read_text(path).split("\n")):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError:
+                raise ExtractError(
+                    path, f"one JSON object per line (line {line_no + 1} is not JSON)", row=len(rows)
+                ) from None
+            if not isinstance(obj, dict):
+                raise ExtractError(path, "a JSON object on each line", row=len(rows))
+            rows.append(obj)
+        return _header_of(rows), rows
+    if fmt in ("parquet", "feather"):
+        return _arrow_rows(path, fmt)
+    if fmt == "xlsx":
+        return _xlsx_rows(path, sheet)
+    if fmt == "duckdb":
+        return duckdb_rows(path, table=table, query=query)
+    raise ExtractError(path, f"a supported format ({', '.join(FORMATS)})")
+
+
+def _arrow_rows(path: Path, fmt: str) -> tuple[list[str], list[dict[str, Any]]]:
+    if path.stat().st_size == 0:
+        raise ExtractError(path, "a non-empty file")
+    try:
+        if fmt == "parquet":
+            import pyarrow.parquet as pq
+
+            arrow_table = pq.read_table(path)
+        else:
+            import pyarrow.feather as feather
+
+            arrow_table = feather.read_table(path)
+    except Exception:  # pyarrow raises several types for damaged files
+        raise ExtractError(path, f"a readable {fmt.capitalize()} file") from None
+    return list(arrow_table.column_names), arrow_table.to_pylist()
+
+
+def _xlsx_rows(path: Path, sheet: str | None) -> tuple[list[str], list[dict[str, Any]]]:
+    import zipfile
+
+    from openpyxl import load_workbook
+
+    if path.stat().st_size == 0:
+        raise ExtractError(path, "a non-empty file")
+    try:
+        workbook = load_workbook(path, read_only=True, data_only=True)
+    except (zipfile.BadZipFile, OSError, KeyError, ValueError):
+        raise ExtractError(path, "a readable Excel .xlsx workbook") from None
+    try:
+        if sheet is not None and sheet not in workbook.sheetnames:
+            raise ExtractError(path, f"a worksheet named {sheet!r}")
+        worksheet = workbook[sheet] if sheet else workbook.worksheets[0]
+        values = [list(r) for r in worksheet.iter_rows(values_only=True)]
+    finally:
+        workbook.close()
+    if not values:
+        raise ExtractError(path, "a non-empty worksheet")
+    header = [str(h).strip() if h is not None else "" for h in values[0]]
+    rows = [{h: (r[i] if i < len(r) else None) for i, h in enumerate(header) if h} for r in values[1:]]
+    return [h for h in header if h], rows
+
+
+def duckdb_rows(path: Path, *, table: str | None, query: str | None) -> tuple[list[str], list[dict[str, Any]]]:
+    """Rows of a table or a read-only SQL query over a DuckDB database file."""
+    import duckdb
+
+    if (table is None) == (query is None):
+        raise ExtractError(path, "exactly one of loader option 'table' or 'query' for a DuckDB source")
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error:
+        raise ExtractError(path, "a readable DuckDB database file") from None
+    try:
+        if table is not None:
+            names = {r[0].lower() for r in con.execute("select table_name from duckdb_tables()").fetchall()}
+            names |= {r[0].lower() for r in con.execute("select view_name from duckdb_views()").fetchall()}
+            if table.lower() not in names:
+                raise ExtractError(path, f"a table or view named {table!r}", column=table)
+            relation = con.table(table)
+        else:
+            try:
+                relation = con.sql(query or "")
+            except duckdb.Error as exc:
+                raise ExtractError(path, f"a valid SQL query ({type(exc).__name__})") from None
+        if relation is None:
+            raise ExtractError(path, "a query that returns rows")
+        header = [str(c) for c in relation.columns]
+        try:
+            records = relation.fetchall()
+        except duckdb.Error as exc:
+            raise ExtractError(path, f"a query that runs ({type(exc).__name__})") from None
+        return header, [dict(zip(header, r, strict=True)) for r in records]
+    finally:
+        con.close()

@@ -1,0 +1,66 @@
+"""MEDIQA 2019 QA task XML: ``<Question QID><QuestionText/><AnswerList><Answer ReferenceRank ...>``.
+
+Instance id: the ``QID``. Field ``question``. Reference: the text of the answer with ``ReferenceRank`` 1 (the
+most relevant). Meta: ``n_answers``. Questions without a rank-1 answer are skipped and counted. A folder may
+hold several XML files.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from defusedxml import ElementTree
+from defusedxml.common import DefusedXmlException
+
+from medhelm_local.benchmarks.spec import BenchmarkSpec
+from medhelm_local.errors import ExtractError
+from medhelm_local.loaders.base import LoadResult, register_loader
+from medhelm_local.loaders.io import Table, read_text
+from medhelm_local.loaders.records import RecordMapping, build_instances
+from medhelm_local.loaders.tabular import data_files
+
+MAPPING = RecordMapping(
+    id_column="QID", fields={"question": "question"}, reference_columns=["answer"], meta={"n_answers": "n_answers"}
+)
+
+
+def parse_xml(file: Path) -> Any:
+    text = read_text(file)
+    try:
+        return ElementTree.fromstring(text)
+    except (ElementTree.ParseError, DefusedXmlException) as exc:
+        position = getattr(exc, "position", None)
+        where = f" (error at line {position[0]}, column {position[1]})" if position else ""
+        raise ExtractError(file, f"well-formed XML{where}") from None
+
+
+def _rows(file: Path, table: Table) -> None:
+    root = parse_xml(file)
+    rows: list[dict[str, Any]] = []
+    for position, question in enumerate(root.iter("Question")):
+        qid = question.get("QID")
+        if not qid:
+            raise ExtractError(file, "a QID attribute on each Question", row=position, column="QID")
+        text = (question.findtext("QuestionText") or "").strip()
+        if not text:
+            raise ExtractError(file, "a non-empty QuestionText", row=position, column="QuestionText")
+        answers = question.findall("./AnswerList/Answer")
+        best = [a for a in answers if (a.get("ReferenceRank") or "").strip() == "1"]
+        if not best:
+            table.skipped["no answer with ReferenceRank 1"] += 1
+            continue
+        answer = (best[0].findtext("AnswerText") or "").strip()
+        rows.append({"QID": qid, "question": text, "answer": answer, "n_answers": len(answers)})
+    if not rows and not table.skipped:
+        raise ExtractError(file, "at least one Question element")
+    table.extend(file, ["QID", "question", "answer", "n_answers"], rows)
+
+
+@register_loader("mediqa_xml")
+def load_mediqa(spec: BenchmarkSpec, path: Path) -> LoadResult:
+    table = Table(files=[])
+    for file in data_files(path, "*.xml"):
+        _rows(file, table)
+    instances, skipped = build_instances(spec, table, MAPPING)
+    return LoadResult(instances=instances, files=table.files, skipped=skipped)

@@ -1,0 +1,233 @@
+"""EHRSHOT in MEDS format: coded patient timelines and yes/no prediction labels, read with DuckDB.
+
+Folder layout (MEDS v0.3):
+  ``data/**/*.parquet``: events ``subject_id, time, code, numeric_value`` (``text_value`` optional; a null
+  ``time`` is a static event such as sex or birth);
+  ``metadata/subject_splits.parquet``: ``subject_id, split``; ``metadata/codes.parquet`` (optional):
+  ``code, description``;
+  ``labels/<task>.parquet`` or ``labels/<task>/*.parquet``: ``subject_id, prediction_time, boolean_value``.
+
+``loader_options``: ``split`` (keep subjects of this split; null keeps all) [held_out], ``tasks`` (label
+names to use; default all), ``task_questions`` (task -> question), ``max_context_tokens`` [6000],
+``max_events`` [2000: most recent events fetched per prediction before the token budget is applied].
+
+One instance per label row with a non-null ``boolean_value``; id ``<task>:<subject_id>:<prediction_time>``.
+Fields: ``timeline`` (events up to the prediction time, oldest first, truncated keeping the most recent),
+``question``. Label: ``yes``/``no``. Meta: ``task``, ``subject_id``, ``prediction_time``, ``n_events``,
+``events_dropped``.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from medhelm_local.benchmarks.spec import BenchmarkSpec
+from medhelm_local.errors import ExtractError
+from medhelm_local.loaders.base import LoadResult, register_loader
+from medhelm_local.loaders.io import Row, Table
+from medhelm_local.loaders.records import RecordMapping, build_instances
+from medhelm_local.loaders.timeline import keep_recent_lines
+
+MAPPING = RecordMapping(
+    id_column="id",
+    fields={"timeline": "timeline", "question": "question"},
+    label_column="label",
+    meta={
+        "task": "task",
+        "subject_id": "subject_id",
+        "prediction_time": "prediction_time",
+        "n_events": "n_events",
+        "events_dropped": "events_dropped",
+    },
+)
+
+
+def _sql_path(path: Path) -> str:
+    return "'" + str(path).replace("'", "''") + "'"
+
+
+def _columns(con: duckdb.DuckDBPyConnection, source: str, where: Path) -> list[str]:
+    try:
+        return [r[0] for r in con.execute(f"describe select * from read_parquet({source})").fetchall()]
+    except duckdb.Error:
+        raise ExtractError(where, "readable Parquet files") from None
+
+
+def _require(columns: list[str], needed: list[str], where: Path) -> None:
+    for column in needed:
+        if column not in columns:
+            raise ExtractError(where, f"a column named {column!r} (found: {', '.join(columns)})", column=column)
+
+
+def _label_files(root: Path, tasks: list[str] | None) -> dict[str, tuple[Path, list[Path]]]:
+    folder = root / "labels"
+    if not folder.is_dir():
+        raise ExtractError(root, "a labels/ folder of <task>.parquet files")
+    found: dict[str, tuple[Path, list[Path]]] = {}
+    for entry in sorted(folder.iterdir()):
+        if entry.is_file() and entry.suffix == ".parquet":
+            found[entry.stem] = (entry, [entry])
+        elif entry.is_dir():
+            parts = sorted(entry.glob("*.parquet"))
+            if parts:
+                found[entry.name] = (entry, parts)
+    if tasks is not None:
+        missing = [t for t in tasks if t not in found]
+        if missing:
+            raise ExtractError(folder, f"label files for the tasks {', '.join(missing)}")
+        found = {t: found[t] for t in tasks}
+    if not found:
+        raise ExtractError(folder, "at least one <task>.parquet label file")
+    return found
+
+
+def _fmt_time(value: Any) -> str:
+    return value.isoformat(sep=" ", timespec="minutes") if hasattr(value, "isoformat") else str(value)
+
+
+def _event_line(time: Any, code: str, description: str | None, numeric: Any, text: Any) -> str:
+    name = f"{description} ({code})" if description else code
+    value = ""
+    if numeric is not None:
+        value = f" = {numeric:g}" if isinstance(numeric, float) else f" = {numeric}"
+    elif text:
+        value = f" = {text}"
+    return f"{_fmt_time(time)} | {name}{value}"
+
+
+@register_loader("ehrshot_meds")
+def load_meds(spec: BenchmarkSpec, path: Path) -> LoadResult:
+    options = spec.loader_options
+    root = path if path.is_dir() else path.parent
+    split = options.get("split", "held_out")
+    questions: dict[str, str] = dict(options.get("task_questions") or {})
+    budget = int(options.get("max_context_tokens", 6000))
+    max_events = int(options.get("max_events", 2000))
+    data_dir = root / "data"
+    data_files = sorted(data_dir.rglob("*.parquet")) if data_dir.is_dir() else []
+    if not data_files:
+        raise ExtractError(root, "a data/ folder of MEDS event Parquet files")
+    labels = _label_files(root, options.get("tasks"))
+    splits_file = root / "metadata" / "subject_splits.parquet"
+    codes_file = root / "metadata" / "codes.parquet"
+    files = list(data_files)
+
+    con = duckdb.connect()
+    try:
+        data_source = "[" + ", ".join(_sql_path(f) for f in data_files) + "]"
+        data_columns = _columns(con, data_source, data_dir)
+        _require(data_columns, ["subject_id", "time", "code", "numeric_value"], data_dir)
+        text_value = "text_value" if "text_value" in data_columns else "null"
+        con.execute(
+            f"create temp view events as select subject_id, time, code, numeric_value, "
+            f"{text_value} as text_value from read_parquet({data_source})"
+        )
+        if codes_file.is_file():
+            _require(_columns(con, _sql_path(codes_file), codes_file), ["code", "description"], codes_file)
+            con.execute(
+                f"create temp view codes as select code, any_value(description) as description "
+                f"from read_parquet({_sql_path(codes_file)}) group by code"
+            )
+            files.append(codes_file)
+        else:
+            con.execute("create temp table codes (code varchar, description varchar)")
+        if split is not None:
+            if not splits_file.is_file():
+                raise ExtractError(root, "metadata/subject_splits.parquet (or loader option split: null)")
+            _require(_columns(con, _sql_path(splits_file), splits_file), ["subject_id", "split"], splits_file)
+            con.execute(
+                f"create temp view keep as select distinct subject_id from "
+                f"read_parquet({_sql_path(splits_file)}) where split = ?",
+                [str(split)],
+            )
+            files.append(splits_file)
+        else:
+            con.execute("create temp view keep as select distinct subject_id from events")
+        table = Table(files=[])
+        for task, (where, parts) in labels.items():
+            _task_rows(con, table, task, where, parts, questions, budget, max_events)
+            files.extend(parts)
+    finally:
+        con.close()
+    instances, skipped = build_instances(spec, table, MAPPING)
+    return LoadResult(instances=instances, files=files, skipped=skipped)
+
+
+def _task_rows(
+    con: duckdb.DuckDBPyConnection,
+    table: Table,
+    task: str,
+    where: Path,
+    parts: list[Path],
+    questions: dict[str, str],
+    budget: int,
+    max_events: int,
+) -> None:
+    source = "[" + ", ".join(_sql_path(p) for p in parts) + "]"
+    _require(_columns(con, source, where), ["subject_id", "prediction_time", "boolean_value"], where)
+    try:
+        labels = con.execute(
+            f"select row_number() over () - 1 as position, subject_id, prediction_time, boolean_value "
+            f"from read_parquet({source}) where subject_id in (select subject_id from keep) "
+            f"order by subject_id, prediction_time"
+        ).fetchall()
+        events = con.execute(
+            f"""
+            with l as (select distinct subject_id, prediction_time from read_parquet({source})
+                       where subject_id in (select subject_id from keep)),
+            e as (
+                select l.subject_id, l.prediction_time, ev.time, ev.code, ev.numeric_value, ev.text_value,
+                       row_number() over (partition by l.subject_id, l.prediction_time
+                                          order by ev.time desc nulls last) as rn
+                from l join events ev on ev.subject_id = l.subject_id
+                where ev.time is null or ev.time <= l.prediction_time)
+            select e.subject_id, e.prediction_time, e.time, e.code, c.description, e.numeric_value, e.text_value
+            from e left join codes c on c.code = e.code
+            where e.rn <= {int(max_events)} or e.time is null
+            order by e.subject_id, e.prediction_time, e.time nulls first, e.code
+            """
+        ).fetchall()
+    except duckdb.Error as exc:
+        raise ExtractError(where, f"label and event columns of the MEDS types ({type(exc).__name__})") from None
+    timelines: dict[tuple[Any, Any], tuple[list[str], list[str]]] = {}
+    for subject, prediction, time, code, description, numeric, text in events:
+        static, dated = timelines.setdefault((subject, prediction), ([], []))
+        if time is None:
+            static.append(f"{description or code}" + (f" = {text}" if text else ""))
+        else:
+            dated.append(_event_line(time, code, description, numeric, text))
+    question = questions.get(task) or f"Will the outcome '{task}' occur after the prediction time?"
+    table.headers[parts[0]] = ["id", "timeline", "question", "label", "task", "subject_id", "prediction_time"]
+    for position, subject, prediction, value in labels:
+        if subject is None or prediction is None:
+            raise ExtractError(parts[0], "a subject_id and a prediction_time", row=int(position))
+        if value is None:
+            table.skipped["label without boolean_value"] += 1
+            continue
+        static, dated = timelines.get((subject, prediction), ([], []))
+        header = f"Prediction time: {_fmt_time(prediction)}"
+        if static:
+            header += "\nStatic: " + "; ".join(static)
+        truncated = keep_recent_lines(dated, budget, header=header)
+        table.rows.append(
+            Row(
+                parts[0],
+                int(position),
+                {
+                    "id": f"{task}:{subject}:{_fmt_time(prediction).replace(' ', 'T')}",
+                    "timeline": truncated.text,
+                    "question": question,
+                    "label": "yes" if value else "no",
+                    "task": task,
+                    "subject_id": subject,
+                    "prediction_time": _fmt_time(prediction),
+                    "n_events": truncated.kept,
+                    "events_dropped": truncated.dropped,
+                },
+            )
+        )
+    if parts[0] not in table.files:
+        table.files.append(parts[0])

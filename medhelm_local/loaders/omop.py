@@ -1,0 +1,200 @@
+"""OMOP CDM (v5.3/5.4) in a DuckDB database: patient timelines and yes/no prediction tasks defined by SQL.
+
+The task is EHRSHOT-style: ``loader_options.cohort_sql`` is a read-only query over the CDM returning one row
+per prediction with the columns ``person_id``, ``prediction_date`` and ``label`` (and optionally
+``instance_id``). For each row the loader builds the patient's timeline from the events strictly before the
+prediction date (visits, conditions, drugs, measurements, procedures: ``loader_options.domains``), in time
+order, named through the ``concept`` table, and truncated to ``max_context_tokens`` keeping the most recent.
+
+``loader_options``: ``cohort_sql`` (required), ``question`` (required: the yes/no question shown to the
+model), ``domains`` [visit, condition, drug, measurement], ``max_context_tokens`` [4000], ``max_events``
+[2000], ``schema`` [main]. The label goes through the spec's ``label_map`` (e.g. ``{"1": "yes", "0": "no"}``).
+
+Instance id: ``instance_id`` if the query returns it, else ``<person_id>:<prediction_date>``. Fields:
+``timeline``, ``question``. Meta: ``person_id``, ``prediction_date``, ``n_events``, ``events_dropped``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import duckdb
+
+from medhelm_local.benchmarks.spec import BenchmarkSpec
+from medhelm_local.errors import BadInputError, ExtractError
+from medhelm_local.loaders.base import LoadResult, register_loader
+from medhelm_local.loaders.io import Row, Table
+from medhelm_local.loaders.records import RecordMapping, as_text, build_instances
+from medhelm_local.loaders.timeline import keep_recent_lines
+
+# domain -> (table, date column, concept column, event label, value expression)
+DOMAINS: dict[str, tuple[str, str, str, str, str]] = {
+    "visit": ("visit_occurrence", "visit_start_date", "visit_concept_id", "Visit", "null"),
+    "condition": ("condition_occurrence", "condition_start_date", "condition_concept_id", "Condition", "null"),
+    "drug": ("drug_exposure", "drug_exposure_start_date", "drug_concept_id", "Drug", "null"),
+    "measurement": (
+        "measurement",
+        "measurement_date",
+        "measurement_concept_id",
+        "Measurement",
+        "concat_ws(' ', cast(try_cast(t.value_as_number as double) as varchar), t.unit_source_value)",
+    ),
+    "procedure": ("procedure_occurrence", "procedure_date", "procedure_concept_id", "Procedure", "null"),
+    "observation": ("observation", "observation_date", "observation_concept_id", "Observation", "null"),
+}
+DEFAULT_DOMAINS = ("visit", "condition", "drug", "measurement")
+MAPPING = RecordMapping(
+    id_column="id",
+    fields={"timeline": "timeline", "question": "question"},
+    label_column="label",
+    meta={
+        "person_id": "person_id",
+        "prediction_date": "prediction_date",
+        "n_events": "n_events",
+        "events_dropped": "events_dropped",
+    },
+)
+_IDENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+def _tables(con: duckdb.DuckDBPyConnection, schema: str) -> set[str]:
+    rows = con.execute(
+        "select table_name from duckdb_tables() where schema_name = ? union "
+        "select view_name from duckdb_views() where schema_name = ?",
+        [schema, schema],
+    ).fetchall()
+    return {r[0].lower() for r in rows}
+
+
+@register_loader("omop_cdm")
+def load_omop(spec: BenchmarkSpec, path: Path) -> LoadResult:
+    options = spec.loader_options
+    cohort_sql = options.get("cohort_sql")
+    question = options.get("question")
+    if not isinstance(cohort_sql, str) or not cohort_sql.strip():
+        raise BadInputError(f"benchmark {spec.id}: loader option cohort_sql (a SQL query) is required")
+    if not isinstance(question, str) or not question.strip():
+        raise BadInputError(f"benchmark {spec.id}: loader option question is required")
+    domains = list(options.get("domains") or DEFAULT_DOMAINS)
+    unknown = [d for d in domains if d not in DOMAINS]
+    if unknown:
+        raise BadInputError(f"benchmark {spec.id}: unknown domains {unknown}; choose from {list(DOMAINS)}")
+    schema = str(options.get("schema", "main"))
+    if not _IDENT.match(schema):
+        raise BadInputError(f"benchmark {spec.id}: loader option schema must be a plain identifier")
+    budget = int(options.get("max_context_tokens", 4000))
+    max_events = int(options.get("max_events", 2000))
+    if path.is_dir() or path.stat().st_size == 0:
+        raise ExtractError(path, "an OMOP CDM DuckDB database file")
+    try:
+        con = duckdb.connect(str(path), read_only=True)
+    except duckdb.Error:
+        raise ExtractError(path, "a readable DuckDB database file") from None
+    try:
+        con.execute(f"set schema '{schema}'")
+        present = _tables(con, schema)
+        for needed in ["person", "concept", *(DOMAINS[d][0] for d in domains)]:
+            if needed not in present:
+                raise ExtractError(path, f"an OMOP CDM table named {needed!r} in schema {schema!r}", column=needed)
+        table = _cohort(con, path, cohort_sql)
+        rows = _timelines(con, table, domains, question, budget, max_events)
+    finally:
+        con.close()
+    out = Table(files=[path])
+    out.headers[path] = ["id", "timeline", "question", "label", "person_id", "prediction_date"]
+    out.rows.extend(rows)
+    instances, skipped = build_instances(spec, out, MAPPING)
+    return LoadResult(instances=instances, files=[path], skipped=skipped)
+
+
+def _cohort(con: duckdb.DuckDBPyConnection, path: Path, cohort_sql: str) -> list[tuple[Any, ...]]:
+    try:
+        relation = con.sql(cohort_sql)
+    except duckdb.Error as exc:
+        raise ExtractError(path, f"a cohort_sql query that runs ({type(exc).__name__})") from None
+    if relation is None:
+        raise ExtractError(path, "a cohort_sql query that returns rows")
+    columns = [c.lower() for c in relation.columns]
+    for needed in ("person_id", "prediction_date", "label"):
+        if needed not in columns:
+            raise ExtractError(
+                path, f"a cohort_sql column named {needed!r} (found: {', '.join(columns)})", column=needed
+            )
+    id_expr = "cast(instance_id as varchar)" if "instance_id" in columns else "null"
+    try:
+        con.execute(
+            f"create temp table _cohort as select row_number() over () - 1 as position, "
+            f"cast(person_id as bigint) as person_id, cast(prediction_date as date) as prediction_date, "
+            f"label, {id_expr} as instance_id from ({cohort_sql})"
+        )
+        return con.execute(
+            "select position, person_id, prediction_date, label, instance_id from _cohort order by position"
+        ).fetchall()
+    except duckdb.Error as exc:
+        raise ExtractError(
+            path, f"cohort_sql columns person_id (an integer) and prediction_date (a date) ({type(exc).__name__})"
+        ) from None
+
+
+def _timelines(
+    con: duckdb.DuckDBPyConnection,
+    cohort: list[tuple[Any, ...]],
+    domains: list[str],
+    question: str,
+    budget: int,
+    max_events: int,
+) -> list[Row]:
+    selects = []
+    for domain in domains:
+        table, date_col, concept_col, label, value = DOMAINS[domain]
+        selects.append(
+            f"select c.position, t.{date_col} as event_date, '{label}' as kind, "
+            f"coalesce(k.concept_name, 'concept ' || cast(t.{concept_col} as varchar)) as name, "
+            f"{value} as value from _cohort c join {table} t on t.person_id = c.person_id "
+            f"left join concept k on k.concept_id = t.{concept_col} "
+            f"where t.{date_col} < c.prediction_date"
+        )
+    query = (
+        f"select position, event_date, kind, name, value from (select *, row_number() over "
+        f"(partition by position order by event_date desc, kind, name) as rn from ({' union all '.join(selects)})) "
+        f"where rn <= {int(max_events)} order by position, event_date, kind, name"
+    )
+    events: dict[int, list[str]] = {}
+    for position, event_date, kind, name, value in con.execute(query).fetchall():
+        suffix = f" = {value}" if value else ""
+        events.setdefault(position, []).append(f"{event_date} | {kind}: {name}{suffix}")
+    people = dict(_demographics(con))
+    rows = []
+    for position, person_id, prediction_date, label, instance_id in cohort:
+        header = f"Patient: {people.get(person_id, 'unknown sex and age')}; prediction date {prediction_date}"
+        if person_id in people and prediction_date is not None:
+            header = f"Patient: {people[person_id]}; prediction date {prediction_date}"
+        truncated = keep_recent_lines(events.get(position, []), budget, header=header)
+        rows.append(
+            Row(
+                Path("cohort_sql"),
+                int(position),
+                {
+                    "id": instance_id or f"{person_id}:{prediction_date}",
+                    "timeline": truncated.text,
+                    "question": question,
+                    "label": None if label is None else as_text(label),
+                    "person_id": person_id,
+                    "prediction_date": str(prediction_date),
+                    "n_events": truncated.kept,
+                    "events_dropped": truncated.dropped,
+                },
+            )
+        )
+    return rows
+
+
+def _demographics(con: duckdb.DuckDBPyConnection) -> list[tuple[int, str]]:
+    rows = con.execute(
+        "select p.person_id, coalesce(g.concept_name, 'unknown sex'), p.year_of_birth from person p "
+        "left join concept g on g.concept_id = p.gender_concept_id "
+        "where p.person_id in (select person_id from _cohort)"
+    ).fetchall()
+    return [(pid, f"{str(sex).lower()}, born {year}") for pid, sex, year in rows]

@@ -1,0 +1,424 @@
+"""The one engine that turns rows into validated instances, driven by a declarative column mapping.
+
+Every row-shaped source (CSV, JSON, Parquet, a DuckDB query, or rows a native-format reader produced) goes
+through :func:`build_instances`. What differs per benchmark is data: a :class:`RecordMapping` in the spec's
+``loader_options``. Validation is all-or-nothing: the first problem raises an
+:class:`~medhelm_local.errors.ExtractError` naming file, row and column, never the cell value.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections import Counter
+from datetime import date, datetime
+from decimal import Decimal
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from medhelm_local.benchmarks.spec import BenchmarkSpec
+from medhelm_local.errors import BadInputError, ExtractError
+from medhelm_local.loaders.base import canonical_label
+from medhelm_local.loaders.io import Row, Table
+from medhelm_local.records import Instance
+
+ColumnType = Literal["text", "int", "number", "bool", "date", "number_or_date", "list"]
+LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
+_DATE_FORMATS = ("%Y-%m-%d", "%m/%d/%Y", "%Y-%m-%dT%H:%M:%S", "%Y-%m-%d %H:%M:%S", "%m/%d/%y")
+# A duration written as a tuple of weeks and days (MedCalc-Bench gestational age: "('4 weeks', '2 days')").
+_DURATION = re.compile(r"^\(\s*'?\d+ weeks?'?\s*,\s*'?\d+ days?'?\s*\)$")
+_TRUE = {"true", "1", "yes", "y", "t"}
+_FALSE = {"false", "0", "no", "n", "f"}
+
+
+class Variant(BaseModel):
+    """One of several instances made from one row (MedHallu: the true and the hallucinated answer)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    suffix: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    fields: dict[str, str] = Field(default_factory=dict)
+    label: str | None = None
+    reference_columns: list[str] = Field(default_factory=list)
+
+
+class RecordMapping(BaseModel):
+    """How a row becomes an :class:`~medhelm_local.records.Instance`.
+
+    ``fields``: prompt template field -> column (required, non-empty); ``optional_fields`` may be blank.
+    ``label_column``: raw label, mapped through the spec's ``label_map`` and checked against ``labels``.
+    ``options_column`` (a ``{letter: text}`` object or a list) or ``option_columns`` (one column per option)
+    render the ``{options}`` field as ``A. ...`` lines; ``answer_column`` + ``answer_format`` give the label.
+    ``reference_columns`` / ``reference_list_column`` give the gold outputs (default: the label).
+    ``meta``: meta key -> column, converted by ``types`` (column -> type); ``meta_constants``: fixed values.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    id_column: str | None = None
+    fields: dict[str, str] = Field(default_factory=dict)
+    optional_fields: dict[str, str] = Field(default_factory=dict)
+    constant_fields: dict[str, str] = Field(default_factory=dict)
+    label_column: str | None = None
+    options_column: str | None = None
+    option_columns: list[str] = Field(default_factory=list)
+    answer_column: str | None = None
+    answer_format: Literal["letter", "index0", "index1", "text"] = "letter"
+    reference_columns: list[str] = Field(default_factory=list)
+    reference_list_column: str | None = None
+    # Reference values meaning "no reference" (EHRSQL writes the query of an unanswerable question as null).
+    empty_reference_values: list[str] = Field(default_factory=list)
+    meta: dict[str, str] = Field(default_factory=dict)
+    meta_constants: dict[str, Any] = Field(default_factory=dict)
+    types: dict[str, ColumnType] = Field(default_factory=dict)
+    variants: list[Variant] = Field(default_factory=list)
+    skip_blank_rows: bool = True
+    list_separator: str = ";"
+
+    def required_columns(self) -> list[str]:
+        columns = [*self.fields.values(), *self.reference_columns, *self.option_columns, *self.meta.values()]
+        for optional in (
+            self.id_column,
+            self.label_column,
+            self.options_column,
+            self.answer_column,
+            self.reference_list_column,
+        ):
+            if optional:
+                columns.append(optional)
+        for variant in self.variants:
+            columns.extend([*variant.fields.values(), *variant.reference_columns])
+        return list(dict.fromkeys(columns))
+
+
+def parse_mapping(spec: BenchmarkSpec, options: dict[str, Any]) -> RecordMapping:
+    try:
+        return RecordMapping.model_validate(options)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+        raise BadInputError(f"benchmark {spec.id}: invalid loader_options ({problems})") from None
+
+
+def is_blank(value: Any) -> bool:
+    if value is None:
+        return True
+    if isinstance(value, float) and math.isnan(value):
+        return True
+    if isinstance(value, str):
+        return not value.strip()
+    if isinstance(value, list | tuple | dict):
+        return len(value) == 0
+    return False
+
+
+def as_text(value: Any) -> str:
+    """Text for a prompt field: lists joined by newlines, integral floats without ``.0``."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    if isinstance(value, list | tuple):
+        return "\n".join(as_text(v) for v in value)
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, dict):
+        return json.dumps(value, ensure_ascii=False, default=str)
+    return str(value)
+
+
+def convert(value: Any, kind: ColumnType, file: Path, row: int, column: str, separator: str = ";") -> Any:
+    """Check and convert one cell to ``kind``; the error names the column and the type, never the value."""
+    try:
+        return _convert(value, kind, separator)
+    except (ValueError, TypeError, OverflowError):
+        expected = {
+            "int": "an integer",
+            "number": "a number",
+            "bool": "true or false",
+            "date": "a date",
+            "number_or_date": "a number, a date (YYYY-MM-DD or MM/DD/YYYY) or a (weeks, days) duration",
+            "list": "a list (JSON array or separated values)",
+            "text": "text",
+        }[kind]
+        raise ExtractError(file, expected, row=row, column=column) from None
+
+
+def _convert(value: Any, kind: ColumnType, separator: str) -> Any:
+    if kind == "text":
+        if isinstance(value, list | dict):
+            raise TypeError(kind)
+        return as_text(value)
+    if kind == "int":
+        if isinstance(value, bool):
+            raise TypeError(kind)
+        if isinstance(value, int):
+            return value
+        number = float(str(value).strip().replace(",", ""))
+        if not number.is_integer():
+            raise ValueError(kind)
+        return int(number)
+    if kind == "number":
+        if isinstance(value, bool):
+            raise TypeError(kind)
+        if isinstance(value, int | float | Decimal):
+            number = float(value)
+        else:
+            number = float(str(value).strip().replace(",", ""))
+        if math.isnan(number) or math.isinf(number):
+            raise ValueError(kind)
+        return number
+    if kind == "bool":
+        if isinstance(value, bool):
+            return value
+        text = str(value).strip().lower()
+        if text in _TRUE:
+            return True
+        if text in _FALSE:
+            return False
+        raise ValueError(kind)
+    if kind == "date":
+        return _parse_date(value).isoformat()
+    if kind == "number_or_date":
+        try:
+            return _convert(value, "number", separator)
+        except (ValueError, TypeError):
+            text = as_text(value).strip()
+            if _DURATION.match(text):
+                return text
+            _parse_date(value)
+            return text
+    if kind == "list":
+        if isinstance(value, list | tuple):
+            return [as_text(v).strip() for v in value if not is_blank(v)]
+        if hasattr(value, "tolist"):
+            return [as_text(v).strip() for v in value.tolist() if not is_blank(v)]
+        text = str(value).strip()
+        if text.startswith("["):
+            parsed = json.loads(text)
+            if not isinstance(parsed, list):
+                raise TypeError(kind)
+            return [as_text(v).strip() for v in parsed if not is_blank(v)]
+        return [part.strip() for part in text.split(separator) if part.strip()]
+    raise TypeError(kind)
+
+
+def _parse_date(value: Any) -> date:
+    if isinstance(value, datetime):
+        return value.date()
+    if isinstance(value, date):
+        return value
+    text = str(value).strip()
+    for fmt in _DATE_FORMATS:
+        try:
+            return datetime.strptime(text, fmt).date()
+        except ValueError:
+            continue
+    raise ValueError("date")
+
+
+def _cell(row: Row, column: str, *, required: bool) -> Any:
+    value = row.values.get(column)
+    if required and is_blank(value):
+        raise ExtractError(row.file, "a non-empty value", row=row.position, column=column)
+    return value
+
+
+def _typed(mapping: RecordMapping, row: Row, column: str, value: Any) -> Any:
+    kind = mapping.types.get(column)
+    return convert(value, kind, row.file, row.position, column, mapping.list_separator) if kind else value
+
+
+def _options(mapping: RecordMapping, row: Row) -> dict[str, str]:
+    if mapping.options_column:
+        raw = _cell(row, mapping.options_column, required=True)
+        if isinstance(raw, str) and raw.strip()[:1] in "[{":
+            try:
+                raw = json.loads(raw)
+            except json.JSONDecodeError:
+                raise ExtractError(
+                    row.file,
+                    "a JSON object or array of options",
+                    row=row.position,
+                    column=mapping.options_column,
+                ) from None
+        if isinstance(raw, dict):
+            options = {str(k).strip().upper(): as_text(v) for k, v in raw.items()}
+            if sorted(options) != list(LETTERS[: len(options)]):
+                raise ExtractError(
+                    row.file,
+                    "options keyed A, B, C, ... in order",
+                    row=row.position,
+                    column=mapping.options_column,
+                )
+            return dict(sorted(options.items()))
+        if isinstance(raw, list | tuple) and raw:
+            return {LETTERS[i]: as_text(v) for i, v in enumerate(raw)}
+        raise ExtractError(
+            row.file, "a non-empty object or list of options", row=row.position, column=mapping.options_column
+        )
+    return {LETTERS[i]: as_text(_cell(row, c, required=True)) for i, c in enumerate(mapping.option_columns)}
+
+
+def _answer_letter(mapping: RecordMapping, row: Row, options: dict[str, str]) -> str:
+    column = mapping.answer_column or ""
+    raw = _cell(row, column, required=True)
+    letters = list(options)
+    expected = {
+        "letter": f"one of the option letters {', '.join(letters)}",
+        "index0": f"an option number from 0 to {len(letters) - 1}",
+        "index1": f"an option number from 1 to {len(letters)}",
+        "text": "the text of one of the options",
+    }[mapping.answer_format]
+    try:
+        if mapping.answer_format == "letter":
+            letter = as_text(raw).strip().upper()
+        elif mapping.answer_format == "text":
+            letter = next(k for k, v in options.items() if v.strip() == as_text(raw).strip())
+        else:
+            index = _convert(raw, "int", mapping.list_separator) - (1 if mapping.answer_format == "index1" else 0)
+            if index < 0:
+                raise ValueError(column)
+            letter = letters[index]
+    except (ValueError, TypeError, IndexError, StopIteration):
+        raise ExtractError(row.file, expected, row=row.position, column=column) from None
+    if letter not in options:
+        raise ExtractError(row.file, expected, row=row.position, column=column)
+    return letter
+
+
+def _instance_id(mapping: RecordMapping, row: Row, multi_file: bool) -> str:
+    if mapping.id_column:
+        raw = _cell(row, mapping.id_column, required=True)
+        return as_text(_typed(mapping, row, mapping.id_column, raw)).strip()
+    return f"{row.file.name}:{row.position}" if multi_file else str(row.position)
+
+
+def check_columns(table: Table, columns: list[str]) -> None:
+    for file, header in table.headers.items():
+        present = set(header)
+        for column in columns:
+            if column not in present:
+                found = ", ".join(header[:20]) or "none"
+                raise ExtractError(file, f"a column named {column!r} (found: {found})", column=column)
+
+
+def build_instances(spec: BenchmarkSpec, table: Table, mapping: RecordMapping) -> tuple[list[Instance], Counter[str]]:
+    """Validate every row and build its instance(s); raises on the first problem."""
+    check_columns(table, mapping.required_columns())
+    skipped: Counter[str] = Counter(table.skipped)
+    multi_file = len(table.headers) > 1
+    instances: list[Instance] = []
+    for row in table.rows:
+        if mapping.skip_blank_rows and all(is_blank(v) for v in row.values.values()):
+            skipped["blank row"] += 1
+            continue
+        instances.extend(_row_instances(spec, mapping, row, multi_file))
+    return instances, skipped
+
+
+def _row_instances(spec: BenchmarkSpec, mapping: RecordMapping, row: Row, multi_file: bool) -> list[Instance]:
+    for column, kind in mapping.types.items():
+        value = row.values.get(column)
+        if not is_blank(value):
+            convert(value, kind, row.file, row.position, column, mapping.list_separator)
+    instance_id = _instance_id(mapping, row, multi_file)
+    fields = dict(mapping.constant_fields)
+    for name, column in mapping.fields.items():
+        fields[name] = as_text(_cell(row, column, required=True))
+    for name, column in mapping.optional_fields.items():
+        value = row.values.get(column)
+        fields[name] = "" if is_blank(value) else as_text(value)
+    meta: dict[str, Any] = dict(mapping.meta_constants)
+    for key, column in mapping.meta.items():
+        value = row.values.get(column)
+        meta[key] = None if is_blank(value) else _json_safe(_typed(mapping, row, column, value))
+    label: str | None = None
+    if mapping.options_column or mapping.option_columns:
+        options = _options(mapping, row)
+        fields["options"] = "\n".join(f"{letter}. {text}" for letter, text in options.items())
+        meta["options"] = options
+        if mapping.answer_column:
+            letter = _answer_letter(mapping, row, options)
+            label = canonical_label(spec, letter, row.file, row.position, mapping.answer_column)
+    if mapping.label_column:
+        raw = _cell(row, mapping.label_column, required=True)
+        label = canonical_label(spec, as_text(raw), row.file, row.position, mapping.label_column)
+    references = _references(mapping, row, mapping.reference_columns, required=True)
+    if mapping.reference_list_column:
+        raw = _cell(row, mapping.reference_list_column, required=True)
+        references = convert(raw, "list", row.file, row.position, mapping.reference_list_column, mapping.list_separator)
+        if not references:
+            raise ExtractError(row.file, "a non-empty list", row=row.position, column=mapping.reference_list_column)
+    if not mapping.variants:
+        if not references and label is not None and not mapping.reference_columns:
+            references = [label]
+        return [
+            Instance(
+                benchmark=spec.id,
+                id=instance_id,
+                fields=fields,
+                references=references,
+                label=label,
+                meta=meta,
+            )
+        ]
+    out = []
+    for variant in mapping.variants:
+        v_fields = dict(fields)
+        for name, column in variant.fields.items():
+            v_fields[name] = as_text(_cell(row, column, required=True))
+        v_label = label
+        if variant.label is not None:
+            v_label = canonical_label(spec, variant.label, row.file, row.position, f"variant {variant.suffix}")
+        v_refs = _references(mapping, row, variant.reference_columns, required=True) or list(references)
+        if not v_refs and v_label is not None:
+            v_refs = [v_label]
+        out.append(
+            Instance(
+                benchmark=spec.id,
+                id=f"{instance_id}:{variant.suffix}",
+                fields=v_fields,
+                references=v_refs,
+                label=v_label,
+                meta={**meta, "variant": variant.suffix},
+            )
+        )
+    return out
+
+
+def _references(mapping: RecordMapping, row: Row, columns: list[str], *, required: bool) -> list[str]:
+    """Gold outputs from ``columns``: a blank cell is an error; ``empty_reference_values`` mean none."""
+    references = []
+    empty = {v.strip().lower() for v in mapping.empty_reference_values}
+    for column in columns:
+        text = as_text(_cell(row, column, required=required) or "").strip()
+        if text and text.lower() not in empty:
+            references.append(text)
+    return references
+
+
+def _json_safe(value: Any) -> Any:
+    if isinstance(value, datetime | date):
+        return value.isoformat()
+    if isinstance(value, Decimal):
+        return float(value)
+    if isinstance(value, list | tuple):
+        return [_json_safe(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _json_safe(v) for k, v in value.items()}
+    if hasattr(value, "tolist"):
+        return _json_safe(value.tolist())
+    return value
+
+
+_SAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
+
+
+def safe_name(text: str) -> str:
+    """A file-stem-like name for ids built from file names."""
+    return _SAFE_NAME.sub("_", text).strip("_") or "file"
