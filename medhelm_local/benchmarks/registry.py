@@ -1,15 +1,38 @@
-"""Reads the benchmark specs shipped in ``specs/`` (one YAML file per benchmark)."""
+"""Benchmark specs: the ones shipped in ``specs/`` and a home's own ("bring your own extract") specs.
+
+A custom benchmark is one YAML file in the :class:`~medhelm_local.benchmarks.spec.BenchmarkSpec` schema
+(``access``, ``curation`` and ``input_format`` default to ``private``, ``new`` and ``private_table``).
+:func:`register_custom_spec` validates it (schema, taxonomy placement, loader, metric, prompt template) and
+stores it as ``<home>/benchmarks/<id>.yaml``, so it persists across invocations; :func:`all_specs` and
+:func:`get_spec` include a home's custom specs when given the home directory.
+"""
 
 from __future__ import annotations
 
+import os
+import string
 from functools import cache
 from importlib import resources
+from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec
-from medhelm_local.errors import NotFoundError
+from medhelm_local.errors import BadInputError, NotFoundError
+
+CUSTOM_DIR = "benchmarks"
+METRICS = (
+    "exact_match",
+    "medcalc_accuracy",
+    "medec_flag_accuracy",
+    "ehrsql_execution_accuracy",
+    "billing_micro_f1",
+    "micro_f1",
+    "jury",
+)
+CUSTOM_DEFAULTS = {"access": "private", "curation": "new", "input_format": "private_table"}
 
 
 class SpecError(RuntimeError):
@@ -37,12 +60,137 @@ def _builtin_specs() -> dict[str, BenchmarkSpec]:
     return specs
 
 
-def all_specs() -> list[BenchmarkSpec]:
-    return list(_builtin_specs().values())
+def builtin_ids() -> list[str]:
+    return list(_builtin_specs())
 
 
-def get_spec(benchmark_id: str) -> BenchmarkSpec:
+def custom_dir(home: Path) -> Path:
+    return home / CUSTOM_DIR
+
+
+def custom_specs(home: Path | None) -> dict[str, BenchmarkSpec]:
+    """The custom specs stored under ``<home>/benchmarks`` (none when ``home`` is None or has none)."""
+    if home is None:
+        return {}
+    folder = custom_dir(home)
+    if not folder.is_dir():
+        return {}
+    specs: dict[str, BenchmarkSpec] = {}
+    for file in sorted(folder.glob("*.yaml")):
+        spec = load_custom_spec(file, check_clash=False)
+        if file.name != f"{spec.id}.yaml":
+            raise BadInputError(f"{file}: holds benchmark id {spec.id!r}; the file must be named {spec.id}.yaml")
+        specs[spec.id] = spec
+    return specs
+
+
+def all_specs(home: Path | None = None) -> list[BenchmarkSpec]:
+    """The shipped specs, then the home's custom specs (when ``home`` is given)."""
+    return [*_builtin_specs().values(), *custom_specs(home).values()]
+
+
+def get_spec(benchmark_id: str, home: Path | None = None) -> BenchmarkSpec:
     spec = _builtin_specs().get(benchmark_id)
+    if spec is None and home is not None:
+        file = custom_dir(home) / f"{benchmark_id}.yaml"
+        if file.is_file():
+            spec = load_custom_spec(file, check_clash=False)
     if spec is None:
         raise NotFoundError(f"unknown benchmark {benchmark_id!r}; see `medhelm-local benchmarks list`")
     return spec
+
+
+def is_custom(benchmark_id: str) -> bool:
+    return benchmark_id not in _builtin_specs()
+
+
+def _read_yaml(path: Path) -> dict[str, Any]:
+    try:
+        text = path.read_bytes().decode("utf-8-sig")
+    except OSError as exc:
+        raise BadInputError(f"{path}: cannot read the benchmark file ({exc.strerror or type(exc).__name__})") from None
+    except UnicodeDecodeError:
+        raise BadInputError(f"{path}: expected a UTF-8 YAML benchmark file") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise BadInputError(f"{path}: invalid YAML{where}") from None
+    if not isinstance(data, dict):
+        raise BadInputError(f"{path}: expected a YAML mapping with the benchmark's fields")
+    return data
+
+
+def load_custom_spec(path: Path, *, check_clash: bool = True) -> BenchmarkSpec:
+    """Read and validate a user's benchmark YAML; every problem is a :class:`BadInputError` naming the field."""
+    from medhelm_local.loaders.base import available_loaders
+    from medhelm_local.taxonomy import load_taxonomy
+
+    data = {**CUSTOM_DEFAULTS, **_read_yaml(path)}
+    taxonomy = load_taxonomy()
+    subcategory = data.get("subcategory")
+    placement = taxonomy.placement(subcategory) if isinstance(subcategory, str) else None
+    if placement is None:
+        names = "; ".join(s.name for s in taxonomy.subcategories)
+        raise BadInputError(f"{path}: field subcategory must be one of the taxonomy's subcategories ({names})")
+    category, sub = placement
+    given = data.get("category")
+    if given is not None and (not isinstance(given, str) or given.casefold() != category.name.casefold()):
+        raise BadInputError(
+            f"{path}: field category must be {category.name!r}, the category of subcategory {sub.name!r}"
+        )
+    data["category"], data["subcategory"] = category.name, sub.name
+    try:
+        spec = BenchmarkSpec.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"field {'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in exc.errors())
+        raise BadInputError(f"{path}: invalid benchmark spec ({problems})") from None
+    if check_clash and spec.id in _builtin_specs():
+        raise BadInputError(f"{path}: field id {spec.id!r} is a built-in MedHELM benchmark; choose another id")
+    if spec.input_format not in available_loaders():
+        raise BadInputError(f"{path}: field input_format must be one of {', '.join(available_loaders())}")
+    if spec.metric not in METRICS:
+        raise BadInputError(f"{path}: field metric must be one of {', '.join(METRICS)}")
+    for name, template in (("prompt.template", spec.prompt.template), ("prompt.system", spec.prompt.system or "")):
+        _check_template(path, name, template)
+    return spec
+
+
+def _check_template(path: Path, name: str, template: str) -> None:
+    try:
+        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+    except ValueError:
+        raise BadInputError(
+            f"{path}: field {name} is not a valid template (use {{field}}, and {{{{ }}}} for literal braces)"
+        ) from None
+    for field in fields:
+        if not field.isidentifier():
+            raise BadInputError(f"{path}: field {name} uses {{{field}}}; template fields must be plain names")
+
+
+def register_custom_spec(path: Path, home: Path) -> BenchmarkSpec:
+    """Validate ``path`` and store it as ``<home>/benchmarks/<id>.yaml`` (replacing an earlier version)."""
+    spec = load_custom_spec(path)
+    folder = custom_dir(home)
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    target = folder / f"{spec.id}.yaml"
+    data = spec.model_dump(mode="json", exclude_none=True)
+    text = "# Custom benchmark registered with medhelm-local (bring your own extract).\n"
+    text += yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=110)
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.write(fd, text.encode("utf-8"))
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, target)
+    return spec
+
+
+def remove_custom_spec(benchmark_id: str, home: Path) -> None:
+    file = custom_dir(home) / f"{benchmark_id}.yaml"
+    if not file.is_file():
+        raise NotFoundError(f"no custom benchmark {benchmark_id!r} in {custom_dir(home)}")
+    file.unlink()

@@ -200,7 +200,7 @@ def _task_rows(
         else:
             dated.append(_event_line(time, code, description, numeric, text))
     question = questions.get(task) or f"Will the outcome '{task}' occur after the prediction time?"
-    table.headers[parts[0]] = ["id", "timeline", "question", "label", "task", "subject_id", "prediction_time"]
+    table.headers[parts[0]] = list(MAPPING.required_columns())
     for position, subject, prediction, value in labels:
         if subject is None or prediction is None:
             raise ExtractError(parts[0], "a subject_id and a prediction_time", row=int(position))

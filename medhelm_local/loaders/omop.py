@@ -99,11 +99,11 @@ def load_omop(spec: BenchmarkSpec, path: Path) -> LoadResult:
             if needed not in present:
                 raise ExtractError(path, f"an OMOP CDM table named {needed!r} in schema {schema!r}", column=needed)
         table = _cohort(con, path, cohort_sql)
-        rows = _timelines(con, table, domains, question, budget, max_events)
+        rows = _timelines(con, path, table, domains, question, budget, max_events)
     finally:
         con.close()
     out = Table(files=[path])
-    out.headers[path] = ["id", "timeline", "question", "label", "person_id", "prediction_date"]
+    out.headers[path] = list(MAPPING.required_columns())
     out.rows.extend(rows)
     instances, skipped = build_instances(spec, out, MAPPING)
     return LoadResult(instances=instances, files=[path], skipped=skipped)
@@ -140,6 +140,7 @@ def _cohort(con: duckdb.DuckDBPyConnection, path: Path, cohort_sql: str) -> list
 
 def _timelines(
     con: duckdb.DuckDBPyConnection,
+    path: Path,
     cohort: list[tuple[Any, ...]],
     domains: list[str],
     question: str,
@@ -165,16 +166,16 @@ def _timelines(
     for position, event_date, kind, name, value in con.execute(query).fetchall():
         suffix = f" = {value}" if value else ""
         events.setdefault(position, []).append(f"{event_date} | {kind}: {name}{suffix}")
-    people = dict(_demographics(con))
+    people = _demographics(con)
     rows = []
     for position, person_id, prediction_date, label, instance_id in cohort:
-        header = f"Patient: {people.get(person_id, 'unknown sex and age')}; prediction date {prediction_date}"
-        if person_id in people and prediction_date is not None:
-            header = f"Patient: {people[person_id]}; prediction date {prediction_date}"
+        sex, year = people.get(person_id, ("unknown sex", None))
+        age = f", age {prediction_date.year - year}" if year is not None and prediction_date is not None else ""
+        header = f"Patient: {sex}{age}; prediction date {prediction_date}"
         truncated = keep_recent_lines(events.get(position, []), budget, header=header)
         rows.append(
             Row(
-                Path("cohort_sql"),
+                path,
                 int(position),
                 {
                     "id": instance_id or f"{person_id}:{prediction_date}",
@@ -191,10 +192,10 @@ def _timelines(
     return rows
 
 
-def _demographics(con: duckdb.DuckDBPyConnection) -> list[tuple[int, str]]:
+def _demographics(con: duckdb.DuckDBPyConnection) -> dict[int, tuple[str, int | None]]:
     rows = con.execute(
-        "select p.person_id, coalesce(g.concept_name, 'unknown sex'), p.year_of_birth from person p "
-        "left join concept g on g.concept_id = p.gender_concept_id "
+        "select p.person_id, coalesce(g.concept_name, p.gender_source_value, 'unknown sex'), p.year_of_birth "
+        "from person p left join concept g on g.concept_id = p.gender_concept_id "
         "where p.person_id in (select person_id from _cohort)"
     ).fetchall()
-    return [(pid, f"{str(sex).lower()}, born {year}") for pid, sex, year in rows]
+    return {pid: (str(sex).lower(), int(year) if year is not None else None) for pid, sex, year in rows}
