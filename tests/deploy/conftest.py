@@ -4,12 +4,17 @@ from __future__ import annotations
 
 import copy
 import os
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+# deploykit.py sits beside this file; make it importable whatever pytest's --import-mode is.
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
 from deploykit import REPO, VALUE_SETS, find_tool, load_values, render
 
 _CACHE: dict[str, list[dict[str, Any]]] = {}
