@@ -1,0 +1,1 @@
+"""Benchmark spec YAML files (package data; this file makes the folder a package so they ship in wheels)."""

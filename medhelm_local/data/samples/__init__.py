@@ -1,0 +1,1 @@
+"""Sample custom benchmark files (package data)."""
