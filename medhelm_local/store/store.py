@@ -72,6 +72,15 @@ class Store:
             store._migrate()
         return store
 
+    @classmethod
+    def open_file(cls, home: Home, path: Path, *, read_only: bool = False) -> Store:
+        """Open another store file with the home's data key (e.g. one shard's store of a sharded run)."""
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        store = cls(open_encrypted(path, load_data_key(home.keys_dir), read_only=read_only), path)
+        if not read_only:
+            store._migrate()
+        return store
+
     def _migrate(self) -> None:
         # Each stage owns a ``schema_<stage>.sql`` file; all use CREATE ... IF NOT EXISTS.
         folder = resources.files("medhelm_local.store")
