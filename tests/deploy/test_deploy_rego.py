@@ -1,0 +1,331 @@
+"""Rego policies (policies/rego/*.rego) evaluated with regopy: the rendered chart passes every policy for
+every value set, and each rule rejects a manifest that breaks it."""
+
+from __future__ import annotations
+
+import copy
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+from deploykit import REPO, VALUE_SETS, by_kind, pod_spec
+
+try:
+    import regopy
+except ImportError as exc:  # pragma: no cover
+    raise ImportError("tests/deploy need regopy: pip install -e '.[deploycheck]'") from exc
+
+POLICY_DIR = REPO / "policies" / "rego"
+PACKAGES = ["pod_security", "network", "vllm"]
+
+
+def evaluate(manifests: list[dict[str, Any]]) -> dict[str, list[str]]:
+    """deny messages per package. Any compile or evaluation error fails the test (never an empty pass)."""
+    rego = regopy.Interpreter()
+    modules = sorted(POLICY_DIR.glob("*.rego"))
+    assert modules, f"no Rego policies in {POLICY_DIR}"
+    for module in modules:
+        rego.add_module(module.name, module.read_text(encoding="utf-8"))
+    rego.set_input(regopy.Input({"manifests": manifests}))
+    result: dict[str, list[str]] = {}
+    for package in PACKAGES:
+        output = rego.query(f"data.medhelm.kubernetes.{package}.deny")
+        assert output.ok(), f"{package}: {output}"
+        text = str(output)
+        assert text != "undefined", f"data.medhelm.kubernetes.{package}.deny is undefined"
+        (value,) = json.loads(text)["expressions"]
+        assert isinstance(value, list), f"{package}: deny is not a set: {text}"
+        result[package] = sorted(value)
+    return result
+
+
+@pytest.mark.parametrize("name", list(VALUE_SETS))
+def test_rendered_chart_passes_every_policy(name, rendered):
+    assert evaluate(rendered(name)) == {package: [] for package in PACKAGES}
+
+
+def test_policies_run_on_something(rendered):
+    """Guard against a policy that passes because it never matches: the inputs have what the rules inspect."""
+    docs = rendered("gpu")
+    assert len(by_kind(docs, "Deployment")) == 4 and by_kind(docs, "Job") and by_kind(docs, "NetworkPolicy")
+
+
+# --- each rule rejects a manifest that breaks it --------------------------------------------------------
+
+Mutation = Callable[[list[dict[str, Any]]], None]
+
+
+def _server(docs):
+    return next(d for d in by_kind(docs, "Deployment") if d["metadata"]["name"].endswith("vllm-llama-3-8b"))
+
+
+def _vllm(docs):
+    return pod_spec(_server(docs))["containers"][0]
+
+
+def _runner(docs):
+    return pod_spec(by_kind(docs, "Job")[0])["containers"][0]
+
+
+def _policy(docs, suffix):
+    return next(p for p in by_kind(docs, "NetworkPolicy") if p["metadata"]["name"].endswith(suffix))
+
+
+def _set(path: list[Any], value: Any) -> Callable[[dict[str, Any]], None]:
+    def apply(obj: dict[str, Any]) -> None:
+        for key in path[:-1]:
+            obj = obj.setdefault(key, {})
+        obj[path[-1]] = value
+
+    return apply
+
+
+def _m_run_as_root(docs):
+    _set(["securityContext", "runAsNonRoot"], False)(_runner(docs))
+
+
+def _m_uid_zero(docs):
+    _set(["securityContext", "runAsUser"], 0)(_runner(docs))
+
+
+def _m_no_seccomp(docs):
+    del pod_spec(_server(docs))["securityContext"]["seccompProfile"]
+    for c in pod_spec(_server(docs))["containers"]:
+        del c["securityContext"]["seccompProfile"]
+
+
+def _m_unconfined(docs):
+    _set(["securityContext", "seccompProfile", "type"], "Unconfined")(_vllm(docs))
+
+
+def _m_privilege_escalation(docs):
+    _set(["securityContext", "allowPrivilegeEscalation"], True)(pod_spec(_server(docs))["initContainers"][0])
+
+
+def _m_privileged(docs):
+    _set(["securityContext", "privileged"], True)(_vllm(docs))
+
+
+def _m_keep_capabilities(docs):
+    _set(["securityContext", "capabilities"], {"drop": ["NET_RAW"]})(_runner(docs))
+
+
+def _m_add_capability(docs):
+    _set(["securityContext", "capabilities", "add"], ["SYS_ADMIN"])(_vllm(docs))
+
+
+def _m_writable_root(docs):
+    _set(["securityContext", "readOnlyRootFilesystem"], False)(_vllm(docs))
+
+
+def _m_host_path(docs):
+    pod_spec(_server(docs))["volumes"].append({"name": "host", "hostPath": {"path": "/"}})
+
+
+def _m_host_network(docs):
+    pod_spec(_server(docs))["hostNetwork"] = True
+
+
+def _m_host_port(docs):
+    _vllm(docs)["ports"][0]["hostPort"] = 8000
+
+
+def _m_token(docs):
+    pod_spec(by_kind(docs, "Job")[0])["automountServiceAccountToken"] = True
+
+
+def _m_latest(docs):
+    _runner(docs)["image"] = "registry.local/medhelm-local:latest"
+
+
+def _m_untagged(docs):
+    _vllm(docs)["image"] = "registry.local/medhelm-local"
+
+
+def _m_no_memory_limit(docs):
+    del _vllm(docs)["resources"]["limits"]["memory"]
+
+
+def _m_tmp_on_root(docs):
+    c = _runner(docs)
+    c["volumeMounts"] = [m for m in c["volumeMounts"] if m["mountPath"] != "/tmp"]
+
+
+def _m_no_default_deny(docs):
+    docs.remove(_policy(docs, "-default-deny"))
+
+
+def _m_deny_misses_pods(docs):
+    _policy(docs, "-default-deny")["spec"]["podSelector"] = {"matchLabels": {"app": "something-else"}}
+
+
+def _m_egress_anywhere(docs):
+    _policy(docs, "-runner-egress")["spec"]["egress"].append({"ports": [{"protocol": "TCP", "port": 443}]})
+
+
+def _m_egress_all_ports(docs):
+    del _policy(docs, "-runner-egress")["spec"]["egress"][0]["ports"]
+
+
+def _m_egress_ip_block(docs):
+    _policy(docs, "-runner-egress")["spec"]["egress"].append(
+        {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}], "ports": [{"protocol": "TCP", "port": 443}]}
+    )
+
+
+def _m_server_egress(docs):
+    policy = copy.deepcopy(_policy(docs, "-runner-egress"))
+    policy["metadata"]["name"] = "model-server-egress"
+    policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] = "model-server"
+    docs.append(policy)
+
+
+def _m_ingress_anyone(docs):
+    _policy(docs, "-model-server-ingress")["spec"]["ingress"].append({"ports": [{"protocol": "TCP", "port": 8000}]})
+
+
+def _m_runner_ingress(docs):
+    policy = copy.deepcopy(_policy(docs, "-model-server-ingress"))
+    policy["metadata"]["name"] = "runner-ingress"
+    policy["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] = "runner"
+    docs.append(policy)
+
+
+def _m_load_balancer(docs):
+    by_kind(docs, "Service")[0]["spec"]["type"] = "LoadBalancer"
+
+
+def _m_ingress_object(docs):
+    docs.append({"apiVersion": "networking.k8s.io/v1", "kind": "Ingress", "metadata": {"name": "web"}, "spec": {}})
+
+
+def _m_log_requests(docs):
+    _vllm(docs)["args"].append("--enable-log-requests")
+
+
+def _m_api_key_argv(docs):
+    _vllm(docs)["args"].append("--api-key=abc")
+
+
+def _m_usage_stats(docs):
+    c = _vllm(docs)
+    c["env"] = [e for e in c["env"] if e["name"] != "VLLM_NO_USAGE_STATS"]
+
+
+def _m_hub_online(docs):
+    c = _vllm(docs)
+    for e in c["env"]:
+        if e["name"] == "HF_HUB_OFFLINE":
+            e["value"] = "0"
+
+
+def _m_literal_api_key(docs):
+    c = _vllm(docs)
+    for e in c["env"]:
+        if e["name"] == "VLLM_API_KEY":
+            e.pop("valueFrom")
+            e["value"] = "abc"
+
+
+def _m_no_weights_check(docs):
+    pod_spec(_server(docs))["initContainers"] = []
+
+
+def _m_short_startup(docs):
+    _vllm(docs)["startupProbe"] = {
+        "httpGet": {"path": "/health", "port": "http"},
+        "periodSeconds": 10,
+        "failureThreshold": 6,
+    }
+
+
+def _m_probe_path(docs):
+    _vllm(docs)["livenessProbe"]["httpGet"]["path"] = "/v1/models"
+
+
+def _m_shm_on_disk(docs):
+    for v in pod_spec(_server(docs))["volumes"]:
+        if v["name"] == "shm":
+            v["emptyDir"] = {}
+
+
+def _m_weights_writable(docs):
+    for v in pod_spec(_server(docs))["volumes"]:
+        if v["name"] == "weights":
+            v["persistentVolumeClaim"]["readOnly"] = False
+
+
+MUTATIONS: dict[str, tuple[Mutation, str, str]] = {
+    "run-as-root": (_m_run_as_root, "pod_security", "runAsNonRoot must be true"),
+    "uid-zero": (_m_uid_zero, "pod_security", "runAsUser must not be 0"),
+    "no-seccomp": (_m_no_seccomp, "pod_security", "seccompProfile is not set"),
+    "seccomp-unconfined": (_m_unconfined, "pod_security", "seccompProfile.type must be RuntimeDefault"),
+    "privilege-escalation": (_m_privilege_escalation, "pod_security", "allowPrivilegeEscalation must be false"),
+    "privileged": (_m_privileged, "pod_security", "privileged is not allowed"),
+    "capabilities-kept": (_m_keep_capabilities, "pod_security", "capabilities must drop ALL"),
+    "capability-added": (_m_add_capability, "pod_security", "no capability may be added"),
+    "writable-root": (_m_writable_root, "pod_security", "readOnlyRootFilesystem must be true"),
+    "host-path": (_m_host_path, "pod_security", "type hostPath is not allowed"),
+    "host-network": (_m_host_network, "pod_security", "hostNetwork is not allowed"),
+    "host-port": (_m_host_port, "pod_security", "hostPort is not allowed"),
+    "sa-token": (_m_token, "pod_security", "automountServiceAccountToken must be false"),
+    "latest-image": (_m_latest, "pod_security", "never latest"),
+    "untagged-image": (_m_untagged, "pod_security", "needs a version tag or a digest"),
+    "no-memory-limit": (_m_no_memory_limit, "pod_security", "a memory limit is required"),
+    "tmp-on-root": (_m_tmp_on_root, "pod_security", "/tmp must be an emptyDir"),
+    "no-default-deny": (_m_no_default_deny, "network", "no default-deny NetworkPolicy"),
+    "deny-misses-pods": (_m_deny_misses_pods, "network", "not selected by a default-deny NetworkPolicy"),
+    "egress-anywhere": (_m_egress_anywhere, "network", "allows every destination"),
+    "egress-all-ports": (_m_egress_all_ports, "network", "allows every port"),
+    "egress-ip-block": (_m_egress_ip_block, "network", "uses an ipBlock"),
+    "server-egress": (_m_server_egress, "network", "only the runner may open connections"),
+    "ingress-anyone": (_m_ingress_anyone, "network", "allows every source"),
+    "runner-ingress": (_m_runner_ingress, "network", "only model servers may accept connections"),
+    "load-balancer": (_m_load_balancer, "network", "exposes the appliance outside the cluster"),
+    "ingress-object": (_m_ingress_object, "network", "not exposed through an Ingress"),
+    "log-requests": (_m_log_requests, "vllm", "flag --enable-log-requests is not allowed"),
+    "api-key-argv": (_m_api_key_argv, "vllm", "flag --api-key is not allowed"),
+    "usage-stats": (_m_usage_stats, "vllm", "env VLLM_NO_USAGE_STATS must be 1"),
+    "hub-online": (_m_hub_online, "vllm", "env HF_HUB_OFFLINE must be 1"),
+    "literal-api-key": (_m_literal_api_key, "vllm", "VLLM_API_KEY must come from a Secret"),
+    "no-weights-check": (_m_no_weights_check, "vllm", "no verify-weights init container"),
+    "short-startup-probe": (_m_short_startup, "vllm", "startupProbe allows less than 600 s"),
+    "liveness-path": (_m_probe_path, "vllm", "livenessProbe must be an HTTP GET on /health"),
+    "shm-on-disk": (_m_shm_on_disk, "vllm", "/dev/shm must be an emptyDir with medium Memory"),
+    "weights-writable": (_m_weights_writable, "vllm", "model weights must be mounted read-only"),
+}
+
+
+@pytest.mark.parametrize("case", list(MUTATIONS))
+def test_policy_rejects_a_breaking_manifest(case, rendered):
+    mutate, package, message = MUTATIONS[case]
+    docs = rendered("gpu")
+    mutate(docs)
+    denied = evaluate(docs)
+    assert any(message in m for m in denied[package]), f"{case}: {package} did not reject: {denied}"
+
+
+def test_policy_rejects_a_bare_pod():
+    """A hand-written Pod with nothing set breaks many rules at once; none of them may stay silent."""
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "naked"},
+        "spec": {"containers": [{"name": "app", "image": "busybox"}]},
+    }
+    denied = evaluate([pod])
+    expected = [
+        "runAsNonRoot",
+        "seccompProfile",
+        "allowPrivilegeEscalation",
+        "drop ALL",
+        "readOnlyRootFilesystem",
+        "automountServiceAccountToken",
+        "memory limit",
+        "version tag",
+        "/tmp must be an emptyDir",
+    ]
+    for fragment in expected:
+        assert any(fragment in m for m in denied["pod_security"]), fragment
+    assert any("no default-deny" in m for m in denied["network"])
