@@ -45,8 +45,12 @@ MAPPING = RecordMapping(
 )
 
 
+def _sql_literal(text: str) -> str:
+    return "'" + text.replace("'", "''") + "'"
+
+
 def _sql_path(path: Path) -> str:
-    return "'" + str(path).replace("'", "''") + "'"
+    return _sql_literal(str(path))
 
 
 def _columns(con: duckdb.DuckDBPyConnection, source: str, where: Path) -> list[str]:
@@ -140,8 +144,7 @@ def load_meds(spec: BenchmarkSpec, path: Path) -> LoadResult:
             _require(_columns(con, _sql_path(splits_file), splits_file), ["subject_id", "split"], splits_file)
             con.execute(
                 f"create temp view keep as select distinct subject_id from "
-                f"read_parquet({_sql_path(splits_file)}) where split = ?",
-                [str(split)],
+                f"read_parquet({_sql_path(splits_file)}) where split = {_sql_literal(str(split))}"
             )
             files.append(splits_file)
         else:

