@@ -1,74 +1,256 @@
-"""An append-only JSON Lines audit trail in the appliance home.
+"""The tamper-evident audit trail: an append-only JSON Lines file in the home, hash-chained and signed.
 
-Records hold ids, hashes, counts and outcomes only. If a record cannot be written the action fails
-(fail closed): callers write the record before reporting success.
+Each line is one record, canonical JSON: ``seq``, ``ts`` (UTC), ``actor``, ``role``, ``action``,
+``objects`` (ids, hashes, counts only), ``outcome``, ``host`` and ``prev`` (SHA-256 of the previous line;
+64 zeros for the first). Every event record is immediately followed, in the same write, by a signed
+checkpoint record (action ``audit.checkpoint``): the number of records before it, the RFC 6962 Merkle root
+over those lines, the hash of the last one (``chain_head``), all signed with the appliance's Ed25519 key.
+
+Appending is fail closed: the record and its checkpoint are written and fsynced under an exclusive file
+lock (two processes may append at once), and if anything fails (no key, damaged tail, full disk) the caller
+gets :class:`AuditWriteError` and must not perform the action. Before appending, the tail checkpoint is
+re-verified, so the appliance never signs over a trail that has been altered since its last signature.
 """
 
 from __future__ import annotations
 
+import base64
+import fcntl
+import hashlib
 import json
 import os
+import re
 import socket
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from medhelm_local.audit.merkle import MerkleAccumulator
 from medhelm_local.errors import MedhelmError
+
+GENESIS = "0" * 64
+CHECKPOINT_ACTION = "audit.checkpoint"
+CHECKPOINT_SCHEMA = "medhelm-local/audit-checkpoint/v1"
+SYSTEM_ACTOR = "appliance"
+
+# Object values are ids, hashes, counts, names from the configuration: no whitespace, bounded length.
+_SAFE_STRING = re.compile(r"^[\w.:/@+=,%#\-\[\]]{0,256}$")
+_SAFE_KEY = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
 
 
 class AuditWriteError(MedhelmError):
     """The audit record could not be written, so the action it records is refused."""
 
 
-class AuditTrail:
-    def __init__(self, path: Path) -> None:
-        self.path = path
+def canonical_json(data: Any) -> bytes:
+    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=True).encode("ascii")
 
-    def _last_seq(self) -> int:
-        if not self.path.exists():
-            return 0
-        last = 0
-        with self.path.open("rb") as handle:
-            for line in handle:
-                if line.strip():
-                    last = int(json.loads(line)["seq"])
-        return last
+
+def line_hash(line: bytes) -> str:
+    return hashlib.sha256(line).hexdigest()
+
+
+def utc_timestamp() -> str:
+    return datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z")
+
+
+def key_id(public_key: Ed25519PublicKey) -> str:
+    raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return hashlib.sha256(raw).hexdigest()
+
+
+def checkpoint_message(tree_size: int, root: str, chain_head: str, signer: str) -> bytes:
+    """The exact bytes a checkpoint signature covers."""
+    return canonical_json({"schema": CHECKPOINT_SCHEMA, "tree_size": tree_size, "root": root,
+                           "chain_head": chain_head, "key_id": signer})
+
+
+def sign_checkpoint(private_key: Ed25519PrivateKey, tree_size: int, root: str, chain_head: str) -> dict[str, Any]:
+    signer = key_id(private_key.public_key())
+    signature = private_key.sign(checkpoint_message(tree_size, root, chain_head, signer))
+    return {"schema": CHECKPOINT_SCHEMA, "tree_size": tree_size, "root": root, "chain_head": chain_head,
+            "key_id": signer, "signature": base64.b64encode(signature).decode("ascii")}
+
+
+def checkpoint_signature_ok(checkpoint: dict[str, Any], public_key: Ed25519PublicKey) -> bool:
+    try:
+        if checkpoint.get("schema") != CHECKPOINT_SCHEMA or checkpoint.get("key_id") != key_id(public_key):
+            return False
+        message = checkpoint_message(int(checkpoint["tree_size"]), str(checkpoint["root"]),
+                                     str(checkpoint["chain_head"]), str(checkpoint["key_id"]))
+        public_key.verify(base64.b64decode(checkpoint["signature"], validate=True), message)
+        return True
+    except (InvalidSignature, KeyError, TypeError, ValueError):
+        return False
+
+
+def safe_objects(objects: dict[str, Any]) -> dict[str, Any]:
+    """Keep what an audit record may hold; any free text is replaced by its length (AU-3(3))."""
+    return {str(k) if _SAFE_KEY.match(str(k)) else "redacted_key": _safe_value(v) for k, v in objects.items()}
+
+
+def _safe_value(value: Any, depth: int = 0) -> Any:
+    if value is None or isinstance(value, bool | int | float):
+        return value
+    if isinstance(value, str):
+        return value if _SAFE_STRING.match(value) else f"[redacted len={len(value)}]"
+    if depth < 3 and isinstance(value, list | tuple) and len(value) <= 256:
+        return [_safe_value(v, depth + 1) for v in value]
+    if depth < 3 and isinstance(value, dict) and len(value) <= 256:
+        return {str(k) if _SAFE_KEY.match(str(k)) or _SAFE_STRING.match(str(k)) else "redacted_key":
+                _safe_value(v, depth + 1) for k, v in value.items()}
+    return f"[redacted {type(value).__name__}]"
+
+
+@dataclass
+class TailState:
+    """What an append needs to know about the trail: its lines' Merkle state and last line."""
+
+    count: int
+    last_line: bytes | None
+    merkle: MerkleAccumulator
+
+
+def read_lines(path: Path) -> list[bytes]:
+    if not path.exists():
+        return []
+    data = path.read_bytes()
+    return _split_lines(data, path)
+
+
+def _split_lines(data: bytes, path: Path) -> list[bytes]:
+    if not data:
+        return []
+    if not data.endswith(b"\n"):
+        raise AuditWriteError(f"the audit trail {path} ends in a partial record; run `medhelm-local audit "
+                              "verify` and investigate before any further action")
+    return data[:-1].split(b"\n")
+
+
+class AuditTrail:
+    def __init__(self, path: Path, keys_dir: Path | None = None) -> None:
+        self.path = path
+        self.keys_dir = keys_dir
+        self.last_checkpoint: dict[str, Any] | None = None
+
+    def _signing_key(self) -> Ed25519PrivateKey:
+        from medhelm_local.home.keys import load_signing_key
+
+        if self.keys_dir is None:
+            raise AuditWriteError("no signing key configured for the audit trail; the action was not performed")
+        try:
+            return load_signing_key(self.keys_dir)
+        except MedhelmError as exc:
+            raise AuditWriteError(f"cannot sign the audit trail: {exc}; the action was not performed") from None
+
+    def _tail(self, lines: list[bytes], key: Ed25519PrivateKey) -> TailState:
+        """Check that the trail still ends in a valid checkpoint over everything before it."""
+        merkle = MerkleAccumulator()
+        for line in lines[:-1]:
+            merkle.add(line)
+        if lines:
+            problem = _tail_problem(lines, merkle, key.public_key())
+            if problem:
+                raise AuditWriteError(
+                    f"the audit trail {self.path} fails verification at its end ({problem}); nothing was done. "
+                    "Run `medhelm-local audit verify` and investigate"
+                )
+            merkle.add(lines[-1])
+        return TailState(count=len(lines), last_line=lines[-1] if lines else None, merkle=merkle)
 
     def append(self, *, actor: str, action: str, outcome: str, role: str = "operator",
                objects: dict[str, Any] | None = None) -> dict[str, Any]:
+        """Append one event record and its signed checkpoint; returns the event record."""
+        key = self._signing_key()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            fd = os.open(self.path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o600)
+        except OSError as exc:
+            raise AuditWriteError(f"cannot open the audit trail {self.path} ({exc.strerror}); "
+                                  "the action was not performed") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            with os.fdopen(os.dup(fd), "rb") as handle:
+                lines = _split_lines(handle.read(), self.path)
+            tail = self._tail(lines, key)
+            host = socket.gethostname()
             record = {
-                "seq": self._last_seq() + 1,
-                "ts": datetime.now(UTC).isoformat(timespec="microseconds").replace("+00:00", "Z"),
-                "actor": actor,
-                "role": role,
-                "action": action,
-                "objects": objects or {},
-                "outcome": outcome,
-                "host": socket.gethostname(),
+                "seq": tail.count + 1, "ts": utc_timestamp(), "actor": actor, "role": role, "action": action,
+                "objects": safe_objects(objects or {}), "outcome": outcome, "host": host,
+                "prev": line_hash(tail.last_line) if tail.last_line is not None else GENESIS,
             }
-            line = (json.dumps(record, sort_keys=True, separators=(",", ":")) + "\n").encode()
-            fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
-            try:
-                os.write(fd, line)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-        except (OSError, ValueError, KeyError) as exc:
+            line = canonical_json(record)
+            tail.merkle.add(line)
+            head = line_hash(line)
+            checkpoint = sign_checkpoint(key, tail.count + 1, tail.merkle.root().hex(), head)
+            cp_record = {
+                "seq": tail.count + 2, "ts": record["ts"], "actor": SYSTEM_ACTOR, "role": "system",
+                "action": CHECKPOINT_ACTION, "objects": checkpoint, "outcome": "signed", "host": host,
+                "prev": head,
+            }
+            os.write(fd, line + b"\n" + canonical_json(cp_record) + b"\n")
+            os.fsync(fd)
+        except AuditWriteError:
+            raise
+        except (OSError, ValueError, KeyError, TypeError) as exc:
             raise AuditWriteError(f"cannot write the audit trail {self.path} ({type(exc).__name__}); "
                                   "the action was not performed") from None
+        finally:
+            os.close(fd)  # closing the descriptor releases the lock
+        self.last_checkpoint = checkpoint
         return record
 
     def records(self) -> list[dict[str, Any]]:
-        if not self.path.exists():
-            return []
-        with self.path.open("rb") as handle:
-            return [json.loads(line) for line in handle if line.strip()]
+        """Parsed records (for display; ``audit verify`` is what checks them)."""
+        out = []
+        for line in read_lines(self.path):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+        return out
+
+
+def _tail_problem(lines: list[bytes], merkle_before_last: MerkleAccumulator, public_key: Ed25519PublicKey
+                  ) -> str | None:
+    try:
+        last = json.loads(lines[-1])
+    except ValueError:
+        return f"record {len(lines)} is not JSON"
+    if not isinstance(last, dict) or last.get("action") != CHECKPOINT_ACTION or last.get("seq") != len(lines):
+        return f"record {len(lines)} is not the signed checkpoint that must end the trail"
+    checkpoint = last.get("objects") or {}
+    if checkpoint.get("tree_size") != len(lines) - 1:
+        return f"checkpoint {len(lines)} does not cover the records before it"
+    if not checkpoint_signature_ok(checkpoint, public_key):
+        return f"checkpoint {len(lines)} has an invalid signature"
+    if checkpoint.get("root") != merkle_before_last.root().hex():
+        return f"checkpoint {len(lines)} does not match the records before it"
+    if len(lines) > 1 and checkpoint.get("chain_head") != line_hash(lines[-2]):
+        return f"checkpoint {len(lines)} does not match record {len(lines) - 1}"
+    return None
 
 
 def audit_event(home: Any, actor: str, action: str, *, outcome: str = "success", role: str = "operator",
                 **objects: Any) -> dict[str, Any]:
-    """Append one record to the home's audit trail."""
-    return AuditTrail(home.audit_path).append(actor=actor, action=action, outcome=outcome, role=role,
-                                              objects=objects)
+    """Append one record to the home's audit trail (fail closed: raises :class:`AuditWriteError`)."""
+    return AuditTrail(home.audit_path, home.keys_dir).append(actor=actor, action=action, outcome=outcome, role=role,
+                                                             objects=objects)
+
+
+def latest_checkpoint(path: Path) -> dict[str, Any] | None:
+    """The last checkpoint in a trail (no verification)."""
+    for line in reversed(read_lines(path)):
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and record.get("action") == CHECKPOINT_ACTION:
+            objects = record.get("objects")
+            return objects if isinstance(objects, dict) else None
+    return None

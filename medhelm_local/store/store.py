@@ -66,6 +66,9 @@ class Store:
     def open(cls, home: Home, *, read_only: bool = False) -> Store:
         path = home.store_path
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        from medhelm_local.store.rekey import recover_and_audit
+
+        recover_and_audit(home)  # finish a data-key rotation that crashed after its point of no return
         conn = open_encrypted(path, load_data_key(home.keys_dir), read_only=read_only)
         store = cls(conn, path)
         if not read_only:

@@ -1,0 +1,187 @@
+"""Reading the trail for people: filtering records and the ``audit report`` summary.
+
+The summary answers a compliance officer's questions from the records alone: who ran which benchmarks on
+which dataset fingerprints and models, what was requested for export, who approved or denied it, and what
+left the appliance.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel
+
+from medhelm_local.audit.trail import CHECKPOINT_ACTION
+from medhelm_local.errors import BadInputError
+
+
+def parse_time(value: str, option: str) -> datetime:
+    """An ISO date or date-time; naive values are taken as UTC."""
+    try:
+        parsed = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        raise BadInputError(f"{option}: expected an ISO date such as 2026-01-31 or 2026-01-31T08:00Z") from None
+    return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
+
+
+def record_time(record: dict[str, Any]) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(record["ts"]).replace("Z", "+00:00"))
+    except (KeyError, ValueError):
+        return None
+
+
+def filter_records(records: list[dict[str, Any]], *, since: datetime | None = None, until: datetime | None = None,
+                   actor: str | None = None, action: str | None = None, checkpoints: bool = False
+                   ) -> list[dict[str, Any]]:
+    out = []
+    for record in records:
+        if not checkpoints and record.get("action") == CHECKPOINT_ACTION:
+            continue
+        when = record_time(record)
+        if since and (when is None or when < since):
+            continue
+        if until and (when is None or when >= until):
+            continue
+        if actor and record.get("actor") != actor and str(record.get("actor", "")).split(":", 1)[-1] != actor:
+            continue
+        if action and not str(record.get("action", "")).startswith(action):
+            continue
+        out.append(record)
+    return out
+
+
+class RunSummary(BaseModel):
+    run_id: str
+    started: str
+    actor: str
+    model: str | None
+    benchmarks: dict[str, str]  # benchmark -> dataset fingerprint
+    endpoints: list[str]
+    outcome: str | None = None
+    finished: str | None = None
+
+
+class ExportSummary(BaseModel):
+    request_id: str
+    requested: str
+    requested_by: str
+    runs: list[str]
+    status: str
+    decided_by: str | None = None
+    approver: str | None = None
+    decided: str | None = None
+    released_to: list[str] = []
+
+
+class AuditSummary(BaseModel):
+    since: str | None
+    records: int
+    actors: dict[str, int]
+    datasets: list[dict[str, Any]]
+    runs: list[RunSummary]
+    exports: list[ExportSummary]
+    key_events: list[dict[str, Any]]
+    config_changes: list[dict[str, Any]]
+    egress_denials: list[dict[str, Any]]
+    verifications: list[dict[str, Any]]
+
+
+def _brief(record: dict[str, Any], *keys: str) -> dict[str, Any]:
+    objects = record.get("objects") or {}
+    return {"seq": record.get("seq"), "ts": record.get("ts"), "actor": record.get("actor"),
+            "action": record.get("action"), "outcome": record.get("outcome"),
+            **{k: objects.get(k) for k in keys if k in objects}}
+
+
+def summarize(records: list[dict[str, Any]], since: datetime | None) -> AuditSummary:
+    actors: dict[str, int] = {}
+    datasets: list[dict[str, Any]] = []
+    runs: dict[str, RunSummary] = {}
+    exports: dict[str, ExportSummary] = {}
+    keys: list[dict[str, Any]] = []
+    config: list[dict[str, Any]] = []
+    egress: list[dict[str, Any]] = []
+    verifications: list[dict[str, Any]] = []
+    for record in records:
+        action = str(record.get("action", ""))
+        actor = str(record.get("actor", ""))
+        actors[actor] = actors.get(actor, 0) + 1
+        objects = record.get("objects") or {}
+        ts = str(record.get("ts", ""))
+        if action == "dataset.register":
+            datasets.append(_brief(record, "benchmark", "fingerprint", "instances"))
+        elif action in ("run.start", "run.resume"):
+            fingerprints = {b: str((d or {}).get("fingerprint", "")) if isinstance(d, dict) else str(d)
+                            for b, d in (objects.get("datasets") or {}).items()}
+            run_id = str(objects.get("run_id", "?"))
+            runs[run_id] = RunSummary(run_id=run_id, started=ts, actor=actor, model=objects.get("model"),
+                                      benchmarks=fingerprints, endpoints=list(objects.get("endpoints") or []))
+        elif action == "run.finish":
+            run = runs.get(str(objects.get("run_id")))
+            if run is not None:
+                run.outcome, run.finished = str(record.get("outcome")), ts
+        elif action == "export.request":
+            request_id = str(objects.get("request_id", "?"))
+            exports[request_id] = ExportSummary(request_id=request_id, requested=ts, requested_by=actor,
+                                                runs=list(objects.get("runs") or []),
+                                                status=str(record.get("outcome")))
+        elif action in ("export.approve", "export.deny") and record.get("outcome") in ("approved", "denied"):
+            export = exports.get(str(objects.get("request_id")))
+            if export is not None:
+                export.status, export.decided_by, export.decided = str(record.get("outcome")), actor, ts
+                export.approver = objects.get("approver")
+        elif action == "export.release" and record.get("outcome") == "success":
+            export = exports.get(str(objects.get("request_id")))
+            if export is not None:
+                export.released_to.append(str(objects.get("destination", "?")))
+        elif action.startswith("keys."):
+            keys.append(_brief(record, "key", "key_id", "old_key_id", "new_key_id"))
+        elif action.startswith("config."):
+            config.append(_brief(record, "model", "endpoints"))
+        elif action == "egress.denied":
+            egress.append(_brief(record, "target"))
+        elif action == "audit.verify":
+            verifications.append(_brief(record, "records", "first_bad_seq"))
+    return AuditSummary(
+        since=since.isoformat() if since else None, records=len(records), actors=actors, datasets=datasets,
+        runs=list(runs.values()), exports=list(exports.values()), key_events=keys, config_changes=config,
+        egress_denials=egress, verifications=verifications,
+    )
+
+
+def render_text(summary: AuditSummary) -> str:
+    """A readable plain-text report."""
+    out = [f"Audit report{' since ' + summary.since if summary.since else ''}: {summary.records} records",
+           "", "Who acted:"]
+    out += [f"  {actor}: {n} records" for actor, n in sorted(summary.actors.items())] or ["  (nobody)"]
+    out += ["", "Datasets registered:"]
+    out += [f"  {d['ts']}  {d['actor']}  {d.get('benchmark')}  fingerprint {str(d.get('fingerprint'))[:16]}  "
+            f"{d['outcome']}" for d in summary.datasets] or ["  (none)"]
+    out += ["", "Runs:"]
+    for run in summary.runs:
+        out.append(f"  {run.started}  {run.actor} ran {run.model} ({run.run_id}), outcome {run.outcome or 'open'}")
+        out += [f"      {b} on dataset {fp[:16]}" for b, fp in sorted(run.benchmarks.items())]
+        if run.endpoints:
+            out.append(f"      endpoints: {', '.join(run.endpoints)}")
+    if not summary.runs:
+        out.append("  (none)")
+    out += ["", "Exports:"]
+    for export in summary.exports:
+        line = f"  {export.requested}  {export.request_id} requested by {export.requested_by} for runs " \
+               f"{', '.join(export.runs)}: {export.status}"
+        if export.decided_by:
+            line += f" by {export.decided_by}" + (f" (approver {export.approver})" if export.approver else "")
+            line += f" at {export.decided}"
+        out.append(line)
+        out += [f"      released to {dest}" for dest in export.released_to]
+    if not summary.exports:
+        out.append("  (none)")
+    for title, items in (("Key events", summary.key_events), ("Configuration changes", summary.config_changes),
+                         ("Egress denials", summary.egress_denials), ("Audit verifications", summary.verifications)):
+        out += ["", f"{title}:"]
+        out += [f"  {i['ts']}  {i['actor']}  {i['action']}  {i['outcome']}"
+                + "".join(f"  {k}={v}" for k, v in i.items() if k not in ("seq", "ts", "actor", "action", "outcome"))
+                for i in items] or ["  (none)"]
+    return "\n".join(out) + "\n"
