@@ -2,30 +2,94 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
+
+import numpy as np
+
 from medhelm_local.benchmarks.registry import get_spec
 from medhelm_local.records import BenchmarkScore
+from medhelm_local.scoring.metrics import Aggregation, metric_aggregation
+from medhelm_local.scoring.summary import aggregate_values
+from medhelm_local.store.judgments import score_rows
 from medhelm_local.store.store import Store
 
 
-def benchmark_score(store: Store, run_id: str, model: str, benchmark: str) -> BenchmarkScore:
-    """Mean of the scored instances; failed ones are counted apart, never scored as zero."""
+@dataclass
+class InstanceSeries:
+    """The scored instances of one model on one benchmark (from one run): what the statistics resample."""
+
+    model: str
+    benchmark: str
+    metric: str
+    run_id: str
+    aggregation: Aggregation
+    ids: list[str]
+    values: np.ndarray  # per-instance values, aligned with ids
+    counts: np.ndarray | None = None  # (n, 3) tp/fp/fn for micro-F1 metrics
+    n_failed: int = 0
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def score(self) -> float | None:
+        return statistic(self.values, self.counts, self.aggregation)
+
+
+def statistic(values: np.ndarray, counts: np.ndarray | None, aggregation: Aggregation) -> float | None:
+    if len(values) == 0:
+        return None
+    if aggregation == Aggregation.MICRO_F1 and counts is not None:
+        tp, fp, fn = counts.sum(axis=0)
+        denominator = 2 * tp + fp + fn
+        return 1.0 if denominator == 0 else float(2 * tp / denominator)
+    return float(values.mean())
+
+
+def instance_series(store: Store, run_id: str, model: str, benchmark: str) -> InstanceSeries:
     metric = get_spec(benchmark).metric
-    values = [v for _, v in store.score_values(run_id, benchmark, metric)]
-    scored = [v for v in values if v is not None]
-    return BenchmarkScore(
-        model=model, benchmark=benchmark, metric=metric,
-        score=(sum(scored) / len(scored)) if scored else None,
-        n=len(scored), n_failed=len(values) - len(scored),
+    aggregation = metric_aggregation(metric)
+    rows = score_rows(store, run_id, benchmark, metric)
+    scored = [(iid, value, details) for iid, _, value, details in rows if value is not None]
+    counts = None
+    if aggregation == Aggregation.MICRO_F1:
+        counts = np.array([[d.get("counts", {}).get(k, 0) for k in ("tp", "fp", "fn")] for _, _, d in scored],
+                          dtype=float).reshape(-1, 3)
+    return InstanceSeries(
+        model=model, benchmark=benchmark, metric=metric, run_id=run_id, aggregation=aggregation,
+        ids=[iid for iid, _, _ in scored], values=np.array([v for _, v, _ in scored], dtype=float),
+        counts=counts, n_failed=len(rows) - len(scored),
     )
 
 
-def latest_scores(store: Store) -> list[BenchmarkScore]:
-    """For each (model, benchmark), the score of the most recent finished run that covered it."""
+def benchmark_score(store: Store, run_id: str, model: str, benchmark: str) -> BenchmarkScore:
+    """The benchmark's score over its scored instances (mean, or micro-F1 for multi-label metrics); failed
+    ones are counted apart, never scored as zero."""
+    metric = get_spec(benchmark).metric
+    rows = score_rows(store, run_id, benchmark, metric)
+    scored = [(value, details) for _, _, value, details in rows if value is not None]
+    score = aggregate_values([float(v) for v, _ in scored], [d.get("counts", {}) for _, d in scored],
+                             metric_aggregation(metric))
+    return BenchmarkScore(model=model, benchmark=benchmark, metric=metric, score=score, n=len(scored),
+                          n_failed=len(rows) - len(scored))
+
+
+def latest_runs(store: Store) -> dict[tuple[str, str], str]:
+    """For each (model, benchmark), the most recent finished run that covered it."""
     chosen: dict[tuple[str, str], str] = {}
     for run in store.list_runs():  # oldest first, so later runs overwrite
         if run.status != "finished":
             continue
         for benchmark in run.benchmarks:
             chosen[(run.model, benchmark)] = run.run_id
+    return dict(sorted(chosen.items()))
+
+
+def latest_scores(store: Store) -> list[BenchmarkScore]:
+    """For each (model, benchmark), the score of the most recent finished run that covered it."""
     return [benchmark_score(store, run_id, model, benchmark) for (model, benchmark), run_id in
-            sorted(chosen.items())]
+            latest_runs(store).items()]
+
+
+def latest_series(store: Store) -> list[InstanceSeries]:
+    """Per-instance values behind :func:`latest_scores`, for bootstrap CIs, paired differences and MDE."""
+    return [instance_series(store, run_id, model, benchmark) for (model, benchmark), run_id in
+            latest_runs(store).items()]

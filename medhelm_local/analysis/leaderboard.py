@@ -1,12 +1,61 @@
-"""The leaderboard: per-benchmark scores, pairwise win-rate (MedHELM's rule) and macro-average."""
+"""The leaderboard: per-benchmark scores with CIs, pairwise win-rate, macro-average, per-category means, paired
+differences, minimum detectable effects and cost-performance.
+
+Win-rate (MedHELM 4.3.2): on each benchmark, each model is compared with every rival that has a score there; the
+**default rule is the paper's**: a win when the model's score is >= the rival's (so a tie is a win for both).
+HELM's rule (``WinRule.HELM``) counts a tie as half a win. The win-rate is the mean over all (benchmark, rival)
+pairings; the win SD is the SD over benchmarks of the model's per-benchmark win fraction. Macro-average and its
+SD are over the model's benchmarks with equal weight. SDs are population SDs (ddof 0).
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from enum import StrEnum
 
-from pydantic import BaseModel
+import numpy as np
+from pydantic import BaseModel, Field
 
+from medhelm_local.analysis.aggregate import InstanceSeries
+from medhelm_local.analysis.stats import DEFAULT_RESAMPLES, bootstrap_ci, mde, paired_bootstrap_diff
+from medhelm_local.benchmarks.registry import get_spec
+from medhelm_local.errors import NotFoundError
 from medhelm_local.records import BenchmarkScore
+
+
+class WinRule(StrEnum):
+    PAPER = "paper"  # MedHELM: a win when score >= rival's (ties are wins for both) - the default
+    HELM = "helm"  # HELM: a win when score > rival's, half a win for a tie
+
+
+class Interval(BaseModel):
+    low: float
+    high: float
+
+
+class PairwiseDifference(BaseModel):
+    """Score of ``model`` minus score of ``rival`` on their common scored instances, with a paired bootstrap CI."""
+
+    model: str
+    rival: str
+    benchmark: str
+    difference: float
+    ci_low: float | None
+    ci_high: float | None
+    n: int  # common instances
+
+    @property
+    def significant(self) -> bool:
+        return self.ci_low is not None and self.ci_high is not None and (self.ci_low > 0 or self.ci_high < 0)
+
+
+class BenchmarkMDE(BaseModel):
+    """Appendix E: mean pairwise MDE and its SD over the model pairs (alpha 0.05, power 0.8)."""
+
+    benchmark: str
+    mde: float
+    sd: float
+    pairs: int
 
 
 class ModelRow(BaseModel):
@@ -14,36 +63,159 @@ class ModelRow(BaseModel):
     win_rate: float | None
     macro_avg: float | None
     benchmarks: dict[str, BenchmarkScore]
+    win_sd: float | None = None
+    sd: float | None = None  # SD of the benchmark scores around the macro-average
+    categories: dict[str, float] = Field(default_factory=dict)  # category -> mean score of its benchmarks
+    ci: dict[str, Interval | None] = Field(default_factory=dict)  # benchmark -> bootstrap 95% CI
+    cost: float | None = None  # total evaluation cost, when it can be computed from configured pricing
+    win_rule: WinRule = WinRule.PAPER
 
 
-def win_rate(scores: dict[str, dict[str, float]], model: str) -> float | None:
-    """MedHELM 4.3.2: per benchmark, a model wins against each rival whose score it meets or beats
-    (score >= rival's). Averaged over all (benchmark, rival) pairs where both have a score."""
-    wins = pairs = 0
+def _win_value(own: float, rival: float, rule: WinRule) -> float:
+    if rule == WinRule.HELM:
+        return 1.0 if own > rival else 0.5 if own == rival else 0.0
+    return 1.0 if own >= rival else 0.0
+
+
+def win_rate(scores: dict[str, dict[str, float]], model: str, rule: WinRule = WinRule.PAPER) -> float | None:
+    """The mean win over all (benchmark, rival) pairs where both have a score; None without any pair."""
+    wins = 0.0
+    pairs = 0
     for benchmark, own in scores[model].items():
         for rival, rival_scores in scores.items():
             if rival == model or benchmark not in rival_scores:
                 continue
             pairs += 1
-            wins += int(own >= rival_scores[benchmark])
+            wins += _win_value(own, rival_scores[benchmark], rule)
     return wins / pairs if pairs else None
 
 
-def build_leaderboard(results: list[BenchmarkScore]) -> list[ModelRow]:
+def win_sd(scores: dict[str, dict[str, float]], model: str, rule: WinRule = WinRule.PAPER) -> float | None:
+    """SD over benchmarks of the model's per-benchmark win fraction (how consistently it wins)."""
+    fractions = []
+    for benchmark, own in scores[model].items():
+        rivals = [s[benchmark] for r, s in scores.items() if r != model and benchmark in s]
+        if rivals:
+            fractions.append(sum(_win_value(own, r, rule) for r in rivals) / len(rivals))
+    return float(np.std(fractions)) if fractions else None
+
+
+def category_of(benchmark: str) -> str:
+    try:
+        return get_spec(benchmark).category
+    except NotFoundError:
+        return "Uncategorised"
+
+
+def known_categories() -> list[str]:
+    from medhelm_local.benchmarks.registry import all_specs
+
+    return sorted({spec.category for spec in all_specs()})
+
+
+def resolve_category(name: str) -> str:
+    """A category name as given on the command line (case and '&'/'and' insensitive) -> the spec category."""
+    def fold(text: str) -> str:
+        return " ".join(text.lower().replace("&", "and").split())
+
+    for category in known_categories():
+        if fold(category) == fold(name):
+            return category
+    raise NotFoundError(f"unknown category {name!r}; expected one of: {', '.join(known_categories())}")
+
+
+def build_leaderboard(results: list[BenchmarkScore], *, series: list[InstanceSeries] | None = None,
+                      rule: WinRule = WinRule.PAPER, category: str | None = None,
+                      resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
+                      costs: dict[str, float | None] | None = None) -> list[ModelRow]:
+    """Rows sorted by win-rate, then macro-average. ``series`` (per-instance values) adds bootstrap CIs;
+    ``category`` keeps only that category's benchmarks; ``costs`` maps model -> cost (None: unavailable)."""
+    if category is not None:
+        results = [r for r in results if category_of(r.benchmark) == category]
     per_model: dict[str, dict[str, BenchmarkScore]] = defaultdict(dict)
     numeric: dict[str, dict[str, float]] = defaultdict(dict)
     for result in results:
         per_model[result.model][result.benchmark] = result
         if result.score is not None:
             numeric[result.model][result.benchmark] = result.score
+    by_key = {(s.model, s.benchmark): s for s in series or []}
     rows = []
     for model, benchmarks in per_model.items():
         values = list(numeric[model].values())
+        by_category: dict[str, list[float]] = defaultdict(list)
+        for benchmark, value in numeric[model].items():
+            by_category[category_of(benchmark)].append(value)
+        ci: dict[str, Interval | None] = {}
+        for benchmark in benchmarks:
+            found = by_key.get((model, benchmark))
+            if found is not None:
+                interval = bootstrap_ci(found.values, found.counts, found.aggregation, resamples=resamples,
+                                        seed=seed)
+                ci[benchmark] = Interval(low=interval[0], high=interval[1]) if interval else None
+        compared = len(per_model) > 1
         rows.append(ModelRow(
             model=model,
-            win_rate=win_rate(numeric, model) if len(per_model) > 1 else None,
-            macro_avg=sum(values) / len(values) if values else None,
-            benchmarks=benchmarks,
+            win_rate=win_rate(numeric, model, rule) if compared else None,
+            win_sd=win_sd(numeric, model, rule) if compared else None,
+            macro_avg=float(np.mean(values)) if values else None,
+            sd=float(np.std(values)) if values else None,
+            categories={c: float(np.mean(v)) for c, v in sorted(by_category.items())},
+            benchmarks=benchmarks, ci=ci, cost=(costs or {}).get(model), win_rule=rule,
         ))
     rows.sort(key=lambda r: (-(r.win_rate or 0), -(r.macro_avg or 0), r.model))
     return rows
+
+
+def _common(a: InstanceSeries, b: InstanceSeries) -> tuple[np.ndarray, np.ndarray]:
+    index_b = {iid: i for i, iid in enumerate(b.ids)}
+    pairs = [(i, index_b[iid]) for i, iid in enumerate(a.ids) if iid in index_b]
+    ia = np.array([p[0] for p in pairs], dtype=int)
+    ib = np.array([p[1] for p in pairs], dtype=int)
+    return ia, ib
+
+
+def pairwise_differences(series: list[InstanceSeries], *, category: str | None = None,
+                         resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> list[PairwiseDifference]:
+    """Every ordered pair of models on every benchmark both were scored on, with a paired bootstrap CI."""
+    by_benchmark: dict[str, list[InstanceSeries]] = defaultdict(list)
+    for s in series:
+        if category is None or category_of(s.benchmark) == category:
+            by_benchmark[s.benchmark].append(s)
+    out = []
+    for benchmark, members in sorted(by_benchmark.items()):
+        for a in members:
+            for b in members:
+                if a.model == b.model:
+                    continue
+                ia, ib = _common(a, b)
+                if len(ia) == 0:
+                    continue
+                counts_a = a.counts[ia] if a.counts is not None else None
+                counts_b = b.counts[ib] if b.counts is not None else None
+                difference, interval = paired_bootstrap_diff(a.values[ia], b.values[ib], counts_a, counts_b,
+                                                             a.aggregation, resamples=resamples, seed=seed)
+                out.append(PairwiseDifference(
+                    model=a.model, rival=b.model, benchmark=benchmark, difference=difference,
+                    ci_low=interval[0] if interval else None, ci_high=interval[1] if interval else None,
+                    n=len(ia)))
+    return out
+
+
+def benchmark_mdes(series: list[InstanceSeries], *, category: str | None = None) -> dict[str, BenchmarkMDE]:
+    """Appendix E MDE per benchmark, over unordered model pairs and their common instances' differences."""
+    by_benchmark: dict[str, list[InstanceSeries]] = defaultdict(list)
+    for s in series:
+        if category is None or category_of(s.benchmark) == category:
+            by_benchmark[s.benchmark].append(s)
+    out = {}
+    for benchmark, members in sorted(by_benchmark.items()):
+        differences = []
+        for i, a in enumerate(members):
+            for b in members[i + 1:]:
+                ia, ib = _common(a, b)
+                if len(ia):
+                    differences.append(a.values[ia] - b.values[ib])
+        result = mde(differences)
+        if result is not None:
+            out[benchmark] = BenchmarkMDE(benchmark=benchmark, mde=result[0], sd=result[1], pairs=result[2])
+    return out

@@ -1,14 +1,21 @@
-"""Score a run: each response becomes an :class:`InstanceScore`; failures stay failures (value None)."""
+"""Score a run: each response becomes an :class:`InstanceScore`; failures stay failures (value None).
+
+One engine for every benchmark: the spec's ``metric`` names either an instance metric from the registry or the
+LLM jury (``jury``, which needs the appliance config's judges).
+"""
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Iterable
 
 from medhelm_local.benchmarks.registry import get_spec
+from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import MedhelmError
 from medhelm_local.home.config import ApplianceConfig
-from medhelm_local.records import InstanceScore
-from medhelm_local.scoring.metrics import get_metric
+from medhelm_local.records import Instance, InstanceScore
+from medhelm_local.scoring.jury import DEFAULT_JURY_CONCURRENCY, JuryItem, jury_scores
+from medhelm_local.scoring.metrics import JURY, Unscorable, get_metric
 from medhelm_local.store.store import Store
 
 
@@ -16,29 +23,53 @@ class MetricNotAvailable(MedhelmError):
     """The benchmark's metric is not implemented in this version."""
 
 
-def score_benchmark(store: Store, run_id: str, benchmark: str, *, config: ApplianceConfig | None = None
-                    ) -> list[InstanceScore]:
-    """Score one benchmark of a run. ``config`` gives the jury's judge models for open-ended benchmarks."""
-    spec = get_spec(benchmark)
+def score_outputs(spec: BenchmarkSpec, items: Iterable[tuple[Instance, str | None, str | None]]
+                  ) -> list[InstanceScore]:
+    """Score ``(instance, output, error)`` triples with the spec's instance metric (not the jury)."""
     metric = get_metric(spec.metric)
     if metric is None:
-        raise MetricNotAvailable(f"benchmark {benchmark}: metric {spec.metric!r} is not available yet")
+        raise MetricNotAvailable(f"benchmark {spec.id}: metric {spec.metric!r} is not available")
+    scores = []
+    for instance, output, error in items:
+        if output is None:
+            scores.append(InstanceScore(benchmark=spec.id, instance_id=instance.id, metric=spec.metric,
+                                        value=None, details={"error": error or "no_response"}))
+            continue
+        try:
+            value, details = metric(spec, instance, output)
+        except Unscorable as unscorable:
+            value, details = None, {"error": unscorable.category}
+        scores.append(InstanceScore(benchmark=spec.id, instance_id=instance.id, metric=spec.metric,
+                                    value=value, details=details))
+    return scores
+
+
+def score_items(store: Store, spec: BenchmarkSpec, items: list[tuple[Instance, str | None, str | None]], *,
+                scope: str, config: ApplianceConfig | None, jury_concurrency: int | None = None
+                ) -> list[InstanceScore]:
+    """Score items of one benchmark; jury judgements are recorded under ``scope`` (a run id)."""
+    if spec.metric == JURY:
+        jury_items = [JuryItem(instance, output, error) for instance, output, error in items]
+        return jury_scores(store, config, spec, jury_items, scope=scope,
+                           concurrency=jury_concurrency or DEFAULT_JURY_CONCURRENCY)
+    return score_outputs(spec, items)
+
+
+def score_benchmark(store: Store, run_id: str, benchmark: str, *, config: ApplianceConfig | None = None,
+                    jury_concurrency: int | None = None) -> list[InstanceScore]:
+    """Score one benchmark of a run. ``config`` gives the jury's judge models for open-ended benchmarks."""
+    spec = get_spec(benchmark)
+    if spec.metric != JURY and get_metric(spec.metric) is None:
+        raise MetricNotAvailable(f"benchmark {benchmark}: metric {spec.metric!r} is not available")
     responses = list(store.responses(run_id, benchmark))
     by_dataset: dict[str, list[str]] = defaultdict(list)
-    fingerprints = {iid: fp for iid, fp in store.run_item_fingerprints(run_id, benchmark)}
+    fingerprints = dict(store.run_item_fingerprints(run_id, benchmark))
     for row in responses:
         by_dataset[fingerprints[row.instance_id]].append(row.instance_id)
-    instances = {}
+    instances: dict[str, Instance] = {}
     for fingerprint, ids in by_dataset.items():
         instances.update(store.get_instances(benchmark, fingerprint, ids))
-    scores = []
-    for row in responses:
-        if row.output is None:
-            scores.append(InstanceScore(benchmark=benchmark, instance_id=row.instance_id, metric=spec.metric,
-                                        value=None, details={"error": row.error}))
-            continue
-        value, details = metric(spec, instances[row.instance_id], row.output)
-        scores.append(InstanceScore(benchmark=benchmark, instance_id=row.instance_id, metric=spec.metric,
-                                    value=value, details=details))
+    items = [(instances[row.instance_id], row.output, row.error) for row in responses]
+    scores = score_items(store, spec, items, scope=run_id, config=config, jury_concurrency=jury_concurrency)
     store.replace_scores(run_id, benchmark, scores)
     return scores

@@ -1,37 +1,231 @@
-"""Pulling a closed-ended answer out of a model's free-form output."""
+"""Pulling a closed-ended answer out of a model's free-form output.
+
+Every extractor is tolerant of chatty and reasoning models (reasoning blocks are dropped, "The answer is (B)."
+gives ``B``) and also says whether the output was *strict*: nothing but the answer, as the prompt asked. The
+strict-format rate is reported beside each score, so tolerance never hides a model that ignores the format.
+"""
 
 from __future__ import annotations
 
 import re
 from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import date, datetime
+from typing import Generic, TypeVar
 
-_REASONING = re.compile(r"<(think|thinking|reasoning)>.*?</\1>", re.IGNORECASE | re.DOTALL)
-_ANSWER_IS = re.compile(r"answer\s*(?:is|:)?\s*[:\-]?\s*\(?\**\s*([A-Za-z]+)\b", re.IGNORECASE)
+T = TypeVar("T")
+
+_REASONING_TAGS = r"(?:think|thinking|reasoning|reflection)"
+_REASONING_BLOCK = re.compile(rf"<({_REASONING_TAGS})>.*?</\1>", re.IGNORECASE | re.DOTALL)
+_REASONING_OPEN = re.compile(rf"<{_REASONING_TAGS}>", re.IGNORECASE)
+_REASONING_CLOSE = re.compile(rf"</{_REASONING_TAGS}>", re.IGNORECASE)
+_FENCE = re.compile(r"```[A-Za-z0-9_+-]*\s*\n?(.*?)```", re.DOTALL)
+# "The answer is (B)", "Answer: B", "final answer: **B**", "correct option is B"
+_ANSWER_MARKER = re.compile(
+    r"(?:final\s+answer|answer|correct\s+(?:option|choice)|option|choice)\s*(?:is|would\s+be|:|=|-)?\s*[:\-]?\s*",
+    re.IGNORECASE,
+)
+_NUMBER = re.compile(r"(?<![\w.])[-\u2212\u2013]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w/])")
+_MONTHS = {m: i + 1 for i, m in enumerate(
+    ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"])}
+
+
+@dataclass(frozen=True)
+class Extracted(Generic[T]):
+    """What was read from an output: ``value`` (None: nothing recognisable) and whether the format was strict."""
+
+    value: T | None
+    strict: bool
+
+    @property
+    def parsed(self) -> bool:
+        return self.value is not None
 
 
 def strip_reasoning(text: str) -> str:
-    text = _REASONING.sub(" ", text)
-    # An unclosed reasoning block (truncated output) holds no answer.
-    return re.split(r"<(?:think|thinking|reasoning)>", text, flags=re.IGNORECASE)[0]
+    """Drop ``<think>...</think>`` blocks. Text before a lone closing tag is reasoning too (models whose chat
+    template opens the block); text after an unclosed opening tag (truncated output) holds no answer."""
+    text = _REASONING_BLOCK.sub(" ", text)
+    closes = list(_REASONING_CLOSE.finditer(text))
+    if closes:
+        text = text[closes[-1].end():]
+    return _REASONING_OPEN.split(text)[0]
+
+
+def answer_text(output: str) -> str:
+    """The part of an output that may hold the answer: reasoning dropped, a lone code fence unwrapped."""
+    text = strip_reasoning(output).strip()
+    fences = _FENCE.findall(text)
+    if len(fences) == 1 and not _FENCE.sub("", text).strip():
+        text = fences[0].strip()
+    return text
+
+
+def _bare(text: str) -> str:
+    return text.strip().strip(" \t\n.:*()[]\"'`").strip()
 
 
 def extract_label(output: str, labels: Sequence[str]) -> tuple[str | None, bool]:
-    """Return ``(label, strict)``: the chosen label (or None) and whether the output was exactly the label.
+    """Return ``(label, strict)``: the chosen label (or None) and whether the output was exactly the label
+    (case-insensitive, reasoning blocks aside).
 
-    Tolerates chatty answers: "The answer is (B).", "**yes**", "B) Refer to hospice".
+    Tolerates chatty answers: "The answer is (B).", "**yes**", "B) Refer to hospice", "Answer: maybe".
+    Single-letter labels are only taken from an answer marker or the start of the text, never from a stray
+    article ("A patient ...").
     """
-    text = strip_reasoning(output).strip()
+    text = answer_text(output)
     by_lower = {label.lower(): label for label in labels}
-    bare = text.strip(" \t\n.:*()[]\"'").lower()
+    bare = _bare(text).lower()
     if bare in by_lower:
-        return by_lower[bare], text == by_lower[bare]
-    match = _ANSWER_IS.search(text)
-    if match and match.group(1).lower() in by_lower:
-        return by_lower[match.group(1).lower()], False
-    # First standalone label token ("B) ...", "Yes, because ...").
-    pattern = r"(?<![A-Za-z])(" + "|".join(re.escape(lab) for lab in labels) + r")(?![A-Za-z])"
-    flags = 0 if all(len(lab) == 1 for lab in labels) else re.IGNORECASE
-    first = re.search(pattern, text, flags)
-    if first:
-        return by_lower[first.group(1).lower()], False
+        return by_lower[bare], text.lower() == bare
+    single = all(len(label) == 1 for label in labels)
+    alternatives = "|".join(re.escape(label) for label in sorted(labels, key=len, reverse=True))
+    # Single letters are matched case-sensitively (an answer "a" is too easily an article); words are not.
+    case = "" if single else "(?i)"
+    token = rf"[(\[*\"'`]*\s*({case and '(?i:'}{alternatives}{case and ')'})\s*[)\]*\"'`]*(?![A-Za-z0-9])"
+    marker = "(?i:" + _ANSWER_MARKER.pattern + ")"
+    # The last explicit answer marker wins: reasoning models restate their final choice at the end.
+    hits = list(re.finditer(marker + token, text))
+    if hits:
+        return by_lower[hits[-1].group(1).lower()], False
+    # A leading label: "B) ...", "(C) ...", "Yes, because ...".
+    after = r"(?:\s*[).:,\-]|\s|$)" if single else r"(?:\s*[).:,;!\-]|$)"
+    leading = re.match(rf"\s*{token}{after}", text)
+    if leading and (not single or not re.match(r"\s*A\s+[a-z]", text)):
+        return by_lower[leading.group(1).lower()], False
+    if single:
+        # A label alone on a line, or in parentheses: "(D)".
+        line = re.search(rf"(?m)^\s*[(\[*]*({alternatives})[)\]*]*\s*\.?\s*$|\(({alternatives})\)", text)
+        if line:
+            found = line.group(1) or line.group(2)
+            return by_lower[found.lower()], False
+        return None, False
+    # Word labels (yes/no/maybe): accept only when exactly one distinct label appears.
+    present = {m.group(1).lower() for m in re.finditer(rf"(?<![A-Za-z])({alternatives})(?![A-Za-z])", text,
+                                                      re.IGNORECASE)}
+    if len(present) == 1:
+        return by_lower[present.pop()], False
     return None, False
+
+
+def _to_float(token: str) -> float | None:
+    cleaned = token.replace(",", "").replace("\u2212", "-").replace("\u2013", "-")
+    if cleaned in ("", "-", ".", "-."):
+        return None
+    try:
+        return float(cleaned)
+    except ValueError:
+        return None
+
+
+def _numbers(text: str) -> list[tuple[int, float]]:
+    out = []
+    for match in _NUMBER.finditer(text):
+        value = _to_float(match.group(0))
+        if value is not None and re.search(r"\d", match.group(0)):
+            out.append((match.start(), value))
+    return out
+
+
+def extract_number(output: str) -> Extracted[float]:
+    """A numeric answer: the number after the last answer marker, else the only number, else the last one."""
+    text = answer_text(output)
+    bare = _bare(text)
+    value = _to_float(bare) if re.fullmatch(r"[-\u2212\u2013]?[\d,]*\.?\d+(?:[eE][-+]?\d+)?", bare) else None
+    if value is not None:
+        return Extracted(value, True)
+    markers = list(re.finditer(r"(?:answer|result|score|value|total)\s*(?:is|would\s+be|:|=|of)?\s*[:=]?\s*"
+                               r"(?:approximately|about|~|≈)?\s*\**", text, re.IGNORECASE))
+    numbers = _numbers(text)
+    for marker in reversed(markers):
+        after = [v for pos, v in numbers if pos >= marker.end() and pos <= marker.end() + 3]
+        if after:
+            return Extracted(after[0], False)
+    if numbers:
+        return Extracted(numbers[-1][1], False)
+    return Extracted(None, False)
+
+
+def parse_date(text: str) -> date | None:
+    """One date in a common form: MM/DD/YYYY, YYYY-MM-DD, "September 23, 2014", "23 Sep 2014"."""
+    text = text.strip()
+    for fmt in ("%m/%d/%Y", "%Y-%m-%d", "%m/%d/%y", "%m-%d-%Y", "%Y/%m/%d"):
+        try:
+            return datetime.strptime(text, fmt).date()
+        except ValueError:
+            continue
+    return None
+
+
+_DATE_PATTERNS = (
+    re.compile(r"(?<!\d)(\d{1,2})/(\d{1,2})/(\d{4})(?!\d)"),  # MM/DD/YYYY
+    re.compile(r"(?<!\d)(\d{4})-(\d{1,2})-(\d{1,2})(?!\d)"),  # ISO
+    re.compile(r"\b([A-Za-z]{3,9})\.?\s+(\d{1,2})(?:st|nd|rd|th)?,?\s+(\d{4})\b"),  # September 23, 2014
+    re.compile(r"\b(\d{1,2})(?:st|nd|rd|th)?\s+([A-Za-z]{3,9})\.?,?\s+(\d{4})\b"),  # 23 September 2014
+)
+
+
+def _dates(text: str) -> list[tuple[int, date]]:
+    found: list[tuple[int, date]] = []
+    for index, pattern in enumerate(_DATE_PATTERNS):
+        for m in pattern.finditer(text):
+            try:
+                if index == 0:
+                    value = date(int(m.group(3)), int(m.group(1)), int(m.group(2)))
+                elif index == 1:
+                    value = date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
+                else:
+                    month_name, day = (m.group(1), m.group(2)) if index == 2 else (m.group(2), m.group(1))
+                    month = _MONTHS.get(month_name[:3].lower())
+                    if month is None:
+                        continue
+                    value = date(int(m.group(3)), month, int(day))
+            except ValueError:
+                continue
+            found.append((m.start(), value))
+    return sorted(found, key=lambda item: item[0])
+
+
+def extract_date(output: str) -> Extracted[date]:
+    """A date answer: the whole output if it is one date (strict), else the last date mentioned."""
+    text = answer_text(output)
+    whole = parse_date(_bare(text))
+    if whole is not None:
+        return Extracted(whole, True)
+    found = _dates(text)
+    return Extracted(found[-1][1] if found else None, False)
+
+
+_WEEKS_DAYS = re.compile(
+    r"(\d+)\s*(?:weeks?|wks?|w)(?![a-z])['\"]?\s*(?:,|and|\+)?\s*['\"]?\s*(\d+)\s*(?:days?|d)(?![a-z])", re.IGNORECASE)
+_WEEKS_ONLY = re.compile(r"(\d+)\s*(?:weeks?|wks?)\b", re.IGNORECASE)
+_DAYS_ONLY = re.compile(r"(\d+)\s*days?\b", re.IGNORECASE)
+_STRICT_WEEKS_DAYS = re.compile(r"\d+\s*weeks?['\"]?\s*,?\s*['\"]?\d+\s*days?", re.IGNORECASE)
+_PAIR = re.compile(r"^\(\s*(\d+)\s*,\s*(\d+)\s*\)$")
+
+
+def parse_weeks_days(text: str) -> tuple[int, int] | None:
+    """A gestational age ``(weeks, days)``: "(4 weeks, 3 days)", "('4 weeks', '3 days')", "4w 3d", "(4, 3)",
+    "4 weeks" (0 days), "6 days" (0 weeks)."""
+    text = text.strip()
+    both = _WEEKS_DAYS.search(text)
+    if both:
+        return int(both.group(1)), int(both.group(2))
+    pair = _PAIR.match(text)
+    if pair:
+        return int(pair.group(1)), int(pair.group(2))
+    weeks = _WEEKS_ONLY.search(text)
+    days = _DAYS_ONLY.search(text)
+    if weeks and not days:
+        return int(weeks.group(1)), 0
+    if days and not weeks:
+        return 0, int(days.group(1))
+    return None
+
+
+def extract_weeks_days(output: str) -> Extracted[tuple[int, int]]:
+    text = answer_text(output)
+    value = parse_weeks_days(text)
+    bare = _bare(text).strip("()'\" ")
+    strict = value is not None and (_PAIR.match(text) is not None or _STRICT_WEEKS_DAYS.fullmatch(bare) is not None)
+    return Extracted(value, strict)

@@ -1,0 +1,131 @@
+"""EHRSQL execution accuracy: gold and predicted SQL run read-only on the benchmark's SQLite database.
+
+- answerable question: correct when the predicted query runs and returns the same result set as the gold query
+  (rows compared as a set, floats rounded to 6 decimals, order ignored);
+- unanswerable question (``meta.is_impossible``): correct when the model abstains (empty answer or ``null``);
+- ``sub.valid_sql``: for answerable questions where the model wrote SQL, whether it ran (the valid-SQL rate);
+- ``sub.abstention``: whether the model abstained, for the unanswerable-question breakdown.
+
+A gold query that fails or times out cannot be scored: :class:`GoldQueryFailed` makes the instance a recorded
+failure (value None), never a 0 or a 1. Queries run with ``mode=ro``, ``query_only``, an authorizer that allows
+reads only, a wall-clock limit and a row cap.
+
+Expected instance data: ``references[0]`` = gold SQL (absent for unanswerable ones), ``meta.db_path`` (absolute
+path of the SQLite file), ``meta.is_impossible`` (bool).
+"""
+
+from __future__ import annotations
+
+import re
+import sqlite3
+import time
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+
+from medhelm_local.benchmarks.spec import BenchmarkSpec
+from medhelm_local.records import Instance
+from medhelm_local.scoring.extract import answer_text, strip_reasoning
+from medhelm_local.scoring.metrics import MetricInputError, Unscorable, register_metric, require_meta
+
+TIME_LIMIT_S = 5.0
+MAX_ROWS = 100_000
+_ABSTAIN = {"", "null", "none", "n/a", "na", "unanswerable", "cannot be answered", "select null"}
+_SQL_START = re.compile(r"\b(select|with)\b", re.IGNORECASE)
+_ALLOWED_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION}
+if hasattr(sqlite3, "SQLITE_RECURSIVE"):
+    _ALLOWED_ACTIONS.add(sqlite3.SQLITE_RECURSIVE)
+
+
+class GoldQueryFailed(Unscorable):
+    """The gold query did not run; the category (``gold_sql_error``, ``gold_timeout``) is safe to log."""
+
+
+class QueryFailed(Exception):
+    def __init__(self, category: str) -> None:
+        super().__init__(category)
+        self.category = category
+
+
+def extract_sql(output: str) -> str:
+    """The SQL in an output: code fences, a leading "SQL:" and a trailing semicolon removed; '' = abstained."""
+    text = answer_text(output)
+    text = re.sub(r"^\s*(?:sql|sqlite|query)\s*:\s*", "", text, flags=re.IGNORECASE)
+    if text.strip().strip(".;'\"` ").lower() in _ABSTAIN:
+        return ""
+    start = _SQL_START.search(text)
+    if start is None:
+        return text.strip()
+    sql = text[start.start():].strip()
+    return sql.split(";")[0].strip() if ";" in sql else sql
+
+
+def _authorize(action: int, *_args: Any) -> int:
+    return sqlite3.SQLITE_OK if action in _ALLOWED_ACTIONS else sqlite3.SQLITE_DENY
+
+
+@lru_cache(maxsize=8)
+def _connect(db_path: str) -> sqlite3.Connection:
+    path = Path(db_path)
+    if not path.is_file():
+        raise MetricInputError(f"EHRSQL database {path} does not exist (meta 'db_path'); re-register the dataset")
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
+    conn.execute("PRAGMA query_only = ON")
+    conn.set_authorizer(_authorize)
+    return conn
+
+
+def _normalise(value: Any) -> Any:
+    if isinstance(value, float):
+        return round(value, 6)
+    return value
+
+
+def run_query(db_path: str, sql: str, time_limit_s: float = TIME_LIMIT_S) -> frozenset[tuple[Any, ...]]:
+    """Run one read-only query; its result as a set of normalised rows. Raises :class:`QueryFailed`."""
+    conn = _connect(db_path)
+    deadline = time.monotonic() + time_limit_s
+    conn.set_progress_handler(lambda: int(time.monotonic() > deadline), 10_000)
+    try:
+        cursor = conn.execute(sql)
+        rows = cursor.fetchmany(MAX_ROWS + 1)
+    except sqlite3.OperationalError as exc:
+        raise QueryFailed("timeout" if "interrupted" in str(exc) else "sql_error") from None
+    except (sqlite3.Error, ValueError, OverflowError):
+        raise QueryFailed("sql_error") from None
+    finally:
+        conn.set_progress_handler(None, 0)
+    if len(rows) > MAX_ROWS:
+        raise QueryFailed("too_many_rows")
+    return frozenset(tuple(_normalise(v) for v in row) for row in rows)
+
+
+@lru_cache(maxsize=4096)
+def _gold_result(db_path: str, sql: str) -> frozenset[tuple[Any, ...]]:
+    try:
+        return run_query(db_path, sql)
+    except QueryFailed as failure:
+        raise GoldQueryFailed(f"gold_{failure.category}") from None
+
+
+@register_metric("ehrsql_execution_accuracy")
+def ehrsql_execution_accuracy(spec: BenchmarkSpec, instance: Instance, output: str) -> tuple[float, dict[str, Any]]:
+    db_path = str(require_meta(spec, instance, "db_path", "the path of the benchmark's SQLite database"))
+    impossible = bool(instance.meta.get("is_impossible", False)) or not instance.references
+    predicted = extract_sql(output)
+    abstained = predicted == ""
+    raw = strip_reasoning(output).strip()
+    strict = raw.lower() in ("null", "") if abstained else raw.rstrip(";").strip() == predicted
+    if impossible:
+        return float(abstained), {"parsed": True, "strict_format": strict, "group": "unanswerable",
+                                  "sub": {"abstention": float(abstained)}}
+    gold = _gold_result(db_path, instance.references[0])  # GoldQueryFailed: the engine records a failure
+    details: dict[str, Any] = {"parsed": not abstained, "strict_format": strict,
+                               "group": "answerable"}
+    if abstained:
+        return 0.0, {**details, "sub": {"abstention": 1.0}}
+    try:
+        result = run_query(db_path, predicted)
+    except QueryFailed as failure:
+        return 0.0, {**details, "sql_error": failure.category, "sub": {"valid_sql": 0.0, "abstention": 0.0}}
+    return float(result == gold), {**details, "sub": {"valid_sql": 1.0, "abstention": 0.0}}

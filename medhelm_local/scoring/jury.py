@@ -1,0 +1,274 @@
+"""The LLM jury for open-ended benchmarks (MedHELM 4.3.3, Appendix F), run on local judge models.
+
+Each judge named in ``appliance.yaml`` (``judges``; the paper uses three) rates every response on each criterion
+of the benchmark's rubric (``spec.judge``: accuracy, completeness, clarity; NoteExtract: accuracy, structure,
+clarity) on a 1-5 Likert scale, in one request asking for JSON (``response_format`` with a JSON schema, which
+vLLM and llama.cpp enforce). Every reply is still validated. A judge that fails (HTTP error, timeout) or replies
+with anything but an integer 1-5 for every criterion gives *no* rating: its judgement is recorded with an error
+category and counted in the failure rate, never replaced by a default.
+
+An instance's jury score is the mean of all valid ratings (judges x criteria), normalised as (mean - 1) / 4 to
+0-1; an instance with no valid rating is not scored (value None) and counted as failed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import re
+import string
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from medhelm_local.benchmarks.spec import BenchmarkSpec, JudgeRubric
+from medhelm_local.errors import ConfigError, MedhelmError
+from medhelm_local.home.config import ApplianceConfig
+from medhelm_local.prompts.build import build_request
+from medhelm_local.records import ChatMessage, InferenceRequest, Instance, InstanceScore
+from medhelm_local.scoring.extract import strip_reasoning
+from medhelm_local.scoring.metrics import JURY, ROUGE_L
+from medhelm_local.scoring.rouge import rouge_l
+from medhelm_local.store.judgments import Judgment, JudgmentStatus, get_judgments, record_judgment
+from medhelm_local.store.store import Store
+
+DEFAULT_JURY_CONCURRENCY = 4  # requests in flight per judge: judges are often shared, big models
+JUDGE_MAX_TOKENS = 1024
+LIKERT_MIN, LIKERT_MAX = 1, 5
+NO_GOLD = "(no reference response is available for this item)"
+
+
+class JudgesNotConfigured(ConfigError):
+    """A jury-scored benchmark was scored with no judges configured."""
+
+
+class RubricError(MedhelmError):
+    """A benchmark's judge rubric is unusable (a spec bug)."""
+
+
+class InvalidJudgement(Exception):
+    """A judge's reply is not a valid rating; ``category`` is safe to store and log (never the reply text)."""
+
+    def __init__(self, category: str) -> None:
+        super().__init__(category)
+        self.category = category
+
+
+@dataclass(frozen=True)
+class JuryItem:
+    instance: Instance
+    output: str | None  # None: the model's own request failed; nothing to judge
+    error: str | None = None
+
+
+def rubric_of(spec: BenchmarkSpec) -> JudgeRubric:
+    if spec.judge is None:
+        raise RubricError(f"benchmark {spec.id}: metric 'jury' needs a judge rubric in its spec")
+    return spec.judge
+
+
+def judge_names(config: ApplianceConfig | None, benchmark: str) -> list[str]:
+    if config is None or not config.judges:
+        raise JudgesNotConfigured(
+            f"benchmark {benchmark} is scored by the LLM jury, but no judges are configured: add judge model "
+            "names under `judges:` in appliance.yaml (MedHELM uses three), each one a configured model"
+        )
+    return list(config.judges)
+
+
+def criteria_text(rubric: JudgeRubric) -> str:
+    return "\n".join(f"{c.name.capitalize()} (1-5) - {c.description}" for c in rubric.criteria)
+
+
+def judge_prompt(spec: BenchmarkSpec, instance: Instance, output: str) -> str:
+    """The rubric template filled in: ``{question}`` is the prompt the model saw, ``{response}`` its output
+    (reasoning dropped), ``{gold_response}`` the reference (only if the rubric uses it)."""
+    rubric = rubric_of(spec)
+    question = build_request(spec, instance).messages[-1].content
+    gold = "\n\n".join(r for r in instance.references if r.strip()) or NO_GOLD
+    values = {"question": question, "response": strip_reasoning(output).strip(), "criteria": criteria_text(rubric),
+              "gold_response": gold if rubric.uses_gold else NO_GOLD}
+    names = {name for _, name, _, _ in string.Formatter().parse(rubric.template) if name}
+    unknown = sorted(names - set(values))
+    if unknown:
+        raise RubricError(f"benchmark {spec.id}: judge template uses unknown field(s) {unknown}")
+    return rubric.template.format_map(values)
+
+
+def response_format(rubric: JudgeRubric) -> dict[str, Any]:
+    """OpenAI-style structured output: one ``{score, explanation}`` object per criterion, scores 1-5."""
+    rating = {
+        "type": "object",
+        "properties": {
+            "score": {"type": "integer", "minimum": LIKERT_MIN, "maximum": LIKERT_MAX},
+            "explanation": {"type": "string"},
+        },
+        "required": ["score", "explanation"],
+        "additionalProperties": False,
+    }
+    names = [c.name for c in rubric.criteria]
+    schema = {"type": "object", "properties": {n: rating for n in names}, "required": names,
+              "additionalProperties": False}
+    return {"type": "json_schema", "json_schema": {"name": "jury_rating", "strict": True, "schema": schema}}
+
+
+_FENCED = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
+
+
+def parse_judgement(text: str, rubric: JudgeRubric) -> tuple[dict[str, int], dict[str, str]]:
+    """Validate a reply: a JSON object with an integer score 1-5 for every criterion. Raises
+    :class:`InvalidJudgement` with a category (``not_json``, ``not_object``, ``missing:<criterion>``,
+    ``bad_score:<criterion>``)."""
+    body = strip_reasoning(text).strip()
+    fenced = _FENCED.match(body)
+    if fenced:
+        body = fenced.group(1)
+    try:
+        data = json.loads(body)
+    except (ValueError, RecursionError):
+        raise InvalidJudgement("not_json") from None
+    if not isinstance(data, dict):
+        raise InvalidJudgement("not_object")
+    ratings: dict[str, int] = {}
+    explanations: dict[str, str] = {}
+    lowered = {str(k).strip().lower(): v for k, v in data.items()}
+    for criterion in rubric.criteria:
+        entry = lowered.get(criterion.name.lower())
+        if entry is None:
+            raise InvalidJudgement(f"missing:{criterion.name}")
+        score = entry.get("score") if isinstance(entry, dict) else entry
+        if isinstance(score, bool) or not isinstance(score, int | float) or float(score) != int(score):
+            raise InvalidJudgement(f"bad_score:{criterion.name}")
+        if not LIKERT_MIN <= int(score) <= LIKERT_MAX:
+            raise InvalidJudgement(f"bad_score:{criterion.name}")
+        ratings[criterion.name] = int(score)
+        if isinstance(entry, dict) and isinstance(entry.get("explanation"), str):
+            explanations[criterion.name] = entry["explanation"]
+    return ratings, explanations
+
+
+def prompt_hash(judge: str, prompt: str, rubric: JudgeRubric) -> str:
+    payload = json.dumps([judge, prompt, rubric.model_dump()], sort_keys=True)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+async def _judge_one(client: Any, semaphore: asyncio.Semaphore, *, scope: str, spec: BenchmarkSpec, judge: str,
+                     instance_id: str, prompt: str, digest: str, max_retries: int) -> Judgment:
+    rubric = rubric_of(spec)
+    request = InferenceRequest(
+        benchmark=spec.id, instance_id=instance_id, messages=[ChatMessage(role="user", content=prompt)],
+        max_tokens=JUDGE_MAX_TOKENS, temperature=0.0, response_format=response_format(rubric),
+    )
+    async with semaphore:
+        result = await client.complete(request, max_retries=max_retries)
+    base = {"run_id": scope, "benchmark": spec.id, "instance_id": instance_id, "judge": judge,
+            "prompt_hash": digest, "prompt_tokens": result.prompt_tokens,
+            "completion_tokens": result.completion_tokens, "latency_s": result.latency_s,
+            "attempts": result.attempts}
+    if not result.ok or result.text is None:
+        return Judgment(**base, status=JudgmentStatus.REQUEST_FAILED, error=result.error or "no_text")
+    try:
+        ratings, explanations = parse_judgement(result.text, rubric)
+    except InvalidJudgement as invalid:
+        return Judgment(**base, status=JudgmentStatus.INVALID_REPLY, error=invalid.category)
+    return Judgment(**base, status=JudgmentStatus.OK, ratings=ratings, explanations=explanations)
+
+
+async def _run_judge(store: Store, config: ApplianceConfig, spec: BenchmarkSpec, judge: str,
+                     work: list[tuple[str, str, str]], *, scope: str, concurrency: int) -> None:
+    from medhelm_local.inference.backends import open_client
+
+    endpoint = config.model(judge)
+    semaphore = asyncio.Semaphore(concurrency)
+    async with open_client(config, endpoint, max_connections=concurrency) as client:
+        tasks = [asyncio.create_task(_judge_one(client, semaphore, scope=scope, spec=spec, judge=judge,
+                                                instance_id=iid, prompt=prompt, digest=digest,
+                                                max_retries=config.runner.max_retries))
+                 for iid, prompt, digest in work]
+        for finished in asyncio.as_completed(tasks):
+            record_judgment(store, await finished)  # committed as it arrives: an interrupted jury resumes
+
+
+async def run_jury_async(store: Store, config: ApplianceConfig, spec: BenchmarkSpec, items: Sequence[JuryItem],
+                         *, scope: str, concurrency: int = DEFAULT_JURY_CONCURRENCY) -> list[Judgment]:
+    """Ask every judge about every answered item; reuse valid judgements already stored for the same prompt."""
+    judges = judge_names(config, spec.id)
+    rubric = rubric_of(spec)
+    existing = {(j.instance_id, j.judge): j for j in get_judgments(store, scope, spec.id)}
+    plans: dict[str, list[tuple[str, str, str]]] = {judge: [] for judge in judges}
+    for item in items:
+        if item.output is None:
+            continue
+        prompt = judge_prompt(spec, item.instance, item.output)
+        for judge in judges:
+            digest = prompt_hash(judge, prompt, rubric)
+            done = existing.get((item.instance.id, judge))
+            if done is not None and done.status == JudgmentStatus.OK and done.prompt_hash == digest:
+                continue
+            plans[judge].append((item.instance.id, prompt, digest))
+    await asyncio.gather(*(_run_judge(store, config, spec, judge, work, scope=scope, concurrency=concurrency)
+                           for judge, work in plans.items() if work))
+    wanted = {item.instance.id for item in items if item.output is not None}
+    return [j for j in get_judgments(store, scope, spec.id) if j.instance_id in wanted and j.judge in judges]
+
+
+def run_jury(store: Store, config: ApplianceConfig, spec: BenchmarkSpec, items: Sequence[JuryItem], *,
+             scope: str, concurrency: int = DEFAULT_JURY_CONCURRENCY) -> list[Judgment]:
+    """Synchronous entry point; works inside or outside a running event loop."""
+    coroutine = run_jury_async(store, config, spec, items, scope=scope, concurrency=concurrency)
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(coroutine)
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        return pool.submit(asyncio.run, coroutine).result()
+
+
+def jury_value(judgments: Sequence[Judgment]) -> tuple[float | None, dict[str, Any]]:
+    """Normalised jury score of one instance from its judgements, and safe details (numbers and names only)."""
+    valid = [j for j in judgments if j.status == JudgmentStatus.OK]
+    ratings = [score for j in valid for score in j.ratings.values()]
+    details: dict[str, Any] = {
+        "judges": len(judgments), "valid_judges": len(valid),
+        "judge_errors": {j.judge: j.error for j in judgments if j.status != JudgmentStatus.OK},
+    }
+    if not ratings:
+        return None, {**details, "error": "no_valid_judgement"}
+    mean = sum(ratings) / len(ratings)
+    criteria: dict[str, list[int]] = {}
+    for j in valid:
+        for name, score in j.ratings.items():
+            criteria.setdefault(name, []).append(score)
+    details["mean_rating"] = mean
+    details["criteria"] = {name: sum(v) / len(v) for name, v in criteria.items()}
+    details["per_judge"] = {j.judge: sum(j.ratings.values()) / len(j.ratings) for j in valid}
+    details["parsed"] = True
+    return (mean - LIKERT_MIN) / (LIKERT_MAX - LIKERT_MIN), details
+
+
+def jury_scores(store: Store, config: ApplianceConfig | None, spec: BenchmarkSpec, items: Sequence[JuryItem], *,
+                scope: str, concurrency: int = DEFAULT_JURY_CONCURRENCY) -> list[InstanceScore]:
+    """Jury and ROUGE-L instance scores for answered items; failed requests stay failures (value None)."""
+    judges = judge_names(config, spec.id)
+    assert config is not None
+    judgments = run_jury(store, config, spec, items, scope=scope, concurrency=concurrency)
+    by_instance: dict[str, list[Judgment]] = {}
+    for judgment in judgments:
+        by_instance.setdefault(judgment.instance_id, []).append(judgment)
+    scores: list[InstanceScore] = []
+    for item in items:
+        iid = item.instance.id
+        if item.output is None:
+            scores.append(InstanceScore(benchmark=spec.id, instance_id=iid, metric=JURY, value=None,
+                                        details={"error": item.error or "no_response"}))
+            continue
+        value, details = jury_value(by_instance.get(iid, []))
+        details["judges_configured"] = len(judges)
+        scores.append(InstanceScore(benchmark=spec.id, instance_id=iid, metric=JURY, value=value, details=details))
+        rouge = rouge_l(item.output, item.instance.references)
+        if rouge is not None:
+            scores.append(InstanceScore(benchmark=spec.id, instance_id=iid, metric=ROUGE_L, value=rouge))
+    return scores

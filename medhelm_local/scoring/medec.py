@@ -1,0 +1,71 @@
+"""MEDEC: error-flag accuracy (main score) and error-sentence accuracy, as in the MEDEC shared task.
+
+The prompt asks for ``CORRECT`` or ``<sentence id>: <corrected sentence>``. Read tolerantly: reasoning blocks
+dropped, "Sentence 8: ..." or "8. ..." accepted; a reply with neither is unparsed and wrong.
+
+- flag accuracy: predicted flag (1 = an error was flagged) equals ``meta.error_flag``;
+- error-sentence accuracy (secondary, ``sub.error_sentence_accuracy``): for a note with an error, the flagged
+  sentence id equals ``meta.error_sentence_id``; for a correct note, nothing is flagged (the shared task's
+  convention: sentence id -1 on both sides).
+
+Expected instance data: ``meta.error_flag`` (0/1, or ``label`` '0'/'1'), ``meta.error_sentence_id`` (int) for
+flagged notes.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from medhelm_local.benchmarks.spec import BenchmarkSpec
+from medhelm_local.records import Instance
+from medhelm_local.scoring.extract import answer_text
+from medhelm_local.scoring.metrics import MetricInputError, register_metric
+
+_SENTENCE_ID = re.compile(r"^\W*(?:sentence\s*(?:id)?\s*#?\s*)?(\d+)\s*[:.)\-]", re.IGNORECASE)
+_SENTENCE_ANYWHERE = re.compile(r"\bsentence\s*(?:id)?\s*#?\s*(\d+)\b", re.IGNORECASE)
+_CORRECT = re.compile(r"\b(?:correct|no\s+(?:medical\s+)?errors?)\b", re.IGNORECASE)
+_STRICT_CORRECT = re.compile(r"CORRECT")
+_STRICT_ERROR = re.compile(r"\d+:\s*\S.*", re.DOTALL)
+
+
+def parse_medec(output: str) -> tuple[int | None, int | None, bool]:
+    """``(flag, sentence_id, strict)``: flag 0 (correct), 1 (error) or None (unreadable)."""
+    text = answer_text(output)
+    match = _SENTENCE_ID.match(text) or _SENTENCE_ANYWHERE.search(text)
+    if match:
+        return 1, int(match.group(1)), _STRICT_ERROR.fullmatch(text) is not None
+    if _CORRECT.search(text):
+        return 0, None, _STRICT_CORRECT.fullmatch(text.strip(" .")) is not None
+    return None, None, False
+
+
+def _gold_flag(spec: BenchmarkSpec, instance: Instance) -> int:
+    raw = instance.meta.get("error_flag", instance.label)
+    try:
+        flag = int(str(raw).strip())
+    except ValueError:
+        flag = -1
+    if flag not in (0, 1):
+        raise MetricInputError(f"benchmark {spec.id}: an instance has no 0/1 error flag (meta 'error_flag')")
+    return flag
+
+
+@register_metric("medec_flag_accuracy")
+def medec_flag_accuracy(spec: BenchmarkSpec, instance: Instance, output: str) -> tuple[float, dict[str, Any]]:
+    gold_flag = _gold_flag(spec, instance)
+    gold_sentence = -1
+    if gold_flag == 1:
+        raw = instance.meta.get("error_sentence_id")
+        if raw is None:
+            raise MetricInputError(
+                f"benchmark {spec.id}: a flagged instance has no meta 'error_sentence_id' (expected an integer)")
+        gold_sentence = int(raw)
+    flag, sentence, strict = parse_medec(output)
+    flag_correct = flag is not None and flag == gold_flag
+    predicted_sentence = sentence if flag == 1 and sentence is not None else -1
+    sentence_correct = flag is not None and predicted_sentence == gold_sentence
+    return float(flag_correct), {
+        "parsed": flag is not None, "strict_format": strict, "group": "error" if gold_flag else "correct",
+        "sub": {"error_sentence_accuracy": float(sentence_correct)},
+    }
