@@ -5,9 +5,6 @@ from pathlib import Path
 
 import pytest
 
-from medhelm_local.benchmarks.registry import get_spec
-from medhelm_local.benchmarks.spec import BenchmarkSpec
-
 REPO = Path(__file__).resolve().parents[2]
 PUBLIC = (REPO / ".." / "shared" / "data" / "public").resolve()
 SAMPLES = REPO / "medhelm_local" / "data" / "samples"
@@ -31,7 +28,3 @@ def eunomia_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
     shutil.copyfile(source, target)
     return target
 
-
-def spec_with(benchmark: str, **changes: object) -> BenchmarkSpec:
-    """A shipped spec with some fields replaced (e.g. loader_options for a variant of the format)."""
-    return get_spec(benchmark).model_copy(update=changes)

@@ -1,0 +1,188 @@
+"""Malformed extracts: each problem is one precise ExtractError (file, row, column, expectation), the message
+never carries the offending value (it may be patient text), and nothing is returned."""
+
+from __future__ import annotations
+
+import gzip
+import json
+from pathlib import Path
+
+import pytest
+
+from medhelm_local.benchmarks.registry import get_spec
+from medhelm_local.benchmarks.spec import BenchmarkSpec
+from medhelm_local.errors import BadInputError, ExtractError
+from medhelm_local.loaders import load_dataset
+
+
+def spec_with(benchmark: str, **changes: object) -> BenchmarkSpec:
+    return get_spec(benchmark).model_copy(update=changes)
+
+SECRET = "Jane Q. Patient MRN 0042"
+
+
+def _hospice() -> BenchmarkSpec:
+    return get_spec("hospice_referral")
+
+
+def _fail(spec: BenchmarkSpec, path: Path) -> ExtractError:
+    with pytest.raises(ExtractError) as info:
+        load_dataset(spec, path)
+    error = info.value
+    assert SECRET not in str(error)
+    assert error.file
+    return error
+
+
+def test_missing_column(tmp_path: Path) -> None:
+    path = tmp_path / "hospice.csv"
+    path.write_text(f"prompt,context\nRefer to hospice?,{SECRET}\n", encoding="utf-8")
+    error = _fail(_hospice(), path)
+    assert (error.file, error.row, error.column) == (str(path), None, "label")
+    assert "a column named 'label'" in error.expected and "found: prompt, context" in error.expected
+
+
+def test_wrong_type(tmp_path: Path) -> None:
+    header = ("Row Number,Calculator ID,Calculator Name,Category,Output Type,Note ID,Note Type,Patient Note,"
+              "Question,Relevant Entities,Ground Truth Answer,Lower Limit,Upper Limit,Ground Truth Explanation")
+    good = '1,2,CrCl,lab,decimal,n1,Extracted,"A note.",What is CrCl?,{},25.2,24,26,x'
+    bad = f'2,2,CrCl,lab,decimal,n2,Extracted,"A note.",What is CrCl?,{{}},"{SECRET}",24,26,x'
+    path = tmp_path / "test_data.csv"
+    path.write_text(f"{header}\n{good}\n{bad}\n", encoding="utf-8")
+    error = _fail(get_spec("medcalc_bench"), path)
+    assert (error.row, error.column) == (1, "Ground Truth Answer")
+    assert error.expected.startswith("a number, a date")
+
+
+def test_wrong_type_in_id_column(tmp_path: Path) -> None:
+    path = tmp_path / "followup.csv"
+    path.write_text(f'note_id,note_text,question,followup\n{SECRET},"note",q?,yes\n', encoding="utf-8")
+    spec = spec_with("hospice_referral", loader_options={
+        "id_column": "note_id", "fields": {"context": "note_text", "question": "question"},
+        "label_column": "followup", "types": {"note_id": "int"}}, label_map={"yes": "A", "no": "B"})
+    error = _fail(spec, path)
+    assert (error.row, error.column, error.expected) == (0, "note_id", "an integer")
+
+
+def test_label_outside_the_label_map(tmp_path: Path) -> None:
+    path = tmp_path / "hospice.csv"
+    path.write_text(f"prompt,context,label\nRefer?,ok,A\nRefer?,{SECRET},Z\n", encoding="utf-8")
+    error = _fail(_hospice(), path)
+    assert (error.row, error.column) == (1, "label")
+    assert "label map" in error.expected
+
+
+def test_duplicate_id(tmp_path: Path) -> None:
+    path = tmp_path / "followup.csv"
+    path.write_text("note_id,note_text,question,followup\n7,a,q?,yes\n8,b,q?,no\n7,c,q?,no\n", encoding="utf-8")
+    spec = spec_with("hospice_referral", loader_options={
+        "id_column": "note_id", "fields": {"context": "note_text", "question": "question"},
+        "label_column": "followup"}, label_map={"yes": "A", "no": "B"})
+    error = _fail(spec, path)
+    assert error.row == 2 and "duplicates the one at row 0" in error.expected
+
+
+def test_empty_id(tmp_path: Path) -> None:
+    path = tmp_path / "test.json"
+    path.write_text(json.dumps([{"id": "", "question": "q", "query": "select 1", "is_impossible": False,
+                                 "db_id": "eicu"}]), encoding="utf-8")
+    (tmp_path / "eicu.sqlite").write_bytes(b"")
+    (tmp_path / "eicu.sql").write_text("CREATE TABLE patient (x int);", encoding="utf-8")
+    error = _fail(get_spec("ehrsql"), tmp_path)
+    assert (error.row, error.column, error.expected) == (0, "id", "a non-empty value")
+
+
+def test_empty_value_in_a_required_field(tmp_path: Path) -> None:
+    path = tmp_path / "hospice.csv"
+    path.write_text("prompt,context,label\nRefer?,,A\n", encoding="utf-8")
+    error = _fail(_hospice(), path)
+    assert (error.row, error.column, error.expected) == (0, "context", "a non-empty value")
+
+
+def test_empty_file(tmp_path: Path) -> None:
+    path = tmp_path / "hospice.csv"
+    path.write_bytes(b"")
+    assert _fail(_hospice(), path).expected == "a non-empty file"
+
+
+def test_header_only_file_holds_no_instance(tmp_path: Path) -> None:
+    path = tmp_path / "hospice.csv"
+    path.write_text("prompt,context,label\n", encoding="utf-8")
+    assert "at least one instance" in _fail(_hospice(), path).expected
+
+
+def test_non_utf8(tmp_path: Path) -> None:
+    path = tmp_path / "hospice.csv"
+    path.write_bytes("prompt,context,label\nRefer?,caf\u00e9 note,A\n".encode("latin-1"))
+    error = _fail(_hospice(), path)
+    assert error.expected.startswith("UTF-8 text (invalid byte at line 2")
+
+
+def test_truncated_gzip(tmp_path: Path) -> None:
+    data = gzip.compress(("prompt,context,label\n" + "Refer?,note,A\n" * 200).encode())
+    path = tmp_path / "hospice.csv.gz"
+    path.write_bytes(data[: len(data) // 2])
+    assert "complete gzip stream" in _fail(_hospice(), path).expected
+
+
+def test_truncated_gzip_in_dischargeme_set(tmp_path: Path) -> None:
+    for name in ("discharge", "radiology", "discharge_target"):
+        (tmp_path / f"{name}.csv.gz").write_bytes(gzip.compress(b"hadm_id,text\n1,x\n")[:12])
+    error = _fail(get_spec("dischargeme"), tmp_path)
+    assert error.file.endswith("discharge.csv.gz") and "gzip" in error.expected
+
+
+def test_invalid_json(tmp_path: Path) -> None:
+    path = tmp_path / "data.jsonl"
+    path.write_text('{"question": "q", "options": {"A": "a"}, "answer_idx": "A", "meta_info": "step1"}\n'
+                    '{"question": \n', encoding="utf-8")
+    error = _fail(get_spec("medqa"), path)
+    assert error.row == 1 and "line 2 is not JSON" in error.expected
+
+
+def test_answer_outside_the_options(tmp_path: Path) -> None:
+    path = tmp_path / "data.jsonl"
+    row = {"question": SECRET, "options": {"A": "a", "B": "b"}, "answer_idx": "F", "meta_info": "step1"}
+    path.write_text(json.dumps(row) + "\n", encoding="utf-8")
+    error = _fail(get_spec("medqa"), path)
+    assert (error.row, error.column) == (0, "answer_idx") and "A, B" in error.expected
+
+
+def test_damaged_parquet(tmp_path: Path) -> None:
+    path = tmp_path / "billing.parquet"
+    path.write_bytes(b"PAR1 this is not really parquet")
+    assert _fail(get_spec("mimic_iv_billing"), path).expected == "a readable Parquet file"
+
+
+def test_line_pairs_must_align(tmp_path: Path) -> None:
+    (tmp_path / "test.findings.tok").write_text("a\nb\n", encoding="utf-8")
+    (tmp_path / "test.impression.tok").write_text("a\n", encoding="utf-8")
+    error = _fail(get_spec("mimic_rrs"), tmp_path)
+    assert error.file.endswith("test.impression.tok") and "as many lines as test.findings.tok" in error.expected
+
+
+def test_n2c2_unknown_met_value(tmp_path: Path) -> None:
+    (tmp_path / "101.xml").write_text(
+        f'<PatientMatching><TEXT>{SECRET}</TEXT><TAGS><ENGLISH met="perhaps"/></TAGS></PatientMatching>',
+        encoding="utf-8")
+    error = _fail(get_spec("n2c2_ct"), tmp_path)
+    assert (error.row, error.column) == (0, "ENGLISH")
+
+
+def test_malformed_xml_names_the_line(tmp_path: Path) -> None:
+    path = tmp_path / "qa.xml"
+    path.write_text("<Questions>\n<Question QID='1'>\n</Questions>", encoding="utf-8")
+    assert "well-formed XML (error at line 3" in _fail(get_spec("mediqa_qa"), path).expected
+
+
+def test_unknown_loader_option_is_reported(tmp_path: Path) -> None:
+    path = tmp_path / "hospice.csv"
+    path.write_text("prompt,context,label\nq,c,A\n", encoding="utf-8")
+    spec = spec_with("hospice_referral", loader_options={"fields": {"question": "prompt"}, "lable_column": "label"})
+    with pytest.raises(BadInputError, match="lable_column"):
+        load_dataset(spec, path)
+
+
+def test_missing_path() -> None:
+    with pytest.raises(BadInputError, match="no such file"):
+        load_dataset(_hospice(), Path("/nonexistent/extract.csv"))
