@@ -72,6 +72,8 @@ class RecordMapping(BaseModel):
     # Reference values meaning "no reference" (EHRSQL writes the query of an unanswerable question as null).
     empty_reference_values: list[str] = Field(default_factory=list)
     meta: dict[str, str] = Field(default_factory=dict)
+    # Meta cell values that mean "no value" (MEDEC writes NA), stored as None.
+    null_values: list[str] = Field(default_factory=list)
     meta_constants: dict[str, Any] = Field(default_factory=dict)
     types: dict[str, ColumnType] = Field(default_factory=dict)
     variants: list[Variant] = Field(default_factory=list)
@@ -336,7 +338,10 @@ def _row_instances(spec: BenchmarkSpec, mapping: RecordMapping, row: Row, multi_
     meta: dict[str, Any] = dict(mapping.meta_constants)
     for key, column in mapping.meta.items():
         value = row.values.get(column)
-        meta[key] = None if is_blank(value) else _json_safe(_typed(mapping, row, column, value))
+        if is_blank(value) or (isinstance(value, str) and value.strip() in mapping.null_values):
+            meta[key] = None
+        else:
+            meta[key] = _json_safe(_typed(mapping, row, column, value))
     label: str | None = None
     if mapping.options_column or mapping.option_columns:
         options = _options(mapping, row)

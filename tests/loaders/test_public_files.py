@@ -78,6 +78,7 @@ def test_medec_text_ids_flags_and_blank_rows(public_data: Path) -> None:
     assert first.references and "Schistosoma" in first.references[0]
     correct = next(i for i in result.instances if i.id == "ms-test-1")
     assert correct.label == "0" and correct.meta["error_sentence_id"] == -1 and correct.references == []
+    assert correct.meta["corrected_sentence"] is None and correct.meta["error_type"] is None
 
 
 def test_ehrsql_ids_impossible_flag_and_database(public_data: Path) -> None:
@@ -99,6 +100,19 @@ def test_medqa_options_and_answer_letters(public_data: Path) -> None:
     first = result.instances[0]
     assert first.id == "0" and first.label == "B" and first.references == ["B"]
     assert first.fields["options"].splitlines()[0].startswith("A. Disclose the error")
+
+
+def test_medhallu_parquet_gives_the_same_instances(public_data: Path, tmp_path: Path) -> None:
+    import pyarrow.json as pajson
+    import pyarrow.parquet as pq
+
+    source = public_data / "medhallu" / "medhallu_pqa_labeled.jsonl"
+    pq.write_table(pajson.read_json(source), tmp_path / "pqa_labeled.parquet")
+    from_parquet = load_dataset(get_spec("medhallu"), tmp_path / "pqa_labeled.parquet")
+    from_jsonl = load_dataset(get_spec("medhallu"), source)
+    assert len(from_parquet.instances) == 2000
+    assert [i.id for i in from_parquet.instances] == [i.id for i in from_jsonl.instances]
+    assert from_parquet.instances[5].fields == from_jsonl.instances[5].fields
 
 
 def test_medhallu_two_instances_per_row(public_data: Path) -> None:
