@@ -1,0 +1,143 @@
+"""``jury``: the LLM jury's failure report, re-scoring, and validation against clinician ratings."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from medhelm_local.analysis.agreement import Agreement, read_clinician_ratings, validate_jury
+from medhelm_local.analysis.stats import DEFAULT_RESAMPLES
+from medhelm_local.audit import audit_event
+from medhelm_local.benchmarks.registry import get_spec
+from medhelm_local.console import emit_json, emit_table, info
+from medhelm_local.context import app_context
+from medhelm_local.errors import BadInputError, NotFoundError
+from medhelm_local.scoring.engine import score_benchmark
+from medhelm_local.scoring.metrics import JURY, ROUGE_L
+from medhelm_local.store import Store
+from medhelm_local.store.judgments import JudgmentStatus, get_judgments, judge_failure_rates, score_rows
+
+NAME = "jury"
+HELP = "The LLM jury: failure rates, re-scoring, validation against clinicians."
+app = typer.Typer(no_args_is_help=True)
+
+
+@app.command("failures")
+def failures(
+    ctx: typer.Context,
+    run_id: str | None = typer.Option(None, "--run", help="Only this run (default: every run)."),
+    benchmark: str | None = typer.Option(None, "--benchmark", help="Only this benchmark."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable."),
+) -> None:
+    """Failed and invalid judgements per judge and benchmark (they are never replaced by a score)."""
+    app_ctx = app_context(ctx)
+    with Store.open(app_ctx.home) as store:
+        rates = judge_failure_rates(store, run_id, benchmark)
+    payload = [{"judge": r.judge, "benchmark": r.benchmark, "total": r.total, "ok": r.ok,
+                "request_failed": r.request_failed, "invalid_reply": r.invalid_reply,
+                "failure_rate": r.failure_rate} for r in rates]
+    if as_json:
+        emit_json(payload)
+        return
+    emit_table("jury failures", ["judge", "benchmark", "total", "ok", "request failed", "invalid reply", "rate"],
+               [[p["judge"], p["benchmark"], p["total"], p["ok"], p["request_failed"], p["invalid_reply"],
+                 p["failure_rate"]] for p in payload])
+
+
+@app.command("rescore")
+def rescore(
+    ctx: typer.Context,
+    run_id: str = typer.Option(..., "--run", help="Run id."),
+    benchmark: str | None = typer.Option(None, "--benchmark", help="Only this benchmark (default: the run's "
+                                         "jury-scored benchmarks)."),
+    concurrency: int | None = typer.Option(None, "--concurrency", min=1, max=64,
+                                           help="Judge requests in flight per judge."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable."),
+) -> None:
+    """Ask the judges again where a judgement failed or is missing; valid judgements are kept."""
+    app_ctx = app_context(ctx)
+    config = app_ctx.home.config
+    with Store.open(app_ctx.home) as store:
+        run = store.get_run(run_id)
+        if run is None:
+            raise NotFoundError(f"no run {run_id!r} in the store")
+        targets = [benchmark] if benchmark else [b for b in run.benchmarks if get_spec(b).metric == JURY]
+        for target in targets:
+            if target not in run.benchmarks:
+                raise BadInputError(f"run {run_id} did not evaluate {target}")
+            if get_spec(target).metric != JURY:
+                raise BadInputError(f"benchmark {target} is not scored by the jury (metric {get_spec(target).metric})")
+        results = []
+        for target in targets:
+            scores = score_benchmark(store, run_id, target, config=config, jury_concurrency=concurrency)
+            main = [s for s in scores if s.metric == JURY]
+            results.append({"benchmark": target, "scored": sum(s.value is not None for s in main),
+                            "failed": sum(s.value is None for s in main)})
+    audit_event(app_ctx.home, app_ctx.actor, "jury.rescore", role="informatics", run_id=run_id,
+                benchmarks=targets)
+    if as_json:
+        emit_json(results)
+    else:
+        emit_table(f"jury rescore {run_id}", ["benchmark", "scored", "failed"],
+                   [[r["benchmark"], r["scored"], r["failed"]] for r in results])
+
+
+def _agreement_payload(agreement: Agreement) -> dict[str, Any]:
+    return agreement.model_dump()
+
+
+@app.command("validate")
+def validate(
+    ctx: typer.Context,
+    ratings: Path = typer.Option(..., "--ratings", help="CSV: instance_id, rater, and the rubric's criteria "
+                                 "(or one 'score' column), ratings 1-5."),
+    run_id: str = typer.Option(..., "--run", help="The run whose jury ratings and outputs were rated."),
+    benchmark: str = typer.Option(..., "--benchmark", help="Benchmark id (jury-scored)."),
+    resamples: int = typer.Option(DEFAULT_RESAMPLES, "--resamples", min=0, max=100_000,
+                                  help="Bootstrap resamples for the 95% CIs."),
+    seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable."),
+) -> None:
+    """Agreement of the jury (and of ROUGE-L) with clinician ratings: ICC(3,k) after per-rater z-scoring, and
+    the average clinician-clinician ICC, with bootstrap 95% CIs (MedHELM Table 2)."""
+    app_ctx = app_context(ctx)
+    spec = get_spec(benchmark)
+    if spec.metric != JURY:
+        raise BadInputError(f"benchmark {benchmark} is not scored by the jury (metric {spec.metric})")
+    clinicians = read_clinician_ratings(ratings, spec)
+    with Store.open(app_ctx.home) as store:
+        run = store.get_run(run_id)
+        if run is None:
+            raise NotFoundError(f"no run {run_id!r} in the store")
+        if benchmark not in run.benchmarks:
+            raise BadInputError(f"run {run_id} did not evaluate {benchmark}")
+        judgments = get_judgments(store, run_id, benchmark)
+        rouge = {iid: value for iid, _, value, _ in score_rows(store, run_id, benchmark, ROUGE_L)
+                 if value is not None}
+        known = {iid for iid, _ in store.run_item_fingerprints(run_id, benchmark)}
+    rated = {i for r in clinicians.composites.values() for i in r}
+    unknown = rated - known
+    if unknown:
+        raise BadInputError(f"{ratings}: {len(unknown)} instance id(s) are not items of run {run_id} "
+                            f"for {benchmark} (column 'instance_id')")
+    jury: dict[str, dict[str, float]] = {}
+    for j in judgments:
+        if j.status == JudgmentStatus.OK and j.ratings:
+            jury.setdefault(j.judge, {})[j.instance_id] = sum(j.ratings.values()) / len(j.ratings)
+    if not jury:
+        raise BadInputError(f"run {run_id} has no valid jury judgements for {benchmark}; run the jury first")
+    result = validate_jury(spec, run_id, clinicians, jury, rouge, resamples=resamples, seed=seed)
+    audit_event(app_ctx.home, app_ctx.actor, "jury.validate", role="informatics", run_id=run_id,
+                benchmark=benchmark, instances=result.n_instances, clinicians=result.n_clinicians)
+    if as_json:
+        emit_json(result.model_dump())
+        return
+    emit_table(f"jury validation — {benchmark} (ICC(3,k) after per-rater z-scoring)",
+               ["comparison", "icc", "ci low", "ci high", "n"],
+               [[name, a.icc, a.ci_low, a.ci_high, a.n] for name, a in (
+                   ("LLM jury vs clinicians", result.jury), ("ROUGE-L vs clinicians", result.rouge_l),
+                   ("clinician vs clinician (mean over pairs)", result.clinician_clinician))])
+    for rater, why in result.excluded_raters.items():
+        info(f"excluded rater {rater}: {why}")

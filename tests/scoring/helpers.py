@@ -1,0 +1,54 @@
+"""Helpers for scoring and analysis tests: a home, a registered dataset, runs written straight into the store."""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from datetime import UTC, datetime
+from pathlib import Path
+
+from medhelm_local.home import Home
+from medhelm_local.home.config import ModelEndpoint, RunnerSettings
+from medhelm_local.prompts.build import build_request, request_hash
+from medhelm_local.records import InferenceResult, Instance
+from medhelm_local.store import Store
+from medhelm_local.store.store import RunInfo
+
+
+def make_home(root: Path, judges: dict[str, str] | None = None, *, max_retries: int = 1) -> Home:
+    """A home whose config has one fake judge model per ``{name: base_url}``, all listed as judges."""
+    home = Home(root)
+    home.init()
+    config = home.config.model_copy(deep=True)
+    for name, url in (judges or {}).items():
+        config.models.append(ModelEndpoint(name=name, base_urls=[url], timeout_s=5.0))
+    config.judges = list(judges or {})
+    config.runner = RunnerSettings(max_concurrency=8, max_retries=max_retries, seed=0)
+    home.save_config(config)
+    return home
+
+
+def register(store: Store, benchmark: str, instances: list[Instance]) -> str:
+    fingerprint = hashlib.sha256(("|".join(i.id for i in instances) + benchmark).encode()).hexdigest()
+    store.register_dataset(benchmark, fingerprint, "test", instances, {})
+    return fingerprint
+
+
+def add_run(store: Store, model: str, benchmark: str, fingerprint: str, instances: list[Instance],
+            outputs: dict[str, str | None], *, status: str = "finished") -> str:
+    """A run of ``model`` whose responses are ``outputs`` (None: a failed request)."""
+    from medhelm_local.benchmarks.registry import get_spec
+
+    spec = get_spec(benchmark)
+    run_id = f"run-{uuid.uuid4().hex[:12]}"
+    now = datetime.now(UTC).replace(tzinfo=None)
+    store.create_run(RunInfo(run_id=run_id, model=model, benchmarks=[benchmark], created_at=now, finished_at=now,
+                             status=status, max_instances=None, seed=0, manifest={}),
+                     [(benchmark, inst.id, fingerprint, pos) for pos, inst in enumerate(instances)])
+    for inst in instances:
+        request = build_request(spec, inst)
+        output = outputs.get(inst.id)
+        result = InferenceResult(text=output, latency_s=0.1) if output is not None else InferenceResult(
+            error="http_503", latency_s=0.1)
+        store.record_response(run_id, request, request_hash(request), result)
+    return run_id
