@@ -67,7 +67,8 @@ def test_medcalc_every_category_scored(public_data: Path) -> None:
 
 def test_chatty_gold_answers_still_score_one(public_data: Path) -> None:
     def chatty(benchmark: str, instance: Instance) -> str:
-        return f"<think>Let me work through this.</think>After careful review, the answer is {gold_output(benchmark, instance)}."
+        answer = gold_output(benchmark, instance)
+        return f"<think>Let me work through this.</think>After careful review, the answer is {answer}."
 
     for benchmark in ("pubmedqa", "medqa", "medcalc_bench"):
         summary = score_with(benchmark, chatty)
