@@ -35,6 +35,21 @@ METRICS = (
 CUSTOM_DEFAULTS = {"access": "private", "curation": "new", "input_format": "private_table"}
 
 
+# The appliance home whose custom specs `all_specs()` / `get_spec()` include when no home is passed. The CLI
+# sets it once per invocation (`set_active_home(app_ctx.home.root)`), so every call site sees custom specs.
+_active_home: Path | None = None
+
+
+def set_active_home(home: Path | None) -> None:
+    """Make ``home``'s custom specs visible to every ``all_specs()`` / ``get_spec()`` call without a home."""
+    global _active_home
+    _active_home = home
+
+
+def active_home() -> Path | None:
+    return _active_home
+
+
 class SpecError(RuntimeError):
     """A shipped spec is invalid: a packaging bug, not user input."""
 
@@ -85,11 +100,13 @@ def custom_specs(home: Path | None) -> dict[str, BenchmarkSpec]:
 
 
 def all_specs(home: Path | None = None) -> list[BenchmarkSpec]:
-    """The shipped specs, then the home's custom specs (when ``home`` is given)."""
-    return [*_builtin_specs().values(), *custom_specs(home).values()]
+    """The shipped specs, then the custom specs of ``home`` (default: the active home, if one is set)."""
+    return [*_builtin_specs().values(), *custom_specs(home or _active_home).values()]
 
 
 def get_spec(benchmark_id: str, home: Path | None = None) -> BenchmarkSpec:
+    """A shipped spec, else a custom one of ``home`` (default: the active home, if one is set)."""
+    home = home or _active_home
     spec = _builtin_specs().get(benchmark_id)
     if spec is None and home is not None:
         file = custom_dir(home) / f"{benchmark_id}.yaml"

@@ -97,3 +97,18 @@ def test_register_persists_under_the_home_and_joins_the_registry(tmp_path: Path)
     remove_custom_spec("wound_followup", home)
     with pytest.raises(NotFoundError):
         get_spec("wound_followup", home)
+
+
+def test_active_home_makes_custom_specs_visible_everywhere(tmp_path: Path) -> None:
+    from medhelm_local.benchmarks.registry import active_home, set_active_home
+
+    home = tmp_path / "home"
+    register_custom_spec(_write(tmp_path), home)
+    assert active_home() is None
+    set_active_home(home)
+    try:
+        assert get_spec("wound_followup").id == "wound_followup"
+        assert len(all_specs()) == 38
+    finally:
+        set_active_home(None)
+    assert len(all_specs()) == 37
