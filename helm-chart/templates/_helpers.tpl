@@ -144,13 +144,14 @@ seccompProfile:
 {{- end -}}
 {{- end -}}
 
-{{/* Runner pod spec, shared by the Job and the CronJob. ----------------------------------------- */}}
+{{/* Runner pod spec, shared by the Job, the CronJob and the toolbox. Argument: dict root, toolbox. ---- */}}
 {{- define "medhelm.runnerPodSpec" -}}
-{{- $servers := include "medhelm.servers" . | fromJsonArray -}}
+{{- $toolbox := .toolbox -}}
+{{- with .root -}}
 {{- $secretKeys := ne .Values.keys.mode "home" -}}
 serviceAccountName: {{ include "medhelm.serviceAccountName" . }}
 automountServiceAccountToken: false
-restartPolicy: Never
+restartPolicy: {{ ternary "Always" "Never" $toolbox }}
 enableServiceLinks: false
 securityContext:
   {{- include "medhelm.podSecurityContext" . | nindent 2 }}
@@ -195,8 +196,32 @@ initContainers:
     resources:
       {{- toYaml .Values.initResources | nindent 6 }}
     volumeMounts:
-      {{- include "medhelm.runnerVolumeMounts" . | nindent 6 }}
+      {{- include "medhelm.runnerVolumeMounts" (dict "root" . "keysWritable" false) | nindent 6 }}
 containers:
+  {{- if $toolbox }}
+  # Operator shell for maintenance (audit verify, backups, key rotation): kubectl exec into it.
+  - name: toolbox
+    image: {{ include "medhelm.image" .Values.image.appliance }}
+    imagePullPolicy: {{ .Values.image.appliance.pullPolicy }}
+    command: ["sleep", "infinity"]
+    env:
+      {{- include "medhelm.runnerEnv" . | nindent 6 }}
+      - {name: MEDHELM_ACTOR, value: {{ .Values.toolbox.actor | quote }}}
+    readinessProbe:
+      exec: {command: ["medhelm-local", "doctor", "--json"]}
+      periodSeconds: 60
+      timeoutSeconds: 30
+    livenessProbe:
+      exec: {command: ["medhelm-local", "--version"]}
+      periodSeconds: 60
+      timeoutSeconds: 30
+    securityContext:
+      {{- include "medhelm.containerSecurityContext" . | nindent 6 }}
+    resources:
+      {{- toYaml .Values.toolbox.resources | nindent 6 }}
+    volumeMounts:
+      {{- include "medhelm.runnerVolumeMounts" (dict "root" . "keysWritable" true) | nindent 6 }}
+  {{- else }}
   - name: runner
     image: {{ include "medhelm.image" .Values.image.appliance }}
     imagePullPolicy: {{ .Values.image.appliance.pullPolicy }}
@@ -234,7 +259,8 @@ containers:
     resources:
       {{- toYaml .Values.runner.resources | nindent 6 }}
     volumeMounts:
-      {{- include "medhelm.runnerVolumeMounts" . | nindent 6 }}
+      {{- include "medhelm.runnerVolumeMounts" (dict "root" . "keysWritable" false) | nindent 6 }}
+  {{- end }}
 volumes:
   - name: home
     persistentVolumeClaim:
@@ -278,6 +304,7 @@ affinity:
   {{- toYaml . | nindent 2 }}
 {{- end }}
 {{- end -}}
+{{- end -}}
 
 {{- define "medhelm.runnerEnv" -}}
 - {name: MEDHELM_HOME, value: /var/lib/medhelm}
@@ -295,12 +322,15 @@ affinity:
 {{- end -}}
 
 {{- define "medhelm.runnerVolumeMounts" -}}
+{{- $keysWritable := .keysWritable -}}
+{{- with .root -}}
 - {name: home, mountPath: /var/lib/medhelm}
 - {name: audit, mountPath: /var/lib/medhelm-audit}
 - {name: config, mountPath: /etc/medhelm/appliance.yaml, subPath: appliance.yaml, readOnly: true}
 - {name: vllm-api-key, mountPath: /etc/medhelm/vllm, readOnly: true}
 - {name: tmp, mountPath: /tmp}
 {{- if ne .Values.keys.mode "home" }}
-- {name: keys, mountPath: /run/medhelm/keys, readOnly: true}
+- {name: keys, mountPath: /run/medhelm/keys, readOnly: {{ not $keysWritable }}}
+{{- end }}
 {{- end }}
 {{- end -}}

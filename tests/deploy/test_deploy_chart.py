@@ -310,6 +310,23 @@ def test_copy_keys_script_makes_owner_only_copies(rendered, tmp_path):
     assert proc.returncode != 0 and "store-data.key missing" in proc.stderr
 
 
+def test_toolbox_can_rotate_keys_but_is_off_by_default(rendered):
+    assert not [d for d in by_kind(rendered("default"), "Deployment")]
+    (toolbox,) = [
+        d for d in by_kind(rendered("existing-secret"), "Deployment") if d["metadata"]["name"].endswith("-toolbox")
+    ]
+    assert toolbox["spec"]["strategy"] == {"type": "Recreate"}
+    spec = pod_spec(toolbox)
+    assert spec["restartPolicy"] == "Always"
+    (c,) = spec["containers"]
+    assert c["command"] == ["sleep", "infinity"]
+    keys = next(m for m in c["volumeMounts"] if m["mountPath"] == "/run/medhelm/keys")
+    assert keys["readOnly"] is False  # `keys rotate` writes the new data key here (deploy/RUNBOOK.md)
+    assert env_map(c)["MEDHELM_ACTOR"] == "operator"
+    runner_keys = next(m for m in _runner(rendered("existing-secret"))[2]["volumeMounts"] if m["name"] == "keys")
+    assert runner_keys["readOnly"] is True
+
+
 @pytest.mark.parametrize(
     "values, message",
     [
