@@ -33,7 +33,7 @@ sha256sum -c --strict --quiet "$manifest" || fail "checksum mismatch or missing 
 # Files present but not listed: a weights directory must hold only what the manifest names.
 manifest_name=""
 case "$manifest" in "$dir"/*) manifest_name="${manifest#"$dir"/}" ;; esac
-sed -E 's/^[0-9a-fA-F]{64} [ *]//' "$manifest" | LC_ALL=C sort -u > "$work/listed"
+sed -E 's/^[0-9a-fA-F]{64} [ *]//; s|^\./||' "$manifest" | LC_ALL=C sort -u > "$work/listed"
 find . -type f | sed 's|^\./||' | grep -Fxv -e "$manifest_name" | LC_ALL=C sort -u > "$work/present" || true
 LC_ALL=C comm -23 "$work/present" "$work/listed" > "$work/unlisted"
 if [ -s "$work/unlisted" ]; then

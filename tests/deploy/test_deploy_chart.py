@@ -527,6 +527,26 @@ def test_weights_check_accepts_matching_weights(tmp_path):
     assert "OK" in proc.stdout
 
 
+def test_weights_check_accepts_a_find_generated_manifest(tmp_path):
+    """The manifest AIRGAP.md tells operators to generate (paths with a leading ./) is accepted."""
+    d = _weights(tmp_path)
+    (d / "SHA256SUMS").unlink()
+    sums = subprocess.run(
+        "find . -type f ! -name SHA256SUMS -print0 | sort -z | xargs -0 sha256sum",
+        shell=True,
+        cwd=d,
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout
+    assert "./sub/config.json" in sums
+    (d / "SHA256SUMS").write_text(sums)
+    proc = _verify(d)
+    assert proc.returncode == 0, proc.stderr
+    (d / "extra.bin").write_bytes(b"x")
+    assert _verify(d).returncode != 0
+
+
 @pytest.mark.parametrize(
     "damage",
     ["tampered", "missing-file", "unlisted-file", "no-manifest", "empty-manifest", "malformed-manifest", "dotdot-path"],
