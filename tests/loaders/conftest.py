@@ -5,17 +5,6 @@ from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-PUBLIC = (REPO / ".." / "shared" / "data" / "public").resolve()
-SAMPLES = REPO / "medhelm_local" / "data" / "samples"
-
-
-@pytest.fixture(scope="session")
-def public_data() -> Path:
-    if not PUBLIC.is_dir():
-        pytest.skip(f"shared public data not found at {PUBLIC}")
-    return PUBLIC
-
 
 @pytest.fixture(scope="session")
 def eunomia_db(tmp_path_factory: pytest.TempPathFactory) -> Path:
