@@ -18,7 +18,14 @@ from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import BadInputError, ExtractError
 from medhelm_local.loaders.base import LoadResult, register_loader
 from medhelm_local.loaders.io import Row, Table, read_table_file
-from medhelm_local.loaders.records import RecordMapping, as_text, build_instances, check_columns, is_blank
+from medhelm_local.loaders.records import (
+    RecordMapping,
+    as_text,
+    build_instances,
+    check_columns,
+    check_option_keys,
+    is_blank,
+)
 from medhelm_local.loaders.timeline import keep_recent_text
 
 TASKS = {
@@ -52,6 +59,7 @@ def _read(file: Path, columns: list[str]) -> list[Row]:
 
 @register_loader("dischargeme_csv")
 def load_dischargeme(spec: BenchmarkSpec, path: Path) -> LoadResult:
+    check_option_keys(spec, {"targets", "max_context_tokens"})
     folder = path if path.is_dir() else path.parent
     targets = list(spec.loader_options.get("targets") or TASKS)
     unknown = [t for t in targets if t not in TASKS]

@@ -14,7 +14,7 @@ from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import ExtractError
 from medhelm_local.loaders.base import LoadResult, register_loader
 from medhelm_local.loaders.io import Table, parse_json, read_text
-from medhelm_local.loaders.records import LETTERS, RecordMapping, build_instances
+from medhelm_local.loaders.records import LETTERS, RecordMapping, build_instances, check_option_keys
 from medhelm_local.loaders.tabular import data_files
 
 MAPPING = RecordMapping(
@@ -74,6 +74,7 @@ def _rows(file: Path) -> list[dict[str, Any]]:
 
 @register_loader("headqa_json")
 def load_headqa(spec: BenchmarkSpec, path: Path) -> LoadResult:
+    check_option_keys(spec, set())
     table = Table(files=[])
     for file in data_files(path, "*.json"):
         rows = _rows(file)

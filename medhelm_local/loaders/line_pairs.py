@@ -16,7 +16,7 @@ from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import ExtractError
 from medhelm_local.loaders.base import LoadResult, register_loader
 from medhelm_local.loaders.io import Row, Table, read_text
-from medhelm_local.loaders.records import RecordMapping, build_instances
+from medhelm_local.loaders.records import RecordMapping, build_instances, check_option_keys
 
 
 def _key(file: Path, keyword: str) -> str:
@@ -33,6 +33,7 @@ def _lines(text: str) -> list[str]:
 
 @register_loader("line_pairs")
 def load_line_pairs(spec: BenchmarkSpec, path: Path) -> LoadResult:
+    check_option_keys(spec, {"source_glob", "target_glob", "source_field"})
     options = spec.loader_options
     source_glob = str(options.get("source_glob", "*findings*"))
     target_glob = str(options.get("target_glob", "*impression*"))

@@ -19,13 +19,24 @@ from medhelm_local.errors import ExtractError
 from medhelm_local.loaders.base import LoadResult, register_loader
 from medhelm_local.loaders.io import Row, Table, read_table_file, read_text
 from medhelm_local.loaders.mediqa import parse_xml
-from medhelm_local.loaders.records import RecordMapping, as_text, build_instances, check_columns, is_blank
+from medhelm_local.loaders.records import (
+    RecordMapping,
+    as_text,
+    build_instances,
+    check_columns,
+    check_option_keys,
+    is_blank,
+)
 from medhelm_local.loaders.tabular import data_files
 from medhelm_local.loaders.timeline import keep_recent_text
 
 
 @register_loader("medalign_tsv")
 def load_medalign(spec: BenchmarkSpec, path: Path) -> LoadResult:
+    check_option_keys(
+        spec,
+        {"glob", "id_column", "instruction_column", "reference_column", "ehr_column", "ehr_dir", "max_context_tokens"},
+    )
     options = spec.loader_options
     id_column = str(options.get("id_column", "instruction_id"))
     instruction = str(options.get("instruction_column", "question"))

@@ -17,7 +17,7 @@ from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import ExtractError
 from medhelm_local.loaders.base import LoadResult, register_loader
 from medhelm_local.loaders.io import Table, read_text
-from medhelm_local.loaders.records import RecordMapping, build_instances
+from medhelm_local.loaders.records import RecordMapping, build_instances, check_option_keys
 from medhelm_local.loaders.tabular import data_files
 
 MAPPING = RecordMapping(
@@ -59,6 +59,7 @@ def _rows(file: Path, table: Table) -> None:
 
 @register_loader("mediqa_xml")
 def load_mediqa(spec: BenchmarkSpec, path: Path) -> LoadResult:
+    check_option_keys(spec, set())
     table = Table(files=[])
     for file in data_files(path, "*.xml"):
         _rows(file, table)

@@ -28,7 +28,7 @@ from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import ExtractError
 from medhelm_local.loaders.base import LoadResult, register_loader
 from medhelm_local.loaders.io import Row, Table
-from medhelm_local.loaders.records import RecordMapping, build_instances
+from medhelm_local.loaders.records import RecordMapping, build_instances, check_option_keys
 from medhelm_local.loaders.timeline import keep_recent_lines
 
 MAPPING = RecordMapping(
@@ -104,6 +104,7 @@ def _event_line(time: Any, code: str, description: str | None, numeric: Any, tex
 
 @register_loader("ehrshot_meds")
 def load_meds(spec: BenchmarkSpec, path: Path) -> LoadResult:
+    check_option_keys(spec, {"split", "tasks", "task_questions", "max_context_tokens", "max_events"})
     options = spec.loader_options
     root = path if path.is_dir() else path.parent
     split = options.get("split", "held_out")

@@ -16,7 +16,7 @@ from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import BadInputError, ExtractError
 from medhelm_local.loaders.base import LoadResult, register_loader
 from medhelm_local.loaders.io import Row, Table, read_text
-from medhelm_local.loaders.records import RecordMapping, build_instances
+from medhelm_local.loaders.records import RecordMapping, build_instances, check_option_keys
 
 DEFAULT_SECTIONS = ("PLAN", "SUMMARY", "FINDINGS")
 # A heading: an upper-case label at the start of a line, then a colon (MTSamples writes "PLAN:" or "PLAN:,").
@@ -57,6 +57,7 @@ def extract_reference(text: str, wanted: list[str]) -> tuple[str, str, str] | No
 
 @register_loader("mtsamples_txt")
 def load_mtsamples(spec: BenchmarkSpec, path: Path) -> LoadResult:
+    check_option_keys(spec, {"sections"})
     wanted = list(spec.loader_options.get("sections") or DEFAULT_SECTIONS)
     if not all(isinstance(s, str) and s.strip() for s in wanted):
         raise BadInputError(f"benchmark {spec.id}: loader option sections must be a list of section names")

@@ -15,7 +15,7 @@ from medhelm_local.errors import ExtractError
 from medhelm_local.loaders.base import LoadResult, register_loader
 from medhelm_local.loaders.io import Row, Table
 from medhelm_local.loaders.mediqa import parse_xml
-from medhelm_local.loaders.records import RecordMapping, build_instances
+from medhelm_local.loaders.records import RecordMapping, build_instances, check_option_keys
 from medhelm_local.loaders.tabular import data_files
 from medhelm_local.loaders.timeline import keep_recent_text
 
@@ -47,6 +47,7 @@ MAPPING = RecordMapping(
 
 @register_loader("n2c2_xml")
 def load_n2c2(spec: BenchmarkSpec, path: Path) -> LoadResult:
+    check_option_keys(spec, {"max_context_tokens"})
     budget = int(spec.loader_options.get("max_context_tokens", 12000))
     table = Table(files=[])
     for file in data_files(path, "*.xml"):

@@ -26,7 +26,7 @@ from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import BadInputError, ExtractError
 from medhelm_local.loaders.base import LoadResult, register_loader
 from medhelm_local.loaders.io import Row, Table
-from medhelm_local.loaders.records import RecordMapping, as_text, build_instances
+from medhelm_local.loaders.records import RecordMapping, as_text, build_instances, check_option_keys
 from medhelm_local.loaders.timeline import keep_recent_lines
 
 # domain -> (table, date column, concept column, event label, value expression)
@@ -70,6 +70,7 @@ def _tables(con: duckdb.DuckDBPyConnection, schema: str) -> set[str]:
 
 @register_loader("omop_cdm")
 def load_omop(spec: BenchmarkSpec, path: Path) -> LoadResult:
+    check_option_keys(spec, {"cohort_sql", "question", "domains", "max_context_tokens", "max_events", "schema"})
     options = spec.loader_options
     cohort_sql = options.get("cohort_sql")
     question = options.get("question")

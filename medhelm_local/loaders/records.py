@@ -104,6 +104,17 @@ def parse_mapping(spec: BenchmarkSpec, options: dict[str, Any]) -> RecordMapping
         raise BadInputError(f"benchmark {spec.id}: invalid loader_options ({problems})") from None
 
 
+def check_option_keys(spec: BenchmarkSpec, allowed: set[str]) -> None:
+    """Reject loader options a loader does not know (a typo would otherwise be silently ignored)."""
+    unknown = sorted(set(spec.loader_options) - allowed)
+    if unknown:
+        known = ", ".join(sorted(allowed)) or "none"
+        raise BadInputError(
+            f"benchmark {spec.id}: unknown loader_options {unknown} for input format "
+            f"{spec.input_format!r} (known: {known})"
+        )
+
+
 def is_blank(value: Any) -> bool:
     if value is None:
         return True

@@ -186,3 +186,9 @@ def test_unknown_loader_option_is_reported(tmp_path: Path) -> None:
 def test_missing_path() -> None:
     with pytest.raises(BadInputError, match="no such file"):
         load_dataset(_hospice(), Path("/nonexistent/extract.csv"))
+
+
+def test_unknown_option_of_a_native_loader_is_reported(tmp_path: Path) -> None:
+    spec = spec_with("n2c2_ct", loader_options={"max_context_token": 10})
+    with pytest.raises(BadInputError, match=r"unknown loader_options \['max_context_token'\]"):
+        load_dataset(spec, tmp_path)
