@@ -1,23 +1,21 @@
-"""``run``: evaluate a model on benchmarks; every response is committed as it arrives."""
+"""``run``: evaluate a model on benchmarks; every response is committed as it arrives.
+
+The same command after a crash resumes the unfinished run with the same plan; ``--resume RUN_ID`` and
+``--retry-errors RUN_ID`` name a run; ``--shard I/N`` runs one slice of a run split across pods.
+"""
 
 from __future__ import annotations
 
-import asyncio
+from typing import Any
 
 import typer
 
-from medhelm_local.analysis.aggregate import benchmark_score
-from medhelm_local.audit import audit_event
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import AppContext, app_context
 from medhelm_local.errors import BadInputError
-from medhelm_local.inference.backends import open_client
 from medhelm_local.records import BenchmarkScore
-from medhelm_local.runner.execute import execute_run
-from medhelm_local.runner.plan import plan_run
-from medhelm_local.runner.progress import RunProgress
-from medhelm_local.scoring.engine import score_benchmark
-from medhelm_local.store import Store
+from medhelm_local.runner.plan import ORDER_MODES, parse_shard
+from medhelm_local.runner.session import RunOptions, RunOutcome, evaluate
 from medhelm_local.store.store import RunInfo
 
 
@@ -33,46 +31,13 @@ def parse_benchmarks(value: str) -> list[str]:
 
 
 def run_evaluation(app_ctx: AppContext, model: str, benchmarks: list[str], *, max_instances: int | None,
-                   seed: int | None, concurrency: int | None, show_progress: bool = True) -> tuple[RunInfo,
-                                                                                                  list[BenchmarkScore]]:
-    """Plan, execute, score. Shared by ``run`` and ``demo``."""
-    home = app_ctx.home
-    config = home.config
-    endpoint = config.model(model)
-    seed = config.runner.seed if seed is None else seed
-    concurrency = min(concurrency or config.runner.max_concurrency, config.runner.max_concurrency)
-    with Store.open(home) as store:
-        run = plan_run(store, endpoint, benchmarks, max_instances=max_instances, seed=seed)
-        audit_event(home, app_ctx.actor, "run.start", role="informatics", run_id=run.run_id, model=model,
-                    endpoints=endpoint.base_urls or ["embedded:127.0.0.1"], datasets=run.manifest["datasets"])
-        store.set_run_status(run.run_id, "running")
-        try:
-            with RunProgress(run.run_id, enabled=show_progress) as progress:
-                asyncio.run(_execute(app_ctx, store, run, endpoint.name, concurrency, progress))
-            results = []
-            for benchmark in benchmarks:
-                score_benchmark(store, run.run_id, benchmark, config=config)
-                results.append(benchmark_score(store, run.run_id, model, benchmark))
-        except BaseException as exc:
-            store.set_run_status(run.run_id, "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
-            audit_event(home, app_ctx.actor, "run.finish", outcome="failure", role="informatics",
-                        run_id=run.run_id, error_type=type(exc).__name__)
-            raise
-        store.set_run_status(run.run_id, "finished", finished=True)
-        failed = sum(r.n_failed for r in results)
-        audit_event(home, app_ctx.actor, "run.finish", role="informatics", run_id=run.run_id, model=model,
-                    scored=sum(r.n for r in results), failed=failed)
-        finished = store.get_run(run.run_id)
-        assert finished is not None
-        return finished, results
-
-
-async def _execute(app_ctx: AppContext, store: Store, run: RunInfo, model: str, concurrency: int,
-                   progress: RunProgress) -> None:
-    config = app_ctx.home.config
-    async with open_client(config, config.model(model), max_connections=concurrency) as client:
-        await execute_run(store, client, run, concurrency=concurrency, max_retries=config.runner.max_retries,
-                          progress=progress)
+                   seed: int | None, concurrency: int | None, show_progress: bool = True, order: str = "prefix",
+                   new_run: bool = True) -> tuple[RunInfo, list[BenchmarkScore]]:
+    """Plan, execute, score. Shared by ``run`` and ``demo`` (which always starts a new run)."""
+    outcome = evaluate(app_ctx, RunOptions(model=model, benchmarks=benchmarks, max_instances=max_instances, seed=seed,
+                                           concurrency=concurrency, show_progress=show_progress, order=order,
+                                           new_run=new_run))
+    return outcome.run, outcome.results
 
 
 def results_payload(run: RunInfo, results: list[BenchmarkScore]) -> dict[str, object]:
@@ -80,6 +45,22 @@ def results_payload(run: RunInfo, results: list[BenchmarkScore]) -> dict[str, ob
         "run_id": run.run_id, "model": run.model, "status": run.status,
         "results": [r.model_dump() for r in results],
     }
+
+
+def outcome_payload(outcome: RunOutcome) -> dict[str, Any]:
+    payload: dict[str, Any] = results_payload(outcome.run, outcome.results)
+    report = outcome.report
+    payload.update({
+        "mode": outcome.mode, "shard": outcome.shard, "complete": outcome.complete, "merged": outcome.merged,
+        "errors": outcome.errors,
+        "session": None if report is None else {
+            "session_id": report.session_id, "sent": report.sent, "ok": report.ok, "errors": report.errors,
+            "prompt_tokens": report.prompt_tokens, "completion_tokens": report.completion_tokens,
+            "wall_s": round(report.wall_s, 3), "peak_concurrency": report.peak_concurrency,
+            "endpoints": report.endpoints,
+        },
+    })
+    return payload
 
 
 def print_results(run: RunInfo, results: list[BenchmarkScore]) -> None:
@@ -90,21 +71,61 @@ def print_results(run: RunInfo, results: list[BenchmarkScore]) -> None:
         info(f"{failed} request(s) failed after retries; they are recorded and excluded from the scores")
 
 
+def print_outcome(outcome: RunOutcome) -> None:
+    if outcome.results:
+        print_results(outcome.run, outcome.results)
+    report = outcome.report
+    if report is not None:
+        info(f"session {report.session_id}: sent {report.sent} ({report.ok} ok, {report.errors} failed) in "
+             f"{report.wall_s:.1f}s, peak concurrency {report.peak_concurrency}, "
+             f"{report.prompt_tokens} prompt + {report.completion_tokens} completion tokens")
+    for benchmark, categories in outcome.errors.items():
+        detail = ", ".join(f"{c}: {n}" for c, n in categories.items())
+        info(f"{benchmark}: recorded failures ({detail}); `medhelm-local run --retry-errors {outcome.run.run_id}` "
+             "re-sends only those")
+    if outcome.shard is not None and not outcome.complete:
+        info(f"shard {outcome.shard} merged {outcome.merged} outcome(s) into run {outcome.run.run_id}; the run "
+             "finishes when its last shard merges")
+
+
 def run(
     ctx: typer.Context,
-    model: str = typer.Option(..., "--model", help="Configured model name (see `models list`)."),
-    benchmarks: str = typer.Option(..., "--benchmarks", help="Comma-separated benchmark ids."),
+    model: str | None = typer.Option(None, "--model", help="Configured model name (see `models list`)."),
+    benchmarks: str | None = typer.Option(None, "--benchmarks", help="Comma-separated benchmark ids."),
     max_instances: int | None = typer.Option(None, "--max-instances", min=1,
                                              help="Stratified deterministic sample size per benchmark."),
     seed: int | None = typer.Option(None, "--seed", help="Sampling and decoding seed [default: config]."),
-    concurrency: int | None = typer.Option(None, "--concurrency", min=1, help="Max requests in flight."),
+    concurrency: int | None = typer.Option(None, "--concurrency", min=1,
+                                           help="Cap on requests in flight (adaptive below it) [default: config]."),
+    resume: str | None = typer.Option(None, "--resume", help="Resume this run: send only what is missing."),
+    retry_errors: str | None = typer.Option(None, "--retry-errors", help="Re-send only the failed requests of "
+                                            "this run; each new outcome replaces the error atomically."),
+    run_id: str | None = typer.Option(None, "--run-id", help="Run id to create or resume (all shards share it)."),
+    shard: str | None = typer.Option(None, "--shard", help="I/N: run slice I of N (Kubernetes Indexed Job); "
+                                     "shards merge into one run."),
+    new_run: bool = typer.Option(False, "--new-run", help="Start a new run even if an unfinished one has the "
+                                 "same plan (default: resume it)."),
+    order: str = typer.Option("prefix", "--order", help=f"Send order: {', '.join(ORDER_MODES)} (prefix groups "
+                              "requests sharing a prefix, for the server's prefix cache)."),
+    request_timeout: float | None = typer.Option(None, "--request-timeout", min=0.1,
+                                                 help="Seconds per request attempt [default: model's timeout_s]."),
+    max_retries: int | None = typer.Option(None, "--max-retries", min=0, max=20,
+                                           help="Retries per request [default: config]."),
+    skip_scoring: bool = typer.Option(False, "--skip-scoring", help="Only run inference; score later with "
+                                      "`medhelm-local score`."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Evaluate MODEL on BENCHMARKS and score the results."""
     app_ctx = app_context(ctx)
-    run_info, results = run_evaluation(app_ctx, model, parse_benchmarks(benchmarks), max_instances=max_instances,
-                                       seed=seed, concurrency=concurrency, show_progress=not as_json)
+    options = RunOptions(
+        model=model, benchmarks=parse_benchmarks(benchmarks) if benchmarks is not None else None,
+        max_instances=max_instances, seed=seed, concurrency=concurrency, order=order, resume=resume,
+        retry_errors=retry_errors, run_id=run_id, shard=parse_shard(shard) if shard else None, new_run=new_run,
+        request_timeout_s=request_timeout, max_retries=max_retries, score=not skip_scoring,
+        show_progress=not as_json,
+    )
+    outcome = evaluate(app_ctx, options)
     if as_json:
-        emit_json(results_payload(run_info, results))
+        emit_json(outcome_payload(outcome))
     else:
-        print_results(run_info, results)
+        print_outcome(outcome)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from importlib import metadata
+from typing import Any
 
 from medhelm_local.errors import ConfigError
 from medhelm_local.home.config import ApplianceConfig, BackendKind, ModelEndpoint
@@ -28,23 +30,53 @@ def resolve_api_key(endpoint: ModelEndpoint) -> str | None:
     return None
 
 
+def server_root(base_url: str) -> str:
+    """``http://host:8000/v1`` -> ``http://host:8000`` (vLLM serves ``/health`` and ``/version`` at the root)."""
+    return base_url[: -len("/v1")] if base_url.endswith("/v1") else base_url
+
+
+async def describe_servers(client: ChatClient, endpoint: ModelEndpoint) -> list[dict[str, Any]]:
+    """What each replica says about itself: served model ids (``/v1/models``) and version (``/version``)."""
+    servers = []
+    for url in client.base_urls:
+        models = await client.get_json(url, "/models")
+        ids = sorted(str(m.get("id")) for m in (models or {}).get("data", []) if isinstance(m, dict))
+        version: str | None = None
+        if endpoint.kind == BackendKind.EMBEDDED:
+            version = _package_version("llama-cpp-python", "llama-cpp")
+        else:
+            info = await client.get_json(server_root(url), "/version")
+            if isinstance(info, dict) and info.get("version") is not None:
+                version = str(info["version"])
+        servers.append({"url": url if endpoint.kind != BackendKind.EMBEDDED else "embedded:127.0.0.1",
+                        "version": version, "models": ids, "reachable": models is not None})
+    return servers
+
+
+def _package_version(dist: str, label: str) -> str | None:
+    try:
+        return f"{label} {metadata.version(dist)}"
+    except metadata.PackageNotFoundError:
+        return None
+
+
 @asynccontextmanager
 async def open_client(
-    config: ApplianceConfig, endpoint: ModelEndpoint, *, max_connections: int = 256
+    config: ApplianceConfig, endpoint: ModelEndpoint, *, max_connections: int = 256, timeout_s: float | None = None
 ) -> AsyncIterator[ChatClient]:
     """Yield a client for ``endpoint``; an embedded model's server lives exactly as long as the client."""
     if endpoint.kind == BackendKind.EMBEDDED:
         with EmbeddedServer(n_ctx=endpoint.context_length) as server:
             client = ChatClient(
                 [server.base_url], EMBEDDED_SERVED_MODEL, ["http://127.0.0.1"], api_key=server.api_key,
-                timeout_s=endpoint.timeout_s, max_connections=max_connections,
+                timeout_s=timeout_s or endpoint.timeout_s, max_connections=max_connections,
             )
             async with client:
                 yield client
         return
     client = ChatClient(
         endpoint.base_urls, endpoint.model_id, config.allowlist, api_key=resolve_api_key(endpoint),
-        timeout_s=endpoint.timeout_s, max_connections=max_connections,
+        timeout_s=timeout_s or endpoint.timeout_s, max_connections=max_connections,
     )
     async with client:
         yield client

@@ -10,9 +10,9 @@ import asyncio
 import json
 import random
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import httpx
 
@@ -20,6 +20,16 @@ from medhelm_local.inference.egress import check_egress
 from medhelm_local.records import InferenceRequest, InferenceResult
 
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+# Failures that say "this replica is unreachable or wedged", as opposed to "this request went wrong".
+ENDPOINT_FAILURES = frozenset({"connect_error", "connection_dropped", "timeout", "http_502", "http_503", "http_504"})
+
+
+class AttemptGate(Protocol):
+    """Admits each attempt (e.g. the runner's adaptive concurrency limiter) and learns from its outcome."""
+
+    async def acquire(self) -> None: ...
+
+    def release(self, category: str | None) -> None: ...
 
 
 class RequestFailed(Exception):
@@ -75,8 +85,93 @@ def parse_completion(payload: bytes) -> Completion:
         raise RequestFailed("invalid_json", retryable=True) from None
 
 
+@dataclass
+class EndpointHealth:
+    url: str
+    in_flight: int = 0
+    attempts: int = 0
+    ok: int = 0
+    failures: int = 0
+    consecutive_failures: int = 0
+    times_down: int = 0
+    down_until: float = 0.0
+    failure_categories: dict[str, int] = field(default_factory=dict)
+
+    def summary(self) -> dict[str, Any]:
+        return {"url": self.url, "attempts": self.attempts, "ok": self.ok, "failures": self.failures,
+                "times_marked_down": self.times_down, "failure_categories": dict(self.failure_categories)}
+
+
+class EndpointPool:
+    """Balances attempts over a model's replicas: least in flight first; a failing replica is avoided.
+
+    After ``failure_threshold`` consecutive endpoint failures a replica is marked down for a cooldown that doubles
+    each time (up to ``max_cooldown_s``); after it, the next attempt probes it again. With a single replica there
+    is nowhere else to go, so only the request's own backoff applies.
+    """
+
+    def __init__(self, urls: Sequence[str], *, failure_threshold: int = 3, base_cooldown_s: float = 1.0,
+                 max_cooldown_s: float = 30.0, clock: Callable[[], float] = time.monotonic) -> None:
+        if not urls:
+            raise ValueError("at least one base URL")
+        self.endpoints = [EndpointHealth(u) for u in urls]
+        self.failure_threshold = failure_threshold
+        self.base_cooldown_s = base_cooldown_s
+        self.max_cooldown_s = max_cooldown_s
+        self._clock = clock
+        self._turn = 0
+
+    def _get(self, url: str) -> EndpointHealth:
+        for endpoint in self.endpoints:
+            if endpoint.url == url:
+                return endpoint
+        raise KeyError(url)
+
+    def choose(self) -> tuple[str, float]:
+        """The replica to use and how long to wait before using it (0 unless every replica is down)."""
+        now = self._clock()
+        self._turn += 1
+        n = len(self.endpoints)
+        rotated = [self.endpoints[(self._turn + i) % n] for i in range(n)]
+        up = [e for e in rotated if e.down_until <= now]
+        if up:
+            chosen = min(up, key=lambda e: e.in_flight)
+            return chosen.url, 0.0
+        soonest = min(rotated, key=lambda e: e.down_until)
+        return soonest.url, soonest.down_until - now
+
+    async def acquire(self) -> str:
+        url, wait_s = self.choose()
+        if wait_s > 0:
+            await asyncio.sleep(wait_s)
+        self._get(url).in_flight += 1
+        return url
+
+    def release(self, url: str, category: str | None) -> None:
+        endpoint = self._get(url)
+        endpoint.in_flight -= 1
+        endpoint.attempts += 1
+        if category is None:
+            endpoint.ok += 1
+            endpoint.consecutive_failures = 0
+            return
+        endpoint.failures += 1
+        endpoint.failure_categories[category] = endpoint.failure_categories.get(category, 0) + 1
+        if category not in ENDPOINT_FAILURES or len(self.endpoints) == 1:
+            return
+        endpoint.consecutive_failures += 1
+        if endpoint.consecutive_failures >= self.failure_threshold:
+            cooldown = min(self.max_cooldown_s, self.base_cooldown_s * 2 ** endpoint.times_down)
+            endpoint.times_down += 1
+            endpoint.consecutive_failures = 0
+            endpoint.down_until = self._clock() + cooldown
+
+    def summaries(self) -> list[dict[str, Any]]:
+        return [e.summary() for e in self.endpoints]
+
+
 class ChatClient:
-    """Sends chat completions to one model served at one or more allowlisted base URLs."""
+    """Sends chat completions to one model served at one or more allowlisted base URLs (replicas)."""
 
     def __init__(
         self,
@@ -95,6 +190,8 @@ class ChatClient:
         self.base_urls = list(base_urls)
         self.model_id = model_id
         self.allowlist = list(allowlist)
+        self.timeout_s = timeout_s
+        self.pool = EndpointPool(self.base_urls)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._client = httpx.AsyncClient(
             headers=headers,
@@ -103,7 +200,6 @@ class ChatClient:
             trust_env=False,  # never pick up a proxy from the environment: egress is the allowlist's alone
             follow_redirects=False,
         )
-        self._next = 0
 
     async def aclose(self) -> None:
         await self._client.aclose()
@@ -115,9 +211,19 @@ class ChatClient:
         await self.aclose()
 
     def pick_endpoint(self) -> str:
-        url = self.base_urls[self._next % len(self.base_urls)]
-        self._next += 1
-        return url
+        return self.pool.choose()[0]
+
+    async def get_json(self, base_url: str, path: str, *, timeout_s: float = 10.0) -> Any:
+        """GET a small JSON document (``/v1/models``, ``/version``); None when unavailable."""
+        url = f"{base_url}{path}"
+        check_egress(url, self.allowlist)
+        try:
+            response = await self._client.get(url, timeout=timeout_s)
+            if response.status_code != 200:
+                return None
+            return json.loads(response.content)
+        except (httpx.HTTPError, ValueError):
+            return None
 
     async def complete_once(self, request: InferenceRequest, base_url: str | None = None) -> Completion:
         url = f"{base_url or self.pick_endpoint()}/chat/completions"
@@ -139,17 +245,30 @@ class ChatClient:
 
     async def complete(
         self, request: InferenceRequest, *, max_retries: int = 4, backoff_base_s: float = 0.5,
-        backoff_cap_s: float = 30.0,
+        backoff_cap_s: float = 30.0, gate: AttemptGate | None = None, slot_held: bool = False,
     ) -> InferenceResult:
-        """Send with jittered exponential backoff; after the last attempt the error is returned, not raised."""
+        """Send with jittered exponential backoff; after the last attempt the error is returned, not raised.
+
+        ``gate`` admits every attempt (a request waiting out its backoff holds no slot); ``slot_held``: the
+        caller already acquired the gate for the first attempt.
+        """
         started = time.perf_counter()
         attempt = 0
+        holding = slot_held
         while True:
             attempt += 1
-            endpoint = self.pick_endpoint()
+            if gate is not None and not holding:
+                await gate.acquire()
+            holding = False
+            endpoint = await self.pool.acquire()
+            category: str | None = None
             try:
                 completion = await self.complete_once(request, endpoint)
             except RequestFailed as failure:
+                category = failure.category
+                self.pool.release(endpoint, category)
+                if gate is not None:
+                    gate.release(category)
                 if not failure.retryable or attempt > max_retries:
                     return InferenceResult(
                         error=failure.category, latency_s=time.perf_counter() - started, attempts=attempt,
@@ -158,6 +277,14 @@ class ChatClient:
                 delay = min(backoff_cap_s, backoff_base_s * 2 ** (attempt - 1))
                 await asyncio.sleep(random.uniform(0, delay))  # full jitter
                 continue
+            except BaseException:
+                self.pool.release(endpoint, "cancelled")
+                if gate is not None:
+                    gate.release("cancelled")
+                raise
+            self.pool.release(endpoint, None)
+            if gate is not None:
+                gate.release(None)
             return InferenceResult(
                 text=completion.text,
                 prompt_tokens=completion.prompt_tokens,

@@ -1,61 +1,218 @@
 """Sending a run's pending requests and committing each outcome as it arrives (write-through).
 
-Only items without a stored outcome are sent, so re-running the same run after a crash completes it
-without duplicating or losing work.
+* Work streams from the store in pages (keyset paging on the send order), so memory stays flat whatever the
+  run's size; the next page is fetched while the current one is being sent.
+* Each attempt is admitted by the adaptive concurrency limiter; retries back off without holding a slot.
+* Outcomes are committed by one store thread in group commits: a response counts as done only once its
+  transaction has committed. After ``kill -9`` only uncommitted (in-flight) items are sent again, and the
+  primary key on ``responses`` keeps one outcome per item.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+import time
+import uuid
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from medhelm_local.benchmarks.registry import get_spec
 from medhelm_local.inference.client import ChatClient
 from medhelm_local.prompts.build import build_request, request_hash
-from medhelm_local.records import InferenceRequest
+from medhelm_local.records import InferenceRequest, Instance
+from medhelm_local.runner.concurrency import AdaptiveLimiter
 from medhelm_local.runner.progress import RunProgress
+from medhelm_local.store import runs as runs_db
+from medhelm_local.store.runs import Outcome, PendingItem
 from medhelm_local.store.store import RunInfo, Store
 
-BATCH = 256
+T = TypeVar("T")
 
 
-def _pending_requests(store: Store, run: RunInfo, benchmark: str) -> Iterator[InferenceRequest]:
-    spec = get_spec(benchmark)
-    pending = store.pending_items(run.run_id, benchmark)
-    for start in range(0, len(pending), BATCH):
-        chunk = pending[start : start + BATCH]
-        by_fp: dict[str, list[str]] = {}
-        for iid, fp in chunk:
-            by_fp.setdefault(fp, []).append(iid)
-        instances = {}
-        for fp, ids in by_fp.items():
-            instances.update(store.get_instances(benchmark, fp, ids))
-        for iid, _ in chunk:
-            yield build_request(spec, instances[iid], seed=run.seed)
+@dataclass
+class ExecutionSettings:
+    concurrency: int
+    max_retries: int
+    initial_concurrency: int | None = None
+    backoff_base_s: float = 0.5
+    backoff_cap_s: float = 30.0
+    page_size: int = 512
+    commit_batch: int = 512
+    errors_only: bool = False  # `run --retry-errors`: send only items whose stored outcome is an error
 
 
-async def execute_run(store: Store, client: ChatClient, run: RunInfo, *, concurrency: int, max_retries: int,
-                      progress: RunProgress) -> None:
+@dataclass
+class ExecutionReport:
+    session_id: str
+    sent: int = 0
+    ok: int = 0
+    errors: int = 0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    wall_s: float = 0.0
+    peak_concurrency: int = 0
+    final_concurrency: int = 0
+    concurrency_history: list[tuple[float, int, str]] = field(default_factory=list)
+    endpoints: list[dict[str, Any]] = field(default_factory=list)
+
+
+class StoreThread:
+    """Every store call during execution runs on this one thread, in order: DuckDB connections are not
+    shareable across threads, and the event loop must never block on a commit."""
+
+    def __init__(self) -> None:
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="medhelm-store")
+
+    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, lambda: fn(*args, **kwargs))
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=True)
+
+
+class GroupCommitter:
+    """Commits outcomes in small batches as they arrive; ``commit`` returns once the outcome is durable."""
+
+    def __init__(self, db: StoreThread, store: Store, run_id: str, session_id: str, *, replace_errors: bool,
+                 max_batch: int, started: float) -> None:
+        self._db = db
+        self._store = store
+        self._run_id = run_id
+        self._session_id = session_id
+        self._replace = replace_errors
+        self._max_batch = max_batch
+        self._started = started
+        self._queue: list[tuple[Outcome, asyncio.Future[None]]] = []
+        self._wakeup = asyncio.Event()
+        self._closing = False
+        self._task = asyncio.create_task(self._run())
+
+    async def commit(self, outcome: Outcome) -> None:
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._queue.append((outcome, future))
+        self._wakeup.set()
+        await future
+
+    async def _run(self) -> None:
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            while self._queue:
+                batch = self._queue[: self._max_batch]
+                del self._queue[: self._max_batch]
+                wall_s = time.monotonic() - self._started
+                try:
+                    await self._db.call(runs_db.commit_outcomes, self._store, self._run_id, self._session_id,
+                                        wall_s, [o for o, _ in batch], replace_errors=self._replace)
+                except BaseException as exc:
+                    for _, future in batch:
+                        if not future.done():
+                            future.set_exception(exc)
+                    raise
+                for _, future in batch:
+                    if not future.done():
+                        future.set_result(None)
+            if self._closing:
+                return
+
+    async def close(self) -> None:
+        self._closing = True
+        self._wakeup.set()
+        await self._task
+
+
+def _load_page(store: Store, run_id: str, benchmark: str, after_rank: int, limit: int,
+               errors_only: bool) -> list[tuple[PendingItem, Instance]]:
+    page = runs_db.pending_page(store, run_id, benchmark, after_rank=after_rank, limit=limit,
+                                errors_only=errors_only)
+    by_fp: dict[str, list[str]] = {}
+    for item in page:
+        by_fp.setdefault(item.fingerprint, []).append(item.instance_id)
+    instances: dict[str, Instance] = {}
+    for fingerprint, ids in by_fp.items():
+        instances.update(store.get_instances(benchmark, fingerprint, ids))
+    return [(item, instances[item.instance_id]) for item in page]
+
+
+async def execute_run(store: Store, client: ChatClient, run: RunInfo, *, settings: ExecutionSettings,
+                      progress: RunProgress, session_id: str | None = None) -> ExecutionReport:
+    """Send every pending item of ``run`` (or, with ``errors_only``, every failed one) and commit the outcomes."""
+    report = ExecutionReport(session_id=session_id or uuid.uuid4().hex[:12])
     for benchmark in run.benchmarks:
-        total = store.count_items(run.run_id, benchmark)
-        pending = len(store.pending_items(run.run_id, benchmark))
-        progress.add(benchmark, total, total - pending)
-    semaphore = asyncio.Semaphore(concurrency)
+        total, answered, errors = runs_db.item_counts(store, run.run_id, benchmark)
+        if settings.errors_only:
+            progress.add(benchmark, errors, 0)
+        else:
+            progress.add(benchmark, total, answered, errors)
+    limiter = AdaptiveLimiter(settings.concurrency, initial=settings.initial_concurrency)
+    progress.concurrency = limiter.limit
+    db = StoreThread()
+    started = time.monotonic()
+    committer = GroupCommitter(db, store, run.run_id, report.session_id, replace_errors=settings.errors_only,
+                               max_batch=settings.commit_batch, started=started)
+    tasks: set[asyncio.Task[None]] = set()
+    max_alive = 2 * settings.concurrency + 64  # requests backing off hold no slot; bound them anyway
+    room = asyncio.Event()
 
     async def send(request: InferenceRequest) -> None:
-        try:
-            result = await client.complete(request, max_retries=max_retries)
-            store.record_response(run.run_id, request, request_hash(request), result)
-            progress.advance(request.benchmark, error=not result.ok)
-        finally:
-            semaphore.release()
+        result = await client.complete(request, max_retries=settings.max_retries, gate=limiter, slot_held=True,
+                                       backoff_base_s=settings.backoff_base_s, backoff_cap_s=settings.backoff_cap_s)
+        await committer.commit(Outcome(request, request_hash(request), result))
+        report.sent += 1
+        report.ok += int(result.ok)
+        report.errors += int(not result.ok)
+        report.prompt_tokens += result.prompt_tokens or 0
+        report.completion_tokens += result.completion_tokens or 0
+        progress.concurrency = limiter.limit
+        progress.advance(request.benchmark, error=not result.ok, tokens=result.completion_tokens or 0)
 
-    tasks: set[asyncio.Task[None]] = set()
-    for benchmark in run.benchmarks:
-        for request in _pending_requests(store, run, benchmark):
-            await semaphore.acquire()
-            task = asyncio.create_task(send(request))
-            tasks.add(task)
-            task.add_done_callback(tasks.discard)
-    if tasks:
-        await asyncio.gather(*tasks)
+    failures: list[BaseException] = []
+
+    def done(task: asyncio.Task[None]) -> None:
+        tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            failures.append(task.exception())  # type: ignore[arg-type]
+        room.set()
+
+    try:
+        for benchmark in run.benchmarks:
+            spec = get_spec(benchmark)
+            progress.start(benchmark)
+            page = await db.call(_load_page, store, run.run_id, benchmark, -1, settings.page_size,
+                                 settings.errors_only)
+            while page:
+                following = asyncio.ensure_future(db.call(
+                    _load_page, store, run.run_id, benchmark, page[-1][0].send_rank, settings.page_size,
+                    settings.errors_only))
+                for _, instance in page:
+                    request = build_request(spec, instance, seed=run.seed)
+                    while len(tasks) >= max_alive:
+                        room.clear()
+                        await room.wait()
+                    await limiter.acquire()
+                    task = asyncio.create_task(send(request))
+                    tasks.add(task)
+                    task.add_done_callback(done)
+                    if failures:  # a failed commit stops the run at once, not after the last page
+                        raise failures[0]
+                page = await following
+        while tasks:
+            await asyncio.gather(*list(tasks))
+        await committer.close()
+    except BaseException:
+        for task in list(tasks):
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*list(tasks), return_exceptions=True)
+        raise
+    finally:
+        db.close()
+        report.wall_s = time.monotonic() - started
+        report.peak_concurrency = limiter.peak_limit
+        report.final_concurrency = limiter.limit
+        report.concurrency_history = list(limiter.history)
+        report.endpoints = client.pool.summaries()
+    return report

@@ -1,31 +1,88 @@
-"""Planning a run: which instances of which dataset versions, fixed before any request is sent."""
+"""Planning a run: which instances of which dataset versions, in which send order, fixed before any request.
+
+The plan is a pure function of the store's current datasets and the run's parameters, so every shard of a run
+(and every restart of a killed run) computes the same plan and the same ``plan_key``.
+
+Send order: ``prefix`` (default) sorts requests by a chained hash of their leading text blocks, so requests
+that share a long instruction or context prefix go out together and the server's prefix cache hits; ``plan``
+keeps the dataset order; ``shuffle`` is a seeded random order (for comparison).
+"""
 
 from __future__ import annotations
 
+import hashlib
 import secrets
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
-from medhelm_local import __version__
 from medhelm_local.benchmarks.registry import get_spec
 from medhelm_local.benchmarks.sampling import sample_ids
 from medhelm_local.errors import BadInputError
-from medhelm_local.home.config import ModelEndpoint
-from medhelm_local.prompts.build import template_hash
-from medhelm_local.store.store import RunInfo, Store, utcnow
+from medhelm_local.prompts.build import build_request, template_hash
+from medhelm_local.records import InferenceRequest
+from medhelm_local.runner.manifest import canonical_json
+from medhelm_local.store.runs import PlannedItem
+from medhelm_local.store.store import Store
+
+ORDER_MODES = ("prefix", "plan", "shuffle")
+PREFIX_BLOCK_CHARS = 256
+PREFIX_LEVELS = 24
+_CHUNK = 2000
 
 
 def new_run_id() -> str:
     return datetime.now(UTC).strftime("run-%Y%m%dT%H%M%SZ-") + secrets.token_hex(3)
 
 
-def plan_run(store: Store, endpoint: ModelEndpoint, benchmarks: list[str], *, max_instances: int | None,
-             seed: int) -> RunInfo:
+def derived_run_id(plan_key: str) -> str:
+    """The run id every shard of the same plan agrees on without talking to the others."""
+    return f"run-{plan_key[:24]}"
+
+
+@dataclass
+class Plan:
+    benchmarks: list[str]
+    datasets: dict[str, dict[str, Any]]
+    items: list[PlannedItem]
+    plan_key: str
+    order_mode: str
+
+
+def prefix_key(request: InferenceRequest) -> str:
+    """A sortable key: items sharing their first k text blocks share the key's first k segments."""
+    text = "\x1e".join(f"{m.role}\x1f{m.content}" for m in request.messages)
+    digest = hashlib.blake2b(digest_size=6)
+    parts = []
+    for level in range(PREFIX_LEVELS):
+        block = text[level * PREFIX_BLOCK_CHARS:(level + 1) * PREFIX_BLOCK_CHARS]
+        if not block:
+            break
+        digest.update(block.encode())
+        parts.append(digest.copy().hexdigest())
+    return "".join(parts)
+
+
+def _shuffle_key(seed: int, instance_id: str) -> str:
+    return hashlib.sha256(f"shuffle:{seed}:{instance_id}".encode()).hexdigest()
+
+
+def validate_benchmarks(benchmarks: list[str]) -> None:
     if not benchmarks:
         raise BadInputError("--benchmarks: name at least one benchmark")
     if len(set(benchmarks)) != len(benchmarks):
         raise BadInputError("--benchmarks: a benchmark is named twice")
-    items: list[tuple[str, str, str, int]] = []
-    datasets = {}
+    for benchmark in benchmarks:
+        get_spec(benchmark)
+
+
+def compute_plan(store: Store, model: str, benchmarks: list[str], *, max_instances: int | None, seed: int,
+                 order_mode: str = "prefix") -> Plan:
+    validate_benchmarks(benchmarks)
+    if order_mode not in ORDER_MODES:
+        raise BadInputError(f"--order: expected one of {', '.join(ORDER_MODES)}")
+    datasets: dict[str, dict[str, Any]] = {}
+    items: list[PlannedItem] = []
     for benchmark in benchmarks:
         spec = get_spec(benchmark)
         dataset = store.current_dataset(benchmark)
@@ -34,20 +91,51 @@ def plan_run(store: Store, endpoint: ModelEndpoint, benchmarks: list[str], *, ma
                 f"benchmark {benchmark} has no registered dataset; run `medhelm-local datasets register "
                 f"{benchmark} PATH` first"
             )
-        datasets[benchmark] = {"fingerprint": dataset.fingerprint, "template_sha256": template_hash(spec),
-                               "instances": dataset.n_instances}
         chosen = sample_ids(store.instance_labels(benchmark, dataset.fingerprint), max_instances, seed)
-        items.extend((benchmark, iid, dataset.fingerprint, pos) for pos, iid in enumerate(chosen))
-    manifest = {
-        "appliance_version": __version__,
-        "model": {"name": endpoint.name, "kind": endpoint.kind.value, "served_model": endpoint.model_id},
-        "datasets": datasets,
-        "decoding": {"temperature": 0.0, "seed": seed},
-        "max_instances": max_instances,
-    }
-    run = RunInfo(
-        run_id=new_run_id(), model=endpoint.name, benchmarks=benchmarks, created_at=utcnow(), finished_at=None,
-        status="planned", max_instances=max_instances, seed=seed, manifest=manifest,
-    )
-    store.create_run(run, items)
-    return run
+        datasets[benchmark] = {"fingerprint": dataset.fingerprint, "template_sha256": template_hash(spec),
+                               "instances": dataset.n_instances, "planned": len(chosen)}
+        keys: list[str]
+        if order_mode == "prefix":
+            keys = []
+            for start in range(0, len(chosen), _CHUNK):
+                ids = chosen[start:start + _CHUNK]
+                instances = store.get_instances(benchmark, dataset.fingerprint, ids)
+                keys.extend(prefix_key(build_request(spec, instances[i], seed=seed)) for i in ids)
+        elif order_mode == "shuffle":
+            keys = [_shuffle_key(seed, i) for i in chosen]
+        else:
+            keys = [""] * len(chosen)
+        ranked = sorted(range(len(chosen)), key=lambda pos: (keys[pos], pos))
+        base = len(items)
+        rank_of = [0] * len(chosen)
+        for rank, pos in enumerate(ranked):
+            rank_of[pos] = base + rank
+        items.extend(PlannedItem(benchmark, iid, dataset.fingerprint, pos, rank_of[pos])
+                     for pos, iid in enumerate(chosen))
+    key_material = {"model": model, "benchmarks": benchmarks, "seed": seed, "max_instances": max_instances,
+                    "order": order_mode,
+                    "datasets": {b: d["fingerprint"] for b, d in datasets.items()},
+                    "templates": {b: d["template_sha256"] for b, d in datasets.items()}}
+    plan_key = hashlib.sha256(canonical_json(key_material)).hexdigest()
+    return Plan(benchmarks=list(benchmarks), datasets=datasets, items=items, plan_key=plan_key,
+                order_mode=order_mode)
+
+
+def shard_items(items: list[PlannedItem], index: int, count: int) -> list[PlannedItem]:
+    """Shard ``index`` of ``count``: a deterministic, balanced partition of the plan (by send rank)."""
+    # Contiguous slices of the send order keep prefix groups together within a shard.
+    n = len(items)
+    ordered = sorted(items, key=lambda i: i.send_rank)
+    start, stop = n * index // count, n * (index + 1) // count
+    return ordered[start:stop]
+
+
+def parse_shard(value: str) -> tuple[int, int]:
+    try:
+        index_s, count_s = value.split("/")
+        index, count = int(index_s), int(count_s)
+    except ValueError:
+        raise BadInputError(f"--shard: expected I/N (e.g. 0/4), got {value!r}") from None
+    if count < 1 or not 0 <= index < count:
+        raise BadInputError(f"--shard: index must be in 0..N-1 and N >= 1, got {value!r}")
+    return index, count

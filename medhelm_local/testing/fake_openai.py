@@ -1,17 +1,26 @@
 """A fake OpenAI-compatible chat-completions server, served for real by uvicorn on 127.0.0.1.
 
-Behaviour is configurable: a responder function (messages -> text), latency, and injected faults (HTTP 5xx,
-429, timeouts, dropped connections, invalid JSON bodies) at given rates, drawn from a seeded RNG.
+Behaviour is configurable: a responder function (messages -> text), latency, a number of concurrent slots
+(requests beyond it queue, like a GPU server's batch), a prefix cache that rewards shared prompt prefixes
+(uncached prefix blocks cost prefill time; an LRU of block hashes like vLLM's automatic prefix caching), and
+injected faults (HTTP 5xx, 429, timeouts, dropped connections, invalid JSON bodies) at given rates, drawn from
+a seeded RNG. ``python -m medhelm_local.testing.fake_openai`` serves it from the command line (benchmarks, the
+fake ``vllm`` executable of the tests).
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
+import hashlib
 import json
+import os
 import random
 import socket
+import sys
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,6 +37,16 @@ def constant_responder(text: str) -> Responder:
     return lambda _messages: text
 
 
+def hash_responder(choices: tuple[str, ...] = ("yes", "no", "maybe")) -> Responder:
+    """A deterministic answer per prompt: the same request always gets the same text."""
+
+    def respond(messages: list[dict[str, Any]]) -> str:
+        digest = hashlib.sha256(json.dumps(messages, sort_keys=True).encode()).digest()
+        return choices[digest[0] % len(choices)]
+
+    return respond
+
+
 @dataclass
 class Faults:
     http_5xx: float = 0.0
@@ -39,6 +58,39 @@ class Faults:
 
 
 @dataclass
+class PrefixCache:
+    """An LRU of chained prefix-block hashes: a request pays ``per_block_s`` for each leading block not cached."""
+
+    capacity_blocks: int = 0
+    block_chars: int = 256
+    per_block_s: float = 0.0
+    hits: int = 0
+    misses: int = 0
+    _blocks: OrderedDict[bytes, None] = field(default_factory=OrderedDict)
+
+    def cost_s(self, text: str) -> float:
+        if self.capacity_blocks <= 0:
+            return 0.0
+        digest = hashlib.blake2b(digest_size=8)
+        uncached = 0
+        hit_run = True
+        for start in range(0, len(text), self.block_chars):
+            digest.update(text[start:start + self.block_chars].encode())
+            key = digest.copy().digest()
+            if hit_run and key in self._blocks:
+                self._blocks.move_to_end(key)
+                self.hits += 1
+                continue
+            hit_run = False
+            uncached += 1
+            self.misses += 1
+            self._blocks[key] = None
+            if len(self._blocks) > self.capacity_blocks:
+                self._blocks.popitem(last=False)
+        return uncached * self.per_block_s
+
+
+@dataclass
 class FakeOpenAIServer:
     responder: Responder = field(default_factory=lambda: constant_responder("yes"))
     latency_s: float = 0.0
@@ -46,12 +98,18 @@ class FakeOpenAIServer:
     seed: int = 0
     model_id: str = "fake-model"
     api_key: str | None = None
+    slots: int | None = None  # concurrent requests served; more wait in a queue
+    prefix_cache: PrefixCache = field(default_factory=PrefixCache)
+    version: str = "0.0.0-fake"
     requests_seen: int = 0
     completions_sent: int = 0
+    max_in_flight: int = 0
+    in_flight: int = 0
     bodies: list[dict[str, Any]] = field(default_factory=list)
     record_bodies: bool = False
     port: int = 0
     _rng: random.Random = field(init=False)
+    _slots: asyncio.Semaphore | None = field(init=False, default=None)
     _server: uvicorn.Server | None = field(init=False, default=None)
     _thread: threading.Thread | None = field(init=False, default=None)
 
@@ -91,19 +149,47 @@ class FakeOpenAIServer:
         if path == "/health":
             await _respond(send, 200, {})
             return
+        if path == "/version":
+            await _respond(send, 200, {"version": self.version})
+            return
+        if path == "/stats":
+            await _respond(send, 200, self.stats())
+            return
         if path != "/v1/chat/completions" or scope["method"] != "POST":
             await _respond(send, 404, {"error": "not found"})
             return
-        await self._chat(json.loads(body), send)
+        request = json.loads(body)
+        if self.slots is None:
+            await self._chat(request, send)
+            return
+        if self._slots is None:
+            self._slots = asyncio.Semaphore(self.slots)
+        async with self._slots:
+            await self._chat(request, send)
+
+    def stats(self) -> dict[str, Any]:
+        return {"requests_seen": self.requests_seen, "completions_sent": self.completions_sent,
+                "max_in_flight": self.max_in_flight, "prefix_cache_hits": self.prefix_cache.hits,
+                "prefix_cache_misses": self.prefix_cache.misses}
 
     async def _chat(self, request: dict[str, Any], send: Send) -> None:
         self.requests_seen += 1
+        self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
+        try:
+            await self._chat_inner(request, send)
+        finally:
+            self.in_flight -= 1
+
+    async def _chat_inner(self, request: dict[str, Any], send: Send) -> None:
         if self.record_bodies:
             self.bodies.append(request)
         roll = self._rng.random()
         f = self.faults
-        if self.latency_s:
-            await asyncio.sleep(self.latency_s)
+        prompt = "\x1e".join(f"{m.get('role')}\x1f{m.get('content')}" for m in request["messages"])
+        delay = self.latency_s + self.prefix_cache.cost_s(prompt)
+        if delay:
+            await asyncio.sleep(delay)
         edges = [(f.http_5xx, "5xx"), (f.http_429, "429"), (f.timeout, "timeout"), (f.drop, "drop"),
                  (f.invalid_json, "invalid_json")]
         threshold = 0.0
@@ -123,6 +209,9 @@ class FakeOpenAIServer:
             await asyncio.sleep(f.hang_s)
             raise ConnectionResetError("fake timeout")
         if fault == "drop":
+            # Start the response, then die: the client sees the connection close mid-response.
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"application/json"), (b"content-length", b"1000")]})
             raise ConnectionResetError("fake dropped connection")
         if fault == "invalid_json":
             await _send_raw(send, 200, b'{"choices": [{"message": {"content": ')
@@ -139,10 +228,11 @@ class FakeOpenAIServer:
         })
 
     def start(self) -> FakeOpenAIServer:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
-        config = uvicorn.Config(self, host="127.0.0.1", port=self.port, log_level="error", access_log=False,
+        if not self.port:
+            with socket.socket() as sock:
+                sock.bind(("127.0.0.1", 0))
+                self.port = sock.getsockname()[1]
+        config = uvicorn.Config(self, host="127.0.0.1", port=self.port, log_level="critical", access_log=False,
                                 lifespan="on", timeout_keep_alive=30)
         self._server = uvicorn.Server(config)
         self._thread = threading.Thread(target=self._server.run, daemon=True)
@@ -175,3 +265,65 @@ async def _send_raw(send: Send, status: int, body: bytes) -> None:
     await send({"type": "http.response.start", "status": status,
                 "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
     await send({"type": "http.response.body", "body": body})
+
+
+RESPONDERS: dict[str, Callable[[], Responder]] = {
+    "hash": hash_responder,
+    "yes": lambda: constant_responder("yes"),
+}
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Serve a fake in the foreground until SIGTERM/SIGINT; prints ``READY <port>`` once it accepts requests."""
+    parser = argparse.ArgumentParser(prog="fake_openai")
+    parser.add_argument("--port", type=int, default=0)
+    parser.add_argument("--model-id", default="fake-model")
+    parser.add_argument("--api-key-env", default=None, help="require this environment variable's value as key")
+    parser.add_argument("--latency", type=float, default=0.0)
+    parser.add_argument("--slots", type=int, default=None)
+    parser.add_argument("--responder", choices=sorted(RESPONDERS), default="hash")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--version", default="0.0.0-fake")
+    parser.add_argument("--prefix-cache-blocks", type=int, default=0)
+    parser.add_argument("--prefix-block-chars", type=int, default=256)
+    parser.add_argument("--per-block-s", type=float, default=0.0)
+    for name in ("http_5xx", "http_429", "timeout", "drop", "invalid_json"):
+        parser.add_argument(f"--{name.replace('_', '-')}", type=float, default=0.0, dest=name)
+    parser.add_argument("--hang-s", type=float, default=30.0)
+    args = parser.parse_args(argv)
+    api_key = os.environ.get(args.api_key_env) if args.api_key_env else None
+    server = FakeOpenAIServer(
+        responder=RESPONDERS[args.responder](), latency_s=args.latency, seed=args.seed, model_id=args.model_id,
+        api_key=api_key, slots=args.slots, version=args.version,
+        prefix_cache=PrefixCache(args.prefix_cache_blocks, args.prefix_block_chars, args.per_block_s),
+        faults=Faults(http_5xx=args.http_5xx, http_429=args.http_429, timeout=args.timeout, drop=args.drop,
+                      invalid_json=args.invalid_json, hang_s=args.hang_s),
+        port=args.port,
+    )
+    config = uvicorn.Config(server, host="127.0.0.1", port=args.port or _free_port(), log_level="critical",
+                            access_log=False, lifespan="on", timeout_keep_alive=60, backlog=4096)
+    server.port = config.port
+    uv = uvicorn.Server(config)
+
+    async def serve() -> None:
+        task = asyncio.create_task(uv.serve())
+        while not uv.started:
+            if task.done():
+                await task
+                return
+            await asyncio.sleep(0.01)
+        sys.stdout.write(f"READY {server.port}\n")
+        sys.stdout.flush()
+        await task
+
+    asyncio.run(serve())
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,104 @@
+"""``runs``: list and inspect runs, merge the shards of a sharded run, show manifests and costs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import typer
+
+from medhelm_local.analysis.cost import run_cost
+from medhelm_local.commands.run import outcome_payload, print_outcome
+from medhelm_local.console import emit_json, emit_table, info
+from medhelm_local.context import app_context
+from medhelm_local.errors import NotFoundError
+from medhelm_local.runner import shard as sharding
+from medhelm_local.runner.manifest import manifest_sha256
+from medhelm_local.runner.session import merge_run
+from medhelm_local.store import Store
+from medhelm_local.store import runs as runs_db
+from medhelm_local.store.store import RunInfo
+
+NAME = "runs"
+HELP = "List and inspect runs; merge the shards of a sharded run."
+app = typer.Typer(no_args_is_help=True)
+
+
+def _summary(store: Store, run: RunInfo) -> dict[str, Any]:
+    planned = answered = errors = 0
+    for benchmark in run.benchmarks:
+        p, a, e = runs_db.item_counts(store, run.run_id, benchmark)
+        planned, answered, errors = planned + p, answered + a, errors + e
+    return {"run_id": run.run_id, "model": run.model, "benchmarks": run.benchmarks, "status": run.status,
+            "created_at": run.created_at, "finished_at": run.finished_at, "planned": planned, "answered": answered,
+            "errors": errors, "manifest_sha256": manifest_sha256(run.manifest)}
+
+
+def _get(store: Store, run_id: str) -> RunInfo:
+    run = store.get_run(run_id)
+    if run is None:
+        raise NotFoundError(f"run {run_id!r} not found; see `medhelm-local runs list`")
+    return run
+
+
+@app.command("list")
+def list_runs(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")
+              ) -> None:
+    """Every run: status, planned and answered items, recorded errors."""
+    with Store.open(app_context(ctx).home, read_only=True) as store:
+        rows = [_summary(store, r) for r in store.list_runs()]
+    if as_json:
+        emit_json(rows)
+        return
+    emit_table("runs", ["run", "model", "status", "planned", "answered", "errors", "created"],
+               [[r["run_id"], r["model"], r["status"], r["planned"], r["answered"], r["errors"], r["created_at"]]
+                for r in rows])
+
+
+@app.command("show")
+def show(ctx: typer.Context, run_id: str = typer.Argument(..., help="Run id."),
+         as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+    """One run: progress, errors by category, sessions (time, tokens, endpoints) and cost."""
+    app_ctx = app_context(ctx)
+    with Store.open(app_ctx.home, read_only=True) as store:
+        run = _get(store, run_id)
+        payload = _summary(store, run)
+        payload["errors_by_category"] = runs_db.errors_by_category(store, run_id)
+        payload["sessions"] = runs_db.sessions(store, run_id)
+        payload["shard_files_pending"] = [p.name for p in sharding.pending_shard_files(app_ctx.home, run_id)]
+        try:
+            payload["cost"] = run_cost(store, run_id, app_ctx.home.config).model_dump()
+        except NotFoundError:  # the model is no longer configured: no pricing to apply
+            payload["cost"] = None
+    if as_json:
+        emit_json(payload)
+        return
+    emit_table(f"run {run_id}", ["field", "value"],
+               [[k, payload[k]] for k in ("model", "status", "planned", "answered", "errors", "manifest_sha256")])
+    for benchmark, categories in payload["errors_by_category"].items():
+        info(f"{benchmark}: " + ", ".join(f"{c}: {n}" for c, n in categories.items()))
+    cost = payload["cost"]
+    if cost is not None:
+        info(f"tokens {cost['prompt_tokens']} in / {cost['completion_tokens']} out, wall {cost['wall_s']:.1f}s, "
+             f"cost {cost['total'] if cost['total'] is not None else 'unavailable'} ({cost['method']}: {cost['note']})")
+
+
+@app.command("manifest")
+def manifest(ctx: typer.Context, run_id: str = typer.Argument(..., help="Run id.")) -> None:
+    """The run's reproducibility manifest (JSON) and its sha256."""
+    with Store.open(app_context(ctx).home, read_only=True) as store:
+        run = _get(store, run_id)
+    emit_json({"run_id": run_id, "manifest_sha256": manifest_sha256(run.manifest), "manifest": run.manifest})
+
+
+@app.command("merge")
+def merge(ctx: typer.Context, run_id: str = typer.Argument(..., help="Run id of a sharded run."),
+          skip_scoring: bool = typer.Option(False, "--skip-scoring", help="Do not score even if complete."),
+          as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+    """Merge the shard stores left for RUN_ID into the main store; score and finish the run once complete."""
+    outcome = merge_run(app_context(ctx), run_id, score=not skip_scoring)
+    if as_json:
+        emit_json(outcome_payload(outcome))
+        return
+    print_outcome(outcome)
+    info(f"merged {outcome.merged} outcome(s); run {run_id} is {outcome.run.status}"
+         + ("" if outcome.complete else " (items still unanswered: run the missing shards)"))

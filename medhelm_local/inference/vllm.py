@@ -1,0 +1,244 @@
+"""vLLM managed by the appliance: the ``vllm serve`` command, its environment, startup and what it reports.
+
+* Weights come from a local path; nothing is downloaded (``HF_HUB_OFFLINE=1``, ``TRANSFORMERS_OFFLINE=1``) and
+  no usage statistics are sent (``VLLM_NO_USAGE_STATS=1``, ``DO_NOT_TRACK=1``).
+* The API key travels in ``VLLM_API_KEY`` (read by vLLM), never on the command line where ``ps`` shows it.
+* Prompts are not logged. Since vLLM 0.10.1 request logging is off unless ``--enable-log-requests`` is given
+  (``--disable-log-requests`` was deprecated then and later removed); older versions log requests unless
+  ``--disable-log-requests`` is given. The installed vLLM is probed (``vllm --version``) and the right flag, or
+  none, is used; flags that would log prompts or outputs are refused. ``VLLM_LOGGING_LEVEL`` is kept at INFO:
+  recent versions log prompt details at DEBUG.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+from pydantic import BaseModel, ConfigDict, Field
+
+from medhelm_local.errors import BadInputError, ConfigError, MedhelmError
+from medhelm_local.home.config import BackendKind, ModelEndpoint
+from medhelm_local.inference.backends import server_root
+
+OFFLINE_ENV = {
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "HF_DATASETS_OFFLINE": "1",
+    "VLLM_LOGGING_LEVEL": "INFO",
+}
+# Environment that must not reach vLLM: prompt logging switches, and proxies (it never needs the network).
+DROPPED_ENV = ("VLLM_DEBUG_LOG_API_SERVER_REQUEST_PROMPT", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy",
+               "https_proxy", "all_proxy", "VLLM_API_KEY")
+FORBIDDEN_ARGS = ("--enable-log-requests", "--enable-log-outputs", "--api-key")
+LOG_REQUESTS_DEFAULT_OFF = (0, 10, 1)  # vllm-project/vllm#21739
+
+
+class VllmError(MedhelmError):
+    """vLLM could not be started, or did not become healthy."""
+
+
+class VllmSpec(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    weights: Path
+    served_model_name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=1, le=65535)
+    tensor_parallel_size: int = Field(default=1, ge=1, le=64)
+    max_model_len: int | None = Field(default=None, ge=256)
+    gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0)
+    dtype: str | None = None
+    extra_args: list[str] = Field(default_factory=list)
+
+    @property
+    def base_url(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::") else self.host
+        return f"http://{host}:{self.port}/v1"
+
+
+def spec_from_endpoint(endpoint: ModelEndpoint, **overrides: Any) -> VllmSpec:
+    """A ``kind: vllm`` model of appliance.yaml, with ``weights_path``, as a serve spec."""
+    if endpoint.kind != BackendKind.VLLM:
+        raise BadInputError(f"model {endpoint.name} is of kind {endpoint.kind.value}, not vllm")
+    if endpoint.weights_path is None:
+        raise BadInputError(f"model {endpoint.name}: weights_path is required to serve it with vLLM")
+    url = httpx.URL(endpoint.base_urls[0])
+    values: dict[str, Any] = {
+        "weights": endpoint.weights_path, "served_model_name": endpoint.model_id,
+        "host": url.host or "127.0.0.1", "port": url.port or 8000, "max_model_len": endpoint.context_length,
+    }
+    values.update({k: v for k, v in overrides.items() if v is not None})
+    return VllmSpec(**values)
+
+
+def parse_version(text: str) -> tuple[int, int, int] | None:
+    match = re.search(r"(\d+)\.(\d+)(?:\.(\d+))?", text)
+    if not match:
+        return None
+    return int(match.group(1)), int(match.group(2)), int(match.group(3) or 0)
+
+
+def probe_version(executable: str, *, timeout_s: float = 300.0) -> str | None:
+    """``vllm --version`` of the installed vLLM (importing it takes a while), or None."""
+    try:
+        done = subprocess.run([executable, "--version"], capture_output=True, text=True, timeout=timeout_s,
+                              env=serve_env(None), check=False)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    lines = [line.strip() for line in done.stdout.splitlines() if parse_version(line)]
+    return lines[-1] if done.returncode == 0 and lines else None
+
+
+def log_request_flags(version: str | None) -> list[str]:
+    """The flag that keeps prompts out of vLLM's log for this version (none needed since 0.10.1)."""
+    parsed = parse_version(version) if version else None
+    if parsed is not None and parsed < LOG_REQUESTS_DEFAULT_OFF:
+        return ["--disable-log-requests"]
+    return []
+
+
+def build_command(spec: VllmSpec, *, version: str | None, executable: str = "vllm") -> list[str]:
+    for arg in spec.extra_args:
+        if arg.split("=", 1)[0] in FORBIDDEN_ARGS:
+            raise BadInputError(f"extra vLLM argument {arg.split('=', 1)[0]} is refused: it would log prompts or "
+                                "outputs, or put the API key on the command line")
+    command = [
+        executable, "serve", str(spec.weights),
+        "--served-model-name", spec.served_model_name,
+        "--host", spec.host,
+        "--port", str(spec.port),
+        "--tensor-parallel-size", str(spec.tensor_parallel_size),
+        "--gpu-memory-utilization", str(spec.gpu_memory_utilization),
+    ]
+    if spec.max_model_len is not None:
+        command += ["--max-model-len", str(spec.max_model_len)]
+    if spec.dtype:
+        command += ["--dtype", spec.dtype]
+    return command + log_request_flags(version) + list(spec.extra_args)
+
+
+def serve_env(api_key: str | None, base: dict[str, str] | None = None) -> dict[str, str]:
+    env = {k: v for k, v in (os.environ if base is None else base).items() if k not in DROPPED_ENV}
+    env.update(OFFLINE_ENV)
+    if api_key:
+        env["VLLM_API_KEY"] = api_key
+    return env
+
+
+def command_sha256(command: list[str]) -> str:
+    return hashlib.sha256("\0".join(command).encode()).hexdigest()
+
+
+def find_vllm() -> str:
+    path = shutil.which("vllm")
+    if path is None:
+        raise VllmError("vllm is not installed on this host (it runs on GPU hosts: pip install "
+                        "'medhelm-local[vllm]' or use the appliance's GPU image)")
+    return path
+
+
+def check_weights(spec: VllmSpec) -> None:
+    if not spec.weights.exists():
+        raise BadInputError(f"weights path {spec.weights} does not exist (vLLM serves local weights only)")
+
+
+def read_api_key(env_name: str | None, file: Path | None) -> str | None:
+    """The key from an environment variable or a file (a mounted Secret); its value is never printed."""
+    if env_name:
+        value = os.environ.get(env_name)
+        if not value:
+            raise ConfigError(f"--api-key-env: environment variable {env_name} is not set")
+        return value
+    if file is not None:
+        try:
+            value = file.read_text(encoding="utf-8").strip()
+        except OSError:
+            raise ConfigError(f"--api-key-file: cannot read {file}") from None
+        if not value:
+            raise ConfigError(f"--api-key-file: {file} is empty")
+        return value
+    return None
+
+
+class VllmProcess:
+    """A started ``vllm serve``: wait until healthy, read what it reports, stop it."""
+
+    def __init__(self, spec: VllmSpec, command: list[str], env: dict[str, str], api_key: str | None) -> None:
+        self.spec = spec
+        self.command = command
+        self.env = env
+        self.api_key = api_key
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        # vLLM's own output (startup, throughput stats) goes to our stderr: with request logging off it holds
+        # no prompt, and on Kubernetes it belongs in the pod's log.
+        self.proc = subprocess.Popen(self.command, env=self.env, stdin=subprocess.DEVNULL, stdout=2,
+                                     start_new_session=True)
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def wait_healthy(self, timeout_s: float) -> None:
+        assert self.proc is not None
+        root = server_root(self.spec.base_url)
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise VllmError(f"vllm serve exited during startup (exit code {self.proc.returncode}); see its "
+                                "output above")
+            try:
+                if httpx.get(f"{root}/health", timeout=2.0, trust_env=False).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        self.stop()
+        raise VllmError(f"vllm serve did not become healthy within {timeout_s:.0f}s")
+
+    def describe(self) -> dict[str, Any]:
+        root = server_root(self.spec.base_url)
+        version = None
+        models: list[str] = []
+        try:
+            response = httpx.get(f"{root}/version", timeout=10.0, trust_env=False)
+            if response.status_code == 200:
+                version = str(response.json().get("version"))
+            response = httpx.get(f"{self.spec.base_url}/models", headers=self._headers(), timeout=10.0,
+                                 trust_env=False)
+            if response.status_code == 200:
+                models = sorted(str(m.get("id")) for m in response.json().get("data", []))
+        except (httpx.HTTPError, ValueError, AttributeError):
+            pass
+        if models and self.spec.served_model_name not in models:
+            raise ConfigError(f"vLLM serves {models}, not {self.spec.served_model_name!r}")
+        return {"base_url": self.spec.base_url, "version": version, "models": models}
+
+    def wait(self) -> int:
+        assert self.proc is not None
+        return self.proc.wait()
+
+    def stop(self, timeout_s: float = 30.0) -> None:
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        try:
+            os.killpg(proc.pid, signal.SIGTERM)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)

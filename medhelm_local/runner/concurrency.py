@@ -1,0 +1,168 @@
+"""Adaptive concurrency: how many requests may be in flight, learned from the server's throughput.
+
+The limit grows while measured throughput rises (doubling at first, then gentle probes once it plateaus),
+shrinks by half on HTTP 429, and stops growing for a while after 5xx answers and timeouts. ``cap``
+(``--concurrency``) is never exceeded. Throughput is measured in windows of about half a round trip: a window
+closes after ``limit / 2`` successful completions (and at least ``min_window_s``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections import deque
+from collections.abc import Callable
+from enum import StrEnum
+
+
+class Signal(StrEnum):
+    OK = "ok"
+    RATE_LIMITED = "rate_limited"  # HTTP 429
+    OVERLOADED = "overloaded"  # 5xx or timeout: the server struggles; hold, do not grow
+    FAILED = "failed"  # connection errors, invalid bodies: says nothing about load
+
+
+def signal_for(category: str | None) -> Signal:
+    if category is None:
+        return Signal.OK
+    if category == "http_429":
+        return Signal.RATE_LIMITED
+    if category == "timeout" or category.startswith("http_5"):
+        return Signal.OVERLOADED
+    return Signal.FAILED
+
+
+class AdaptiveLimiter:
+    def __init__(self, cap: int, *, initial: int | None = None, min_window_s: float = 0.05,
+                 rise: float = 1.05, clock: Callable[[], float] = time.monotonic) -> None:
+        if cap < 1:
+            raise ValueError("cap must be >= 1")
+        self.cap = cap
+        self.limit = max(1, min(cap, initial if initial is not None else 32))
+        self.in_flight = 0
+        self.min_window_s = min_window_s
+        self.rise = rise
+        self._clock = clock
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._slow_start = True
+        self._hold_windows = 0
+        self._steady_windows = 0
+        self._prev_rate: float | None = None
+        self._prev_limit = self.limit
+        self._last_action = "start"
+        self._window_start = clock()
+        self._window_ok = 0
+        self._saturated = False
+        self._last_decrease = -1e9
+        self.peak_limit = self.limit
+        self.history: deque[tuple[float, int, str]] = deque(maxlen=256)
+        self.history.append((0.0, self.limit, "start"))
+        self._t0 = clock()
+
+    # -- slots -------------------------------------------------------------------------------------------
+
+    async def acquire(self) -> None:
+        if self.in_flight < self.limit and not self._waiters:
+            self._take()
+            return
+        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._waiters.append(future)
+        try:
+            await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():
+                self._release_slot()  # the slot was granted just before the cancellation
+            else:
+                self._waiters.remove(future)
+            raise
+
+    def _take(self) -> None:
+        self.in_flight += 1
+        if self.in_flight >= self.limit:
+            self._saturated = True
+
+    def _release_slot(self) -> None:
+        self.in_flight -= 1
+        self._wake()
+
+    def _wake(self) -> None:
+        while self._waiters and self.in_flight < self.limit:
+            future = self._waiters.popleft()
+            if not future.done():
+                self._take()
+                future.set_result(None)
+
+    def release(self, category: str | None) -> None:
+        """Give the slot back and learn from how the attempt went (``category``: None, or the failure's)."""
+        self._observe(signal_for(category))
+        self._release_slot()
+
+    # -- learning ----------------------------------------------------------------------------------------
+
+    def _set_limit(self, value: int, reason: str) -> None:
+        value = max(1, min(self.cap, value))
+        if value != self.limit:
+            self.limit = value
+            self.peak_limit = max(self.peak_limit, value)
+            self.history.append((round(self._clock() - self._t0, 3), value, reason))
+            self._wake()
+
+    def _observe(self, signal: Signal) -> None:
+        now = self._clock()
+        if signal is Signal.RATE_LIMITED:
+            if now - self._last_decrease > self.min_window_s * 4:
+                self._last_decrease = now
+                self._slow_start = False
+                self._hold_windows = 2
+                self._prev_rate = None
+                self._set_limit(self.limit // 2, "http_429")
+            self._reset_window(now)
+            return
+        if signal is Signal.OVERLOADED:
+            self._hold_windows = max(self._hold_windows, 2)
+            return
+        if signal is Signal.FAILED:
+            return
+        self._window_ok += 1
+        elapsed = now - self._window_start
+        if self._window_ok < max(4, self.limit // 2) or elapsed < self.min_window_s:
+            return
+        rate = self._window_ok / elapsed
+        self._decide(rate)
+        self._reset_window(now)
+
+    def _reset_window(self, now: float) -> None:
+        self._window_start = now
+        self._window_ok = 0
+        self._saturated = self.in_flight >= self.limit
+
+    def _decide(self, rate: float) -> None:
+        prev = self._prev_rate
+        if self._hold_windows > 0:
+            self._hold_windows -= 1
+            self._prev_rate = rate
+            return
+        if not self._saturated:
+            # The runner could not fill the current limit: a higher one would measure nothing.
+            self._prev_rate = rate
+            return
+        if prev is None or rate > prev * self.rise:
+            self._grow(rate)
+            return
+        if self._last_action == "grow" and rate < prev * 0.9:
+            self._set_limit(self._prev_limit, "revert")  # more in flight made it slower
+        self._slow_start = False
+        self._last_action = "hold"
+        self._steady_windows += 1
+        if self._steady_windows >= 8:  # probe now and then: the server's capacity may have changed
+            self._steady_windows = 0
+            self._grow(rate)
+            return
+        self._prev_rate = max(rate, prev) if self._last_action == "hold" else rate
+
+    def _grow(self, rate: float) -> None:
+        self._prev_rate = rate
+        self._prev_limit = self.limit
+        self._last_action = "grow"
+        factor = 2.0 if self._slow_start else 1.25
+        self._set_limit(max(self.limit + 1, int(self.limit * factor)), "grow")

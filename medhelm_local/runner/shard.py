@@ -1,0 +1,142 @@
+"""Sharded runs: ``run --shard I/N`` on N pods of a Kubernetes Indexed Job, merged into one run.
+
+Design (DuckDB allows one writer per file, and pods may sit on different nodes of a ReadWriteMany volume):
+
+1. Every shard opens the home's main store briefly (retrying while another pod holds its lock), computes the
+   same deterministic plan, and creates the run there if no shard has yet (run id from ``--run-id`` or derived
+   from the plan key). It takes slice I of the plan's send order, keeps the items the main store has no
+   outcome for, and writes them with their instances into its own encrypted store file,
+   ``<store dir>/shards/<run id>/shard-I-of-N.duckdb`` (built under a temporary name, then renamed).
+2. The shard sends its items against its own file: write-through and resume work as for any run; a restarted
+   pod finds its file and sends only what is missing.
+3. When done, the shard merges its outcomes into the main store (one transaction; the primary key keeps one
+   outcome per item) and deletes its file. The merge that completes the run scores it and marks it finished.
+
+``medhelm-local runs merge RUN_ID`` merges any shard files left behind (e.g. a pod that died after its last
+request) and finishes the run when it is complete.
+"""
+
+from __future__ import annotations
+
+import random
+import shutil
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from medhelm_local.home import Home
+from medhelm_local.logs import get_logger
+from medhelm_local.store import runs as runs_db
+from medhelm_local.store.connection import StoreError
+from medhelm_local.store.runs import PlannedItem
+from medhelm_local.store.store import RunInfo, Store
+
+log = get_logger(__name__)
+
+
+def shards_dir(home: Home, run_id: str) -> Path:
+    return home.store_path.parent / "shards" / run_id
+
+
+def shard_store_path(home: Home, run_id: str, index: int, count: int) -> Path:
+    return shards_dir(home, run_id) / f"shard-{index}-of-{count}.duckdb"
+
+
+@contextmanager
+def open_main_store(home: Home, *, wait_s: float = 1800.0) -> Iterator[Store]:
+    """The home's main store, waiting (with jitter) while another process holds its write lock."""
+    deadline = time.monotonic() + wait_s
+    delay = 0.05
+    while True:
+        try:
+            store = Store.open(home)
+            break
+        except StoreError as exc:
+            if "lock" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(random.uniform(delay / 2, delay))
+            delay = min(2.0, delay * 2)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+def answered_ids(store: Store, run_id: str) -> set[tuple[str, str]]:
+    rows = store.conn.execute("SELECT benchmark, instance_id FROM responses WHERE run_id = ?", [run_id]).fetchall()
+    return {(str(b), str(i)) for b, i in rows}
+
+
+def build_shard_store(home: Home, main: Store, run: RunInfo, items: list[PlannedItem], path: Path) -> None:
+    """Write a shard's own store: the run, its items still unanswered in ``main``, and their instances."""
+    tmp = path.with_name(path.name + ".building")
+    for leftover in (tmp, tmp.with_name(tmp.name + ".wal")):
+        leftover.unlink(missing_ok=True)
+    meta = runs_db.runner_run(main, run.run_id)
+    assert meta is not None, "a sharded run is always planned by the runner"
+    plan_key, order_mode, manifest_sha = meta
+    shard = Store.open_file(home, tmp)
+    try:
+        fingerprints = sorted({(i.benchmark, i.fingerprint) for i in items})
+        for benchmark, fingerprint in fingerprints:
+            runs_db.copy_rows(main, shard, "datasets", "benchmark = ? AND fingerprint = ?", [benchmark, fingerprint])
+            ids = [i.instance_id for i in items if i.benchmark == benchmark and i.fingerprint == fingerprint]
+            for start in range(0, len(ids), 20_000):
+                runs_db.copy_rows(main, shard, "instances",
+                                  "benchmark = ? AND fingerprint = ? AND instance_id IN (SELECT unnest(?))",
+                                  [benchmark, fingerprint, ids[start:start + 20_000]])
+        runs_db.insert_plan(shard, run, items, plan_key=plan_key, order_mode=order_mode,
+                            manifest_sha256=manifest_sha)
+        shard.checkpoint()
+    finally:
+        shard.close()
+    tmp.replace(path)
+
+
+def merge_shard(main: Store, shard_path: Path, home: Home, run_id: str) -> int:
+    """Merge one shard's outcomes into ``main`` in one transaction; returns the outcomes merged."""
+    shard = Store.open_file(home, shard_path, read_only=True)
+    merged = 0
+    try:
+        with main.transaction():
+            for table in ("requests", "responses", "runner_sessions"):
+                copied = runs_db.copy_rows(shard, main, table, "run_id = ?", [run_id])
+                if table == "responses":
+                    merged = copied
+            _merge_error_history(shard, main, run_id)
+    finally:
+        shard.close()
+    return merged
+
+
+def _merge_error_history(shard: Store, main: Store, run_id: str) -> None:
+    rows = shard.conn.execute(
+        "SELECT run_id, benchmark, instance_id, error, attempts, endpoint, replaced_at FROM runner_error_history "
+        "WHERE run_id = ?", [run_id]).fetchall()
+    for row in rows:
+        exists = main.conn.execute(
+            "SELECT 1 FROM runner_error_history WHERE run_id = ? AND benchmark = ? AND instance_id = ? "
+            "AND replaced_at = ?", [row[0], row[1], row[2], row[6]]).fetchone()
+        if not exists:
+            main.conn.execute("INSERT INTO runner_error_history VALUES (?, ?, ?, ?, ?, ?, ?)", list(row))
+
+
+def remove_shard_files(path: Path) -> None:
+    for file in (path, path.with_name(path.name + ".wal")):
+        file.unlink(missing_ok=True)
+    folder = path.parent
+    if folder.is_dir() and not any(folder.iterdir()):
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def pending_shard_files(home: Home, run_id: str) -> list[Path]:
+    folder = shards_dir(home, run_id)
+    return sorted(folder.glob("shard-*-of-*.duckdb")) if folder.is_dir() else []
+
+
+def unanswered(store: Store, run_id: str) -> int:
+    row = store.conn.execute(
+        "SELECT count(*) FROM run_items i LEFT JOIN responses r USING (run_id, benchmark, instance_id) "
+        "WHERE i.run_id = ? AND r.instance_id IS NULL", [run_id]).fetchone()
+    return int(row[0]) if row else 0

@@ -1,0 +1,299 @@
+"""The runner's queries (issue 4): planning inserts, paging pending work, group commits, sessions, shards.
+
+Bulk inserts pass whole columns as lists and ``unnest`` them: one statement per batch, not one per row.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from medhelm_local.records import InferenceRequest, InferenceResult
+from medhelm_local.store.store import RunInfo, Store, utcnow
+
+
+@dataclass(frozen=True)
+class PlannedItem:
+    benchmark: str
+    instance_id: str
+    fingerprint: str
+    position: int
+    send_rank: int
+
+
+@dataclass(frozen=True)
+class PendingItem:
+    send_rank: int
+    instance_id: str
+    fingerprint: str
+
+
+@dataclass
+class Outcome:
+    """One request's outcome, ready to commit."""
+
+    request: InferenceRequest
+    request_hash: str
+    result: InferenceResult
+
+
+def insert_plan(store: Store, run: RunInfo, items: Sequence[PlannedItem], *, plan_key: str, order_mode: str,
+                manifest_sha256: str) -> None:
+    """Record a run, its planned items and their send order atomically."""
+    conn = store.conn
+    with store.transaction():
+        conn.execute(
+            "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            [run.run_id, run.model, json.dumps(run.benchmarks), run.created_at, run.finished_at, run.status,
+             run.max_instances, run.seed, json.dumps(run.manifest)],
+        )
+        conn.execute("INSERT INTO runner_runs VALUES (?, ?, ?, ?)",
+                     [run.run_id, plan_key, order_mode, manifest_sha256])
+        _insert_items(store, run.run_id, items)
+
+
+def _insert_items(store: Store, run_id: str, items: Sequence[PlannedItem]) -> None:
+    if not items:
+        return
+    table = pa.table({
+        "run_id": [run_id] * len(items),
+        "benchmark": [i.benchmark for i in items],
+        "instance_id": [i.instance_id for i in items],
+        "fingerprint": [i.fingerprint for i in items],
+        "position": pa.array([i.position for i in items], pa.int32()),
+        "send_rank": pa.array([i.send_rank for i in items], pa.int64()),
+    })
+    conn = store.conn
+    conn.register("planned_items_src", table)
+    try:
+        conn.execute("INSERT INTO run_items SELECT run_id, benchmark, instance_id, fingerprint, position "
+                     "FROM planned_items_src ON CONFLICT DO NOTHING")
+        conn.execute("INSERT INTO runner_item_order SELECT run_id, benchmark, instance_id, send_rank "
+                     "FROM planned_items_src ON CONFLICT DO NOTHING")
+    finally:
+        conn.unregister("planned_items_src")
+
+
+def find_resumable(store: Store, plan_key: str) -> str | None:
+    """The latest unfinished run planned with the same key, if any."""
+    row = store.conn.execute(
+        "SELECT r.run_id FROM runs r JOIN runner_runs p USING (run_id) WHERE p.plan_key = ? "
+        "AND r.status <> 'finished' ORDER BY r.created_at DESC LIMIT 1",
+        [plan_key],
+    ).fetchone()
+    return str(row[0]) if row else None
+
+
+def runner_run(store: Store, run_id: str) -> tuple[str, str, str] | None:
+    """``(plan_key, order_mode, manifest_sha256)`` of a run planned by this runner."""
+    row = store.conn.execute(
+        "SELECT plan_key, order_mode, manifest_sha256 FROM runner_runs WHERE run_id = ?", [run_id]
+    ).fetchone()
+    return (str(row[0]), str(row[1]), str(row[2])) if row else None
+
+
+def pending_page(store: Store, run_id: str, benchmark: str, *, after_rank: int, limit: int,
+                 errors_only: bool) -> list[PendingItem]:
+    """The next ``limit`` items to send, in send order, strictly after ``after_rank`` (keyset paging).
+
+    Normal mode: items without any stored outcome. ``errors_only``: items whose stored outcome is an error.
+    """
+    if errors_only:
+        sql = ("SELECT coalesce(o.send_rank, i.position) AS rank, i.instance_id, i.fingerprint FROM run_items i "
+               "JOIN responses r USING (run_id, benchmark, instance_id) "
+               "LEFT JOIN runner_item_order o USING (run_id, benchmark, instance_id) "
+               "WHERE i.run_id = ? AND i.benchmark = ? AND r.error IS NOT NULL "
+               "AND coalesce(o.send_rank, i.position) > ? ORDER BY rank LIMIT ?")
+    else:
+        sql = ("SELECT coalesce(o.send_rank, i.position) AS rank, i.instance_id, i.fingerprint FROM run_items i "
+               "LEFT JOIN responses r USING (run_id, benchmark, instance_id) "
+               "LEFT JOIN runner_item_order o USING (run_id, benchmark, instance_id) "
+               "WHERE i.run_id = ? AND i.benchmark = ? AND r.instance_id IS NULL "
+               "AND coalesce(o.send_rank, i.position) > ? ORDER BY rank LIMIT ?")
+    rows = store.conn.execute(sql, [run_id, benchmark, after_rank, limit]).fetchall()
+    return [PendingItem(int(r[0]), str(r[1]), str(r[2])) for r in rows]
+
+
+def item_counts(store: Store, run_id: str, benchmark: str) -> tuple[int, int, int]:
+    """``(planned, answered, errors)`` for one benchmark of a run."""
+    row = store.conn.execute(
+        "SELECT count(*), count(r.instance_id), count(r.error) FROM run_items i "
+        "LEFT JOIN responses r USING (run_id, benchmark, instance_id) WHERE i.run_id = ? AND i.benchmark = ?",
+        [run_id, benchmark],
+    ).fetchone()
+    assert row is not None
+    return int(row[0]), int(row[1]), int(row[2])
+
+
+def errors_by_category(store: Store, run_id: str) -> dict[str, dict[str, int]]:
+    """``{benchmark: {error category: count}}`` of the run's recorded failures."""
+    out: dict[str, dict[str, int]] = {}
+    for benchmark, error, n in store.conn.execute(
+        "SELECT benchmark, error, count(*) FROM responses WHERE run_id = ? AND error IS NOT NULL "
+        "GROUP BY benchmark, error ORDER BY benchmark, error", [run_id]
+    ).fetchall():
+        out.setdefault(str(benchmark), {})[str(error)] = int(n)
+    return out
+
+
+# -- sessions ---------------------------------------------------------------------------------------------
+
+
+def start_session(store: Store, run_id: str, session_id: str, *, mode: str, shard: str | None,
+                  endpoints: list[dict[str, Any]]) -> None:
+    store.conn.execute(
+        "INSERT INTO runner_sessions VALUES (?, ?, ?, ?, ?, NULL, 0, 0, 0, 0, 0, 0, ?)",
+        [run_id, session_id, mode, shard, utcnow(), json.dumps(endpoints)],
+    )
+
+
+def sessions(store: Store, run_id: str) -> list[dict[str, Any]]:
+    cursor = store.conn.execute(
+        "SELECT session_id, mode, shard, started_at, last_commit_at, wall_s, responses, errors, prompt_tokens, "
+        "completion_tokens, request_s, endpoints FROM runner_sessions WHERE run_id = ? ORDER BY started_at",
+        [run_id],
+    )
+    names = [d[0] for d in cursor.description]
+    out = []
+    for row in cursor.fetchall():
+        record = dict(zip(names, row, strict=True))
+        record["endpoints"] = json.loads(record["endpoints"])
+        out.append(record)
+    return out
+
+
+# -- group commit -----------------------------------------------------------------------------------------
+
+
+def commit_outcomes(store: Store, run_id: str, session_id: str, wall_s: float, outcomes: Sequence[Outcome], *,
+                    replace_errors: bool) -> None:
+    """Commit a batch of outcomes and the session's counters in one transaction.
+
+    Normal mode never overwrites: a second outcome for an item is dropped (the primary key keeps the first).
+    ``replace_errors``: an item's stored *error* is moved to ``runner_error_history`` and replaced by the new
+    outcome atomically; a stored success is never replaced.
+    """
+    if not outcomes:
+        return
+    conn = store.conn
+    now = utcnow()
+    requests = pa.table({
+        "run_id": [run_id] * len(outcomes),
+        "benchmark": [o.request.benchmark for o in outcomes],
+        "instance_id": [o.request.instance_id for o in outcomes],
+        "request": [o.request.model_dump_json() for o in outcomes],
+        "request_hash": [o.request_hash for o in outcomes],
+    })
+    responses = pa.table({
+        "run_id": [run_id] * len(outcomes),
+        "benchmark": [o.request.benchmark for o in outcomes],
+        "instance_id": [o.request.instance_id for o in outcomes],
+        "output": pa.array([o.result.text if o.result.ok else None for o in outcomes], pa.string()),
+        "error": pa.array([o.result.error for o in outcomes], pa.string()),
+        "prompt_tokens": pa.array([o.result.prompt_tokens for o in outcomes], pa.int32()),
+        "completion_tokens": pa.array([o.result.completion_tokens for o in outcomes], pa.int32()),
+        "latency_s": pa.array([o.result.latency_s for o in outcomes], pa.float64()),
+        "attempts": pa.array([o.result.attempts for o in outcomes], pa.int32()),
+        "finish_reason": pa.array([o.result.finish_reason for o in outcomes], pa.string()),
+        "endpoint": pa.array([o.result.endpoint for o in outcomes], pa.string()),
+        "completed_at": pa.array([now] * len(outcomes), pa.timestamp("us")),
+    })
+    errors = sum(1 for o in outcomes if not o.result.ok)
+    prompt_tokens = sum(o.result.prompt_tokens or 0 for o in outcomes)
+    completion_tokens = sum(o.result.completion_tokens or 0 for o in outcomes)
+    request_s = sum(o.result.latency_s for o in outcomes)
+    conn.register("outcome_requests_src", requests)
+    conn.register("outcome_responses_src", responses)
+    try:
+        with store.transaction():
+            conn.execute("INSERT INTO requests SELECT * FROM outcome_requests_src ON CONFLICT DO NOTHING")
+            if replace_errors:
+                conn.execute(
+                    "INSERT INTO runner_error_history SELECT r.run_id, r.benchmark, r.instance_id, r.error, "
+                    "r.attempts, r.endpoint, ? FROM responses r JOIN outcome_responses_src s "
+                    "USING (run_id, benchmark, instance_id) WHERE r.error IS NOT NULL", [now])
+                conn.execute(
+                    "DELETE FROM responses r USING outcome_responses_src s WHERE r.run_id = s.run_id "
+                    "AND r.benchmark = s.benchmark AND r.instance_id = s.instance_id AND r.error IS NOT NULL")
+            conn.execute("INSERT INTO responses SELECT * FROM outcome_responses_src ON CONFLICT DO NOTHING")
+            conn.execute(
+                "UPDATE runner_sessions SET last_commit_at = ?, wall_s = ?, responses = responses + ?, "
+                "errors = errors + ?, prompt_tokens = prompt_tokens + ?, completion_tokens = completion_tokens + ?, "
+                "request_s = request_s + ? WHERE run_id = ? AND session_id = ?",
+                [now, wall_s, len(outcomes), errors, prompt_tokens, completion_tokens, request_s, run_id,
+                 session_id],
+            )
+    finally:
+        conn.unregister("outcome_requests_src")
+        conn.unregister("outcome_responses_src")
+
+
+# -- weights ----------------------------------------------------------------------------------------------
+
+
+def cached_weight_hash(store: Store, path: str, size: int, mtime_ns: int) -> str | None:
+    row = store.conn.execute(
+        "SELECT sha256 FROM weight_hashes WHERE path = ? AND size = ? AND mtime_ns = ?", [path, size, mtime_ns]
+    ).fetchone()
+    return str(row[0]) if row else None
+
+
+def remember_weight_hash(store: Store, path: str, size: int, mtime_ns: int, sha256: str) -> None:
+    store.conn.execute("INSERT INTO weight_hashes VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                       [path, size, mtime_ns, sha256, utcnow()])
+
+
+# -- model servers ----------------------------------------------------------------------------------------
+
+
+def record_model_server(store: Store, server_id: str, model: str, base_url: str, server_version: str | None,
+                        served_models: list[str], command_sha256: str) -> None:
+    store.conn.execute("INSERT INTO model_servers VALUES (?, ?, ?, ?, ?, ?, ?)",
+                       [server_id, model, base_url, utcnow(), server_version, json.dumps(served_models),
+                        command_sha256])
+
+
+# -- shards -----------------------------------------------------------------------------------------------
+
+SHARD_TABLES = {
+    # table: key columns that identify a row for "insert if absent"
+    "requests": ("run_id", "benchmark", "instance_id"),
+    "responses": ("run_id", "benchmark", "instance_id"),
+    "runner_sessions": ("run_id", "session_id"),
+}
+
+
+def copy_rows(source: Store, target: Store, table: str, where: str, params: list[Any], *,
+              batch_rows: int = 20_000) -> int:
+    """Copy ``table`` rows matching ``where`` from one store to another, keeping existing target rows.
+
+    Both stores are encrypted DuckDB files opened by this process; rows move as Arrow batches, never through a
+    plain file.
+    """
+    cursor = source.conn.cursor()
+    copied = 0
+    try:
+        cursor.execute(f"USE {_catalog(source)}")
+        reader = cursor.execute(f"SELECT * FROM {table} WHERE {where}", params).fetch_record_batch(batch_rows)
+        for batch in reader:
+            if batch.num_rows == 0:
+                continue
+            target.conn.register("shard_copy_src", pa.Table.from_batches([batch]))
+            try:
+                target.conn.execute(f"INSERT INTO {table} SELECT * FROM shard_copy_src ON CONFLICT DO NOTHING")
+            finally:
+                target.conn.unregister("shard_copy_src")
+            copied += batch.num_rows
+    finally:
+        cursor.close()
+    return copied
+
+
+def _catalog(store: Store) -> str:
+    from medhelm_local.store.connection import STORE_ALIAS
+
+    return STORE_ALIAS

@@ -1,0 +1,67 @@
+"""Shared helpers for the runner tests: a home wired to fake servers, synthetic datasets."""
+
+from __future__ import annotations
+
+import hashlib
+from pathlib import Path
+from typing import Any
+
+from medhelm_local.context import AppContext
+from medhelm_local.home import Home
+from medhelm_local.home.config import ModelEndpoint, RunnerSettings
+from medhelm_local.records import Instance
+from medhelm_local.store import Store
+
+LABELS = ("yes", "no", "maybe")
+
+
+def synthetic_instances(n: int, *, contexts: int | None = None, context_chars: int = 400) -> list[Instance]:
+    """``n`` PubMedQA-shaped instances; with ``contexts``, groups of instances share one long context."""
+    out = []
+    for i in range(n):
+        c = i % contexts if contexts else i
+        context = (f"Synthetic abstract {c}. " * (context_chars // 22 + 1))[:context_chars]
+        label = LABELS[int(hashlib.sha256(str(i).encode()).hexdigest(), 16) % 3]
+        out.append(Instance(benchmark="pubmedqa", id=f"q{i:06d}", fields={"context": context,
+                                                                         "question": f"Question number {i}?"},
+                            references=[label], label=label))
+    return out
+
+
+def make_home(root: Path, base_urls: list[str], *, served_model: str = "fake-model", timeout_s: float = 5.0,
+              max_concurrency: int = 64, max_retries: int = 6, extra: dict[str, Any] | None = None) -> Home:
+    home = Home(root)
+    home.init()
+    config = home.config.model_copy(deep=True)
+    config.models.append(ModelEndpoint(name="fake", base_urls=base_urls, served_model=served_model,
+                                       timeout_s=timeout_s, **(extra or {})))
+    config.runner = RunnerSettings(max_concurrency=max_concurrency, max_retries=max_retries, seed=0)
+    home.save_config(config)
+    return home
+
+
+def register(home: Home, instances: list[Instance], benchmark: str = "pubmedqa") -> str:
+    fingerprint = hashlib.sha256("".join(i.id for i in instances).encode()).hexdigest()
+    with Store.open(home) as store:
+        store.register_dataset(benchmark, fingerprint, "synthetic.json", instances, {})
+    return fingerprint
+
+
+def app(home: Home) -> AppContext:
+    return AppContext(home=home, actor="tester")
+
+
+def outcomes(home: Home, run_id: str) -> list[tuple[str, str, str | None, str | None]]:
+    with Store.open(home, read_only=True) as store:
+        rows = store.conn.execute(
+            "SELECT benchmark, instance_id, output, error FROM responses WHERE run_id = ? "
+            "ORDER BY benchmark, instance_id", [run_id]).fetchall()
+    return [(str(r[0]), str(r[1]), r[2], r[3]) for r in rows]
+
+
+def scores(home: Home, run_id: str) -> list[tuple[str, str, float | None]]:
+    with Store.open(home, read_only=True) as store:
+        rows = store.conn.execute(
+            "SELECT benchmark, instance_id, value FROM scores WHERE run_id = ? ORDER BY benchmark, instance_id",
+            [run_id]).fetchall()
+    return [(str(r[0]), str(r[1]), r[2]) for r in rows]
