@@ -19,6 +19,7 @@ from medhelm_local.commands import (
     leaderboard,
     models,
     run,
+    runs,
     score,
     serve,
     taxonomy,
@@ -62,6 +63,7 @@ for module in (init, demo, run, score, leaderboard):
     module.register(app)
 for module in (models, benchmarks, datasets, taxonomy, audit, export, serve, keys):
     app.add_typer(module.app, name=module.NAME, help=module.HELP)
+app.add_typer(runs.app, name=runs.NAME, help=runs.HELP)
 
 
 def main() -> None:
