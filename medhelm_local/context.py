@@ -17,6 +17,12 @@ class AppContext:
     home: Home
     actor: str
 
+    def __post_init__(self) -> None:
+        # Refused connections are audited in this home, as this actor (issue 6: zero egress).
+        from medhelm_local.inference.egress import audit_denials_to
+
+        audit_denials_to(self.home, self.actor)
+
     @classmethod
     def create(cls, home_option: Path | None, actor_option: str | None) -> AppContext:
         os_user = _os_user()

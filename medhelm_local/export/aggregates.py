@@ -1,0 +1,297 @@
+"""What an export may contain: per-run, per-benchmark aggregates, reduced under the disclosure policy.
+
+The schema is closed (every model forbids extra fields). Raw aggregates are read from the store; the policy
+then suppresses small cells (no score on fewer than ``min_cell_size`` instances, no count from 1 to
+``min_cell_size - 1``), applies complementary suppression (a row never has exactly one suppressed count
+that subtraction from the others would reveal; model averages, category scores and win rates use published
+scores only) and rounds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict
+
+from medhelm_local import __version__
+from medhelm_local.analysis.aggregate import benchmark_score
+from medhelm_local.benchmarks.registry import get_spec
+from medhelm_local.errors import BadInputError, NotFoundError
+from medhelm_local.export.policy import ExportPolicy
+from medhelm_local.home.config import ApplianceConfig
+from medhelm_local.store.store import RunInfo, Store
+
+EXPORT_SCHEMA = "medhelm-local/export-aggregates/v1"
+NOTES = (
+    "Aggregates only: no instance-level data, prompts, outputs or judge explanations.",
+    "Suppressed cells are shown as empty: fewer instances than the minimum cell size, or complementary.",
+    "Model averages, category scores and win rates use published scores only.",
+    "Cost is estimated from the pricing configured on the appliance; empty when none is configured.",
+)
+
+
+def _sha256_json(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+                          .encode("utf-8")).hexdigest()
+
+
+def run_manifest_sha256(manifest: dict[str, Any]) -> str:
+    """The runner's manifest hash when available, else sha256 of the canonical JSON."""
+    try:
+        from medhelm_local.runner.manifest import manifest_sha256
+    except ImportError:
+        return _sha256_json(manifest)
+    return str(manifest_sha256(manifest))
+
+
+class _Closed(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RawCell(_Closed):
+    run_id: str
+    model: str
+    benchmark: str
+    category: str
+    metric: str
+    score: float | None
+    n_scored: int
+    n_failed: int
+    n_total: int
+    created_at: datetime
+
+
+class RawModelUsage(_Closed):
+    model: str
+    cost: float | None
+    n_total: int
+
+
+class RawRun(_Closed):
+    run_id: str
+    model: str
+    status: str
+    benchmarks: list[str]
+    manifest_sha256: str
+    dataset_fingerprints: dict[str, str]
+
+
+class RawExport(_Closed):
+    runs: list[RawRun]
+    cells: list[RawCell]
+    usage: list[RawModelUsage]
+
+
+def load_runs(store: Store, run_ids: list[str]) -> list[RunInfo]:
+    runs = []
+    for run_id in run_ids:
+        run = store.get_run(run_id)
+        if run is None:
+            raise NotFoundError(f"--runs: run {run_id} is not in the store (see `leaderboard` or `audit report`)")
+        if run.status != "finished":
+            raise BadInputError(f"--runs: run {run_id} is {run.status}, not finished; only finished runs are exported")
+        runs.append(run)
+    return runs
+
+
+def _run_cost(config: ApplianceConfig, store: Store, run: RunInfo) -> float | None:
+    try:
+        pricing = config.model(run.model).pricing
+    except NotFoundError:
+        return None
+    if pricing is None:
+        return None
+    prompt = completion = 0.0
+    for benchmark in run.benchmarks:
+        usage = store.usage(run.run_id, benchmark)
+        prompt += float(usage["prompt_tokens"])
+        completion += float(usage["completion_tokens"])
+    cost = 0.0
+    priced = False
+    if pricing.input_per_million is not None:
+        cost, priced = cost + prompt * pricing.input_per_million / 1e6, True
+    if pricing.output_per_million is not None:
+        cost, priced = cost + completion * pricing.output_per_million / 1e6, True
+    if pricing.gpu_hour_rate is not None and run.finished_at is not None:
+        hours = max(0.0, (run.finished_at - run.created_at).total_seconds() / 3600)
+        cost, priced = cost + hours * pricing.gpu_hour_rate * pricing.gpus, True
+    return cost if priced else None
+
+
+def collect(store: Store, config: ApplianceConfig, run_ids: list[str]) -> RawExport:
+    runs = load_runs(store, run_ids)
+    raw_runs, cells = [], []
+    usage: dict[str, RawModelUsage] = {}
+    for run in runs:
+        datasets = run.manifest.get("datasets") or {}
+        fingerprints = {b: str(d.get("fingerprint")) for b, d in datasets.items() if isinstance(d, dict)}
+        raw_runs.append(RawRun(run_id=run.run_id, model=run.model, status=run.status, benchmarks=run.benchmarks,
+                               manifest_sha256=run_manifest_sha256(run.manifest), dataset_fingerprints=fingerprints))
+        n_run = 0
+        for benchmark in run.benchmarks:
+            result = benchmark_score(store, run.run_id, run.model, benchmark)
+            n_total = store.count_items(run.run_id, benchmark)
+            n_run += n_total
+            cells.append(RawCell(
+                run_id=run.run_id, model=run.model, benchmark=benchmark, category=get_spec(benchmark).category,
+                metric=result.metric, score=result.score, n_scored=result.n, n_failed=result.n_failed,
+                n_total=n_total, created_at=run.created_at,
+            ))
+        cost = _run_cost(config, store, run)
+        previous = usage.get(run.model)
+        if previous is None:
+            usage[run.model] = RawModelUsage(model=run.model, cost=cost, n_total=n_run)
+        else:
+            total = None if previous.cost is None or cost is None else previous.cost + cost
+            usage[run.model] = RawModelUsage(model=run.model, cost=total, n_total=previous.n_total + n_run)
+    return RawExport(runs=raw_runs, cells=cells, usage=list(usage.values()))
+
+
+# -- the published form ---------------------------------------------------------------------------------------
+
+
+class PublishedRun(_Closed):
+    run_id: str
+    model: str
+    status: str
+    benchmarks: list[str]
+    manifest_sha256: str
+    dataset_fingerprints: dict[str, str]
+
+
+class PublishedCell(_Closed):
+    run_id: str
+    model: str
+    benchmark: str
+    category: str
+    metric: str
+    score: float | None
+    n_scored: int | None
+    n_failed: int | None
+    n_total: int | None
+    suppressed: list[str]
+
+
+class PublishedModel(_Closed):
+    model: str
+    rank: int
+    win_rate: float | None
+    macro_avg: float | None
+    category_scores: dict[str, float | None]
+    benchmarks_published: int
+    benchmarks_suppressed: int
+    cost: float | None
+
+
+class ExportAggregates(_Closed):
+    schema_id: str
+    request_id: str
+    generated_at: str
+    appliance_version: str
+    policy_sha256: str
+    min_cell_size: int
+    runs: list[PublishedRun]
+    cells: list[PublishedCell]
+    models: list[PublishedModel]
+    notes: list[str]
+
+
+def _count(value: int, policy: ExportPolicy) -> int | None:
+    if 0 < value < policy.min_cell_size:
+        return None
+    multiple = policy.rounding.count_multiple
+    return value if multiple == 1 else int(round(value / multiple) * multiple)
+
+
+def publish_cell(cell: RawCell, policy: ExportPolicy) -> PublishedCell:
+    suppressed: list[str] = []
+    if 0 < cell.n_total < policy.min_cell_size:
+        return PublishedCell(run_id=cell.run_id, model=cell.model, benchmark=cell.benchmark, category=cell.category,
+                             metric=cell.metric, score=None, n_scored=None, n_failed=None, n_total=None,
+                             suppressed=["cell:small_cell"])
+    score: float | None = None
+    if cell.score is not None:
+        if cell.n_scored >= policy.min_cell_size:
+            score = round(cell.score, policy.rounding.score_decimals)
+        else:
+            suppressed.append("score:small_cell")
+    n_scored, n_failed, n_total = (_count(cell.n_scored, policy), _count(cell.n_failed, policy),
+                                   _count(cell.n_total, policy))
+    if n_scored is None:
+        suppressed.append("n_scored:small_cell")
+    if n_failed is None:
+        suppressed.append("n_failed:small_cell")
+    if policy.complementary_suppression and n_total is not None and (n_scored is None) != (n_failed is None):
+        if n_scored is None:
+            n_failed = None
+            suppressed.append("n_failed:complementary")
+        else:
+            n_scored = None
+            suppressed.append("n_scored:complementary")
+    return PublishedCell(run_id=cell.run_id, model=cell.model, benchmark=cell.benchmark, category=cell.category,
+                         metric=cell.metric, score=score, n_scored=n_scored, n_failed=n_failed, n_total=n_total,
+                         suppressed=suppressed)
+
+
+def win_rates(scores: dict[str, dict[str, float]]) -> dict[str, float | None]:
+    """MedHELM: per benchmark a model wins against each rival whose score it meets or beats."""
+    out: dict[str, float | None] = {}
+    for model, own in scores.items():
+        wins = pairs = 0
+        for benchmark, value in own.items():
+            for rival, theirs in scores.items():
+                if rival != model and benchmark in theirs:
+                    pairs += 1
+                    wins += int(value >= theirs[benchmark])
+        out[model] = wins / pairs if pairs else None
+    return out
+
+
+def publish(raw: RawExport, policy: ExportPolicy, *, request_id: str, policy_sha256: str) -> ExportAggregates:
+    cells = [publish_cell(c, policy) for c in raw.cells]
+    decimals = policy.rounding.score_decimals
+    # The leaderboard per model uses each benchmark's most recent requested run.
+    latest: dict[tuple[str, str], tuple[datetime, PublishedCell]] = {}
+    for rawcell, cell in zip(raw.cells, cells, strict=True):
+        key = (cell.model, cell.benchmark)
+        if key not in latest or rawcell.created_at >= latest[key][0]:
+            latest[key] = (rawcell.created_at, cell)
+    published: dict[str, dict[str, float]] = {}
+    categories: dict[str, dict[str, list[float]]] = {}
+    counts: dict[str, list[int]] = {}
+    for (model, benchmark), (_, cell) in latest.items():
+        published.setdefault(model, {})
+        categories.setdefault(model, {})
+        counts.setdefault(model, [0, 0])
+        if cell.score is None:
+            counts[model][1] += 1
+            continue
+        counts[model][0] += 1
+        published[model][benchmark] = cell.score
+        categories[model].setdefault(cell.category, []).append(cell.score)
+    rates = win_rates(published) if len(published) > 1 else dict.fromkeys(published)
+    usage = {u.model: u for u in raw.usage}
+    models = []
+    for model in published:
+        values = list(published[model].values())
+        raw_cost = usage[model].cost if model in usage and usage[model].n_total >= policy.min_cell_size else None
+        rate = rates.get(model)
+        models.append(PublishedModel(
+            model=model, rank=0, win_rate=None if rate is None else round(rate, decimals),
+            macro_avg=round(sum(values) / len(values), decimals) if values else None,
+            category_scores={c: round(sum(v) / len(v), decimals) for c, v in sorted(categories[model].items())},
+            benchmarks_published=counts[model][0], benchmarks_suppressed=counts[model][1],
+            cost=None if raw_cost is None else round(raw_cost, policy.rounding.cost_decimals),
+        ))
+    models.sort(key=lambda m: (-(m.win_rate or 0), -(m.macro_avg or 0), m.model))
+    for rank, model_row in enumerate(models, start=1):
+        model_row.rank = rank
+    return ExportAggregates(
+        schema_id=EXPORT_SCHEMA, request_id=request_id,
+        generated_at=datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        appliance_version=__version__, policy_sha256=policy_sha256, min_cell_size=policy.min_cell_size,
+        runs=[PublishedRun(**r.model_dump()) for r in raw.runs], cells=cells, models=models, notes=list(NOTES),
+    )

@@ -1,0 +1,169 @@
+"""The string scan: every string in a candidate bundle against the vocabulary, PHI patterns and extract terms.
+
+Findings name the file, the location and the rule, never the offending string (it may be PHI).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import re
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from typing import Any
+
+from medhelm_local.store.store import Store
+
+PATTERNS: dict[str, re.Pattern[str]] = {
+    "mrn": re.compile(r"\b(?:MRN|MR#|medical\s+record)\b|\b[A-Z]{1,4}[-#]?\d{6,10}\b|\b\d{7,10}\b", re.IGNORECASE),
+    "ssn": re.compile(r"\b\d{3}-\d{2}-\d{4}\b"),
+    "phone": re.compile(r"(?:\+?\d{1,2}[\s.-]?)?(?:\(\d{3}\)|\b\d{3})[\s.-]\d{3}[\s.-]\d{4}\b"),
+    "email": re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"),
+    "date": re.compile(
+        r"\b\d{4}-\d{1,2}-\d{1,2}\b|\b\d{1,2}[/.-]\d{1,2}[/.-]\d{2,4}\b|"
+        r"\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.?\s+\d{1,2}(?:st|nd|rd|th)?\b",
+        re.IGNORECASE,
+    ),
+    "address": re.compile(
+        r"\b\d{1,6}\s+(?:[A-Za-z]+\s+){1,4}(?:street|st|avenue|ave|road|rd|boulevard|blvd|lane|ln|drive|dr|"
+        r"court|ct|way|place|pl|terrace|parkway|pkwy)\b\.?|\b(?:p\.?\s?o\.?\s+box|apt\.?\s*#?\s*\d+)",
+        re.IGNORECASE,
+    ),
+    "zip_code": re.compile(r"\b\d{5}(?:-\d{4})\b|\b[A-Z]{2}\s+\d{5}\b"),
+    "url": re.compile(r"\b(?:https?|ftp)://|\bwww\.", re.IGNORECASE),
+}
+_TOKEN = re.compile(r"[A-Za-z0-9]+")
+_TITLE_WORD = re.compile(r"\b[A-Z][a-z]+(?:['-][A-Za-z]+)?\b")
+_IDENTIFIER = re.compile(r"\b(?=[A-Za-z0-9-]*\d)(?=[A-Za-z0-9-]*[A-Za-z])[A-Za-z0-9-]{5,}\b|\b\d{5,}\b")
+NUMERIC = re.compile(r"^[-+]?[\d.,]+%?$|^$")
+
+
+@dataclass(frozen=True)
+class Finding:
+    file: str
+    location: str
+    rule: str
+
+
+def _walk_json(value: Any, path: str = "$") -> Iterator[tuple[str, str]]:
+    if isinstance(value, str):
+        yield path, value
+    elif isinstance(value, dict):
+        for key, item in value.items():
+            yield f"{path}.{key}", str(key)
+            yield from _walk_json(item, f"{path}.{key}")
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from _walk_json(item, f"{path}[{index}]")
+
+
+class _TextCollector(HTMLParser):
+    """Text nodes and human-readable attributes of the HTML report; flags references to anything outside."""
+
+    READABLE = frozenset({"title", "alt", "aria-label", "aria-description", "placeholder", "content"})
+    REFERENCES = frozenset({"src", "href", "xlink:href", "action", "formaction", "srcset", "poster", "data"})
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.strings: list[tuple[str, str]] = []
+        self.external: list[str] = []
+        self._stack: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self._stack.append(tag)
+        if tag in ("script", "link", "iframe", "object", "embed", "img", "image", "use", "base"):
+            self.external.append(f"<{tag}>")
+        for name, value in attrs:
+            if name in self.REFERENCES and value and not value.startswith("#"):
+                self.external.append(f"<{tag} {name}>")
+            if name == "style" and value and "url(" in value.lower():
+                self.external.append(f"<{tag} style url()>")
+            if name in self.READABLE and value and not (tag == "meta" and name == "content"):
+                self.strings.append((f"<{tag} {name}>", value))
+
+    def handle_endtag(self, tag: str) -> None:
+        if self._stack:
+            self._stack.pop()
+
+    def handle_data(self, data: str) -> None:
+        text = data.strip()
+        if not text:
+            return
+        where = self._stack[-1] if self._stack else "document"
+        if where == "style":
+            if "url(" in text.lower() or "@import" in text.lower():
+                self.external.append("<style> url()/@import")
+            return
+        self.strings.append((f"<{where}> text", text))
+
+
+def strings_of(name: str, data: bytes) -> tuple[list[tuple[str, str]], list[str]]:
+    """Every string a reader of the file sees, with its location; and any external reference (HTML)."""
+    text = data.decode("utf-8")
+    if name.endswith(".json"):
+        return list(_walk_json(json.loads(text))), []
+    if name.endswith(".csv"):
+        rows = csv.reader(io.StringIO(text))
+        return [(f"row {r} column {c}", cell) for r, row in enumerate(rows, start=1)
+                for c, cell in enumerate(row, start=1)], []
+    if name.endswith(".html"):
+        collector = _TextCollector()
+        collector.feed(text)
+        collector.close()
+        return collector.strings, collector.external
+    return [("file", text)], []
+
+
+def vocabulary_tokens(strings: Iterable[str]) -> set[str]:
+    return {t.lower() for s in strings for t in _TOKEN.findall(s)}
+
+
+def extract_terms(store: Store, datasets: Iterable[tuple[str, str]], *, min_length: int,
+                  vocabulary: set[str]) -> set[str]:
+    """Names and identifiers seen in the registered extracts (instance ids, capitalised words, ids with
+    digits), minus words of the appliance's own vocabulary. Read from the encrypted store; kept in memory."""
+    terms: set[str] = set()
+
+    def add_text(text: str) -> None:
+        for word in _TITLE_WORD.findall(text):
+            if len(word) >= min_length:
+                terms.add(word.lower())
+        for ident in _IDENTIFIER.findall(text):
+            terms.update(t.lower() for t in _TOKEN.findall(ident) if len(t) >= min_length)
+
+    for benchmark, fingerprint in sorted(set(datasets)):
+        cursor = store.conn.cursor()
+        try:
+            cursor.execute("USE store")
+            cursor.execute("SELECT instance_id, payload FROM instances WHERE benchmark = ? AND fingerprint = ?",
+                           [benchmark, fingerprint])
+            while batch := cursor.fetchmany(1000):
+                for instance_id, payload in batch:
+                    terms.update(t.lower() for t in _TOKEN.findall(str(instance_id))
+                                 if len(t) >= 5 or (len(t) >= min_length and re.search(r"[A-Za-z]", t)))
+                    for value in _walk_json(json.loads(payload)):
+                        add_text(value[1])
+        finally:
+            cursor.close()
+    return {t for t in terms if t not in vocabulary and len(t) >= min_length}
+
+
+def scan_strings(file: str, strings: list[tuple[str, str]], *, patterns: list[str], terms: set[str],
+                 allowed: set[str] | None, system: set[str]) -> tuple[list[Finding], list[Finding], list[Finding]]:
+    """Returns (not in the vocabulary, PHI pattern matches, extract-term matches). ``system`` values (the
+    hashes, run ids and timestamps this appliance generated for the bundle) are exempt from the pattern scan."""
+    vocab_findings, pattern_findings, term_findings = [], [], []
+    compiled = [(name, PATTERNS[name]) for name in patterns]
+    for location, value in strings:
+        if allowed is not None and value not in allowed and value not in system and not NUMERIC.match(value):
+            vocab_findings.append(Finding(file, location, "not in the export vocabulary"))
+        if NUMERIC.match(value) or value in system:
+            continue
+        for name, pattern in compiled:
+            if pattern.search(value):
+                pattern_findings.append(Finding(file, location, f"PHI pattern {name}"))
+        if {t.lower() for t in _TOKEN.findall(value)} & terms:
+            term_findings.append(Finding(file, location, "name or identifier seen in a registered extract"))
+    return vocab_findings, pattern_findings, term_findings
