@@ -81,7 +81,13 @@ class RecordMapping(BaseModel):
     list_separator: str = ";"
 
     def required_columns(self) -> list[str]:
-        columns = [*self.fields.values(), *self.reference_columns, *self.option_columns, *self.meta.values()]
+        columns = [
+            *self.fields.values(),
+            *self.reference_columns,
+            *self.option_columns,
+            *self.meta.values(),
+            *self.types,
+        ]
         for optional in (
             self.id_column,
             self.label_column,
