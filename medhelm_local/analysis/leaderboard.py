@@ -67,7 +67,9 @@ class ModelRow(BaseModel):
     sd: float | None = None  # SD of the benchmark scores around the macro-average
     categories: dict[str, float] = Field(default_factory=dict)  # category -> mean score of its benchmarks
     ci: dict[str, Interval | None] = Field(default_factory=dict)  # benchmark -> bootstrap 95% CI
-    cost: float | None = None  # total evaluation cost, when it can be computed from configured pricing
+    cost: float | None = None  # total evaluation cost (runs + jury), when it can be computed from pricing
+    cost_detail: dict[str, float | str | None] = Field(default_factory=dict)  # benchmark / jury cost, note
+    pareto: bool | None = None  # on the cost / win-rate Pareto front (None: cost or win-rate unknown)
     win_rule: WinRule = WinRule.PAPER
 
 

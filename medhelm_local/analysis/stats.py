@@ -10,9 +10,9 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from statistics import NormalDist
 
 import numpy as np
-from scipy.stats import norm
 
 from medhelm_local.scoring.metrics import Aggregation
 
@@ -83,7 +83,8 @@ def paired_bootstrap_diff(a: np.ndarray, b: np.ndarray, counts_a: np.ndarray | N
 
 def mde_multiplier(alpha: float = 0.05, power: float = 0.8) -> float:
     """z_(1-alpha/2) + z_(power): 1.95996 + 0.84162 = 2.80158 for the paper's alpha 0.05 and power 0.8."""
-    return float(norm.ppf(1 - alpha / 2) + norm.ppf(power))
+    standard = NormalDist()
+    return standard.inv_cdf(1 - alpha / 2) + standard.inv_cdf(power)
 
 
 def pair_mde(differences: np.ndarray, *, alpha: float = 0.05, power: float = 0.8) -> float | None:

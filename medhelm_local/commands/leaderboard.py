@@ -7,6 +7,7 @@ from typing import Any
 import typer
 
 from medhelm_local.analysis.aggregate import latest_runs, latest_scores, latest_series
+from medhelm_local.analysis.cost_performance import ModelCost, model_costs, pareto_front
 from medhelm_local.analysis.leaderboard import (
     BenchmarkMDE,
     ModelRow,
@@ -23,41 +24,24 @@ from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import app_context
 from medhelm_local.store import Store
 
-COST_UNAVAILABLE = "cost unavailable: no cost function or no pricing configured for this model"
+COST_UNAVAILABLE = "cost unavailable: no pricing configured (models and judges need `pricing` in appliance.yaml)"
 
 
 def register(app: typer.Typer) -> None:
     app.command("leaderboard")(leaderboard)
 
 
-def _model_costs(store: Store, models: list[str], home: Any) -> dict[str, float | None]:
-    """Total evaluation cost per model from the runner's cost function, when it exists; never invented."""
-    import importlib
-
-    try:
-        cost_module = importlib.import_module("medhelm_local.analysis.cost")  # written by the runner stage
-    except ImportError:
-        return {}
-    run_cost = getattr(cost_module, "run_cost", None)
-    if run_cost is None:
-        return {}
-    totals: dict[str, float | None] = {}
-    runs = latest_runs(store)
-    for model in models:
-        run_ids = sorted({run_id for (m, _), run_id in runs.items() if m == model})
-        total: float | None = 0.0
-        for run_id in run_ids:
-            try:
-                value = run_cost(store, run_id, home.config)
-            except Exception:  # cost is secondary; an unusable pricing config must not hide the leaderboard
-                value = None
-            amount = getattr(value, "total", value)
-            if not isinstance(amount, int | float):
-                total = None
-                break
-            total = (total or 0.0) + float(amount)
-        totals[model] = total if run_ids else None
-    return totals
+def apply_costs(rows: list[ModelRow], costs: dict[str, ModelCost]) -> None:
+    """Attach each model's cost and mark the cost / win-rate Pareto front."""
+    for row in rows:
+        found = costs.get(row.model)
+        if found is not None:
+            row.cost = found.total
+            row.cost_detail = {"benchmark_cost": found.benchmark_cost, "jury_cost": found.jury_cost,
+                               "note": found.note}
+    front = pareto_front({r.model: (r.cost, r.win_rate) for r in rows})
+    for row in rows:
+        row.pareto = (row.model in front) if row.cost is not None and row.win_rate is not None else None
 
 
 def leaderboard_payload(rows: list[ModelRow], *, pairwise: list[PairwiseDifference] | None = None,
@@ -81,7 +65,7 @@ def leaderboard_payload(rows: list[ModelRow], *, pairwise: list[PairwiseDifferen
         row: dict[str, Any] = {
             "model": r.model, "win_rate": r.win_rate, "win_sd": r.win_sd, "win_rule": r.win_rule.value,
             "macro_avg": r.macro_avg, "sd": r.sd, "n_benchmarks": len(r.benchmarks), "categories": r.categories,
-            "cost": r.cost, "benchmarks": benchmarks,
+            "cost": r.cost, "cost_detail": r.cost_detail, "pareto": r.pareto, "benchmarks": benchmarks,
         }
         if pairwise is not None:
             rivals: dict[str, dict[str, Any]] = {}
@@ -109,8 +93,8 @@ def print_leaderboard(rows: list[ModelRow], *, mdes: dict[str, BenchmarkMDE] | N
     categories = sorted({c for r in rows for c in r.categories})
     rule = rows[0].win_rule.value if rows else WinRule.PAPER.value
     emit_table(f"leaderboard (win rule: {rule})",
-               ["model", "win rate", "win sd", "macro avg", "sd", "cost", *categories, *benchmarks],
-               [[r.model, r.win_rate, r.win_sd, r.macro_avg, r.sd, r.cost,
+               ["model", "win rate", "win sd", "macro avg", "sd", "cost", "pareto", *categories, *benchmarks],
+               [[r.model, r.win_rate, r.win_sd, r.macro_avg, r.sd, r.cost, r.pareto,
                  *[r.categories.get(c) for c in categories], *[_cell(r, b) for b in benchmarks]] for r in rows])
     if mdes:
         emit_table("minimum detectable effect (alpha 0.05, power 0.8)", ["benchmark", "mde", "sd", "pairs"],
@@ -140,9 +124,9 @@ def leaderboard(
     with Store.open(app_ctx.home) as store:
         results = latest_scores(store)
         series = latest_series(store)
-        costs = _model_costs(store, sorted({r.model for r in results}), app_ctx.home)
-    rows = build_leaderboard(results, series=series, rule=ties, category=resolved, resamples=resamples, seed=seed,
-                             costs=costs)
+        costs = model_costs(store, app_ctx.home.config, latest_runs(store))
+    rows = build_leaderboard(results, series=series, rule=ties, category=resolved, resamples=resamples, seed=seed)
+    apply_costs(rows, costs)
     pairwise = pairwise_differences(series, category=resolved, resamples=resamples, seed=seed)
     mdes = benchmark_mdes(series, category=resolved)
     audit_event(app_ctx.home, app_ctx.actor, "leaderboard.view", role="informatics", models=len(rows),

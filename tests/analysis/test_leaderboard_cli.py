@@ -1,0 +1,120 @@
+"""``leaderboard --json`` over models in a real (encrypted) store: scores, CIs, n, win-rate, MDE, pairwise."""
+
+from __future__ import annotations
+
+import pytest
+
+from medhelm_local.analysis.aggregate import latest_scores
+from medhelm_local.analysis.leaderboard import build_leaderboard
+from medhelm_local.commands.leaderboard import leaderboard_payload
+from medhelm_local.home import Home
+from medhelm_local.records import Instance
+from medhelm_local.scoring.engine import score_benchmark
+from medhelm_local.store import Store
+from tests.conftest import Cli, cli_env
+from tests.scoring.helpers import add_run, make_home, register
+
+N = 40
+
+
+def pubmedqa(n: int = N) -> list[Instance]:
+    labels = ["yes", "no", "maybe"]
+    return [Instance(benchmark="pubmedqa", id=f"p{i:03d}", fields={"context": f"c{i}", "question": f"q{i}?"},
+                     references=[labels[i % 3]], label=labels[i % 3]) for i in range(n)]
+
+
+def medqa(n: int = N) -> list[Instance]:
+    return [Instance(benchmark="medqa", id=f"m{i:03d}", fields={"question": f"q{i}", "options": "A. x\nB. y"},
+                     references=["A"], label="A", meta={"options": {"A": "x", "B": "y"}}) for i in range(n)]
+
+
+def answers(data: list[Instance], right: int, failed: int = 0) -> dict[str, str | None]:
+    """The first ``right`` instances answered correctly, the next ``failed`` requests failed, the rest wrong."""
+    out: dict[str, str | None] = {}
+    for i, inst in enumerate(data):
+        if i < right:
+            out[inst.id] = inst.label
+        elif i < right + failed:
+            out[inst.id] = None
+        else:
+            out[inst.id] = "no" if inst.label != "no" else "yes"
+            if inst.benchmark == "medqa":
+                out[inst.id] = "B"
+    return out
+
+
+@pytest.fixture(scope="module")
+def store_home(tmp_path_factory: pytest.TempPathFactory) -> Home:
+    home = make_home(tmp_path_factory.mktemp("leaderboard") / "home")
+    with Store.open(home) as store:
+        p_data, m_data = pubmedqa(), medqa()
+        p_fp, m_fp = register(store, "pubmedqa", p_data), register(store, "medqa", m_data)
+        plan = {"alpha": ((30, 2), (20, 0)), "beta": ((20, 0), (30, 0)), "gamma": ((10, 0), (10, 0))}
+        for model, ((p_right, p_failed), (m_right, m_failed)) in plan.items():
+            for benchmark, data, fingerprint, right, failed in (
+                    ("pubmedqa", p_data, p_fp, p_right, p_failed), ("medqa", m_data, m_fp, m_right, m_failed)):
+                run_id = add_run(store, model, benchmark, fingerprint, data, answers(data, right, failed))
+                score_benchmark(store, run_id, benchmark)
+        # an unfinished later run does not replace the finished one
+        run_id = add_run(store, "alpha", "pubmedqa", p_fp, p_data, answers(p_data, 0), status="running")
+        score_benchmark(store, run_id, "pubmedqa")
+    return home
+
+
+def test_leaderboard_json(store_home: Home) -> None:
+    cli = Cli(home=store_home.root, env=cli_env())
+    result = cli("leaderboard", "--json", "--resamples", "200")
+    assert result.code == 0, result.stderr
+    rows = result.json()
+    assert isinstance(rows, list)
+    by_model = {r["model"]: r for r in rows}
+    alpha = by_model["alpha"]
+    # pubmedqa: 30 right of 38 scored (2 failed, excluded, not zeros); medqa: 20/40
+    assert alpha["benchmarks"]["pubmedqa"]["score"] == pytest.approx(30 / 38)
+    assert alpha["benchmarks"]["pubmedqa"]["n"] == 38 and alpha["benchmarks"]["pubmedqa"]["n_failed"] == 2
+    bench = alpha["benchmarks"]["pubmedqa"]
+    assert bench["ci_low"] < bench["score"] < bench["ci_high"]
+    assert bench["mde"] > 0
+    # win-rate (paper rule): alpha beats beta and gamma on pubmedqa, loses to beta and beats gamma on medqa
+    assert alpha["win_rate"] == pytest.approx(3 / 4)
+    assert by_model["beta"]["win_rate"] == pytest.approx(3 / 4)
+    assert by_model["gamma"]["win_rate"] == 0.0
+    assert alpha["win_sd"] == pytest.approx(0.25)
+    assert alpha["macro_avg"] == pytest.approx((30 / 38 + 0.5) / 2)
+    assert alpha["sd"] == pytest.approx(abs(30 / 38 - 0.5) / 2)
+    assert set(alpha["categories"]) == {"Clinical Decision Support", "Medical Research Assistance"}
+    assert alpha["categories"]["Clinical Decision Support"] == pytest.approx(0.5)
+    assert alpha["win_rule"] == "paper"
+    assert alpha["cost"] is None  # no pricing configured: unavailable, never invented
+    pair = alpha["pairwise"]["gamma"]["medqa"]
+    assert pair["difference"] == pytest.approx(0.25) and pair["n"] == N
+    assert pair["ci_low"] > 0  # 20/40 vs 10/40 on the same instances: a clear paired difference
+    assert alpha["pairwise"]["beta"]["pubmedqa"]["n"] == 38
+
+    helm = cli("leaderboard", "--json", "--resamples", "0", "--win-rule", "helm").json()
+    assert isinstance(helm, list)
+    assert {r["model"]: r["win_rate"] for r in helm}["alpha"] == pytest.approx(3 / 4)
+    assert helm[0]["benchmarks"]["medqa"]["ci_low"] is None  # no resamples, no CI
+
+
+def test_leaderboard_category_filter(store_home: Home) -> None:
+    cli = Cli(home=store_home.root, env=cli_env())
+    rows = cli("leaderboard", "--json", "--category", "medical research assistance", "--resamples", "50").json()
+    assert isinstance(rows, list)
+    assert all(set(r["benchmarks"]) == {"pubmedqa"} for r in rows)
+    assert {r["model"]: r["win_rate"] for r in rows}["alpha"] == 1.0
+    bad = cli("leaderboard", "--category", "Astrology")
+    assert bad.code == 2 and "unknown category" in bad.stderr
+
+
+def test_leaderboard_plain_output_and_shared_names(store_home: Home) -> None:
+    cli = Cli(home=store_home.root, env=cli_env())
+    result = cli("leaderboard", "--resamples", "50")
+    assert result.code == 0, result.stderr
+    assert "win rule: paper" in result.stdout and "minimum detectable effect" in result.stdout
+    # the names the demo and the export use keep working without the store-level statistics
+    with Store.open(store_home) as store:
+        rows = build_leaderboard(latest_scores(store))
+    payload = leaderboard_payload(rows)
+    assert {r["model"] for r in payload} == {"alpha", "beta", "gamma"}
+    assert all({"win_rate", "win_sd", "macro_avg", "sd", "categories", "benchmarks"} <= set(r) for r in payload)

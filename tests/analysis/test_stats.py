@@ -1,0 +1,142 @@
+"""Win-rate, win SD, MDE, bootstrap CIs and ICC(3,k) checked against hand-computed examples."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from medhelm_local.analysis.aggregate import InstanceSeries
+from medhelm_local.analysis.leaderboard import (
+    WinRule,
+    benchmark_mdes,
+    build_leaderboard,
+    pairwise_differences,
+    win_rate,
+    win_sd,
+)
+from medhelm_local.analysis.stats import bootstrap_ci, icc3k, mde, mde_multiplier, pair_mde, paired_bootstrap_diff
+from medhelm_local.records import BenchmarkScore
+from medhelm_local.scoring.metrics import Aggregation
+
+# b1: M1 0.8, M2 0.6, M3 0.8 (a tie at the top); b2: M1 0.5, M2 0.5, M3 0.2 (a tie at the top)
+SCORES = {"M1": {"b1": 0.8, "b2": 0.5}, "M2": {"b1": 0.6, "b2": 0.5}, "M3": {"b1": 0.8, "b2": 0.2}}
+
+
+def test_win_rate_paper_rule_counts_ties_as_wins() -> None:
+    # M1: beats/ties everyone on both -> 4/4. M2: loses both on b1, ties M1 and beats M3 on b2 -> 2/4.
+    # M3: ties M1 and beats M2 on b1, loses both on b2 -> 2/4.
+    assert win_rate(SCORES, "M1") == 1.0
+    assert win_rate(SCORES, "M2") == 0.5
+    assert win_rate(SCORES, "M3") == 0.5
+    # per-benchmark win fractions: M1 [1, 1], M2 [0, 1], M3 [1, 0]
+    assert win_sd(SCORES, "M1") == 0.0
+    assert win_sd(SCORES, "M2") == 0.5
+    assert win_sd(SCORES, "M3") == 0.5
+
+
+def test_win_rate_helm_rule_half_a_win_for_ties() -> None:
+    # M1: b1 1 + 0.5, b2 0.5 + 1 -> 3/4; M2: b1 0 + 0, b2 0.5 + 1 -> 1.5/4; M3: b1 0.5 + 1, b2 0 -> 1.5/4
+    assert win_rate(SCORES, "M1", WinRule.HELM) == 0.75
+    assert win_rate(SCORES, "M2", WinRule.HELM) == 0.375
+    assert win_rate(SCORES, "M3", WinRule.HELM) == 0.375
+
+
+def test_win_rate_only_over_shared_benchmarks() -> None:
+    scores = {"A": {"b1": 0.9, "b2": 0.1}, "B": {"b1": 0.5}}
+    assert win_rate(scores, "A") == 1.0  # b2 has no rival
+    assert win_rate(scores, "B") == 0.0
+
+
+def test_build_leaderboard_rows() -> None:
+    results = [BenchmarkScore(model=m, benchmark=b, metric="exact_match", score=s, n=10)
+               for m, per in SCORES.items() for b, s in per.items()]
+    rows = build_leaderboard(results)
+    assert [r.model for r in rows] == ["M1", "M2", "M3"]  # M2 and M3 tie on win-rate; macro 0.55 > 0.5
+    first = rows[0]
+    assert (first.win_rate, first.win_sd, first.macro_avg) == (1.0, 0.0, pytest.approx(0.65))
+    assert first.sd == pytest.approx(0.15)  # population SD of [0.8, 0.5]
+    assert first.win_rule == WinRule.PAPER
+    helm = build_leaderboard(results, rule=WinRule.HELM)
+    assert helm[0].win_rate == 0.75
+    single = build_leaderboard([results[0]])
+    assert single[0].win_rate is None and single[0].macro_avg == 0.8
+
+
+def test_mde_hand_computed() -> None:
+    assert mde_multiplier() == pytest.approx(1.959964 + 0.841621, abs=1e-5)
+    a = np.array([1.0, 0.0, 1.0, 1.0])
+    b = np.array([0.0, 0.0, 1.0, 0.0])
+    # differences [1, 0, 0, 1]: sd (ddof 1) = sqrt(1/3), n = 4 -> 2.801585 * 0.57735 / 2 = 0.808749
+    assert pair_mde(a - b) == pytest.approx(2.801585 * math.sqrt(1 / 3) / 2, abs=1e-5)
+    c = np.array([1.0, 1.0, 1.0, 0.0])
+    pairs = [a - b, a - c, b - c]
+    expected = [2.801585 * np.std(d, ddof=1) / 2 for d in pairs]
+    result = mde(pairs)
+    assert result is not None
+    assert result[0] == pytest.approx(np.mean(expected), abs=1e-5)
+    assert result[1] == pytest.approx(np.std(expected), abs=1e-5)
+    assert result[2] == 3
+    assert pair_mde(np.array([1.0])) is None
+
+
+def series(model: str, values: list[float], ids: list[str] | None = None) -> InstanceSeries:
+    return InstanceSeries(model=model, benchmark="pubmedqa", metric="exact_match", run_id=f"r-{model}",
+                          aggregation=Aggregation.MEAN, ids=ids or [str(i) for i in range(len(values))],
+                          values=np.array(values, dtype=float))
+
+
+def test_benchmark_mde_and_pairwise_use_common_instances() -> None:
+    a = series("A", [1, 0, 1, 1])
+    b = series("B", [0, 0, 1, 0, 1], ids=["0", "1", "2", "3", "extra"])
+    mdes = benchmark_mdes([a, b])
+    assert mdes["pubmedqa"].mde == pytest.approx(2.801585 * math.sqrt(1 / 3) / 2, abs=1e-5)
+    assert mdes["pubmedqa"].pairs == 1
+    diffs = pairwise_differences([a, b], resamples=200)
+    forward = next(d for d in diffs if d.model == "A")
+    assert forward.n == 4 and forward.difference == pytest.approx(0.5)
+    assert forward.ci_low is not None and forward.ci_high is not None
+    assert forward.ci_low <= 0.5 <= forward.ci_high
+
+
+def test_bootstrap_ci_brackets_the_mean_and_is_reproducible() -> None:
+    rng = np.random.default_rng(1)
+    values = (rng.random(400) < 0.7).astype(float)
+    low, high = bootstrap_ci(values, resamples=500, seed=3) or (0, 0)
+    assert low < values.mean() < high
+    # a 95% CI of a proportion near 0.7 with n = 400 is about +/- 0.045
+    assert 0.06 < high - low < 0.12
+    assert bootstrap_ci(values, resamples=500, seed=3) == (low, high)
+    assert bootstrap_ci(np.array([1.0]), resamples=10) is None
+
+
+def test_paired_bootstrap_is_paired() -> None:
+    # B is A shifted by a constant on every instance: a paired CI of the difference is a single point.
+    a = np.linspace(0, 1, 50)
+    difference, interval = paired_bootstrap_diff(a, a - 0.1, resamples=300)
+    assert difference == pytest.approx(0.1)
+    assert interval is not None and interval[0] == pytest.approx(0.1) and interval[1] == pytest.approx(0.1)
+
+
+def test_micro_f1_bootstrap() -> None:
+    counts = np.array([[1, 0, 0], [0, 1, 1], [2, 0, 0], [1, 1, 0]], dtype=float)
+    low, high = bootstrap_ci(np.zeros(4), counts, Aggregation.MICRO_F1, resamples=300) or (0, 0)
+    point = 2 * 4 / (2 * 4 + 2 + 1)
+    assert low <= point <= high
+
+
+def test_icc3k_hand_computed() -> None:
+    # rows (cases) x columns (raters): SS_rows = 6.3333, SS_cols = 2.6667, SS_err = 0.3333
+    # MS_rows = 3.1667, MS_err = 0.1667 -> ICC(3,k) = 3 / 3.1667 = 18/19
+    matrix = np.array([[1.0, 2.0], [2.0, 3.0], [3.0, 5.0]])
+    assert float(icc3k(matrix)) == pytest.approx(18 / 19)
+    assert float(icc3k(np.array([[1.0, 1.0], [2.0, 2.0], [4.0, 4.0]]))) == pytest.approx(1.0)
+    # consistency: a constant offset between raters does not lower ICC(3,k)
+    assert float(icc3k(np.array([[1.0, 2.0], [2.0, 3.0], [3.0, 4.0]]))) == pytest.approx(1.0)
+    # opposite rankings: negative
+    assert float(icc3k(np.array([[1.0, 3.0], [2.0, 2.5], [3.0, 1.0]]))) < 0
+    # no variance between cases: undefined, not a number pretending to be one
+    assert math.isnan(float(icc3k(np.array([[1.0, 3.0], [2.0, 2.0], [3.0, 1.0]]))))
+    batch = np.stack([matrix, matrix])
+    assert icc3k(batch).shape == (2,)
