@@ -98,7 +98,7 @@ CMD ["doctor", "--json"]
 # gpu: the official vLLM image (CUDA runtime, PyTorch, vLLM) plus the appliance.
 # Documented exception: this target keeps the C compiler that the vLLM image ships, because Triton
 # JIT-compiles its CUDA launcher stubs with it when vLLM loads a model; without it vLLM cannot serve.
-# The package manager, pip, sudo and all setuid bits are removed.
+# The package managers (apt/dpkg, pip, uv), sudo and all setuid bits are removed.
 FROM vllm-base AS gpu
 ARG VERSION=0.1.0
 ARG REVISION=unknown
@@ -122,9 +122,10 @@ RUN python3 -m pip install --no-cache-dir /tmp/wheels/medhelm_local-*.whl \
     && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/medhelm --no-create-home \
         --shell /usr/sbin/nologin medhelm \
     && install -d -o 10001 -g 10001 -m 0700 /var/lib/medhelm /var/lib/medhelm-audit \
-    && python3 -m pip uninstall -y pip \
+    && python3 -m pip uninstall -y uv pip \
     && rm -rf /usr/bin/apt* /usr/bin/dpkg* /usr/lib/apt /usr/lib/dpkg /etc/apt /var/lib/apt /var/cache/apt \
-        /var/cache/debconf /usr/bin/sudo /etc/sudoers /etc/sudoers.d /root/.cache \
+        /var/cache/debconf /usr/bin/sudo /etc/sudoers /etc/sudoers.d /root/.cache /usr/local/bin/uv \
+        /usr/local/bin/uvx \
     && find / -xdev -type f -perm /6000 -exec chmod a-s {} +
 ENV HOME=/var/lib/medhelm \
     MEDHELM_HOME=/var/lib/medhelm \
