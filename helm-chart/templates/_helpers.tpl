@@ -130,6 +130,14 @@ seccompProfile:
 {{- end -}}
 {{- $names = append $names .name -}}
 {{- end -}}
+{{- $servers := list -}}
+{{- range (concat .Values.models .Values.judges) -}}
+{{- $server := include "medhelm.serverName" (dict "name" .name "root" $) -}}
+{{- if has $server $servers -}}
+{{- fail (printf "model %q maps to the same Deployment/Service name %q as another model; shorten or rename it" .name $server) -}}
+{{- end -}}
+{{- $servers = append $servers $server -}}
+{{- end -}}
 {{- if not (has .Values.runner.model $names) -}}
 {{- fail (printf "runner.model %q is not one of the configured models %v" .Values.runner.model $names) -}}
 {{- end -}}

@@ -463,6 +463,8 @@ REJECTION_REASONS = {
     "zero-gpus": r"/models/0/gpu/count",
     "duplicate-model": r"used twice",
     "zero-shards": r"/runner/shards",
+    "bad-label-value": r"/models/0/name",
+    "server-name-collision": r"same Deployment/Service name",
     "unknown-key-mode": r"/keys/mode",
     "unknown-value": r"unknownTopLevel",
 }
@@ -489,6 +491,15 @@ REJECTION_REASONS = {
         pytest.param({"models": [_SERVED | {"gpu": {"count": 0}}], "runner": {"model": "m"}}, id="zero-gpus"),
         pytest.param({"models": [_SERVED, _SERVED], "runner": {"model": "m"}}, id="duplicate-model"),
         pytest.param({"runner": {"shards": 0}}, id="zero-shards"),
+        pytest.param({"models": [_SERVED | {"name": "m-"}], "runner": {"model": "m-"}}, id="bad-label-value"),
+        pytest.param(
+            {
+                "fullnameOverride": "x" * 40,
+                "models": [_SERVED | {"name": f"long-model-name-number-{i}"} for i in (1, 2)],
+                "runner": {"model": "long-model-name-number-1"},
+            },
+            id="server-name-collision",
+        ),
         pytest.param({"keys": {"mode": "vault"}}, id="unknown-key-mode"),
         pytest.param({"unknownTopLevel": True}, id="unknown-value"),
     ],
