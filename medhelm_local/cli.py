@@ -15,6 +15,7 @@ from medhelm_local.commands import (
     demo,
     export,
     init,
+    jury,
     keys,
     leaderboard,
     models,
@@ -61,14 +62,17 @@ def root(
 
 for module in (init, demo, run, score, leaderboard):
     module.register(app)
-for module in (models, benchmarks, datasets, taxonomy, audit, export, serve, keys):
+for module in (models, benchmarks, datasets, taxonomy, audit, export, serve, keys, jury):
     app.add_typer(module.app, name=module.NAME, help=module.HELP)
 app.add_typer(runs.app, name=runs.NAME, help=runs.HELP)
 
 
 def main() -> None:
     try:
-        app(standalone_mode=False)
+        # Without standalone mode, click returns (not raises) the code of a typer.Exit.
+        code = app(standalone_mode=False)
+        if isinstance(code, int) and code:
+            sys.exit(code)
     except MedhelmError as exc:
         error(str(exc))
         sys.exit(exc.exit_code)
@@ -80,12 +84,12 @@ def main() -> None:
     except KeyboardInterrupt:
         error("interrupted; completed work is saved and the run can be resumed")
         sys.exit(130)
-    except Exception as exc:  # click usage errors carry their own exit code (2)
-        import click
-
-        if isinstance(exc, click.ClickException):
-            exc.show()
-            sys.exit(exc.exit_code)
+    except Exception as exc:
+        # Usage errors (typer vendors its own click) know how to show themselves and carry exit code 2.
+        show = getattr(exc, "show", None)
+        if callable(show) and isinstance(getattr(exc, "exit_code", None), int):
+            show()
+            sys.exit(exc.exit_code)  # type: ignore[attr-defined]
         # Unexpected: report the type only; the message or traceback could carry patient text.
         error(f"internal error ({type(exc).__name__}); set MEDHELM_DEBUG=1 to see the traceback")
         if _debug():

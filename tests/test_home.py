@@ -1,0 +1,106 @@
+"""The appliance home: init, keys, config validation, home resolution."""
+
+from __future__ import annotations
+
+import stat
+from pathlib import Path
+
+import pytest
+
+from medhelm_local.errors import ConfigError
+from medhelm_local.home import Home, resolve_home
+from medhelm_local.home.config import load_config
+from tests.conftest import Cli
+
+
+def _mode(path: Path) -> int:
+    return stat.S_IMODE(path.stat().st_mode)
+
+
+def test_init_creates_config_and_private_keys(cli: Cli) -> None:
+    result = cli("init", "--json")
+    assert result.code == 0, result.stderr
+    payload = result.json()
+    assert isinstance(payload, dict)
+    assert "appliance.yaml" in payload["created"]
+    keys = cli.home / "keys"
+    assert _mode(keys / "signing-ed25519.pem") == 0o600
+    assert _mode(keys / "store-data.key") == 0o600
+    assert _mode(cli.home / "appliance.yaml") == 0o600
+    config = load_config(cli.home / "appliance.yaml")
+    assert config.models[0].kind.value == "embedded"
+
+
+def test_reinit_never_overwrites_keys(cli: Cli) -> None:
+    assert cli("init").code == 0
+    keys = cli.home / "keys"
+    before = {p.name: p.read_bytes() for p in keys.iterdir()}
+    again = cli("init", "--json")
+    assert again.code == 0
+    payload = again.json()
+    assert isinstance(payload, dict)
+    assert payload["created"] == []
+    assert {p.name: p.read_bytes() for p in keys.iterdir()} == before
+
+
+def test_bad_config_names_the_field(cli: Cli) -> None:
+    assert cli("init").code == 0
+    config_path = cli.home / "appliance.yaml"
+    text = config_path.read_text().replace("max_concurrency: 64", "max_concurrency: lots")
+    config_path.write_text(text)
+    result = cli("models", "list")
+    assert result.code == 2
+    assert "runner.max_concurrency" in result.stderr
+
+
+def test_unknown_field_and_bad_judge_are_rejected(tmp_path: Path) -> None:
+    path = tmp_path / "appliance.yaml"
+    path.write_text("version: 1\nmodelz: []\n")
+    with pytest.raises(ConfigError, match="modelz"):
+        load_config(path)
+    path.write_text("version: 1\njudges: [nobody]\n")
+    with pytest.raises(ConfigError, match="judges"):
+        load_config(path)
+
+
+def test_keys_readable_by_others_are_refused(home_cli: Cli) -> None:
+    key = home_cli.home / "keys" / "store-data.key"
+    key.chmod(0o644)
+    result = home_cli("datasets", "list")
+    assert result.code == 1
+    assert "mode 644" in result.stderr
+    # The key itself never appears in output.
+    assert key.read_text().strip() not in result.stderr + result.stdout
+
+
+def test_home_resolution_order(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("MEDHELM_HOME", str(tmp_path / "env-home"))
+    assert resolve_home(tmp_path / "opt-home") == (tmp_path / "opt-home").resolve()
+    assert resolve_home(None) == (tmp_path / "env-home").resolve()
+    monkeypatch.delenv("MEDHELM_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    assert resolve_home(None) == (tmp_path / ".medhelm").resolve()
+
+
+def test_doctor_reports_a_usable_home(home_cli: Cli) -> None:
+    result = home_cli("doctor", "--json")
+    assert result.code == 0, result.stderr
+    payload = result.json()
+    assert isinstance(payload, dict)
+    assert payload["ok"] is True
+    assert {c["check"] for c in payload["checks"]} == {"config", "keys", "store"}
+
+
+def test_doctor_fails_without_init(cli: Cli) -> None:
+    result = cli("doctor", "--json")
+    assert result.code == 1
+    payload = result.json()
+    assert isinstance(payload, dict)
+    assert payload["ok"] is False
+
+
+def test_home_paths_follow_config(tmp_path: Path) -> None:
+    home = Home(tmp_path)
+    home.init()
+    assert home.store_path == tmp_path / "store" / "medhelm.duckdb"
+    assert home.audit_path == tmp_path / "audit" / "audit.jsonl"

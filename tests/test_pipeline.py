@@ -1,0 +1,150 @@
+"""The pipeline end to end through the CLI, against a real (fake) OpenAI-compatible server:
+register -> run -> score -> leaderboard -> audit, with the store encrypted and logs free of patient text."""
+
+from __future__ import annotations
+
+import csv
+import hashlib
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from medhelm_local.testing.fake_openai import FakeOpenAIServer, Faults
+from tests.conftest import Cli
+
+NOTE_MARKER = "Zebulon-Quartzfeather"  # an invented surname that must never leave the store
+
+
+def write_extract(path: Path, n: int = 24) -> Path:
+    with path.open("w", newline="") as handle:
+        writer = csv.writer(handle)
+        writer.writerow(["prompt", "context", "label"])
+        for i in range(n):
+            label = "A" if i % 3 == 0 else "B"
+            writer.writerow([
+                "Should this patient be referred to hospice? A. Yes B. No",
+                f"Patient {NOTE_MARKER}-{i:03d} seen in clinic. Case code {label}{i}.",
+                label,
+            ])
+    return path
+
+
+def oracle(public_data: Path) -> dict[str, str]:
+    """Question text -> gold answer, so the fake model answers PubMedQA perfectly."""
+    data = json.loads((public_data / "pubmedqa" / "ori_pqal.json").read_text())
+    return {item["QUESTION"].strip(): item["final_decision"] for item in data.values()}
+
+
+def make_responder(answers: dict[str, str]) -> Any:
+    def respond(messages: list[dict[str, Any]]) -> str:
+        content = messages[-1]["content"]
+        if "Case code A" in content:
+            return "The answer is (A)."
+        if "Case code B" in content:
+            return "B"
+        for question, answer in answers.items():
+            if question in content:
+                return answer.capitalize() + "."
+        return "unsure"
+
+    return respond
+
+
+@pytest.fixture
+def oracle_server(public_data: Path) -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer(responder=make_responder(oracle(public_data))) as server:
+        yield server
+
+
+def _add_model(cli: Cli, name: str, url: str) -> None:
+    result = cli("models", "add", name, "--base-url", url)
+    assert result.code == 0, result.stderr
+
+
+def test_register_run_leaderboard(home_cli: Cli, public_data: Path, tmp_path: Path,
+                                  oracle_server: FakeOpenAIServer) -> None:
+    pubmedqa_file = public_data / "pubmedqa" / "ori_pqal.json"
+    registered = home_cli("datasets", "register", "pubmedqa", str(pubmedqa_file), "--json")
+    assert registered.code == 0, registered.stderr
+    payload = registered.json()
+    assert isinstance(payload, dict)
+    assert payload["instances"] == 1000
+    assert payload["fingerprint"] == hashlib.sha256(pubmedqa_file.read_bytes()).hexdigest()
+
+    extract = write_extract(tmp_path / "extract.csv")
+    registered = home_cli("datasets", "register", "hospice_referral", str(extract), "--json")
+    assert registered.code == 0, registered.stderr
+
+    _add_model(home_cli, "oracle", oracle_server.base_url)
+    run = home_cli("run", "--model", "oracle", "--benchmarks", "pubmedqa,hospice_referral",
+                   "--max-instances", "30", "--json")
+    assert run.code == 0, run.stderr
+    results = {r["benchmark"]: r for r in run.json()["results"]}  # type: ignore[index]
+    assert results["pubmedqa"]["score"] == 1.0 and results["pubmedqa"]["n"] == 30
+    assert results["hospice_referral"]["score"] == 1.0 and results["hospice_referral"]["n"] == 24
+    assert oracle_server.completions_sent == 54
+
+    board = home_cli("leaderboard", "--json")
+    assert board.code == 0, board.stderr
+    rows = board.json()
+    assert isinstance(rows, list)
+    assert rows[0]["model"] == "oracle"
+    assert set(rows[0]["benchmarks"]) >= {"pubmedqa", "hospice_referral"}
+
+    # The encrypted store holds the note text, but its bytes do not.
+    store_files = list((home_cli.home / "store").iterdir())
+    assert store_files
+    for file in store_files:
+        data = file.read_bytes()
+        assert NOTE_MARKER.encode() not in data
+        assert b"Should this patient be referred" not in data
+        assert b"programmed cell death" not in data.lower()
+
+    # Audit records name ids and hashes, never text.
+    audit = (home_cli.home / "audit" / "audit.jsonl").read_text()
+    actions = [json.loads(line)["action"] for line in audit.splitlines()]
+    assert {"dataset.register", "run.start", "run.finish"} <= set(actions)
+    assert NOTE_MARKER not in audit
+    # Nothing the commands printed or logged carries the extract's text.
+    for output in (registered.stderr, run.stderr, run.stdout, board.stdout, board.stderr):
+        assert NOTE_MARKER not in output
+
+
+def test_failed_requests_are_recorded_not_scored(home_cli: Cli, tmp_path: Path) -> None:
+    extract = write_extract(tmp_path / "extract.csv", n=12)
+    assert home_cli("datasets", "register", "hospice_referral", str(extract)).code == 0
+    with FakeOpenAIServer(faults=Faults(http_5xx=1.0)) as server:
+        _add_model(home_cli, "broken", server.base_url)
+        config = home_cli.home / "appliance.yaml"
+        config.write_text(config.read_text().replace("max_retries: 4", "max_retries: 1"))
+        run = home_cli("run", "--model", "broken", "--benchmarks", "hospice_referral", "--json")
+    assert run.code == 0, run.stderr
+    (result,) = run.json()["results"]  # type: ignore[index]
+    assert result["score"] is None
+    assert result["n"] == 0
+    assert result["n_failed"] == 12
+
+
+def test_bad_extract_registers_nothing(home_cli: Cli, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("prompt,context,answer\nq,c,A\n")
+    result = home_cli("datasets", "register", "hospice_referral", str(bad))
+    assert result.code == 2
+    assert "bad.csv" in result.stderr and "'label'" in result.stderr
+    bad.write_text("prompt,context,label\nq,c,A\nq,c,Z\n")
+    result = home_cli("datasets", "register", "hospice_referral", str(bad))
+    assert result.code == 2
+    assert "row 1" in result.stderr and "'label'" in result.stderr
+    listing = home_cli("datasets", "list", "--json")
+    assert listing.code == 0
+    assert listing.json() == []
+
+
+def test_endpoint_outside_allowlist_is_refused(home_cli: Cli) -> None:
+    result = home_cli("models", "add", "outside", "--base-url", "https://api.example.com/v1")
+    assert result.code == 2
+    assert "not on the allowlist" in result.stderr
+    assert "outside" not in home_cli("models", "list").stdout
