@@ -61,6 +61,7 @@ class RunSummary(BaseModel):
     endpoints: list[str]
     outcome: str | None = None
     finished: str | None = None
+    resumed: int = 0
 
 
 class ExportSummary(BaseModel):
@@ -112,6 +113,12 @@ def summarize(records: list[dict[str, Any]], since: datetime | None) -> AuditSum
         ts = str(record.get("ts", ""))
         if action == "dataset.register":
             datasets.append(_brief(record, "benchmark", "fingerprint", "instances"))
+        elif action == "run.resume" and str(objects.get("run_id")) in runs:
+            runs[str(objects.get("run_id"))].resumed += 1
+        elif action == "endpoint.use" and str(objects.get("run_id")) in runs:
+            url = str(objects.get("url"))
+            if url not in runs[str(objects.get("run_id"))].endpoints:
+                runs[str(objects.get("run_id"))].endpoints.append(url)
         elif action in ("run.start", "run.resume"):
             fingerprints = {b: str((d or {}).get("fingerprint", "")) if isinstance(d, dict) else str(d)
                             for b, d in (objects.get("datasets") or {}).items()}
@@ -161,7 +168,8 @@ def render_text(summary: AuditSummary) -> str:
             f"{d['outcome']}" for d in summary.datasets] or ["  (none)"]
     out += ["", "Runs:"]
     for run in summary.runs:
-        out.append(f"  {run.started}  {run.actor} ran {run.model} ({run.run_id}), outcome {run.outcome or 'open'}")
+        out.append(f"  {run.started}  {run.actor} ran {run.model} ({run.run_id}), outcome {run.outcome or 'open'}"
+                   + (f", resumed {run.resumed} time(s)" if run.resumed else ""))
         out += [f"      {b} on dataset {fp[:16]}" for b, fp in sorted(run.benchmarks.items())]
         if run.endpoints:
             out.append(f"      endpoints: {', '.join(run.endpoints)}")

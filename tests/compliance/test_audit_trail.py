@@ -1,0 +1,120 @@
+"""The audit trail itself: RFC 6962 roots, concurrent appends, fail closed, no free text, show and report."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from medhelm_local.audit.merkle import MerkleAccumulator, merkle_root
+from medhelm_local.audit.trail import AuditTrail, AuditWriteError
+from medhelm_local.audit.verify import verify_file
+from medhelm_local.home.keys import ensure_keys, load_signing_key
+from tests.compliance.conftest import APPROVER, EvaluatedHome, hospice_csv, run_json
+from tests.compliance.inproc import InProcessCli
+
+# RFC 6962 test vectors (certificate-transparency merkle_tree_test): leaves and the roots of each prefix.
+CT_LEAVES = ["", "00", "10", "2021", "3031", "40414243", "5051525354555657", "606162636465666768696a6b6c6d6e6f"]
+CT_ROOTS = [
+    "6e340b9cffb37a989ca544e6bb780a2c78901d3fb33738768511a30617afa01d",
+    "fac54203e7cc696cf0dfcb42c92a1d9dbaf70ad9e621f4bd8d98662f00e3c125",
+    "aeb6bcfe274b70a14fb067a5e5578264db0fa9b51af5e0ba159158f329e06e77",
+    "d37ee418976dd95753c1c73862b9398fa2a2cf9b4ff0fdfe8b30cd95209614b7",
+    "4e3bbb1f7b478dcfe71fb631631519a3bca12c9aefca1612bfce4c13a86264d4",
+    "76e67dadbcdf1e10e1b74ddc608abd2f98dfb16fbce75277b5232a127f2087ef",
+    "ddb89be403809e325750d3d263cd78929c2942b7942a34b77e122c9594a74c8c",
+    "5dc9da79a70659a9ad559cb701ded9a2ab9d823aad2f4960cfe370eff4604328",
+]
+
+
+def test_merkle_roots_match_rfc6962_vectors() -> None:
+    leaves = [bytes.fromhex(x) for x in CT_LEAVES]
+    accumulator = MerkleAccumulator()
+    for n, leaf in enumerate(leaves, start=1):
+        accumulator.add(leaf)
+        assert merkle_root(leaves[:n]).hex() == CT_ROOTS[n - 1]
+        assert accumulator.root().hex() == CT_ROOTS[n - 1]
+
+
+APPENDER = """
+import sys
+from pathlib import Path
+from medhelm_local.audit.trail import AuditTrail
+trail = AuditTrail(Path(sys.argv[1]), Path(sys.argv[2]))
+for i in range(int(sys.argv[3])):
+    trail.append(actor=sys.argv[4], action="test.append", outcome="success", objects={"i": i})
+"""
+
+
+def test_concurrent_appends_keep_the_chain(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    ensure_keys(keys)
+    path = tmp_path / "audit.jsonl"
+    procs = [subprocess.Popen([sys.executable, "-c", APPENDER, str(path), str(keys), "25", f"writer{w}"])
+             for w in range(3)]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0, 0]
+    report = verify_file(path, load_signing_key(keys).public_key())
+    assert report.intact, report.problems
+    assert report.records == 150 and report.checkpoints == 75
+    records = AuditTrail(path).records()
+    assert [r["seq"] for r in records] == list(range(1, 151))
+
+
+def test_fail_closed_without_a_signing_key(tmp_path: Path) -> None:
+    trail = AuditTrail(tmp_path / "audit.jsonl", tmp_path / "no-keys")
+    with pytest.raises(AuditWriteError, match="not performed"):
+        trail.append(actor="a", action="x", outcome="success")
+    assert not (tmp_path / "audit.jsonl").exists()
+
+
+def test_unwritable_trail_fails_the_action(tmp_path: Path) -> None:
+    cli = InProcessCli(home=tmp_path / "home")
+    assert cli("init").code == 0
+    trail = cli.home / "audit" / "audit.jsonl"
+    trail.unlink()
+    trail.mkdir()  # the trail cannot be opened for writing
+    extract = hospice_csv(tmp_path / "notes.csv", 12)
+    result = cli("datasets", "register", "hospice_referral", str(extract))
+    assert result.code == 1 and "audit trail" in result.stderr
+    listed = cli("datasets", "list", "--json")
+    assert listed.code == 0 and json.loads(listed.stdout) == []  # nothing was registered
+
+
+def test_free_text_never_reaches_a_record(tmp_path: Path) -> None:
+    keys = tmp_path / "keys"
+    ensure_keys(keys)
+    trail = AuditTrail(tmp_path / "audit.jsonl", keys)
+    record = trail.append(actor="a", action="x", outcome="success",
+                          objects={"note": "Patient Jane Roe seen today", "run_id": "run-1", "n": 3,
+                                   "nested": {"text": "free text here"}})
+    text = (tmp_path / "audit.jsonl").read_text()
+    assert "Jane" not in text and "free text" not in text
+    assert record["objects"]["run_id"] == "run-1" and record["objects"]["n"] == 3
+
+
+def test_show_filters_and_report(evaluated: EvaluatedHome) -> None:
+    cli = evaluated.cli
+    request = run_json(cli, "export", "request", "--runs", evaluated.run_id)
+    assert cli("export", "approve", str(request["request_id"]), "--approver", APPROVER).code == 0
+    shown = cli("audit", "show", "--action", "export.", "--json")
+    assert shown.code == 0
+    actions = {r["action"] for r in json.loads(shown.stdout)}
+    assert actions == {"export.request", "export.approve"}
+    assert cli("audit", "show", "--since", "2999-01-01", "--json").stdout.strip() == "[]"
+    assert cli("audit", "show", "--since", "not-a-date").code == 2
+    everything = json.loads(cli("audit", "show", "--checkpoints", "--json").stdout)
+    assert any(r["action"] == "audit.checkpoint" for r in everything)
+    assert all(set(r) == {"seq", "ts", "actor", "role", "action", "objects", "outcome", "host", "prev"}
+               for r in everything)
+
+    summary = json.loads(cli("audit", "report", "--since", "2000-01-01", "--json").stdout)
+    assert [r["run_id"] for r in summary["runs"]] == [evaluated.run_id]
+    assert summary["runs"][0]["model"] == "eval-model"
+    assert len(summary["runs"][0]["benchmarks"]["hospice_referral"]) == 64  # the dataset fingerprint
+    assert summary["datasets"][0]["benchmark"] == "hospice_referral"
+    assert summary["exports"][0]["status"] == "approved" and summary["exports"][0]["approver"] == APPROVER
+    text = cli("audit", "report", "--since", "2000-01-01")
+    assert text.code == 0 and evaluated.run_id in text.stdout and APPROVER in text.stdout
