@@ -1,0 +1,80 @@
+"""Fault injection: every instance is answered exactly once; failures are recorded, never scored."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from medhelm_local.analysis.cost import run_cost
+from medhelm_local.runner.session import RunOptions, evaluate
+from medhelm_local.store import Store
+from medhelm_local.testing.fake_openai import FakeOpenAIServer, Faults, hash_responder
+from tests.runner.helpers import app, make_home, outcomes, register, scores, synthetic_instances
+
+FAULTS = Faults(http_5xx=0.10, timeout=0.05, drop=0.02, invalid_json=0.01, hang_s=3.0)
+
+
+def test_fault_injection_every_instance_answered_exactly_once(tmp_path: Path) -> None:
+    responder = hash_responder()
+    with FakeOpenAIServer(responder=responder, latency_s=0.005, faults=FAULTS, seed=7, record_bodies=True) as server:
+        home = make_home(tmp_path / "home", [server.base_url], timeout_s=0.5, max_retries=12)
+        instances = synthetic_instances(200, contexts=20)
+        register(home, instances)
+        outcome = evaluate(app(home), RunOptions(model="fake", benchmarks=["pubmedqa"], show_progress=False,
+                                                 backoff_base_s=0.02))
+        seen = server.stats()
+    rows = outcomes(home, outcome.run.run_id)
+    assert sorted(r[1] for r in rows) == sorted(i.id for i in instances)  # one outcome per instance, no extra
+    assert all(r[3] is None for r in rows), "every request eventually succeeded"
+    # Each output is the answer to its own prompt, not to another instance's.
+    with Store.open(home, read_only=True) as store:
+        stored = store.conn.execute("SELECT instance_id, request FROM requests WHERE run_id = ?",
+                                    [outcome.run.run_id]).fetchall()
+    by_id = {r[1]: r[2] for r in rows}
+    for instance_id, request in stored:
+        messages = json.loads(request)["messages"]
+        assert by_id[instance_id] == responder(messages)
+    categories = outcome.report.endpoints[0]["failure_categories"] if outcome.report else {}
+    assert {"http_503", "timeout", "connection_dropped", "invalid_json"} <= set(categories)
+    assert seen["requests_seen"] > 200 and seen["completions_sent"] >= 200
+    assert outcome.run.status == "finished" and outcome.errors == {}
+    (result,) = outcome.results
+    assert result.n == 200 and result.n_failed == 0
+
+
+def test_exhausted_retries_are_recorded_then_retry_errors_replaces_them(tmp_path: Path) -> None:
+    with FakeOpenAIServer(responder=hash_responder(), faults=Faults(http_5xx=1.0)) as broken:
+        home = make_home(tmp_path / "home", [broken.base_url], max_retries=1)
+        register(home, synthetic_instances(30))
+        first = evaluate(app(home), RunOptions(model="fake", benchmarks=["pubmedqa"], show_progress=False,
+                                               backoff_base_s=0.01))
+    run_id = first.run.run_id
+    assert first.errors == {"pubmedqa": {"http_503": 30}}
+    (result,) = first.results
+    assert result.n == 0 and result.n_failed == 30 and result.score is None  # never a default score
+    assert all(value is None for _, _, value in scores(home, run_id))
+
+    with FakeOpenAIServer(responder=hash_responder()) as healthy:
+        config = home.config.model_copy(deep=True)
+        config.models[-1].base_urls = [healthy.base_url]
+        home.save_config(config)
+        again = evaluate(app(home), RunOptions(retry_errors=run_id, show_progress=False))
+        assert healthy.stats()["requests_seen"] == 30
+    assert again.run.run_id == run_id and again.errors == {}
+    rows = outcomes(home, run_id)
+    assert len(rows) == 30 and all(r[2] is not None and r[3] is None for r in rows)
+    with Store.open(home, read_only=True) as store:
+        history = store.conn.execute("SELECT count(*), min(error) FROM runner_error_history WHERE run_id = ?",
+                                     [run_id]).fetchone()
+        assert history == (30, "http_503")  # the replaced failures stay on record
+        cost = run_cost(store, run_id, home.config)
+    assert cost.method == "none" and cost.total is None and cost.responses == 30
+
+
+def test_retry_errors_with_nothing_failed_sends_nothing(tmp_path: Path) -> None:
+    with FakeOpenAIServer(responder=hash_responder()) as server:
+        home = make_home(tmp_path / "home", [server.base_url])
+        register(home, synthetic_instances(10))
+        first = evaluate(app(home), RunOptions(model="fake", benchmarks=["pubmedqa"], show_progress=False))
+        evaluate(app(home), RunOptions(retry_errors=first.run.run_id, show_progress=False))
+        assert server.stats()["requests_seen"] == 10

@@ -1,0 +1,106 @@
+"""SIGKILL the real `medhelm-local run` at random moments; resuming ends identical to an uninterrupted run."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from medhelm_local.home import Home
+from medhelm_local.store import Store
+from medhelm_local.testing.fake_openai import FakeOpenAIServer, hash_responder
+from tests.runner.helpers import make_home, outcomes, register, scores, synthetic_instances
+
+N = 400
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEDHELM_")}
+    env["MEDHELM_LOG_LEVEL"] = "WARNING"
+    return env
+
+
+def _run_cmd(home: Home, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "medhelm_local.cli", "--home", str(home.root), "run", "--model", "fake",
+            "--benchmarks", "pubmedqa", "--concurrency", "8", "--json", *extra]
+
+
+def _answered(home: Home) -> int:
+    with Store.open(home, read_only=True) as store:
+        row = store.conn.execute("SELECT count(*) FROM responses").fetchone()
+    return int(row[0]) if row else 0
+
+
+def _run_ids(home: Home) -> list[str]:
+    with Store.open(home, read_only=True) as store:
+        return [r.run_id for r in store.list_runs()]
+
+
+def test_sigkill_at_random_points_then_resume_is_identical(tmp_path: Path) -> None:
+    rng = random.Random(20261121)
+    instances = synthetic_instances(N, contexts=40)
+    with FakeOpenAIServer(responder=hash_responder(), latency_s=0.04, slots=8) as server:
+        reference = make_home(tmp_path / "reference", [server.base_url])
+        register(reference, instances)
+        done = subprocess.run(_run_cmd(reference), capture_output=True, text=True, env=_env(), timeout=300)
+        assert done.returncode == 0, done.stderr
+        (reference_run,) = _run_ids(reference)
+
+        home = make_home(tmp_path / "home", [server.base_url])
+        register(home, instances)
+        progress = []
+        for attempt in range(5):
+            proc = subprocess.Popen(_run_cmd(home), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env())
+            if attempt == 0:
+                time.sleep(rng.uniform(0.2, 2.0))  # during start-up, planning or the first requests
+            else:
+                # Somewhere in the sending: after a random number of further requests reached the server.
+                target = server.stats()["requests_seen"] + rng.randint(1, 60)
+                deadline = time.monotonic() + 120
+                while server.stats()["requests_seen"] < target and proc.poll() is None:
+                    assert time.monotonic() < deadline, "the runner never started sending"
+                    time.sleep(0.005)
+                time.sleep(rng.uniform(0.0, 0.05))
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=30)
+            progress.append(_answered(home))
+        assert progress == sorted(progress), "committed work is never lost"
+        assert 0 < progress[-1] < N, f"the kills should interrupt a run in progress: {progress}"
+
+        missing = N - progress[-1]
+        before = server.stats()["requests_seen"]
+        final = subprocess.run(_run_cmd(home), capture_output=True, text=True, env=_env(), timeout=300)
+        assert final.returncode == 0, final.stderr
+        assert server.stats()["requests_seen"] - before == missing, "only the missing items are sent"
+
+    (run_id,) = _run_ids(home)  # the same command resumed the same run every time
+    payload = json.loads(final.stdout)
+    assert payload["run_id"] == run_id and payload["status"] == "finished"
+    strip = [(b, i, o, e) for b, i, o, e in outcomes(home, run_id)]
+    assert strip == outcomes(reference, reference_run)
+    assert scores(home, run_id) == scores(reference, reference_run)
+    assert len(strip) == N
+    actions = [json.loads(line)["action"] for line in home.audit_path.read_text().splitlines()]
+    assert "run.resume" in actions and "endpoint.use" in actions
+
+
+def test_resume_by_id_sends_nothing_when_complete(tmp_path: Path) -> None:
+    with FakeOpenAIServer(responder=hash_responder()) as server:
+        home = make_home(tmp_path / "home", [server.base_url])
+        register(home, synthetic_instances(12))
+        first = subprocess.run(_run_cmd(home), capture_output=True, text=True, env=_env(), timeout=300)
+        assert first.returncode == 0, first.stderr
+        run_id = json.loads(first.stdout)["run_id"]
+        again = subprocess.run([sys.executable, "-m", "medhelm_local.cli", "--home", str(home.root), "run",
+                                "--resume", run_id, "--json"], capture_output=True, text=True, env=_env(), timeout=300)
+        assert again.returncode == 0, again.stderr
+        assert server.stats()["requests_seen"] == 12
+        missing = subprocess.run([sys.executable, "-m", "medhelm_local.cli", "--home", str(home.root), "run",
+                                  "--resume", "run-nope"], capture_output=True, text=True, env=_env(), timeout=300)
+        assert missing.returncode == 2 and "not found" in missing.stderr
