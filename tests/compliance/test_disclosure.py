@@ -1,0 +1,110 @@
+"""The disclosure policy: cell-size and complementary suppression, rounding, the string scan, the policy file."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+
+import pytest
+
+from medhelm_local.export.aggregates import RawCell, RawExport, RawModelUsage, RawRun, publish, publish_cell
+from medhelm_local.export.policy import ExportPolicy, default_policy_bytes, parse_policy
+from medhelm_local.export.scan import PATTERNS, scan_strings, strings_of
+from medhelm_local.home import ModelEndpoint
+from medhelm_local.testing.fake_openai import FakeOpenAIServer
+from tests.compliance.conftest import APPROVER, add_models, hospice_csv, write_policy
+from tests.compliance.inproc import InProcessCli
+
+REPO = Path(__file__).resolve().parents[2]
+POLICY = ExportPolicy()
+
+
+def _cell(model: str = "m", benchmark: str = "b1", score: float | None = 0.123456, n_scored: int = 40,
+          n_failed: int = 0, category: str = "Cat A") -> RawCell:
+    return RawCell(run_id=f"run-{model}", model=model, benchmark=benchmark, category=category, metric="exact_match",
+                   score=score, n_scored=n_scored, n_failed=n_failed, n_total=n_scored + n_failed,
+                   created_at=datetime(2026, 1, 1))
+
+
+def test_repository_policy_is_the_packaged_default() -> None:
+    assert (REPO / "policies" / "export-policy.yaml").read_bytes() == default_policy_bytes()
+    loaded = parse_policy(default_policy_bytes(), "default")
+    assert loaded.policy.min_cell_size == 11 and loaded.policy.approval.approvers == []
+
+
+def test_small_cells_are_suppressed() -> None:
+    assert publish_cell(_cell(n_scored=7), POLICY).model_dump(include={"score", "n_scored", "n_total"}) == {
+        "score": None, "n_scored": None, "n_total": None}
+    cell = publish_cell(_cell(n_scored=10, n_failed=5), POLICY)  # 15 planned, only 10 scored
+    assert cell.score is None and cell.n_scored is None and cell.n_total == 15
+    assert "score:small_cell" in cell.suppressed
+    published = publish_cell(_cell(n_scored=11), POLICY)
+    assert published.score == 0.123 and published.n_scored == 11 and published.n_failed == 0
+
+
+def test_complementary_suppression() -> None:
+    cell = publish_cell(_cell(n_scored=40, n_failed=3), POLICY)  # 3 failures: the 40 would reveal them
+    assert cell.n_failed is None and cell.n_scored is None and cell.n_total == 43
+    assert cell.score == 0.123  # a mean over 40 instances is publishable
+    assert set(cell.suppressed) == {"n_failed:small_cell", "n_scored:complementary"}
+
+
+def test_averages_use_published_scores_only() -> None:
+    raw = RawExport(
+        runs=[RawRun(run_id="run-m", model="m", status="finished", benchmarks=["b1", "b2"], manifest_sha256="0" * 64,
+                     dataset_fingerprints={})],
+        cells=[_cell(benchmark="b1", score=0.8), _cell(benchmark="b2", score=0.1, n_scored=5)],
+        usage=[RawModelUsage(model="m", cost=1.23456, n_total=45)],
+    )
+    data = publish(raw, POLICY, request_id="exp-x", policy_sha256="0" * 64)
+    model = data.models[0]
+    assert model.macro_avg == 0.8 and model.benchmarks_suppressed == 1 and model.cost == 1.23
+    assert model.category_scores == {"Cat A": 0.8}
+
+
+@pytest.mark.parametrize(("rule", "text"), [
+    ("mrn", "MRN 4471923"), ("ssn", "123-45-6789"), ("phone", "(555) 123-4567"), ("email", "jo@example.org"),
+    ("date", "03/14/2025"), ("date", "March 14"), ("address", "12 Elm Street"), ("url", "https://example.org"),
+])
+def test_phi_patterns(rule: str, text: str) -> None:
+    assert PATTERNS[rule].search(text)
+    _, found, _ = scan_strings("f.json", [("$.x", f"model {text}")], patterns=[rule], terms=set(), allowed=None,
+                               system=set())
+    assert found and found[0].rule == f"PHI pattern {rule}" and text not in str(found)
+
+
+def test_pattern_scan_leaves_model_names_and_numbers_alone() -> None:
+    strings = [("a", "llama-3.1-8b-instruct"), ("b", "0.734"), ("c", "qwen2.5-72b"), ("d", "exact_match")]
+    _, found, _ = scan_strings("f", strings, patterns=list(PATTERNS), terms=set(), allowed=None, system=set())
+    assert found == []
+
+
+def test_html_external_references_are_found() -> None:
+    html = b'<html><body><img src="http://x/y.png"><p style="background:url(http://x)">t</p></body></html>'
+    _, external = strings_of("report.html", html)
+    assert len(external) == 3
+
+
+def test_a_patient_name_in_a_model_name_blocks_the_export(tmp_path: Path) -> None:
+    """The extract-term scan: a model named after a patient seen in the extract cannot be exported."""
+    cli = InProcessCli(home=tmp_path / "home")
+    assert cli("init").code == 0
+    write_policy(cli.home)
+    with FakeOpenAIServer(responder=lambda _m: "A") as server:
+        add_models(cli.home, [ModelEndpoint(name="quillonby-7b", base_urls=[server.base_url])])
+        extract = hospice_csv(tmp_path / "notes.csv", 22, note=lambda i: f"Patient Ada Quillonby, visit {i}.")
+        assert cli("datasets", "register", "hospice_referral", str(extract)).code == 0
+        run = cli("run", "--model", "quillonby-7b", "--benchmarks", "hospice_referral", "--json")
+        assert run.code == 0, run.stderr
+    result = cli("export", "request", "--runs", json.loads(run.stdout)["run_id"], "--json")
+    assert result.code == 1
+    request = json.loads(result.stdout)
+    assert request["status"] == "blocked"
+    failed = {c["id"]: c for c in request["checks"] if c["result"] == "fail"}
+    assert set(failed) == {"extract_terms"}
+    assert "Quillonby" not in result.stdout.replace("quillonby-7b", "")  # findings never quote the value
+    approve = cli("export", "approve", request["request_id"], "--approver", APPROVER)
+    assert approve.code == 2 and "cannot be approved" in approve.stderr
+    unfinished = cli("export", "request", "--runs", "run-does-not-exist")
+    assert unfinished.code == 2
