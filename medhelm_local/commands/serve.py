@@ -117,5 +117,6 @@ def vllm(
         process.stop()
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-    audit_event(app_ctx.home, app_ctx.actor, "server.stop", role="it-admin", server_id=server_id, exit_code=code)
+        audit_event(app_ctx.home, app_ctx.actor, "server.stop", role="it-admin", server_id=server_id,
+                    exit_code=process.proc.returncode if process.proc is not None else None)
     raise typer.Exit(code)

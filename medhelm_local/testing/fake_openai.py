@@ -138,7 +138,7 @@ class FakeOpenAIServer:
             if not message.get("more_body"):
                 break
         path = scope["path"]
-        if self.api_key is not None:
+        if self.api_key is not None and path.startswith("/v1/"):  # like vLLM: /health and /version stay open
             headers = dict(scope["headers"])
             if headers.get(b"authorization") != f"Bearer {self.api_key}".encode():
                 await _respond(send, 401, {"error": "unauthorized"})
