@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import inspect
 import uuid
 from datetime import UTC, datetime
 from pathlib import Path
@@ -29,9 +30,14 @@ def make_home(root: Path, judges: dict[str, str] | None = None, *, max_retries: 
 
 
 def register(store: Store, benchmark: str, instances: list[Instance]) -> str:
-    fingerprint = hashlib.sha256(("|".join(i.id for i in instances) + benchmark).encode()).hexdigest()
-    store.register_dataset(benchmark, fingerprint, "test", instances, {})
-    return fingerprint
+    """Register ``instances`` as the benchmark's current dataset; returns the dataset fingerprint."""
+    digest = hashlib.sha256(("|".join(i.id for i in instances) + benchmark).encode()).hexdigest()
+    if "loader_sha256" in inspect.signature(store.register_dataset).parameters:
+        # versioned datasets: the fingerprint covers the source and the loader
+        fingerprint, _ = store.register_dataset(benchmark, digest, "test-loader", "test", instances, {})
+        return str(fingerprint)
+    store.register_dataset(benchmark, digest, "test", instances, {})  # type: ignore[call-arg]
+    return digest
 
 
 def add_run(store: Store, model: str, benchmark: str, fingerprint: str, instances: list[Instance],
