@@ -3,7 +3,8 @@
 The limit grows while measured throughput rises (doubling at first, then gentle probes once it plateaus),
 shrinks by half on HTTP 429, and stops growing for a while after 5xx answers and timeouts. ``cap``
 (``--concurrency``) is never exceeded. Throughput is measured in windows of about half a round trip: a window
-closes after ``limit / 2`` successful completions (and at least ``min_window_s``).
+closes after ``limit / 2`` successful completions (and at least ``min_window_s``); the first window after a
+change is discarded, so each decision sees the new limit only.
 """
 
 from __future__ import annotations
@@ -53,6 +54,7 @@ class AdaptiveLimiter:
         self._window_start = clock()
         self._window_ok = 0
         self._saturated = False
+        self._settling = False
         self._last_decrease = -1e9
         self.peak_limit = self.limit
         self.history: deque[tuple[float, int, str]] = deque(maxlen=256)
@@ -103,6 +105,7 @@ class AdaptiveLimiter:
         value = max(1, min(self.cap, value))
         if value != self.limit:
             self.limit = value
+            self._settling = True
             self.peak_limit = max(self.peak_limit, value)
             self.history.append((round(self._clock() - self._t0, 3), value, reason))
             self._wake()
@@ -128,7 +131,11 @@ class AdaptiveLimiter:
         if self._window_ok < max(4, self.limit // 2) or elapsed < self.min_window_s:
             return
         rate = self._window_ok / elapsed
-        self._decide(rate)
+        if self._settling:
+            # The first window after a change still mixes in the old limit's requests: measure the next one.
+            self._settling = False
+        else:
+            self._decide(rate)
         self._reset_window(now)
 
     def _reset_window(self, now: float) -> None:
@@ -143,14 +150,13 @@ class AdaptiveLimiter:
             self._prev_rate = rate
             return
         if not self._saturated:
-            # The runner could not fill the current limit: a higher one would measure nothing.
-            self._prev_rate = rate
-            return
+            return  # the runner did not fill the limit in this window: it says nothing about a higher one
         if prev is None or rate > prev * self.rise:
             self._grow(rate)
             return
-        if self._last_action == "grow" and rate < prev * 0.9:
-            self._set_limit(self._prev_limit, "revert")  # more in flight made it slower
+        if self._last_action == "grow":
+            # The last step bought no throughput: the extra requests only queue at the server.
+            self._set_limit(self._prev_limit, "revert")
         self._slow_start = False
         self._last_action = "hold"
         self._steady_windows += 1
