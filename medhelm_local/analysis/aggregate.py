@@ -53,10 +53,15 @@ def instance_series(store: Store, run_id: str, model: str, benchmark: str) -> In
     if aggregation == Aggregation.MICRO_F1:
         counts = np.array([[d.get("counts", {}).get(k, 0) for k in ("tp", "fp", "fn")] for _, _, d in scored],
                           dtype=float).reshape(-1, 3)
+    extra = {}
+    for key, name in (("parsed", "parse_rate"), ("strict_format", "strict_format_rate")):
+        flags = [bool(d[key]) for _, _, d in scored if key in d]
+        if flags:
+            extra[name] = sum(flags) / len(flags)
     return InstanceSeries(
         model=model, benchmark=benchmark, metric=metric, run_id=run_id, aggregation=aggregation,
         ids=[iid for iid, _, _ in scored], values=np.array([v for _, v, _ in scored], dtype=float),
-        counts=counts, n_failed=len(rows) - len(scored),
+        counts=counts, n_failed=len(rows) - len(scored), extra=extra,
     )
 
 

@@ -67,6 +67,7 @@ class ModelRow(BaseModel):
     sd: float | None = None  # SD of the benchmark scores around the macro-average
     categories: dict[str, float] = Field(default_factory=dict)  # category -> mean score of its benchmarks
     ci: dict[str, Interval | None] = Field(default_factory=dict)  # benchmark -> bootstrap 95% CI
+    format_rates: dict[str, dict[str, float]] = Field(default_factory=dict)  # benchmark -> parse/strict rates
     cost: float | None = None  # total evaluation cost (runs + jury), when it can be computed from pricing
     cost_detail: dict[str, float | str | None] = Field(default_factory=dict)  # benchmark / jury cost, note
     pareto: bool | None = None  # on the cost / win-rate Pareto front (None: cost or win-rate unknown)
@@ -148,8 +149,11 @@ def build_leaderboard(results: list[BenchmarkScore], *, series: list[InstanceSer
         for benchmark, value in numeric[model].items():
             by_category[category_of(benchmark)].append(value)
         ci: dict[str, Interval | None] = {}
+        format_rates: dict[str, dict[str, float]] = {}
         for benchmark in benchmarks:
             found = by_key.get((model, benchmark))
+            if found is not None and found.extra:
+                format_rates[benchmark] = dict(found.extra)
             if found is not None:
                 interval = bootstrap_ci(found.values, found.counts, found.aggregation, resamples=resamples,
                                         seed=seed)
@@ -162,7 +166,8 @@ def build_leaderboard(results: list[BenchmarkScore], *, series: list[InstanceSer
             macro_avg=float(np.mean(values)) if values else None,
             sd=float(np.std(values)) if values else None,
             categories={c: float(np.mean(v)) for c, v in sorted(by_category.items())},
-            benchmarks=benchmarks, ci=ci, cost=(costs or {}).get(model), win_rule=rule,
+            benchmarks=benchmarks, ci=ci, format_rates=format_rates, cost=(costs or {}).get(model),
+            win_rule=rule,
         ))
     rows.sort(key=lambda r: (-(r.win_rate or 0), -(r.macro_avg or 0), r.model))
     return rows

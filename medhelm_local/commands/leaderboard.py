@@ -57,7 +57,7 @@ def leaderboard_payload(rows: list[ModelRow], *, pairwise: list[PairwiseDifferen
             entry: dict[str, Any] = {"metric": s.metric, "score": s.score,
                                      "ci_low": interval.low if interval else None,
                                      "ci_high": interval.high if interval else None,
-                                     "n": s.n, "n_failed": s.n_failed}
+                                     "n": s.n, "n_failed": s.n_failed, **r.format_rates.get(b, {})}
             if b in mdes:
                 entry["mde"] = mdes[b].mde
                 entry["mde_sd"] = mdes[b].sd

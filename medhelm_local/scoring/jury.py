@@ -77,6 +77,15 @@ def judge_names(config: ApplianceConfig | None, benchmark: str) -> list[str]:
     return list(config.judges)
 
 
+def require_judges(config: ApplianceConfig | None, benchmarks: Sequence[str]) -> None:
+    """Fail before any inference when a jury-scored benchmark is requested and no judges are configured."""
+    from medhelm_local.benchmarks.registry import get_spec
+
+    for benchmark in benchmarks:
+        if get_spec(benchmark).metric == JURY:
+            judge_names(config, benchmark)
+
+
 def criteria_text(rubric: JudgeRubric) -> str:
     return "\n".join(f"{c.name.capitalize()} (1-5) - {c.description}" for c in rubric.criteria)
 
@@ -101,7 +110,8 @@ def response_format(rubric: JudgeRubric) -> dict[str, Any]:
     rating = {
         "type": "object",
         "properties": {
-            "score": {"type": "integer", "minimum": LIKERT_MIN, "maximum": LIKERT_MAX},
+            # an enum rather than minimum/maximum: every grammar engine (vLLM, llama.cpp) enforces it
+            "score": {"type": "integer", "enum": list(range(LIKERT_MIN, LIKERT_MAX + 1))},
             "explanation": {"type": "string"},
         },
         "required": ["score", "explanation"],

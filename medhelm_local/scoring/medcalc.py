@@ -80,6 +80,6 @@ def medcalc_accuracy(spec: BenchmarkSpec, instance: Instance, output: str) -> tu
         return float(correct), {**details, "group": "gestational age", "parsed": age.parsed,
                                 "strict_format": age.strict}
     raise MetricInputError(
-        f"benchmark {spec.id}: unknown calculator category {category!r} (expected one of "
+        f"benchmark {spec.id}: an instance has an unknown calculator category in meta 'category' (expected one of "
         f"{', '.join(sorted(EXACT_CATEGORIES | RANGE_CATEGORIES | {DATE_CATEGORY}))})"
     )

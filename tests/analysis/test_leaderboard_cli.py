@@ -75,6 +75,7 @@ def test_leaderboard_json(store_home: Home) -> None:
     bench = alpha["benchmarks"]["pubmedqa"]
     assert bench["ci_low"] < bench["score"] < bench["ci_high"]
     assert bench["mde"] > 0
+    assert bench["strict_format_rate"] == 1.0 and bench["parse_rate"] == 1.0
     # win-rate (paper rule): alpha beats beta and gamma on pubmedqa, loses to beta and beats gamma on medqa
     assert alpha["win_rate"] == pytest.approx(3 / 4)
     assert by_model["beta"]["win_rate"] == pytest.approx(3 / 4)

@@ -197,3 +197,30 @@ def test_note_extract_rubric_uses_structure_and_no_gold() -> None:
     medqa_prompt = judge_prompt(get_spec(BENCHMARK), instances(1)[0], "resp")
     assert "Reference answer 0." in medqa_prompt
     assert "Accuracy (1-5)" in medqa_prompt
+
+
+def test_score_command_runs_the_jury_on_a_predictions_file(tmp_path: Path) -> None:
+    from tests.conftest import Cli, cli_env
+
+    with FakeOpenAIServer(responder=steady_judge) as steady, FakeOpenAIServer(responder=flaky_judge) as flaky:
+        home = make_home(tmp_path / "home", {"judge-a": steady.base_url, "judge-b": flaky.base_url},
+                         max_retries=0)
+        data = instances(4)
+        with Store.open(home) as store:
+            register(store, BENCHMARK, data)
+        predictions = tmp_path / "p.jsonl"
+        predictions.write_text("\n".join(json.dumps({"id": i.id, "output": f"answer {i.id}"}) for i in data))
+        cli = Cli(home=home.root, env=cli_env())
+        result = cli("score", BENCHMARK, "--predictions", str(predictions), "--json", "--jury-concurrency", "2")
+        assert result.code == 0, result.stderr
+    payload = result.json()
+    assert isinstance(payload, dict)
+    assert payload["metric"] == "jury" and payload["n"] == 4 and payload["n_failed"] == 0
+    judges = {j["judge"]: j for j in payload["breakdown"]["judges"]}
+    assert judges["judge-a"]["failure_rate"] == 0.0
+    assert judges["judge-b"]["failure_rate"] == 0.75  # m1 not JSON, m2 score 7, m3 missing a criterion
+    # m0: judge-a 4 and judge-b 1 on average; m1-m3: judge-a only
+    expected = [((4 * 3 + 1 * 3) / 6 - 1) / 4, 0.75, 0.75, 0.75]
+    assert payload["score"] == pytest.approx(sum(expected) / 4)
+    assert payload["breakdown"]["secondary"]["rouge_l"]["n"] == 4
+    assert SECRET not in result.stdout + result.stderr

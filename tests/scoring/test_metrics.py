@@ -111,8 +111,9 @@ def test_medcalc_missing_meta_names_the_key() -> None:
     bad = Instance(benchmark="medcalc_bench", id="1", fields={}, references=["25"], meta={"category": "lab"})
     with pytest.raises(MetricInputError, match="lower_limit"):
         score("medcalc_bench", bad, "25")
-    with pytest.raises(MetricInputError, match="unknown calculator category"):
+    with pytest.raises(MetricInputError, match="unknown calculator category") as caught:
         score("medcalc_bench", medcalc("weird", "1", 1, 1), "1")
+    assert "weird" not in str(caught.value)  # data values never go into messages
 
 
 # -- MEDEC ----------------------------------------------------------------------------------------------------
