@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -75,6 +76,12 @@ def run_json(cli: InProcessCli, *args: str) -> dict[str, Any]:
 @pytest.fixture
 def evaluated(tmp_path: Path) -> Iterator[EvaluatedHome]:
     """An initialised home with one finished run of ``eval-model`` on 24 synthetic hospice notes."""
+    with evaluated_home(tmp_path) as home:
+        yield home
+
+
+@contextmanager
+def evaluated_home(tmp_path: Path) -> Iterator[EvaluatedHome]:
     cli = InProcessCli(home=tmp_path / "home")
     assert cli("init").code == 0
     write_policy(cli.home)

@@ -14,26 +14,35 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from medhelm_local.audit.trail import CHECKPOINT_ACTION, canonical_json, checkpoint_message, line_hash
 from medhelm_local.audit.verify import ExportedCheckpoint, verify_file
 from medhelm_local.home.keys import load_public_key
-from tests.compliance.conftest import APPROVER, EvaluatedHome, run_json
+from tests.compliance.conftest import APPROVER, EvaluatedHome, evaluated_home, run_json
 from tests.compliance.inproc import InProcessCli
 
 Lines = list[bytes]
 
 
+@pytest.fixture(scope="module")
+def built_trail(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, Path]:
+    """(trail, public key, checkpoint exported mid-way) from a home that registered, ran and exported."""
+    tmp_path = tmp_path_factory.mktemp("real-trail")
+    with evaluated_home(tmp_path) as evaluated:
+        cli = evaluated.cli
+        checkpoint = tmp_path / "checkpoint.json"
+        assert cli("audit", "checkpoint", "--out", str(checkpoint)).code == 0
+        request = run_json(cli, "export", "request", "--runs", evaluated.run_id)
+        assert cli("export", "approve", str(request["request_id"]), "--approver", APPROVER).code == 0
+        assert cli("audit", "verify").code == 0
+        public = tmp_path / "appliance.pub.pem"
+        assert cli("keys", "export-public", "--out", str(public)).code == 0
+    return cli.home / "audit" / "audit.jsonl", public, checkpoint
+
+
 @pytest.fixture
-def real_trail(evaluated: EvaluatedHome, tmp_path: Path) -> tuple[Path, Path, Path]:
-    """(trail copy, public key, checkpoint exported mid-way) from a home that registered, ran and exported."""
-    cli = evaluated.cli
-    checkpoint = tmp_path / "checkpoint.json"
-    assert cli("audit", "checkpoint", "--out", str(checkpoint)).code == 0
-    request = run_json(cli, "export", "request", "--runs", evaluated.run_id)
-    assert cli("export", "approve", str(request["request_id"]), "--approver", APPROVER).code == 0
-    assert cli("audit", "verify").code == 0
-    public = tmp_path / "appliance.pub.pem"
-    assert cli("keys", "export-public", "--out", str(public)).code == 0
+def real_trail(built_trail: tuple[Path, Path, Path], tmp_path: Path) -> tuple[Path, Path, Path]:
+    """A fresh copy of the real trail for each test to tamper with."""
+    trail, public, checkpoint = built_trail
     copy = tmp_path / "copy" / "audit.jsonl"
     copy.parent.mkdir()
-    shutil.copy(cli.home / "audit" / "audit.jsonl", copy)
+    shutil.copy(trail, copy)
     return copy, public, checkpoint
 
 
