@@ -8,6 +8,7 @@ from pathlib import Path
 import typer
 
 from medhelm_local import __version__
+from medhelm_local.benchmarks.registry import set_active_home
 from medhelm_local.commands import (
     audit,
     benchmarks,
@@ -58,6 +59,8 @@ def root(
 ) -> None:
     configure_logging()
     ctx.obj = AppContext.create(home, actor)
+    # Benchmarks a team defined in this home (bring-your-own-extract YAML) resolve like built-in ones.
+    set_active_home(ctx.obj.home.root)
 
 
 for module in (init, demo, run, score, leaderboard):

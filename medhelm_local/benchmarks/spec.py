@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from enum import StrEnum
 from typing import Any
 
@@ -93,6 +94,14 @@ class BenchmarkSpec(BaseModel):
             if unknown:
                 raise ValueError(f"{self.id}: label_map maps to labels not in labels: {unknown}")
         return self
+
+    @property
+    def loader_sha256(self) -> str:
+        """Hash of everything that decides how source bytes become instances."""
+        import hashlib
+
+        config = self.model_dump(mode="json", include={"input_format", "loader_options", "labels", "label_map"})
+        return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
 
     @property
     def closed_ended(self) -> bool:

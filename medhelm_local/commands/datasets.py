@@ -7,12 +7,13 @@ from pathlib import Path
 import typer
 
 from medhelm_local.audit import audit_event
-from medhelm_local.benchmarks.registry import get_spec
+from medhelm_local.benchmarks.registry import get_spec, load_custom_spec, register_custom_spec
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import app_context
 from medhelm_local.errors import BadInputError
 from medhelm_local.loaders import load_dataset
 from medhelm_local.store import Store
+from medhelm_local.store.datasets import store_dataset
 
 NAME = "datasets"
 HELP = "Register benchmark files and hospital extracts into the encrypted store."
@@ -24,31 +25,43 @@ def register(
     ctx: typer.Context,
     benchmark: str = typer.Argument(..., help="Benchmark id (see `benchmarks list`)."),
     path: Path = typer.Argument(..., help="The benchmark's native file or folder, or an extract."),
+    spec_file: Path | None = typer.Option(
+        None, "--spec", help="A bring-your-own-extract benchmark YAML defining BENCHMARK; stored in the home."
+    ),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Validate PATH for BENCHMARK and store its instances (all or nothing)."""
     app_ctx = app_context(ctx)
-    spec = get_spec(benchmark)
+    home = app_ctx.home
+    if spec_file is not None:
+        spec = load_custom_spec(spec_file)
+        if spec.id != benchmark:
+            raise BadInputError(f"{spec_file}: defines benchmark {spec.id!r}, not {benchmark!r}")
+    else:
+        spec = get_spec(benchmark)
+    # Intent first: if the audit trail cannot be written, nothing is registered (fail closed).
+    audit_event(home, app_ctx.actor, "dataset.register", outcome="attempt", role="informatics",
+                benchmark=benchmark, source_name=path.name)
     try:
         result = load_dataset(spec, path)
     except BadInputError:
-        audit_event(app_ctx.home, app_ctx.actor, "dataset.register", outcome="rejected", role="informatics",
+        audit_event(home, app_ctx.actor, "dataset.register", outcome="rejected", role="informatics",
                     benchmark=benchmark, source_name=path.name)
         raise
-    fingerprint = result.fingerprint
-    skipped = dict(result.skipped)
-    # Audit first: if the trail cannot be written, nothing is registered (fail closed).
-    audit_event(app_ctx.home, app_ctx.actor, "dataset.register", role="informatics", benchmark=benchmark,
-                fingerprint=fingerprint, instances=len(result.instances), skipped=sum(skipped.values()))
-    with Store.open(app_ctx.home) as store:
-        new = store.register_dataset(benchmark, fingerprint, path.name, result.instances, skipped)
-    payload = {"benchmark": benchmark, "instances": len(result.instances), "skipped": skipped,
-               "fingerprint": fingerprint, "new": new}
+    if spec_file is not None:
+        spec = register_custom_spec(spec_file, home.root)
+    with Store.open(home) as store:
+        registration = store_dataset(store, spec, path, result)
+    audit_event(home, app_ctx.actor, "dataset.register", role="informatics", benchmark=benchmark,
+                fingerprint=registration.fingerprint, version=registration.version,
+                instances=registration.instances, skipped=sum(registration.skipped.values()))
     if as_json:
-        emit_json(payload)
+        emit_json(registration.model_dump())
     else:
-        info(f"registered {benchmark}: {len(result.instances)} instances, fingerprint {fingerprint[:16]}…"
-             + (f", skipped {skipped}" if skipped else "") + ("" if new else " (already registered)"))
+        info(f"registered {benchmark}: {registration.instances} instances, "
+             f"fingerprint {registration.fingerprint[:16]}…"
+             + (f", skipped {registration.skipped}" if registration.skipped else "")
+             + ("" if registration.new else " (already registered)"))
 
 
 @app.command("list")
@@ -59,6 +72,6 @@ def list_datasets(ctx: typer.Context, as_json: bool = typer.Option(False, "--jso
     if as_json:
         emit_json([r.model_dump(mode="json") for r in rows])
         return
-    emit_table("datasets", ["benchmark", "instances", "fingerprint", "registered (UTC)"],
-               [[r.benchmark, r.n_instances, r.fingerprint[:16], r.registered_at.isoformat(timespec="seconds")]
+    emit_table("datasets", ["benchmark", "instances", "source sha256", "registered (UTC)"],
+               [[r.benchmark, r.n_instances, r.source_sha256[:16], r.registered_at.isoformat(timespec="seconds")]
                 for r in rows])

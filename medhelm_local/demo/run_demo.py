@@ -18,6 +18,7 @@ from medhelm_local.home.config import EMBEDDED_MODEL_NAME
 from medhelm_local.home.layout import atomic_write
 from medhelm_local.loaders import load_dataset
 from medhelm_local.store import Store
+from medhelm_local.store.datasets import store_dataset
 
 DEMO_BENCHMARKS = ("pubmedqa", "hospice_referral")
 SMOKE_TEST_NOTE = (
@@ -44,12 +45,12 @@ def prepare(app_ctx: AppContext) -> dict[str, int]:
     counts = {}
     with Store.open(home) as store:
         for benchmark, path in (("pubmedqa", pubmedqa_sample_path()), ("hospice_referral", extract)):
-            result = load_dataset(get_spec(benchmark), path)
+            spec = get_spec(benchmark)
+            registration = store_dataset(store, spec, path, load_dataset(spec, path))
             audit_event(home, app_ctx.actor, "dataset.register", role="informatics", benchmark=benchmark,
-                        fingerprint=result.fingerprint, instances=len(result.instances))
-            store.register_dataset(benchmark, result.fingerprint, path.name, result.instances,
-                                   dict(result.skipped))
-            counts[benchmark] = len(result.instances)
+                        fingerprint=registration.fingerprint, version=registration.version,
+                        instances=registration.instances)
+            counts[benchmark] = registration.instances
     return counts
 
 

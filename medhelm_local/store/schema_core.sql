@@ -2,9 +2,12 @@ CREATE TABLE IF NOT EXISTS meta (
     key VARCHAR PRIMARY KEY,
     value VARCHAR
 );
+-- ``fingerprint`` identifies a dataset version: the source bytes (``source_sha256``) read under one loader
+-- configuration. Re-reading the same bytes with a changed mapping is a new version, so old runs keep theirs.
 CREATE TABLE IF NOT EXISTS datasets (
     benchmark VARCHAR NOT NULL,
     fingerprint VARCHAR NOT NULL,
+    source_sha256 VARCHAR NOT NULL,
     registered_at TIMESTAMP NOT NULL,
     n_instances INTEGER NOT NULL,
     skipped JSON NOT NULL,

