@@ -51,7 +51,10 @@ def test_request_approve_release_verify(evaluated: EvaluatedHome, tmp_path: Path
     assert cli("keys", "export-public", "--out", str(public)).code == 0
     assert cli("export", "verify", str(released), "--public-key", str(public)).code == 0
 
-    actions = [(r["action"], r["outcome"]) for r in AuditTrail(cli.home / "audit" / "audit.jsonl").records()]
+    records = AuditTrail(cli.home / "audit" / "audit.jsonl").records()
+    started = next(r for r in records if r["action"] == "run.start")
+    assert manifest["run_manifests"][evaluated.run_id] == started["objects"]["manifest_sha256"]
+    actions = [(r["action"], r["outcome"]) for r in records]
     assert ("export.request", "ready") in actions
     assert ("export.approve", "refused") in actions
     assert ("export.approve", "approved") in actions
@@ -70,3 +73,40 @@ def test_deny_is_audited_and_blocks_release(evaluated: EvaluatedHome, tmp_path: 
     assert not out.exists()
     records = AuditTrail(cli.home / "audit" / "audit.jsonl").records()
     assert any(r["action"] == "export.deny" and r["outcome"] == "denied" for r in records)
+
+
+def test_export_verify_rejects_any_changed_byte(evaluated: EvaluatedHome, tmp_path: Path) -> None:
+    from medhelm_local.export.bundle import verify_bundle
+    from medhelm_local.home.keys import load_public_key
+
+    cli = evaluated.cli
+    request_id = str(_request(evaluated)["request_id"])
+    out = tmp_path / "outbox"
+    assert cli("export", "approve", request_id, "--approver", APPROVER, "--out", str(out)).code == 0
+    bundle = out / request_id
+    key = load_public_key(cli.home / "keys" / "signing-ed25519.pub.pem")
+    assert verify_bundle(bundle, key).ok
+    for path in sorted(bundle.iterdir()):
+        original = path.read_bytes()
+        for offset in sorted({0, len(original) // 2, len(original) - 2}):
+            changed = bytearray(original)
+            changed[offset] ^= 0x01
+            path.write_bytes(bytes(changed))
+            result = verify_bundle(bundle, key)
+            assert not result.ok, (path.name, offset)
+        path.write_bytes(original)
+    assert verify_bundle(bundle, key).ok
+    (bundle / "extra.txt").write_text("x")
+    assert not verify_bundle(bundle, key).ok
+    (bundle / "extra.txt").unlink()
+    (bundle / "cells.csv").unlink()
+    failed = cli("export", "verify", str(bundle), "--json")
+    assert failed.code == 1 and any("cells.csv" in p for p in json.loads(failed.stdout)["problems"])
+    # The same bundle checked against another appliance's key fails.
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    other = tmp_path / "other.pub.pem"
+    other.write_bytes(Ed25519PrivateKey.generate().public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
+    assert cli("export", "verify", str(out / request_id), "--public-key", str(other)).code == 1
