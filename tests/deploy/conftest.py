@@ -54,5 +54,5 @@ def checkov() -> str:
     return find_tool(
         "checkov",
         "MEDHELM_CHECKOV",
-        "python -m venv .venv-checkov && .venv-checkov/bin/pip install 'checkov>=3.2,<4'",
+        "python -m venv .venv-checkov && .venv-checkov/bin/pip install 'checkov==3.3.30'",
     )
