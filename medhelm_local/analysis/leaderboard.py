@@ -16,8 +16,15 @@ from enum import StrEnum
 import numpy as np
 from pydantic import BaseModel, Field
 
-from medhelm_local.analysis.aggregate import InstanceSeries
-from medhelm_local.analysis.stats import DEFAULT_RESAMPLES, bootstrap_ci, mde, paired_bootstrap_diff
+from medhelm_local.analysis.aggregate import InstanceSeries, statistic
+from medhelm_local.analysis.stats import (
+    DEFAULT_RESAMPLES,
+    bootstrap_ci,
+    bootstrap_matrix,
+    mde,
+    paired_bootstrap_diff,
+    percentile_interval,
+)
 from medhelm_local.benchmarks.registry import get_spec
 from medhelm_local.errors import NotFoundError
 from medhelm_local.records import BenchmarkScore
@@ -142,6 +149,8 @@ def build_leaderboard(results: list[BenchmarkScore], *, series: list[InstanceSer
         if result.score is not None:
             numeric[result.model][result.benchmark] = result.score
     by_key = {(s.model, s.benchmark): s for s in series or []}
+    kept = [s for s in series or [] if s.benchmark in {r.benchmark for r in results}]
+    intervals = score_intervals(kept, resamples=resamples, seed=seed)
     rows = []
     for model, benchmarks in per_model.items():
         values = list(numeric[model].values())
@@ -155,9 +164,7 @@ def build_leaderboard(results: list[BenchmarkScore], *, series: list[InstanceSer
             if found is not None and found.extra:
                 format_rates[benchmark] = dict(found.extra)
             if found is not None:
-                interval = bootstrap_ci(found.values, found.counts, found.aggregation, resamples=resamples,
-                                        seed=seed)
-                ci[benchmark] = Interval(low=interval[0], high=interval[1]) if interval else None
+                ci[benchmark] = intervals.get((model, benchmark))
         compared = len(per_model) > 1
         rows.append(ModelRow(
             model=model,
@@ -173,6 +180,44 @@ def build_leaderboard(results: list[BenchmarkScore], *, series: list[InstanceSer
     return rows
 
 
+def _shared_ids(members: list[InstanceSeries]) -> bool:
+    """All members scored exactly the same instances (the usual case): one resample table serves them all."""
+    return len(members) > 1 and all(m.ids == members[0].ids for m in members[1:]) and len(members[0].ids) > 1
+
+
+def _stack_counts(members: list[InstanceSeries]) -> np.ndarray | None:
+    if any(m.counts is None for m in members):
+        return None
+    return np.stack([m.counts for m in members if m.counts is not None])
+
+
+def score_intervals(series: list[InstanceSeries], *, resamples: int = DEFAULT_RESAMPLES, seed: int = 0
+                    ) -> dict[tuple[str, str], Interval | None]:
+    """Bootstrap 95% CI of every (model, benchmark) score (None: fewer than two instances or no resamples)."""
+    out: dict[tuple[str, str], Interval | None] = {}
+    for members in _by_benchmark(series, None).values():
+        if resamples >= 1 and _shared_ids(members):
+            stats = bootstrap_matrix(np.stack([m.values for m in members]), _stack_counts(members),
+                                     members[0].aggregation, resamples=resamples, seed=seed)
+            for member, row in zip(members, stats, strict=True):
+                low, high = percentile_interval(row)
+                out[(member.model, member.benchmark)] = Interval(low=low, high=high)
+            continue
+        for member in members:
+            interval = bootstrap_ci(member.values, member.counts, member.aggregation, resamples=resamples,
+                                    seed=seed)
+            out[(member.model, member.benchmark)] = Interval(low=interval[0], high=interval[1]) if interval else None
+    return out
+
+
+def _by_benchmark(series: list[InstanceSeries], category: str | None) -> dict[str, list[InstanceSeries]]:
+    grouped: dict[str, list[InstanceSeries]] = defaultdict(list)
+    for s in series:
+        if category is None or category_of(s.benchmark) == category:
+            grouped[s.benchmark].append(s)
+    return dict(sorted(grouped.items()))
+
+
 def _common(a: InstanceSeries, b: InstanceSeries) -> tuple[np.ndarray, np.ndarray]:
     index_b = {iid: i for i, iid in enumerate(b.ids)}
     pairs = [(i, index_b[iid]) for i, iid in enumerate(a.ids) if iid in index_b]
@@ -184,38 +229,44 @@ def _common(a: InstanceSeries, b: InstanceSeries) -> tuple[np.ndarray, np.ndarra
 def pairwise_differences(series: list[InstanceSeries], *, category: str | None = None,
                          resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> list[PairwiseDifference]:
     """Every ordered pair of models on every benchmark both were scored on, with a paired bootstrap CI."""
-    by_benchmark: dict[str, list[InstanceSeries]] = defaultdict(list)
-    for s in series:
-        if category is None or category_of(s.benchmark) == category:
-            by_benchmark[s.benchmark].append(s)
     out = []
-    for benchmark, members in sorted(by_benchmark.items()):
-        for a in members:
-            for b in members:
-                if a.model == b.model:
-                    continue
+    for benchmark, members in _by_benchmark(series, category).items():
+        table = None
+        if resamples >= 1 and _shared_ids(members):
+            table = bootstrap_matrix(np.stack([m.values for m in members]), _stack_counts(members),
+                                     members[0].aggregation, resamples=resamples, seed=seed)
+        for index, a in enumerate(members):
+            for offset, b in enumerate(members[index + 1:], start=index + 1):
                 ia, ib = _common(a, b)
                 if len(ia) == 0:
                     continue
                 counts_a = a.counts[ia] if a.counts is not None else None
                 counts_b = b.counts[ib] if b.counts is not None else None
-                difference, interval = paired_bootstrap_diff(a.values[ia], b.values[ib], counts_a, counts_b,
-                                                             a.aggregation, resamples=resamples, seed=seed)
+                if table is not None:
+                    sa = statistic(a.values, a.counts, a.aggregation)
+                    sb = statistic(b.values, b.counts, b.aggregation)
+                    assert sa is not None and sb is not None
+                    difference: float = sa - sb
+                    interval: tuple[float, float] | None = percentile_interval(table[index] - table[offset])
+                else:
+                    difference, interval = paired_bootstrap_diff(a.values[ia], b.values[ib], counts_a, counts_b,
+                                                                 a.aggregation, resamples=resamples, seed=seed)
                 out.append(PairwiseDifference(
                     model=a.model, rival=b.model, benchmark=benchmark, difference=difference,
                     ci_low=interval[0] if interval else None, ci_high=interval[1] if interval else None,
+                    n=len(ia)))
+                # the reverse comparison is the same resamples negated
+                out.append(PairwiseDifference(
+                    model=b.model, rival=a.model, benchmark=benchmark, difference=-difference,
+                    ci_low=-interval[1] if interval else None, ci_high=-interval[0] if interval else None,
                     n=len(ia)))
     return out
 
 
 def benchmark_mdes(series: list[InstanceSeries], *, category: str | None = None) -> dict[str, BenchmarkMDE]:
     """Appendix E MDE per benchmark, over unordered model pairs and their common instances' differences."""
-    by_benchmark: dict[str, list[InstanceSeries]] = defaultdict(list)
-    for s in series:
-        if category is None or category_of(s.benchmark) == category:
-            by_benchmark[s.benchmark].append(s)
     out = {}
-    for benchmark, members in sorted(by_benchmark.items()):
+    for benchmark, members in _by_benchmark(series, category).items():
         differences = []
         for i, a in enumerate(members):
             for b in members[i + 1:]:

@@ -30,33 +30,51 @@ def _resample_batches(n: int, resamples: int, rng: np.random.Generator) -> Itera
         done += size
 
 
-def _stat_batch(values: np.ndarray, counts: np.ndarray | None, aggregation: Aggregation,
-                index: np.ndarray) -> np.ndarray:
-    if aggregation == Aggregation.MICRO_F1 and counts is not None:
-        sums = counts[index].sum(axis=1)  # (batch, 3)
-        tp, fp, fn = sums[:, 0], sums[:, 1], sums[:, 2]
-        denominator = 2 * tp + fp + fn
-        return np.where(denominator == 0, 1.0, 2 * tp / np.where(denominator == 0, 1, denominator))
-    result: np.ndarray = values[index].mean(axis=1)
-    return result
+def _weight_batches(n: int, resamples: int, rng: np.random.Generator) -> Iterator[np.ndarray]:
+    """Bootstrap resamples as weights: row b counts how often each of the n instances was drawn."""
+    for index in _resample_batches(n, resamples, rng):
+        size = index.shape[0]
+        flat = (index + (np.arange(size) * n)[:, None]).ravel()
+        yield np.bincount(flat, minlength=size * n).reshape(size, n).astype(float)
 
 
-def _percentiles(samples: np.ndarray) -> tuple[float, float]:
+def bootstrap_matrix(values: np.ndarray, counts: np.ndarray | None = None,
+                     aggregation: Aggregation = Aggregation.MEAN, *, resamples: int = DEFAULT_RESAMPLES,
+                     seed: int = 0) -> np.ndarray:
+    """Bootstrap statistics of several models on the same n instances, all from the same resamples (paired).
+
+    ``values``: (models, n); ``counts``: (models, n, 3) tp/fp/fn for micro-F1. Returns (models, resamples).
+    The resamples depend only on (n, resamples, seed), so a model's CI is the same alone or with rivals.
+    """
+    n = values.shape[1]
+    rng = np.random.default_rng(seed)
+    parts = []
+    for weights in _weight_batches(n, resamples, rng):
+        if aggregation == Aggregation.MICRO_F1 and counts is not None:
+            sums = np.einsum("bn,mnk->mbk", weights, counts)
+            tp, fp, fn = sums[..., 0], sums[..., 1], sums[..., 2]
+            denominator = 2 * tp + fp + fn
+            parts.append(np.where(denominator == 0, 1.0, 2 * tp / np.where(denominator == 0, 1, denominator)))
+        else:
+            parts.append(values @ weights.T / n)
+    return np.concatenate(parts, axis=1)
+
+
+def percentile_interval(samples: np.ndarray) -> tuple[float, float]:
     alpha = (1 - CI_LEVEL) / 2
     low, high = np.quantile(samples, [alpha, 1 - alpha])
     return float(low), float(high)
 
 
+
 def bootstrap_ci(values: np.ndarray, counts: np.ndarray | None = None, aggregation: Aggregation = Aggregation.MEAN,
                  *, resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> tuple[float, float] | None:
     """Percentile bootstrap CI over instances; None for fewer than two instances."""
-    n = len(values)
-    if n < 2 or resamples < 1:
+    if len(values) < 2 or resamples < 1:
         return None
-    rng = np.random.default_rng(seed)
-    samples = np.concatenate([_stat_batch(values, counts, aggregation, index)
-                              for index in _resample_batches(n, resamples, rng)])
-    return _percentiles(samples)
+    stacked_counts = counts[None] if counts is not None else None
+    return percentile_interval(bootstrap_matrix(values[None], stacked_counts, aggregation, resamples=resamples,
+                                                seed=seed)[0])
 
 
 def paired_bootstrap_diff(a: np.ndarray, b: np.ndarray, counts_a: np.ndarray | None = None,
@@ -73,12 +91,9 @@ def paired_bootstrap_diff(a: np.ndarray, b: np.ndarray, counts_a: np.ndarray | N
     assert sa is not None and sb is not None
     if n < 2 or resamples < 1:
         return sa - sb, None
-    rng = np.random.default_rng(seed)
-    diffs = [
-        _stat_batch(a, counts_a, aggregation, index) - _stat_batch(b, counts_b, aggregation, index)
-        for index in _resample_batches(n, resamples, rng)
-    ]
-    return sa - sb, _percentiles(np.concatenate(diffs))
+    counts = np.stack([counts_a, counts_b]) if counts_a is not None and counts_b is not None else None
+    stats = bootstrap_matrix(np.stack([a, b]), counts, aggregation, resamples=resamples, seed=seed)
+    return sa - sb, percentile_interval(stats[0] - stats[1])
 
 
 def mde_multiplier(alpha: float = 0.05, power: float = 0.8) -> float:
@@ -149,7 +164,7 @@ def icc3k_with_ci(matrix: np.ndarray, *, resamples: int = DEFAULT_RESAMPLES, see
     rng = np.random.default_rng(seed)
     samples = np.concatenate([icc3k(matrix[index]) for index in _resample_batches(n, resamples, rng)])
     samples = samples[np.isfinite(samples)]
-    return point, (_percentiles(samples) if len(samples) else None)
+    return point, (percentile_interval(samples) if len(samples) else None)
 
 
 def mean_with_ci(values: np.ndarray, *, resamples: int = DEFAULT_RESAMPLES, seed: int = 0

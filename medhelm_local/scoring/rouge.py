@@ -31,8 +31,10 @@ def rouge_l(output: str, references: Sequence[str]) -> float | None:
     return max(float(_scorer().score(ref, text)["rougeL"].fmeasure) for ref in refs)
 
 
-def bertscore_f(outputs: Sequence[str], references: Sequence[str], model_path: Path) -> list[float]:
-    """BERTScore F1 with a LOCAL model directory (optional extra ``bert-score``); never downloads."""
+def bertscore_f(outputs: Sequence[str], references: Sequence[str], model_path: Path, num_layers: int
+                ) -> list[float]:
+    """BERTScore F1 with a LOCAL model directory (optional extra ``bert-score``; ``num_layers``: the layer whose
+    embeddings are compared, as bert-score documents per model); never downloads. Not wired into scoring."""
     if not model_path.is_dir():
         raise BadInputError(f"{model_path}: BERTScore needs a local model directory (nothing is downloaded)")
     try:
@@ -43,6 +45,6 @@ def bertscore_f(outputs: Sequence[str], references: Sequence[str], model_path: P
 
     os.environ["HF_HUB_OFFLINE"] = "1"
     os.environ["TRANSFORMERS_OFFLINE"] = "1"
-    scorer = BERTScorer(model_type=str(model_path), num_layers=None, lang=None)
+    scorer = BERTScorer(model_type=str(model_path), num_layers=num_layers)
     _, _, f1 = scorer.score([strip_reasoning(o) for o in outputs], list(references))
     return [float(v) for v in f1.tolist()]
