@@ -70,3 +70,18 @@ class MerkleAccumulator:
         for _, left in reversed(self._stack[:-1]):
             node = node_hash(left, node)
         return node
+
+    def state(self) -> list[list[int | str]]:
+        """The perfect-subtree stack, to resume accumulating later (``from_state``)."""
+        return [[size, node.hex()] for size, node in self._stack]
+
+    @classmethod
+    def from_state(cls, state: list[list[int | str]]) -> MerkleAccumulator:
+        accumulator = cls()
+        for size, node in state:
+            accumulator._stack.append((int(size), bytes.fromhex(str(node))))
+            accumulator.size += int(size)
+        return accumulator
+
+    def copy(self) -> MerkleAccumulator:
+        return MerkleAccumulator.from_state(self.state())

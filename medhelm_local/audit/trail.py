@@ -9,7 +9,11 @@ over those lines, the hash of the last one (``chain_head``), all signed with the
 Appending is fail closed: the record and its checkpoint are written and fsynced under an exclusive file
 lock (two processes may append at once), and if anything fails (no key, damaged tail, full disk) the caller
 gets :class:`AuditWriteError` and must not perform the action. Before appending, the tail checkpoint is
-re-verified, so the appliance never signs over a trail that has been altered since its last signature.
+re-verified (signature, Merkle root, chain head), so the appliance refuses to sign over a trail that was
+altered since its last signature. To keep appends constant-time on a long trail, the Merkle frontier is
+cached in ``audit.jsonl.state`` and used only while the file's size and last two records are unchanged;
+``audit verify`` never trusts it (an edit that keeps the file's size is still caught there, by the older
+signed checkpoints).
 """
 
 from __future__ import annotations
@@ -89,6 +93,15 @@ def checkpoint_signature_ok(checkpoint: dict[str, Any], public_key: Ed25519Publi
         return False
 
 
+def checkpoint_line(seq: int, event: dict[str, Any], event_line: bytes, checkpoint: dict[str, Any]) -> bytes:
+    """The one valid line for the checkpoint that follows ``event``: every field but the signed ``objects``
+    is derived from the event, so no byte of a checkpoint record can change unnoticed."""
+    return canonical_json({
+        "seq": seq, "ts": event.get("ts"), "actor": SYSTEM_ACTOR, "role": "system", "action": CHECKPOINT_ACTION,
+        "objects": checkpoint, "outcome": "signed", "host": event.get("host"), "prev": line_hash(event_line),
+    })
+
+
 def safe_objects(objects: dict[str, Any]) -> dict[str, Any]:
     """Keep what an audit record may hold; any free text is replaced by its length (AU-3(3))."""
     return {str(k) if _SAFE_KEY.match(str(k)) else "redacted_key": _safe_value(v) for k, v in objects.items()}
@@ -148,20 +161,67 @@ class AuditTrail:
         except MedhelmError as exc:
             raise AuditWriteError(f"cannot sign the audit trail: {exc}; the action was not performed") from None
 
+    @property
+    def state_path(self) -> Path:
+        return self.path.with_name(self.path.name + ".state")
+
+    def _refuse(self, problem: str) -> AuditWriteError:
+        return AuditWriteError(f"the audit trail {self.path} fails verification at its end ({problem}); nothing "
+                               "was done. Run `medhelm-local audit verify` and investigate")
+
     def _tail(self, lines: list[bytes], key: Ed25519PrivateKey) -> TailState:
         """Check that the trail still ends in a valid checkpoint over everything before it."""
         merkle = MerkleAccumulator()
         for line in lines[:-1]:
             merkle.add(line)
         if lines:
-            problem = _tail_problem(lines, merkle, key.public_key())
+            problem = _tail_problem(lines[-1], lines[-2] if len(lines) > 1 else None, len(lines), merkle,
+                                    key.public_key())
             if problem:
-                raise AuditWriteError(
-                    f"the audit trail {self.path} fails verification at its end ({problem}); nothing was done. "
-                    "Run `medhelm-local audit verify` and investigate"
-                )
+                raise self._refuse(problem)
             merkle.add(lines[-1])
         return TailState(count=len(lines), last_line=lines[-1] if lines else None, merkle=merkle)
+
+    def _cached_tail(self, fd: int, size: int, key: Ed25519PrivateKey) -> TailState | None:
+        """The tail from the state file (Merkle frontier of the trail as last written), when it still
+        describes the file: same size and same last two records. Saves re-hashing a long trail on every
+        append; ``audit verify`` never uses it."""
+        try:
+            state = json.loads(self.state_path.read_bytes())
+            if state.get("size") != size or size == 0:
+                return None
+            chunk = os.pread(fd, min(size, 1 << 16), size - min(size, 1 << 16))
+            if not chunk.endswith(b"\n"):
+                return None
+            pieces = chunk[:-1].split(b"\n")
+            count = int(state["count"])
+            if len(pieces) < 3 or count < 2:
+                return None
+            last, before = pieces[-1], pieces[-2]
+            if line_hash(last) != state["last_hash"] or line_hash(before) != state["before_hash"]:
+                return None
+            before_last = MerkleAccumulator.from_state(state["frontier_before_last"])
+            if before_last.size != count - 1:
+                return None
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        problem = _tail_problem(last, before, count, before_last, key.public_key())
+        if problem:
+            raise self._refuse(problem)
+        merkle = before_last.copy()
+        merkle.add(last)
+        return TailState(count=count, last_line=last, merkle=merkle)
+
+    def _save_state(self, size: int, count: int, event: bytes, checkpoint: bytes,
+                    frontier_before_last: MerkleAccumulator) -> None:
+        state = {"size": size, "count": count, "last_hash": line_hash(checkpoint), "before_hash": line_hash(event),
+                 "frontier_before_last": frontier_before_last.state()}
+        try:
+            tmp = self.state_path.with_name(f".{self.state_path.name}.{os.getpid()}")
+            tmp.write_bytes(json.dumps(state).encode())
+            os.replace(tmp, self.state_path)
+        except OSError:
+            pass  # only a cache: the next append re-reads the trail
 
     def append(self, *, actor: str, action: str, outcome: str, role: str = "operator",
                objects: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -175,9 +235,11 @@ class AuditTrail:
                                   "the action was not performed") from None
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
-            with os.fdopen(os.dup(fd), "rb") as handle:
-                lines = _split_lines(handle.read(), self.path)
-            tail = self._tail(lines, key)
+            size = os.fstat(fd).st_size
+            tail = self._cached_tail(fd, size, key)
+            if tail is None:
+                with os.fdopen(os.dup(fd), "rb") as handle:
+                    tail = self._tail(_split_lines(handle.read(), self.path), key)
             host = socket.gethostname()
             record = {
                 "seq": tail.count + 1, "ts": utc_timestamp(), "actor": actor, "role": role, "action": action,
@@ -186,15 +248,16 @@ class AuditTrail:
             }
             line = canonical_json(record)
             tail.merkle.add(line)
+            frontier_before_checkpoint = tail.merkle.copy()
             head = line_hash(line)
             checkpoint = sign_checkpoint(key, tail.count + 1, tail.merkle.root().hex(), head)
-            cp_record = {
-                "seq": tail.count + 2, "ts": record["ts"], "actor": SYSTEM_ACTOR, "role": "system",
-                "action": CHECKPOINT_ACTION, "objects": checkpoint, "outcome": "signed", "host": host,
-                "prev": head,
-            }
-            os.write(fd, line + b"\n" + canonical_json(cp_record) + b"\n")
+            cp_line = checkpoint_line(tail.count + 2, record, line, checkpoint)
+            payload = line + b"\n" + cp_line + b"\n"
+            written = os.write(fd, payload)
             os.fsync(fd)
+            if written != len(payload):
+                raise OSError("short write")
+            self._save_state(size + written, tail.count + 2, line, cp_line, frontier_before_checkpoint)
         except AuditWriteError:
             raise
         except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -216,23 +279,29 @@ class AuditTrail:
         return out
 
 
-def _tail_problem(lines: list[bytes], merkle_before_last: MerkleAccumulator, public_key: Ed25519PublicKey
-                  ) -> str | None:
+def _tail_problem(last_line: bytes, before_line: bytes | None, count: int, merkle_before_last: MerkleAccumulator,
+                  public_key: Ed25519PublicKey) -> str | None:
     try:
-        last = json.loads(lines[-1])
+        last = json.loads(last_line)
     except ValueError:
-        return f"record {len(lines)} is not JSON"
-    if not isinstance(last, dict) or last.get("action") != CHECKPOINT_ACTION or last.get("seq") != len(lines):
-        return f"record {len(lines)} is not the signed checkpoint that must end the trail"
+        return f"record {count} is not JSON"
+    if not isinstance(last, dict) or last.get("action") != CHECKPOINT_ACTION or last.get("seq") != count:
+        return f"record {count} is not the signed checkpoint that must end the trail"
     checkpoint = last.get("objects") or {}
-    if checkpoint.get("tree_size") != len(lines) - 1:
-        return f"checkpoint {len(lines)} does not cover the records before it"
+    if checkpoint.get("tree_size") != count - 1:
+        return f"checkpoint {count} does not cover the records before it"
     if not checkpoint_signature_ok(checkpoint, public_key):
-        return f"checkpoint {len(lines)} has an invalid signature"
+        return f"checkpoint {count} has an invalid signature"
     if checkpoint.get("root") != merkle_before_last.root().hex():
-        return f"checkpoint {len(lines)} does not match the records before it"
-    if len(lines) > 1 and checkpoint.get("chain_head") != line_hash(lines[-2]):
-        return f"checkpoint {len(lines)} does not match record {len(lines) - 1}"
+        return f"checkpoint {count} does not match the records before it"
+    if before_line is not None:
+        try:
+            event = json.loads(before_line)
+        except ValueError:
+            return f"record {count - 1} is not JSON"
+        if (checkpoint.get("chain_head") != line_hash(before_line) or not isinstance(event, dict)
+                or checkpoint_line(count, event, before_line, checkpoint) != last_line):
+            return f"checkpoint {count} does not match record {count - 1}"
     return None
 
 

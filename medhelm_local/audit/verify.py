@@ -21,6 +21,7 @@ from medhelm_local.audit.trail import (
     CHECKPOINT_ACTION,
     CHECKPOINT_SCHEMA,
     GENESIS,
+    checkpoint_line,
     checkpoint_signature_ok,
     key_id,
     line_hash,
@@ -93,6 +94,7 @@ def verify_lines(lines: list[bytes], public_key: Ed25519PublicKey, *, trail: str
     last_checkpoint: dict[str, Any] | None = None
     last_checkpoint_at = 0
     previous_was_event = False
+    previous_record: dict[str, Any] | None = None
 
     def add(seq: int, kind: str, detail: str) -> None:
         problems.append(Problem(seq=seq, kind=kind, detail=detail))
@@ -132,12 +134,16 @@ def verify_lines(lines: list[bytes], public_key: Ed25519PublicKey, *, trail: str
                     add(size, "edited", f"record {size} differs from the one checkpoint {position} signed")
                 if cp.get("root") != roots[size]:
                     add(size, "merkle", f"the first {size} records differ from those checkpoint {position} signed")
+                if size and previous_record is not None and checkpoint_line(position, previous_record,
+                                                                            lines[size - 1], cp) != line:
+                    add(position, "edited", f"checkpoint record {position} was changed")
             if not previous_was_event:
                 add(position, "sequence", f"checkpoint {position} follows no event record")
             last_checkpoint, last_checkpoint_at = cp, position
         elif previous_was_event:
             add(position - 1, "unsigned", f"record {position - 1} is not followed by its checkpoint")
         previous_was_event = bool(record) and not is_checkpoint
+        previous_record = record if previous_was_event else None
         hashes.append(line_hash(line))
         merkle.add(line)
         roots.append(merkle.root().hex())

@@ -230,3 +230,32 @@ def test_appending_to_a_tampered_trail_fails_closed(evaluated: EvaluatedHome, tm
     assert trail.read_bytes() == before and not out.exists()
     verify = cli("audit", "verify")
     assert verify.code == 1 and "could not be recorded" in verify.stderr
+
+
+def test_same_size_edits_with_the_append_cache(tmp_path: Path) -> None:
+    """The append-time frontier cache never hides tampering from `audit verify`."""
+    from medhelm_local.audit.trail import AuditTrail, AuditWriteError
+    from medhelm_local.home.keys import ensure_keys, load_signing_key
+
+    keys = tmp_path / "keys"
+    ensure_keys(keys)
+    path = tmp_path / "audit.jsonl"
+    trail = AuditTrail(path, keys)
+    for i in range(6):
+        trail.append(actor="alice", action="test.event", outcome="success", objects={"i": i})
+    public = load_signing_key(keys).public_key()
+    # A same-size edit of the last record: the cache no longer matches, the full check refuses to append.
+    data = path.read_bytes()
+    last_start = data.rstrip(b"\n").rfind(b"\n") + 1
+    edited = data[:last_start] + data[last_start:].replace(b'"outcome":"signed"', b'"outcome":"signeD"')
+    path.write_bytes(edited)
+    with pytest.raises(AuditWriteError, match="fails verification"):
+        trail.append(actor="alice", action="test.event", outcome="success")
+    report = verify_file(path, public)
+    assert not report.intact and report.first_bad_seq == 12
+    path.write_bytes(data)
+    # A same-size edit in the middle: appends go on (cache), but verify names the edited record.
+    path.write_bytes(data.replace(b'"actor":"alice","host"', b'"actor":"alicE","host"', 1))
+    trail.append(actor="alice", action="test.event", outcome="success")
+    report = verify_file(path, public)
+    assert not report.intact and report.first_bad_seq == 1
