@@ -98,27 +98,13 @@ def load_runs(store: Store, run_ids: list[str]) -> list[RunInfo]:
 
 
 def _run_cost(config: ApplianceConfig, store: Store, run: RunInfo) -> float | None:
+    """The run's measured cost under the configured pricing (the leaderboard's own cost function)."""
+    from medhelm_local.analysis.cost import run_cost
+
     try:
-        pricing = config.model(run.model).pricing
+        return run_cost(store, run.run_id, config).total
     except NotFoundError:
         return None
-    if pricing is None:
-        return None
-    prompt = completion = 0.0
-    for benchmark in run.benchmarks:
-        usage = store.usage(run.run_id, benchmark)
-        prompt += float(usage["prompt_tokens"])
-        completion += float(usage["completion_tokens"])
-    cost = 0.0
-    priced = False
-    if pricing.input_per_million is not None:
-        cost, priced = cost + prompt * pricing.input_per_million / 1e6, True
-    if pricing.output_per_million is not None:
-        cost, priced = cost + completion * pricing.output_per_million / 1e6, True
-    if pricing.gpu_hour_rate is not None and run.finished_at is not None:
-        hours = max(0.0, (run.finished_at - run.created_at).total_seconds() / 3600)
-        cost, priced = cost + hours * pricing.gpu_hour_rate * pricing.gpus, True
-    return cost if priced else None
 
 
 def collect(store: Store, config: ApplianceConfig, run_ids: list[str]) -> RawExport:

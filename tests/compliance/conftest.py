@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from medhelm_local.home import Home, ModelEndpoint
+from medhelm_local.home.config import Pricing
 from medhelm_local.testing.fake_openai import FakeOpenAIServer
 from tests.compliance.inproc import InProcessCli
 
@@ -86,7 +87,8 @@ def evaluated_home(tmp_path: Path) -> Iterator[EvaluatedHome]:
     assert cli("init").code == 0
     write_policy(cli.home)
     with FakeOpenAIServer(responder=lambda _m: "A") as server:
-        add_models(cli.home, [ModelEndpoint(name="eval-model", base_urls=[server.base_url])])
+        add_models(cli.home, [ModelEndpoint(name="eval-model", base_urls=[server.base_url],
+                                            pricing=Pricing(input_per_million=0.5, output_per_million=1.5))])
         extract = hospice_csv(tmp_path / "extracts" / "notes.csv", 24)
         assert cli("datasets", "register", "hospice_referral", str(extract)).code == 0
         run = run_json(cli, "run", "--model", "eval-model", "--benchmarks", "hospice_referral")

@@ -29,6 +29,7 @@ def test_request_approve_release_verify(evaluated: EvaluatedHome, tmp_path: Path
     assert "<svg" in html and "<script" not in html and "Content-Security-Policy" in html
     data = json.loads((bundle / "aggregates.json").read_text())
     assert data["cells"][0]["n_total"] == 24 and data["cells"][0]["score"] is not None
+    assert data["models"][0]["cost"] is not None and "<circle" in html  # the cost-performance scatter
 
     # Nothing leaves the home before approval: release is refused, and so is an unlisted approver.
     out = tmp_path / "outbox"
