@@ -97,8 +97,8 @@ def _color(value: float, low: float, high: float) -> str:
 
 
 def _text(x: float, y: float, value: str, *, anchor: str = "start", size: int = 11, fill: str = "#222",
-          rotate: bool = False) -> str:
-    transform = f' transform="rotate(-40 {x:.1f} {y:.1f})"' if rotate else ""
+          rotate: int = 0) -> str:
+    transform = f' transform="rotate({-rotate} {x:.1f} {y:.1f})"' if rotate else ""
     return (f'<text x="{x:.1f}" y="{y:.1f}" font-size="{size}" text-anchor="{anchor}" fill="{fill}"{transform}>'
             f"{escape(value)}</text>")
 
@@ -114,10 +114,10 @@ def heatmap_svg(data: ExportAggregates) -> str:
     scores = [c.score for c in latest.values() if c.score is not None]
     low, high = (0.0, 1.0) if all(0 <= s <= 1 for s in scores) else (min(scores, default=0), max(scores, default=1))
     cw, ch, left, top = 70, 28, 180, 110
-    width, height = left + cw * len(benchmarks) + 20, top + ch * len(models) + 20
+    width, height = left + cw * len(benchmarks) + 140, top + ch * len(models) + 20
     parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img">']
     for j, benchmark in enumerate(benchmarks):
-        parts.append(_text(left + j * cw + cw / 2, top - 8, benchmark, rotate=True))
+        parts.append(_text(left + j * cw + cw / 2, top - 8, benchmark, rotate=40))
     for i, model in enumerate(models):
         y = top + i * ch
         parts.append(_text(left - 8, y + ch / 2 + 4, model, anchor="end"))
@@ -183,7 +183,7 @@ def scatter_svg(models: list[PublishedModel]) -> str:
              f'<line x1="{left}" y1="{top + h}" x2="{left + w}" y2="{top + h}" stroke="#333"/>',
              f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + h}" stroke="#333"/>',
              _text(left + w / 2, top + h + 40, LABELS["cost_axis"], anchor="middle"),
-             _text(left - 50, top + h / 2, LABELS["macro_axis"], anchor="middle", rotate=True),
+             _text(left - 50, top + h / 2, LABELS["macro_axis"], anchor="middle", rotate=90),
              _text(left, top + h + 16, "0", anchor="middle", size=10),
              _text(left + w, top + h + 16, f"{max_cost}", anchor="middle", size=10),
              _text(left - 6, top + 4, f"{max_score}", anchor="end", size=10)]

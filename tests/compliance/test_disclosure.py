@@ -108,3 +108,22 @@ def test_a_patient_name_in_a_model_name_blocks_the_export(tmp_path: Path) -> Non
     assert approve.code == 2 and "cannot be approved" in approve.stderr
     unfinished = cli("export", "request", "--runs", "run-does-not-exist")
     assert unfinished.code == 2
+
+
+def test_report_renders_several_models_with_suppressed_cells() -> None:
+    from medhelm_local.export.render import render_files
+
+    runs = [RawRun(run_id=f"run-{m}", model=m, status="finished", benchmarks=["b1", "b2"], manifest_sha256="0" * 64,
+                   dataset_fingerprints={}) for m in ("alpha", "beta")]
+    cells = [_cell("alpha", "b1", 0.9), _cell("alpha", "b2", 0.4, category="Cat B"),
+             _cell("beta", "b1", 0.7), _cell("beta", "b2", 0.6, n_scored=4, category="Cat B")]
+    usage = [RawModelUsage(model="alpha", cost=12.5, n_total=80), RawModelUsage(model="beta", cost=3.25, n_total=44)]
+    data = publish(RawExport(runs=runs, cells=cells, usage=usage), POLICY, request_id="exp-x", policy_sha256="0" * 64)
+    assert [m.model for m in data.models] == ["alpha", "beta"]
+    assert data.models[0].win_rate == 1.0 and data.models[1].win_rate == 0.0  # b2 of beta is not published
+    files = render_files(data)
+    html = files["report.html"].decode()
+    assert html.count("<svg") == 3 and html.count("<circle") == 2 and "suppressed" in html
+    _, external = strings_of("report.html", files["report.html"])
+    assert external == []
+    assert json.loads(files["aggregates.json"])["cells"][3]["score"] is None
