@@ -27,7 +27,7 @@ from medhelm_local.store.store import Store
 
 ORDER_MODES = ("prefix", "plan", "shuffle")
 PREFIX_BLOCK_CHARS = 256
-PREFIX_LEVELS = 24
+PREFIX_LEVELS = 16
 _CHUNK = 2000
 
 
@@ -52,7 +52,7 @@ class Plan:
 def prefix_key(request: InferenceRequest) -> str:
     """A sortable key: items sharing their first k text blocks share the key's first k segments."""
     text = "\x1e".join(f"{m.role}\x1f{m.content}" for m in request.messages)
-    digest = hashlib.blake2b(digest_size=6)
+    digest = hashlib.blake2b(digest_size=4)
     parts = []
     for level in range(PREFIX_LEVELS):
         block = text[level * PREFIX_BLOCK_CHARS:(level + 1) * PREFIX_BLOCK_CHARS]

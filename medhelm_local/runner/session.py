@@ -232,18 +232,21 @@ def evaluate(app_ctx: AppContext, options: RunOptions) -> RunOutcome:
                     audit_event(home, app_ctx.actor, "run.resume", role="informatics", run_id=run.run_id,
                                 model=run.model, mode=target.mode)
                 store.set_run_status(run.run_id, "running")
+                started.append(run.run_id)
                 report = await _send(app_ctx, store, client, run, servers, settings, options, mode=target.mode,
                                      shard=None)
                 return run, report
+
+        started: list[str] = []  # the run whose status this invocation set: only that one is marked on failure
 
         try:
             run, report = asyncio.run(infer())
             outcome = _finish(app_ctx, store, run, options, mode=target.mode)
         except BaseException as exc:
-            if target.run_id is not None and store.get_run(target.run_id) is not None:
-                store.set_run_status(target.run_id, "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
+            if started:
+                store.set_run_status(started[0], "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
                 audit_event(home, app_ctx.actor, "run.finish", outcome="failure", role="informatics",
-                            run_id=target.run_id, error_type=type(exc).__name__)
+                            run_id=started[0], error_type=type(exc).__name__)
             raise
         outcome.report = report
         return outcome

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -108,7 +109,7 @@ def test_prefix_order_groups_shared_contexts(tmp_path: Path) -> None:
 
     def switches(plan_items: list[runs_db.PlannedItem]) -> int:
         ordered = [context_of[i.instance_id] for i in sorted(plan_items, key=lambda i: i.send_rank)]
-        return sum(1 for x, y in zip(ordered, ordered[1:], strict=False) if x != y)
+        return sum(1 for x, y in itertools.pairwise(ordered) if x != y)
 
     assert switches(prefix.items) == 5  # six contexts, each sent as one block
     assert switches(shuffled.items) > 20
