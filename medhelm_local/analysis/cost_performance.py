@@ -36,18 +36,23 @@ def _cost_module() -> Any | None:
 def jury_cost(store: Store, run_id: str, config: ApplianceConfig, module: Any) -> tuple[float | None, str]:
     """What the judges' requests about one run cost; (0, ...) when the run was not judged."""
     total = 0.0
+    notes = []
     for judge, usage in judge_usage(store, run_id).items():
         try:
             endpoint = config.model(judge)
         except Exception:
             return None, f"judge {judge} is no longer configured"
-        _, amount, _, note = module.price(endpoint.pricing, prompt_tokens=int(usage["prompt_tokens"]),
-                                          completion_tokens=int(usage["completion_tokens"]),
-                                          wall_s=float(usage["latency_s"]), tokens_complete=True)
+        # GPU-time pricing of a judge uses the sum of its request latencies: an upper bound under concurrency.
+        method, amount, _, note = module.price(endpoint.pricing, prompt_tokens=int(usage["prompt_tokens"]),
+                                               completion_tokens=int(usage["completion_tokens"]),
+                                               wall_s=float(usage["latency_s"]),
+                                               tokens_complete=int(usage["without_usage"]) == 0)
         if amount is None:
             return None, f"judge {judge}: {note}"
+        if method == "gpu_time":
+            notes.append(f"judge {judge}: GPU time = summed request latency (upper bound)")
         total += float(amount)
-    return total, "ok"
+    return total, "; ".join(notes)
 
 
 def model_costs(store: Store, config: ApplianceConfig, runs: dict[tuple[str, str], str]) -> dict[str, ModelCost]:
@@ -75,7 +80,7 @@ def model_costs(store: Store, config: ApplianceConfig, runs: dict[tuple[str, str
                 notes.append("model no longer configured")
             bench = None if amount is None or bench is None else bench + float(amount)
             judged, note = jury_cost(store, run_id, config, module)
-            if judged is None:
+            if note:
                 notes.append(note)
             jury = None if judged is None or jury is None else jury + judged
         total = None if bench is None or jury is None else bench + jury

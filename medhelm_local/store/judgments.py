@@ -112,11 +112,13 @@ def judge_usage(store: Store, run_id: str, benchmark: str | None = None) -> dict
     clause, params = ("AND benchmark = ?", [run_id, benchmark]) if benchmark else ("", [run_id])
     rows = store.conn.execute(
         "SELECT judge, count(*), coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0), "
-        f"coalesce(sum(latency_s), 0) FROM judgments WHERE run_id = ? {clause} GROUP BY judge ORDER BY judge",
+        "coalesce(sum(latency_s), 0), count(*) FILTER (WHERE status <> 'request_failed' AND "
+        "(prompt_tokens IS NULL OR completion_tokens IS NULL)) "
+        f"FROM judgments WHERE run_id = ? {clause} GROUP BY judge ORDER BY judge",
         params,
     ).fetchall()
-    return {r[0]: {"requests": r[1], "prompt_tokens": r[2], "completion_tokens": r[3], "latency_s": r[4]}
-            for r in rows}
+    return {r[0]: {"requests": r[1], "prompt_tokens": r[2], "completion_tokens": r[3], "latency_s": r[4],
+                   "without_usage": r[5]} for r in rows}
 
 
 def score_rows(store: Store, run_id: str, benchmark: str, metric: str | None = None

@@ -41,7 +41,8 @@ def register(store: Store, benchmark: str, instances: list[Instance]) -> str:
 
 
 def add_run(store: Store, model: str, benchmark: str, fingerprint: str, instances: list[Instance],
-            outputs: dict[str, str | None], *, status: str = "finished") -> str:
+            outputs: dict[str, str | None], *, status: str = "finished", prompt_tokens: int | None = None,
+            completion_tokens: int | None = None) -> str:
     """A run of ``model`` whose responses are ``outputs`` (None: a failed request)."""
     from medhelm_local.benchmarks.registry import get_spec
 
@@ -54,7 +55,8 @@ def add_run(store: Store, model: str, benchmark: str, fingerprint: str, instance
     for inst in instances:
         request = build_request(spec, inst)
         output = outputs.get(inst.id)
-        result = InferenceResult(text=output, latency_s=0.1) if output is not None else InferenceResult(
+        result = InferenceResult(text=output, latency_s=0.1, prompt_tokens=prompt_tokens,
+                                 completion_tokens=completion_tokens) if output is not None else InferenceResult(
             error="http_503", latency_s=0.1)
         store.record_response(run_id, request, request_hash(request), result)
     return run_id
