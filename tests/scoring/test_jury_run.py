@@ -1,0 +1,57 @@
+"""End to end through ``run``: a jury-scored benchmark is judged by the configured judges after inference, and
+the leaderboard shows the jury score with its failures counted."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from medhelm_local.home.config import ModelEndpoint
+from medhelm_local.records import Instance
+from medhelm_local.store import Store
+from medhelm_local.testing.fake_openai import FakeOpenAIServer
+from tests.conftest import Cli, cli_env
+from tests.scoring.helpers import make_home, register
+
+SECRET = "Ottoline-Brackwater"
+
+
+def respond(messages: list[dict[str, Any]]) -> str:
+    content = messages[-1]["content"]
+    if "Evaluation Criteria" in content:  # a judge prompt
+        if "drug 2" in content:
+            return "not json at all"
+        return json.dumps({c: {"score": 4, "explanation": f"{SECRET} fine"}
+                           for c in ("accuracy", "completeness", "clarity")})
+    return f"Take it with food, {SECRET}."
+
+
+def test_run_scores_an_open_ended_benchmark_with_the_jury(tmp_path: Path) -> None:
+    with FakeOpenAIServer(responder=respond) as server:
+        home = make_home(tmp_path / "home", {"j1": server.base_url, "j2": server.base_url}, max_retries=0)
+        config = home.config.model_copy(deep=True)
+        config.models.append(ModelEndpoint(name="candidate", base_urls=[server.base_url], timeout_s=5.0))
+        home.save_config(config)
+        data = [Instance(benchmark="medication_qa", id=f"m{i}", fields={"question": f"Can I take drug {i}?"},
+                         references=["Yes, with food."]) for i in range(4)]
+        with Store.open(home) as store:
+            register(store, "medication_qa", data)
+        cli = Cli(home=home.root, env=cli_env())
+        run = cli("run", "--model", "candidate", "--benchmarks", "medication_qa", "--json")
+        assert run.code == 0, run.stderr
+        board = cli("leaderboard", "--json", "--resamples", "50")
+        failures = cli("jury", "failures", "--json")
+    (result,) = run.json()["results"]  # type: ignore[index]
+    assert result["metric"] == "jury"
+    # drug 2: both judges replied with invalid JSON, so that answer has no valid rating: excluded and counted
+    assert result["n"] == 3 and result["n_failed"] == 1
+    assert result["score"] == 0.75  # every valid rating is 4; invalid replies add nothing
+    rows = board.json()
+    assert isinstance(rows, list)
+    assert rows[0]["benchmarks"]["medication_qa"]["score"] == 0.75
+    rates = failures.json()
+    assert isinstance(rates, list)
+    assert {(r["judge"], r["invalid_reply"], r["total"]) for r in rates} == {("j1", 1, 4), ("j2", 1, 4)}
+    for output in (run.stdout, run.stderr, board.stdout, board.stderr, failures.stdout):
+        assert SECRET not in output
