@@ -18,6 +18,7 @@ from __future__ import annotations
 import csv
 import io
 from collections import defaultdict
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -30,6 +31,7 @@ from medhelm_local.errors import BadInputError, ExtractError
 INSTANCE_COLUMN = "instance_id"
 RATER_COLUMN = "rater"
 SCORE_COLUMN = "score"
+BENCHMARK_COLUMN = "benchmark"
 
 
 class ClinicianRatings(BaseModel):
@@ -57,9 +59,18 @@ class ValidationResult(BaseModel):
     clinician_clinician: Agreement
 
 
-def read_clinician_ratings(path: Path, spec: BenchmarkSpec) -> ClinicianRatings:
+def instance_key(benchmark: str, instance_id: str, *, combined: bool) -> str:
+    """How an instance is named across the validation: its id, or ``benchmark/id`` when benchmarks are pooled."""
+    return f"{benchmark}/{instance_id}" if combined else instance_id
+
+
+def read_clinician_ratings(path: Path, specs: BenchmarkSpec | Sequence[BenchmarkSpec]) -> ClinicianRatings:
     """CSV columns: ``instance_id``, ``rater``, then either the rubric's criteria (e.g. ``accuracy``,
-    ``completeness``, ``clarity``) or one ``score`` column; ratings are numbers from 1 to 5."""
+    ``completeness``, ``clarity``) or one ``score`` column; ratings are numbers from 1 to 5. With several
+    benchmarks a ``benchmark`` column says which one each row rates (instance keys become ``benchmark/id``)."""
+    spec_list = [specs] if isinstance(specs, BenchmarkSpec) else list(specs)
+    by_id = {spec.id: spec for spec in spec_list}
+    combined = len(spec_list) > 1
     try:
         text = path.read_bytes().decode("utf-8-sig")
     except FileNotFoundError:
@@ -69,15 +80,20 @@ def read_clinician_ratings(path: Path, spec: BenchmarkSpec) -> ClinicianRatings:
     reader = csv.DictReader(io.StringIO(text))
     header = [h.strip() for h in reader.fieldnames or []]
     reader.fieldnames = header
-    criteria = [c.name for c in spec.judge.criteria] if spec.judge else []
-    for column in (INSTANCE_COLUMN, RATER_COLUMN):
+    required = [INSTANCE_COLUMN, RATER_COLUMN, *([BENCHMARK_COLUMN] if combined else [])]
+    for column in required:
         if column not in header:
             raise ExtractError(path, f"a column named {column!r} (found: {', '.join(header) or 'none'})",
                                column=column)
-    rating_columns = [c for c in criteria if c in header] or ([SCORE_COLUMN] if SCORE_COLUMN in header else [])
-    if not rating_columns:
-        wanted = ", ".join([*criteria, SCORE_COLUMN])
-        raise ExtractError(path, f"rating columns (any of: {wanted})")
+
+    def rating_columns(spec: BenchmarkSpec) -> list[str]:
+        criteria = [c.name for c in spec.judge.criteria] if spec.judge else []
+        return [c for c in criteria if c in header] or ([SCORE_COLUMN] if SCORE_COLUMN in header else [])
+
+    for spec in spec_list:
+        if not rating_columns(spec):
+            criteria = [c.name for c in spec.judge.criteria] if spec.judge else []
+            raise ExtractError(path, f"rating columns for {spec.id} (any of: {', '.join([*criteria, SCORE_COLUMN])})")
     composites: dict[str, dict[str, float]] = defaultdict(dict)
     rows = 0
     for row_number, row in enumerate(reader, start=2):  # line 1 is the header
@@ -89,8 +105,13 @@ def read_clinician_ratings(path: Path, spec: BenchmarkSpec) -> ClinicianRatings:
             raise ExtractError(path, "a non-empty instance id", row=row_number, column=INSTANCE_COLUMN)
         if not rater:
             raise ExtractError(path, "a non-empty rater name", row=row_number, column=RATER_COLUMN)
+        benchmark = (row.get(BENCHMARK_COLUMN) or spec_list[0].id).strip()
+        row_spec = by_id.get(benchmark)
+        if row_spec is None:
+            raise ExtractError(path, f"one of the benchmarks {', '.join(by_id)}", row=row_number,
+                               column=BENCHMARK_COLUMN)
         values = []
-        for column in rating_columns:
+        for column in rating_columns(row_spec):
             try:
                 value = float((row.get(column) or "").strip())
             except ValueError:
@@ -98,14 +119,23 @@ def read_clinician_ratings(path: Path, spec: BenchmarkSpec) -> ClinicianRatings:
             if not 1 <= value <= 5:
                 raise ExtractError(path, "a rating from 1 to 5", row=row_number, column=column)
             values.append(value)
-        if instance_id in composites[rater]:
+        key = instance_key(benchmark, instance_id, combined=combined)
+        if key in composites[rater]:
             raise ExtractError(path, "one row per (rater, instance) pair; this pair is repeated",
                                row=row_number)
-        composites[rater][instance_id] = float(np.mean(values))
+        composites[rater][key] = float(np.mean(values))
         rows += 1
     if not rows:
         raise ExtractError(path, "at least one rating row")
     return ClinicianRatings(composites=dict(composites), rows=rows)
+
+
+def restrict(ratings: ClinicianRatings, prefix: str) -> ClinicianRatings:
+    """The ratings of one benchmark out of a pooled (``benchmark/id``-keyed) set."""
+    composites = {rater: {k: v for k, v in r.items() if k.startswith(prefix)} for rater, r in
+                  ratings.composites.items()}
+    composites = {rater: r for rater, r in composites.items() if r}
+    return ClinicianRatings(composites=composites, rows=sum(len(r) for r in composites.values()))
 
 
 def _z_by_rater(composites: dict[str, dict[str, float]], instances: set[str] | None = None
@@ -143,7 +173,7 @@ def _agreement(a: dict[str, float], b: dict[str, float], resamples: int, seed: i
                      n=len(common))
 
 
-def validate_jury(spec: BenchmarkSpec, run_id: str, clinicians: ClinicianRatings,
+def validate_jury(spec: BenchmarkSpec | str, run_id: str, clinicians: ClinicianRatings,
                   jury: dict[str, dict[str, float]], rouge: dict[str, float], *,
                   resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> ValidationResult:
     """``jury``: judge -> instance -> composite of its valid ratings; ``rouge``: instance -> ROUGE-L."""
@@ -173,7 +203,8 @@ def validate_jury(spec: BenchmarkSpec, run_id: str, clinicians: ClinicianRatings
                                     ci_high=interval[1] if interval else None, n=len(pair_iccs))
     jury_agreement = _agreement(clinician_mean, jury_mean, resamples, seed)
     return ValidationResult(
-        benchmark=spec.id, run_id=run_id, n_instances=jury_agreement.n, n_clinicians=len(clinicians.composites),
+        benchmark=spec if isinstance(spec, str) else spec.id, run_id=run_id, n_instances=jury_agreement.n,
+        n_clinicians=len(clinicians.composites),
         excluded_raters=excluded, jury=jury_agreement,
         rouge_l=_agreement(clinician_mean, rouge_z, resamples, seed), clinician_clinician=clinician_agreement,
     )

@@ -3,11 +3,10 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import typer
 
-from medhelm_local.analysis.agreement import Agreement, read_clinician_ratings, validate_jury
+from medhelm_local.analysis.agreement import instance_key, read_clinician_ratings, restrict, validate_jury
 from medhelm_local.analysis.stats import DEFAULT_RESAMPLES
 from medhelm_local.audit import audit_event
 from medhelm_local.benchmarks.registry import get_spec
@@ -84,17 +83,15 @@ def rescore(
                    [[r["benchmark"], r["scored"], r["failed"]] for r in results])
 
 
-def _agreement_payload(agreement: Agreement) -> dict[str, Any]:
-    return agreement.model_dump()
-
-
 @app.command("validate")
 def validate(
     ctx: typer.Context,
     ratings: Path = typer.Option(..., "--ratings", help="CSV: instance_id, rater, and the rubric's criteria "
-                                 "(or one 'score' column), ratings 1-5."),
+                                 "(or one 'score' column), ratings 1-5; with several benchmarks, a 'benchmark' "
+                                 "column too."),
     run_id: str = typer.Option(..., "--run", help="The run whose jury ratings and outputs were rated."),
-    benchmark: str = typer.Option(..., "--benchmark", help="Benchmark id (jury-scored)."),
+    benchmarks: list[str] = typer.Option(..., "--benchmark", help="Jury-scored benchmark id; repeat to pool "
+                                         "several (reported combined and per benchmark)."),
     resamples: int = typer.Option(DEFAULT_RESAMPLES, "--resamples", min=0, max=100_000,
                                   help="Bootstrap resamples for the 95% CIs."),
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
@@ -103,41 +100,65 @@ def validate(
     """Agreement of the jury (and of ROUGE-L) with clinician ratings: ICC(3,k) after per-rater z-scoring, and
     the average clinician-clinician ICC, with bootstrap 95% CIs (MedHELM Table 2)."""
     app_ctx = app_context(ctx)
-    spec = get_spec(benchmark)
-    if spec.metric != JURY:
-        raise BadInputError(f"benchmark {benchmark} is not scored by the jury (metric {spec.metric})")
-    clinicians = read_clinician_ratings(ratings, spec)
+    names = list(dict.fromkeys(benchmarks))
+    specs = [get_spec(b) for b in names]
+    for spec in specs:
+        if spec.metric != JURY:
+            raise BadInputError(f"benchmark {spec.id} is not scored by the jury (metric {spec.metric})")
+    combined = len(specs) > 1
+    clinicians = read_clinician_ratings(ratings, specs)
+    jury: dict[str, dict[str, float]] = {}
+    rouge: dict[str, float] = {}
+    known: set[str] = set()
     with Store.open(app_ctx.home) as store:
         run = store.get_run(run_id)
         if run is None:
             raise NotFoundError(f"no run {run_id!r} in the store")
-        if benchmark not in run.benchmarks:
-            raise BadInputError(f"run {run_id} did not evaluate {benchmark}")
-        judgments = get_judgments(store, run_id, benchmark)
-        rouge = {iid: value for iid, _, value, _ in score_rows(store, run_id, benchmark, ROUGE_L)
-                 if value is not None}
-        known = {iid for iid, _ in store.run_item_fingerprints(run_id, benchmark)}
+        for name in names:
+            if name not in run.benchmarks:
+                raise BadInputError(f"run {run_id} did not evaluate {name}")
+            for j in get_judgments(store, run_id, name):
+                if j.status == JudgmentStatus.OK and j.ratings:
+                    key = instance_key(name, j.instance_id, combined=combined)
+                    jury.setdefault(j.judge, {})[key] = sum(j.ratings.values()) / len(j.ratings)
+            for iid, _, value, _ in score_rows(store, run_id, name, ROUGE_L):
+                if value is not None:
+                    rouge[instance_key(name, iid, combined=combined)] = value
+            known |= {instance_key(name, iid, combined=combined)
+                      for iid, _ in store.run_item_fingerprints(run_id, name)}
     rated = {i for r in clinicians.composites.values() for i in r}
     unknown = rated - known
     if unknown:
-        raise BadInputError(f"{ratings}: {len(unknown)} instance id(s) are not items of run {run_id} "
-                            f"for {benchmark} (column 'instance_id')")
-    jury: dict[str, dict[str, float]] = {}
-    for j in judgments:
-        if j.status == JudgmentStatus.OK and j.ratings:
-            jury.setdefault(j.judge, {})[j.instance_id] = sum(j.ratings.values()) / len(j.ratings)
+        raise BadInputError(f"{ratings}: {len(unknown)} rated instance(s) are not items of run {run_id} "
+                            f"for {', '.join(names)} (column 'instance_id')")
     if not jury:
-        raise BadInputError(f"run {run_id} has no valid jury judgements for {benchmark}; run the jury first")
-    result = validate_jury(spec, run_id, clinicians, jury, rouge, resamples=resamples, seed=seed)
+        raise BadInputError(f"run {run_id} has no valid jury judgements for {', '.join(names)}; run the jury first")
+    label = "combined" if combined else names[0]
+    result = validate_jury(label, run_id, clinicians, jury, rouge, resamples=resamples, seed=seed)
+    per_benchmark = []
+    if combined:
+        for name in names:
+            prefix = f"{name}/"
+            part = restrict(clinicians, prefix)
+            if not part.composites:
+                continue
+            per_benchmark.append(validate_jury(
+                name, run_id, part, {j: {k: v for k, v in r.items() if k.startswith(prefix)} for j, r in jury.items()},
+                {k: v for k, v in rouge.items() if k.startswith(prefix)}, resamples=resamples, seed=seed))
     audit_event(app_ctx.home, app_ctx.actor, "jury.validate", role="informatics", run_id=run_id,
-                benchmark=benchmark, instances=result.n_instances, clinicians=result.n_clinicians)
+                benchmarks=names, instances=result.n_instances, clinicians=result.n_clinicians)
     if as_json:
-        emit_json(result.model_dump())
+        payload = result.model_dump()
+        if combined:
+            payload["per_benchmark"] = [r.model_dump() for r in per_benchmark]
+        emit_json(payload)
         return
-    emit_table(f"jury validation — {benchmark} (ICC(3,k) after per-rater z-scoring)",
-               ["comparison", "icc", "ci low", "ci high", "n"],
-               [[name, a.icc, a.ci_low, a.ci_high, a.n] for name, a in (
-                   ("LLM jury vs clinicians", result.jury), ("ROUGE-L vs clinicians", result.rouge_l),
-                   ("clinician vs clinician (mean over pairs)", result.clinician_clinician))])
+    rows = []
+    for r in [result, *per_benchmark]:
+        rows += [[r.benchmark, name, a.icc, a.ci_low, a.ci_high, a.n] for name, a in (
+            ("LLM jury vs clinicians", r.jury), ("ROUGE-L vs clinicians", r.rouge_l),
+            ("clinician vs clinician (mean over pairs)", r.clinician_clinician))]
+    emit_table("jury validation (ICC(3,k) after per-rater z-scoring, bootstrap 95% CI)",
+               ["benchmark", "comparison", "icc", "ci low", "ci high", "n"], rows)
     for rater, why in result.excluded_raters.items():
         info(f"excluded rater {rater}: {why}")

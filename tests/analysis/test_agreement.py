@@ -138,3 +138,45 @@ def test_jury_validate_cli(tmp_path: Path) -> None:
     assert bad.code == 2 and "not items of run" in bad.stderr
     closed = cli("jury", "validate", "--ratings", str(ratings), "--run", run_id, "--benchmark", "pubmedqa")
     assert closed.code == 2
+
+
+def test_jury_validate_combined_over_benchmarks(tmp_path: Path) -> None:
+    from tests.scoring.helpers import add_multi_run
+
+    home = make_home(tmp_path / "home")
+    plan = {}
+    with Store.open(home) as store:
+        for benchmark, field in (("medication_qa", "question"), ("aci_bench", "conversation")):
+            data = [Instance(benchmark=benchmark, id=i, fields={field: f"text {i}"}, references=["ref"]) for i in IDS]
+            plan[benchmark] = (register(store, benchmark, data), data, {i: "answer" for i in IDS})
+        run_id = add_multi_run(store, "model-x", plan)
+        for benchmark, flip in (("medication_qa", False), ("aci_bench", True)):
+            for iid, quality in zip(IDS, QUALITY, strict=True):
+                score = round(6 - quality) if flip else round(quality)  # the jury disagrees on aci_bench
+                record_judgment(store, Judgment(run_id=run_id, benchmark=benchmark, instance_id=iid, judge="j1",
+                                                prompt_hash="h", status=JudgmentStatus.OK,
+                                                ratings={"accuracy": max(1, min(5, score))}))
+    lines = ["benchmark,instance_id,rater,accuracy,completeness,clarity"]
+    for benchmark in ("medication_qa", "aci_bench"):
+        for rater, offset in (("dr_a", 0.0), ("dr_b", 0.5)):
+            for iid, quality in zip(IDS, QUALITY, strict=True):
+                value = min(5.0, quality + offset)
+                lines.append(f"{benchmark},{iid},{rater},{value},{value},{value}")
+    ratings = tmp_path / "ratings.csv"
+    ratings.write_text("\n".join(lines) + "\n")
+    cli = Cli(home=home.root, env=cli_env())
+    result = cli("jury", "validate", "--ratings", str(ratings), "--run", run_id, "--benchmark", "medication_qa",
+                 "--benchmark", "aci_bench", "--json", "--resamples", "100")
+    assert result.code == 0, result.stderr
+    payload = result.json()
+    assert isinstance(payload, dict)
+    assert payload["benchmark"] == "combined" and payload["jury"]["n"] == 16
+    parts = {p["benchmark"]: p for p in payload["per_benchmark"]}
+    assert parts["medication_qa"]["jury"]["icc"] > 0.9
+    assert parts["aci_bench"]["jury"]["icc"] < 0
+    assert parts["medication_qa"]["jury"]["n"] == 8
+    missing_column = tmp_path / "no-benchmark.csv"
+    missing_column.write_text("instance_id,rater,score\nm1,dr_a,3\n")
+    bad = cli("jury", "validate", "--ratings", str(missing_column), "--run", run_id, "--benchmark", "medication_qa",
+              "--benchmark", "aci_bench")
+    assert bad.code == 2 and "'benchmark'" in bad.stderr

@@ -60,3 +60,25 @@ def add_run(store: Store, model: str, benchmark: str, fingerprint: str, instance
             error="http_503", latency_s=0.1)
         store.record_response(run_id, request, request_hash(request), result)
     return run_id
+
+
+def add_multi_run(store: Store, model: str,
+                  plan: dict[str, tuple[str, list[Instance], dict[str, str | None]]]) -> str:
+    """One finished run over several benchmarks: ``{benchmark: (fingerprint, instances, outputs)}``."""
+    from medhelm_local.benchmarks.registry import get_spec
+
+    run_id = f"run-{uuid.uuid4().hex[:12]}"
+    now = datetime.now(UTC).replace(tzinfo=None)
+    items = [(benchmark, inst.id, fingerprint, pos) for benchmark, (fingerprint, instances, _) in plan.items()
+             for pos, inst in enumerate(instances)]
+    store.create_run(RunInfo(run_id=run_id, model=model, benchmarks=list(plan), created_at=now, finished_at=now,
+                             status="finished", max_instances=None, seed=0, manifest={}), items)
+    for benchmark, (_, instances, outputs) in plan.items():
+        spec = get_spec(benchmark)
+        for inst in instances:
+            request = build_request(spec, inst)
+            output = outputs.get(inst.id)
+            result = (InferenceResult(text=output, latency_s=0.1) if output is not None
+                      else InferenceResult(error="http_503", latency_s=0.1))
+            store.record_response(run_id, request, request_hash(request), result)
+    return run_id
