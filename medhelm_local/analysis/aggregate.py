@@ -8,9 +8,9 @@ import numpy as np
 
 from medhelm_local.benchmarks.registry import get_spec
 from medhelm_local.records import BenchmarkScore
-from medhelm_local.scoring.metrics import Aggregation, metric_aggregation
+from medhelm_local.scoring.metrics import JURY, Aggregation, metric_aggregation
 from medhelm_local.scoring.summary import aggregate_values
-from medhelm_local.store.judgments import score_rows
+from medhelm_local.store.judgments import judge_failure_rates, score_rows
 from medhelm_local.store.store import Store
 
 
@@ -27,7 +27,8 @@ class InstanceSeries:
     values: np.ndarray  # per-instance values, aligned with ids
     counts: np.ndarray | None = None  # (n, 3) tp/fp/fn for micro-F1 metrics
     n_failed: int = 0
-    extra: dict[str, float] = field(default_factory=dict)
+    extra: dict[str, float] = field(default_factory=dict)  # parse_rate, strict_format_rate
+    judge_failure_rates: dict[str, float] = field(default_factory=dict)  # jury benchmarks: judge -> rate
 
     @property
     def score(self) -> float | None:
@@ -58,10 +59,13 @@ def instance_series(store: Store, run_id: str, model: str, benchmark: str) -> In
         flags = [bool(d[key]) for _, _, d in scored if key in d]
         if flags:
             extra[name] = sum(flags) / len(flags)
+    judges = {}
+    if metric == JURY:
+        judges = {r.judge: r.failure_rate for r in judge_failure_rates(store, run_id, benchmark)}
     return InstanceSeries(
         model=model, benchmark=benchmark, metric=metric, run_id=run_id, aggregation=aggregation,
         ids=[iid for iid, _, _ in scored], values=np.array([v for _, v, _ in scored], dtype=float),
-        counts=counts, n_failed=len(rows) - len(scored), extra=extra,
+        counts=counts, n_failed=len(rows) - len(scored), extra=extra, judge_failure_rates=judges,
     )
 
 

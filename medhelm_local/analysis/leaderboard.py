@@ -75,6 +75,7 @@ class ModelRow(BaseModel):
     categories: dict[str, float] = Field(default_factory=dict)  # category -> mean score of its benchmarks
     ci: dict[str, Interval | None] = Field(default_factory=dict)  # benchmark -> bootstrap 95% CI
     format_rates: dict[str, dict[str, float]] = Field(default_factory=dict)  # benchmark -> parse/strict rates
+    judge_failures: dict[str, dict[str, float]] = Field(default_factory=dict)  # benchmark -> judge -> rate
     cost: float | None = None  # total evaluation cost (runs + jury), when it can be computed from pricing
     cost_detail: dict[str, float | str | None] = Field(default_factory=dict)  # benchmark / jury cost, note
     pareto: bool | None = None  # on the cost / win-rate Pareto front (None: cost or win-rate unknown)
@@ -159,10 +160,13 @@ def build_leaderboard(results: list[BenchmarkScore], *, series: list[InstanceSer
             by_category[category_of(benchmark)].append(value)
         ci: dict[str, Interval | None] = {}
         format_rates: dict[str, dict[str, float]] = {}
+        judge_failures: dict[str, dict[str, float]] = {}
         for benchmark in benchmarks:
             found = by_key.get((model, benchmark))
             if found is not None and found.extra:
                 format_rates[benchmark] = dict(found.extra)
+            if found is not None and found.judge_failure_rates:
+                judge_failures[benchmark] = dict(found.judge_failure_rates)
             if found is not None:
                 ci[benchmark] = intervals.get((model, benchmark))
         compared = len(per_model) > 1
@@ -173,8 +177,8 @@ def build_leaderboard(results: list[BenchmarkScore], *, series: list[InstanceSer
             macro_avg=float(np.mean(values)) if values else None,
             sd=float(np.std(values)) if values else None,
             categories={c: float(np.mean(v)) for c, v in sorted(by_category.items())},
-            benchmarks=benchmarks, ci=ci, format_rates=format_rates, cost=(costs or {}).get(model),
-            win_rule=rule,
+            benchmarks=benchmarks, ci=ci, format_rates=format_rates, judge_failures=judge_failures,
+            cost=(costs or {}).get(model), win_rule=rule,
         ))
     rows.sort(key=lambda r: (-(r.win_rate or 0), -(r.macro_avg or 0), r.model))
     return rows

@@ -58,6 +58,8 @@ def leaderboard_payload(rows: list[ModelRow], *, pairwise: list[PairwiseDifferen
                                      "ci_low": interval.low if interval else None,
                                      "ci_high": interval.high if interval else None,
                                      "n": s.n, "n_failed": s.n_failed, **r.format_rates.get(b, {})}
+            if b in r.judge_failures:
+                entry["judge_failure_rates"] = r.judge_failures[b]
             if b in mdes:
                 entry["mde"] = mdes[b].mde
                 entry["mde_sd"] = mdes[b].sd

@@ -50,6 +50,7 @@ def test_run_scores_an_open_ended_benchmark_with_the_jury(tmp_path: Path) -> Non
     rows = board.json()
     assert isinstance(rows, list)
     assert rows[0]["benchmarks"]["medication_qa"]["score"] == 0.75
+    assert rows[0]["benchmarks"]["medication_qa"]["judge_failure_rates"] == {"j1": 0.25, "j2": 0.25}
     rates = failures.json()
     assert isinstance(rates, list)
     assert {(r["judge"], r["invalid_reply"], r["total"]) for r in rates} == {("j1", 1, 4), ("j2", 1, 4)}
