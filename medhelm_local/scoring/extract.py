@@ -81,8 +81,8 @@ def extract_label(output: str, labels: Sequence[str]) -> tuple[str | None, bool]
     single = all(len(label) == 1 for label in labels)
     alternatives = "|".join(re.escape(label) for label in sorted(labels, key=len, reverse=True))
     # Single letters are matched case-sensitively (an answer "a" is too easily an article); words are not.
-    case = "" if single else "(?i)"
-    token = rf"[(\[*\"'`]*\s*({case and '(?i:'}{alternatives}{case and ')'})\s*[)\]*\"'`]*(?![A-Za-z0-9])"
+    group = alternatives if single else f"(?i:{alternatives})"
+    token = rf"[(\[*\"'`]*\s*({group})\s*[)\]*\"'`]*(?![A-Za-z0-9])"
     marker = "(?i:" + _ANSWER_MARKER.pattern + ")"
     # The last explicit answer marker wins: reasoning models restate their final choice at the end.
     hits = list(re.finditer(marker + token, text))
