@@ -42,7 +42,7 @@ from medhelm_local.benchmarks.registry import get_spec  # noqa: E402
 from medhelm_local.context import AppContext  # noqa: E402
 from medhelm_local.home import Home  # noqa: E402
 from medhelm_local.home.config import ModelEndpoint, RunnerSettings  # noqa: E402
-from medhelm_local.inference.client import request_body  # noqa: E402
+from medhelm_local.inference.client import POOL_CONNECTIONS, request_body  # noqa: E402
 from medhelm_local.prompts.build import build_request  # noqa: E402
 from medhelm_local.records import Instance  # noqa: E402
 from medhelm_local.runner.session import RunOptions, evaluate  # noqa: E402
@@ -119,19 +119,28 @@ def actx(home: Home) -> AppContext:
 
 
 async def raw_load(base_url: str, payloads: list[dict[str, Any]], slots: int) -> float:
-    """The ceiling: ``slots`` workers posting pre-built bodies with httpx, no parsing, no storage."""
+    """The ceiling: ``slots`` workers posting pre-built bodies, no parsing, no storage, no adaptation.
+
+    Same HTTP library and pool layout as the runner (httpx, pools of 16 connections), so the ratio measures the
+    runner's own overhead: building requests, adaptive concurrency, retries bookkeeping, group commits.
+    """
     queue = iter(payloads)
-    async with httpx.AsyncClient(timeout=60, trust_env=False,
-                                 limits=httpx.Limits(max_connections=slots, max_keepalive_connections=slots)) as c:
+    per = POOL_CONNECTIONS
+    clients = [httpx.AsyncClient(timeout=60, trust_env=False,
+                                 limits=httpx.Limits(max_connections=per, max_keepalive_connections=per))
+               for _ in range(-(-slots // per))]
 
-        async def worker() -> None:
-            for body in queue:
-                response = await c.post(f"{base_url}/chat/completions", json=body)
-                response.raise_for_status()
+    async def worker(client: httpx.AsyncClient) -> None:
+        for body in queue:
+            response = await client.post(f"{base_url}/chat/completions", json=body)
+            response.raise_for_status()
 
-        start = time.perf_counter()
-        await asyncio.gather(*(worker() for _ in range(slots)))
-        return time.perf_counter() - start
+    start = time.perf_counter()
+    await asyncio.gather(*(worker(clients[i % len(clients)]) for i in range(slots)))
+    elapsed = time.perf_counter() - start
+    for client in clients:
+        await client.aclose()
+    return elapsed
 
 
 def four_threads(base_url: str, payloads: list[dict[str, Any]]) -> float:

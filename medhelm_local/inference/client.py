@@ -19,6 +19,7 @@ import httpx
 from medhelm_local.inference.egress import check_egress
 from medhelm_local.records import InferenceRequest, InferenceResult
 
+POOL_CONNECTIONS = 16  # connections per httpx pool (see ChatClient.__init__)
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 # Failures that say "this replica is unreachable or wedged", as opposed to "this request went wrong".
 ENDPOINT_FAILURES = frozenset({"connect_error", "connection_dropped", "timeout", "http_502", "http_503", "http_504"})
@@ -193,16 +194,32 @@ class ChatClient:
         self.timeout_s = timeout_s
         self.pool = EndpointPool(self.base_urls)
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client = httpx.AsyncClient(
-            headers=headers,
-            timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)),
-            limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections),
-            trust_env=False,  # never pick up a proxy from the environment: egress is the allowlist's alone
-            follow_redirects=False,
-        )
+        # httpcore's pool scans all its connections for every request (quadratic at hundreds in flight), so the
+        # connections are spread over several small pools used in turn.
+        pools = max(1, -(-max_connections // POOL_CONNECTIONS))
+        per_pool = -(-max_connections // pools)
+        tls = httpx.create_ssl_context()  # loading the CA bundle is slow: once, shared by the pools
+        self._clients = [
+            httpx.AsyncClient(
+                headers=headers,
+                verify=tls,
+                timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)),
+                limits=httpx.Limits(max_connections=per_pool, max_keepalive_connections=per_pool),
+                trust_env=False,  # never pick up a proxy from the environment: egress is the allowlist's alone
+                follow_redirects=False,
+            )
+            for _ in range(pools)
+        ]
+        self._client = self._clients[0]
+        self._turn = 0
+
+    def _next_client(self) -> httpx.AsyncClient:
+        self._turn = (self._turn + 1) % len(self._clients)
+        return self._clients[self._turn]
 
     async def aclose(self) -> None:
-        await self._client.aclose()
+        for client in self._clients:
+            await client.aclose()
 
     async def __aenter__(self) -> ChatClient:
         return self
@@ -229,7 +246,7 @@ class ChatClient:
         url = f"{base_url or self.pick_endpoint()}/chat/completions"
         check_egress(url, self.allowlist)
         try:
-            response = await self._client.post(url, json=request_body(self.model_id, request))
+            response = await self._next_client().post(url, json=request_body(self.model_id, request))
         except httpx.TimeoutException:
             raise RequestFailed("timeout", retryable=True) from None
         except httpx.ConnectError:
