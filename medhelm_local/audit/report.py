@@ -112,7 +112,7 @@ def summarize(records: list[dict[str, Any]], since: datetime | None) -> AuditSum
         objects = record.get("objects") or {}
         ts = str(record.get("ts", ""))
         if action == "dataset.register":
-            datasets.append(_brief(record, "benchmark", "fingerprint", "instances"))
+            datasets.append(_brief(record, "benchmark", "fingerprint", "version", "instances"))
         elif action == "run.resume" and str(objects.get("run_id")) in runs:
             runs[str(objects.get("run_id"))].resumed += 1
         elif action == "endpoint.use" and str(objects.get("run_id")) in runs:
@@ -164,13 +164,14 @@ def render_text(summary: AuditSummary) -> str:
            "", "Who acted:"]
     out += [f"  {actor}: {n} records" for actor, n in sorted(summary.actors.items())] or ["  (nobody)"]
     out += ["", "Datasets registered:"]
-    out += [f"  {d['ts']}  {d['actor']}  {d.get('benchmark')}  fingerprint {str(d.get('fingerprint'))[:16]}  "
-            f"{d['outcome']}" for d in summary.datasets] or ["  (none)"]
+    out += [f"  {d['ts']}  {d['actor']}  {d.get('benchmark')}  fingerprint {str(d.get('fingerprint'))[:16]}"
+            + (f" (stored version {str(d['version'])[:16]})" if d.get("version") else "") + f"  {d['outcome']}"
+            for d in summary.datasets] or ["  (none)"]
     out += ["", "Runs:"]
     for run in summary.runs:
         out.append(f"  {run.started}  {run.actor} ran {run.model} ({run.run_id}), outcome {run.outcome or 'open'}"
                    + (f", resumed {run.resumed} time(s)" if run.resumed else ""))
-        out += [f"      {b} on dataset {fp[:16]}" for b, fp in sorted(run.benchmarks.items())]
+        out += [f"      {b} on dataset version {fp[:16]}" for b, fp in sorted(run.benchmarks.items())]
         if run.endpoints:
             out.append(f"      endpoints: {', '.join(run.endpoints)}")
     if not summary.runs:
