@@ -21,6 +21,7 @@ from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import AppContext, app_context
 from medhelm_local.errors import BadInputError
 from medhelm_local.export.bundle import (
+    MANIFEST,
     SIGNATURE,
     ExportRefused,
     ExportRequest,
@@ -33,6 +34,7 @@ from medhelm_local.export.bundle import (
     now_utc,
     release,
     request_dir,
+    request_lock,
     save_request,
     sha256_bytes,
     sign_bundle,
@@ -175,6 +177,21 @@ def approve(
 ) -> None:
     """Approve a ready request: sign its manifest (file hashes, policy, run manifests, audit checkpoint)."""
     app_ctx = app_context(ctx)
+    with request_lock(app_ctx.home.exports_dir, request_id):
+        req, bundle = _approve(app_ctx, request_id, approver)
+    target = _release(app_ctx, req, out) if out is not None else None
+    payload: dict[str, Any] = {"request_id": request_id, "status": req.status, "approver": approver,
+                               "manifest_sha256": req.manifest_sha256, "bundle": str(bundle),
+                               "released_to": str(target) if target else None}
+    if as_json:
+        emit_json(payload)
+    else:
+        info(f"approved and signed {request_id} (manifest {str(req.manifest_sha256)[:16]}…): {bundle}")
+        if target:
+            info(f"released to {target}")
+
+
+def _approve(app_ctx: AppContext, request_id: str, approver: str) -> tuple[ExportRequest, Path]:
     home = app_ctx.home
     req, loaded = _pending(app_ctx, request_id)
     _authorize(app_ctx, req, approver, loaded, "export.approve")
@@ -182,7 +199,8 @@ def approve(
         raise ExportRefused(f"export request {request_id} is {req.status}: a check failed, so it cannot be approved "
                             "(see `export show`); deny it or fix the cause and request again")
     bundle = request_dir(home.exports_dir, request_id) / "bundle"
-    if bundle_hashes(bundle) != req.files:
+    current = {name: digest for name, digest in bundle_hashes(bundle).items() if name not in (MANIFEST, SIGNATURE)}
+    if current != req.files:  # (a manifest left by an interrupted approval is simply replaced)
         raise ExportRefused(f"the candidate files of {request_id} changed after the request; not approved")
     key = load_signing_key(home.keys_dir)
     trail = AuditTrail(home.audit_path, home.keys_dir)
@@ -197,16 +215,7 @@ def approve(
     audit_event(home, app_ctx.actor, "export.approve", outcome="approved", role="compliance", request_id=request_id,
                 approver=approver, manifest_sha256=req.manifest_sha256, files=req.files)
     save_request(home.exports_dir, req)
-    target = _release(app_ctx, req, out) if out is not None else None
-    payload: dict[str, Any] = {"request_id": request_id, "status": req.status, "approver": approver,
-                               "manifest_sha256": req.manifest_sha256, "bundle": str(bundle),
-                               "released_to": str(target) if target else None}
-    if as_json:
-        emit_json(payload)
-    else:
-        info(f"approved and signed {request_id} (manifest {req.manifest_sha256[:16]}…): {bundle}")
-        if target:
-            info(f"released to {target}")
+    return req, bundle
 
 
 @app.command("deny")
@@ -218,12 +227,13 @@ def deny(
 ) -> None:
     """Deny a request; its candidate files stay inside the home and can never be released."""
     app_ctx = app_context(ctx)
-    req, loaded = _pending(app_ctx, request_id)
-    _authorize(app_ctx, req, approver, loaded, "export.deny")
-    audit_event(app_ctx.home, app_ctx.actor, "export.deny", outcome="denied", role="compliance",
-                request_id=request_id, approver=approver)
-    req.status, req.decided_by, req.approver, req.decided_at = "denied", app_ctx.actor, approver, now_utc()
-    save_request(app_ctx.home.exports_dir, req)
+    with request_lock(app_ctx.home.exports_dir, request_id):
+        req, loaded = _pending(app_ctx, request_id)
+        _authorize(app_ctx, req, approver, loaded, "export.deny")
+        audit_event(app_ctx.home, app_ctx.actor, "export.deny", outcome="denied", role="compliance",
+                    request_id=request_id, approver=approver)
+        req.status, req.decided_by, req.approver, req.decided_at = "denied", app_ctx.actor, approver, now_utc()
+        save_request(app_ctx.home.exports_dir, req)
     if as_json:
         emit_json({"request_id": request_id, "status": "denied", "approver": approver})
     else:

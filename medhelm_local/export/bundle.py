@@ -10,12 +10,15 @@ Only an approved, verified bundle is ever copied out of the home.
 from __future__ import annotations
 
 import base64
+import fcntl
 import hashlib
 import json
 import os
 import re
 import secrets
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -112,6 +115,20 @@ def load_request(exports_dir: Path, request_id: str) -> ExportRequest:
         raise NotFoundError(f"export request {request_id} not found under {exports_dir}") from None
     except ValidationError:
         raise MedhelmError(f"{path}: damaged export request") from None
+
+
+@contextmanager
+def request_lock(exports_dir: Path, request_id: str) -> Iterator[None]:
+    """Serialise decisions on one request (two approvers acting at once)."""
+    folder = request_dir(exports_dir, request_id)
+    if not folder.is_dir():
+        raise NotFoundError(f"export request {request_id} not found under {exports_dir}")
+    fd = os.open(folder / ".lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
 
 
 def save_request(exports_dir: Path, request: ExportRequest) -> None:
