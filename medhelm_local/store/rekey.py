@@ -191,13 +191,17 @@ def rotate_data_key(store: Path, keys_dir: Path, on_point_of_no_return: Callable
                                  ) from None
             _fsync_file(p["new_store"])
             _step("copied")
-            fd = os.open(p["new_key"], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
             try:
-                os.write(fd, new_key.encode("ascii"))
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            _fsync_dir(keys_dir)
+                fd = os.open(p["new_key"], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                try:
+                    os.write(fd, new_key.encode("ascii"))
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                _fsync_dir(keys_dir)
+            except OSError as exc:
+                raise StoreError(f"cannot write the new data key in {keys_dir} ({exc.strerror}); is the keys "
+                                 "volume read-only? Nothing was changed") from None
             _step("new_key_written")
             if on_point_of_no_return is not None:
                 on_point_of_no_return(old_id, new_id)
