@@ -259,3 +259,16 @@ def test_same_size_edits_with_the_append_cache(tmp_path: Path) -> None:
     trail.append(actor="alice", action="test.event", outcome="success")
     report = verify_file(path, public)
     assert not report.intact and report.first_bad_seq == 1
+
+
+def test_a_checkpoint_from_another_key_is_rejected(real_trail: tuple[Path, Path, Path], tmp_path: Path) -> None:
+    from medhelm_local.audit.trail import sign_checkpoint
+
+    trail, public, checkpoint = real_trail
+    genuine = json.loads(checkpoint.read_text())["checkpoint"]
+    forged = sign_checkpoint(Ed25519PrivateKey.generate(), genuine["tree_size"], genuine["root"],
+                             genuine["chain_head"])
+    fake = tmp_path / "forged-checkpoint.json"
+    fake.write_text(json.dumps({"checkpoint": forged}))
+    intact, _, kinds = _verify(trail, public, fake)
+    assert not intact and kinds == ["external-signature"]

@@ -118,3 +118,11 @@ def test_show_filters_and_report(evaluated: EvaluatedHome) -> None:
     assert summary["exports"][0]["status"] == "approved" and summary["exports"][0]["approver"] == APPROVER
     text = cli("audit", "report", "--since", "2000-01-01")
     assert text.code == 0 and evaluated.run_id in text.stdout and APPROVER in text.stdout
+
+
+def test_records_name_the_external_actor(tmp_path: Path) -> None:
+    cli = InProcessCli(home=tmp_path / "home")
+    assert cli("--actor", "oidc|alice", "init").code == 0
+    record = AuditTrail(cli.home / "audit" / "audit.jsonl").records()[0]
+    assert record["actor"].endswith(":oidc|alice") and record["role"] == "it-admin"
+    assert record["action"] == "appliance.init" and record["host"]
