@@ -6,14 +6,12 @@ from pathlib import Path
 
 import typer
 
-from medhelm_local.audit import audit_event
-from medhelm_local.benchmarks.registry import get_spec, load_custom_spec, register_custom_spec
+from medhelm_local.benchmarks.registry import get_spec, load_custom_spec
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import app_context
 from medhelm_local.errors import BadInputError
-from medhelm_local.loaders import load_dataset
 from medhelm_local.store import Store
-from medhelm_local.store.datasets import store_dataset
+from medhelm_local.store.datasets import register_file
 
 NAME = "datasets"
 HELP = "Register benchmark files and hospital extracts into the encrypted store."
@@ -32,29 +30,13 @@ def register(
 ) -> None:
     """Validate PATH for BENCHMARK and store its instances (all or nothing)."""
     app_ctx = app_context(ctx)
-    home = app_ctx.home
     if spec_file is not None:
         spec = load_custom_spec(spec_file)
         if spec.id != benchmark:
             raise BadInputError(f"{spec_file}: defines benchmark {spec.id!r}, not {benchmark!r}")
     else:
         spec = get_spec(benchmark)
-    # Intent first: if the audit trail cannot be written, nothing is registered (fail closed).
-    audit_event(home, app_ctx.actor, "dataset.register", outcome="attempt", role="informatics",
-                benchmark=benchmark, source_name=path.name)
-    try:
-        result = load_dataset(spec, path)
-    except BadInputError:
-        audit_event(home, app_ctx.actor, "dataset.register", outcome="rejected", role="informatics",
-                    benchmark=benchmark, source_name=path.name)
-        raise
-    if spec_file is not None:
-        spec = register_custom_spec(spec_file, home.root)
-    with Store.open(home) as store:
-        registration = store_dataset(store, spec, path, result)
-    audit_event(home, app_ctx.actor, "dataset.register", role="informatics", benchmark=benchmark,
-                fingerprint=registration.fingerprint, version=registration.version,
-                instances=registration.instances, skipped=sum(registration.skipped.values()))
+    registration = register_file(app_ctx, spec, path, spec_file=spec_file)
     if as_json:
         emit_json(registration.model_dump())
     else:

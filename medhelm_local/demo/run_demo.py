@@ -16,9 +16,8 @@ from medhelm_local.export.report import aggregate_report, write_report
 from medhelm_local.home import Home
 from medhelm_local.home.config import EMBEDDED_MODEL_NAME
 from medhelm_local.home.layout import atomic_write
-from medhelm_local.loaders import load_dataset
 from medhelm_local.store import Store
-from medhelm_local.store.datasets import store_dataset
+from medhelm_local.store.datasets import register_file
 
 DEMO_BENCHMARKS = ("pubmedqa", "hospice_referral")
 SMOKE_TEST_NOTE = (
@@ -42,16 +41,8 @@ def prepare(app_ctx: AppContext) -> dict[str, int]:
     audit_event(home, app_ctx.actor, "appliance.init", role="it-admin", purpose="demo")
     extract = home.root / "extracts" / "synthetic_hospice_notes.csv"
     atomic_write(extract, hospice_extract_csv().encode("utf-8"))
-    counts = {}
-    with Store.open(home) as store:
-        for benchmark, path in (("pubmedqa", pubmedqa_sample_path()), ("hospice_referral", extract)):
-            spec = get_spec(benchmark)
-            registration = store_dataset(store, spec, path, load_dataset(spec, path))
-            audit_event(home, app_ctx.actor, "dataset.register", role="informatics", benchmark=benchmark,
-                        fingerprint=registration.fingerprint, version=registration.version,
-                        instances=registration.instances)
-            counts[benchmark] = registration.instances
-    return counts
+    sources = (("pubmedqa", pubmedqa_sample_path()), ("hospice_referral", extract))
+    return {benchmark: register_file(app_ctx, get_spec(benchmark), path).instances for benchmark, path in sources}
 
 
 def finish(app_ctx: AppContext) -> tuple[list[ModelRow], Path]:

@@ -6,8 +6,12 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from medhelm_local.audit import audit_event
+from medhelm_local.benchmarks.registry import register_custom_spec
 from medhelm_local.benchmarks.spec import BenchmarkSpec
-from medhelm_local.loaders.base import LoadResult
+from medhelm_local.context import AppContext
+from medhelm_local.errors import BadInputError
+from medhelm_local.loaders.base import LoadResult, load_dataset
 from medhelm_local.store.store import Store
 
 
@@ -28,3 +32,28 @@ def store_dataset(store: Store, spec: BenchmarkSpec, path: Path, result: LoadRes
     )
     return Registration(benchmark=spec.id, instances=len(result.instances), skipped=skipped,
                         fingerprint=source_sha256, version=version, new=new)
+
+
+def register_file(app_ctx: AppContext, spec: BenchmarkSpec, path: Path, *, spec_file: Path | None = None
+                  ) -> Registration:
+    """Validate ``path`` for ``spec`` and store it, audited: intent first (fail closed), then the outcome.
+
+    ``spec_file``: a custom benchmark YAML, stored in the home only once its data has validated.
+    """
+    home = app_ctx.home
+    audit_event(home, app_ctx.actor, "dataset.register", outcome="attempt", role="informatics",
+                benchmark=spec.id, source_name=path.name)
+    try:
+        result = load_dataset(spec, path)
+    except BadInputError:
+        audit_event(home, app_ctx.actor, "dataset.register", outcome="rejected", role="informatics",
+                    benchmark=spec.id, source_name=path.name)
+        raise
+    if spec_file is not None:
+        spec = register_custom_spec(spec_file, home.root)
+    with Store.open(home) as store:
+        registration = store_dataset(store, spec, path, result)
+    audit_event(home, app_ctx.actor, "dataset.register", role="informatics", benchmark=spec.id,
+                fingerprint=registration.fingerprint, version=registration.version,
+                instances=registration.instances, skipped=sum(registration.skipped.values()))
+    return registration
