@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 stdout = Console(highlight=False, soft_wrap=True)
@@ -48,8 +49,8 @@ def emit_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
 
 
 def info(message: str) -> None:
-    stderr.print(message)
+    stderr.print(message, markup=False)
 
 
 def error(message: str) -> None:
-    stderr.print(f"[bold red]error:[/] {message}", markup=True)
+    stderr.print(f"[bold red]error:[/] {escape(message)}", markup=True)
