@@ -85,7 +85,8 @@ def configure_logging(level: str | None = None, *, json_lines: bool | None = Non
             renderer,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),
+        # Resolve sys.stderr at each use, so a replaced stderr (tests, daemons) is honoured.
+        logger_factory=lambda *_args: structlog.PrintLogger(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
     # Third-party loggers (httpx logs every request line) stay quiet; they go through the same guard if raised.
