@@ -23,6 +23,8 @@ DEFAULT_ALLOWLIST = [
 ]
 
 EMBEDDED_MODEL_NAME = "smollm2-135m-embedded"
+# The model id the embedded llama.cpp server answers to (its --model_alias).
+EMBEDDED_SERVED_MODEL = "smollm2-135m-instruct"
 
 
 class BackendKind(StrEnum):
@@ -77,6 +79,8 @@ class ModelEndpoint(BaseModel):
 
     @property
     def model_id(self) -> str:
+        if self.kind == BackendKind.EMBEDDED:
+            return self.served_model or EMBEDDED_SERVED_MODEL
         return self.served_model or self.name
 
 

@@ -22,11 +22,11 @@ from types import TracebackType
 import httpx
 
 from medhelm_local.errors import MedhelmError
+from medhelm_local.home.config import EMBEDDED_SERVED_MODEL
 from medhelm_local.logs import get_logger
 
 log = get_logger(__name__)
 
-EMBEDDED_SERVED_MODEL = "smollm2-135m-instruct"
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
 OFFLINE_ENV = {
     "HF_HUB_OFFLINE": "1",
