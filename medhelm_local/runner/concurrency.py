@@ -3,8 +3,8 @@
 The limit grows while measured throughput rises (doubling at first, then gentle probes once it plateaus),
 shrinks by half on HTTP 429, and stops growing for a while after 5xx answers and timeouts. ``cap``
 (``--concurrency``) is never exceeded. Throughput is measured in windows of about half a round trip: a window
-closes after ``limit / 2`` successful completions (and at least ``min_window_s``); the first window after a
-change is discarded, so each decision sees the new limit only.
+closes after ``limit / 2`` successful completions (and at least ``min_window_s``); windows within a round trip
+of a change are discarded, so each decision sees the new limit only. It starts at 64 (or ``cap``).
 """
 
 from __future__ import annotations
@@ -39,7 +39,7 @@ class AdaptiveLimiter:
         if cap < 1:
             raise ValueError("cap must be >= 1")
         self.cap = cap
-        self.limit = max(1, min(cap, initial if initial is not None else 32))
+        self.limit = max(1, min(cap, initial if initial is not None else 64))
         self.in_flight = 0
         self.min_window_s = min_window_s
         self.rise = rise
@@ -55,6 +55,7 @@ class AdaptiveLimiter:
         self._window_ok = 0
         self._saturated = False
         self._settling = False
+        self._settle_until = 0.0
         self._last_decrease = -1e9
         self.peak_limit = self.limit
         self.history: deque[tuple[float, int, str]] = deque(maxlen=256)
@@ -104,6 +105,10 @@ class AdaptiveLimiter:
     def _set_limit(self, value: int, reason: str) -> None:
         value = max(1, min(self.cap, value))
         if value != self.limit:
+            # Requests already in flight still show the old limit's throughput: measure again only once they
+            # have completed, about one round trip later (Little's law: round trip = in flight / rate).
+            rtt = self.in_flight / self._prev_rate if self._prev_rate else 0.0
+            self._settle_until = self._clock() + rtt
             self.limit = value
             self._settling = True
             self.peak_limit = max(self.peak_limit, value)
@@ -132,8 +137,8 @@ class AdaptiveLimiter:
             return
         rate = self._window_ok / elapsed
         if self._settling:
-            # The first window after a change still mixes in the old limit's requests: measure the next one.
-            self._settling = False
+            # Windows after a change still mix in the old limit's requests: measure once they are through.
+            self._settling = now < self._settle_until
         else:
             self._decide(rate)
         self._reset_window(now)
