@@ -16,7 +16,7 @@ from medhelm_local.records import InferenceRequest, InferenceResult
 from medhelm_local.store.store import RunInfo, Store, utcnow
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PlannedItem:
     benchmark: str
     instance_id: str
@@ -25,7 +25,7 @@ class PlannedItem:
     send_rank: int
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class PendingItem:
     send_rank: int
     instance_id: str
