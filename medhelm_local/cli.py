@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib
 import sys
 from pathlib import Path
 
@@ -9,23 +10,6 @@ import typer
 
 from medhelm_local import __version__
 from medhelm_local.benchmarks.registry import set_active_home
-from medhelm_local.commands import (
-    audit,
-    benchmarks,
-    datasets,
-    demo,
-    export,
-    init,
-    jury,
-    keys,
-    leaderboard,
-    models,
-    run,
-    runs,
-    score,
-    serve,
-    taxonomy,
-)
 from medhelm_local.console import error
 from medhelm_local.context import AppContext
 from medhelm_local.errors import MedhelmError
@@ -63,14 +47,50 @@ def root(
     set_active_home(ctx.obj.home.root)
 
 
-for module in (init, demo, run, score, leaderboard):
-    module.register(app)
-for module in (models, benchmarks, datasets, taxonomy, audit, export, serve, keys, jury):
-    app.add_typer(module.app, name=module.NAME, help=module.HELP)
-app.add_typer(runs.app, name=runs.NAME, help=runs.HELP)
+# Command name -> module in medhelm_local.commands, in the order `--help` lists them. Modules with
+# ``register(app)`` add top-level commands; the others are groups (``NAME``, ``HELP``, ``app``).
+COMMAND_MODULES = {
+    "init": "init", "doctor": "init", "demo": "demo", "run": "run", "score": "score",
+    "leaderboard": "leaderboard", "models": "models", "benchmarks": "benchmarks", "datasets": "datasets",
+    "taxonomy": "taxonomy", "audit": "audit", "export": "export", "serve": "serve", "keys": "keys",
+    "jury": "jury", "runs": "runs",
+}
+_GLOBAL_OPTIONS_WITH_VALUE = {"--home", "--actor"}
+
+
+def _requested_command(argv: list[str]) -> str | None:
+    """The command named on the command line, skipping the global options before it."""
+    skip = False
+    for arg in argv:
+        if skip:
+            skip = False
+        elif arg in _GLOBAL_OPTIONS_WITH_VALUE:
+            skip = True
+        elif not arg.startswith("-"):
+            return arg
+    return None
+
+
+def register_commands(only: str | None = None) -> None:
+    """Import and register the requested command's module only (each brings heavy libraries: numpy,
+    pyarrow, duckdb ...); without a known command, all of them, for `--help` and usage errors."""
+    names = [COMMAND_MODULES[only]] if only in COMMAND_MODULES else list(dict.fromkeys(COMMAND_MODULES.values()))
+    for name in names:
+        if name in _registered:
+            continue
+        _registered.add(name)
+        module = importlib.import_module(f"medhelm_local.commands.{name}")
+        if hasattr(module, "NAME"):
+            app.add_typer(module.app, name=module.NAME, help=module.HELP)
+        else:
+            module.register(app)
+
+
+_registered: set[str] = set()
 
 
 def main() -> None:
+    register_commands(_requested_command(sys.argv[1:]))
     try:
         # Without standalone mode, click returns (not raises) the code of a typer.Exit.
         code = app(standalone_mode=False)
