@@ -148,3 +148,17 @@ def test_endpoint_outside_allowlist_is_refused(home_cli: Cli) -> None:
     assert result.code == 2
     assert "not on the allowlist" in result.stderr
     assert "outside" not in home_cli("models", "list").stdout
+
+
+def test_jury_benchmark_without_judges_is_refused_before_inference(home_cli: Cli, tmp_path: Path) -> None:
+    notes = tmp_path / "bhc.jsonl"
+    notes.write_text("".join(json.dumps({"input": f"Discharge note {i}.", "target": f"Course {i}."}) + "\n"
+                             for i in range(3)))
+    assert home_cli("datasets", "register", "mimic_bhc", str(notes)).code == 0
+    with FakeOpenAIServer(responder=lambda _m: "A summary.") as server:
+        _add_model(home_cli, "writer", server.base_url)
+        run = home_cli("run", "--model", "writer", "--benchmarks", "mimic_bhc")
+        sent = server.requests_seen
+    assert run.code == 2
+    assert "judges" in run.stderr
+    assert sent == 0

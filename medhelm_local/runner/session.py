@@ -33,6 +33,7 @@ from medhelm_local.runner.manifest import build_manifest, manifest_sha256, model
 from medhelm_local.runner.plan import Plan, compute_plan, derived_run_id, new_run_id, shard_items
 from medhelm_local.runner.progress import RunProgress
 from medhelm_local.scoring.engine import score_benchmark
+from medhelm_local.scoring.jury import require_judges
 from medhelm_local.store import Store
 from medhelm_local.store import runs as runs_db
 from medhelm_local.store.store import RunInfo, utcnow
@@ -212,6 +213,8 @@ async def _send(app_ctx: AppContext, store: Store, client: ChatClient, run: RunI
 
 def evaluate(app_ctx: AppContext, options: RunOptions) -> RunOutcome:
     """Run (or resume, or retry the errors of) an evaluation, then score it."""
+    # A jury-scored benchmark without judges would fail only after all inference: refuse it up front.
+    require_judges(app_ctx.home.config, options.benchmarks or [])
     if options.shard is not None:
         return _evaluate_shard(app_ctx, options)
     home = app_ctx.home
