@@ -136,6 +136,7 @@ ENV HOME=/var/lib/medhelm \
     VLLM_CACHE_ROOT=/tmp/cache/vllm \
     TRITON_CACHE_DIR=/tmp/cache/triton \
     TORCHINDUCTOR_CACHE_DIR=/tmp/cache/inductor \
+    VLLM_LOGGING_LEVEL=INFO \
     VLLM_NO_USAGE_STATS=1 \
     DO_NOT_TRACK=1 \
     HF_HUB_OFFLINE=1 \
