@@ -114,18 +114,6 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def read_text_utf8(path: Path) -> str:
-    """Read a text file strictly as UTF-8 (a BOM is allowed), naming the byte offset of bad encoding."""
-    data = path.read_bytes()
-    if not data.strip():
-        raise ExtractError(path, "a non-empty file")
-    try:
-        return data.decode("utf-8-sig")
-    except UnicodeDecodeError as exc:
-        line = data[: exc.start].count(b"\n") + 1
-        raise ExtractError(path, f"UTF-8 text (invalid byte at line {line}, offset {exc.start})") from None
-
-
 def canonical_label(spec: BenchmarkSpec, raw: str, path: Path, row: int, column: str) -> str:
     """Map a raw label through the spec's label map and check it is one of the spec's labels."""
     value = raw.strip()

@@ -2,22 +2,19 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import ExtractError
-from medhelm_local.loaders.base import LoadResult, canonical_label, read_text_utf8, register_loader
+from medhelm_local.loaders.base import LoadResult, canonical_label, register_loader
+from medhelm_local.loaders.io import parse_json, read_text
 from medhelm_local.records import Instance
 
 
 @register_loader("pubmedqa_json")
 def load_pubmedqa(spec: BenchmarkSpec, path: Path) -> LoadResult:
     file = path / "ori_pqal.json" if path.is_dir() else path
-    try:
-        data = json.loads(read_text_utf8(file))
-    except json.JSONDecodeError as exc:
-        raise ExtractError(file, f"valid JSON (parse error at line {exc.lineno}, column {exc.colno})") from None
+    data = parse_json(file, read_text(file))
     if not isinstance(data, dict):
         raise ExtractError(file, "a JSON object keyed by PMID")
     instances = []
