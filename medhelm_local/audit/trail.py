@@ -310,16 +310,3 @@ def audit_event(home: Any, actor: str, action: str, *, outcome: str = "success",
     """Append one record to the home's audit trail (fail closed: raises :class:`AuditWriteError`)."""
     return AuditTrail(home.audit_path, home.keys_dir).append(actor=actor, action=action, outcome=outcome, role=role,
                                                              objects=objects)
-
-
-def latest_checkpoint(path: Path) -> dict[str, Any] | None:
-    """The last checkpoint in a trail (no verification)."""
-    for line in reversed(read_lines(path)):
-        try:
-            record = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(record, dict) and record.get("action") == CHECKPOINT_ACTION:
-            objects = record.get("objects")
-            return objects if isinstance(objects, dict) else None
-    return None

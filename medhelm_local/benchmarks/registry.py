@@ -75,10 +75,6 @@ def _builtin_specs() -> dict[str, BenchmarkSpec]:
     return specs
 
 
-def builtin_ids() -> list[str]:
-    return list(_builtin_specs())
-
-
 def custom_dir(home: Path) -> Path:
     return home / CUSTOM_DIR
 

@@ -436,11 +436,3 @@ def _json_safe(value: Any) -> Any:
     if hasattr(value, "tolist"):
         return _json_safe(value.tolist())
     return value
-
-
-_SAFE_NAME = re.compile(r"[^A-Za-z0-9_.-]+")
-
-
-def safe_name(text: str) -> str:
-    """A file-stem-like name for ids built from file names."""
-    return _SAFE_NAME.sub("_", text).strip("_") or "file"

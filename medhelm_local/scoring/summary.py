@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Sequence
-from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -82,7 +81,3 @@ def summarise(benchmark: str, metric: str, scores: Sequence[InstanceScore]) -> B
         for name, members in sorted(groups.items())
     }
     return breakdown
-
-
-def breakdown_payload(breakdown: Breakdown) -> dict[str, Any]:
-    return breakdown.model_dump()

@@ -255,16 +255,6 @@ class Store:
             [status, utcnow() if finished else None, run_id],
         )
 
-    def pending_items(self, run_id: str, benchmark: str) -> list[tuple[str, str]]:
-        """``(instance_id, fingerprint)`` of planned items that have no response yet, in plan order."""
-        rows = self._conn.execute(
-            "SELECT i.instance_id, i.fingerprint FROM run_items i "
-            "LEFT JOIN responses r USING (run_id, benchmark, instance_id) "
-            "WHERE i.run_id = ? AND i.benchmark = ? AND r.instance_id IS NULL ORDER BY i.position",
-            [run_id, benchmark],
-        ).fetchall()
-        return [(r[0], r[1]) for r in rows]
-
     def run_item_fingerprints(self, run_id: str, benchmark: str) -> list[tuple[str, str]]:
         return [
             (r[0], r[1])
@@ -321,26 +311,3 @@ class Store:
                 "INSERT INTO scores VALUES (?, ?, ?, ?, ?, ?)",
                 [[run_id, s.benchmark, s.instance_id, s.metric, s.value, json.dumps(s.details)] for s in scores],
             )
-
-    def score_values(self, run_id: str, benchmark: str, metric: str) -> list[tuple[str, float | None]]:
-        return [
-            (r[0], r[1])
-            for r in self._conn.execute(
-                "SELECT instance_id, value FROM scores WHERE run_id = ? AND benchmark = ? AND metric = ? "
-                "ORDER BY instance_id",
-                [run_id, benchmark, metric],
-            ).fetchall()
-        ]
-
-    def usage(self, run_id: str, benchmark: str) -> dict[str, float]:
-        row = self._conn.execute(
-            "SELECT count(*), count(output), coalesce(sum(prompt_tokens), 0), "
-            "coalesce(sum(completion_tokens), 0), coalesce(sum(latency_s), 0) "
-            "FROM responses WHERE run_id = ? AND benchmark = ?",
-            [run_id, benchmark],
-        ).fetchone()
-        assert row is not None
-        return {
-            "responses": row[0], "ok": row[1], "errors": row[0] - row[1], "prompt_tokens": row[2],
-            "completion_tokens": row[3], "latency_s": row[4],
-        }
