@@ -79,7 +79,7 @@ class RunProgress:
         self.counts[benchmark] = BenchmarkCounts(total=total, done=done, errors=errors)
         if self._progress is not None:
             self._tasks[benchmark] = self._progress.add_task(benchmark, total=total, completed=done, errors=errors,
-                                                             tps="0")
+                                                             tps="0.0")
 
     def start(self, benchmark: str) -> None:
         """The benchmark's first request goes out now: rates are measured from here."""
@@ -96,7 +96,7 @@ class RunProgress:
         if self._progress is not None:
             _, tps = counts.rate(now)
             self._progress.update(self._tasks[benchmark], completed=counts.done, errors=counts.errors,
-                                  tps=f"{tps:.0f}")
+                                  tps=f"{tps:.1f}")
         elif self.enabled and now - self._last_line >= self.interval_s:
             self._lines()
 
