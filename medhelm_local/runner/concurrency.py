@@ -1,10 +1,17 @@
 """Adaptive concurrency: how many requests may be in flight, learned from the server's throughput.
 
-The limit grows while measured throughput rises (doubling at first, then gentle probes once it plateaus),
-shrinks by half on HTTP 429, and stops growing for a while after 5xx answers and timeouts. ``cap``
-(``--concurrency``) is never exceeded. Throughput is measured in windows of about half a round trip: a window
-closes after ``limit / 2`` successful completions (and at least ``min_window_s``); windows within a round trip
-of a change are discarded, so each decision sees the new limit only. It starts at 64 (or ``cap``).
+The limit grows while measured throughput rises, shrinks by half on HTTP 429, and stops growing for a while
+after 5xx answers and timeouts. ``cap`` (``--concurrency``) is never exceeded. It starts at 64 (or ``cap``).
+
+* Slow start, as in TCP: each success while the limit is in use adds one slot, so the limit doubles every round
+  trip without waiting for a measurement. Once a window's throughput no longer rises, the extra slots of the
+  last round trip only queue at the server: the limit is halved (never below what it was one round trip
+  before) and slow start ends.
+* Then gentle probes: grow by a quarter, keep it if throughput rose, revert if not; probe again now and then.
+
+Throughput is measured in windows of about half a round trip: a window closes after ``limit / 2`` successful
+completions (and at least ``min_window_s``). After a probe, windows within a round trip are discarded, so the
+decision sees the new limit only.
 """
 
 from __future__ import annotations
@@ -131,6 +138,10 @@ class AdaptiveLimiter:
             return
         if signal is Signal.FAILED:
             return
+        if self._slow_start and self._saturated and self._hold_windows == 0 and self.limit < self.cap:
+            self.limit += 1
+            self.peak_limit = max(self.peak_limit, self.limit)
+            self._wake()
         self._window_ok += 1
         elapsed = now - self._window_start
         if self._window_ok < max(4, self.limit // 2) or elapsed < self.min_window_s:
@@ -156,6 +167,9 @@ class AdaptiveLimiter:
             return
         if not self._saturated:
             return  # the runner did not fill the limit in this window: it says nothing about a higher one
+        if self._slow_start:
+            self._slow_start_window(rate)
+            return
         if prev is None or rate > prev * self.rise:
             self._grow(rate)
             return
@@ -170,6 +184,23 @@ class AdaptiveLimiter:
             self._grow(rate)
             return
         self._prev_rate = max(rate, prev) if self._last_action == "hold" else rate
+
+    def _slow_start_window(self, rate: float) -> None:
+        if self.history[-1][1] != self.limit:
+            self.history.append((round(self._clock() - self._t0, 3), self.limit, "slow_start"))
+        prev = self._prev_rate
+        self._prev_rate = rate if prev is None else max(rate, prev)
+        if prev is None or rate > prev * self.rise or self.limit >= self.cap:
+            return
+        self._slow_start = False
+        self._last_action = "hold"
+        self._set_limit(max(self.limit // 2, self._limit_one_round_trip_ago(rate)), "slow_start_end")
+
+    def _limit_one_round_trip_ago(self, rate: float) -> int:
+        rtt = self.in_flight / rate if rate > 0 else 0.0
+        then = self._clock() - self._t0 - rtt
+        earlier = [limit for t, limit, _ in self.history if t <= then]
+        return earlier[-1] if earlier else self.history[0][1]
 
     def _grow(self, rate: float) -> None:
         self._prev_rate = rate
