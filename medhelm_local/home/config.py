@@ -104,6 +104,16 @@ class RunnerSettings(BaseModel):
     seed: int = 0
 
 
+class StoreSettings(BaseModel):
+    """The encrypted store's own memory. Above ``memory_limit_mb`` DuckDB spills (encrypted) to a directory next
+    to the store file instead of growing: a run's memory stays flat however many instances it has."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    memory_limit_mb: int = Field(default=128, ge=64, le=1_048_576)
+    threads: int = Field(default=2, ge=1, le=256)
+
+
 class ApplianceConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -114,6 +124,7 @@ class ApplianceConfig(BaseModel):
     allowlist: list[str] = Field(default_factory=lambda: list(DEFAULT_ALLOWLIST))
     paths: Paths = Field(default_factory=Paths)
     runner: RunnerSettings = Field(default_factory=RunnerSettings)
+    store: StoreSettings = Field(default_factory=StoreSettings)
 
     @model_validator(mode="after")
     def _references_resolve(self) -> ApplianceConfig:

@@ -3,6 +3,10 @@
 Writing an encrypted DuckDB database needs OpenSSL, which DuckDB gets from its httpfs extension. The
 extension file ships on PyPI (``duckdb-extension-httpfs``, same version as ``duckdb``) and is loaded from
 there by path: nothing is ever downloaded, and extension auto-install and auto-load are switched off.
+
+Memory is bounded: above ``memory_limit_mb`` DuckDB spills to ``<store file>.tmp`` beside the store, with its
+temporary files encrypted like the store. The directory has to be set before external access is switched off,
+or DuckDB could not spill and a large query would fail with out-of-memory instead.
 """
 
 from __future__ import annotations
@@ -35,16 +39,26 @@ def httpfs_extension_path() -> Path:
     return path
 
 
-def open_encrypted(path: Path, key_hex: str, *, read_only: bool = False) -> duckdb.DuckDBPyConnection:
+def spill_directory(path: Path) -> Path:
+    return path.with_name(path.name + ".tmp")
+
+
+def open_encrypted(path: Path, key_hex: str, *, read_only: bool = False, memory_limit_mb: int = 128,
+                   threads: int = 2) -> duckdb.DuckDBPyConnection:
     """Open (creating if needed) the encrypted database at ``path``; the session cannot reach anything else."""
     config: dict[str, str | bool | int | float | list[str]] = {
         "autoinstall_known_extensions": False,
         "autoload_known_extensions": False,
         "allow_community_extensions": False,
+        "memory_limit": f"{memory_limit_mb}MiB",
+        "threads": threads,
     }
+    spill = spill_directory(path)
     conn = duckdb.connect(":memory:", config=config)
     try:
         conn.execute(f"LOAD '{httpfs_extension_path()}'")
+        conn.execute(f"SET temp_directory = {_sql_str(str(spill))}")
+        conn.execute("SET temp_file_encryption = true")
         options = "ENCRYPTION_KEY $key" + (", READ_ONLY" if read_only else "")
         conn.execute(f"ATTACH $path AS {STORE_ALIAS} ({options})".replace("$path", _sql_str(str(path)))
                      .replace("$key", _sql_str(key_hex)))

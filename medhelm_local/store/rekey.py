@@ -30,7 +30,7 @@ import duckdb
 from pydantic import BaseModel
 
 from medhelm_local.home.keys import DATA_KEY_FILE, load_data_key
-from medhelm_local.store.connection import StoreError, httpfs_extension_path
+from medhelm_local.store.connection import StoreError, httpfs_extension_path, spill_directory
 
 # Fault injection for the crash tests: called with the name of each step; production leaves it None.
 CRASH_HOOK: Callable[[str], None] | None = None
@@ -101,11 +101,14 @@ def _sql_str(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"
 
 
-def _connect() -> duckdb.DuckDBPyConnection:
+def _connect(store: Path) -> duckdb.DuckDBPyConnection:
     conn = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False,
                                               "autoload_known_extensions": False,
                                               "allow_community_extensions": False})
     conn.execute(f"LOAD {_sql_str(str(httpfs_extension_path()))}")
+    # A large copy may spill: into the store's own spill directory, encrypted, never the working directory.
+    conn.execute(f"SET temp_directory = {_sql_str(str(spill_directory(store)))}")
+    conn.execute("SET temp_file_encryption = true")
     return conn
 
 
@@ -173,7 +176,7 @@ def rotate_data_key(store: Path, keys_dir: Path, on_point_of_no_return: Callable
         old_key = load_data_key(keys_dir)
         new_key = secrets.token_hex(32)
         old_id, new_id = data_key_id(old_key), data_key_id(new_key)
-        conn = _connect()
+        conn = _connect(store)
         try:
             try:
                 conn.execute(f"ATTACH {_sql_str(str(store))} AS old_db (ENCRYPTION_KEY {_sql_str(old_key)})")
