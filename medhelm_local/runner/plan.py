@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -20,7 +21,7 @@ from medhelm_local.benchmarks.registry import get_spec
 from medhelm_local.benchmarks.sampling import sample_ids
 from medhelm_local.errors import BadInputError
 from medhelm_local.prompts.build import build_request, template_hash
-from medhelm_local.records import InferenceRequest
+from medhelm_local.records import InferenceRequest, Instance
 from medhelm_local.runner.manifest import canonical_json
 from medhelm_local.store.runs import PlannedItem
 from medhelm_local.store.store import Store
@@ -42,11 +43,14 @@ def derived_run_id(plan_key: str) -> str:
 
 @dataclass
 class Plan:
+    """What a run evaluates and its key; the items themselves stream from the store (``plan_items``)."""
+
     benchmarks: list[str]
     datasets: dict[str, dict[str, Any]]
-    items: list[PlannedItem]
     plan_key: str
     order_mode: str
+    seed: int
+    max_instances: int | None
 
 
 def prefix_key(request: InferenceRequest) -> str:
@@ -82,7 +86,6 @@ def compute_plan(store: Store, model: str, benchmarks: list[str], *, max_instanc
     if order_mode not in ORDER_MODES:
         raise BadInputError(f"--order: expected one of {', '.join(ORDER_MODES)}")
     datasets: dict[str, dict[str, Any]] = {}
-    items: list[PlannedItem] = []
     for benchmark in benchmarks:
         spec = get_spec(benchmark)
         dataset = store.current_dataset(benchmark)
@@ -91,43 +94,58 @@ def compute_plan(store: Store, model: str, benchmarks: list[str], *, max_instanc
                 f"benchmark {benchmark} has no registered dataset; run `medhelm-local datasets register "
                 f"{benchmark} PATH` first"
             )
-        chosen = sample_ids(store.instance_labels(benchmark, dataset.fingerprint), max_instances, seed)
+        planned = dataset.n_instances if max_instances is None else max(0, min(max_instances, dataset.n_instances))
         datasets[benchmark] = {"fingerprint": dataset.fingerprint, "template_sha256": template_hash(spec),
-                               "instances": dataset.n_instances, "planned": len(chosen)}
-        keys: list[str]
-        if order_mode == "prefix":
-            keys = []
-            for start in range(0, len(chosen), _CHUNK):
-                ids = chosen[start:start + _CHUNK]
-                instances = store.get_instances(benchmark, dataset.fingerprint, ids)
-                keys.extend(prefix_key(build_request(spec, instances[i], seed=seed)) for i in ids)
-        elif order_mode == "shuffle":
-            keys = [_shuffle_key(seed, i) for i in chosen]
-        else:
-            keys = [""] * len(chosen)
-        ranked = sorted(range(len(chosen)), key=lambda pos: (keys[pos], pos))
-        base = len(items)
-        rank_of = [0] * len(chosen)
-        for rank, pos in enumerate(ranked):
-            rank_of[pos] = base + rank
-        items.extend(PlannedItem(benchmark, iid, dataset.fingerprint, pos, rank_of[pos])
-                     for pos, iid in enumerate(chosen))
+                               "instances": dataset.n_instances, "planned": planned}
     key_material = {"model": model, "benchmarks": benchmarks, "seed": seed, "max_instances": max_instances,
                     "order": order_mode,
                     "datasets": {b: d["fingerprint"] for b, d in datasets.items()},
                     "templates": {b: d["template_sha256"] for b, d in datasets.items()}}
     plan_key = hashlib.sha256(canonical_json(key_material)).hexdigest()
-    return Plan(benchmarks=list(benchmarks), datasets=datasets, items=items, plan_key=plan_key,
-                order_mode=order_mode)
+    return Plan(benchmarks=list(benchmarks), datasets=datasets, plan_key=plan_key, order_mode=order_mode,
+                seed=seed, max_instances=max_instances)
 
 
-def shard_items(items: list[PlannedItem], index: int, count: int) -> list[PlannedItem]:
-    """Shard ``index`` of ``count``: a deterministic, balanced partition of the plan (by send rank)."""
+def _chosen_chunks(store: Store, benchmark: str, fingerprint: str, max_instances: int | None, seed: int
+                   ) -> Iterator[list[Instance]]:
+    """The chosen instances in dataset order, a chunk at a time: a full run never holds its dataset in memory."""
+    if max_instances is None:
+        yield from store.iter_instances(benchmark, fingerprint, chunk=_CHUNK)
+        return
+    chosen = sample_ids(store.instance_labels(benchmark, fingerprint), max_instances, seed)
+    for start in range(0, len(chosen), _CHUNK):
+        ids = chosen[start:start + _CHUNK]
+        by_id = store.get_instances(benchmark, fingerprint, ids)
+        yield [by_id[i] for i in ids]
+
+
+def plan_items(store: Store, plan: Plan) -> Iterator[list[PlannedItem]]:
+    """The plan's items in chunks, each with its sort key; the store ranks them into the send order.
+
+    Send order: benchmarks in the order named, then the mode's key, then dataset order.
+    """
+    for index, benchmark in enumerate(plan.benchmarks):
+        spec = get_spec(benchmark)
+        fingerprint = plan.datasets[benchmark]["fingerprint"]
+        position = 0
+        for chunk in _chosen_chunks(store, benchmark, fingerprint, plan.max_instances, plan.seed):
+            items = []
+            for instance in chunk:
+                if plan.order_mode == "prefix":
+                    key = prefix_key(build_request(spec, instance, seed=plan.seed))
+                elif plan.order_mode == "shuffle":
+                    key = _shuffle_key(plan.seed, instance.id)
+                else:
+                    key = ""
+                items.append(PlannedItem(benchmark, instance.id, fingerprint, position, f"{index:04d}:{key}"))
+                position += 1
+            yield items
+
+
+def shard_range(count_items: int, index: int, count: int) -> tuple[int, int]:
+    """Send ranks ``[start, stop)`` of shard ``index`` of ``count``: a balanced partition of the send order."""
     # Contiguous slices of the send order keep prefix groups together within a shard.
-    n = len(items)
-    ordered = sorted(items, key=lambda i: i.send_rank)
-    start, stop = n * index // count, n * (index + 1) // count
-    return ordered[start:stop]
+    return count_items * index // count, count_items * (index + 1) // count
 
 
 def parse_shard(value: str) -> tuple[int, int]:

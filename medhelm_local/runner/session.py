@@ -30,7 +30,7 @@ from medhelm_local.records import BenchmarkScore
 from medhelm_local.runner import shard as sharding
 from medhelm_local.runner.execute import ExecutionReport, ExecutionSettings, execute_run
 from medhelm_local.runner.manifest import build_manifest, manifest_sha256, model_identity, weights_fingerprint
-from medhelm_local.runner.plan import Plan, compute_plan, derived_run_id, new_run_id, shard_items
+from medhelm_local.runner.plan import Plan, compute_plan, derived_run_id, new_run_id, plan_items, shard_range
 from medhelm_local.runner.progress import RunProgress
 from medhelm_local.scoring.engine import score_benchmark
 from medhelm_local.scoring.jury import require_judges
@@ -180,7 +180,7 @@ def _new_run(store: Store, app_ctx: AppContext, target: _Target, options: RunOpt
     audit_event(app_ctx.home, app_ctx.actor, "run.start", role="informatics", run_id=run.run_id, model=run.model,
                 endpoints=[s["url"] for s in servers], datasets=plan.datasets, manifest_sha256=digest,
                 shards=shards)
-    runs_db.insert_plan(store, run, plan.items, plan_key=plan.plan_key, order_mode=plan.order_mode,
+    runs_db.insert_plan(store, run, plan_items(store, plan), plan_key=plan.plan_key, order_mode=plan.order_mode,
                         manifest_sha256=digest)
     return run
 
@@ -311,7 +311,8 @@ def _evaluate_shard(app_ctx: AppContext, options: RunOptions) -> RunOutcome:
                 resumed = path.exists()
                 if not resumed:
                     done = sharding.answered_ids(main, run_id)
-                    todo = [i for i in shard_items(plan.items, index, count)
+                    start, stop = shard_range(runs_db.count_items(main, run_id), index, count)
+                    todo = [i for i in runs_db.items_in_rank_range(main, run_id, start, stop)
                             if (i.benchmark, i.instance_id) not in done]
                     sharding.build_shard_store(home, main, run, todo, path)
             if resumed:

@@ -30,7 +30,7 @@ from medhelm_local.logs import get_logger
 from medhelm_local.store import runs as runs_db
 from medhelm_local.store.connection import StoreError
 from medhelm_local.store.runs import PlannedItem
-from medhelm_local.store.store import RunInfo, Store
+from medhelm_local.store.store import ID_LIST_PARAM, RunInfo, Store, id_list
 
 log = get_logger(__name__)
 
@@ -84,9 +84,10 @@ def build_shard_store(home: Home, main: Store, run: RunInfo, items: list[Planned
             ids = [i.instance_id for i in items if i.benchmark == benchmark and i.fingerprint == fingerprint]
             for start in range(0, len(ids), 20_000):
                 runs_db.copy_rows(main, shard, "instances",
-                                  "benchmark = ? AND fingerprint = ? AND instance_id IN (SELECT unnest(?))",
-                                  [benchmark, fingerprint, ids[start:start + 20_000]])
-        runs_db.insert_plan(shard, run, items, plan_key=plan_key, order_mode=order_mode,
+                                  f"benchmark = ? AND fingerprint = ? AND instance_id IN {ID_LIST_PARAM}",
+                                  [benchmark, fingerprint, id_list(ids[start:start + 20_000])])
+        chunks = (items[start:start + 10_000] for start in range(0, len(items), 10_000))
+        runs_db.insert_plan(shard, run, chunks, plan_key=plan_key, order_mode=order_mode,
                             manifest_sha256=manifest_sha)
         shard.checkpoint()
     finally:

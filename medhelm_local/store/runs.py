@@ -1,12 +1,13 @@
 """The runner's queries (issue 4): planning inserts, paging pending work, group commits, sessions, shards.
 
-Bulk inserts pass whole columns as lists and ``unnest`` them: one statement per batch, not one per row.
+Bulk inserts register a batch as an Arrow table and insert from it: one statement per batch, not one per row
+(row-wise inserts into the encrypted store cost milliseconds each).
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -18,11 +19,14 @@ from medhelm_local.store.store import RunInfo, Store, utcnow
 
 @dataclass(frozen=True, slots=True)
 class PlannedItem:
+    """One item of a plan. Its send rank is its place among all the plan's items sorted by
+    ``(order_key, position)``; the store computes it when the plan is inserted."""
+
     benchmark: str
     instance_id: str
     fingerprint: str
     position: int
-    send_rank: int
+    order_key: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,10 +45,39 @@ class Outcome:
     result: InferenceResult
 
 
-def insert_plan(store: Store, run: RunInfo, items: Sequence[PlannedItem], *, plan_key: str, order_mode: str,
-                manifest_sha256: str) -> None:
-    """Record a run, its planned items and their send order atomically."""
+def insert_plan(store: Store, run: RunInfo, chunks: Iterable[Sequence[PlannedItem]], *, plan_key: str,
+                order_mode: str, manifest_sha256: str) -> None:
+    """Record a run, its planned items and their send order, streaming: memory does not grow with the plan.
+
+    Each chunk is its own transaction, so a large plan never sits whole in DuckDB's transaction-local memory;
+    the send order is ranked inside DuckDB (which spills, encrypted, if it must). The run's own rows come last,
+    in one transaction: until then the items belong to no run and nothing reads them. Items left by a planning
+    that was killed midway (no run row) are removed first.
+    """
     conn = store.conn
+    with store.transaction():
+        for table in ("run_items", "runner_item_order"):
+            conn.execute(f"DELETE FROM {table} WHERE run_id NOT IN (SELECT run_id FROM runs)")
+    conn.execute("CREATE OR REPLACE TEMP TABLE plan_keys (benchmark VARCHAR, instance_id VARCHAR, "
+                 "position INTEGER, order_key VARCHAR)")
+    try:
+        for chunk in chunks:
+            if chunk:
+                with store.transaction():
+                    _insert_items(store, run.run_id, chunk)
+        conn.execute("CREATE OR REPLACE TEMP TABLE plan_ranks AS SELECT benchmark, instance_id, "
+                     "row_number() OVER (ORDER BY order_key, benchmark, position) - 1 AS send_rank "
+                     "FROM temp.plan_keys")
+        row = conn.execute("SELECT count(*) FROM temp.plan_ranks").fetchone()
+        total = int(row[0]) if row else 0
+        for start in range(0, total, _ORDER_CHUNK):
+            with store.transaction():
+                conn.execute("INSERT INTO runner_item_order SELECT ?, benchmark, instance_id, send_rank "
+                             "FROM temp.plan_ranks WHERE send_rank >= ? AND send_rank < ?",
+                             [run.run_id, start, start + _ORDER_CHUNK])
+    finally:
+        conn.execute("DROP TABLE IF EXISTS temp.plan_keys")
+        conn.execute("DROP TABLE IF EXISTS temp.plan_ranks")
     with store.transaction():
         conn.execute(
             "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
@@ -53,29 +86,45 @@ def insert_plan(store: Store, run: RunInfo, items: Sequence[PlannedItem], *, pla
         )
         conn.execute("INSERT INTO runner_runs VALUES (?, ?, ?, ?)",
                      [run.run_id, plan_key, order_mode, manifest_sha256])
-        _insert_items(store, run.run_id, items)
+
+
+_ORDER_CHUNK = 10_000
 
 
 def _insert_items(store: Store, run_id: str, items: Sequence[PlannedItem]) -> None:
-    if not items:
-        return
     table = pa.table({
         "run_id": [run_id] * len(items),
         "benchmark": [i.benchmark for i in items],
         "instance_id": [i.instance_id for i in items],
         "fingerprint": [i.fingerprint for i in items],
         "position": pa.array([i.position for i in items], pa.int32()),
-        "send_rank": pa.array([i.send_rank for i in items], pa.int64()),
+        "order_key": [i.order_key for i in items],
     })
     conn = store.conn
     conn.register("planned_items_src", table)
     try:
         conn.execute("INSERT INTO run_items SELECT run_id, benchmark, instance_id, fingerprint, position "
-                     "FROM planned_items_src ON CONFLICT DO NOTHING")
-        conn.execute("INSERT INTO runner_item_order SELECT run_id, benchmark, instance_id, send_rank "
-                     "FROM planned_items_src ON CONFLICT DO NOTHING")
+                     "FROM planned_items_src")
+        conn.execute("INSERT INTO temp.plan_keys SELECT benchmark, instance_id, position, order_key "
+                     "FROM planned_items_src")
     finally:
         conn.unregister("planned_items_src")
+
+
+def count_items(store: Store, run_id: str) -> int:
+    row = store.conn.execute("SELECT count(*) FROM run_items WHERE run_id = ?", [run_id]).fetchone()
+    return int(row[0]) if row else 0
+
+
+def items_in_rank_range(store: Store, run_id: str, start: int, stop: int) -> list[PlannedItem]:
+    """The run's items with send rank in ``[start, stop)``, in send order (their key keeps that order)."""
+    rows = store.conn.execute(
+        "SELECT i.benchmark, i.instance_id, i.fingerprint, i.position, o.send_rank FROM run_items i "
+        "JOIN runner_item_order o USING (run_id, benchmark, instance_id) "
+        "WHERE i.run_id = ? AND o.send_rank >= ? AND o.send_rank < ? ORDER BY o.send_rank",
+        [run_id, start, stop],
+    ).fetchall()
+    return [PlannedItem(str(b), str(i), str(f), int(p), f"{int(r):020d}") for b, i, f, p, r in rows]
 
 
 def find_resumable(store: Store, plan_key: str) -> str | None:

@@ -59,6 +59,15 @@ class ResponseRow(BaseModel):
     attempts: int
 
 
+# DuckDB's Python client converts a list parameter item by item (about 0.15 ms per string); a JSON text is
+# bound as one value and unpacked inside DuckDB, an order of magnitude faster for pages of hundreds of ids.
+ID_LIST_PARAM = """(SELECT unnest(from_json(?, '["VARCHAR"]')))"""
+
+
+def id_list(ids: Iterable[str]) -> str:
+    return json.dumps(list(ids))
+
+
 class Store:
     def __init__(self, conn: duckdb.DuckDBPyConnection, path: Path) -> None:
         self._conn = conn
@@ -71,7 +80,8 @@ class Store:
         from medhelm_local.store.rekey import recover_and_audit
 
         recover_and_audit(home)  # finish a data-key rotation that crashed after its point of no return
-        conn = open_encrypted(path, load_data_key(home.keys_dir), read_only=read_only)
+        conn = open_encrypted(path, load_data_key(home.keys_dir), read_only=read_only,
+                              **home.config.store.model_dump())
         store = cls(conn, path)
         if not read_only:
             store._migrate()
@@ -81,7 +91,8 @@ class Store:
     def open_file(cls, home: Home, path: Path, *, read_only: bool = False) -> Store:
         """Open another store file with the home's data key (e.g. one shard's store of a sharded run)."""
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        store = cls(open_encrypted(path, load_data_key(home.keys_dir), read_only=read_only), path)
+        store = cls(open_encrypted(path, load_data_key(home.keys_dir), read_only=read_only,
+                                   **home.config.store.model_dump()), path)
         if not read_only:
             store._migrate()
         return store
@@ -207,20 +218,34 @@ class Store:
             ).fetchall()
         ]
 
+    def iter_instances(self, benchmark: str, fingerprint: str, *, chunk: int) -> Iterator[list[Instance]]:
+        """A dataset version's instances in dataset order, ``chunk`` at a time (one position range per query)."""
+        start = 0
+        while True:
+            rows = self._conn.execute(
+                "SELECT instance_id, label, payload FROM instances WHERE benchmark = ? AND fingerprint = ? "
+                "AND position >= ? AND position < ? ORDER BY position",
+                [benchmark, fingerprint, start, start + chunk],
+            ).fetchall()
+            if not rows:
+                return
+            yield [self._instance(benchmark, *row) for row in rows]
+            start += chunk
+
+    @staticmethod
+    def _instance(benchmark: str, instance_id: str, label: str | None, payload: str) -> Instance:
+        return Instance(benchmark=benchmark, id=instance_id, label=label, **json.loads(payload))
+
     def get_instances(self, benchmark: str, fingerprint: str, ids: Iterable[str]) -> dict[str, Instance]:
         wanted = list(ids)
         if not wanted:
             return {}
         rows = self._conn.execute(
             "SELECT instance_id, label, payload FROM instances "
-            "WHERE benchmark = ? AND fingerprint = ? AND instance_id IN (SELECT unnest(?))",
-            [benchmark, fingerprint, wanted],
+            f"WHERE benchmark = ? AND fingerprint = ? AND instance_id IN {ID_LIST_PARAM}",
+            [benchmark, fingerprint, id_list(wanted)],
         ).fetchall()
-        out = {}
-        for instance_id, label, payload in rows:
-            data = json.loads(payload)
-            out[instance_id] = Instance(benchmark=benchmark, id=instance_id, label=label, **data)
-        return out
+        return {row[0]: self._instance(benchmark, *row) for row in rows}
 
     # -- runs ---------------------------------------------------------------------------------------------
 

@@ -11,10 +11,9 @@ import time
 from pathlib import Path
 
 from medhelm_local.home import Home
-from medhelm_local.runner.plan import parse_shard, shard_items
+from medhelm_local.runner.plan import parse_shard, shard_range
 from medhelm_local.runner.session import RunOptions, evaluate
 from medhelm_local.store import Store
-from medhelm_local.store.runs import PlannedItem
 from medhelm_local.testing.fake_openai import FakeOpenAIServer, hash_responder
 from tests.runner.helpers import app, make_home, outcomes, register, scores, synthetic_instances
 
@@ -33,11 +32,12 @@ def _shard_cmd(home: Home, shard: str) -> list[str]:
 
 
 def test_shard_partition_is_disjoint_and_complete() -> None:
-    items = [PlannedItem("b", f"i{k}", "fp", k, (k * 7) % 23 + 100 * (k // 23)) for k in range(100)]
-    parts = [shard_items(items, i, 3) for i in range(3)]
-    ids = [i.instance_id for part in parts for i in part]
-    assert sorted(ids) == sorted(i.instance_id for i in items) and len(set(ids)) == len(ids)
-    assert abs(len(parts[0]) - len(parts[2])) <= 1
+    for n, count in ((100, 3), (7, 4), (0, 2), (5, 5)):
+        ranges = [shard_range(n, i, count) for i in range(count)]
+        ranks = [r for start, stop in ranges for r in range(start, stop)]
+        assert ranks == list(range(n))  # contiguous, disjoint, complete
+        sizes = [stop - start for start, stop in ranges]
+        assert max(sizes) - min(sizes) <= 1
     assert parse_shard("2/4") == (2, 4)
 
 

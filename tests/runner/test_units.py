@@ -14,10 +14,11 @@ from medhelm_local.home.config import ModelEndpoint, Pricing
 from medhelm_local.inference.client import EndpointPool
 from medhelm_local.runner import manifest as manifest_mod
 from medhelm_local.runner.concurrency import AdaptiveLimiter
-from medhelm_local.runner.plan import compute_plan
+from medhelm_local.runner.plan import compute_plan, plan_items
 from medhelm_local.runner.session import RunOptions, evaluate
 from medhelm_local.store import Store
 from medhelm_local.store import runs as runs_db
+from medhelm_local.store.store import RunInfo, utcnow
 from medhelm_local.testing.fake_openai import FakeOpenAIServer, hash_responder
 from tests.runner.helpers import app, make_home, register, synthetic_instances
 
@@ -102,17 +103,27 @@ def test_prefix_order_groups_shared_contexts(tmp_path: Path) -> None:
     register(home, instances)
     context_of = {i.id: i.fields["context"] for i in instances}
     with Store.open(home) as store:
-        prefix = compute_plan(store, "fake", ["pubmedqa"], max_instances=None, seed=0, order_mode="prefix")
+        plans = {mode: compute_plan(store, "fake", ["pubmedqa"], max_instances=None, seed=0, order_mode=mode)
+                 for mode in ("prefix", "shuffle")}
         again = compute_plan(store, "fake", ["pubmedqa"], max_instances=None, seed=0, order_mode="prefix")
-        shuffled = compute_plan(store, "fake", ["pubmedqa"], max_instances=None, seed=0, order_mode="shuffle")
-    assert prefix.plan_key == again.plan_key and prefix.plan_key != shuffled.plan_key
+        sent: dict[str, list[str]] = {}
+        for mode, plan in plans.items():
+            run = RunInfo(run_id=f"run-{mode}", model="fake", benchmarks=plan.benchmarks, created_at=utcnow(),
+                          finished_at=None, status="planned", max_instances=None, seed=0, manifest={})
+            runs_db.insert_plan(store, run, plan_items(store, plan), plan_key=plan.plan_key, order_mode=mode,
+                                manifest_sha256="0" * 64)
+            sent[mode] = [str(r[0]) for r in store.conn.execute(
+                "SELECT instance_id FROM runner_item_order WHERE run_id = ? ORDER BY send_rank", [run.run_id]
+            ).fetchall()]
+    assert plans["prefix"].plan_key == again.plan_key and plans["prefix"].plan_key != plans["shuffle"].plan_key
+    assert sorted(sent["prefix"]) == sorted(i.id for i in instances) == sorted(sent["shuffle"])
 
-    def switches(plan_items: list[runs_db.PlannedItem]) -> int:
-        ordered = [context_of[i.instance_id] for i in sorted(plan_items, key=lambda i: i.send_rank)]
+    def switches(order: list[str]) -> int:
+        ordered = [context_of[i] for i in order]
         return sum(1 for x, y in itertools.pairwise(ordered) if x != y)
 
-    assert switches(prefix.items) == 5  # six contexts, each sent as one block
-    assert switches(shuffled.items) > 20
+    assert switches(sent["prefix"]) == 5  # six contexts, each sent as one block
+    assert switches(sent["shuffle"]) > 20
 
 
 def test_manifest_hash_is_canonical_and_weights_are_hashed_once(tmp_path: Path,

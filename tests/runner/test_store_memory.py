@@ -1,0 +1,70 @@
+"""The store's memory is bounded and a planning killed midway leaves nothing a later run could trip on."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from medhelm_local.home import Home
+from medhelm_local.runner.plan import compute_plan, plan_items
+from medhelm_local.store import Store
+from medhelm_local.store import runs as runs_db
+from medhelm_local.store.connection import spill_directory
+from medhelm_local.store.store import RunInfo, utcnow
+from tests.runner.helpers import make_home, register, synthetic_instances
+
+
+def _small_store(home: Home) -> None:
+    config = home.config.model_copy(deep=True)
+    config.store.memory_limit_mb = 64
+    config.store.threads = 1
+    home.save_config(config)
+
+
+def test_a_query_larger_than_the_memory_limit_spills_inside_the_home(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    home = make_home(tmp_path / "home", ["http://127.0.0.1:9/v1"])
+    _small_store(home)
+    workdir = tmp_path / "cwd"
+    workdir.mkdir()
+    monkeypatch.chdir(workdir)
+    with Store.open(Home(home.root)) as store:
+        assert store.conn.execute("SELECT current_setting('memory_limit')").fetchone() == ("64.0 MiB",)
+        # About 300 MB of rows sorted under a 64 MiB limit: it has to spill, with external access switched off.
+        row = store.conn.execute(
+            "SELECT count(*), max(s) FROM (SELECT md5(i::VARCHAR) || repeat('x', 250) AS s "
+            "FROM range(1200000) r(i) ORDER BY s)"
+        ).fetchone()
+        assert row is not None and row[0] == 1_200_000
+        assert spill_directory(store.path).parent == store.path.parent
+        with pytest.raises(Exception, match="disabled"):  # nothing outside the store is reachable
+            store.conn.execute(f"COPY (SELECT 1) TO '{workdir / 'out.csv'}'")
+    assert os.listdir(workdir) == []  # DuckDB's default spill place (./.tmp) was never used
+
+
+def test_a_planning_killed_midway_is_invisible_and_cleaned_up(tmp_path: Path) -> None:
+    home = make_home(tmp_path / "home", ["http://127.0.0.1:9/v1"])
+    register(home, synthetic_instances(30))
+    run = RunInfo(run_id="run-fixed", model="fake", benchmarks=["pubmedqa"], created_at=utcnow(), finished_at=None,
+                  status="planned", max_instances=None, seed=0, manifest={})
+
+    def killed_after_first_chunk(store: Store) -> object:
+        chunks = plan_items(store, plan)
+        yield next(chunks)
+        raise KeyboardInterrupt  # the process dies while planning
+
+    with Store.open(home) as store:
+        plan = compute_plan(store, "fake", ["pubmedqa"], max_instances=None, seed=0)
+        with pytest.raises(KeyboardInterrupt):
+            runs_db.insert_plan(store, run, killed_after_first_chunk(store), plan_key=plan.plan_key,  # type: ignore[arg-type]
+                                order_mode="prefix", manifest_sha256="0" * 64)
+        assert store.get_run(run.run_id) is None and runs_db.find_resumable(store, plan.plan_key) is None
+        runs_db.insert_plan(store, run, plan_items(store, plan), plan_key=plan.plan_key, order_mode="prefix",
+                            manifest_sha256="0" * 64)
+        assert runs_db.count_items(store, run.run_id) == 30
+        ranks = [int(r[0]) for r in store.conn.execute(
+            "SELECT send_rank FROM runner_item_order WHERE run_id = ? ORDER BY send_rank", [run.run_id]).fetchall()]
+        assert ranks == list(range(30))
+        assert runs_db.find_resumable(store, plan.plan_key) == run.run_id
