@@ -191,6 +191,9 @@ def test_appliance_config_is_valid_and_in_cluster(name, rendered):
         assert _allowed(url, config.allowlist), url
         assert model.api_key_file is not None and model.api_key_env is None
     assert raw["paths"]["audit"].startswith("/var/lib/medhelm-audit/")
+    store = values.get("appliance", {}).get("store", {})
+    assert config.store.memory_limit_mb == store.get("memoryLimitMb", 128)
+    assert config.store.threads == store.get("threads", 2)
 
 
 def test_runner_model_must_be_configured():
