@@ -125,16 +125,16 @@ class GroupCommitter:
 
 
 def _load_page(store: Store, run_id: str, benchmark: str, after_rank: int, limit: int,
-               errors_only: bool) -> list[tuple[PendingItem, Instance]]:
-    page = runs_db.pending_page(store, run_id, benchmark, after_rank=after_rank, limit=limit,
-                                errors_only=errors_only)
+               errors_only: bool) -> tuple[list[tuple[PendingItem, Instance]], int | None]:
+    page, last_rank = runs_db.pending_page(store, run_id, benchmark, after_rank=after_rank, limit=limit,
+                                           errors_only=errors_only)
     by_fp: dict[str, list[str]] = {}
     for item in page:
         by_fp.setdefault(item.fingerprint, []).append(item.instance_id)
     instances: dict[str, Instance] = {}
     for fingerprint, ids in by_fp.items():
         instances.update(store.get_instances(benchmark, fingerprint, ids))
-    return [(item, instances[item.instance_id]) for item in page]
+    return [(item, instances[item.instance_id]) for item in page], last_rank
 
 
 async def execute_run(store: Store, client: ChatClient, run: RunInfo, *, settings: ExecutionSettings,
@@ -181,12 +181,11 @@ async def execute_run(store: Store, client: ChatClient, run: RunInfo, *, setting
         for benchmark in run.benchmarks:
             spec = get_spec(benchmark)
             progress.start(benchmark)
-            page = await db.call(_load_page, store, run.run_id, benchmark, -1, settings.page_size,
-                                 settings.errors_only)
-            while page:
+            page, last_rank = await db.call(_load_page, store, run.run_id, benchmark, -1, settings.page_size,
+                                            settings.errors_only)
+            while last_rank is not None:
                 following = asyncio.ensure_future(db.call(
-                    _load_page, store, run.run_id, benchmark, page[-1][0].send_rank, settings.page_size,
-                    settings.errors_only))
+                    _load_page, store, run.run_id, benchmark, last_rank, settings.page_size, settings.errors_only))
                 for _, instance in page:
                     request = build_request(spec, instance, seed=run.seed)
                     while len(tasks) >= max_alive:
@@ -198,7 +197,7 @@ async def execute_run(store: Store, client: ChatClient, run: RunInfo, *, setting
                     task.add_done_callback(done)
                     if failures:  # a failed commit stops the run at once, not after the last page
                         raise failures[0]
-                page = await following
+                page, last_rank = await following
         while tasks:
             await asyncio.gather(*list(tasks))
         await committer.close()

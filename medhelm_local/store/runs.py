@@ -146,25 +146,29 @@ def runner_run(store: Store, run_id: str) -> tuple[str, str, str] | None:
 
 
 def pending_page(store: Store, run_id: str, benchmark: str, *, after_rank: int, limit: int,
-                 errors_only: bool) -> list[PendingItem]:
-    """The next ``limit`` items to send, in send order, strictly after ``after_rank`` (keyset paging).
+                 errors_only: bool) -> tuple[list[PendingItem], int | None]:
+    """Items to send among the next ``limit`` in send order strictly after ``after_rank`` (keyset paging).
 
-    Normal mode: items without any stored outcome. ``errors_only``: items whose stored outcome is an error.
+    Returns the items still to send and the last rank looked at (None: no items left after ``after_rank``);
+    paging goes on from that rank. Normal mode: items without any stored outcome. ``errors_only``: items whose
+    stored outcome is an error. Each page touches only its candidates' rows: joining the whole run's responses
+    on every page would cost time and memory growing with the run.
     """
-    if errors_only:
-        sql = ("SELECT coalesce(o.send_rank, i.position) AS rank, i.instance_id, i.fingerprint FROM run_items i "
-               "JOIN responses r USING (run_id, benchmark, instance_id) "
-               "LEFT JOIN runner_item_order o USING (run_id, benchmark, instance_id) "
-               "WHERE i.run_id = ? AND i.benchmark = ? AND r.error IS NOT NULL "
-               "AND coalesce(o.send_rank, i.position) > ? ORDER BY rank LIMIT ?")
-    else:
-        sql = ("SELECT coalesce(o.send_rank, i.position) AS rank, i.instance_id, i.fingerprint FROM run_items i "
-               "LEFT JOIN responses r USING (run_id, benchmark, instance_id) "
-               "LEFT JOIN runner_item_order o USING (run_id, benchmark, instance_id) "
-               "WHERE i.run_id = ? AND i.benchmark = ? AND r.instance_id IS NULL "
-               "AND coalesce(o.send_rank, i.position) > ? ORDER BY rank LIMIT ?")
-    rows = store.conn.execute(sql, [run_id, benchmark, after_rank, limit]).fetchall()
-    return [PendingItem(int(r[0]), str(r[1]), str(r[2])) for r in rows]
+    outcome = "r.error IS NOT NULL" if errors_only else "r.instance_id IS NULL"
+    rows = store.conn.execute(
+        "WITH cand AS (SELECT send_rank, instance_id FROM runner_item_order "
+        "WHERE run_id = $run AND benchmark = $bench AND send_rank > $after ORDER BY send_rank LIMIT $limit) "
+        f"SELECT c.send_rank, c.instance_id, i.fingerprint, {outcome} AS todo FROM cand c "
+        "JOIN (SELECT instance_id, fingerprint FROM run_items WHERE run_id = $run AND benchmark = $bench "
+        "AND instance_id IN (SELECT instance_id FROM cand)) i USING (instance_id) "
+        "LEFT JOIN (SELECT instance_id, error FROM responses WHERE run_id = $run AND benchmark = $bench "
+        "AND instance_id IN (SELECT instance_id FROM cand)) r USING (instance_id) "
+        "ORDER BY c.send_rank",
+        {"run": run_id, "bench": benchmark, "after": after_rank, "limit": limit},
+    ).fetchall()
+    if not rows:
+        return [], None
+    return [PendingItem(int(r[0]), str(r[1]), str(r[2])) for r in rows if r[3]], int(rows[-1][0])
 
 
 def item_counts(store: Store, run_id: str, benchmark: str) -> tuple[int, int, int]:

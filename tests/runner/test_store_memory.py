@@ -68,3 +68,41 @@ def test_a_planning_killed_midway_is_invisible_and_cleaned_up(tmp_path: Path) ->
             "SELECT send_rank FROM runner_item_order WHERE run_id = ? ORDER BY send_rank", [run.run_id]).fetchall()]
         assert ranks == list(range(30))
         assert runs_db.find_resumable(store, plan.plan_key) == run.run_id
+
+
+def test_paging_skips_answered_items_and_keeps_going_past_a_fully_answered_page(tmp_path: Path) -> None:
+    from medhelm_local.records import ChatMessage, InferenceRequest, InferenceResult
+
+    home = make_home(tmp_path / "home", ["http://127.0.0.1:9/v1"])
+    register(home, synthetic_instances(30))
+    run = RunInfo(run_id="run-paging", model="fake", benchmarks=["pubmedqa"], created_at=utcnow(), finished_at=None,
+                  status="planned", max_instances=None, seed=0, manifest={})
+    with Store.open(home) as store:
+        plan = compute_plan(store, "fake", ["pubmedqa"], max_instances=None, seed=0, order_mode="plan")
+        runs_db.insert_plan(store, run, plan_items(store, plan), plan_key=plan.plan_key, order_mode="plan",
+                            manifest_sha256="0" * 64)
+        in_order = [str(r[0]) for r in store.conn.execute(
+            "SELECT instance_id FROM runner_item_order WHERE run_id = ? ORDER BY send_rank", [run.run_id]).fetchall()]
+        runs_db.start_session(store, run.run_id, "s", mode="new", shard=None, endpoints=[])
+
+        def outcome(instance_id: str, error: str | None) -> runs_db.Outcome:
+            request = InferenceRequest(benchmark="pubmedqa", instance_id=instance_id, max_tokens=4,
+                                       messages=[ChatMessage(role="user", content="q")])
+            result = InferenceResult(text=None if error else "yes", error=error)
+            return runs_db.Outcome(request, "h", result)
+
+        # ranks 0-11 answered (10 and 11 with errors), 12-29 still to send
+        runs_db.commit_outcomes(store, run.run_id, "s", 1.0,
+                                [outcome(i, "http_503" if k >= 10 else None) for k, i in enumerate(in_order[:12])],
+                                replace_errors=False)
+        todo, last = runs_db.pending_page(store, run.run_id, "pubmedqa", after_rank=-1, limit=10, errors_only=False)
+        assert todo == [] and last == 9  # a fully answered page: nothing to send, but paging goes on
+        seen: list[str] = []
+        after: int | None = last
+        while after is not None:
+            page, after = runs_db.pending_page(store, run.run_id, "pubmedqa", after_rank=after, limit=10,
+                                               errors_only=False)
+            seen += [p.instance_id for p in page]
+        assert seen == in_order[12:]
+        errors, _ = runs_db.pending_page(store, run.run_id, "pubmedqa", after_rank=-1, limit=100, errors_only=True)
+        assert [p.instance_id for p in errors] == in_order[10:12]
