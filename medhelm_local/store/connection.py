@@ -17,6 +17,7 @@ from pathlib import Path
 import duckdb
 
 from medhelm_local.errors import MedhelmError
+from medhelm_local.home.config import StoreSettings
 
 STORE_ALIAS = "store"
 
@@ -43,25 +44,39 @@ def spill_directory(path: Path) -> Path:
     return path.with_name(path.name + ".tmp")
 
 
-def open_encrypted(path: Path, key_hex: str, *, read_only: bool = False, memory_limit_mb: int = 128,
-                   threads: int = 2) -> duckdb.DuckDBPyConnection:
-    """Open (creating if needed) the encrypted database at ``path``; the session cannot reach anything else."""
+def connect_engine(store_path: Path, settings: StoreSettings | None = None) -> duckdb.DuckDBPyConnection:
+    """An in-memory DuckDB that can attach encrypted databases: OpenSSL (httpfs) loaded by path, nothing
+    downloaded, memory bounded and spilling, encrypted, into the spill directory of ``store_path``."""
+    settings = settings or StoreSettings()
     config: dict[str, str | bool | int | float | list[str]] = {
         "autoinstall_known_extensions": False,
         "autoload_known_extensions": False,
         "allow_community_extensions": False,
-        "memory_limit": f"{memory_limit_mb}MiB",
-        "threads": threads,
+        "memory_limit": f"{settings.memory_limit_mb}MiB",
+        "threads": settings.threads,
     }
-    spill = spill_directory(path)
     conn = duckdb.connect(":memory:", config=config)
     try:
-        conn.execute(f"LOAD '{httpfs_extension_path()}'")
-        conn.execute(f"SET temp_directory = {_sql_str(str(spill))}")
+        conn.execute(f"LOAD {sql_literal(str(httpfs_extension_path()))}")
+        conn.execute(f"SET temp_directory = {sql_literal(str(spill_directory(store_path)))}")
         conn.execute("SET temp_file_encryption = true")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def open_encrypted(path: Path, key_hex: str, *, read_only: bool = False, settings: StoreSettings | None = None
+                   ) -> duckdb.DuckDBPyConnection:
+    """Open (creating if needed) the encrypted database at ``path``; the session cannot reach anything else."""
+    try:
+        conn = connect_engine(path, settings)
+    except duckdb.Error as exc:
+        raise StoreError(f"cannot open the store {path}: {exc}") from None
+    try:
         options = "ENCRYPTION_KEY $key" + (", READ_ONLY" if read_only else "")
-        conn.execute(f"ATTACH $path AS {STORE_ALIAS} ({options})".replace("$path", _sql_str(str(path)))
-                     .replace("$key", _sql_str(key_hex)))
+        conn.execute(f"ATTACH $path AS {STORE_ALIAS} ({options})".replace("$path", sql_literal(str(path)))
+                     .replace("$key", sql_literal(key_hex)))
         conn.execute(f"USE {STORE_ALIAS}")
         # From here on, no file or network access beyond the attached database.
         conn.execute("SET enable_external_access = false")
@@ -73,5 +88,5 @@ def open_encrypted(path: Path, key_hex: str, *, read_only: bool = False, memory_
     return conn
 
 
-def _sql_str(value: str) -> str:
+def sql_literal(value: str) -> str:
     return "'" + value.replace("'", "''") + "'"

@@ -30,7 +30,7 @@ import duckdb
 from pydantic import BaseModel
 
 from medhelm_local.home.keys import DATA_KEY_FILE, load_data_key
-from medhelm_local.store.connection import StoreError, httpfs_extension_path, spill_directory
+from medhelm_local.store.connection import StoreError, connect_engine, sql_literal
 
 # Fault injection for the crash tests: called with the name of each step; production leaves it None.
 CRASH_HOOK: Callable[[str], None] | None = None
@@ -97,21 +97,6 @@ def _exclusive(lock_path: Path) -> Iterator[None]:
         os.close(fd)
 
 
-def _sql_str(value: str) -> str:
-    return "'" + value.replace("'", "''") + "'"
-
-
-def _connect(store: Path) -> duckdb.DuckDBPyConnection:
-    conn = duckdb.connect(":memory:", config={"autoinstall_known_extensions": False,
-                                              "autoload_known_extensions": False,
-                                              "allow_community_extensions": False})
-    conn.execute(f"LOAD {_sql_str(str(httpfs_extension_path()))}")
-    # A large copy may spill: into the store's own spill directory, encrypted, never the working directory.
-    conn.execute(f"SET temp_directory = {_sql_str(str(spill_directory(store)))}")
-    conn.execute("SET temp_file_encryption = true")
-    return conn
-
-
 def _table_counts(conn: duckdb.DuckDBPyConnection, alias: str) -> dict[str, int]:
     tables = [r[0] for r in conn.execute(
         "SELECT table_name FROM duckdb_tables() WHERE database_name = ? ORDER BY table_name", [alias]
@@ -176,12 +161,13 @@ def rotate_data_key(store: Path, keys_dir: Path, on_point_of_no_return: Callable
         old_key = load_data_key(keys_dir)
         new_key = secrets.token_hex(32)
         old_id, new_id = data_key_id(old_key), data_key_id(new_key)
-        conn = _connect(store)
+        conn = connect_engine(store)  # a large copy spills into the store's own spill directory, encrypted
         try:
             try:
-                conn.execute(f"ATTACH {_sql_str(str(store))} AS old_db (ENCRYPTION_KEY {_sql_str(old_key)})")
+                conn.execute(f"ATTACH {sql_literal(str(store))} AS old_db (ENCRYPTION_KEY {sql_literal(old_key)})")
                 conn.execute("CHECKPOINT old_db")
-                conn.execute(f"ATTACH {_sql_str(str(p['new_store']))} AS new_db (ENCRYPTION_KEY {_sql_str(new_key)})")
+                conn.execute(f"ATTACH {sql_literal(str(p['new_store']))} AS new_db "
+                             f"(ENCRYPTION_KEY {sql_literal(new_key)})")
                 conn.execute("COPY FROM DATABASE old_db TO new_db")
                 old_counts, new_counts = _table_counts(conn, "old_db"), _table_counts(conn, "new_db")
                 if old_counts != new_counts:

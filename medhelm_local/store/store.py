@@ -75,24 +75,17 @@ class Store:
 
     @classmethod
     def open(cls, home: Home, *, read_only: bool = False) -> Store:
-        path = home.store_path
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         from medhelm_local.store.rekey import recover_and_audit
 
         recover_and_audit(home)  # finish a data-key rotation that crashed after its point of no return
-        conn = open_encrypted(path, load_data_key(home.keys_dir), read_only=read_only,
-                              **home.config.store.model_dump())
-        store = cls(conn, path)
-        if not read_only:
-            store._migrate()
-        return store
+        return cls.open_file(home, home.store_path, read_only=read_only)
 
     @classmethod
     def open_file(cls, home: Home, path: Path, *, read_only: bool = False) -> Store:
-        """Open another store file with the home's data key (e.g. one shard's store of a sharded run)."""
+        """Open a store file with the home's data key and settings (the home's store, or a shard's store)."""
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         store = cls(open_encrypted(path, load_data_key(home.keys_dir), read_only=read_only,
-                                   **home.config.store.model_dump()), path)
+                                   settings=home.config.store), path)
         if not read_only:
             store._migrate()
         return store
