@@ -16,7 +16,7 @@ from pydantic import BaseModel
 
 from medhelm_local.home import Home
 from medhelm_local.home.keys import load_data_key
-from medhelm_local.records import InferenceRequest, InferenceResult, Instance, InstanceScore
+from medhelm_local.records import Instance, InstanceScore
 from medhelm_local.store.connection import STORE_ALIAS, open_encrypted
 
 SCHEMA_VERSION = "1"
@@ -242,18 +242,6 @@ class Store:
 
     # -- runs ---------------------------------------------------------------------------------------------
 
-    def create_run(self, run: RunInfo, items: Iterable[tuple[str, str, str, int]]) -> None:
-        """Record a run and its planned items ``(benchmark, instance_id, fingerprint, position)`` atomically."""
-        with self.transaction():
-            self._conn.execute(
-                "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [run.run_id, run.model, json.dumps(run.benchmarks), run.created_at, run.finished_at,
-                 run.status, run.max_instances, run.seed, json.dumps(run.manifest)],
-            )
-            self._conn.executemany(
-                "INSERT INTO run_items VALUES (?, ?, ?, ?, ?)", [[run.run_id, *item] for item in items]
-            )
-
     def _run(self, row: tuple[Any, ...]) -> RunInfo:
         return RunInfo(
             run_id=row[0], model=row[1], benchmarks=json.loads(row[2]), created_at=row[3], finished_at=row[4],
@@ -287,22 +275,6 @@ class Store:
             "SELECT count(*) FROM run_items WHERE run_id = ? AND benchmark = ?", [run_id, benchmark]
         ).fetchone()
         return int(row[0]) if row else 0
-
-    def record_response(
-        self, run_id: str, request: InferenceRequest, request_hash: str, result: InferenceResult
-    ) -> None:
-        """Commit one request and its outcome together; a second outcome for the same item is refused."""
-        with self.transaction():
-            self._conn.execute(
-                "INSERT INTO requests VALUES (?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                [run_id, request.benchmark, request.instance_id, request.model_dump_json(), request_hash],
-            )
-            self._conn.execute(
-                "INSERT INTO responses VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                [run_id, request.benchmark, request.instance_id, result.text if result.ok else None,
-                 result.error, result.prompt_tokens, result.completion_tokens, result.latency_s,
-                 result.attempts, result.finish_reason, result.endpoint, utcnow()],
-            )
 
     def responses(self, run_id: str, benchmark: str) -> Iterator[ResponseRow]:
         cursor = self._conn.cursor()  # a cursor starts in the default catalog

@@ -13,6 +13,8 @@ from medhelm_local.home.config import ModelEndpoint, RunnerSettings
 from medhelm_local.prompts.build import build_request, request_hash
 from medhelm_local.records import InferenceResult, Instance
 from medhelm_local.store import Store
+from medhelm_local.store import runs as runs_db
+from medhelm_local.store.runs import PlannedItem
 from medhelm_local.store.store import RunInfo
 
 
@@ -40,45 +42,47 @@ def register(store: Store, benchmark: str, instances: list[Instance]) -> str:
     return digest
 
 
-def add_run(store: Store, model: str, benchmark: str, fingerprint: str, instances: list[Instance],
-            outputs: dict[str, str | None], *, status: str = "finished", prompt_tokens: int | None = None,
-            completion_tokens: int | None = None) -> str:
-    """A run of ``model`` whose responses are ``outputs`` (None: a failed request)."""
+def _write_run(store: Store, run: RunInfo,
+               plan: dict[str, tuple[str, list[Instance], dict[str, str | None]]], *,
+               prompt_tokens: int | None = None, completion_tokens: int | None = None) -> str:
+    """Plan ``run`` and commit its outcomes through the runner's own write path (None output: a failed request)."""
     from medhelm_local.benchmarks.registry import get_spec
 
-    spec = get_spec(benchmark)
-    run_id = f"run-{uuid.uuid4().hex[:12]}"
-    now = datetime.now(UTC).replace(tzinfo=None)
-    store.create_run(RunInfo(run_id=run_id, model=model, benchmarks=[benchmark], created_at=now, finished_at=now,
-                             status=status, max_instances=None, seed=0, manifest={}),
-                     [(benchmark, inst.id, fingerprint, pos) for pos, inst in enumerate(instances)])
-    for inst in instances:
-        request = build_request(spec, inst)
-        output = outputs.get(inst.id)
-        result = InferenceResult(text=output, latency_s=0.1, prompt_tokens=prompt_tokens,
-                                 completion_tokens=completion_tokens) if output is not None else InferenceResult(
-            error="http_503", latency_s=0.1)
-        store.record_response(run_id, request, request_hash(request), result)
-    return run_id
-
-
-def add_multi_run(store: Store, model: str,
-                  plan: dict[str, tuple[str, list[Instance], dict[str, str | None]]]) -> str:
-    """One finished run over several benchmarks: ``{benchmark: (fingerprint, instances, outputs)}``."""
-    from medhelm_local.benchmarks.registry import get_spec
-
-    run_id = f"run-{uuid.uuid4().hex[:12]}"
-    now = datetime.now(UTC).replace(tzinfo=None)
-    items = [(benchmark, inst.id, fingerprint, pos) for benchmark, (fingerprint, instances, _) in plan.items()
+    items = [PlannedItem(benchmark, inst.id, fingerprint, pos, f"{index:04d}")
+             for index, (benchmark, (fingerprint, instances, _)) in enumerate(plan.items())
              for pos, inst in enumerate(instances)]
-    store.create_run(RunInfo(run_id=run_id, model=model, benchmarks=list(plan), created_at=now, finished_at=now,
-                             status="finished", max_instances=None, seed=0, manifest={}), items)
+    runs_db.insert_plan(store, run, [items], plan_key=f"test-{run.run_id}", order_mode="plan",
+                        manifest_sha256="0" * 64)
+    runs_db.start_session(store, run.run_id, "test", mode="new", shard=None, endpoints=[])
+    outcomes = []
     for benchmark, (_, instances, outputs) in plan.items():
         spec = get_spec(benchmark)
         for inst in instances:
             request = build_request(spec, inst)
             output = outputs.get(inst.id)
-            result = (InferenceResult(text=output, latency_s=0.1) if output is not None
+            result = (InferenceResult(text=output, latency_s=0.1, prompt_tokens=prompt_tokens,
+                                      completion_tokens=completion_tokens) if output is not None
                       else InferenceResult(error="http_503", latency_s=0.1))
-            store.record_response(run_id, request, request_hash(request), result)
-    return run_id
+            outcomes.append(runs_db.Outcome(request, request_hash(request), result))
+    runs_db.commit_outcomes(store, run.run_id, "test", 1.0, outcomes, replace_errors=False)
+    return run.run_id
+
+
+def _run_info(model: str, benchmarks: list[str], status: str) -> RunInfo:
+    now = datetime.now(UTC).replace(tzinfo=None)
+    return RunInfo(run_id=f"run-{uuid.uuid4().hex[:12]}", model=model, benchmarks=benchmarks, created_at=now,
+                   finished_at=now, status=status, max_instances=None, seed=0, manifest={})
+
+
+def add_run(store: Store, model: str, benchmark: str, fingerprint: str, instances: list[Instance],
+            outputs: dict[str, str | None], *, status: str = "finished", prompt_tokens: int | None = None,
+            completion_tokens: int | None = None) -> str:
+    """A run of ``model`` whose responses are ``outputs`` (None: a failed request)."""
+    return _write_run(store, _run_info(model, [benchmark], status), {benchmark: (fingerprint, instances, outputs)},
+                      prompt_tokens=prompt_tokens, completion_tokens=completion_tokens)
+
+
+def add_multi_run(store: Store, model: str,
+                  plan: dict[str, tuple[str, list[Instance], dict[str, str | None]]]) -> str:
+    """One finished run over several benchmarks: ``{benchmark: (fingerprint, instances, outputs)}``."""
+    return _write_run(store, _run_info(model, list(plan), "finished"), plan)
