@@ -12,7 +12,9 @@ as a separate process, so server and client do not share a GIL:
 (c) the same requests sent the way reference harnesses do: 4 threads, one blocking request each;
 (d) prefix-grouped versus shuffled send order against a server whose latency rewards cached prefixes.
 
-Results are printed and written to ``bench/results/<UTC timestamp>.json`` (and ``latest.json``).
+Results are printed and written to ``bench/results/<UTC timestamp>.json``. ``latest.json`` holds the latest
+measurement of each part, with where it came from (file, commit, time, load): a run of some parts (``--skip``)
+replaces those parts only.
 """
 
 from __future__ import annotations
@@ -281,6 +283,34 @@ def measure_d(tmp: Path, n: int, contexts: int) -> dict[str, Any]:
     return out
 
 
+PARTS = ("a_c_throughput", "b_memory_cpu", "d_prefix_order")
+PROVENANCE = ("when", "commit", "host", "cpus", "python", "quick", "load_average_at_start", "load_average_at_end")
+
+
+def git_commit() -> str | None:
+    """The checkout's commit, marked ``-dirty`` when tracked files differ from it (None outside git)."""
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
+                                check=True).stdout.strip()
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "medhelm_local", "bench"], cwd=REPO).returncode
+    except (OSError, subprocess.CalledProcessError):
+        return None
+    return commit + ("-dirty" if dirty else "")
+
+
+def merge_into_latest(results: dict[str, Any], file_name: str) -> None:
+    """Replace, in ``latest.json``, the parts this run measured; the other parts keep their own provenance."""
+    path = RESULTS / "latest.json"
+    latest: dict[str, Any] = json.loads(path.read_text()) if path.exists() else {}
+    latest = {k: v for k, v in latest.items() if k in PARTS or k == "parts"}
+    parts = latest.setdefault("parts", {})
+    for part in PARTS:
+        if part in results:
+            latest[part] = results[part]
+            parts[part] = {"file": file_name, **{k: results.get(k) for k in PROVENANCE}}
+    path.write_text(json.dumps(latest, indent=2, default=str) + "\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--quick", action="store_true", help="smaller sizes (about 2 minutes)")
@@ -293,7 +323,7 @@ def main() -> None:
     n_a, n_threads = args.n_a or n_a, args.n_threads or n_threads
     skip = set(args.skip.split(","))
     results: dict[str, Any] = {
-        "when": datetime.now(UTC).isoformat(timespec="seconds"), "host": platform.node(),
+        "when": datetime.now(UTC).isoformat(timespec="seconds"), "commit": git_commit(), "host": platform.node(),
         "cpus": os.cpu_count(), "python": platform.python_version(), "quick": args.quick,
         "load_average_at_start": os.getloadavg(),
     }
@@ -302,9 +332,8 @@ def main() -> None:
 
     def save() -> None:  # after every part, so a long run that is cut short keeps what it measured
         results["load_average_at_end"] = os.getloadavg()
-        text = json.dumps(results, indent=2, default=str)
-        (RESULTS / f"{stamp}.json").write_text(text + "\n")
-        (RESULTS / "latest.json").write_text(text + "\n")
+        (RESULTS / f"{stamp}.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
+        merge_into_latest(results, f"{stamp}.json")
 
     with tempfile.TemporaryDirectory(prefix="medhelm-bench-") as tmp_s:
         tmp = Path(tmp_s)
