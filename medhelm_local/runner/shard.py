@@ -86,7 +86,8 @@ def build_shard_store(home: Home, main: Store, run: RunInfo, items: list[Planned
                 runs_db.copy_rows(main, shard, "instances",
                                   f"benchmark = ? AND fingerprint = ? AND instance_id IN {ID_LIST_PARAM}",
                                   [benchmark, fingerprint, id_list(ids[start:start + 20_000])])
-        chunks = (items[start:start + 10_000] for start in range(0, len(items), 10_000))
+        step = runs_db.ROWS_PER_TRANSACTION
+        chunks = (items[start:start + step] for start in range(0, len(items), step))
         runs_db.insert_plan(shard, run, chunks, plan_key=plan_key, order_mode=order_mode,
                             manifest_sha256=manifest_sha)
         shard.checkpoint()

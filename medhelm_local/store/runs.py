@@ -45,6 +45,9 @@ class Outcome:
     result: InferenceResult
 
 
+ROWS_PER_TRANSACTION = 10_000  # send-order rows per transaction; callers chunk their plan rows alike
+
+
 def insert_plan(store: Store, run: RunInfo, chunks: Iterable[Sequence[PlannedItem]], *, plan_key: str,
                 order_mode: str, manifest_sha256: str) -> None:
     """Record a run, its planned items and their send order, streaming: memory does not grow with the plan.
@@ -70,11 +73,11 @@ def insert_plan(store: Store, run: RunInfo, chunks: Iterable[Sequence[PlannedIte
                      "FROM temp.plan_keys")
         row = conn.execute("SELECT count(*) FROM temp.plan_ranks").fetchone()
         total = int(row[0]) if row else 0
-        for start in range(0, total, _ORDER_CHUNK):
+        for start in range(0, total, ROWS_PER_TRANSACTION):
             with store.transaction():
                 conn.execute("INSERT INTO runner_item_order SELECT ?, benchmark, instance_id, send_rank "
                              "FROM temp.plan_ranks WHERE send_rank >= ? AND send_rank < ?",
-                             [run.run_id, start, start + _ORDER_CHUNK])
+                             [run.run_id, start, start + ROWS_PER_TRANSACTION])
     finally:
         conn.execute("DROP TABLE IF EXISTS temp.plan_keys")
         conn.execute("DROP TABLE IF EXISTS temp.plan_ranks")
@@ -87,8 +90,6 @@ def insert_plan(store: Store, run: RunInfo, chunks: Iterable[Sequence[PlannedIte
         conn.execute("INSERT INTO runner_runs VALUES (?, ?, ?, ?)",
                      [run.run_id, plan_key, order_mode, manifest_sha256])
 
-
-_ORDER_CHUNK = 10_000
 
 
 def _insert_items(store: Store, run_id: str, items: Sequence[PlannedItem]) -> None:
