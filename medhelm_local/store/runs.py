@@ -1,7 +1,6 @@
 """The runner's queries (issue 4): planning inserts, paging pending work, group commits, sessions, shards.
 
-Bulk inserts register a batch as an Arrow table and insert from it: one statement per batch, not one per row
-(row-wise inserts into the encrypted store cost milliseconds each).
+Bulk inserts bind a whole batch as one parameter (``ColumnBatch``): one statement per batch, not one per row.
 """
 
 from __future__ import annotations
@@ -11,9 +10,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa
-
 from medhelm_local.records import InferenceRequest, InferenceResult
+from medhelm_local.store.batch import ColumnBatch
 from medhelm_local.store.store import RunInfo, Store, utcnow
 
 
@@ -92,24 +90,20 @@ def insert_plan(store: Store, run: RunInfo, chunks: Iterable[Sequence[PlannedIte
 
 
 
+PLANNED_ITEMS = ColumnBatch.of(benchmark="VARCHAR", instance_id="VARCHAR", fingerprint="VARCHAR",
+                               position="INTEGER", order_key="VARCHAR")
+
+
 def _insert_items(store: Store, run_id: str, items: Sequence[PlannedItem]) -> None:
-    table = pa.table({
-        "run_id": [run_id] * len(items),
-        "benchmark": [i.benchmark for i in items],
-        "instance_id": [i.instance_id for i in items],
-        "fingerprint": [i.fingerprint for i in items],
-        "position": pa.array([i.position for i in items], pa.int32()),
-        "order_key": [i.order_key for i in items],
-    })
+    batch = PLANNED_ITEMS.bind(
+        benchmark=[i.benchmark for i in items], instance_id=[i.instance_id for i in items],
+        fingerprint=[i.fingerprint for i in items], position=[i.position for i in items],
+        order_key=[i.order_key for i in items])
     conn = store.conn
-    conn.register("planned_items_src", table)
-    try:
-        conn.execute("INSERT INTO run_items SELECT run_id, benchmark, instance_id, fingerprint, position "
-                     "FROM planned_items_src")
-        conn.execute("INSERT INTO temp.plan_keys SELECT benchmark, instance_id, position, order_key "
-                     "FROM planned_items_src")
-    finally:
-        conn.unregister("planned_items_src")
+    conn.execute("INSERT INTO run_items SELECT $run_id, benchmark, instance_id, fingerprint, position "
+                 f"FROM {PLANNED_ITEMS.source}", {"run_id": run_id, "batch": batch})
+    conn.execute("INSERT INTO temp.plan_keys SELECT benchmark, instance_id, position, order_key "
+                 f"FROM {PLANNED_ITEMS.source}", {"batch": batch})
 
 
 def count_items(store: Store, run_id: str) -> int:
@@ -223,6 +217,14 @@ def sessions(store: Store, run_id: str) -> list[dict[str, Any]]:
 # -- group commit -----------------------------------------------------------------------------------------
 
 
+OUTCOME_REQUESTS = ColumnBatch.of(benchmark="VARCHAR", instance_id="VARCHAR", request="VARCHAR",
+                                  request_hash="VARCHAR")
+OUTCOME_RESPONSES = ColumnBatch.of(
+    benchmark="VARCHAR", instance_id="VARCHAR", output="VARCHAR", error="VARCHAR", prompt_tokens="INTEGER",
+    completion_tokens="INTEGER", latency_s="DOUBLE", attempts="INTEGER", finish_reason="VARCHAR",
+    endpoint="VARCHAR")
+
+
 def commit_outcomes(store: Store, run_id: str, session_id: str, wall_s: float, outcomes: Sequence[Outcome], *,
                     replace_errors: bool) -> None:
     """Commit a batch of outcomes and the session's counters in one transaction.
@@ -235,55 +237,43 @@ def commit_outcomes(store: Store, run_id: str, session_id: str, wall_s: float, o
         return
     conn = store.conn
     now = utcnow()
-    requests = pa.table({
-        "run_id": [run_id] * len(outcomes),
-        "benchmark": [o.request.benchmark for o in outcomes],
-        "instance_id": [o.request.instance_id for o in outcomes],
-        "request": [o.request.model_dump_json() for o in outcomes],
-        "request_hash": [o.request_hash for o in outcomes],
-    })
-    responses = pa.table({
-        "run_id": [run_id] * len(outcomes),
-        "benchmark": [o.request.benchmark for o in outcomes],
-        "instance_id": [o.request.instance_id for o in outcomes],
-        "output": pa.array([o.result.text if o.result.ok else None for o in outcomes], pa.string()),
-        "error": pa.array([o.result.error for o in outcomes], pa.string()),
-        "prompt_tokens": pa.array([o.result.prompt_tokens for o in outcomes], pa.int32()),
-        "completion_tokens": pa.array([o.result.completion_tokens for o in outcomes], pa.int32()),
-        "latency_s": pa.array([o.result.latency_s for o in outcomes], pa.float64()),
-        "attempts": pa.array([o.result.attempts for o in outcomes], pa.int32()),
-        "finish_reason": pa.array([o.result.finish_reason for o in outcomes], pa.string()),
-        "endpoint": pa.array([o.result.endpoint for o in outcomes], pa.string()),
-        "completed_at": pa.array([now] * len(outcomes), pa.timestamp("us")),
-    })
+    requests = OUTCOME_REQUESTS.bind(
+        benchmark=[o.request.benchmark for o in outcomes], instance_id=[o.request.instance_id for o in outcomes],
+        request=[o.request.model_dump_json() for o in outcomes], request_hash=[o.request_hash for o in outcomes])
+    results = [o.result for o in outcomes]
+    responses = OUTCOME_RESPONSES.bind(
+        benchmark=[o.request.benchmark for o in outcomes], instance_id=[o.request.instance_id for o in outcomes],
+        output=[r.text if r.ok else None for r in results], error=[r.error for r in results],
+        prompt_tokens=[r.prompt_tokens for r in results], completion_tokens=[r.completion_tokens for r in results],
+        latency_s=[r.latency_s for r in results], attempts=[r.attempts for r in results],
+        finish_reason=[r.finish_reason for r in results], endpoint=[r.endpoint for r in results])
     errors = sum(1 for o in outcomes if not o.result.ok)
     prompt_tokens = sum(o.result.prompt_tokens or 0 for o in outcomes)
     completion_tokens = sum(o.result.completion_tokens or 0 for o in outcomes)
     request_s = sum(o.result.latency_s for o in outcomes)
-    conn.register("outcome_requests_src", requests)
-    conn.register("outcome_responses_src", responses)
-    try:
-        with store.transaction():
-            conn.execute("INSERT INTO requests SELECT * FROM outcome_requests_src ON CONFLICT DO NOTHING")
-            if replace_errors:
-                conn.execute(
-                    "INSERT INTO runner_error_history SELECT r.run_id, r.benchmark, r.instance_id, r.error, "
-                    "r.attempts, r.endpoint, ? FROM responses r JOIN outcome_responses_src s "
-                    "USING (run_id, benchmark, instance_id) WHERE r.error IS NOT NULL", [now])
-                conn.execute(
-                    "DELETE FROM responses r USING outcome_responses_src s WHERE r.run_id = s.run_id "
-                    "AND r.benchmark = s.benchmark AND r.instance_id = s.instance_id AND r.error IS NOT NULL")
-            conn.execute("INSERT INTO responses SELECT * FROM outcome_responses_src ON CONFLICT DO NOTHING")
+    batch_items = f"(SELECT benchmark, instance_id FROM {OUTCOME_RESPONSES.source})"
+    with store.transaction():
+        conn.execute(f"INSERT INTO requests SELECT $run_id, * FROM {OUTCOME_REQUESTS.source} "
+                     "ON CONFLICT DO NOTHING", {"run_id": run_id, "batch": requests})
+        if replace_errors:
             conn.execute(
-                "UPDATE runner_sessions SET last_commit_at = ?, wall_s = ?, responses = responses + ?, "
-                "errors = errors + ?, prompt_tokens = prompt_tokens + ?, completion_tokens = completion_tokens + ?, "
-                "request_s = request_s + ? WHERE run_id = ? AND session_id = ?",
-                [now, wall_s, len(outcomes), errors, prompt_tokens, completion_tokens, request_s, run_id,
-                 session_id],
-            )
-    finally:
-        conn.unregister("outcome_requests_src")
-        conn.unregister("outcome_responses_src")
+                "INSERT INTO runner_error_history SELECT r.run_id, r.benchmark, r.instance_id, r.error, "
+                f"r.attempts, r.endpoint, $now FROM responses r JOIN {batch_items} s "
+                "USING (benchmark, instance_id) WHERE r.run_id = $run_id AND r.error IS NOT NULL",
+                {"now": now, "run_id": run_id, "batch": responses})
+            conn.execute(
+                f"DELETE FROM responses r USING {batch_items} s WHERE r.run_id = $run_id "
+                "AND r.benchmark = s.benchmark AND r.instance_id = s.instance_id AND r.error IS NOT NULL",
+                {"run_id": run_id, "batch": responses})
+        conn.execute(f"INSERT INTO responses SELECT $run_id, *, $now FROM {OUTCOME_RESPONSES.source} "
+                     "ON CONFLICT DO NOTHING", {"run_id": run_id, "now": now, "batch": responses})
+        conn.execute(
+            "UPDATE runner_sessions SET last_commit_at = ?, wall_s = ?, responses = responses + ?, "
+            "errors = errors + ?, prompt_tokens = prompt_tokens + ?, completion_tokens = completion_tokens + ?, "
+            "request_s = request_s + ? WHERE run_id = ? AND session_id = ?",
+            [now, wall_s, len(outcomes), errors, prompt_tokens, completion_tokens, request_s, run_id,
+             session_id],
+        )
 
 
 # -- weights ----------------------------------------------------------------------------------------------
@@ -336,7 +326,7 @@ def copy_rows(source: Store, target: Store, table: str, where: str, params: list
         for batch in reader:
             if batch.num_rows == 0:
                 continue
-            target.conn.register("shard_copy_src", pa.Table.from_batches([batch]))
+            target.conn.register("shard_copy_src", batch)
             try:
                 target.conn.execute(f"INSERT INTO {table} SELECT * FROM shard_copy_src ON CONFLICT DO NOTHING")
             finally:

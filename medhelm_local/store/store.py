@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from medhelm_local.home import Home
 from medhelm_local.home.keys import load_data_key
 from medhelm_local.records import Instance, InstanceScore
+from medhelm_local.store.batch import ColumnBatch
 from medhelm_local.store.connection import STORE_ALIAS, open_encrypted
 
 SCHEMA_VERSION = "1"
@@ -64,13 +65,18 @@ class ResponseRow(BaseModel):
 ID_LIST_PARAM = """(SELECT unnest(from_json(?, '["VARCHAR"]')))"""
 
 
+NEW_INSTANCES = ColumnBatch.of(instance_id="VARCHAR", position="INTEGER", label="VARCHAR", payload="VARCHAR")
+INSTANCES_PER_BATCH = 5000
+
+
 def id_list(ids: Iterable[str]) -> str:
     return json.dumps(list(ids))
 
 
 class Store:
-    def __init__(self, conn: duckdb.DuckDBPyConnection, path: Path) -> None:
-        self._conn = conn
+    def __init__(self, connect: Callable[[], duckdb.DuckDBPyConnection], path: Path) -> None:
+        self._connect = connect
+        self._conn = connect()
         self.path = path
 
     @classmethod
@@ -84,8 +90,8 @@ class Store:
     def open_file(cls, home: Home, path: Path, *, read_only: bool = False) -> Store:
         """Open a store file with the home's data key and settings (the home's store, or a shard's store)."""
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        store = cls(open_encrypted(path, load_data_key(home.keys_dir), read_only=read_only,
-                                   settings=home.config.store), path)
+        key, settings = load_data_key(home.keys_dir), home.config.store
+        store = cls(lambda: open_encrypted(path, key, read_only=read_only, settings=settings), path)
         if not read_only:
             store._migrate()
         return store
@@ -111,6 +117,16 @@ class Store:
 
     def close(self) -> None:
         self._conn.close()
+
+    def reopen(self) -> None:
+        """Close the database and open it again, handing back the memory DuckDB keeps after a large write.
+
+        DuckDB keeps what a statement touched (table blocks, index nodes, allocator pages) until its memory
+        limit; after planning a large run that is most of the runner's memory, and the send phase needs none
+        of it.
+        """
+        self._conn.close()
+        self._conn = self._connect()
 
     def __enter__(self) -> Store:
         return self
@@ -168,22 +184,14 @@ class Store:
         return fingerprint, True
 
     def _insert_instances(self, benchmark: str, fingerprint: str, instances: list[Instance]) -> None:
-        """One columnar insert: row-by-row inserts into an encrypted DuckDB cost milliseconds each."""
-        import pyarrow as pa
-
-        table = pa.table({
-            "benchmark": [benchmark] * len(instances),
-            "fingerprint": [fingerprint] * len(instances),
-            "instance_id": [inst.id for inst in instances],
-            "position": pa.array(range(len(instances)), pa.int32()),
-            "label": pa.array([inst.label for inst in instances], pa.string()),
-            "payload": [inst.model_dump_json(include={"fields", "references", "meta"}) for inst in instances],
-        })
-        self._conn.register("new_instances_src", table)
-        try:
-            self._conn.execute("INSERT INTO instances SELECT * FROM new_instances_src")
-        finally:
-            self._conn.unregister("new_instances_src")
+        for start in range(0, len(instances), INSTANCES_PER_BATCH):
+            chunk = instances[start:start + INSTANCES_PER_BATCH]
+            batch = NEW_INSTANCES.bind(
+                instance_id=[inst.id for inst in chunk], position=list(range(start, start + len(chunk))),
+                label=[inst.label for inst in chunk],
+                payload=[inst.model_dump_json(include={"fields", "references", "meta"}) for inst in chunk])
+            self._conn.execute(f"INSERT INTO instances SELECT $benchmark, $fingerprint, * FROM {NEW_INSTANCES.source}",
+                               {"benchmark": benchmark, "fingerprint": fingerprint, "batch": batch})
 
     def _dataset(self, row: tuple[Any, ...]) -> DatasetInfo:
         return DatasetInfo(
