@@ -40,7 +40,8 @@ class ColumnBatch:
         lengths = {len(column) for column in values.values()}
         if len(lengths) > 1:
             raise ValueError("batch columns differ in length")
-        return json.dumps({name: list(values[name]) for name in names}, default=_encode)
+        # NaN would make the JSON invalid, and DuckDB quotes invalid input in its error: refuse it here instead.
+        return json.dumps({name: list(values[name]) for name in names}, default=_encode, allow_nan=False)
 
 
 def _encode(value: Any) -> str:

@@ -58,5 +58,8 @@ def test_wrong_columns_or_lengths_are_refused() -> None:
         ROWS.bind(name=["a"], n=[1], x=[1.0])
     with pytest.raises(ValueError, match="differ in length"):
         ROWS.bind(name=["a"], n=[1, 2], x=[1.0], at=[datetime(2026, 1, 1)])
+    with pytest.raises(ValueError, match="not JSON compliant") as refused:
+        ROWS.bind(name=["secret text"], n=[1], x=[float("nan")], at=[datetime(2026, 1, 1)])
+    assert "secret" not in str(refused.value)
     with pytest.raises(TypeError, match="no bytes values"):
         ROWS.bind(name=[b"raw"], n=[1], x=[1.0], at=[datetime(2026, 1, 1)])
