@@ -288,11 +288,13 @@ PROVENANCE = ("when", "commit", "host", "cpus", "python", "quick", "load_average
 
 
 def git_commit() -> str | None:
-    """The checkout's commit, marked ``-dirty`` when tracked files differ from it (None outside git)."""
+    """The checkout's commit, marked ``-dirty`` when code differs from it (results do not count; None outside
+    git)."""
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True,
                                 check=True).stdout.strip()
-        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "medhelm_local", "bench"], cwd=REPO).returncode
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD", "--", "medhelm_local", "bench",
+                                ":(exclude)bench/results"], cwd=REPO).returncode
     except (OSError, subprocess.CalledProcessError):
         return None
     return commit + ("-dirty" if dirty else "")
