@@ -28,9 +28,10 @@ from pathlib import Path
 from medhelm_local.home import Home
 from medhelm_local.logs import get_logger
 from medhelm_local.store import runs as runs_db
+from medhelm_local.store.batch import ID_LIST_PARAM, id_list
 from medhelm_local.store.connection import StoreError
 from medhelm_local.store.runs import PlannedItem
-from medhelm_local.store.store import ID_LIST_PARAM, RunInfo, Store, id_list
+from medhelm_local.store.store import RunInfo, Store
 
 log = get_logger(__name__)
 

@@ -1,17 +1,26 @@
-"""Bulk inserts without Arrow: a batch of rows is bound as one JSON parameter and unpacked inside DuckDB.
+"""Lists and batches of rows bound as one JSON parameter and unpacked inside DuckDB.
 
-One statement per batch, not one per row (row-wise inserts into the encrypted store cost milliseconds each).
-Column-wise JSON (``{"column": [values...]}``) is about as fast as registering an Arrow table, and keeps
-pyarrow, some 40 MB of resident memory, out of the runner's process.
+DuckDB's Python client converts a list parameter item by item (about 0.15 ms per string); one JSON text is an
+order of magnitude faster for pages of hundreds of ids (``ID_LIST_PARAM``). For bulk inserts (``ColumnBatch``)
+it means one statement per batch, not one per row (row-wise inserts into the encrypted store cost milliseconds
+each); column-wise JSON (``{"column": [values...]}``) is about as fast as registering an Arrow table, and keeps
+pyarrow (about 25 MB resident beyond numpy) out of the runner's process.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
+
+ID_LIST_PARAM = """(SELECT unnest(from_json(?, '["VARCHAR"]')))"""
+
+
+def id_list(ids: Iterable[str]) -> str:
+    """The JSON value of an ``ID_LIST_PARAM``."""
+    return json.dumps(list(ids))
 
 
 @dataclass(frozen=True)

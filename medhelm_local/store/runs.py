@@ -89,7 +89,6 @@ def insert_plan(store: Store, run: RunInfo, chunks: Iterable[Sequence[PlannedIte
                      [run.run_id, plan_key, order_mode, manifest_sha256])
 
 
-
 PLANNED_ITEMS = ColumnBatch.of(benchmark="VARCHAR", instance_id="VARCHAR", fingerprint="VARCHAR",
                                position="INTEGER", order_key="VARCHAR")
 
