@@ -1,7 +1,8 @@
 """MEDEC: error-flag accuracy (main score) and error-sentence accuracy, as in the MEDEC shared task.
 
 The prompt asks for ``CORRECT`` or ``<sentence id>: <corrected sentence>``. Read tolerantly: reasoning blocks
-dropped, "Sentence 8: ..." or "8. ..." accepted; a reply with neither is unparsed and wrong.
+dropped, "Sentence 8: ...", "8. ..." and the benchmark's own ``<sentence id> <corrected sentence>`` ("10 Patient's
+symptoms are ...", what HELM's prompt asks for) accepted; a reply with none of these is unparsed and wrong.
 
 - flag accuracy: predicted flag (1 = an error was flagged) equals ``meta.error_flag``;
 - error-sentence accuracy (secondary, ``sub.error_sentence_accuracy``): for a note with an error, the flagged
@@ -23,16 +24,19 @@ from medhelm_local.scoring.extract import answer_text
 from medhelm_local.scoring.metrics import MetricInputError, register_metric
 
 _SENTENCE_ID = re.compile(r"^\W*(?:sentence\s*(?:id)?\s*#?\s*)?(\d+)\s*[:.)\-]", re.IGNORECASE)
+# MEDEC's native answer: the sentence id, a space, the corrected sentence (which may itself start with a number,
+# "11 100% oxygen is administered.", or a quote).
+_NATIVE_ANSWER = re.compile(r"^[\s*]*(\d+)\**[ \t]+\S")
 _SENTENCE_ANYWHERE = re.compile(r"\bsentence\s*(?:id)?\s*#?\s*(\d+)\b", re.IGNORECASE)
 _CORRECT = re.compile(r"\b(?:correct|no\s+(?:medical\s+)?errors?)\b", re.IGNORECASE)
 _STRICT_CORRECT = re.compile(r"CORRECT")
-_STRICT_ERROR = re.compile(r"\d+:\s*\S.*", re.DOTALL)
+_STRICT_ERROR = re.compile(r"\d+(?::\s*|[ \t]+)\S.*", re.DOTALL)
 
 
 def parse_medec(output: str) -> tuple[int | None, int | None, bool]:
     """``(flag, sentence_id, strict)``: flag 0 (correct), 1 (error) or None (unreadable)."""
     text = answer_text(output)
-    match = _SENTENCE_ID.match(text) or _SENTENCE_ANYWHERE.search(text)
+    match = _SENTENCE_ID.match(text) or _NATIVE_ANSWER.match(text) or _SENTENCE_ANYWHERE.search(text)
     if match:
         return 1, int(match.group(1)), _STRICT_ERROR.fullmatch(text) is not None
     if _CORRECT.search(text):
