@@ -77,3 +77,7 @@ class BenchmarkScore(BaseModel):
     score: float | None
     n: int  # instances that contributed to the score
     n_failed: int = 0  # instances excluded because their request or judgement failed
+    # Metrics whose gold can be empty (EHRSQL: a gold query returning no rows, which any empty result matches):
+    # how many scored instances have an empty gold, and the score on the others. None for other metrics.
+    n_gold_empty: int | None = None
+    score_nonempty_gold: float | None = None

@@ -9,7 +9,7 @@ import numpy as np
 from medhelm_local.benchmarks.registry import get_spec
 from medhelm_local.records import BenchmarkScore
 from medhelm_local.scoring.metrics import JURY, Aggregation, metric_aggregation
-from medhelm_local.scoring.summary import aggregate_values
+from medhelm_local.scoring.summary import aggregate_values, gold_empty_stats
 from medhelm_local.store.judgments import judge_failure_rates, score_rows
 from medhelm_local.store.store import Store
 
@@ -77,8 +77,10 @@ def benchmark_score(store: Store, run_id: str, model: str, benchmark: str) -> Be
     scored = [(value, details) for _, _, value, details in rows if value is not None]
     score = aggregate_values([float(v) for v, _ in scored], [d.get("counts", {}) for _, d in scored],
                              metric_aggregation(metric))
+    n_gold_empty, score_nonempty_gold = gold_empty_stats([(float(v), d) for v, d in scored])
     return BenchmarkScore(model=model, benchmark=benchmark, metric=metric, score=score, n=len(scored),
-                          n_failed=len(rows) - len(scored))
+                          n_failed=len(rows) - len(scored), n_gold_empty=n_gold_empty,
+                          score_nonempty_gold=score_nonempty_gold)
 
 
 def latest_runs(store: Store) -> dict[tuple[str, str], str]:

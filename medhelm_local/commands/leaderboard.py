@@ -58,6 +58,9 @@ def leaderboard_payload(rows: list[ModelRow], *, pairwise: list[PairwiseDifferen
                                      "ci_low": interval.low if interval else None,
                                      "ci_high": interval.high if interval else None,
                                      "n": s.n, "n_failed": s.n_failed, **r.format_rates.get(b, {})}
+            if s.n_gold_empty is not None:
+                entry["n_gold_empty"] = s.n_gold_empty
+                entry["score_nonempty_gold"] = s.score_nonempty_gold
             if b in r.judge_failures:
                 entry["judge_failure_rates"] = r.judge_failures[b]
             if b in mdes:
@@ -86,7 +89,11 @@ def _cell(row: ModelRow, benchmark: str) -> str:
         return "-"
     interval = row.ci.get(benchmark)
     ci = f" [{interval.low:.3f}, {interval.high:.3f}]" if interval else ""
-    return f"{score.score:.3f}{ci} (n={score.n})"
+    empty = ""
+    if score.n_gold_empty is not None:
+        nonempty = "-" if score.score_nonempty_gold is None else f"{score.score_nonempty_gold:.3f}"
+        empty = f" [empty gold {score.n_gold_empty}; non-empty gold {nonempty}]"
+    return f"{score.score:.3f}{ci} (n={score.n}){empty}"
 
 
 def print_leaderboard(rows: list[ModelRow], *, mdes: dict[str, BenchmarkMDE] | None = None,

@@ -101,6 +101,7 @@ def score_payload(breakdown: Breakdown, *, fingerprint: str, dataset_size: int, 
         "benchmark": breakdown.benchmark, "metric": breakdown.metric, "score": breakdown.score, "n": breakdown.n,
         "n_failed": breakdown.n_failed, "dataset_fingerprint": fingerprint, "dataset_instances": dataset_size,
         "predictions_sha256": file_sha256,
+        "n_gold_empty": breakdown.n_gold_empty, "score_nonempty_gold": breakdown.score_nonempty_gold,
         "breakdown": {
             "parse_rate": breakdown.parse_rate, "strict_format_rate": breakdown.strict_format_rate,
             "failures": breakdown.failures, "secondary": breakdown.secondary, "groups": breakdown.groups,
@@ -146,9 +147,13 @@ def score(
     if as_json:
         emit_json(payload)
         return
-    emit_table(f"{benchmark} — {spec.metric}", ["score", "n", "failed", "parse rate", "strict format rate"],
-               [[breakdown.score, breakdown.n, breakdown.n_failed, breakdown.parse_rate,
-                 breakdown.strict_format_rate]])
+    columns = ["score", "n", "failed", "parse rate", "strict format rate"]
+    values: list[Any] = [breakdown.score, breakdown.n, breakdown.n_failed, breakdown.parse_rate,
+                         breakdown.strict_format_rate]
+    if breakdown.n_gold_empty is not None:
+        columns += ["empty gold", "score on non-empty gold"]
+        values += [breakdown.n_gold_empty, breakdown.score_nonempty_gold]
+    emit_table(f"{benchmark} — {spec.metric}", columns, [values])
     if breakdown.secondary:
         emit_table("secondary metrics", ["metric", "score", "n"],
                    [[name, v["score"], v["n"]] for name, v in breakdown.secondary.items()])

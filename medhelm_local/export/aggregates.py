@@ -62,6 +62,8 @@ class RawCell(_Closed):
     n_failed: int
     n_total: int
     created_at: datetime
+    n_gold_empty: int | None = None  # EHRSQL: scored items whose gold query returns no rows
+    score_nonempty_gold: float | None = None  # the score on the other scored items
 
 
 class RawModelUsage(_Closed):
@@ -124,7 +126,8 @@ def collect(store: Store, config: ApplianceConfig, run_ids: list[str]) -> RawExp
             cells.append(RawCell(
                 run_id=run.run_id, model=run.model, benchmark=benchmark, category=get_spec(benchmark).category,
                 metric=result.metric, score=result.score, n_scored=result.n, n_failed=result.n_failed,
-                n_total=n_total, created_at=run.created_at,
+                n_total=n_total, created_at=run.created_at, n_gold_empty=result.n_gold_empty,
+                score_nonempty_gold=result.score_nonempty_gold,
             ))
         cost = _run_cost(config, store, run)
         previous = usage.get(run.model)
@@ -159,6 +162,8 @@ class PublishedCell(_Closed):
     n_failed: int | None
     n_total: int | None
     suppressed: list[str]
+    n_gold_empty: int | None = None
+    score_nonempty_gold: float | None = None
 
 
 class PublishedModel(_Closed):
@@ -217,9 +222,32 @@ def publish_cell(cell: RawCell, policy: ExportPolicy) -> PublishedCell:
         else:
             n_scored = None
             suppressed.append("n_scored:complementary")
+    n_gold_empty, score_nonempty_gold = _publish_gold_empty(cell, n_scored, policy, suppressed)
     return PublishedCell(run_id=cell.run_id, model=cell.model, benchmark=cell.benchmark, category=cell.category,
                          metric=cell.metric, score=score, n_scored=n_scored, n_failed=n_failed, n_total=n_total,
-                         suppressed=suppressed)
+                         suppressed=suppressed, n_gold_empty=n_gold_empty, score_nonempty_gold=score_nonempty_gold)
+
+
+def _publish_gold_empty(cell: RawCell, n_scored: int | None, policy: ExportPolicy, suppressed: list[str]
+                        ) -> tuple[int | None, float | None]:
+    """The empty-gold count and the score on non-empty gold, under the same small-cell rule as the rest: the
+    count is withheld when it, or the non-empty count it reveals beside ``n_scored``, is a small cell."""
+    if cell.n_gold_empty is None:
+        return None, None
+    n_nonempty = cell.n_scored - cell.n_gold_empty
+    n_gold_empty = _count(cell.n_gold_empty, policy)
+    if n_gold_empty is None:
+        suppressed.append("n_gold_empty:small_cell")
+    elif n_scored is not None and 0 < n_nonempty < policy.min_cell_size:
+        n_gold_empty = None
+        suppressed.append("n_gold_empty:complementary")
+    score_nonempty_gold: float | None = None
+    if cell.score_nonempty_gold is not None:
+        if n_nonempty >= policy.min_cell_size:
+            score_nonempty_gold = round(cell.score_nonempty_gold, policy.rounding.score_decimals)
+        else:
+            suppressed.append("score_nonempty_gold:small_cell")
+    return n_gold_empty, score_nonempty_gold
 
 
 def win_rates(scores: dict[str, dict[str, float]]) -> dict[str, float | None]:

@@ -184,7 +184,7 @@ def _structural_checks(data: agg.ExportAggregates, loaded: LoadedPolicy) -> list
     rounding: list[Finding] = []
     for index, cell in enumerate(data.cells):
         where = f"$.cells[{index}]"
-        for name in ("n_scored", "n_failed", "n_total"):
+        for name in ("n_scored", "n_failed", "n_total", "n_gold_empty"):
             value = getattr(cell, name)
             if value is not None and 0 < value < policy.min_cell_size:
                 small.append(Finding("aggregates.json", f"{where}.{name}", "count below the minimum cell size"))

@@ -33,7 +33,7 @@ LABELS = {
 LEADERBOARD_COLUMNS = ["rank", "model", "win_rate", "macro_avg", "cost", "benchmarks_published",
                        "benchmarks_suppressed"]
 CELL_COLUMNS = ["run_id", "model", "benchmark", "category", "metric", "score", "n_scored", "n_failed", "n_total",
-                "suppressed"]
+                "n_gold_empty", "score_nonempty_gold", "suppressed"]
 CATEGORY_COLUMNS = ["model", "category", "score"]
 RUN_COLUMNS = ["run_id", "model", "status", "manifest_sha256"]
 PALETTE = ["#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666"]

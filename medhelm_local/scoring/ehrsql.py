@@ -4,7 +4,10 @@
   (rows compared as a set, floats rounded to 6 decimals, order ignored);
 - unanswerable question (``meta.is_impossible``): correct when the model abstains (empty answer or ``null``);
 - ``sub.valid_sql``: for answerable questions where the model wrote SQL, whether it ran (the valid-SQL rate);
-- ``sub.abstention``: whether the model abstained, for the unanswerable-question breakdown.
+- ``sub.abstention``: whether the model abstained, for the unanswerable-question breakdown;
+- ``gold_empty`` (answerable questions): the gold query returns no rows. On the benchmark's small eICU database
+  674 of the 1,204 answerable gold queries do, and any wrong query that returns nothing matches them, so the
+  summary reports the count of such items and the accuracy on the others beside the execution accuracy.
 
 A gold query that fails or times out cannot be scored: :class:`GoldQueryFailed` makes the instance a recorded
 failure (value None), never a 0 or a 1. Queries run with ``mode=ro``, ``query_only``, an authorizer that allows
@@ -47,17 +50,46 @@ class QueryFailed(Exception):
         self.category = category
 
 
+# A fenced block anywhere in a reply: ``` or ~~~ fences, an optional language tag ("sql", "sqlite", "SQL"), on
+# their own lines or inline (```SELECT 1```); a single-backtick span (`SELECT 1`) is the inline form.
+_FENCED = re.compile(
+    r"(`{3,}|~{3,})[ \t]*(?:(?:sqlite3?|sql|postgresql|mysql)(?![\w])|[\w+-]*(?=[ \t]*\n))?\s*(.*?)\1",
+    re.DOTALL | re.IGNORECASE)
+_INLINE = re.compile(r"(?<!`)`([^`\n]+)`(?!`)")
+# Prose after an unfenced query: a blank line, then a line that does not continue the SQL.
+_TRAILING_PROSE = re.compile(
+    r"\n[ \t]*\n(?![ \t]*(?:select|from|where|group|order|having|limit|union|intersect|except|and|or|join|"
+    r"left|inner|on|\(|\)))", re.IGNORECASE)
+
+
+def _sql_candidates(text: str) -> list[str]:
+    blocks = [m.group(2) for m in _FENCED.finditer(text)] or [m.group(1) for m in _INLINE.finditer(text)]
+    return [b.strip() for b in blocks if _SQL_START.search(b)]
+
+
 def extract_sql(output: str) -> str:
-    """The SQL in an output: code fences, a leading "SQL:" and a trailing semicolon removed; '' = abstained."""
+    """The SQL in an output; '' = abstained.
+
+    A fenced block holding SQL wins wherever it stands ("Here is the query:\n```sql ... ```", ~~~ fences, inline
+    fences, `single backticks`; the last such block when there are several); otherwise the text from the first
+    SELECT/WITH. A leading "SQL:", a trailing semicolon and anything after it are dropped, and so is prose after a
+    blank line that ends an unfenced query.
+    """
     text = answer_text(output)
     text = re.sub(r"^\s*(?:sql|sqlite|query)\s*:\s*", "", text, flags=re.IGNORECASE)
     if text.strip().strip(".;'\"` ").lower() in _ABSTAIN:
         return ""
+    blocks = _sql_candidates(text)
+    if blocks:
+        text = blocks[-1]
     start = _SQL_START.search(text)
     if start is None:
         return text.strip()
     sql = text[start.start():].strip()
-    return sql.split(";")[0].strip() if ";" in sql else sql
+    if ";" in sql:
+        return sql.split(";")[0].strip()
+    prose = _TRAILING_PROSE.search(sql)
+    return (sql[:prose.start()] if prose else sql).strip()
 
 
 def _authorize(action: int, *_args: Any) -> int:
@@ -121,7 +153,7 @@ def ehrsql_execution_accuracy(spec: BenchmarkSpec, instance: Instance, output: s
                                   "sub": {"abstention": float(abstained)}}
     gold = _gold_result(db_path, instance.references[0])  # GoldQueryFailed: the engine records a failure
     details: dict[str, Any] = {"parsed": not abstained, "strict_format": strict,
-                               "group": "answerable"}
+                               "group": "answerable", "gold_empty": not gold}
     if abstained:
         return 0.0, {**details, "sub": {"abstention": 1.0}}
     try:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Sequence
+from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -24,6 +25,10 @@ class Breakdown(BaseModel):
     strict_format_rate: float | None = None  # share of scored outputs that were nothing but the answer
     secondary: dict[str, dict[str, float | int | None]] = Field(default_factory=dict)  # name -> {score, n}
     groups: dict[str, dict[str, float | int | None]] = Field(default_factory=dict)  # group -> {score, n}
+    # Instances whose gold is empty (details "gold_empty": EHRSQL gold queries returning no rows) and the score
+    # on the instances with a non-empty gold; None when the metric has no such notion.
+    n_gold_empty: int | None = None
+    score_nonempty_gold: float | None = None
 
 
 def aggregate_values(values: Sequence[float], counts: Sequence[dict[str, int]] | None,
@@ -36,6 +41,16 @@ def aggregate_values(values: Sequence[float], counts: Sequence[dict[str, int]] |
         fn = sum(c.get("fn", 0) for c in counts)
         return 1.0 if 2 * tp + fp + fn == 0 else 2 * tp / (2 * tp + fp + fn)
     return sum(values) / len(values)
+
+
+def gold_empty_stats(scored: Sequence[tuple[float, dict[str, Any]]]) -> tuple[int | None, float | None]:
+    """``(n_gold_empty, score_nonempty_gold)`` over scored ``(value, details)`` pairs whose details say
+    ``gold_empty``; ``(None, None)`` when none does (the metric has no empty gold)."""
+    flagged = [(value, bool(details["gold_empty"])) for value, details in scored if "gold_empty" in details]
+    if not flagged:
+        return None, None
+    nonempty = [value for value, empty in flagged if not empty]
+    return sum(empty for _, empty in flagged), (sum(nonempty) / len(nonempty) if nonempty else None)
 
 
 def _rate(flags: list[bool]) -> float | None:
@@ -57,6 +72,8 @@ def summarise(benchmark: str, metric: str, scores: Sequence[InstanceScore]) -> B
         parse_rate=_rate([bool(s.details["parsed"]) for s in scored if "parsed" in s.details]),
         strict_format_rate=_rate([bool(s.details["strict_format"]) for s in scored if "strict_format" in s.details]),
     )
+    breakdown.n_gold_empty, breakdown.score_nonempty_gold = gold_empty_stats(
+        [(float(s.value), s.details) for s in scored if s.value is not None])
     secondary: dict[str, list[float]] = defaultdict(list)
     for s in scored:
         for name, value in (s.details.get("sub") or {}).items():

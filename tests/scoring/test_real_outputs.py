@@ -1,0 +1,121 @@
+"""Scorers on real files and on outputs written the way models really write them (issue 13 §2)."""
+
+from __future__ import annotations
+
+import csv
+from pathlib import Path
+
+import pytest
+
+from medhelm_local.benchmarks.registry import get_spec
+from medhelm_local.records import Instance
+from medhelm_local.scoring.ehrsql import extract_sql, run_query
+from medhelm_local.scoring.engine import score_outputs
+from medhelm_local.scoring.medec import parse_medec
+from medhelm_local.scoring.summary import Breakdown, summarise
+from tests.scoring.test_real_data import instances
+
+
+def score_all(benchmark: str, outputs: list[tuple[Instance, str]]) -> Breakdown:
+    spec = get_spec(benchmark)
+    return summarise(benchmark, spec.metric, score_outputs(spec, [(i, o, None) for i, o in outputs]))
+
+
+# -- MEDEC: the benchmark's native "<id> <corrected sentence>" answer --------------------------------------------
+
+def medec_rows(public_data: Path) -> list[dict[str, str]]:
+    path = public_data / "medec" / "MEDEC-MS-TestSet-with-GroundTruth-and-ErrorType.csv"
+    with path.open(encoding="utf-8", newline="") as handle:
+        return [row for row in csv.DictReader(handle) if (row.get("Text ID") or "").strip()]
+
+
+def test_medec_native_answer_format_on_real_rows(public_data: Path) -> None:
+    rows = medec_rows(public_data)
+    first = rows[0]
+    native = f"{first['Error Sentence ID']} {first['Corrected Sentence']}"
+    assert native == "10 Patient's symptoms are suspected to be due to Schistosoma mansoni."
+    assert parse_medec(native) == (1, 10, True)
+
+    flagged = {r["Text ID"]: r for r in rows if r["Error Flag"] == "1"}
+    assert len(flagged) == 311
+    outputs = [(i, "CORRECT" if i.meta["error_flag"] == 0
+                else f"{flagged[i.id]['Error Sentence ID']} {flagged[i.id]['Corrected Sentence']}")
+               for i in instances("medec")]
+    summary = score_all("medec", outputs)
+    assert summary.n == 597
+    assert summary.score == 1.0  # the 311 native answers used to be unparsed and scored 0 (0.479 overall)
+    assert summary.parse_rate == 1.0 and summary.strict_format_rate == 1.0
+    assert summary.secondary["error_sentence_accuracy"]["score"] == 1.0
+
+
+@pytest.mark.parametrize(("output", "expected"), [
+    ("10 Patient's symptoms are suspected to be due to Schistosoma mansoni.", (1, 10, True)),
+    ("**10** Patient's symptoms are suspected to be due to Schistosoma mansoni.", (1, 10, False)),
+    ("10: Patient's symptoms are suspected to be due to Schistosoma mansoni.", (1, 10, True)),
+    ("Sentence 4: The patient was given aspirin.", (1, 4, False)),
+    ("CORRECT", (0, None, True)),
+    ("I cannot tell.", (None, None, False)),
+])
+def test_medec_answer_forms(output: str, expected: tuple[int | None, int | None, bool]) -> None:
+    assert parse_medec(output) == expected
+
+
+# -- EHRSQL: fenced replies, and gold queries that return no rows -------------------------------------------------
+
+FENCE_FORMS = [
+    "Here is the SQL query:\n```sql\n{sql}\n```",
+    "Here is the SQL query:\n```sql\n{sql}\n```\nIt counts the rows you asked for.",
+    "Here is the SQL query:\n```\n{sql}\n```",
+    "Here is the SQL query:\n```SQL\n{sql}\n```",
+    "Here is the SQL query:\n```sqlite\n{sql}\n```",
+    "Here is the SQL query:\n~~~sql\n{sql}\n~~~",
+    "Here is the SQL query: ```{sql}```",
+    "Here is the SQL query: `{sql}`",
+    "```sql\n{sql}\n```",
+    "Here is the SQL query:\n\n{sql}\n\nThis query returns the answer.",
+]
+
+
+@pytest.mark.parametrize("form", FENCE_FORMS)
+def test_ehrsql_extraction_drops_every_fence(form: str) -> None:
+    sql = "SELECT COUNT(*) FROM patient WHERE gender = 'female'"
+    assert extract_sql(form.format(sql=sql)) == sql
+    assert extract_sql(form.format(sql=sql + ";")) == sql
+
+
+def test_ehrsql_fenced_real_gold_queries_score_one(public_data: Path) -> None:
+    data = instances("ehrsql")
+    outputs = [(i, f"Here is the SQL query:\n```sql\n{i.references[0]}\n```" if i.references else "null")
+               for i in data]
+    summary = score_all("ehrsql", outputs)
+    assert summary.score == 1.0
+    assert summary.secondary["valid_sql"]["score"] == 1.0
+
+
+def test_ehrsql_empty_gold_reported_beside_execution_accuracy(public_data: Path) -> None:
+    data = instances("ehrsql")
+    db = str(public_data / "ehrsql" / "eicu.sqlite")
+    answerable = [i for i in data if i.references]
+    assert len(answerable) == 1204
+    empty = 0
+    for instance in answerable:
+        try:
+            empty += not run_query(db, instance.references[0])
+        except Exception:  # the 4 gold queries naming absent columns
+            continue
+    assert empty == 674
+
+    # A model that answers every answerable question with a query returning nothing.
+    nothing = [(i, "SELECT patientunitstayid FROM patient WHERE 0" if i.references else "null") for i in data]
+    summary = score_all("ehrsql", nothing)
+    assert summary.n_gold_empty == 674
+    assert summary.score == pytest.approx((674 + 588) / 1788)  # the main score still credits those
+    assert summary.score_nonempty_gold == 0.0  # the 526 answerable items with rows: none right
+
+    gold = score_all("ehrsql", [(i, i.references[0] if i.references else "null") for i in data])
+    assert (gold.n_gold_empty, gold.score_nonempty_gold, gold.score) == (674, 1.0, 1.0)
+
+
+def test_other_metrics_have_no_empty_gold_figures(public_data: Path) -> None:
+    summary = score_all("pubmedqa", [(i, str(i.label)) for i in instances("pubmedqa")[:20]])
+    assert summary.n_gold_empty is None and summary.score_nonempty_gold is None
