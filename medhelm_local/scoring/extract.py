@@ -8,7 +8,7 @@ strict-format rate is reported beside each score, so tolerance never hides a mod
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Generic, TypeVar
@@ -25,7 +25,20 @@ _ANSWER_MARKER = re.compile(
     r"(?:final\s+answer|answer|correct\s+(?:option|choice)|option|choice)\s*(?:is|would\s+be|:|=|-)?\s*[:\-]?\s*",
     re.IGNORECASE,
 )
-_NUMBER = re.compile(r"(?<![\w.])[-\u2212\u2013]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w/])")
+# A number standing on its own: not glued to a word, and not part of a unit ("mL/min/1.73 m²", "kg/m^2",
+# "10^9/L": a number right after "/" or "^" belongs to the unit before it).
+_NUMBER = re.compile(
+    r"(?<![\w./^])[-\u2212\u2013]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][-+]?\d+)?(?![\w/])")
+# What marks the value a sentence states: "is", "=", "equals", "equal to", "of", "at", "≈", ":".
+_VALUE_MARKER = re.compile(
+    r"(?:\bis(?:\s+equal\s+to)?|\bequals?(?:\s+to)?|\bwas|=|≈|~|:|\bof|\bat|\bto)\s*(?:approximately|about|roughly|"
+    r"around)?\s*[*_]*\s*", re.IGNORECASE)
+# "The answer is", "Answer:", "final answer =" (not "score"/"total": "so total is 1 - 2 = -1" states a step).
+_NUMBER_ANSWER_MARKER = re.compile(
+    r"answer\s*(?:is|would\s+be|:|=|of)?\s*[:=]?\s*(?:approximately|about|~|≈)?\s*[*_]*", re.IGNORECASE)
+# Sentences: line breaks, or a full stop followed by a space or glued to the next capitalised sentence
+# ("...272.317 mmol/L.The patient's ..."), never the point of a decimal.
+_SENTENCE_BREAK = re.compile(r"\n+|(?<=[.!?])\s+|(?<=[A-Za-z%)\]]\.)(?=[A-Z])")
 _MONTHS = {m: i + 1 for i, m in enumerate(
     ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"])}
 
@@ -127,23 +140,63 @@ def _numbers(text: str) -> list[tuple[int, float]]:
     return out
 
 
+def _sentences(text: str) -> list[tuple[int, str]]:
+    """(offset, sentence) for each non-blank sentence of ``text``, in order."""
+    out, start = [], 0
+    for brk in [*_SENTENCE_BREAK.finditer(text), None]:
+        end = brk.start() if brk else len(text)
+        if text[start:end].strip():
+            out.append((start, text[start:end]))
+        start = brk.end() if brk else end
+    return out
+
+
+def _outside_parentheses(found: list[tuple[int, T]], sentence: str) -> list[tuple[int, T]]:
+    """Drop values inside parentheses ("09/23/2014 (LMP 12/17/2013)") unless nothing else is left."""
+    depth, inside = 0, set()
+    for index, char in enumerate(sentence):
+        depth += char == "("
+        if depth:
+            inside.add(index)
+        depth -= char == ")" and depth > 0
+    kept = [(pos, value) for pos, value in found if pos not in inside]
+    return kept or found
+
+
+def _stated_value(text: str, find: Callable[[str], list[tuple[int, T]]]) -> T | None:
+    """The value an answer states. In order: the value right after the last answer marker ("The answer is 4");
+    else, in the last sentence holding a value, the value after its last value marker ("... is 127.7 mL/min",
+    "= 4"), or its leading value ("09/23/2014 (LMP 12/17/2013)"), or its last value."""
+    values = find(text)
+    if not values:
+        return None
+    for marker in reversed(list(_NUMBER_ANSWER_MARKER.finditer(text))):
+        after = [v for pos, v in values if marker.end() <= pos <= marker.end() + 3]
+        if after:
+            return after[0]
+    for offset, sentence in reversed(_sentences(text)):
+        found = _outside_parentheses(find(sentence), sentence)
+        if not found:
+            continue
+        for marker in reversed(list(_VALUE_MARKER.finditer(sentence))):
+            after = [v for pos, v in found if marker.end() <= pos <= marker.end() + 2]
+            if after:
+                return after[0]
+        if found[0][0] <= len(sentence) - len(sentence.lstrip(" *_-#>")):
+            return found[0][1]
+        return found[-1][1]
+    return values[-1][1]
+
+
 def extract_number(output: str) -> Extracted[float]:
-    """A numeric answer: the number after the last answer marker, else the only number, else the last one."""
+    """A numeric answer: the output if it is nothing but a number (strict), else the value the answer states
+    (:func:`_stated_value`); numbers that are part of a unit ("/1.73 m²") are never read."""
     text = answer_text(output)
     bare = _bare(text)
     value = _to_float(bare) if re.fullmatch(r"[-\u2212\u2013]?[\d,]*\.?\d+(?:[eE][-+]?\d+)?", bare) else None
     if value is not None:
         return Extracted(value, True)
-    markers = list(re.finditer(r"(?:answer|result|score|value|total)\s*(?:is|would\s+be|:|=|of)?\s*[:=]?\s*"
-                               r"(?:approximately|about|~|≈)?\s*\**", text, re.IGNORECASE))
-    numbers = _numbers(text)
-    for marker in reversed(markers):
-        after = [v for pos, v in numbers if pos >= marker.end() and pos <= marker.end() + 3]
-        if after:
-            return Extracted(after[0], False)
-    if numbers:
-        return Extracted(numbers[-1][1], False)
-    return Extracted(None, False)
+    return Extracted(_stated_value(text, _numbers), False)
 
 
 def parse_date(text: str) -> date | None:
@@ -160,6 +213,7 @@ def parse_date(text: str) -> date | None:
 _DATE_PATTERNS = (
     re.compile(r"(?<!\d)(\d{1,2})/(\d{1,2})/(\d{4})(?!\d)"),  # MM/DD/YYYY
     re.compile(r"(?<!\d)(\d{4})-(\d{1,2})-(\d{1,2})(?!\d)"),  # ISO
+    re.compile(r"(?<![\d-])(\d{1,2})-(\d{1,2})-(\d{4})(?!\d)"),  # MM-DD-YYYY (MedCalc-Bench's explanations)
     re.compile(r"\b([A-Za-z]{3,9})\.?\s+(\d{1,2})(?:st|nd|rd|th)?,?\s+(\d{4})\b"),  # September 23, 2014
     re.compile(r"\b(\d{1,2})(?:st|nd|rd|th)?\s+([A-Za-z]{3,9})\.?,?\s+(\d{4})\b"),  # 23 September 2014
 )
@@ -170,12 +224,12 @@ def _dates(text: str) -> list[tuple[int, date]]:
     for index, pattern in enumerate(_DATE_PATTERNS):
         for m in pattern.finditer(text):
             try:
-                if index == 0:
+                if index in (0, 2):
                     value = date(int(m.group(3)), int(m.group(1)), int(m.group(2)))
                 elif index == 1:
                     value = date(int(m.group(1)), int(m.group(2)), int(m.group(3)))
                 else:
-                    month_name, day = (m.group(1), m.group(2)) if index == 2 else (m.group(2), m.group(1))
+                    month_name, day = (m.group(1), m.group(2)) if index == 3 else (m.group(2), m.group(1))
                     month = _MONTHS.get(month_name[:3].lower())
                     if month is None:
                         continue
@@ -187,13 +241,13 @@ def _dates(text: str) -> list[tuple[int, date]]:
 
 
 def extract_date(output: str) -> Extracted[date]:
-    """A date answer: the whole output if it is one date (strict), else the last date mentioned."""
+    """A date answer: the whole output if it is one date (strict), else the date the answer states (the one
+    after its marker, or the leading one of the last sentence with a date, parenthesised dates last)."""
     text = answer_text(output)
     whole = parse_date(_bare(text))
     if whole is not None:
         return Extracted(whole, True)
-    found = _dates(text)
-    return Extracted(found[-1][1] if found else None, False)
+    return Extracted(_stated_value(text, _dates), False)
 
 
 _WEEKS_DAYS = re.compile(

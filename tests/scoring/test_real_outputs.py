@@ -119,3 +119,65 @@ def test_ehrsql_empty_gold_reported_beside_execution_accuracy(public_data: Path)
 def test_other_metrics_have_no_empty_gold_figures(public_data: Path) -> None:
     summary = score_all("pubmedqa", [(i, str(i.label)) for i in instances("pubmedqa")[:20]])
     assert summary.n_gold_empty is None and summary.score_nonempty_gold is None
+
+
+# -- MedCalc-Bench: the value the answer states, never a number of a unit -----------------------------------------
+
+def medcalc_rows(public_data: Path) -> dict[str, dict[str, str]]:
+    with (public_data / "medcalc_bench" / "test_data.csv").open(encoding="utf-8", newline="") as handle:
+        return {row["Row Number"]: row for row in csv.DictReader(handle)}
+
+
+def test_medcalc_ground_truth_explanations_score_one(public_data: Path) -> None:
+    """Each real row's Ground Truth Explanation is a step-by-step answer ending with the result ("... = 54.0
+    mL/hr.\\nHence, the patient's fluid maintenance is 54.0 mL/hr."): the way reasoning models answer."""
+    rows = medcalc_rows(public_data)
+    data = instances("medcalc_bench")
+    summary = score_all("medcalc_bench", [(i, rows[i.id]["Ground Truth Explanation"]) for i in data])
+    assert summary.n == 1047
+    assert summary.score == 1.0  # was 0.749: last-number reading took 1.73 of "m²", operands, LMP dates
+    assert all(group["score"] == 1.0 for group in summary.groups.values())
+
+
+def test_medcalc_gfr_unit_and_lmp_date_on_real_items(public_data: Path) -> None:
+    rows = medcalc_rows(public_data)
+    data = instances("medcalc_bench")
+    gfr = [i for i in data if "Glomerular Filtration" in rows[i.id]["Calculator Name"]
+           or rows[i.id]["Calculator Name"] == "MDRD GFR Equation"]
+    assert len(gfr) == 40
+    summary = score_all("medcalc_bench", [(i, f"{rows[i.id]['Ground Truth Answer']} mL/min/1.73 m²") for i in gfr])
+    assert summary.score == 1.0
+
+    dates = [i for i in data if rows[i.id]["Calculator Name"] in ("Estimated Due Date", "Estimated of Conception")]
+    assert len(dates) == 40
+    outputs = [(i, f"{rows[i.id]['Ground Truth Answer']} (LMP 12/17/2013)") for i in dates]
+    assert score_all("medcalc_bench", outputs).score == 1.0
+
+
+@pytest.mark.parametrize(("output", "value"), [
+    ("127.7 mL/min/1.73 m²", 127.7),
+    ("The patient's GFR is 127.7 mL/min/1.73 m².", 127.7),
+    ("BMI = 22.5 kg/m^2", 22.5),
+    ("The answer is 4.\nLet me know if you need anything else.", 4.0),
+    ("Score: 3 + 1 = 4", 4.0),
+    ("so total is 1 - 2 = -1.\nThe Well's DVT score for the patient is -1.", -1.0),
+    ("7.96 mg of Dexamethasone PO is equal to 53.093 mg of PrednisoLONE PO.", 53.093),
+    ("ANC is 2.5 x 10^9/L", 2.5),
+])
+def test_medcalc_stated_number(output: str, value: float) -> None:
+    from medhelm_local.scoring.extract import extract_number
+
+    assert extract_number(output).value == value
+
+
+@pytest.mark.parametrize("output", [
+    "09/23/2014 (LMP 12/17/2013)",
+    "Estimated due date: 09/23/2014 (LMP 12/17/2013)",
+    "The LMP was 12/17/2013, so the estimated due date is 09-23-2014.",
+])
+def test_medcalc_stated_date(output: str) -> None:
+    from datetime import date
+
+    from medhelm_local.scoring.extract import extract_date
+
+    assert extract_date(output).value == date(2014, 9, 23)
