@@ -140,13 +140,13 @@ def _numbers(text: str) -> list[tuple[int, float]]:
     return out
 
 
-def _sentences(text: str) -> list[tuple[int, str]]:
-    """(offset, sentence) for each non-blank sentence of ``text``, in order."""
+def _sentences(text: str) -> list[str]:
+    """The non-blank sentences of ``text``, in order."""
     out, start = [], 0
     for brk in [*_SENTENCE_BREAK.finditer(text), None]:
         end = brk.start() if brk else len(text)
         if text[start:end].strip():
-            out.append((start, text[start:end]))
+            out.append(text[start:end])
         start = brk.end() if brk else end
     return out
 
@@ -174,7 +174,7 @@ def _stated_value(text: str, find: Callable[[str], list[tuple[int, T]]]) -> T | 
         after = [v for pos, v in values if marker.end() <= pos <= marker.end() + 3]
         if after:
             return after[0]
-    for offset, sentence in reversed(_sentences(text)):
+    for sentence in reversed(_sentences(text)):
         found = _outside_parentheses(find(sentence), sentence)
         if not found:
             continue
