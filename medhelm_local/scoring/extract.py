@@ -97,14 +97,26 @@ def extract_label(output: str, labels: Sequence[str]) -> tuple[str | None, bool]
     group = alternatives if single else f"(?i:{alternatives})"
     token = rf"[(\[*\"'`]*\s*({group})\s*[)\]*\"'`]*(?![A-Za-z0-9])"
     marker = "(?i:" + _ANSWER_MARKER.pattern + ")"
+    # Two different labels offered as alternatives ("B or A", "yes or no", "A/B"): a hedge, not an answer.
+    hedge = rf"{token}\s*(?:,?\s+or\s+|/|\s+and/or\s+){token}"
+
+    def hedged(pattern: str, at: int) -> bool:
+        found = re.compile(pattern).match(text, at)
+        return found is not None and found.group(1).lower() != found.group(2).lower()
+
     # The last explicit answer marker wins: reasoning models restate their final choice at the end.
     hits = list(re.finditer(marker + token, text))
     if hits:
-        return by_lower[hits[-1].group(1).lower()], False
+        last = hits[-1]
+        if hedged(marker + hedge, last.start()):
+            return None, False
+        return by_lower[last.group(1).lower()], False
     # A leading label: "B) ...", "(C) ...", "Yes, because ...".
     after = r"(?:\s*[).:,\-]|\s|$)" if single else r"(?:\s*[).:,;!\-]|$)"
     leading = re.match(rf"\s*{token}{after}", text)
     if leading and (not single or not re.match(r"\s*A\s+[a-z]", text)):
+        if hedged(rf"\s*{hedge}", 0):
+            return None, False
         return by_lower[leading.group(1).lower()], False
     if single:
         # A label alone on a line, or in parentheses: "(D)".

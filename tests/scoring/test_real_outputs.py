@@ -181,3 +181,35 @@ def test_medcalc_stated_date(output: str) -> None:
     from medhelm_local.scoring.extract import extract_date
 
     assert extract_date(output).value == date(2014, 9, 23)
+
+
+# -- Hedges: two different labels offered as alternatives are no answer ----------------------------------------
+
+@pytest.mark.parametrize(("benchmark", "hedge"), [
+    ("medqa", "The answer is {gold} or {other}."),
+    ("medqa", "The answer is {other} or {gold}."),
+    ("medqa", "{gold} or {other}"),
+    ("medqa", "Answer: **{gold}** or **{other}**"),
+    ("pubmedqa", "The answer is {gold} or {other}."),
+    ("pubmedqa", "{gold}/{other}"),
+])
+def test_hedged_answers_are_unparsed(public_data: Path, benchmark: str, hedge: str) -> None:
+    spec = get_spec(benchmark)
+    labels = list(spec.labels or [])
+    data = instances(benchmark)[:100]
+    outputs = [(i, hedge.format(gold=i.label, other=next(x for x in labels if x != i.label))) for i in data]
+    summary = score_all(benchmark, outputs)
+    assert summary.score == 0.0
+    assert summary.parse_rate == 0.0 and summary.strict_format_rate == 0.0
+
+    committed = score_all(benchmark, [(i, f"The answer is {i.label}.") for i in data])
+    assert committed.score == 1.0 and committed.parse_rate == 1.0
+
+
+def test_hedges_with_the_issue_examples() -> None:
+    from medhelm_local.scoring.extract import extract_label
+
+    assert extract_label("The answer is B or A.", ["A", "B", "C", "D"]) == (None, False)
+    assert extract_label("The answer is yes or no.", ["yes", "no", "maybe"]) == (None, False)
+    assert extract_label("The answer is B or B.", ["A", "B", "C", "D"]) == ("B", False)  # one label, twice
+    assert extract_label("The answer is B, not A.", ["A", "B", "C", "D"]) == ("B", False)
