@@ -213,3 +213,31 @@ def test_hedges_with_the_issue_examples() -> None:
     assert extract_label("The answer is yes or no.", ["yes", "no", "maybe"]) == (None, False)
     assert extract_label("The answer is B or B.", ["A", "B", "C", "D"]) == ("B", False)  # one label, twice
     assert extract_label("The answer is B, not A.", ["A", "B", "C", "D"]) == ("B", False)
+
+
+# -- ICD-10-CM billing: candidates validated against the real code set ------------------------------------------
+
+def test_billing_reads_only_real_billable_codes() -> None:
+    from medhelm_local.scoring.billing import extract_codes, is_billable
+
+    note_like = ("Codes: E11.9, I10, Z79.4. T2DM with A1c 8.2 on ceftriaxone q6h; B12 deficiency (D51.9); "
+                 "staff wore N95 masks; S72.001A")
+    assert extract_codes(note_like) == {"E119", "I10", "Z794", "D519", "S72001A"}
+    for word in ("T2DM", "A1C", "Q6H", "B12", "N95"):
+        assert not is_billable(word), word
+    # 7th characters: initial and subsequent encounters are different billable codes; without it, not billable.
+    assert is_billable("S72001A") and is_billable("S72001D") and not is_billable("S72001")
+    assert extract_codes("S72.001D") == {"S72001D"}
+
+
+def test_billing_micro_f1_is_not_charged_for_words_that_look_like_codes() -> None:
+    spec = get_spec("mimic_iv_billing")
+    instance = Instance(benchmark="mimic_iv_billing", id="1", fields={"context": "note"},
+                        references=["E11.9", "I10", "S72.001A"])
+    chatty = "E11.9 (T2DM, last A1c 8.2), I10; S72.001A. Also B12 and N95 noted."
+    (scored,) = score_outputs(spec, [(instance, chatty, None)])
+    assert scored.value == 1.0 and scored.details["counts"] == {"tp": 3, "fp": 0, "fn": 0}
+    # A gold code that a later release split (no longer a leaf) still counts when the model names it.
+    split = instance.model_copy(update={"references": ["S72001"]})
+    (kept,) = score_outputs(spec, [(split, "S72.001", None)])
+    assert kept.value == 1.0
