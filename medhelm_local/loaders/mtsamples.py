@@ -4,6 +4,16 @@ The reference is the first of ``loader_options.sections`` (default PLAN, SUMMARY
 has; that section is removed from the report, which becomes the ``context`` field, and ``section`` holds its
 name. Reports with none of the sections are skipped and counted. Instance id: the file's path relative to the
 folder, without ``.txt``. Meta: ``section``.
+
+Sections as the real files write them (raulista1997/benchmarkdata, the folders MedHELM reads): a heading is an
+upper-case label and a colon, at the start of a line or in the middle of one, right after the previous section's
+last sentence ("...waves bye.ALLERGIES: No known medical allergies.MEDICATIONS: None."); a section ends at the
+next heading, mid-line or not, or at the file's trailing "Keywords:" line. A wanted section is a heading whose
+last word is the section name ("PLAN", "ASSESSMENT AND PLAN", "GROSS OPERATIVE FINDINGS"), an exact heading
+before a compound one. HELM's scenarios keep every report where "PLAN:", "SUMMARY:" or "FINDINGS:" occurs and take
+the rest of that line, which swallows the sections that follow on it; this loader keeps those reports (and those
+whose section starts on the next line) with the section alone as the reference, and leaves the Description and
+Keywords metadata lines (which repeat the removed section or list its terms) out of the context.
 """
 
 from __future__ import annotations
@@ -19,8 +29,17 @@ from medhelm_local.loaders.io import Row, Table, read_text
 from medhelm_local.loaders.records import RecordMapping, build_instances, check_option_keys
 
 DEFAULT_SECTIONS = ("PLAN", "SUMMARY", "FINDINGS")
-# A heading: an upper-case label at the start of a line, then a colon (MTSamples writes "PLAN:" or "PLAN:,").
-HEADING = re.compile(r"^[ \t]*([A-Z][A-Z0-9 /&(),'-]{1,80}?)[ \t]*:[ \t,]*", re.MULTILINE)
+# A heading: an upper-case label then a colon ("PLAN:", "PLAN:,", "FAMILY/SOCIAL HISTORY:"). It starts a line or
+# follows anything that is not an upper-case letter ("bye.ALLERGIES:", "typeCOMMENT:"); it ends on a letter or a
+# closing parenthesis, so times and ratios ("10:17", "1:100,000") are not headings. A short label right after a
+# list number ("2. HTN: ...") is a list item, not a heading.
+HEADING = re.compile(
+    r"(?<![A-Z0-9&/'(-])(?<!\d[.)] )(?<!\d[.)])([A-Z][A-Z0-9 /&,'()-]*[A-Z)])[ \t]*:[ \t,]*")
+# The report's own metadata lines (first lines and the trailing keywords) also end a section.
+METADATA = re.compile(r"^[ \t]*(Medical Specialty|Sample Name|Description|Keywords)[ \t]*:", re.MULTILINE)
+# Metadata lines left out of the context: the trailing keywords list the report's terms, and the description
+# often repeats the reference section word for word.
+LEAKY_METADATA = frozenset({"KEYWORDS", "DESCRIPTION"})
 MAPPING = RecordMapping(
     id_column="id",
     fields={"context": "context", "section": "section"},
@@ -30,29 +49,47 @@ MAPPING = RecordMapping(
 
 
 def split_sections(text: str) -> list[tuple[str | None, int, int, int]]:
-    """(heading, start of heading, start of body, end of body) for each section; a preamble has no heading."""
-    marks = list(HEADING.finditer(text))
+    """(heading, start of heading, start of body, end of body) for each section; a preamble has no heading.
+    Metadata lines are sections named by their label in upper case ("KEYWORDS")."""
+    marks = sorted([(m.start(), m.end(), m.group(1).strip()) for m in HEADING.finditer(text)
+                    if sum(c.isalpha() for c in m.group(1)) >= 2]
+                   + [(m.start(), m.end(), m.group(1).upper()) for m in METADATA.finditer(text)])
     sections: list[tuple[str | None, int, int, int]] = []
-    if not marks or marks[0].start() > 0:
-        sections.append((None, 0, 0, marks[0].start() if marks else len(text)))
-    for i, mark in enumerate(marks):
-        end = marks[i + 1].start() if i + 1 < len(marks) else len(text)
-        sections.append((mark.group(1).strip(), mark.start(), mark.end(), end))
+    if not marks or marks[0][0] > 0:
+        sections.append((None, 0, 0, marks[0][0] if marks else len(text)))
+    for i, (start, body_start, name) in enumerate(marks):
+        if i + 1 < len(marks) and marks[i + 1][0] < body_start:
+            continue  # overlapping matches: the later, narrower one stands
+        end = marks[i + 1][0] if i + 1 < len(marks) else len(text)
+        sections.append((name, start, body_start, end))
     return sections
 
 
+def _names_section(heading: str, name: str, *, exact: bool) -> bool:
+    words = re.split(r"[\s/&,-]+", heading.upper().strip(" ()"))
+    return heading.upper() == name if exact else bool(words) and words[-1] == name
+
+
 def extract_reference(text: str, wanted: list[str]) -> tuple[str, str, str] | None:
-    """(section name, section body, report without the section) for the first wanted section present."""
+    """(section name, section body, report without the section and its Description and Keywords lines) for the
+    first wanted section present."""
     sections = split_sections(text)
-    for name in wanted:
-        for heading, start, body_start, end in sections:
-            if heading is not None and heading.upper() == name.upper():
+    for name in (w.upper() for w in wanted):
+        for exact in (True, False):
+            for heading, start, body_start, end in sections:
+                if heading is None or not _names_section(heading, name, exact=exact):
+                    continue
                 body = text[body_start:end].strip()
                 if not body:
                     continue
-                remainder = (text[:start].rstrip() + "\n\n" + text[end:].lstrip()).strip()
-                return name.upper(), body, remainder
+                kept = [(s, e) for h, s, _, e in sections if h not in LEAKY_METADATA and (s, e) != (start, end)]
+                remainder = "".join(text[s:e] for s, e in kept)
+                return name, body, _tidy(remainder)
     return None
+
+
+def _tidy(text: str) -> str:
+    return re.sub(r"\n{3,}", "\n\n", re.sub(r"[ \t]+\n", "\n", text)).strip()
 
 
 @register_loader("mtsamples_txt")
