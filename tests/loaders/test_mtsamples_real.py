@@ -109,6 +109,8 @@ def test_assessment_and_plan_heading(public_data: Path) -> None:
     ("SUMMARY: Stable.\nPLAN: Discharge.", ("PLAN", "Discharge.")),
     ("PLAN:\nSUMMARY: Stable.", ("SUMMARY", "Stable.")),
     ("HISTORY: Plan: none.", None),
+    ("IMPRESSION:1. Renal failure.5. Pneumonitis.DISCUSSION/PLAN: Supportive care. I's and O's daily.\nKeywords: x",
+     ("PLAN", "Supportive care. I's and O's daily.")),
 ])
 def test_heading_forms(text: str, expected: tuple[str, str] | None) -> None:
     found = extract_reference(text, ["PLAN", "SUMMARY", "FINDINGS"])
