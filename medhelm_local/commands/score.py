@@ -16,6 +16,8 @@ from medhelm_local.context import app_context
 from medhelm_local.errors import BadInputError, NotFoundError
 from medhelm_local.records import Instance
 from medhelm_local.scoring.engine import score_items
+from medhelm_local.scoring.helm_outputs import FAILED as HELM_FAILED
+from medhelm_local.scoring.helm_outputs import is_helm_source, match_instances, read_helm_outputs
 from medhelm_local.scoring.metrics import JURY
 from medhelm_local.scoring.summary import Breakdown, summarise
 from medhelm_local.store import Store
@@ -96,11 +98,11 @@ def _match(path: Path, benchmark: str, predictions: list[tuple[int, str, str | N
 
 
 def score_payload(breakdown: Breakdown, *, fingerprint: str, dataset_size: int, file_sha256: str,
-                  judges: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+                  judges: list[dict[str, Any]] | None = None, source_format: str = "jsonl") -> dict[str, Any]:
     payload: dict[str, Any] = {
         "benchmark": breakdown.benchmark, "metric": breakdown.metric, "score": breakdown.score, "n": breakdown.n,
         "n_failed": breakdown.n_failed, "dataset_fingerprint": fingerprint, "dataset_instances": dataset_size,
-        "predictions_sha256": file_sha256,
+        "predictions_sha256": file_sha256, "predictions_format": source_format,
         "n_gold_empty": breakdown.n_gold_empty, "score_nonempty_gold": breakdown.score_nonempty_gold,
         "breakdown": {
             "parse_rate": breakdown.parse_rate, "strict_format_rate": breakdown.strict_format_rate,
@@ -115,7 +117,10 @@ def score_payload(breakdown: Breakdown, *, fingerprint: str, dataset_size: int, 
 def score(
     ctx: typer.Context,
     benchmark: str = typer.Argument(..., help="Benchmark id."),
-    predictions: Path = typer.Option(..., "--predictions", help="JSONL of {\"id\": ..., \"output\": ...}."),
+    predictions: Path = typer.Option(
+        ..., "--predictions",
+        help="JSONL of {\"id\": ..., \"output\": ...}, or model outputs as HELM writes them: a HELM run directory, "
+             "its scenario_state.json or display_predictions.json."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
     jury_concurrency: int | None = typer.Option(None, "--jury-concurrency", min=1, max=64,
                                                 help="Judge requests in flight per judge (jury benchmarks)."),
@@ -123,14 +128,29 @@ def score(
     """Score a predictions file against the registered dataset (the benchmark's current dataset version)."""
     app_ctx = app_context(ctx)
     spec = get_spec(benchmark)
-    lines, file_sha256 = read_predictions(predictions)
+    helm = is_helm_source(predictions)
+    if helm:
+        helm_predictions, source = read_helm_outputs(predictions)
+        file_sha256 = hashlib.sha256(source.read_bytes()).hexdigest()
+        source_format = f"helm:{source.name}"
+    else:
+        lines, file_sha256 = read_predictions(predictions)
+        source, source_format = predictions, "jsonl"
     config = app_ctx.home.config if spec.metric == JURY else None
     with Store.open(app_ctx.home) as store:
         dataset = store.current_dataset(benchmark)
         if dataset is None:
             raise NotFoundError(f"no dataset is registered for {benchmark}; see `datasets register`")
-        instances = store.get_instances(benchmark, dataset.fingerprint, [iid for _, iid, _ in lines])
-        items = _match(predictions, benchmark, lines, instances)
+        if helm:
+            registered = [i for chunk in store.iter_instances(benchmark, dataset.fingerprint, chunk=2000)
+                          for i in chunk]
+            lines = match_instances(source, helm_predictions, registered)
+            instances = {i.id: i for i in registered}
+        else:
+            instances = store.get_instances(benchmark, dataset.fingerprint, [iid for _, iid, _ in lines])
+        items = _match(source, benchmark, lines, instances)
+        if helm:  # HELM's failed requests: excluded and counted under their own name
+            items = [(i, o, None if o is not None else HELM_FAILED) for i, o, _ in items]
         scope = f"predictions:{file_sha256}"
         scores = score_items(store, spec, items, scope=scope, config=config, jury_concurrency=jury_concurrency)
         judges = None
@@ -140,10 +160,10 @@ def score(
                       for r in judge_failure_rates(store, scope, benchmark)]
     breakdown = summarise(benchmark, spec.metric, scores)
     audit_event(app_ctx.home, app_ctx.actor, "score.predictions", role="informatics", benchmark=benchmark,
-                predictions_sha256=file_sha256, dataset=dataset.fingerprint, scored=breakdown.n,
-                failed=breakdown.n_failed)
+                predictions_sha256=file_sha256, predictions_format=source_format, dataset=dataset.fingerprint,
+                scored=breakdown.n, failed=breakdown.n_failed)
     payload = score_payload(breakdown, fingerprint=dataset.fingerprint, dataset_size=dataset.n_instances,
-                            file_sha256=file_sha256, judges=judges)
+                            file_sha256=file_sha256, judges=judges, source_format=source_format)
     if as_json:
         emit_json(payload)
         return
