@@ -241,3 +241,21 @@ def test_billing_micro_f1_is_not_charged_for_words_that_look_like_codes() -> Non
     split = instance.model_copy(update={"references": ["S72001"]})
     (kept,) = score_outputs(spec, [(split, "S72.001", None)])
     assert kept.value == 1.0
+
+
+def test_billing_code_set_agrees_with_the_packages_own_api() -> None:
+    """The code list is read as a file (fast, small); its codes and leaves are the package's own."""
+    import random
+    import warnings
+
+    from medhelm_local.scoring.billing import _code_set, is_billable
+
+    codes, _ = _code_set()
+    assert len(codes) == 98166  # simple-icd-10-cm 1.5.0: the April 2026 ICD-10-CM release
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        import simple_icd_10_cm as icd10cm
+    sample = [*random.Random(13).sample(sorted(codes), 2000), "T2DM", "A1C", "Q6H", "B12", "N95", "E11"]
+    for code in sample:
+        expected = bool(icd10cm.is_valid_item(code) and icd10cm.is_leaf(code))
+        assert is_billable(code) == expected, code
