@@ -1,3 +1,4 @@
+# ruff: noqa: E402  (helm.common.gpu_utils must be stubbed before HELM's run specs are imported)
 """Render HELM's own MedHELM prompts for one real item per public benchmark: the golden files of the parity tests.
 
 Not run by CI (CI never needs crfm-helm). Regenerate by hand, in a separate virtual environment:
@@ -23,14 +24,13 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import sys
+import types
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
 from typing import Any
-
-import sys
-import types
 
 # The jury run specs import helm.common.gpu_utils (torch) only to name a BERTScore device: a stand-in avoids
 # installing torch; it changes nothing in the adapter spec or the annotator prompt.
@@ -75,7 +75,7 @@ def pubmedqa(data: Path) -> tuple[str, str, Instance]:
     file = data / "pubmedqa" / "ori_pqal.json"
     pmid, example = next(iter(json.loads(file.read_text()).items()))
     background = "\n".join(f"{label.title()}. {context}" for label, context in zip(example["LABELS"],
-                                                                                    example["CONTEXTS"]))
+                                                                                    example["CONTEXTS"], strict=True))
     prompt = PassageQuestionInput(passage=background, question=example["QUESTION"] + "\n", passage_prefix="Context: ",
                                   separator="\n\n")
     answers = ["yes", "no", "maybe"]
@@ -127,7 +127,8 @@ def ehrsql(data: Path) -> tuple[str, str, Instance]:
 
 
 def medhallu(data: Path) -> tuple[str, str, Instance]:
-    # medhallu_scenario.py create_instance: f"World Knowledge: {knowledge}\n\nQuestion: {question}\n\nAnswer: {answer}\n"
+    # medhallu_scenario.py create_instance:
+    #   f"World Knowledge: {knowledge}\n\nQuestion: {question}\n\nAnswer: {answer}\n" (knowledge is a list)
     row = json.loads((data / "medhallu" / "medhallu_pqa_labeled.jsonl").read_text().splitlines()[0])
     text = f"""World Knowledge: {row["Knowledge"]}
 
@@ -151,8 +152,8 @@ def medqa(data: Path) -> tuple[str, str, Instance]:
 def medmcqa(_: Path) -> tuple[str, str, Instance]:
     # med_mcqa_scenario.py: Input(text=example["question"]); references opa..opd, "cop" indexes them (0-based there;
     #   HELM's copy of the data uses 0-3, the upstream dev.json 1-4; the prompt does not show which is right)
-    example = json.loads((FIXTURES / "medmcqa" / "dev.json").read_text().splitlines()[0])
-    return "fixtures/medmcqa/dev.json", example["id"], _mc(
+    example = json.loads((FIXTURES / "medmcqa" / "dev.jsonl").read_text().splitlines()[0])
+    return "fixtures/medmcqa/dev.jsonl", example["id"], _mc(
         example["question"], [example[k] for k in ("opa", "opb", "opc", "opd")], example["cop"] - 1)
 
 
@@ -196,7 +197,7 @@ def medication_qa(_: Path) -> tuple[str, str, Instance]:
 
     sheet = openpyxl.load_workbook(FIXTURES / "medication_qa" / "MedInfo2019-QA-Medications.xlsx").active
     header, row = [c.value for c in sheet[1]], [c.value for c in sheet[2]]
-    item = dict(zip(header, row))
+    item = dict(zip(header, row, strict=True))
     return "fixtures/medication_qa/MedInfo2019-QA-Medications.xlsx", "0", Instance(
         input=Input(item["Question"]), references=[Reference(Output(item["Answer"]), tags=[CORRECT_TAG])])
 
@@ -214,8 +215,9 @@ def mediqa_qa(_: Path) -> tuple[str, str, Instance]:
 
 
 def med_dialog(_: Path) -> tuple[str, str, Instance]:
-    # med_dialog_scenario.py: Input(text=example["src"])
-    example = json.loads((FIXTURES / "med_dialog" / "test.json").read_text())["data"][0]
+    # med_dialog_scenario.py: Input(text=example["src"]) for each of json.load(f)["data"] (the fixture is the
+    #   bare array the spec reads by default; the items are the same)
+    example = json.loads((FIXTURES / "med_dialog" / "test.json").read_text())[0]
     return "fixtures/med_dialog/test.json", "0", Instance(
         input=Input(text=example["src"]), references=[Reference(Output(text=example["tgt"]), tags=[CORRECT_TAG])])
 
