@@ -21,6 +21,7 @@ from medhelm_local.benchmarks.registry import get_spec
 from medhelm_local.benchmarks.sampling import sample_ids
 from medhelm_local.errors import BadInputError
 from medhelm_local.prompts.build import build_request, template_hash
+from medhelm_local.prompts.styles import DEFAULT_STYLE, check_style, styled_spec
 from medhelm_local.records import InferenceRequest, Instance
 from medhelm_local.runner.manifest import canonical_json
 from medhelm_local.store.runs import PlannedItem
@@ -51,6 +52,7 @@ class Plan:
     order_mode: str
     seed: int
     max_instances: int | None
+    prompt_style: str = DEFAULT_STYLE
 
 
 def prefix_key(request: InferenceRequest) -> str:
@@ -81,13 +83,14 @@ def validate_benchmarks(benchmarks: list[str]) -> None:
 
 
 def compute_plan(store: Store, model: str, benchmarks: list[str], *, max_instances: int | None, seed: int,
-                 order_mode: str = "prefix") -> Plan:
+                 order_mode: str = "prefix", prompt_style: str = DEFAULT_STYLE) -> Plan:
     validate_benchmarks(benchmarks)
+    check_style(prompt_style)
     if order_mode not in ORDER_MODES:
         raise BadInputError(f"--order: expected one of {', '.join(ORDER_MODES)}")
     datasets: dict[str, dict[str, Any]] = {}
     for benchmark in benchmarks:
-        spec = get_spec(benchmark)
+        spec = styled_spec(get_spec(benchmark), prompt_style)  # refuses (exit 2) where parity is impossible
         dataset = store.current_dataset(benchmark)
         if dataset is None:
             raise BadInputError(
@@ -101,9 +104,11 @@ def compute_plan(store: Store, model: str, benchmarks: list[str], *, max_instanc
                     "order": order_mode,
                     "datasets": {b: d["fingerprint"] for b, d in datasets.items()},
                     "templates": {b: d["template_sha256"] for b, d in datasets.items()}}
+    if prompt_style != DEFAULT_STYLE:  # default-style plans keep the keys they had before styles existed
+        key_material["prompt_style"] = prompt_style
     plan_key = hashlib.sha256(canonical_json(key_material)).hexdigest()
     return Plan(benchmarks=list(benchmarks), datasets=datasets, plan_key=plan_key, order_mode=order_mode,
-                seed=seed, max_instances=max_instances)
+                seed=seed, max_instances=max_instances, prompt_style=prompt_style)
 
 
 def _chosen_chunks(store: Store, benchmark: str, fingerprint: str, max_instances: int | None, seed: int
@@ -125,7 +130,7 @@ def plan_items(store: Store, plan: Plan) -> Iterator[list[PlannedItem]]:
     Send order: benchmarks in the order named, then the mode's key, then dataset order.
     """
     for index, benchmark in enumerate(plan.benchmarks):
-        spec = get_spec(benchmark)
+        spec = styled_spec(get_spec(benchmark), plan.prompt_style)
         fingerprint = plan.datasets[benchmark]["fingerprint"]
         position = 0
         for chunk in _chosen_chunks(store, benchmark, fingerprint, plan.max_instances, plan.seed):
