@@ -67,7 +67,8 @@ class MedhelmParity(BaseModel):
     ``template`` is the whole user message HELM's chat clients send (no system message), a ``str.format`` template
     over the instance's fields like ``prompt.template``. ``answer_labels`` are the answers HELM's prompt asks for,
     in the order of the spec's ``labels`` (PubMedQA: A/B/C for yes/no/maybe). ``judge_question`` renders HELM's
-    instance input, which HELM's jury sees as ``{question}``; ``judge_template`` is HELM's annotator prompt over
+    instance input, which HELM's jury sees as ``{question}`` (``judge_gold``: its gold response, where the raw
+    reference differs from the loaded one); ``judge_template`` is HELM's annotator prompt over
     ``{question}``, ``{response}`` and ``{gold_response}``.
     """
 
@@ -79,6 +80,7 @@ class MedhelmParity(BaseModel):
     stop: list[str] = Field(default_factory=list)
     answer_labels: list[str] | None = None
     judge_question: str | None = None
+    judge_gold: str | None = None  # HELM's gold response as its jury sees it (the raw reference), when it differs
     judge_template: str | None = None
     unavailable: str | None = None
 
@@ -121,6 +123,8 @@ class BenchmarkSpec(BaseModel):
     answer_labels: list[str] | None = None
     # The jury's ``{question}``: a template over the instance's fields; None = the filled prompt itself.
     judge_question: str | None = None
+    # The jury's ``{gold_response}``: a template over the instance's fields; None = the references.
+    judge_gold: str | None = None
     medhelm: MedhelmParity | None = None
     source: str | None = None
     license: str | None = None

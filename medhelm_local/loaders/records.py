@@ -99,6 +99,9 @@ class RecordMapping(BaseModel):
     variants: list[Variant] = Field(default_factory=list)
     skip_blank_rows: bool = True
     list_separator: str = ";"
+    # Characters stripped from the end of each option text, then whitespace (MedQA's source leaves a stray quote
+    # and line break in some options, jind11/MedQA#5; HELM strips them the same way).
+    option_rstrip: str | None = None
 
     def required_columns(self) -> list[str]:
         columns = [
@@ -274,6 +277,13 @@ def _typed(mapping: RecordMapping, row: Row, column: str, value: Any) -> Any:
 
 
 def _options(mapping: RecordMapping, row: Row) -> dict[str, str]:
+    options = _raw_options(mapping, row)
+    if mapping.option_rstrip is None:
+        return options
+    return {k: v.rstrip(mapping.option_rstrip).rstrip() for k, v in options.items()}
+
+
+def _raw_options(mapping: RecordMapping, row: Row) -> dict[str, str]:
     if mapping.options_column:
         raw = _cell(row, mapping.options_column, required=True)
         if isinstance(raw, str) and raw.strip()[:1] in "[{":

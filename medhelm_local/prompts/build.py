@@ -51,6 +51,12 @@ def judge_question(spec: BenchmarkSpec, instance: Instance) -> str:
     return build_request(spec, instance).messages[-1].content
 
 
+def judge_gold(spec: BenchmarkSpec, instance: Instance) -> str | None:
+    """The jury's ``{gold_response}`` when the spec renders it from the instance's fields (MedHELM parity: the raw
+    reference HELM's jury sees); None = the instance's references."""
+    return None if spec.judge_gold is None else _fill(spec.judge_gold, instance.fields, spec.id)
+
+
 def request_hash(request: InferenceRequest) -> str:
     dumped = request.model_dump(mode="json")
     if dumped.get("stop") is None:

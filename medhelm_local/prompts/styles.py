@@ -51,6 +51,7 @@ def styled_spec(spec: BenchmarkSpec, style: str) -> BenchmarkSpec:
         update["judge"] = JudgeRubric(criteria=spec.judge.criteria, template=parity.judge_template,
                                       uses_gold=spec.judge.uses_gold)
         update["judge_question"] = parity.judge_question
+        update["judge_gold"] = parity.judge_gold
     return spec.model_copy(update=update)
 
 
@@ -58,7 +59,7 @@ def style_sha256(spec: BenchmarkSpec, style: str) -> str:
     """Hash of everything a style decides for ``spec``: prompt, decoding, answer labels, judge prompt."""
     styled = styled_spec(spec, style)
     decided = styled.model_dump(mode="json", include={"prompt", "max_tokens", "stop", "answer_labels", "judge",
-                                                      "judge_question"})
+                                                      "judge_question", "judge_gold"})
     payload = json.dumps({"style": style, **decided}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(payload.encode()).hexdigest()
 

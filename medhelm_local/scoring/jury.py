@@ -25,7 +25,7 @@ from typing import Any
 from medhelm_local.benchmarks.spec import BenchmarkSpec, JudgeRubric
 from medhelm_local.errors import ConfigError, MedhelmError
 from medhelm_local.home.config import ApplianceConfig
-from medhelm_local.prompts.build import judge_question
+from medhelm_local.prompts.build import judge_gold, judge_question
 from medhelm_local.records import ChatMessage, InferenceRequest, Instance, InstanceScore
 from medhelm_local.scoring.extract import strip_reasoning
 from medhelm_local.scoring.metrics import JURY, ROUGE_L
@@ -96,7 +96,7 @@ def judge_prompt(spec: BenchmarkSpec, instance: Instance, output: str) -> str:
     (reasoning dropped), ``{gold_response}`` the reference (only if the rubric uses it)."""
     rubric = rubric_of(spec)
     question = judge_question(spec, instance)
-    gold = "\n\n".join(r for r in instance.references if r.strip()) or NO_GOLD
+    gold = judge_gold(spec, instance) or "\n\n".join(r for r in instance.references if r.strip()) or NO_GOLD
     values = {"question": question, "response": strip_reasoning(output).strip(), "criteria": criteria_text(rubric),
               "gold_response": gold if rubric.uses_gold else NO_GOLD}
     names = {name for _, name, _, _ in string.Formatter().parse(rubric.template) if name}
