@@ -66,7 +66,8 @@ def outcome_payload(outcome: RunOutcome) -> dict[str, Any]:
 
 
 def print_results(run: RunInfo, results: list[BenchmarkScore]) -> None:
-    emit_table(f"run {run.run_id} — {run.model}", ["benchmark", "metric", "score", "n", "failed"],
+    emit_table(f"run {run.run_id} — {run.model} (prompt style: {run_prompt_style(run.manifest)})",
+               ["benchmark", "metric", "score", "n", "failed"],
                [[r.benchmark, r.metric, r.score, r.n, r.n_failed] for r in results])
     failed = sum(r.n_failed for r in results)
     if failed:
