@@ -11,6 +11,9 @@ from typing import Any
 
 import pytest
 
+from medhelm_local.export.aggregates import collect
+from medhelm_local.home import Home
+from medhelm_local.store import Store
 from medhelm_local.testing.fake_openai import FakeOpenAIServer
 from tests.conftest import Cli
 from tests.parity.helm_cases import helm_goldens
@@ -123,6 +126,14 @@ def test_parity_run_sends_helms_prompts_records_the_style_and_keeps_leaderboards
     assert clash.code == 2 and "prompt style" in clash.stderr
     mixed = home_cli("export", "request", "--runs", f"{run['run_id']},{default['run_id']}")
     assert mixed.code == 2 and "prompt styles" in mixed.stderr
+    home = Home(home_cli.home)
+    with Store.open(home, read_only=True) as store:
+        raw = collect(store, home.config, [run["run_id"]])
+    assert [r.prompt_style for r in raw.runs] == ["medhelm"]
+    published = home_cli("export", "request", "--runs", run["run_id"], "--json")
+    assert published.code in (0, 1), published.stderr  # 1: held back by the disclosure policy (small cells)
+    scans = ("string_allowlist", "phi_patterns", "extract_terms")
+    assert not [c["id"] for c in published.json()["checks"] if c["id"] in scans and c["result"] == "fail"]
 
 
 def test_parity_mode_refuses_benchmarks_without_parity_and_unknown_styles(home_cli: Cli) -> None:
