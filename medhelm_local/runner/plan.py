@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import string
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -19,6 +20,7 @@ from typing import Any
 
 from medhelm_local.benchmarks.registry import get_spec
 from medhelm_local.benchmarks.sampling import sample_ids
+from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import BadInputError
 from medhelm_local.prompts.build import build_request, template_hash
 from medhelm_local.prompts.styles import DEFAULT_STYLE, check_style, styled_spec
@@ -97,6 +99,8 @@ def compute_plan(store: Store, model: str, benchmarks: list[str], *, max_instanc
                 f"benchmark {benchmark} has no registered dataset; run `medhelm-local datasets register "
                 f"{benchmark} PATH` first"
             )
+        if prompt_style != DEFAULT_STYLE:
+            _check_fields(store, spec, dataset.fingerprint)
         planned = dataset.n_instances if max_instances is None else max(0, min(max_instances, dataset.n_instances))
         datasets[benchmark] = {"fingerprint": dataset.fingerprint, "template_sha256": template_hash(spec),
                                "instances": dataset.n_instances, "planned": planned}
@@ -109,6 +113,21 @@ def compute_plan(store: Store, model: str, benchmarks: list[str], *, max_instanc
     plan_key = hashlib.sha256(canonical_json(key_material)).hexdigest()
     return Plan(benchmarks=list(benchmarks), datasets=datasets, plan_key=plan_key, order_mode=order_mode,
                 seed=seed, max_instances=max_instances, prompt_style=prompt_style)
+
+
+def _check_fields(store: Store, spec: BenchmarkSpec, fingerprint: str) -> None:
+    """A styled prompt may need fields an older loader did not store (PubMedQA's ``labelled_context``): refuse
+    before any request, naming the fix, rather than fail on the first prompt."""
+    first = next(iter(store.iter_instances(spec.id, fingerprint, chunk=1)), [])
+    if not first:
+        return
+    templates = [spec.prompt.template, spec.judge_question or "", spec.judge_gold or ""]
+    needed = {name for t in templates for _, name, _, _ in string.Formatter().parse(t) if name}
+    missing = sorted(needed - set(first[0].fields))
+    if missing:
+        raise BadInputError(f"benchmark {spec.id}: its registered dataset lacks field(s) {missing} that this prompt "
+                            f"style needs (registered by an older loader); register it again: `medhelm-local "
+                            f"datasets register {spec.id} PATH`")
 
 
 def _chosen_chunks(store: Store, benchmark: str, fingerprint: str, max_instances: int | None, seed: int
