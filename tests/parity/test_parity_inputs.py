@@ -65,3 +65,19 @@ def test_medqa_options_lose_stray_quotes_like_helm(tmp_path: Path) -> None:
     (tmp_path / "test.jsonl").write_text(json.dumps(item) + "\n")
     instance = load_dataset(get_spec("medqa"), tmp_path).instances[0]
     assert instance.fields["options"] == 'A. Pulmonary embolism\nB. Pneumonia\nC. Say "x\nD. Asthma'
+
+
+@pytest.mark.parametrize("key", ["template", "judge_question", "judge_gold"])
+def test_a_custom_specs_parity_templates_take_plain_field_names_only(tmp_path: Path, key: str) -> None:
+    from medhelm_local.benchmarks.registry import load_custom_spec
+
+    spec = (Path(__file__).parents[2] / "medhelm_local" / "data" / "samples" / "followup_needed.yaml").read_text()
+    parity = {"helm_run_spec": "x", "template": "{question}", "max_tokens": 1}
+    if key != "template":
+        parity.update({"judge_question": "{question}", "judge_template": "{question}"})
+    parity[key] = "{question.__class__.__mro__}"
+    path = tmp_path / "custom.yaml"
+    path.write_text(spec + "\n" + __import__("yaml").safe_dump({"medhelm": parity}))
+    with pytest.raises(BadInputError) as caught:
+        load_custom_spec(path)
+    assert f"medhelm.{key}" in str(caught.value) and "plain names" in str(caught.value)
