@@ -141,7 +141,7 @@ def _resolve(store: Store, config: ApplianceConfig, options: RunOptions) -> _Tar
             meta = runs_db.runner_run(store, run_id)
             if meta is None or meta[0] != plan.plan_key:
                 raise BadInputError(f"--run-id: run {run_id} exists with a different plan (model, benchmarks, "
-                                    "seed, sample size, order or dataset versions)")
+                                    "seed, sample size, order, prompt style or dataset versions)")
             return _Target(endpoint=endpoint, mode="resume", run=run, run_id=run_id, seed=seed)
     return _Target(endpoint=endpoint, mode="new", plan=plan, run_id=run_id or new_run_id(), seed=seed)
 
