@@ -38,6 +38,7 @@ class InferenceRequest(BaseModel):
     temperature: float = 0.0
     seed: int | None = None
     response_format: dict[str, Any] | None = None
+    stop: list[str] | None = None  # stop sequences (MedHELM parity prompts); None = the server's default
 
 
 class InferenceResult(BaseModel):

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from medhelm_local.benchmarks.registry import get_spec
+from medhelm_local.prompts.styles import DEFAULT_STYLE, run_prompt_style
 from medhelm_local.records import BenchmarkScore
 from medhelm_local.scoring.metrics import JURY, Aggregation, metric_aggregation
 from medhelm_local.scoring.summary import aggregate_values, gold_empty_stats
@@ -83,24 +84,35 @@ def benchmark_score(store: Store, run_id: str, model: str, benchmark: str) -> Be
                           score_nonempty_gold=score_nonempty_gold)
 
 
-def latest_runs(store: Store) -> dict[tuple[str, str], str]:
-    """For each (model, benchmark), the most recent finished run that covered it."""
+def latest_runs(store: Store, prompt_style: str = DEFAULT_STYLE) -> dict[tuple[str, str], str]:
+    """For each (model, benchmark), the most recent finished run of ``prompt_style`` that covered it: runs of
+    different prompt styles are never mixed in one leaderboard."""
     chosen: dict[tuple[str, str], str] = {}
     for run in store.list_runs():  # oldest first, so later runs overwrite
-        if run.status != "finished":
+        if run.status != "finished" or run_prompt_style(run.manifest) != prompt_style:
             continue
         for benchmark in run.benchmarks:
             chosen[(run.model, benchmark)] = run.run_id
     return dict(sorted(chosen.items()))
 
 
-def latest_scores(store: Store) -> list[BenchmarkScore]:
-    """For each (model, benchmark), the score of the most recent finished run that covered it."""
+def latest_scores(store: Store, prompt_style: str = DEFAULT_STYLE) -> list[BenchmarkScore]:
+    """For each (model, benchmark), the score of the most recent finished run of ``prompt_style`` covering it."""
     return [benchmark_score(store, run_id, model, benchmark) for (model, benchmark), run_id in
-            latest_runs(store).items()]
+            latest_runs(store, prompt_style).items()]
 
 
-def latest_series(store: Store) -> list[InstanceSeries]:
+def latest_series(store: Store, prompt_style: str = DEFAULT_STYLE) -> list[InstanceSeries]:
     """Per-instance values behind :func:`latest_scores`, for bootstrap CIs, paired differences and MDE."""
     return [instance_series(store, run_id, model, benchmark) for (model, benchmark), run_id in
-            latest_runs(store).items()]
+            latest_runs(store, prompt_style).items()]
+
+
+def finished_runs_by_style(store: Store) -> dict[str, int]:
+    """How many finished runs each prompt style has (the leaderboard shows one style at a time)."""
+    counts: dict[str, int] = {}
+    for run in store.list_runs():
+        if run.status == "finished":
+            style = run_prompt_style(run.manifest)
+            counts[style] = counts.get(style, 0) + 1
+    return dict(sorted(counts.items()))

@@ -80,6 +80,8 @@ class ModelRow(BaseModel):
     cost_detail: dict[str, float | str | None] = Field(default_factory=dict)  # benchmark / jury cost, note
     pareto: bool | None = None  # on the cost / win-rate Pareto front (None: cost or win-rate unknown)
     win_rule: WinRule = WinRule.PAPER
+    prompt_style: str = "default"  # every cell of a leaderboard comes from runs of this one prompt style
+    prompt_sha256: dict[str, str] = Field(default_factory=dict)  # benchmark -> the run's prompt-style hash
 
 
 def _win_value(own: float, rival: float, rule: WinRule) -> float:

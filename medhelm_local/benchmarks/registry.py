@@ -165,7 +165,12 @@ def load_custom_spec(path: Path, *, check_clash: bool = True) -> BenchmarkSpec:
         raise BadInputError(f"{path}: field input_format must be one of {', '.join(available_loaders())}")
     if spec.metric not in METRICS:
         raise BadInputError(f"{path}: field metric must be one of {', '.join(METRICS)}")
-    for name, template in (("prompt.template", spec.prompt.template), ("prompt.system", spec.prompt.system or "")):
+    templates = [("prompt.template", spec.prompt.template), ("prompt.system", spec.prompt.system or ""),
+                 ("judge_question", spec.judge_question or ""), ("judge_gold", spec.judge_gold or "")]
+    if spec.medhelm is not None:
+        templates += [(f"medhelm.{key}", getattr(spec.medhelm, key) or "")
+                      for key in ("template", "judge_question", "judge_gold", "judge_template")]
+    for name, template in templates:
         _check_template(path, name, template)
     return spec
 

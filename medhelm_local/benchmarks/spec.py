@@ -60,6 +60,41 @@ class JudgeRubric(BaseModel):
     uses_gold: bool = True
 
 
+class MedhelmParity(BaseModel):
+    """MedHELM's own prompt and decoding for this benchmark, as crfm-helm 0.5.16 renders them (``run --prompt-style
+    medhelm``), or why parity is impossible (``unavailable``). See ``medhelm_local/benchmarks/PARITY.md``.
+
+    ``template`` is the whole user message HELM's chat clients send (no system message), a ``str.format`` template
+    over the instance's fields like ``prompt.template``. ``answer_labels`` are the answers HELM's prompt asks for,
+    in the order of the spec's ``labels`` (PubMedQA: A/B/C for yes/no/maybe). ``judge_question`` renders HELM's
+    instance input, which HELM's jury sees as ``{question}`` (``judge_gold``: its gold response, where the raw
+    reference differs from the loaded one); ``judge_template`` is HELM's annotator prompt over
+    ``{question}``, ``{response}`` and ``{gold_response}``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    helm_run_spec: str
+    template: str | None = None
+    max_tokens: int | None = Field(default=None, ge=1, le=32768)
+    stop: list[str] = Field(default_factory=list)
+    answer_labels: list[str] | None = None
+    judge_question: str | None = None
+    judge_gold: str | None = None  # HELM's gold response as its jury sees it (the raw reference), when it differs
+    judge_template: str | None = None
+    unavailable: str | None = None
+
+    @model_validator(mode="after")
+    def _complete(self) -> MedhelmParity:
+        if (self.template is None) == (self.unavailable is None):
+            raise ValueError("medhelm: give either template (with max_tokens) or unavailable (the reason)")
+        if self.template is not None and self.max_tokens is None:
+            raise ValueError("medhelm: a parity template needs HELM's max_tokens")
+        if (self.judge_question is None) != (self.judge_template is None):
+            raise ValueError("medhelm: judge_question and judge_template go together")
+        return self
+
+
 class BenchmarkSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -82,6 +117,15 @@ class BenchmarkSpec(BaseModel):
     metric: str
     max_tokens: int = Field(ge=1, le=32768)
     judge: JudgeRubric | None = None
+    # Decoding stop sequences (HELM's parity prompts set them; the default style sends none).
+    stop: list[str] = Field(default_factory=list)
+    # The answers the prompt asks for when they differ from ``labels`` (same order): scoring maps them back.
+    answer_labels: list[str] | None = None
+    # The jury's ``{question}``: a template over the instance's fields; None = the filled prompt itself.
+    judge_question: str | None = None
+    # The jury's ``{gold_response}``: a template over the instance's fields; None = the references.
+    judge_gold: str | None = None
+    medhelm: MedhelmParity | None = None
     source: str | None = None
     license: str | None = None
 
@@ -89,6 +133,11 @@ class BenchmarkSpec(BaseModel):
     def _consistent(self) -> BenchmarkSpec:
         if self.output_type == OutputType.FREE_TEXT and self.metric == "jury" and self.judge is None:
             raise ValueError(f"{self.id}: a jury-scored benchmark needs a judge rubric")
+        if self.answer_labels is not None and len(self.answer_labels) != len(self.labels or []):
+            raise ValueError(f"{self.id}: answer_labels must pair one to one with labels")
+        if self.medhelm and self.medhelm.answer_labels is not None and (
+                len(self.medhelm.answer_labels) != len(self.labels or [])):
+            raise ValueError(f"{self.id}: medhelm.answer_labels must pair one to one with labels")
         if self.label_map and self.labels:
             unknown = sorted(set(self.label_map.values()) - set(self.labels))
             if unknown:

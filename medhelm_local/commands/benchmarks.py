@@ -19,6 +19,7 @@ from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.console import emit_json, emit_table, info, stdout
 from medhelm_local.context import app_context
 from medhelm_local.errors import BadInputError
+from medhelm_local.prompts.styles import parity_status
 
 NAME = "benchmarks"
 HELP = "The MedHELM benchmarks this appliance can run, and your own (bring your own extract)."
@@ -37,6 +38,7 @@ def summary(spec: BenchmarkSpec) -> dict[str, Any]:
         "output_type": spec.output_type.value,
         "metric": spec.metric,
         "max_tokens": spec.max_tokens,
+        "medhelm_parity": parity_status(spec),  # identical / unavailable / undefined (run --prompt-style medhelm)
         "custom": is_custom(spec.id),
     }
 
@@ -65,9 +67,10 @@ def list_benchmarks(
         return
     emit_table(
         f"benchmarks ({len(rows)})",
-        ["id", "name", "category", "subcategory", "access", "output", "metric"],
+        ["id", "name", "category", "subcategory", "access", "output", "metric", "medhelm parity"],
         [
-            [r["id"], r["name"], r["category"], r["subcategory"], r["access"], r["output_type"], r["metric"]]
+            [r["id"], r["name"], r["category"], r["subcategory"], r["access"], r["output_type"], r["metric"],
+             r["medhelm_parity"]]
             for r in rows
         ],
     )

@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from medhelm_local.analysis.aggregate import latest_runs, latest_scores, latest_series
+from medhelm_local.analysis.aggregate import finished_runs_by_style, latest_runs, latest_scores, latest_series
 from medhelm_local.analysis.cost_performance import ModelCost, model_costs, pareto_front
 from medhelm_local.analysis.leaderboard import (
     BenchmarkMDE,
@@ -22,9 +22,22 @@ from medhelm_local.analysis.stats import DEFAULT_RESAMPLES
 from medhelm_local.audit import audit_event
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import app_context
+from medhelm_local.prompts.styles import DEFAULT_STYLE, check_style
 from medhelm_local.store import Store
 
 COST_UNAVAILABLE = "cost unavailable: no pricing configured (models and judges need `pricing` in appliance.yaml)"
+
+
+def _prompt_hashes(store: Store, chosen: dict[tuple[str, str], str]) -> dict[tuple[str, str], str]:
+    """(model, benchmark) -> the prompt-style hash its run recorded (runs from before styles: none)."""
+    manifests = {run_id: (store.get_run(run_id) or None) for run_id in set(chosen.values())}
+    out = {}
+    for key, run_id in chosen.items():
+        run = manifests[run_id]
+        recorded = ((run.manifest if run else {}).get("prompt_style") or {}).get("sha256") or {}
+        if key[1] in recorded:
+            out[key] = str(recorded[key[1]])
+    return out
 
 
 def register(app: typer.Typer) -> None:
@@ -63,12 +76,15 @@ def leaderboard_payload(rows: list[ModelRow], *, pairwise: list[PairwiseDifferen
                 entry["score_nonempty_gold"] = s.score_nonempty_gold
             if b in r.judge_failures:
                 entry["judge_failure_rates"] = r.judge_failures[b]
+            if b in r.prompt_sha256:
+                entry["prompt_sha256"] = r.prompt_sha256[b]
             if b in mdes:
                 entry["mde"] = mdes[b].mde
                 entry["mde_sd"] = mdes[b].sd
             benchmarks[b] = entry
         row: dict[str, Any] = {
-            "model": r.model, "win_rate": r.win_rate, "win_sd": r.win_sd, "win_rule": r.win_rule.value,
+            "model": r.model, "prompt_style": r.prompt_style, "win_rate": r.win_rate, "win_sd": r.win_sd,
+            "win_rule": r.win_rule.value,
             "macro_avg": r.macro_avg, "sd": r.sd, "n_benchmarks": len(r.benchmarks), "categories": r.categories,
             "cost": r.cost, "cost_detail": r.cost_detail, "pareto": r.pareto, "benchmarks": benchmarks,
         }
@@ -101,7 +117,8 @@ def print_leaderboard(rows: list[ModelRow], *, mdes: dict[str, BenchmarkMDE] | N
     benchmarks = sorted({b for r in rows for b in r.benchmarks})
     categories = sorted({c for r in rows for c in r.categories})
     rule = rows[0].win_rule.value if rows else WinRule.PAPER.value
-    emit_table(f"leaderboard (win rule: {rule})",
+    style = rows[0].prompt_style if rows else "default"
+    emit_table(f"leaderboard (prompt style: {style}; win rule: {rule})",
                ["model", "win rate", "win sd", "macro avg", "sd", "cost", "pareto", *categories, *benchmarks],
                [[r.model, r.win_rate, r.win_sd, r.macro_avg, r.sd, r.cost, r.pareto,
                  *[r.categories.get(c) for c in categories], *[_cell(r, b) for b in benchmarks]] for r in rows])
@@ -126,15 +143,24 @@ def leaderboard(
     resamples: int = typer.Option(DEFAULT_RESAMPLES, "--resamples", min=0, max=100_000,
                                   help="Bootstrap resamples for the 95% CIs (0: no CIs)."),
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),
+    prompt_style: str = typer.Option(DEFAULT_STYLE, "--prompt-style",
+                                     help="Only runs of this prompt style: default or medhelm (styles never mix)."),
 ) -> None:
-    """Show the leaderboard over the latest finished run of each model and benchmark."""
+    """Show the leaderboard over the latest finished run of each model and benchmark (of one prompt style)."""
     app_ctx = app_context(ctx)
     resolved = resolve_category(category) if category else None
+    check_style(prompt_style)
     with Store.open(app_ctx.home) as store:
-        results = latest_scores(store)
-        series = latest_series(store)
-        costs = model_costs(store, app_ctx.home.config, latest_runs(store))
+        chosen = latest_runs(store, prompt_style)
+        results = latest_scores(store, prompt_style)
+        series = latest_series(store, prompt_style)
+        costs = model_costs(store, app_ctx.home.config, chosen)
+        hashes = _prompt_hashes(store, chosen)
+        other_styles = {s: n for s, n in finished_runs_by_style(store).items() if s != prompt_style}
     rows = build_leaderboard(results, series=series, rule=ties, category=resolved, resamples=resamples, seed=seed)
+    for row in rows:
+        row.prompt_style = prompt_style
+        row.prompt_sha256 = {b: h for (m, b), h in hashes.items() if m == row.model and b in row.benchmarks}
     apply_costs(rows, costs)
     pairwise = pairwise_differences(series, category=resolved, resamples=resamples, seed=seed)
     mdes = benchmark_mdes(series, category=resolved)
@@ -144,3 +170,6 @@ def leaderboard(
         emit_json(leaderboard_payload(rows, pairwise=pairwise, mdes=mdes))
     else:
         print_leaderboard(rows, mdes=mdes, pairwise=pairwise)
+        for style, count in other_styles.items():
+            info(f"{count} finished run(s) of prompt style {style!r} not shown: "
+                 f"`medhelm-local leaderboard --prompt-style {style}`")

@@ -13,6 +13,7 @@ import typer
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import AppContext, app_context
 from medhelm_local.errors import BadInputError
+from medhelm_local.prompts.styles import check_style, run_prompt_style
 from medhelm_local.records import BenchmarkScore
 from medhelm_local.runner.plan import ORDER_MODES, parse_shard
 from medhelm_local.runner.session import RunOptions, RunOutcome, evaluate
@@ -43,6 +44,7 @@ def run_evaluation(app_ctx: AppContext, model: str, benchmarks: list[str], *, ma
 def results_payload(run: RunInfo, results: list[BenchmarkScore]) -> dict[str, object]:
     return {
         "run_id": run.run_id, "model": run.model, "status": run.status,
+        "prompt_style": run_prompt_style(run.manifest),
         "results": [r.model_dump() for r in results],
     }
 
@@ -64,7 +66,8 @@ def outcome_payload(outcome: RunOutcome) -> dict[str, Any]:
 
 
 def print_results(run: RunInfo, results: list[BenchmarkScore]) -> None:
-    emit_table(f"run {run.run_id} — {run.model}", ["benchmark", "metric", "score", "n", "failed"],
+    emit_table(f"run {run.run_id} — {run.model} (prompt style: {run_prompt_style(run.manifest)})",
+               ["benchmark", "metric", "score", "n", "failed"],
                [[r.benchmark, r.metric, r.score, r.n, r.n_failed] for r in results])
     failed = sum(r.n_failed for r in results)
     if failed:
@@ -107,6 +110,10 @@ def run(
                                  "same plan (default: resume it)."),
     order: str = typer.Option("prefix", "--order", help=f"Send order: {', '.join(ORDER_MODES)} (prefix groups "
                               "requests sharing a prefix, for the server's prefix cache)."),
+    prompt_style: str | None = typer.Option(None, "--prompt-style", help="Prompts and decoding: 'default' (this "
+                                            "appliance's) or 'medhelm' (MedHELM's, byte for byte, to compare "
+                                            "with its public leaderboard; see benchmarks/PARITY.md) "
+                                            "[default: default; on resume: the run's own]."),
     request_timeout: float | None = typer.Option(None, "--request-timeout", min=0.1,
                                                  help="Seconds per request attempt [default: model's timeout_s]."),
     max_retries: int | None = typer.Option(None, "--max-retries", min=0, max=20,
@@ -119,7 +126,8 @@ def run(
     app_ctx = app_context(ctx)
     options = RunOptions(
         model=model, benchmarks=parse_benchmarks(benchmarks) if benchmarks is not None else None,
-        max_instances=max_instances, seed=seed, concurrency=concurrency, order=order, resume=resume,
+        max_instances=max_instances, seed=seed, concurrency=concurrency, order=order,
+        prompt_style=check_style(prompt_style) if prompt_style is not None else None, resume=resume,
         retry_errors=retry_errors, run_id=run_id, shard=parse_shard(shard) if shard else None, new_run=new_run,
         request_timeout_s=request_timeout, max_retries=max_retries, score=not skip_scoring,
         show_progress=not as_json,

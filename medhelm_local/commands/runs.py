@@ -11,6 +11,7 @@ from medhelm_local.commands.run import outcome_payload, print_outcome
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import app_context
 from medhelm_local.errors import NotFoundError
+from medhelm_local.prompts.styles import run_prompt_style
 from medhelm_local.runner import shard as sharding
 from medhelm_local.runner.manifest import manifest_sha256
 from medhelm_local.runner.session import merge_run
@@ -29,6 +30,7 @@ def _summary(store: Store, run: RunInfo) -> dict[str, Any]:
         p, a, e = runs_db.item_counts(store, run.run_id, benchmark)
         planned, answered, errors = planned + p, answered + a, errors + e
     return {"run_id": run.run_id, "model": run.model, "benchmarks": run.benchmarks, "status": run.status,
+            "prompt_style": run_prompt_style(run.manifest),
             "created_at": run.created_at, "finished_at": run.finished_at, "planned": planned, "answered": answered,
             "errors": errors, "manifest_sha256": manifest_sha256(run.manifest)}
 
@@ -49,8 +51,9 @@ def list_runs(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", 
     if as_json:
         emit_json(rows)
         return
-    emit_table("runs", ["run", "model", "status", "planned", "answered", "errors", "created"],
-               [[r["run_id"], r["model"], r["status"], r["planned"], r["answered"], r["errors"], r["created_at"]]
+    emit_table("runs", ["run", "model", "prompt style", "status", "planned", "answered", "errors", "created"],
+               [[r["run_id"], r["model"], r["prompt_style"], r["status"], r["planned"], r["answered"], r["errors"],
+                 r["created_at"]]
                 for r in rows])
 
 
@@ -73,7 +76,8 @@ def show(ctx: typer.Context, run_id: str = typer.Argument(..., help="Run id."),
         emit_json(payload)
         return
     emit_table(f"run {run_id}", ["field", "value"],
-               [[k, payload[k]] for k in ("model", "status", "planned", "answered", "errors", "manifest_sha256")])
+               [[k, payload[k]] for k in ("model", "prompt_style", "status", "planned", "answered", "errors",
+                                          "manifest_sha256")])
     for benchmark, categories in payload["errors_by_category"].items():
         info(f"{benchmark}: " + ", ".join(f"{c}: {n}" for c, n in categories.items()))
     cost = payload["cost"]

@@ -22,6 +22,7 @@ from medhelm_local.benchmarks.registry import get_spec
 from medhelm_local.errors import BadInputError, NotFoundError
 from medhelm_local.export.policy import ExportPolicy
 from medhelm_local.home.config import ApplianceConfig
+from medhelm_local.prompts.styles import run_prompt_style
 from medhelm_local.store.store import RunInfo, Store
 
 EXPORT_SCHEMA = "medhelm-local/export-aggregates/v1"
@@ -79,6 +80,7 @@ class RawRun(_Closed):
     benchmarks: list[str]
     manifest_sha256: str
     dataset_fingerprints: dict[str, str]
+    prompt_style: str = "default"  # the run's prompt style (default, or medhelm parity)
 
 
 class RawExport(_Closed):
@@ -111,13 +113,18 @@ def _run_cost(config: ApplianceConfig, store: Store, run: RunInfo) -> float | No
 
 def collect(store: Store, config: ApplianceConfig, run_ids: list[str]) -> RawExport:
     runs = load_runs(store, run_ids)
+    styles = sorted({run_prompt_style(run.manifest) for run in runs})
+    if len(styles) > 1:
+        raise BadInputError(f"--runs: the runs use different prompt styles ({', '.join(styles)}); their scores are "
+                            "not comparable (win rates would mix them): export one style at a time")
     raw_runs, cells = [], []
     usage: dict[str, RawModelUsage] = {}
     for run in runs:
         datasets = run.manifest.get("datasets") or {}
         fingerprints = {b: str(d.get("fingerprint")) for b, d in datasets.items() if isinstance(d, dict)}
         raw_runs.append(RawRun(run_id=run.run_id, model=run.model, status=run.status, benchmarks=run.benchmarks,
-                               manifest_sha256=run_manifest_sha256(run.manifest), dataset_fingerprints=fingerprints))
+                               manifest_sha256=run_manifest_sha256(run.manifest), dataset_fingerprints=fingerprints,
+                               prompt_style=run_prompt_style(run.manifest)))
         n_run = 0
         for benchmark in run.benchmarks:
             result = benchmark_score(store, run.run_id, run.model, benchmark)
@@ -149,6 +156,7 @@ class PublishedRun(_Closed):
     benchmarks: list[str]
     manifest_sha256: str
     dataset_fingerprints: dict[str, str]
+    prompt_style: str = "default"  # the run's prompt style (default, or medhelm parity)
 
 
 class PublishedCell(_Closed):

@@ -36,6 +36,7 @@ from medhelm_local.export.policy import LoadedPolicy
 from medhelm_local.export.render import fixed_text, render_files, suppressed_text
 from medhelm_local.export.scan import Finding, extract_terms, scan_strings, strings_of, vocabulary_tokens
 from medhelm_local.home.layout import atomic_write
+from medhelm_local.prompts.styles import PROMPT_STYLES
 from medhelm_local.store.store import Store
 
 MANIFEST = "manifest.json"
@@ -156,6 +157,7 @@ def _vocabulary(data: agg.ExportAggregates) -> tuple[set[str], set[str]]:
         allowed.update(model_cls.model_fields)
     allowed.update(data.notes)
     allowed.update({data.schema_id, data.appliance_version})
+    allowed.update(PROMPT_STYLES)  # run.prompt_style: the fixed style names only; anything else is flagged
     for cell in data.cells:
         allowed.update({cell.model, cell.benchmark, cell.category, cell.metric, suppressed_text(cell),
                         *cell.suppressed})

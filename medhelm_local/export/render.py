@@ -35,7 +35,7 @@ LEADERBOARD_COLUMNS = ["rank", "model", "win_rate", "macro_avg", "cost", "benchm
 CELL_COLUMNS = ["run_id", "model", "benchmark", "category", "metric", "score", "n_scored", "n_failed", "n_total",
                 "n_gold_empty", "score_nonempty_gold", "suppressed"]
 CATEGORY_COLUMNS = ["model", "category", "score"]
-RUN_COLUMNS = ["run_id", "model", "status", "manifest_sha256"]
+RUN_COLUMNS = ["run_id", "model", "prompt_style", "status", "manifest_sha256"]
 PALETTE = ["#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666"]
 
 
@@ -224,7 +224,7 @@ def render_html(data: ExportAggregates) -> str:
         f"<h2>{escape(SECTIONS['cells'])}</h2>",
         _table(CELL_COLUMNS, [[*(getattr(c, k) for k in CELL_COLUMNS[:-1]), suppressed_text(c)] for c in data.cells]),
         f"<h2>{escape(SECTIONS['runs'])}</h2>",
-        _table(RUN_COLUMNS, [[r.run_id, r.model, r.status, r.manifest_sha256] for r in data.runs]),
+        _table(RUN_COLUMNS, [[r.run_id, r.model, r.prompt_style, r.status, r.manifest_sha256] for r in data.runs]),
         f"<h2>{escape(SECTIONS['notes'])}</h2>",
         "<ul>" + "".join(f"<li>{escape(n)}</li>" for n in data.notes) + "</ul>",
     ]

@@ -63,6 +63,8 @@ def request_body(model_id: str, request: InferenceRequest) -> dict[str, Any]:
         body["seed"] = request.seed
     if request.response_format is not None:
         body["response_format"] = request.response_format
+    if request.stop:
+        body["stop"] = request.stop
     return body
 
 

@@ -1,4 +1,8 @@
-"""PubMedQA's native ``ori_pqal.json``: ``{PMID: {QUESTION, CONTEXTS, final_decision, ...}}``."""
+"""PubMedQA's native ``ori_pqal.json``: ``{PMID: {QUESTION, CONTEXTS, LABELS, final_decision, ...}}``.
+
+Fields: ``context`` (the abstract's paragraphs), ``question``, ``labelled_context`` (``<Label>. <paragraph>``
+lines, MedHELM's rendering).
+"""
 
 from __future__ import annotations
 
@@ -9,6 +13,13 @@ from medhelm_local.errors import ExtractError
 from medhelm_local.loaders.base import LoadResult, canonical_label, register_loader
 from medhelm_local.loaders.io import parse_json, read_text
 from medhelm_local.records import Instance
+
+
+def labelled_context(labels: object, contexts: list[str]) -> str:
+    """``<Label>. <context>`` lines (``Background. ...``), as MedHELM's PubMedQA prompt shows the abstract."""
+    if not isinstance(labels, list) or len(labels) != len(contexts):
+        return "\n".join(contexts)
+    return "\n".join(f"{str(label).title()}. {context}" for label, context in zip(labels, contexts, strict=True))
 
 
 @register_loader("pubmedqa_json")
@@ -34,7 +45,8 @@ def load_pubmedqa(spec: BenchmarkSpec, path: Path) -> LoadResult:
             Instance(
                 benchmark=spec.id,
                 id=str(pmid),
-                fields={"context": "\n".join(contexts), "question": item["QUESTION"].strip()},
+                fields={"context": "\n".join(contexts), "question": item["QUESTION"].strip(),
+                        "labelled_context": labelled_context(item.get("LABELS"), contexts)},
                 references=[label],
                 label=label,
             )

@@ -45,6 +45,24 @@ class Variant(BaseModel):
     reference_columns: list[str] = Field(default_factory=list)
 
 
+FieldViewName = Literal["python_str", "stripped"]
+
+
+class FieldView(BaseModel):
+    """A field rendered from a column the way another harness renders it (MedHELM parity templates):
+    ``python_str`` is Python's ``str()`` of the cell (a list prints as ``['a', 'b']``, as in HELM's f-strings);
+    ``stripped`` is the cell's text without surrounding whitespace (HELM's ``.strip()``)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    column: str
+    view: FieldViewName
+
+
+def render_view(value: Any, view: FieldViewName) -> str:
+    return str(value) if view == "python_str" else as_text(value).strip()
+
+
 class RecordMapping(BaseModel):
     """How a row becomes an :class:`~medhelm_local.records.Instance`.
 
@@ -54,6 +72,7 @@ class RecordMapping(BaseModel):
     render the ``{options}`` field as ``A. ...`` lines; ``answer_column`` + ``answer_format`` give the label.
     ``reference_columns`` / ``reference_list_column`` give the gold outputs (default: the label).
     ``meta``: meta key -> column, converted by ``types`` (column -> type); ``meta_constants``: fixed values.
+    ``view_fields``: field -> :class:`FieldView` (a column rendered as another harness renders it).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -62,6 +81,7 @@ class RecordMapping(BaseModel):
     fields: dict[str, str] = Field(default_factory=dict)
     optional_fields: dict[str, str] = Field(default_factory=dict)
     constant_fields: dict[str, str] = Field(default_factory=dict)
+    view_fields: dict[str, FieldView] = Field(default_factory=dict)
     label_column: str | None = None
     options_column: str | None = None
     option_columns: list[str] = Field(default_factory=list)
@@ -79,10 +99,14 @@ class RecordMapping(BaseModel):
     variants: list[Variant] = Field(default_factory=list)
     skip_blank_rows: bool = True
     list_separator: str = ";"
+    # Characters stripped from the end of each option text, then whitespace (MedQA's source leaves a stray quote
+    # and line break in some options, jind11/MedQA#5; HELM strips them the same way).
+    option_rstrip: str | None = None
 
     def required_columns(self) -> list[str]:
         columns = [
             *self.fields.values(),
+            *(v.column for v in self.view_fields.values()),
             *self.reference_columns,
             *self.option_columns,
             *self.meta.values(),
@@ -253,6 +277,13 @@ def _typed(mapping: RecordMapping, row: Row, column: str, value: Any) -> Any:
 
 
 def _options(mapping: RecordMapping, row: Row) -> dict[str, str]:
+    options = _raw_options(mapping, row)
+    if mapping.option_rstrip is None:
+        return options
+    return {k: v.rstrip(mapping.option_rstrip).rstrip() for k, v in options.items()}
+
+
+def _raw_options(mapping: RecordMapping, row: Row) -> dict[str, str]:
     if mapping.options_column:
         raw = _cell(row, mapping.options_column, required=True)
         if isinstance(raw, str) and raw.strip()[:1] in "[{":
@@ -352,6 +383,8 @@ def _row_instances(spec: BenchmarkSpec, mapping: RecordMapping, row: Row, multi_
     for name, column in mapping.optional_fields.items():
         value = row.values.get(column)
         fields[name] = "" if is_blank(value) else as_text(value)
+    for name, field_view in mapping.view_fields.items():
+        fields[name] = render_view(_cell(row, field_view.column, required=True), field_view.view)
     meta: dict[str, Any] = dict(mapping.meta_constants)
     for key, column in mapping.meta.items():
         value = row.values.get(column)

@@ -9,7 +9,8 @@ and maps rows to instances with a :class:`~medhelm_local.loaders.records.RecordM
   ``records_key``: JSON key holding the array of records (ACI-Bench: ``data``); ``sheet``: Excel sheet;
   ``table`` / ``query``: DuckDB source; ``sibling_files``: meta key -> glob of a file beside the data whose
   absolute path goes into each instance's meta (EHRSQL: the SQLite database, meta ``db_path``);
-  ``sibling_text``: template field -> glob of a UTF-8 text file beside the data (EHRSQL: the schema).
+  ``sibling_text``: template field -> glob of a UTF-8 text file beside the data (EHRSQL: the schema), or
+  ``{glob, view}`` with a view of its text (``create_table_statements``: HELM's EHRSQL schema).
   Legacy ``columns`` (field -> column, ``label`` special) is accepted too.
 
 Meta keys set: those named in ``meta`` / ``meta_constants`` / ``sibling_files``, ``options`` for
@@ -113,6 +114,33 @@ def read_table(path: Path, reader: dict[str, Any]) -> Table:
     return table
 
 
+def create_table_statements(sql: str) -> str:
+    """The ``CREATE TABLE`` statements of an SQL script, each line stripped, a blank line between statements:
+    the schema as HELM's EhrSqlScenario.extract_schema puts it into MedHELM's EHRSQL prompt."""
+    statements, current, inside = [], [], False
+    for raw in sql.splitlines():
+        line = raw.strip()
+        if line.startswith("CREATE TABLE"):
+            inside, current = True, [line]
+        elif inside:
+            current.append(line)
+            if line.endswith(";"):
+                inside = False
+                statements.append("\n".join(current))
+    return "\n\n".join(statements)
+
+
+TEXT_VIEWS = {"create_table_statements": create_table_statements}
+
+
+def text_view(text: str, view: str | None, file: Path) -> str:
+    if view is None:
+        return text
+    if view not in TEXT_VIEWS:
+        raise ExtractError(file, f"a sibling_text view among {sorted(TEXT_VIEWS)}, got {view!r}")
+    return TEXT_VIEWS[view](text)
+
+
 @register_loader("private_table")
 @register_loader("table")
 def load_table(spec: BenchmarkSpec, path: Path) -> LoadResult:
@@ -125,9 +153,10 @@ def load_table(spec: BenchmarkSpec, path: Path) -> LoadResult:
         found = sibling(base, pattern)
         mapping.meta_constants[key] = str(found)
         extra_files.append(found)
-    for name, pattern in (reader.get("sibling_text") or {}).items():
+    for name, source in (reader.get("sibling_text") or {}).items():
+        pattern, view = (source, None) if isinstance(source, str) else (source.get("glob"), source.get("view"))
         found = sibling(base, pattern)
-        mapping.constant_fields[name] = read_text(found)
+        mapping.constant_fields[name] = text_view(read_text(found), view, found)
         extra_files.append(found)
     instances, skipped = build_instances(spec, table, mapping)
     return LoadResult(instances=instances, files=[*table.files, *extra_files], skipped=skipped)

@@ -35,6 +35,7 @@ def build_request(spec: BenchmarkSpec, instance: Instance, *, seed: int | None =
         max_tokens=max_tokens or spec.max_tokens,
         temperature=0.0,
         seed=seed,
+        stop=list(spec.stop) or None,
     )
 
 
@@ -42,6 +43,23 @@ def template_hash(spec: BenchmarkSpec) -> str:
     return hashlib.sha256(spec.prompt.model_dump_json().encode()).hexdigest()
 
 
+def judge_question(spec: BenchmarkSpec, instance: Instance) -> str:
+    """What the jury sees as ``{question}``: the spec's ``judge_question`` over the instance's fields (MedHELM
+    parity: HELM's instance input), else the prompt the model saw."""
+    if spec.judge_question is not None:
+        return _fill(spec.judge_question, instance.fields, spec.id)
+    return build_request(spec, instance).messages[-1].content
+
+
+def judge_gold(spec: BenchmarkSpec, instance: Instance) -> str | None:
+    """The jury's ``{gold_response}`` when the spec renders it from the instance's fields (MedHELM parity: the raw
+    reference HELM's jury sees); None = the instance's references."""
+    return None if spec.judge_gold is None else _fill(spec.judge_gold, instance.fields, spec.id)
+
+
 def request_hash(request: InferenceRequest) -> str:
-    payload = json.dumps(request.model_dump(mode="json"), sort_keys=True, separators=(",", ":"))
+    dumped = request.model_dump(mode="json")
+    if dumped.get("stop") is None:
+        dumped.pop("stop", None)  # requests without stop sequences keep the hash they had before the field existed
+    payload = json.dumps(dumped, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(payload.encode()).hexdigest()

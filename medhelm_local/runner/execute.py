@@ -18,9 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from medhelm_local.benchmarks.registry import get_spec
 from medhelm_local.inference.client import ChatClient
 from medhelm_local.prompts.build import build_request, request_hash
+from medhelm_local.prompts.styles import spec_for_run
 from medhelm_local.records import InferenceRequest, Instance
 from medhelm_local.runner.concurrency import AdaptiveLimiter
 from medhelm_local.runner.progress import RunProgress
@@ -179,7 +179,7 @@ async def execute_run(store: Store, client: ChatClient, run: RunInfo, *, setting
 
     try:
         for benchmark in run.benchmarks:
-            spec = get_spec(benchmark)
+            spec = spec_for_run(benchmark, run.manifest)
             progress.start(benchmark)
             page, last_rank = await db.call(_load_page, store, run.run_id, benchmark, -1, settings.page_size,
                                             settings.errors_only)

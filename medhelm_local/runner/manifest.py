@@ -119,7 +119,9 @@ def model_identity(manifest: Mapping[str, Any]) -> dict[str, Any]:
 
 def build_manifest(*, config: ApplianceConfig, endpoint: ModelEndpoint, servers: list[dict[str, Any]],
                    weights: dict[str, Any] | None, datasets: dict[str, Any], seed: int, max_instances: int | None,
-                   order_mode: str, decoding: dict[str, Any]) -> dict[str, Any]:
+                   order_mode: str, decoding: dict[str, Any], prompt_style: dict[str, Any] | None = None
+                   ) -> dict[str, Any]:
+    """``prompt_style``: the style's name and per-benchmark hash (``prompts.styles.manifest_entry``)."""
     return {
         "manifest_version": MANIFEST_VERSION,
         "appliance": {"version": __version__, "git_commit": git_commit()},
@@ -130,6 +132,7 @@ def build_manifest(*, config: ApplianceConfig, endpoint: ModelEndpoint, servers:
         },
         "datasets": datasets,
         "decoding": decoding,
+        "prompt_style": prompt_style or {"name": "default"},
         "seeds": {"sampling": seed, "decoding": seed},
         "max_instances": max_instances,
         "order": order_mode,

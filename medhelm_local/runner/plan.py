@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import secrets
+import string
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -19,8 +20,10 @@ from typing import Any
 
 from medhelm_local.benchmarks.registry import get_spec
 from medhelm_local.benchmarks.sampling import sample_ids
+from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import BadInputError
 from medhelm_local.prompts.build import build_request, template_hash
+from medhelm_local.prompts.styles import DEFAULT_STYLE, check_style, styled_spec
 from medhelm_local.records import InferenceRequest, Instance
 from medhelm_local.runner.manifest import canonical_json
 from medhelm_local.store.runs import PlannedItem
@@ -51,6 +54,7 @@ class Plan:
     order_mode: str
     seed: int
     max_instances: int | None
+    prompt_style: str = DEFAULT_STYLE
 
 
 def prefix_key(request: InferenceRequest) -> str:
@@ -81,19 +85,22 @@ def validate_benchmarks(benchmarks: list[str]) -> None:
 
 
 def compute_plan(store: Store, model: str, benchmarks: list[str], *, max_instances: int | None, seed: int,
-                 order_mode: str = "prefix") -> Plan:
+                 order_mode: str = "prefix", prompt_style: str = DEFAULT_STYLE) -> Plan:
     validate_benchmarks(benchmarks)
+    check_style(prompt_style)
     if order_mode not in ORDER_MODES:
         raise BadInputError(f"--order: expected one of {', '.join(ORDER_MODES)}")
     datasets: dict[str, dict[str, Any]] = {}
     for benchmark in benchmarks:
-        spec = get_spec(benchmark)
+        spec = styled_spec(get_spec(benchmark), prompt_style)  # refuses (exit 2) where parity is impossible
         dataset = store.current_dataset(benchmark)
         if dataset is None:
             raise BadInputError(
                 f"benchmark {benchmark} has no registered dataset; run `medhelm-local datasets register "
                 f"{benchmark} PATH` first"
             )
+        if prompt_style != DEFAULT_STYLE:
+            _check_fields(store, spec, dataset.fingerprint)
         planned = dataset.n_instances if max_instances is None else max(0, min(max_instances, dataset.n_instances))
         datasets[benchmark] = {"fingerprint": dataset.fingerprint, "template_sha256": template_hash(spec),
                                "instances": dataset.n_instances, "planned": planned}
@@ -101,9 +108,26 @@ def compute_plan(store: Store, model: str, benchmarks: list[str], *, max_instanc
                     "order": order_mode,
                     "datasets": {b: d["fingerprint"] for b, d in datasets.items()},
                     "templates": {b: d["template_sha256"] for b, d in datasets.items()}}
+    if prompt_style != DEFAULT_STYLE:  # default-style plans keep the keys they had before styles existed
+        key_material["prompt_style"] = prompt_style
     plan_key = hashlib.sha256(canonical_json(key_material)).hexdigest()
     return Plan(benchmarks=list(benchmarks), datasets=datasets, plan_key=plan_key, order_mode=order_mode,
-                seed=seed, max_instances=max_instances)
+                seed=seed, max_instances=max_instances, prompt_style=prompt_style)
+
+
+def _check_fields(store: Store, spec: BenchmarkSpec, fingerprint: str) -> None:
+    """A styled prompt may need fields an older loader did not store (PubMedQA's ``labelled_context``): refuse
+    before any request, naming the fix, rather than fail on the first prompt."""
+    first = next(iter(store.iter_instances(spec.id, fingerprint, chunk=1)), [])
+    if not first:
+        return
+    templates = [spec.prompt.template, spec.judge_question or "", spec.judge_gold or ""]
+    needed = {name for t in templates for _, name, _, _ in string.Formatter().parse(t) if name}
+    missing = sorted(needed - set(first[0].fields))
+    if missing:
+        raise BadInputError(f"benchmark {spec.id}: its registered dataset lacks field(s) {missing} that this prompt "
+                            f"style needs (registered by an older loader); register it again: `medhelm-local "
+                            f"datasets register {spec.id} PATH`")
 
 
 def _chosen_chunks(store: Store, benchmark: str, fingerprint: str, max_instances: int | None, seed: int
@@ -125,7 +149,7 @@ def plan_items(store: Store, plan: Plan) -> Iterator[list[PlannedItem]]:
     Send order: benchmarks in the order named, then the mode's key, then dataset order.
     """
     for index, benchmark in enumerate(plan.benchmarks):
-        spec = get_spec(benchmark)
+        spec = styled_spec(get_spec(benchmark), plan.prompt_style)
         fingerprint = plan.datasets[benchmark]["fingerprint"]
         position = 0
         for chunk in _chosen_chunks(store, benchmark, fingerprint, plan.max_instances, plan.seed):

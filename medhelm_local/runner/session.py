@@ -26,11 +26,20 @@ from medhelm_local.home.config import ApplianceConfig, ModelEndpoint
 from medhelm_local.inference.backends import describe_servers, open_client
 from medhelm_local.inference.client import ChatClient
 from medhelm_local.logs import get_logger
+from medhelm_local.prompts.styles import DEFAULT_STYLE, manifest_entry, run_prompt_style, styled_spec
 from medhelm_local.records import BenchmarkScore
 from medhelm_local.runner import shard as sharding
 from medhelm_local.runner.execute import ExecutionReport, ExecutionSettings, execute_run
 from medhelm_local.runner.manifest import build_manifest, manifest_sha256, model_identity, weights_fingerprint
-from medhelm_local.runner.plan import Plan, compute_plan, derived_run_id, new_run_id, plan_items, shard_range
+from medhelm_local.runner.plan import (
+    Plan,
+    compute_plan,
+    derived_run_id,
+    new_run_id,
+    plan_items,
+    shard_range,
+    validate_benchmarks,
+)
 from medhelm_local.runner.progress import RunProgress
 from medhelm_local.scoring.engine import score_benchmark
 from medhelm_local.scoring.jury import require_judges
@@ -51,6 +60,7 @@ class RunOptions:
     concurrency: int | None = None
     initial_concurrency: int | None = None
     order: str = "prefix"
+    prompt_style: str | None = None  # None: the default style for a new run, the run's own on resume
     resume: str | None = None
     retry_errors: str | None = None
     run_id: str | None = None
@@ -91,6 +101,13 @@ def _check_run_id(run_id: str) -> str:
     return run_id
 
 
+def _check_style_of(run: RunInfo, options: RunOptions) -> None:
+    style = run_prompt_style(run.manifest)
+    if options.prompt_style and options.prompt_style != style:
+        raise BadInputError(f"--prompt-style: run {run.run_id} was planned with prompt style {style!r}, not "
+                            f"{options.prompt_style!r}; a run never mixes styles (start a new run)")
+
+
 def _require_plan_args(options: RunOptions) -> tuple[str, list[str]]:
     if not options.model or not options.benchmarks:
         raise BadInputError("--model and --benchmarks are required unless --resume or --retry-errors names a run")
@@ -107,13 +124,14 @@ def _resolve(store: Store, config: ApplianceConfig, options: RunOptions) -> _Tar
             raise NotFoundError(f"run {existing_id!r} not found; see `medhelm-local runs list`")
         if options.model and options.model != run.model:
             raise BadInputError(f"--model: run {existing_id} evaluates {run.model!r}, not {options.model!r}")
+        _check_style_of(run, options)
         return _Target(endpoint=config.model(run.model), mode="resume" if options.resume else "retry_errors",
                        run=run, run_id=run.run_id, seed=run.seed)
     model, benchmarks = _require_plan_args(options)
     endpoint = config.model(model)
     seed = config.runner.seed if options.seed is None else options.seed
     plan = compute_plan(store, model, benchmarks, max_instances=options.max_instances, seed=seed,
-                        order_mode=options.order)
+                        order_mode=options.order, prompt_style=options.prompt_style or DEFAULT_STYLE)
     run_id = _check_run_id(options.run_id) if options.run_id else None
     if run_id is None and not options.new_run:
         run_id = runs_db.find_resumable(store, plan.plan_key)
@@ -123,7 +141,7 @@ def _resolve(store: Store, config: ApplianceConfig, options: RunOptions) -> _Tar
             meta = runs_db.runner_run(store, run_id)
             if meta is None or meta[0] != plan.plan_key:
                 raise BadInputError(f"--run-id: run {run_id} exists with a different plan (model, benchmarks, "
-                                    "seed, sample size, order or dataset versions)")
+                                    "seed, sample size, order, prompt style or dataset versions)")
             return _Target(endpoint=endpoint, mode="resume", run=run, run_id=run_id, seed=seed)
     return _Target(endpoint=endpoint, mode="new", plan=plan, run_id=run_id or new_run_id(), seed=seed)
 
@@ -168,11 +186,15 @@ def _new_run(store: Store, app_ctx: AppContext, target: _Target, options: RunOpt
     assert target.plan is not None and target.run_id is not None
     plan = target.plan
     config = app_ctx.home.config
-    decoding = {"temperature": 0.0, "seed": target.seed,
-                "max_tokens": {b: get_spec(b).max_tokens for b in plan.benchmarks}}
+    specs = {b: styled_spec(get_spec(b), plan.prompt_style) for b in plan.benchmarks}
+    decoding: dict[str, Any] = {"temperature": 0.0, "seed": target.seed,
+                                "max_tokens": {b: s.max_tokens for b, s in specs.items()}}
+    if any(s.stop for s in specs.values()):
+        decoding["stop"] = {b: s.stop for b, s in specs.items()}
     manifest = build_manifest(config=config, endpoint=target.endpoint, servers=servers, weights=weights,
                               datasets=plan.datasets, seed=target.seed, max_instances=options.max_instances,
-                              order_mode=plan.order_mode, decoding=decoding)
+                              order_mode=plan.order_mode, decoding=decoding,
+                              prompt_style=manifest_entry(plan.prompt_style, plan.benchmarks))
     run = RunInfo(run_id=target.run_id, model=target.endpoint.name, benchmarks=plan.benchmarks, created_at=utcnow(),
                   finished_at=None, status="planned", max_instances=options.max_instances, seed=target.seed,
                   manifest=manifest)
@@ -214,6 +236,10 @@ async def _send(app_ctx: AppContext, store: Store, client: ChatClient, run: RunI
 
 def evaluate(app_ctx: AppContext, options: RunOptions) -> RunOutcome:
     """Run (or resume, or retry the errors of) an evaluation, then score it."""
+    if options.prompt_style and options.benchmarks:  # a benchmark without parity is refused before anything else
+        validate_benchmarks(options.benchmarks)
+        for benchmark in options.benchmarks:
+            styled_spec(get_spec(benchmark), options.prompt_style)
     # A jury-scored benchmark without judges would fail only after all inference: refuse it up front.
     require_judges(app_ctx.home.config, options.benchmarks or [])
     if options.shard is not None:
@@ -296,7 +322,7 @@ def _evaluate_shard(app_ctx: AppContext, options: RunOptions) -> RunOutcome:
             with sharding.open_main_store(home) as main:
                 servers, weights = await _prepare_client(main, client, endpoint)
                 plan = compute_plan(main, model, benchmarks, max_instances=options.max_instances, seed=seed,
-                                    order_mode=options.order)
+                                    order_mode=options.order, prompt_style=options.prompt_style or DEFAULT_STYLE)
                 run_id = _check_run_id(options.run_id) if options.run_id else derived_run_id(plan.plan_key)
                 run = main.get_run(run_id)
                 if run is None:

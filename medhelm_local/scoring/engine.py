@@ -9,10 +9,10 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
-from medhelm_local.benchmarks.registry import get_spec
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import MedhelmError
 from medhelm_local.home.config import ApplianceConfig
+from medhelm_local.prompts.styles import spec_for_run
 from medhelm_local.records import Instance, InstanceScore
 from medhelm_local.scoring.jury import DEFAULT_JURY_CONCURRENCY, JuryItem, jury_scores
 from medhelm_local.scoring.metrics import JURY, Unscorable, get_metric
@@ -57,8 +57,11 @@ def score_items(store: Store, spec: BenchmarkSpec, items: list[tuple[Instance, s
 
 def score_benchmark(store: Store, run_id: str, benchmark: str, *, config: ApplianceConfig | None = None,
                     jury_concurrency: int | None = None) -> list[InstanceScore]:
-    """Score one benchmark of a run. ``config`` gives the jury's judge models for open-ended benchmarks."""
-    spec = get_spec(benchmark)
+    """Score one benchmark of a run. ``config`` gives the jury's judge models for open-ended benchmarks.
+
+    The spec is the one the run used (its prompt style applied: MedHELM parity answers and judge prompt)."""
+    run = store.get_run(run_id)
+    spec = spec_for_run(benchmark, run.manifest if run is not None else None)
     if spec.metric != JURY and get_metric(spec.metric) is None:
         raise MetricNotAvailable(f"benchmark {benchmark}: metric {spec.metric!r} is not available")
     responses = list(store.responses(run_id, benchmark))

@@ -25,7 +25,7 @@ from typing import Any
 from medhelm_local.benchmarks.spec import BenchmarkSpec, JudgeRubric
 from medhelm_local.errors import ConfigError, MedhelmError
 from medhelm_local.home.config import ApplianceConfig
-from medhelm_local.prompts.build import build_request
+from medhelm_local.prompts.build import judge_gold, judge_question
 from medhelm_local.records import ChatMessage, InferenceRequest, Instance, InstanceScore
 from medhelm_local.scoring.extract import strip_reasoning
 from medhelm_local.scoring.metrics import JURY, ROUGE_L
@@ -91,11 +91,12 @@ def criteria_text(rubric: JudgeRubric) -> str:
 
 
 def judge_prompt(spec: BenchmarkSpec, instance: Instance, output: str) -> str:
-    """The rubric template filled in: ``{question}`` is the prompt the model saw, ``{response}`` its output
+    """The rubric template filled in: ``{question}`` is the prompt the model saw (MedHELM parity: HELM's instance
+    input, ``spec.judge_question``), ``{response}`` its output
     (reasoning dropped), ``{gold_response}`` the reference (only if the rubric uses it)."""
     rubric = rubric_of(spec)
-    question = build_request(spec, instance).messages[-1].content
-    gold = "\n\n".join(r for r in instance.references if r.strip()) or NO_GOLD
+    question = judge_question(spec, instance)
+    gold = judge_gold(spec, instance) or "\n\n".join(r for r in instance.references if r.strip()) or NO_GOLD
     values = {"question": question, "response": strip_reasoning(output).strip(), "criteria": criteria_text(rubric),
               "gold_response": gold if rubric.uses_gold else NO_GOLD}
     names = {name for _, name, _, _ in string.Formatter().parse(rubric.template) if name}

@@ -120,7 +120,9 @@ def exact_match(spec: BenchmarkSpec, instance: Instance, output: str) -> tuple[f
     """Closed answers: the extracted label equals the gold label. Free answers: normalised string equality
     (whitespace and case folded, reasoning blocks dropped) with any reference."""
     if spec.labels:
-        predicted, strict = extract_label(output, spec.labels)
+        predicted, strict = extract_label(output, spec.answer_labels or spec.labels)
+        if predicted is not None and spec.answer_labels:  # e.g. MedHELM parity: "A" answers "yes"
+            predicted = spec.labels[spec.answer_labels.index(predicted)]
         gold = gold_label(spec, instance)
         return float(predicted is not None and predicted == gold), {"parsed": predicted is not None,
                                                                      "strict_format": strict}

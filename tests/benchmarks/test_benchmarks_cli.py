@@ -42,7 +42,7 @@ def test_list_filters_and_plain_table(home: Path) -> None:
     code, output = _run("list")
     assert code == 0
     assert output.splitlines()[1].split("\t") == ["id", "name", "category", "subcategory", "access", "output",
-                                                  "metric"]
+                                                  "metric", "medhelm parity"]
     assert len(output.splitlines()) == 2 + 37
 
 
