@@ -112,6 +112,9 @@ class StoreSettings(BaseModel):
 
     memory_limit_mb: int = Field(default=128, ge=64, le=1_048_576)
     threads: int = Field(default=2, ge=1, le=256)
+    # Seconds a writer waits for another process's lock on the store before failing; env MEDHELM_LOCK_TIMEOUT_S
+    # overrides it.
+    lock_timeout_s: float = Field(default=60.0, ge=0, le=86_400)
 
 
 class ApplianceConfig(BaseModel):

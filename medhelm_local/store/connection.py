@@ -11,6 +11,8 @@ or DuckDB could not spill and a large query would fail with out-of-memory instea
 
 from __future__ import annotations
 
+import os
+import time
 from importlib import util
 from pathlib import Path
 
@@ -66,9 +68,55 @@ def connect_engine(store_path: Path, settings: StoreSettings | None = None) -> d
     return conn
 
 
+LOCK_TIMEOUT_ENV = "MEDHELM_LOCK_TIMEOUT_S"
+_LOCK_POLL_S = 0.2
+
+
+def lock_timeout_s(settings: StoreSettings | None) -> float:
+    """How long a writer waits for another process's store lock: ``MEDHELM_LOCK_TIMEOUT_S`` if set (the chart
+    and compose set it), else ``store.lock_timeout_s``."""
+    raw = os.environ.get(LOCK_TIMEOUT_ENV)
+    if raw is not None and raw.strip():
+        try:
+            value = float(raw)
+        except ValueError:
+            raise StoreError(f"{LOCK_TIMEOUT_ENV} must be a number of seconds, got a non-numeric value") from None
+        if value < 0:
+            raise StoreError(f"{LOCK_TIMEOUT_ENV} must be zero or more seconds")
+        return value
+    return (settings or StoreSettings()).lock_timeout_s
+
+
+def _is_lock_conflict(exc: duckdb.Error) -> bool:
+    return "Could not set lock" in str(exc) or "Conflicting lock" in str(exc)
+
+
 def open_encrypted(path: Path, key_hex: str, *, read_only: bool = False, settings: StoreSettings | None = None
                    ) -> duckdb.DuckDBPyConnection:
-    """Open (creating if needed) the encrypted database at ``path``; the session cannot reach anything else."""
+    """Open (creating if needed) the encrypted database at ``path``; the session cannot reach anything else.
+
+    Another process holding the store (a run, a registration) is waited for, polling, up to the lock timeout;
+    past it the error says who to wait for and how to wait longer."""
+    deadline = time.monotonic() + lock_timeout_s(settings)
+    while True:
+        try:
+            return _open_once(path, key_hex, read_only=read_only, settings=settings)
+        except _LockBusy as busy:
+            if time.monotonic() >= deadline:
+                raise StoreError(
+                    f"cannot open the store {path}: another medhelm-local process holds it (a run or a "
+                    f"registration); waited {lock_timeout_s(settings):.0f}s. Wait for it to finish, or set "
+                    f"{LOCK_TIMEOUT_ENV} (or store.lock_timeout_s) to wait longer"
+                ) from busy.__cause__
+            time.sleep(_LOCK_POLL_S)
+
+
+class _LockBusy(Exception):
+    pass
+
+
+def _open_once(path: Path, key_hex: str, *, read_only: bool, settings: StoreSettings | None
+               ) -> duckdb.DuckDBPyConnection:
     try:
         conn = connect_engine(path, settings)
     except duckdb.Error as exc:
@@ -83,6 +131,8 @@ def open_encrypted(path: Path, key_hex: str, *, read_only: bool = False, setting
         conn.execute("SET lock_configuration = true")
     except duckdb.Error as exc:
         conn.close()
+        if _is_lock_conflict(exc):
+            raise _LockBusy() from exc
         # DuckDB's message names the file and the failure (wrong key, locked, corrupt); no data in it.
         raise StoreError(f"cannot open the store {path}: {exc}") from None
     return conn
