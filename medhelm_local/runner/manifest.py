@@ -97,6 +97,8 @@ def weights_fingerprint(store: Store, weights_path: Path) -> dict[str, Any]:
     for file in files:
         stat = file.stat()
         cached = runs_db.cached_weight_hash(store, str(file), stat.st_size, stat.st_mtime_ns)
+        if cached is None:
+            store.release()  # hashing weights can take minutes: not while holding the store's lock
         sha = cached or _file_sha256(file)
         if cached is None:
             runs_db.remember_weight_hash(store, str(file), stat.st_size, stat.st_mtime_ns, sha)

@@ -45,6 +45,7 @@ from medhelm_local.scoring.engine import score_benchmark
 from medhelm_local.scoring.jury import require_judges
 from medhelm_local.store import Store
 from medhelm_local.store import runs as runs_db
+from medhelm_local.store.runlock import run_lock
 from medhelm_local.store.store import RunInfo, utcnow
 
 log = get_logger(__name__)
@@ -210,6 +211,7 @@ def _new_run(store: Store, app_ctx: AppContext, target: _Target, options: RunOpt
 
 async def _prepare_client(store: Store, client: ChatClient, endpoint: ModelEndpoint
                           ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    store.release()  # never hold the store's lock across network waits; the next query takes it back
     servers = await describe_servers(client, endpoint)
     _check_served_model(endpoint, servers)
     weights = weights_fingerprint(store, endpoint.weights_path) if endpoint.weights_path else None
@@ -270,8 +272,9 @@ def evaluate(app_ctx: AppContext, options: RunOptions) -> RunOutcome:
         started: list[str] = []  # the run whose status this invocation set: only that one is marked on failure
 
         try:
-            run, report = asyncio.run(infer())
-            outcome = _finish(app_ctx, store, run, options, mode=target.mode)
+            with run_lock(home.store_path, str(target.run_id), config.store):
+                run, report = asyncio.run(infer())
+                outcome = _finish(app_ctx, store, run, options, mode=target.mode)
         except BaseException as exc:
             if started:
                 store.set_run_status(started[0], "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")

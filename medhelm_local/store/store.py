@@ -18,7 +18,13 @@ from medhelm_local.home import Home
 from medhelm_local.home.keys import load_data_key
 from medhelm_local.records import Instance, InstanceScore
 from medhelm_local.store.batch import ID_LIST_PARAM, ColumnBatch, id_list
-from medhelm_local.store.connection import STORE_ALIAS, open_encrypted
+from medhelm_local.store.connection import (
+    REACQUIRE_WAIT_S,
+    STORE_ALIAS,
+    EncryptedDatabase,
+    lock_timeout_s,
+    open_database,
+)
 
 SCHEMA_VERSION = "1"
 
@@ -65,10 +71,29 @@ INSTANCES_PER_BATCH = 5000
 
 
 class Store:
-    def __init__(self, connect: Callable[[], duckdb.DuckDBPyConnection], path: Path) -> None:
+    """The store, opened by this process. A long-running writer (the runner) calls :meth:`release` whenever it
+    is about to wait (for the network, for the next batch of outcomes): that gives the file lock back so
+    read-only commands can open the store meanwhile, and the next query re-attaches it (waiting, bounded, for
+    readers to finish). Nothing else changes for callers: ``conn`` is always usable."""
+
+    def __init__(self, connect: Callable[[], EncryptedDatabase], path: Path) -> None:
         self._connect = connect
-        self._conn = connect()
+        self._db = connect()
         self.path = path
+
+    @property
+    def _conn(self) -> duckdb.DuckDBPyConnection:
+        if not self._db.attached:
+            self._db.attach(wait_s=max(REACQUIRE_WAIT_S, lock_timeout_s(self._db.settings)))
+        return self._db.conn
+
+    def release(self) -> None:
+        """Give the store's file lock back until the next query (between transactions only)."""
+        self._db.detach()
+
+    @property
+    def holds_lock(self) -> bool:
+        return self._db.attached
 
     @classmethod
     def open(cls, home: Home, *, read_only: bool = False) -> Store:
@@ -82,7 +107,9 @@ class Store:
         """Open a store file with the home's data key and settings (the home's store, or a shard's store)."""
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         key, settings = load_data_key(home.keys_dir), home.config.store
-        store = cls(lambda: open_encrypted(path, key, read_only=read_only, settings=settings), path)
+        if read_only and not path.exists():
+            cls.open_file(home, path).close()  # a reader on a fresh home: create the (empty) store first
+        store = cls(lambda: open_database(path, key, read_only=read_only, settings=settings), path)
         if not read_only:
             store._migrate()
         return store
@@ -107,7 +134,7 @@ class Store:
         return self._conn
 
     def close(self) -> None:
-        self._conn.close()
+        self._db.close()
 
     def reopen(self) -> None:
         """Close the database and open it again, handing back the memory DuckDB keeps after a large write.
@@ -116,8 +143,8 @@ class Store:
         limit; after planning a large run that is most of the runner's memory, and the send phase needs none
         of it.
         """
-        self._conn.close()
-        self._conn = self._connect()
+        self._db.close()
+        self._db = self._connect()
 
     def __enter__(self) -> Store:
         return self
