@@ -176,11 +176,12 @@ class Store:
 
     def register_dataset(
         self, benchmark: str, source_sha256: str, loader_sha256: str, source_name: str, instances: list[Instance],
-        skipped: dict[str, int],
+        skipped: dict[str, int], *, before_commit: Callable[[], None] | None = None,
     ) -> tuple[str, bool]:
         """Store a dataset version and make it the benchmark's current one.
 
         Returns the version fingerprint and whether it is new (False: the same version was already stored).
+        ``before_commit`` runs inside the transaction, last: if it raises, nothing is stored.
         """
         fingerprint = hashlib.sha256(f"{source_sha256}:{loader_sha256}".encode()).hexdigest()
         now = utcnow()
@@ -193,13 +194,15 @@ class Store:
                     "UPDATE datasets SET registered_at = ? WHERE benchmark = ? AND fingerprint = ?",
                     [now, benchmark, fingerprint],
                 )
-                return fingerprint, False
-            self._conn.execute(
-                "INSERT INTO datasets VALUES (?, ?, ?, ?, ?, ?, ?)",
-                [benchmark, fingerprint, source_sha256, now, len(instances), json.dumps(skipped), source_name],
-            )
-            self._insert_instances(benchmark, fingerprint, instances)
-        return fingerprint, True
+            else:
+                self._conn.execute(
+                    "INSERT INTO datasets VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [benchmark, fingerprint, source_sha256, now, len(instances), json.dumps(skipped), source_name],
+                )
+                self._insert_instances(benchmark, fingerprint, instances)
+            if before_commit is not None:
+                before_commit()
+        return fingerprint, not exists
 
     def _insert_instances(self, benchmark: str, fingerprint: str, instances: list[Instance]) -> None:
         for start in range(0, len(instances), INSTANCES_PER_BATCH):
