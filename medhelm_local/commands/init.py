@@ -139,7 +139,7 @@ def file_modes_status(home: Home) -> tuple[str, str]:
         roots.add(home.keys_dir)
     world: list[str] = []
     group: list[str] = []
-    seen = 0
+    seen: set[Path] = set()
     for root in sorted(roots):
         if not root.exists():
             continue
@@ -153,9 +153,9 @@ def file_modes_status(home: Home) -> tuple[str, str]:
                     st = entry.lstat()
                 except OSError:
                     continue
-                if stat.S_ISLNK(st.st_mode):
+                if stat.S_ISLNK(st.st_mode) or entry in seen:
                     continue
-                seen += 1
+                seen.add(entry)
                 label = f"{entry} {stat.S_IMODE(st.st_mode):o}"
                 if st.st_mode & 0o007:
                     world.append(label)
@@ -167,4 +167,4 @@ def file_modes_status(home: Home) -> tuple[str, str]:
     if group:
         return "warn", (f"{len(group)} path(s) group-accessible (a Kubernetes fsGroup does this; expected "
                         "0600/0700 otherwise): " + ", ".join(group[:5]) + (" ..." if len(group) > 5 else ""))
-    return "ok", f"{seen} path(s) 0600/0700"
+    return "ok", f"{len(seen)} path(s) 0600/0700"

@@ -90,7 +90,7 @@ def _cli_home(tmp_path: Path) -> InProcessCli:
     cli = InProcessCli(home=tmp_path / "home")
     assert cli("init").code == 0
     for i in range(2):
-        assert cli("audit", "checkpoint", "--export", str(tmp_path / f"h{i}.json")).code == 0
+        assert cli("audit", "checkpoint", "--out", str(tmp_path / f"h{i}.json")).code == 0
     return cli
 
 
@@ -101,7 +101,7 @@ def test_repair_removes_a_record_a_crash_left_half_written(tmp_path: Path) -> No
     # a process killed mid-write: a whole event line and half of its checkpoint
     event = json.dumps({"seq": 999, "action": "run.start"}).encode()
     path.write_bytes(good + event + b"\n" + b'{"seq":1000,"ts":"2026-')
-    refused = cli("audit", "checkpoint", "--export", str(tmp_path / "x.json"))
+    refused = cli("audit", "checkpoint", "--out", str(tmp_path / "x.json"))
     assert refused.code == 1 and "partial" in refused.stderr
     repaired = cli("audit", "repair", "--json")
     assert repaired.code == 0, repaired.stderr
