@@ -44,7 +44,7 @@ class ExecutionSettings:
     backoff_cap_s: float = 30.0
     page_size: int = 512
     commit_batch: int = 512
-    commit_interval_s: float = 0.5  # at most one round of commits this often; the store is free in between
+    commit_interval_s: float = 1.0  # at most one round of commits this often; the store is free in between
     errors_only: bool = False  # `run --retry-errors`: send only items whose stored outcome is an error
 
 
