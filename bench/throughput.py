@@ -2,7 +2,7 @@
 
     .venv/bin/python bench/throughput.py                      # 2 s, 400 ms and 250 ms server latency
     .venv/bin/python bench/throughput.py --latencies 0.4      # one latency
-    .venv/bin/python bench/throughput.py --profile 0.4        # also a cProfile of the runner at 400 ms
+    .venv/bin/python bench/throughput.py --profile 0.4        # cProfile the runner at 400 ms (file in $TMPDIR)
 
 Needs the ``bench`` extra (aiohttp) and ../shared/data/public. PubMedQA (1,000), MedQA (1,273) and MedCalc-Bench
 (1,047) are registered from their real files: 3,320 requests. For each latency, against the fake
@@ -144,7 +144,10 @@ def free_port() -> int:
 
 def measure(home: Path, port: int, bodies: Path, n: int, latency: float, profile: Path | None) -> dict[str, Any]:
     load_start = os.getloadavg()
-    server = FakeServer(latency=latency, slots=SLOTS, responder="hash", port=port)
+    # Like a vLLM server: /tokenize and a model length (32,768, e.g. Llama 3.1 8B served with --max-model-len
+    # 32768) that these prompts fit, so the runner sends them whole, as the raw generator does.
+    server = FakeServer(latency=latency, slots=SLOTS, responder="hash", port=port, tokenizer="vllm",
+                        context_length=32768)
     try:
         url = f"{server.base_url}/chat/completions"
         raw_done = subprocess.run([sys.executable, "-c", RAW, url, str(bodies), str(SLOTS)], capture_output=True,
@@ -202,14 +205,15 @@ def main() -> int:
         print(f"setup: {n} requests from the real PubMedQA, MedQA and MedCalc-Bench files "
               f"({time.perf_counter() - t:.0f}s)", flush=True)
         for latency in latencies:
-            profile = tmp / "runner.prof" if args.profile == latency else None
+            profile = Path(tempfile.gettempdir()) / f"medhelm-throughput-{latency}.prof" \
+                if args.profile == latency else None
             run = measure(home, port, bodies, n, latency, profile)
             results["runs"].append(run)
             print_run(run)
             if profile is not None:
                 import pstats
 
-                out = RESULTS / f"throughput-profile-{latency}.txt"
+                out = profile.with_suffix(".txt")
                 with out.open("w") as handle:
                     pstats.Stats(str(profile), stream=handle).sort_stats("cumulative").print_stats(60)
                     pstats.Stats(str(profile), stream=handle).sort_stats("tottime").print_stats(40)
