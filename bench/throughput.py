@@ -10,6 +10,7 @@ OpenAI-compatible server in its own process with 256 concurrent slots (server li
 
 * raw: a plain aiohttp client, in its own process, posting the very request bodies the runner sends (built
   beforehand and read from a file) over 256 connections; timed from its first request to its last reply.
+* raw httpx: the same generator on httpx with the runner's connection layout: the HTTP library's own cost.
 * runner: ``medhelm-local run --model fake --benchmarks pubmedqa,medqa,medcalc_bench --concurrency 256 --json``
   as a subprocess, timed from spawn to exit (start-up, planning, sending, scoring): end to end; its send phase
   and the CPU the runner process spent in it (all threads, ``time.process_time``) come from its JSON report.
@@ -65,6 +66,31 @@ async def main(url, path, connections):
         start = time.perf_counter()
         await asyncio.gather(*(worker() for _ in range(connections)))
         return time.perf_counter() - start
+
+wall = asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
+usage = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime}))
+"""
+
+# The same generator on httpx, with the runner's connection layout (one single-connection client per slot, see
+# ChatClient): what the HTTP client library alone costs per request.
+RAW_HTTPX = r"""
+import asyncio, json, sys, time, resource
+import httpx
+
+async def main(url, path, connections):
+    bodies = [line.encode() for line in open(path, encoding="utf-8")]
+    queue = iter(bodies)
+    headers = {"content-type": "application/json"}
+    async def worker():
+        async with httpx.AsyncClient(timeout=60, trust_env=False,
+                                     limits=httpx.Limits(max_connections=1, max_keepalive_connections=1)) as c:
+            for body in queue:
+                r = await c.post(url, content=body, headers=headers)
+                r.raise_for_status()
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(connections)))
+    return time.perf_counter() - start
 
 wall = asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
 usage = resource.getrusage(resource.RUSAGE_SELF)
@@ -155,6 +181,11 @@ def measure(home: Path, port: int, bodies: Path, n: int, latency: float, profile
         if raw_done.returncode != 0:
             raise RuntimeError(f"raw generator failed: {raw_done.stderr[-2000:]}")
         raw = json.loads(raw_done.stdout)
+        httpx_done = subprocess.run([sys.executable, "-c", RAW_HTTPX, url, str(bodies), str(SLOTS)],
+                                    capture_output=True, text=True, env=env())
+        if httpx_done.returncode != 0:
+            raise RuntimeError(f"raw httpx generator failed: {httpx_done.stderr[-2000:]}")
+        raw_httpx = json.loads(httpx_done.stdout)
         command = [sys.executable, *(["-m", "cProfile", "-o", str(profile)] if profile else []),
                    "-m", "medhelm_local.cli", "--home", str(home), "run", "--model", "fake", "--benchmarks",
                    BENCHMARKS, "--concurrency", str(SLOTS), "--new-run", "--json"]
@@ -172,6 +203,8 @@ def measure(home: Path, port: int, bodies: Path, n: int, latency: float, profile
     return {
         "latency_s": latency, "requests": n, "server_limit_s": n / SLOTS * latency,
         "raw": {"wall_s": raw["wall_s"], "cpu_s": raw["cpu_s"], "cpu_ms_per_request": 1000 * raw["cpu_s"] / n},
+        "raw_httpx": {"wall_s": raw_httpx["wall_s"], "cpu_s": raw_httpx["cpu_s"],
+                      "cpu_ms_per_request": 1000 * raw_httpx["cpu_s"] / n},
         "runner": {"end_to_end_s": measured["wall_s"], "send_s": session["wall_s"],
                    "cpu_s": measured["cpu_s"], "cpu_ms_per_request": 1000 * measured["cpu_s"] / n,
                    "send_cpu_s": session.get("cpu_s"),
@@ -232,6 +265,8 @@ def print_run(r: dict[str, Any]) -> None:
           f"(server limit {r['server_limit_s']:.1f}s); load average {r['load_average_before'][0]:.2f} -> "
           f"{r['load_average_after'][0]:.2f}")
     print(f"  raw aiohttp generator: {r['raw']['wall_s']:.2f}s ({r['raw']['cpu_ms_per_request']:.2f} ms CPU/request)")
+    print(f"  raw httpx generator:   {r['raw_httpx']['wall_s']:.2f}s "
+          f"({r['raw_httpx']['cpu_ms_per_request']:.2f} ms CPU/request; the HTTP library alone)")
     print(f"  runner end to end:     {runner['end_to_end_s']:.2f}s  ratio raw/runner {r['ratio_end_to_end']:.3f}"
           f"  ({runner['cpu_ms_per_request']:.2f} ms CPU/request, peak RSS {runner['max_rss_mb']:.0f} MB)")
     print(f"  runner send phase:     {runner['send_s']:.2f}s  ratio raw/runner {r['ratio_send_phase']:.3f}"

@@ -99,7 +99,9 @@ class Paths(BaseModel):
 class RunnerSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    max_concurrency: int = Field(default=64, ge=1, le=4096)
+    # The ceiling of `run --concurrency` (the adaptive limiter starts at 64 and finds the server's capacity below
+    # it). 256 is vLLM's default number of concurrent sequences (--max-num-seqs) for one replica.
+    max_concurrency: int = Field(default=256, ge=1, le=4096)
     max_retries: int = Field(default=4, ge=0, le=20)
     seed: int = 0
 

@@ -4,7 +4,8 @@ The limit grows while measured throughput rises, shrinks by half on HTTP 429, an
 after 5xx answers and timeouts. ``cap`` (``--concurrency``) is never exceeded. It starts at 64 (or ``cap``).
 
 * Slow start, as in TCP: each success while the limit is in use adds one slot, so the limit doubles every round
-  trip without waiting for a measurement. Once a window's throughput no longer rises, the extra slots of the
+  trip without waiting for a measurement (within 1/32 of ``cap`` it goes to ``cap``: 64 -> 256 in two round
+  trips, not three). Once a window's throughput no longer rises, the extra slots of the
   last round trip only queue at the server: the limit is halved (never below what it was one round trip
   before) and slow start ends.
 * Then gentle probes: grow by a quarter, keep it if throughput rose, revert if not; probe again now and then.
@@ -140,6 +141,8 @@ class AdaptiveLimiter:
             return
         if self._slow_start and self._saturated and self._hold_windows == 0 and self.limit < self.cap:
             self.limit += 1
+            if self.cap - self.limit <= self.cap // 32:  # the last few slots at once, not a round trip later
+                self.limit = self.cap
             self.peak_limit = max(self.peak_limit, self.limit)
             self._wake()
         self._window_ok += 1

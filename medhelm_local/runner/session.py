@@ -199,7 +199,11 @@ def _check_identity(run: RunInfo, now: dict[str, Any]) -> None:
 
 
 def _settings(config: ApplianceConfig, options: RunOptions, *, errors_only: bool) -> ExecutionSettings:
-    cap = min(options.concurrency or config.runner.max_concurrency, config.runner.max_concurrency)
+    ceiling = config.runner.max_concurrency
+    cap = min(options.concurrency or ceiling, ceiling)
+    if options.concurrency and options.concurrency > ceiling:  # say so: a silent cap looks like a slow server
+        log.warning("run.concurrency_capped", requested=options.concurrency, ceiling=ceiling,
+                    setting="runner.max_concurrency")
     return ExecutionSettings(
         concurrency=cap, max_retries=config.runner.max_retries if options.max_retries is None else options.max_retries,
         initial_concurrency=options.initial_concurrency, backoff_base_s=options.backoff_base_s,
