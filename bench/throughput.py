@@ -11,6 +11,8 @@ OpenAI-compatible server in its own process with 256 concurrent slots (server li
 * raw: a plain aiohttp client, in its own process, posting the very request bodies the runner sends (built
   beforehand and read from a file) over 256 connections; timed from its first request to its last reply.
 * raw httpx: the same generator on httpx with the runner's connection layout: the HTTP library's own cost.
+* runner without HTTP: the same command with ``ChatClient.complete_once`` replaced by a wait of the latency
+  (no sockets): the runner's own cost per request, beyond the HTTP library.
 * runner: ``medhelm-local run --model fake --benchmarks pubmedqa,medqa,medcalc_bench --concurrency 256 --json``
   as a subprocess, timed from spawn to exit (start-up, planning, sending, scoring): end to end; its send phase
   and the CPU the runner process spent in it (all threads, ``time.process_time``) come from its JSON report.
@@ -95,6 +97,24 @@ async def main(url, path, connections):
 wall = asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
 usage = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime}))
+"""
+
+# The runner with its HTTP library taken out: `medhelm-local run` in a process whose ChatClient.complete_once
+# waits the server latency and returns a fixed answer (no sockets; the rest of the runner unchanged). What the
+# runner costs per request beyond the library, and what it would reach with a client as cheap as aiohttp's.
+NO_HTTP = r"""
+import asyncio, sys
+from medhelm_local.inference import client
+latency = float(sys.argv.pop(1))
+
+async def complete_once(self, request, base_url=None):
+    await asyncio.sleep(latency)
+    return client.Completion("yes", 100, 1, "stop")
+
+client.ChatClient.complete_once = complete_once
+from medhelm_local.cli import main
+sys.argv[0] = "medhelm-local"
+main()
 """
 
 CHILD = r"""
@@ -191,6 +211,9 @@ def measure(home: Path, port: int, bodies: Path, n: int, latency: float, profile
                    BENCHMARKS, "--concurrency", str(SLOTS), "--new-run", "--json"]
         child = subprocess.run([sys.executable, "-c", CHILD, *command], capture_output=True, text=True, env=env())
         measured = json.loads(child.stdout)
+        stub = [sys.executable, "-c", NO_HTTP, str(latency), *command[command.index("--home"):]]
+        stubbed = json.loads(subprocess.run([sys.executable, "-c", CHILD, *stub], capture_output=True, text=True,
+                                            env=env()).stdout)
     finally:
         server.stop()
     if measured["code"] != 0:
@@ -200,6 +223,9 @@ def measure(home: Path, port: int, bodies: Path, n: int, latency: float, profile
     if session["sent"] != n or session["errors"]:
         raise RuntimeError(f"runner sent {session['sent']} of {n}, {session['errors']} errors")
     steps = session.get("concurrency_steps") or []
+    if stubbed["code"] != 0:
+        raise RuntimeError(f"runner without HTTP failed: {stubbed['stderr_tail']}")
+    stub_session = json.loads(stubbed["stdout"])["session"]
     return {
         "latency_s": latency, "requests": n, "server_limit_s": n / SLOTS * latency,
         "raw": {"wall_s": raw["wall_s"], "cpu_s": raw["cpu_s"], "cpu_ms_per_request": 1000 * raw["cpu_s"] / n},
@@ -211,6 +237,9 @@ def measure(home: Path, port: int, bodies: Path, n: int, latency: float, profile
                    "send_cpu_ms_per_request": 1000 * session["cpu_s"] / n if session.get("cpu_s") else None,
                    "peak_concurrency": session["peak_concurrency"], "concurrency_steps": steps,
                    "round_trips_to_cap": rounds_to_cap(steps, latency, SLOTS), "max_rss_mb": measured["max_rss_mb"]},
+        "runner_without_http": {"end_to_end_s": stubbed["wall_s"], "send_s": stub_session["wall_s"],
+                                "cpu_ms_per_request": 1000 * stubbed["cpu_s"] / n,
+                                "send_cpu_ms_per_request": 1000 * stub_session["cpu_s"] / n},
         "ratio_end_to_end": raw["wall_s"] / measured["wall_s"],
         "ratio_send_phase": raw["wall_s"] / session["wall_s"],
         "load_average_before": load_start, "load_average_after": os.getloadavg(),
@@ -271,6 +300,9 @@ def print_run(r: dict[str, Any]) -> None:
           f"  ({runner['cpu_ms_per_request']:.2f} ms CPU/request, peak RSS {runner['max_rss_mb']:.0f} MB)")
     print(f"  runner send phase:     {runner['send_s']:.2f}s  ratio raw/runner {r['ratio_send_phase']:.3f}"
           f"  ({send_cpu:.2f} ms CPU/request)" if send_cpu is not None else "")
+    stub = r["runner_without_http"]
+    print(f"  runner without HTTP:   {stub['end_to_end_s']:.2f}s end to end, send {stub['send_s']:.2f}s "
+          f"({stub['send_cpu_ms_per_request']:.2f} ms CPU/request in the send phase; client stubbed)")
     print(f"  limiter: peak {runner['peak_concurrency']}, reached {SLOTS} after "
           f"{runner['round_trips_to_cap']} round trips; steps {runner['concurrency_steps'][:8]}")
 

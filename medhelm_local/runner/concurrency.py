@@ -1,7 +1,8 @@
 """Adaptive concurrency: how many requests may be in flight, learned from the server's throughput.
 
 The limit grows while measured throughput rises, shrinks by half on HTTP 429, and stops growing for a while
-after 5xx answers and timeouts. ``cap`` (``--concurrency``) is never exceeded. It starts at 64 (or ``cap``).
+after 5xx answers and timeouts. ``cap`` (``--concurrency``) is never exceeded. It starts at half of ``cap`` (at
+least 64, at most ``cap``): at 2 s server latency every round trip spent below capacity costs seconds.
 
 * Slow start, as in TCP: each success while the limit is in use adds one slot, so the limit doubles every round
   trip without waiting for a measurement (within 1/32 of ``cap`` it goes to ``cap``: 64 -> 256 in two round
@@ -47,7 +48,7 @@ class AdaptiveLimiter:
         if cap < 1:
             raise ValueError("cap must be >= 1")
         self.cap = cap
-        self.limit = max(1, min(cap, initial if initial is not None else 64))
+        self.limit = max(1, min(cap, initial if initial is not None else max(64, cap // 2)))
         self.in_flight = 0
         self.min_window_s = min_window_s
         self.rise = rise
