@@ -85,7 +85,7 @@ class GroupCommitter:
     """Commits outcomes in small batches as they arrive; ``commit`` returns once the outcome is durable."""
 
     def __init__(self, db: StoreThread, store: Store, run_id: str, session_id: str, *, replace_errors: bool,
-                 max_batch: int, started: float, linger_s: float = 0.02) -> None:
+                 max_batch: int, started: float) -> None:
         self._db = db
         self._store = store
         self._run_id = run_id
@@ -94,7 +94,6 @@ class GroupCommitter:
         self._max_batch = max_batch
         self._started = started
         self._queue: list[tuple[Outcome, asyncio.Future[None]]] = []
-        self._linger_s = linger_s
         self._wakeup = asyncio.Event()
         self._closing = False
         self._task = asyncio.create_task(self._run())
@@ -108,10 +107,6 @@ class GroupCommitter:
     async def _run(self) -> None:
         while True:
             await self._wakeup.wait()
-            if not self._closing and len(self._queue) < self._max_batch:
-                # Let a few more outcomes arrive: a commit's fixed cost (an encrypted WAL write) is paid per
-                # transaction, and one outcome at a time made it most of the runner's CPU per request.
-                await asyncio.sleep(self._linger_s)
             self._wakeup.clear()
             while self._queue:
                 batch = self._queue[: self._max_batch]
