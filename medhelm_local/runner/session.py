@@ -240,12 +240,16 @@ def _new_run(store: Store, app_ctx: AppContext, target: _Target, options: RunOpt
 
 
 async def _prepare_client(store: Store, client: ChatClient, endpoint: ModelEndpoint
-                          ) -> tuple[list[dict[str, Any]], dict[str, Any] | None, TokenCounter]:
+                          ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
     servers = await describe_servers(client, endpoint)
     _check_served_model(endpoint, servers)
     weights = weights_fingerprint(store, endpoint.weights_path) if endpoint.weights_path else None
-    counter = await open_counter(client, endpoint.kind, context_length=endpoint.context_length)
-    return servers, weights, counter
+    return servers, weights
+
+
+async def _token_counter(client: ChatClient, endpoint: ModelEndpoint) -> TokenCounter:
+    """How the model's server counts tokens (its tokenize endpoint, else the estimate)."""
+    return await open_counter(client, endpoint.kind, context_length=endpoint.context_length)
 
 
 def _fitter(run: RunInfo, counter: TokenCounter, settings: ExecutionSettings) -> PromptFitter | None:
@@ -294,7 +298,8 @@ def evaluate(app_ctx: AppContext, options: RunOptions) -> RunOutcome:
         async def infer() -> tuple[RunInfo, ExecutionReport]:
             async with open_client(config, target.endpoint, max_connections=settings.concurrency,
                                    timeout_s=options.request_timeout_s) as client:
-                servers, weights, counter = await _prepare_client(store, client, target.endpoint)
+                servers, weights = await _prepare_client(store, client, target.endpoint)
+                counter = await _token_counter(client, target.endpoint)
                 if target.run is None:
                     run = _new_run(store, app_ctx, target, options, servers, weights, counter)
                 else:
@@ -361,7 +366,8 @@ def _evaluate_shard(app_ctx: AppContext, options: RunOptions) -> RunOutcome:
         async with open_client(config, endpoint, max_connections=settings.concurrency,
                                timeout_s=options.request_timeout_s) as client:
             with sharding.open_main_store(home) as main:
-                servers, weights, counter = await _prepare_client(main, client, endpoint)
+                servers, weights = await _prepare_client(main, client, endpoint)
+                counter = await _token_counter(client, endpoint)
                 plan = compute_plan(main, model, benchmarks, max_instances=options.max_instances, seed=seed,
                                     order_mode=options.order, prompt_style=options.prompt_style or DEFAULT_STYLE)
                 run_id = _check_run_id(options.run_id) if options.run_id else derived_run_id(plan.plan_key)
