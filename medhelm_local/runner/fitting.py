@@ -9,7 +9,7 @@ spec's designated long field (``truncate``: the note, the timeline) is cut to fi
 The context length a run uses is decided once, when the run is created, and kept in its manifest
 (``manifest["context"]``): the configured ``context_length`` (``models add``), lowered to the server's own limit
 where the server reports one (vLLM's ``max_model_len``); a model configured without ``context_length`` takes the
-server's limit.
+server's limit, or, when the server reports none, the default 2,048 (``source: default``, logged).
 """
 
 from __future__ import annotations
@@ -34,7 +34,9 @@ def context_entry(endpoint: ModelEndpoint, counter: TokenCounter) -> dict[str, A
     explicit = "context_length" in endpoint.model_fields_set
     server = counter.server_context_length
     if server is None or (explicit and configured <= server):
-        length, source = configured, "config"
+        # Unset and not reported: the default (2,048), which may be far below the model's; said in the manifest
+        # and logged, so that truncation by it is never mistaken for the model's own limit.
+        length, source = configured, "config" if explicit else "default"
     else:
         length, source = server, "server"
     return {"context_length": length, "source": source, "configured": configured if explicit else None,

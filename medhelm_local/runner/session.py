@@ -226,6 +226,9 @@ def _new_run(store: Store, app_ctx: AppContext, target: _Target, options: RunOpt
                               order_mode=plan.order_mode, decoding=decoding,
                               prompt_style=manifest_entry(plan.prompt_style, plan.benchmarks),
                               specs=manifest_specs(specs), context=context_entry(target.endpoint, counter))
+    if manifest["context"]["source"] == "default":
+        log.warning("run.context_length_default", model=target.endpoint.name,
+                    context_length=manifest["context"]["context_length"], setting="context_length")
     run = RunInfo(run_id=target.run_id, model=target.endpoint.name, benchmarks=plan.benchmarks, created_at=utcnow(),
                   finished_at=None, status="planned", max_instances=options.max_instances, seed=target.seed,
                   manifest=manifest)

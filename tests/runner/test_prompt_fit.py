@@ -117,6 +117,7 @@ def test_without_a_tokenize_endpoint_the_estimate_fits_and_the_manifest_says_so(
         home = make_home(tmp_path / "home", [server.base_url], extra={"context_length": CONTEXT})
         register(home, instances)
         outcome = evaluate(app(home), RunOptions(model="fake", benchmarks=["pubmedqa"], show_progress=False))
+    assert outcome.run.manifest["context"]["source"] == "config"
     tokens = outcome.run.manifest["context"]["tokens"]
     assert tokens["method"] == "estimate" and tokens["exact"] is False and "no tokenize endpoint" in tokens["note"]
     assert server.context_rejections == 0
@@ -153,3 +154,15 @@ async def test_prompt_without_a_designated_field_is_prompt_too_long() -> None:
             with pytest.raises(RequestFailed) as raised:
                 await fitter.fit(spec, instance, request)
     assert raised.value.category == "prompt_too_long"
+
+
+def test_context_length_unset_and_unreported_is_the_default_and_says_so() -> None:
+    from medhelm_local.home.config import ModelEndpoint
+    from medhelm_local.inference.tokens import EstimateCounter
+    from medhelm_local.runner.fitting import context_entry
+
+    unset = ModelEndpoint(name="m", base_urls=["http://127.0.0.1:9/v1"])
+    entry = context_entry(unset, EstimateCounter())
+    assert entry["context_length"] == 2048 and entry["source"] == "default" and entry["configured"] is None
+    explicit = ModelEndpoint(name="m", base_urls=["http://127.0.0.1:9/v1"], context_length=8192)
+    assert context_entry(explicit, EstimateCounter())["source"] == "config"
