@@ -298,6 +298,17 @@ def truncation_counts(store: Store, run_id: str) -> dict[str, tuple[int, int]]:
     return {str(b): (int(cut), int(total)) for b, cut, total in rows}
 
 
+def truncation_summary(store: Store, run_id: str) -> dict[str, dict[str, Any]]:
+    """Per benchmark of a run: prompts cut to fit the model's context, the field cut, and tokens and characters
+    removed (total and largest). Counts only."""
+    rows = store.conn.execute(
+        "SELECT benchmark, field, count(*), sum(removed_tokens), max(removed_tokens), sum(removed_chars) "
+        "FROM runner_truncations WHERE run_id = ? GROUP BY benchmark, field ORDER BY benchmark, field",
+        [run_id]).fetchall()
+    return {str(b): {"field": str(f), "prompts": int(n), "removed_tokens": int(t), "max_removed_tokens": int(m),
+                     "removed_chars": int(c)} for b, f, n, t, m, c in rows}
+
+
 # -- weights ----------------------------------------------------------------------------------------------
 
 

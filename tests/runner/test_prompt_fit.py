@@ -108,6 +108,15 @@ def test_leaderboard_reports_the_truncated_share(tmp_path: Path, public_data: Pa
     assert row["benchmarks"]["pubmedqa"]["truncated_share"] == pytest.approx(share)
     table = subprocess.run(base, capture_output=True, text=True, env=cli_env(), timeout=300)
     assert f"prompts truncated to fit: {share:.0%}" in table.stdout + table.stderr
+    # `runs show` says per benchmark how many prompts were cut and by how much.
+    (run_id,) = [r["run_id"] for r in json.loads(subprocess.run(
+        [*base[:-1], "runs", "list", "--json"], capture_output=True, text=True, env=cli_env(), timeout=300).stdout)]
+    shown = json.loads(subprocess.run([*base[:-1], "runs", "show", run_id, "--json"], capture_output=True, text=True,
+                                      env=cli_env(), timeout=300).stdout)
+    cut = shown["truncated"]["pubmedqa"]
+    assert cut["field"] == "context" and cut["prompts"] == len(_too_long(instances))
+    assert cut["removed_tokens"] >= cut["max_removed_tokens"] > 0
+    assert shown["context"]["context_length"] == CONTEXT
 
 
 def test_without_a_tokenize_endpoint_the_estimate_fits_and_the_manifest_says_so(tmp_path: Path,
