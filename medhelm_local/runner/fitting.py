@@ -30,8 +30,8 @@ from medhelm_local.records import ChatMessage, InferenceRequest, Instance, Trunc
 def context_entry(endpoint: ModelEndpoint, counter: TokenCounter) -> dict[str, Any]:
     """``manifest["context"]``: the context length this run fits prompts into, where it came from, and how
     tokens are counted."""
-    configured = endpoint.context_length
-    explicit = "context_length" in endpoint.model_fields_set
+    configured = endpoint.context_tokens
+    explicit = endpoint.context_length is not None
     server = counter.server_context_length
     if server is None or (explicit and configured <= server):
         # Unset and not reported: the default (2,048), which may be far below the model's; said in the manifest

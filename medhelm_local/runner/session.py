@@ -252,7 +252,7 @@ async def _prepare_client(store: Store, client: ChatClient, endpoint: ModelEndpo
 
 async def _token_counter(client: ChatClient, endpoint: ModelEndpoint) -> TokenCounter:
     """How the model's server counts tokens (its tokenize endpoint, else the estimate)."""
-    return await open_counter(client, endpoint.kind, context_length=endpoint.context_length)
+    return await open_counter(client, endpoint.kind, context_length=endpoint.context_tokens)
 
 
 def _fitter(run: RunInfo, counter: TokenCounter, settings: ExecutionSettings) -> PromptFitter | None:

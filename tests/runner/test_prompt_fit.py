@@ -175,3 +175,21 @@ def test_context_length_unset_and_unreported_is_the_default_and_says_so() -> Non
     assert entry["context_length"] == 2048 and entry["source"] == "default" and entry["configured"] is None
     explicit = ModelEndpoint(name="m", base_urls=["http://127.0.0.1:9/v1"], context_length=8192)
     assert context_entry(explicit, EstimateCounter())["source"] == "config"
+
+
+def test_models_add_without_context_length_leaves_it_to_the_server(tmp_path: Path) -> None:
+    """The saved appliance.yaml keeps an unset context_length unset (a default written back as 2048 would cut
+    every prompt of a 128k-token vLLM model to 2,048 tokens)."""
+    import subprocess
+    import sys
+
+    from medhelm_local.home import Home
+
+    base = [sys.executable, "-m", "medhelm_local.cli", "--home", str(tmp_path / "home")]
+    for args in (["init"], ["models", "add", "big", "--base-url", "http://127.0.0.1:9/v1"],
+                 ["models", "add", "small", "--base-url", "http://127.0.0.1:9/v1", "--context-length", "4096"]):
+        done = subprocess.run([*base, *args], capture_output=True, text=True, env=cli_env(), timeout=300)
+        assert done.returncode == 0, done.stderr
+    config = Home(tmp_path / "home").config
+    assert config.model("big").context_length is None and config.model("big").context_tokens == 2048
+    assert config.model("small").context_length == 4096
