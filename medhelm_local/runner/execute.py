@@ -3,6 +3,9 @@
 * Work streams from the store in pages (keyset paging on the send order), so memory stays flat whatever the
   run's size; the next page is fetched while the current one is being sent.
 * Each attempt is admitted by the adaptive concurrency limiter; retries back off without holding a slot.
+* A prompt that might not fit the model's context is fitted first (``runner.fitting``: counted by the server's
+  tokenizer, its long field cut and the cut recorded, or ``prompt_too_long`` recorded without sending); the
+  others go out as built.
 * Outcomes are committed by one store thread in group commits, at most one round every
   ``commit_interval_s``: a response counts as done only once its transaction has committed. After ``kill -9``
   only uncommitted (in-flight) items are sent again, and the primary key on ``responses`` keeps one outcome per
@@ -22,11 +25,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from medhelm_local.inference.client import ChatClient
+from medhelm_local.benchmarks.spec import BenchmarkSpec
+from medhelm_local.inference.client import ChatClient, RequestFailed
 from medhelm_local.prompts.build import build_request, request_hash
 from medhelm_local.prompts.styles import spec_for_run
-from medhelm_local.records import InferenceRequest, Instance
+from medhelm_local.records import InferenceRequest, InferenceResult, Instance, Truncated
 from medhelm_local.runner.concurrency import AdaptiveLimiter
+from medhelm_local.runner.fitting import PromptFitter
 from medhelm_local.runner.progress import RunProgress
 from medhelm_local.store import runs as runs_db
 from medhelm_local.store.runs import Outcome, PendingItem
@@ -61,6 +66,9 @@ class ExecutionReport:
     final_concurrency: int = 0
     concurrency_history: list[tuple[float, int, str]] = field(default_factory=list)
     endpoints: list[dict[str, Any]] = field(default_factory=list)
+    cpu_s: float = 0.0  # this process's CPU time (all threads) during the send phase
+    counted: int = 0  # prompts that needed the tokenizer to fit the model's context
+    truncated: int = 0  # prompts cut to fit
 
 
 class StoreThread:
@@ -166,8 +174,11 @@ def _load_page(store: Store, run_id: str, benchmark: str, after_rank: int, limit
 
 
 async def execute_run(store: Store, client: ChatClient, run: RunInfo, *, settings: ExecutionSettings,
-                      progress: RunProgress, session_id: str | None = None) -> ExecutionReport:
-    """Send every pending item of ``run`` (or, with ``errors_only``, every failed one) and commit the outcomes."""
+                      progress: RunProgress, session_id: str | None = None, fitter: PromptFitter | None = None
+                      ) -> ExecutionReport:
+    """Send every pending item of ``run`` (or, with ``errors_only``, every failed one) and commit the outcomes.
+
+    ``fitter``: fits prompts into the model's context (None: every prompt is sent as built)."""
     report = ExecutionReport(session_id=session_id or uuid.uuid4().hex[:12])
     for benchmark in run.benchmarks:
         total, answered, errors = runs_db.item_counts(store, run.run_id, benchmark)
@@ -180,6 +191,7 @@ async def execute_run(store: Store, client: ChatClient, run: RunInfo, *, setting
     store.release()  # from here on the store is attached only for a page read or a commit round
     db = StoreThread(release=store)
     started = time.monotonic()
+    cpu_started = time.process_time()
     committer = GroupCommitter(db, store, run.run_id, report.session_id, replace_errors=settings.errors_only,
                                max_batch=settings.commit_batch, started=started,
                                interval_s=settings.commit_interval_s)
@@ -187,10 +199,23 @@ async def execute_run(store: Store, client: ChatClient, run: RunInfo, *, setting
     max_alive = 2 * settings.concurrency + 64  # requests backing off hold no slot; bound them anyway
     room = asyncio.Event()
 
-    async def send(request: InferenceRequest) -> None:
-        result = await client.complete(request, max_retries=settings.max_retries, gate=limiter, slot_held=True,
-                                       backoff_base_s=settings.backoff_base_s, backoff_cap_s=settings.backoff_cap_s)
-        committer.submit(Outcome(request, request_hash(request), result))
+    async def send(request: InferenceRequest, truncated: Truncated | None = None, *, slot_held: bool = True) -> None:
+        result = await client.complete(request, max_retries=settings.max_retries, gate=limiter,
+                                       slot_held=slot_held, backoff_base_s=settings.backoff_base_s,
+                                       backoff_cap_s=settings.backoff_cap_s)
+        await record(request, result, truncated)
+
+    async def fit_and_send(spec: BenchmarkSpec, instance: Instance, request: InferenceRequest) -> None:
+        assert fitter is not None
+        try:
+            fitted, truncated = await fitter.fit(spec, instance, request)
+        except RequestFailed as failure:  # prompt_too_long, or the tokenizer failed: recorded, never sent
+            await record(request, InferenceResult(error=failure.category, attempts=0), None)
+            return
+        await send(fitted, truncated, slot_held=False)  # the slot is taken once the prompt is ready
+
+    async def record(request: InferenceRequest, result: InferenceResult, truncated: Truncated | None) -> None:
+        committer.submit(Outcome(request, request_hash(request), result, truncated))
         report.sent += 1
         report.ok += int(result.ok)
         report.errors += int(not result.ok)
@@ -221,8 +246,11 @@ async def execute_run(store: Store, client: ChatClient, run: RunInfo, *, setting
                     while len(tasks) >= max_alive:
                         room.clear()
                         await room.wait()
-                    await limiter.acquire()
-                    task = asyncio.create_task(send(request))
+                    if fitter is not None and not fitter.fits_unchecked(request):
+                        task = asyncio.create_task(fit_and_send(spec, instance, request))
+                    else:
+                        await limiter.acquire()
+                        task = asyncio.create_task(send(request))
                     tasks.add(task)
                     task.add_done_callback(done)
                     if failures:  # a failed commit stops the run at once, not after the last page
@@ -243,8 +271,11 @@ async def execute_run(store: Store, client: ChatClient, run: RunInfo, *, setting
     finally:
         db.close()
         report.wall_s = time.monotonic() - started
+        report.cpu_s = time.process_time() - cpu_started
         report.peak_concurrency = limiter.peak_limit
         report.final_concurrency = limiter.limit
         report.concurrency_history = list(limiter.history)
         report.endpoints = client.pool.summaries()
+        if fitter is not None:
+            report.counted, report.truncated = fitter.counted, fitter.truncated
     return report
