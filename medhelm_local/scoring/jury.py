@@ -19,24 +19,34 @@ import json
 import re
 import string
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec, JudgeRubric
 from medhelm_local.errors import ConfigError, MedhelmError
-from medhelm_local.home.config import ApplianceConfig
+from medhelm_local.home.config import ApplianceConfig, ModelEndpoint
+from medhelm_local.inference.client import FORMAT_REJECTED
+from medhelm_local.inference.structured import OutputShape, response_format_for, shapes_for
 from medhelm_local.prompts.build import judge_gold, judge_question
 from medhelm_local.records import ChatMessage, InferenceRequest, Instance, InstanceScore
 from medhelm_local.scoring.extract import strip_reasoning
 from medhelm_local.scoring.metrics import JURY, ROUGE_L
 from medhelm_local.scoring.rouge import rouge_l
-from medhelm_local.store.judgments import Judgment, JudgmentStatus, get_judgments, record_judgment
+from medhelm_local.store.judgments import (
+    Judgment,
+    JudgmentStatus,
+    get_judgments,
+    record_judge_manifest,
+    record_judgment,
+)
 from medhelm_local.store.store import Store
 
 DEFAULT_JURY_CONCURRENCY = 4  # requests in flight per judge: judges are often shared, big models
 JUDGE_MAX_TOKENS = 1024
 LIKERT_MIN, LIKERT_MAX = 1, 5
 NO_GOLD = "(no reference response is available for this item)"
+SCHEMA_NAME = "jury_rating"
+CUT_OFF = "cut_off"  # the reply stopped at the token limit before it was a valid rating
 
 
 class JudgesNotConfigured(ConfigError):
@@ -106,8 +116,8 @@ def judge_prompt(spec: BenchmarkSpec, instance: Instance, output: str) -> str:
     return rubric.template.format_map(values)
 
 
-def response_format(rubric: JudgeRubric) -> dict[str, Any]:
-    """OpenAI-style structured output: one ``{score, explanation}`` object per criterion, scores 1-5."""
+def rating_schema(rubric: JudgeRubric) -> dict[str, Any]:
+    """The JSON schema of a reply: one ``{score, explanation}`` object per criterion, scores 1-5."""
     rating = {
         "type": "object",
         "properties": {
@@ -119,9 +129,13 @@ def response_format(rubric: JudgeRubric) -> dict[str, Any]:
         "additionalProperties": False,
     }
     names = [c.name for c in rubric.criteria]
-    schema = {"type": "object", "properties": {n: rating for n in names}, "required": names,
-              "additionalProperties": False}
-    return {"type": "json_schema", "json_schema": {"name": "jury_rating", "strict": True, "schema": schema}}
+    return {"type": "object", "properties": {n: rating for n in names}, "required": names,
+            "additionalProperties": False}
+
+
+def response_format(rubric: JudgeRubric, shape: OutputShape = OutputShape.JSON_SCHEMA) -> dict[str, Any] | None:
+    """The ``response_format`` asking for :func:`rating_schema` in ``shape`` (None for prompt-only)."""
+    return response_format_for(shape, rating_schema(rubric), name=SCHEMA_NAME)
 
 
 _FENCED = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
@@ -164,48 +178,97 @@ def prompt_hash(judge: str, prompt: str, rubric: JudgeRubric) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
+@dataclass
+class JudgeShape:
+    """What one judge's server was sent: the structured-output shape, and the shapes it refused first."""
+
+    judge: str
+    kind: str
+    served_model: str
+    shape: OutputShape
+    rejected: list[str] = field(default_factory=list)
+    accepted: bool = False  # at least one request in ``shape`` was answered
+
+    def manifest_entry(self) -> dict[str, Any]:
+        return {"kind": self.kind, "served_model": self.served_model, "structured_output": self.shape.value,
+                "rejected": list(self.rejected), "accepted": self.accepted}
+
+
+@dataclass
+class JuryStats:
+    """Counts of one jury pass, for the caller (``jury rescore``)."""
+
+    asked: int = 0  # judgements requested (re-asked) in this pass
+    kept: int = 0  # valid judgements kept from earlier passes
+    shapes: dict[str, JudgeShape] = field(default_factory=dict)
+
+
 async def _judge_one(client: Any, semaphore: asyncio.Semaphore, *, scope: str, spec: BenchmarkSpec, judge: str,
-                     instance_id: str, prompt: str, digest: str, max_retries: int) -> Judgment:
+                     instance_id: str, prompt: str, digest: str, max_retries: int, shape: OutputShape) -> Judgment:
     rubric = rubric_of(spec)
     request = InferenceRequest(
         benchmark=spec.id, instance_id=instance_id, messages=[ChatMessage(role="user", content=prompt)],
-        max_tokens=JUDGE_MAX_TOKENS, temperature=0.0, response_format=response_format(rubric),
+        max_tokens=JUDGE_MAX_TOKENS, temperature=0.0, response_format=response_format(rubric, shape),
     )
     async with semaphore:
         result = await client.complete(request, max_retries=max_retries)
     base = {"run_id": scope, "benchmark": spec.id, "instance_id": instance_id, "judge": judge,
             "prompt_hash": digest, "prompt_tokens": result.prompt_tokens,
             "completion_tokens": result.completion_tokens, "latency_s": result.latency_s,
-            "attempts": result.attempts}
+            "attempts": result.attempts, "output_shape": shape.value}
     if not result.ok or result.text is None:
         return Judgment(**base, status=JudgmentStatus.REQUEST_FAILED, error=result.error or "no_text")
     try:
         ratings, explanations = parse_judgement(result.text, rubric)
     except InvalidJudgement as invalid:
-        return Judgment(**base, status=JudgmentStatus.INVALID_REPLY, error=invalid.category)
+        category = CUT_OFF if result.finish_reason == "length" else invalid.category
+        return Judgment(**base, status=JudgmentStatus.INVALID_REPLY, error=category)
     return Judgment(**base, status=JudgmentStatus.OK, ratings=ratings, explanations=explanations)
 
 
 async def _run_judge(store: Store, config: ApplianceConfig, spec: BenchmarkSpec, judge: str,
-                     work: list[tuple[str, str, str]], *, scope: str, concurrency: int) -> None:
+                     work: list[tuple[str, str, str]], *, scope: str, concurrency: int) -> JudgeShape:
+    """Ask one judge about ``work``. The first item settles the structured-output shape: on a refusal of the
+    shape (a request-validation error) it is asked again in the backend's next shape, if there is one; the other
+    items then go out concurrently in the shape that was not refused."""
     from medhelm_local.inference.backends import open_client
 
-    endpoint = config.model(judge)
+    endpoint: ModelEndpoint = config.model(judge)
+    shapes = shapes_for(endpoint.kind)
+    outcome = JudgeShape(judge=judge, kind=endpoint.kind.value, served_model=endpoint.model_id, shape=shapes[0])
     semaphore = asyncio.Semaphore(concurrency)
+    max_retries = config.runner.max_retries
+
+    def ask(item: tuple[str, str, str]) -> Any:
+        iid, prompt, digest = item
+        return _judge_one(client, semaphore, scope=scope, spec=spec, judge=judge, instance_id=iid, prompt=prompt,
+                          digest=digest, max_retries=max_retries, shape=outcome.shape)
+
     async with open_client(config, endpoint, max_connections=concurrency) as client:
-        tasks = [asyncio.create_task(_judge_one(client, semaphore, scope=scope, spec=spec, judge=judge,
-                                                instance_id=iid, prompt=prompt, digest=digest,
-                                                max_retries=config.runner.max_retries))
-                 for iid, prompt, digest in work]
+        first = await ask(work[0])
+        while first.error == FORMAT_REJECTED and len(outcome.rejected) + 1 < len(shapes):
+            outcome.rejected.append(outcome.shape.value)
+            outcome.shape = shapes[len(outcome.rejected)]
+            first = await ask(work[0])
+        outcome.accepted = first.status != JudgmentStatus.REQUEST_FAILED
+        record_judgment(store, first)
+        tasks = [asyncio.create_task(ask(item)) for item in work[1:]]
         for finished in asyncio.as_completed(tasks):
-            record_judgment(store, await finished)  # committed as it arrives: an interrupted jury resumes
+            judgment = await finished
+            outcome.accepted = outcome.accepted or judgment.status != JudgmentStatus.REQUEST_FAILED
+            record_judgment(store, judgment)  # committed as it arrives: an interrupted jury resumes
+    return outcome
 
 
 async def run_jury_async(store: Store, config: ApplianceConfig, spec: BenchmarkSpec, items: Sequence[JuryItem],
-                         *, scope: str, concurrency: int = DEFAULT_JURY_CONCURRENCY) -> list[Judgment]:
-    """Ask every judge about every answered item; reuse valid judgements already stored for the same prompt."""
+                         *, scope: str, concurrency: int = DEFAULT_JURY_CONCURRENCY, only_failed: bool = False,
+                         stats: JuryStats | None = None) -> list[Judgment]:
+    """Ask every judge about every answered item; reuse valid judgements already stored for the same prompt
+    (``only_failed``: every valid judgement already stored, whatever its prompt: only failed or missing ones are
+    asked again). The structured-output shape each judge was sent is recorded in the run's manifest."""
     judges = judge_names(config, spec.id)
     rubric = rubric_of(spec)
+    stats = stats if stats is not None else JuryStats()
     existing = {(j.instance_id, j.judge): j for j in get_judgments(store, scope, spec.id)}
     plans: dict[str, list[tuple[str, str, str]]] = {judge: [] for judge in judges}
     for item in items:
@@ -215,19 +278,28 @@ async def run_jury_async(store: Store, config: ApplianceConfig, spec: BenchmarkS
         for judge in judges:
             digest = prompt_hash(judge, prompt, rubric)
             done = existing.get((item.instance.id, judge))
-            if done is not None and done.status == JudgmentStatus.OK and done.prompt_hash == digest:
+            if done is not None and done.status == JudgmentStatus.OK and (only_failed or done.prompt_hash == digest):
+                stats.kept += 1
                 continue
             plans[judge].append((item.instance.id, prompt, digest))
-    await asyncio.gather(*(_run_judge(store, config, spec, judge, work, scope=scope, concurrency=concurrency)
-                           for judge, work in plans.items() if work))
+    stats.asked += sum(len(work) for work in plans.values())
+    outcomes = await asyncio.gather(*(_run_judge(store, config, spec, judge, work, scope=scope,
+                                                 concurrency=concurrency)
+                                      for judge, work in plans.items() if work))
+    for outcome in outcomes:
+        stats.shapes[outcome.judge] = outcome
+    if outcomes:
+        record_judge_manifest(store, scope, {o.judge: o.manifest_entry() for o in outcomes})
     wanted = {item.instance.id for item in items if item.output is not None}
     return [j for j in get_judgments(store, scope, spec.id) if j.instance_id in wanted and j.judge in judges]
 
 
 def run_jury(store: Store, config: ApplianceConfig, spec: BenchmarkSpec, items: Sequence[JuryItem], *,
-             scope: str, concurrency: int = DEFAULT_JURY_CONCURRENCY) -> list[Judgment]:
+             scope: str, concurrency: int = DEFAULT_JURY_CONCURRENCY, only_failed: bool = False,
+             stats: JuryStats | None = None) -> list[Judgment]:
     """Synchronous entry point; works inside or outside a running event loop."""
-    coroutine = run_jury_async(store, config, spec, items, scope=scope, concurrency=concurrency)
+    coroutine = run_jury_async(store, config, spec, items, scope=scope, concurrency=concurrency,
+                               only_failed=only_failed, stats=stats)
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -261,11 +333,13 @@ def jury_value(judgments: Sequence[Judgment]) -> tuple[float | None, dict[str, A
 
 
 def jury_scores(store: Store, config: ApplianceConfig | None, spec: BenchmarkSpec, items: Sequence[JuryItem], *,
-                scope: str, concurrency: int = DEFAULT_JURY_CONCURRENCY) -> list[InstanceScore]:
+                scope: str, concurrency: int = DEFAULT_JURY_CONCURRENCY, only_failed: bool = False,
+                stats: JuryStats | None = None) -> list[InstanceScore]:
     """Jury and ROUGE-L instance scores for answered items; failed requests stay failures (value None)."""
     judges = judge_names(config, spec.id)
     assert config is not None
-    judgments = run_jury(store, config, spec, items, scope=scope, concurrency=concurrency)
+    judgments = run_jury(store, config, spec, items, scope=scope, concurrency=concurrency, only_failed=only_failed,
+                         stats=stats)
     by_instance: dict[str, list[Judgment]] = {}
     for judgment in judgments:
         by_instance.setdefault(judgment.instance_id, []).append(judgment)
