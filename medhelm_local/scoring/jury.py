@@ -100,20 +100,30 @@ def criteria_text(rubric: JudgeRubric) -> str:
     return "\n".join(f"{c.name.capitalize()} (1-5) - {c.description}" for c in rubric.criteria)
 
 
-def judge_prompt(spec: BenchmarkSpec, instance: Instance, output: str) -> str:
-    """The rubric template filled in: ``{question}`` is the prompt the model saw (MedHELM parity: HELM's instance
-    input, ``spec.judge_question``), ``{response}`` its output
-    (reasoning dropped), ``{gold_response}`` the reference (only if the rubric uses it)."""
+def judge_values(spec: BenchmarkSpec, instance: Instance, output: str) -> dict[str, str]:
+    """The rubric template's fields: ``question`` is the prompt the model saw (MedHELM parity: HELM's instance
+    input, ``spec.judge_question``), ``response`` its output (reasoning dropped), ``gold_response`` the reference
+    (only if the rubric uses it), ``criteria`` the rubric's criteria."""
     rubric = rubric_of(spec)
     question = judge_question(spec, instance)
     gold = judge_gold(spec, instance) or "\n\n".join(r for r in instance.references if r.strip()) or NO_GOLD
-    values = {"question": question, "response": strip_reasoning(output).strip(), "criteria": criteria_text(rubric),
-              "gold_response": gold if rubric.uses_gold else NO_GOLD}
+    return {"question": question, "response": strip_reasoning(output).strip(), "criteria": criteria_text(rubric),
+            "gold_response": gold if rubric.uses_gold else NO_GOLD}
+
+
+def render_judge_prompt(spec: BenchmarkSpec, values: dict[str, str]) -> str:
+    rubric = rubric_of(spec)
     names = {name for _, name, _, _ in string.Formatter().parse(rubric.template) if name}
     unknown = sorted(names - set(values))
     if unknown:
         raise RubricError(f"benchmark {spec.id}: judge template uses unknown field(s) {unknown}")
     return rubric.template.format_map(values)
+
+
+def judge_prompt(spec: BenchmarkSpec, instance: Instance, output: str) -> str:
+    """The rubric template filled in with :func:`judge_values` (whole: fitting into a judge's context is done per
+    judge, see ``scoring/jury_fit.py``)."""
+    return render_judge_prompt(spec, judge_values(spec, instance, output))
 
 
 def rating_schema(rubric: JudgeRubric) -> dict[str, Any]:
