@@ -26,8 +26,8 @@ _EXACT = {
                 "output off, or a model too small to judge)",
     "not_object": "the judge's reply was JSON but not an object with one entry per criterion",
     "cut_off": "the judge's reply stopped at its token limit before the rating was complete",
-    "context_exceeded": "the judge prompt does not fit the judge's context even with its long fields truncated: "
-                        "raise the judge model's context_length (and its server's)",
+    "prompt_too_long": "the judge prompt does not fit the judge's context (with room for its reply) even with "
+                       "its long fields truncated: raise the judge model's context_length (and its server's)",
 }
 
 
@@ -40,6 +40,9 @@ def failure_hint(category: str) -> str:
         return f"the judge's reply has no rating for criterion {detail!r}"
     if name == "bad_score":
         return f"the judge's rating for criterion {detail!r} is not an integer from 1 to 5"
+    if name.startswith("tokenize_"):
+        return "the judge's server could not count the judge prompt's tokens (its tokenize endpoint failed): " \
+               "check the server's health, then `jury rescore`"
     if name.startswith("http_5"):
         return "the judge's server failed with a server error: check its health and log (if every request " \
                "fails, it may be refusing a request parameter)"

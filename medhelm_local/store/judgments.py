@@ -38,6 +38,9 @@ class Judgment(BaseModel):
     attempts: int = 1
     judged_at: datetime = Field(default_factory=utcnow)
     output_shape: str | None = None  # the structured-output shape sent (inference/structured.py)
+    # What was cut from the judge prompt to fit the judge's context (scoring/jury_fit.py): budget, tokens before
+    # and after, and per cut field its characters and tokens kept; None: nothing was cut. Counts only, no text.
+    truncation: dict[str, Any] | None = None
 
 
 class JudgeFailureRate(BaseModel):
@@ -56,7 +59,7 @@ class JudgeFailureRate(BaseModel):
 
 
 _COLUMNS = ("run_id, benchmark, instance_id, judge, prompt_hash, status, error, ratings, explanations, "
-            "prompt_tokens, completion_tokens, latency_s, attempts, judged_at, output_shape")
+            "prompt_tokens, completion_tokens, latency_s, attempts, judged_at, output_shape, truncation")
 
 
 def record_judgment(store: Store, judgment: Judgment) -> None:
@@ -67,11 +70,12 @@ def record_judgment(store: Store, judgment: Judgment) -> None:
             [judgment.run_id, judgment.benchmark, judgment.instance_id, judgment.judge],
         )
         store.conn.execute(
-            f"INSERT INTO judgments ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO judgments ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [judgment.run_id, judgment.benchmark, judgment.instance_id, judgment.judge, judgment.prompt_hash,
              judgment.status.value, judgment.error, json.dumps(judgment.ratings), json.dumps(judgment.explanations),
              judgment.prompt_tokens, judgment.completion_tokens, judgment.latency_s, judgment.attempts,
-             judgment.judged_at, judgment.output_shape],
+             judgment.judged_at, judgment.output_shape,
+             None if judgment.truncation is None else json.dumps(judgment.truncation)],
         )
 
 
@@ -84,7 +88,8 @@ def get_judgments(store: Store, run_id: str, benchmark: str) -> list[Judgment]:
         Judgment(run_id=r[0], benchmark=r[1], instance_id=r[2], judge=r[3], prompt_hash=r[4],
                  status=JudgmentStatus(r[5]), error=r[6], ratings=json.loads(r[7] or "{}"),
                  explanations=json.loads(r[8] or "{}"), prompt_tokens=r[9], completion_tokens=r[10],
-                 latency_s=r[11], attempts=r[12], judged_at=r[13], output_shape=r[14])
+                 latency_s=r[11], attempts=r[12], judged_at=r[13], output_shape=r[14],
+                 truncation=json.loads(r[15]) if r[15] else None)
         for r in rows
     ]
 

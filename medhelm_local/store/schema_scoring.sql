@@ -20,3 +20,5 @@ CREATE TABLE IF NOT EXISTS judgments (
 );
 -- The structured-output shape the judge was sent: json_schema, json_object+schema or prompt_only (issue 18).
 ALTER TABLE judgments ADD COLUMN IF NOT EXISTS output_shape VARCHAR;
+-- What was cut from the judge prompt to fit the judge's context: counts per field, never text (issue 18).
+ALTER TABLE judgments ADD COLUMN IF NOT EXISTS truncation JSON;
