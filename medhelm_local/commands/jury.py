@@ -40,16 +40,16 @@ def failures(
         rates = judge_failure_rates(store, run_id, benchmark)
     payload = [{"judge": r.judge, "benchmark": r.benchmark, "total": r.total, "ok": r.ok,
                 "request_failed": r.request_failed, "invalid_reply": r.invalid_reply,
-                "failure_rate": r.failure_rate, "structured_output": r.output_shapes,
+                "failure_rate": r.failure_rate, "structured_output": r.output_shapes, "truncated": r.truncated,
                 "categories": [{"category": c, "count": n, "hint": failure_hint(c)} for c, n in r.categories.items()]}
                for r in rates]
     if as_json:
         emit_json(payload)
         return
     emit_table("jury failures", ["judge", "benchmark", "structured output", "total", "ok", "request failed",
-                                 "invalid reply", "rate"],
+                                 "invalid reply", "rate", "prompts cut to fit"],
                [[r.judge, r.benchmark, ", ".join(r.output_shapes) or "-", r.total, r.ok, r.request_failed,
-                 r.invalid_reply, r.failure_rate] for r in rates])
+                 r.invalid_reply, r.failure_rate, r.truncated] for r in rates])
     causes = [[r.judge, r.benchmark, category, count, failure_hint(category)] for r in rates
               for category, count in r.categories.items()]
     if causes:

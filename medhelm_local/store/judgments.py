@@ -52,6 +52,7 @@ class JudgeFailureRate(BaseModel):
     invalid_reply: int
     categories: dict[str, int] = Field(default_factory=dict)  # error category -> count (failures only)
     output_shapes: list[str] = Field(default_factory=list)  # structured-output shapes the judgements were sent
+    truncated: int = 0  # judgements whose prompt had long fields cut to fit the judge's context
 
     @property
     def failure_rate(self) -> float:
@@ -108,7 +109,8 @@ def judge_failure_rates(store: Store, run_id: str | None = None, benchmark: str 
     rows = store.conn.execute(
         "SELECT judge, benchmark, count(*), count(*) FILTER (WHERE status = 'ok'), "
         "count(*) FILTER (WHERE status = 'request_failed'), count(*) FILTER (WHERE status = 'invalid_reply'), "
-        "list(DISTINCT output_shape ORDER BY output_shape) FILTER (WHERE output_shape IS NOT NULL) "
+        "list(DISTINCT output_shape ORDER BY output_shape) FILTER (WHERE output_shape IS NOT NULL), "
+        "count(*) FILTER (WHERE truncation IS NOT NULL) "
         f"FROM judgments {clause} GROUP BY judge, benchmark ORDER BY benchmark, judge",
         params,
     ).fetchall()
@@ -121,7 +123,7 @@ def judge_failure_rates(store: Store, run_id: str | None = None, benchmark: str 
         categories.setdefault((judge, bench), {})[str(error)] = int(count)
     return [JudgeFailureRate(judge=r[0], benchmark=r[1], total=r[2], ok=r[3], request_failed=r[4],
                              invalid_reply=r[5], categories=categories.get((r[0], r[1]), {}),
-                             output_shapes=list(r[6] or [])) for r in rows]
+                             output_shapes=list(r[6] or []), truncated=r[7]) for r in rows]
 
 
 def record_judge_manifest(store: Store, run_id: str, entries: dict[str, dict[str, Any]]) -> None:

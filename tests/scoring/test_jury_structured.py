@@ -180,6 +180,7 @@ def test_refused_format_is_recorded_with_a_hint_and_rescore_reasks_only_failures
         assert "rejected the structured-output format" in category["hint"]
         assert rows["jv"]["structured_output"] == ["json_schema"]
         assert rows["jg"]["categories"] == [] and rows["jg"]["failure_rate"] == 0.0
+        assert rows["jg"]["truncated"] == 0
         table = cli("jury", "failures", "--run", run_id)
         assert table.code == 0 and "rejected the structured-output format" in table.stdout
 
