@@ -248,6 +248,27 @@ class ChatClient:
         except (httpx.HTTPError, ValueError):
             return None
 
+    async def post_json(self, base_url: str, path: str, payload: dict[str, Any], *, timeout_s: float = 30.0
+                        ) -> tuple[int, Any]:
+        """POST a small JSON request (a tokenizer endpoint); the status and the parsed reply (None if not JSON).
+
+        Raises RequestFailed (a category, never a body) when no HTTP reply came back.
+        """
+        url = f"{base_url}{path}"
+        check_egress(url, self.allowlist)
+        try:
+            response = await self._next_client().post(url, json=payload, timeout=timeout_s)
+        except httpx.TimeoutException:
+            raise RequestFailed("timeout", retryable=True) from None
+        except httpx.ConnectError:
+            raise RequestFailed("connect_error", retryable=True) from None
+        except httpx.HTTPError:
+            raise RequestFailed("connection_dropped", retryable=True) from None
+        try:
+            return response.status_code, json.loads(response.content)
+        except ValueError:
+            return response.status_code, None
+
     async def complete_once(self, request: InferenceRequest, base_url: str | None = None) -> Completion:
         url = f"{base_url or self.pick_endpoint()}/chat/completions"
         check_egress(url, self.allowlist)
