@@ -25,7 +25,7 @@ from typing import Any
 from medhelm_local.benchmarks.spec import BenchmarkSpec, JudgeRubric
 from medhelm_local.errors import ConfigError, MedhelmError
 from medhelm_local.home.config import ApplianceConfig, ModelEndpoint
-from medhelm_local.inference.client import FORMAT_REJECTED
+from medhelm_local.inference.client import FORMAT_REJECTED, RequestFailed
 from medhelm_local.inference.structured import OutputShape, response_format_for, shapes_for
 from medhelm_local.prompts.build import judge_gold, judge_question
 from medhelm_local.records import ChatMessage, InferenceRequest, Instance, InstanceScore
@@ -198,10 +198,21 @@ class JudgeShape:
     shape: OutputShape
     rejected: list[str] = field(default_factory=list)
     accepted: bool = False  # at least one request in ``shape`` was answered
+    context_length: int | None = None  # the judge's context (what its server reports, else appliance.yaml)
+    token_counting: dict[str, Any] = field(default_factory=dict)  # how its prompts were counted (tokens.py)
+    truncated: int = 0  # judge prompts of this pass whose long fields were cut to fit
 
     def manifest_entry(self) -> dict[str, Any]:
         return {"kind": self.kind, "served_model": self.served_model, "structured_output": self.shape.value,
-                "rejected": list(self.rejected), "accepted": self.accepted}
+                "rejected": list(self.rejected), "accepted": self.accepted, "context_length": self.context_length,
+                "reply_tokens": JUDGE_MAX_TOKENS, "token_counting": self.token_counting, "truncated": self.truncated}
+
+
+@dataclass(frozen=True)
+class JudgeWork:
+    instance_id: str
+    values: dict[str, str]  # the rubric template's fields, whole (judge_values)
+    digest: str  # prompt_hash of the whole prompt
 
 
 @dataclass
@@ -214,7 +225,8 @@ class JuryStats:
 
 
 async def _judge_one(client: Any, semaphore: asyncio.Semaphore, *, scope: str, spec: BenchmarkSpec, judge: str,
-                     instance_id: str, prompt: str, digest: str, max_retries: int, shape: OutputShape) -> Judgment:
+                     instance_id: str, prompt: str, digest: str, max_retries: int, shape: OutputShape,
+                     truncation: dict[str, Any] | None = None) -> Judgment:
     rubric = rubric_of(spec)
     request = InferenceRequest(
         benchmark=spec.id, instance_id=instance_id, messages=[ChatMessage(role="user", content=prompt)],
@@ -225,7 +237,7 @@ async def _judge_one(client: Any, semaphore: asyncio.Semaphore, *, scope: str, s
     base = {"run_id": scope, "benchmark": spec.id, "instance_id": instance_id, "judge": judge,
             "prompt_hash": digest, "prompt_tokens": result.prompt_tokens,
             "completion_tokens": result.completion_tokens, "latency_s": result.latency_s,
-            "attempts": result.attempts, "output_shape": shape.value}
+            "attempts": result.attempts, "output_shape": shape.value, "truncation": truncation}
     if not result.ok or result.text is None:
         return Judgment(**base, status=JudgmentStatus.REQUEST_FAILED, error=result.error or "no_text")
     try:
@@ -237,11 +249,14 @@ async def _judge_one(client: Any, semaphore: asyncio.Semaphore, *, scope: str, s
 
 
 async def _run_judge(store: Store, config: ApplianceConfig, spec: BenchmarkSpec, judge: str,
-                     work: list[tuple[str, str, str]], *, scope: str, concurrency: int) -> JudgeShape:
-    """Ask one judge about ``work``. The first item settles the structured-output shape: on a refusal of the
-    shape (a request-validation error) it is asked again in the backend's next shape, if there is one; the other
-    items then go out concurrently in the shape that was not refused."""
+                     work: list[JudgeWork], *, scope: str, concurrency: int) -> JudgeShape:
+    """Ask one judge about ``work``. Each prompt is first fitted into the judge's context, with room for its
+    reply, by its server's own tokenizer (``jury_fit``). The first item settles the structured-output shape: on a
+    refusal of the shape (a request-validation error) it is asked again in the backend's next shape, if there is
+    one; the other items then go out concurrently in the shape that was not refused."""
     from medhelm_local.inference.backends import open_client
+    from medhelm_local.inference.tokens import open_counter
+    from medhelm_local.scoring.jury_fit import fit_judge_prompt
 
     endpoint: ModelEndpoint = config.model(judge)
     shapes = shapes_for(endpoint.kind)
@@ -249,24 +264,39 @@ async def _run_judge(store: Store, config: ApplianceConfig, spec: BenchmarkSpec,
     semaphore = asyncio.Semaphore(concurrency)
     max_retries = config.runner.max_retries
 
-    def ask(item: tuple[str, str, str]) -> Any:
-        iid, prompt, digest = item
-        return _judge_one(client, semaphore, scope=scope, spec=spec, judge=judge, instance_id=iid, prompt=prompt,
-                          digest=digest, max_retries=max_retries, shape=outcome.shape)
+    def render(values: dict[str, str]) -> str:
+        return render_judge_prompt(spec, values)
+
+    async def ask(item: JudgeWork) -> Judgment:
+        try:
+            async with semaphore:
+                fitted = await fit_judge_prompt(counter, render, item.values, budget)
+        except RequestFailed as failed:  # prompt_too_long, or the tokenizer could not be asked
+            return Judgment(run_id=scope, benchmark=spec.id, instance_id=item.instance_id, judge=judge,
+                            prompt_hash=item.digest, status=JudgmentStatus.REQUEST_FAILED, error=failed.category,
+                            attempts=0, output_shape=outcome.shape.value)
+        return await _judge_one(client, semaphore, scope=scope, spec=spec, judge=judge,
+                                instance_id=item.instance_id, prompt=fitted.prompt, digest=item.digest,
+                                max_retries=max_retries, shape=outcome.shape, truncation=fitted.truncation)
+
+    def done(judgment: Judgment) -> None:
+        outcome.accepted = outcome.accepted or judgment.status != JudgmentStatus.REQUEST_FAILED
+        outcome.truncated += judgment.truncation is not None
+        record_judgment(store, judgment)  # committed as it arrives: an interrupted jury resumes
 
     async with open_client(config, endpoint, max_connections=concurrency) as client:
+        counter = await open_counter(client, endpoint.kind, context_length=endpoint.context_length)
+        outcome.context_length = counter.server_context_length or endpoint.context_length
+        outcome.token_counting = counter.describe()
+        budget = outcome.context_length - JUDGE_MAX_TOKENS
         first = await ask(work[0])
         while first.error == FORMAT_REJECTED and len(outcome.rejected) + 1 < len(shapes):
             outcome.rejected.append(outcome.shape.value)
             outcome.shape = shapes[len(outcome.rejected)]
             first = await ask(work[0])
-        outcome.accepted = first.status != JudgmentStatus.REQUEST_FAILED
-        record_judgment(store, first)
-        tasks = [asyncio.create_task(ask(item)) for item in work[1:]]
-        for finished in asyncio.as_completed(tasks):
-            judgment = await finished
-            outcome.accepted = outcome.accepted or judgment.status != JudgmentStatus.REQUEST_FAILED
-            record_judgment(store, judgment)  # committed as it arrives: an interrupted jury resumes
+        done(first)
+        for finished in asyncio.as_completed([asyncio.create_task(ask(item)) for item in work[1:]]):
+            done(await finished)
     return outcome
 
 
@@ -275,23 +305,25 @@ async def run_jury_async(store: Store, config: ApplianceConfig, spec: BenchmarkS
                          stats: JuryStats | None = None) -> list[Judgment]:
     """Ask every judge about every answered item; reuse valid judgements already stored for the same prompt
     (``only_failed``: every valid judgement already stored, whatever its prompt: only failed or missing ones are
-    asked again). The structured-output shape each judge was sent is recorded in the run's manifest."""
+    asked again). The structured-output shape each judge was sent, its context and how its prompts were counted
+    are recorded in the run's manifest; what was cut to fit, per judgement."""
     judges = judge_names(config, spec.id)
     rubric = rubric_of(spec)
     stats = stats if stats is not None else JuryStats()
     existing = {(j.instance_id, j.judge): j for j in get_judgments(store, scope, spec.id)}
-    plans: dict[str, list[tuple[str, str, str]]] = {judge: [] for judge in judges}
+    plans: dict[str, list[JudgeWork]] = {judge: [] for judge in judges}
     for item in items:
         if item.output is None:
             continue
-        prompt = judge_prompt(spec, item.instance, item.output)
+        values = judge_values(spec, item.instance, item.output)
+        prompt = render_judge_prompt(spec, values)
         for judge in judges:
             digest = prompt_hash(judge, prompt, rubric)
             done = existing.get((item.instance.id, judge))
             if done is not None and done.status == JudgmentStatus.OK and (only_failed or done.prompt_hash == digest):
                 stats.kept += 1
                 continue
-            plans[judge].append((item.instance.id, prompt, digest))
+            plans[judge].append(JudgeWork(item.instance.id, values, digest))
     stats.asked += sum(len(work) for work in plans.values())
     outcomes = await asyncio.gather(*(_run_judge(store, config, spec, judge, work, scope=scope,
                                                  concurrency=concurrency)
