@@ -15,6 +15,7 @@ from medhelm_local.demo.run_demo import (
     EMBEDDED_MODEL_NAME,
     SMOKE_TEST_NOTE,
     finish,
+    jury_summary,
     new_demo_home,
     prepare,
 )
@@ -32,7 +33,8 @@ def demo(
                                           "[default: a new temporary directory]."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
-    """Run PubMedQA and a synthetic private benchmark on the embedded CPU model, offline."""
+    """Run PubMedQA, a synthetic private benchmark and MedicationQA (jury-scored) on the embedded CPU model,
+    offline."""
     actor = app_context(ctx).actor
     root = demo_home.resolve() if demo_home else new_demo_home()
     app_ctx = AppContext(home=Home(root), actor=actor)
@@ -44,10 +46,15 @@ def demo(
                                  seed=None, concurrency=2, show_progress=not as_json)
     info("embedded model stopped.")
     rows, report = finish(app_ctx)
+    jury = jury_summary(app_ctx, run_info.run_id)
     if as_json:
         emit_json({"home": str(root), "run_id": run_info.run_id, "report": str(report),
-                   "leaderboard": leaderboard_payload(rows), "note": SMOKE_TEST_NOTE})
+                   "leaderboard": leaderboard_payload(rows), "jury": jury, "note": SMOKE_TEST_NOTE})
         return
     print_leaderboard(rows)
+    for judge in jury:
+        info(f"jury: {judge['benchmark']} judged by {judge['judge']} "
+             f"(structured output: {', '.join(judge['structured_output']) or '-'}): "
+             f"{judge['valid']}/{judge['judgments']} valid ratings, {judge['request_failed']} failed requests")
     info(f"aggregate-only report: {report}")
     info(SMOKE_TEST_NOTE)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import typer
 
@@ -14,6 +15,8 @@ from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import app_context
 from medhelm_local.errors import BadInputError, NotFoundError
 from medhelm_local.scoring.engine import score_benchmark
+from medhelm_local.scoring.jury import JuryStats
+from medhelm_local.scoring.jury_hints import failure_hint
 from medhelm_local.scoring.metrics import JURY, ROUGE_L
 from medhelm_local.store import Store
 from medhelm_local.store.judgments import JudgmentStatus, get_judgments, judge_failure_rates, score_rows
@@ -30,19 +33,27 @@ def failures(
     benchmark: str | None = typer.Option(None, "--benchmark", help="Only this benchmark."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable."),
 ) -> None:
-    """Failed and invalid judgements per judge and benchmark (they are never replaced by a score)."""
+    """Failed and invalid judgements per judge and benchmark (they are never replaced by a score), each failure
+    category with a hint of what it means; `jury rescore` asks again once the cause is fixed."""
     app_ctx = app_context(ctx)
     with Store.open(app_ctx.home) as store:
         rates = judge_failure_rates(store, run_id, benchmark)
     payload = [{"judge": r.judge, "benchmark": r.benchmark, "total": r.total, "ok": r.ok,
                 "request_failed": r.request_failed, "invalid_reply": r.invalid_reply,
-                "failure_rate": r.failure_rate} for r in rates]
+                "failure_rate": r.failure_rate, "structured_output": r.output_shapes, "truncated": r.truncated,
+                "categories": [{"category": c, "count": n, "hint": failure_hint(c)} for c, n in r.categories.items()]}
+               for r in rates]
     if as_json:
         emit_json(payload)
         return
-    emit_table("jury failures", ["judge", "benchmark", "total", "ok", "request failed", "invalid reply", "rate"],
-               [[p["judge"], p["benchmark"], p["total"], p["ok"], p["request_failed"], p["invalid_reply"],
-                 p["failure_rate"]] for p in payload])
+    emit_table("jury failures", ["judge", "benchmark", "structured output", "total", "ok", "request failed",
+                                 "invalid reply", "rate", "prompts cut to fit"],
+               [[r.judge, r.benchmark, ", ".join(r.output_shapes) or "-", r.total, r.ok, r.request_failed,
+                 r.invalid_reply, r.failure_rate, r.truncated] for r in rates])
+    causes = [[r.judge, r.benchmark, category, count, failure_hint(category)] for r in rates
+              for category, count in r.categories.items()]
+    if causes:
+        emit_table("why (failure category per judge)", ["judge", "benchmark", "category", "count", "hint"], causes)
 
 
 @app.command("rescore")
@@ -55,7 +66,7 @@ def rescore(
                                            help="Judge requests in flight per judge."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable."),
 ) -> None:
-    """Ask the judges again where a judgement failed or is missing; valid judgements are kept."""
+    """Ask the judges again only where a judgement failed or is missing; every valid judgement is kept."""
     app_ctx = app_context(ctx)
     config = app_ctx.home.config
     with Store.open(app_ctx.home) as store:
@@ -68,19 +79,23 @@ def rescore(
                 raise BadInputError(f"run {run_id} did not evaluate {target}")
             if get_spec(target).metric != JURY:
                 raise BadInputError(f"benchmark {target} is not scored by the jury (metric {get_spec(target).metric})")
-        results = []
+        results: list[dict[str, Any]] = []
         for target in targets:
-            scores = score_benchmark(store, run_id, target, config=config, jury_concurrency=concurrency)
+            stats = JuryStats()
+            scores = score_benchmark(store, run_id, target, config=config, jury_concurrency=concurrency,
+                                     only_failed=True, jury_stats=stats)
             main = [s for s in scores if s.metric == JURY]
-            results.append({"benchmark": target, "scored": sum(s.value is not None for s in main),
-                            "failed": sum(s.value is None for s in main)})
+            results.append({"benchmark": target, "reasked": stats.asked, "kept": stats.kept,
+                            "scored": sum(s.value is not None for s in main),
+                            "failed": sum(s.value is None for s in main),
+                            "structured_output": {j: o.shape.value for j, o in sorted(stats.shapes.items())}})
     audit_event(app_ctx.home, app_ctx.actor, "jury.rescore", role="informatics", run_id=run_id,
-                benchmarks=targets)
+                benchmarks=targets, reasked=sum(int(r["reasked"]) for r in results))
     if as_json:
         emit_json(results)
     else:
-        emit_table(f"jury rescore {run_id}", ["benchmark", "scored", "failed"],
-                   [[r["benchmark"], r["scored"], r["failed"]] for r in results])
+        emit_table(f"jury rescore {run_id}", ["benchmark", "re-asked", "kept", "scored", "failed"],
+                   [[r["benchmark"], r["reasked"], r["kept"], r["scored"], r["failed"]] for r in results])
 
 
 @app.command("validate")

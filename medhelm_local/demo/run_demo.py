@@ -1,16 +1,23 @@
-"""The demo: a throwaway home, a synthetic extract, a bundled PubMedQA sample, the embedded model."""
+"""The demo: a throwaway home, a synthetic extract, bundled PubMedQA and MedicationQA samples, the embedded model.
+
+MedicationQA is open-ended: it is scored by the LLM jury, here the embedded model judging its own answers (the
+only model the demo has), with the structured-output shape llama.cpp accepts. That exercises the whole jury path
+offline; the ratings of a 135M model mean nothing clinically.
+"""
 
 from __future__ import annotations
 
 import tempfile
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
-from medhelm_local.analysis.aggregate import latest_scores
+from medhelm_local.analysis.aggregate import latest_scores, latest_series
 from medhelm_local.analysis.leaderboard import ModelRow, build_leaderboard
 from medhelm_local.audit import audit_event
 from medhelm_local.benchmarks.registry import get_spec
 from medhelm_local.context import AppContext
+from medhelm_local.demo.medicationqa import write_sample_xlsx
 from medhelm_local.demo.synthetic import hospice_extract_csv
 from medhelm_local.export.report import aggregate_report, write_report
 from medhelm_local.home import Home
@@ -18,11 +25,17 @@ from medhelm_local.home.config import EMBEDDED_MODEL_NAME
 from medhelm_local.home.layout import atomic_write
 from medhelm_local.store import Store
 from medhelm_local.store.datasets import register_file
+from medhelm_local.store.judgments import judge_failure_rates
 
-DEMO_BENCHMARKS = ("pubmedqa", "hospice_referral")
+DEMO_BENCHMARKS = ("pubmedqa", "hospice_referral", "medication_qa")
+JURY_BENCHMARK = "medication_qa"
+# The judge prompt (rubric, question, the model's answer of up to 512 tokens, the reference) plus the judge's
+# reply do not fit SmolLM2's default 2048-token window; the model was trained with 8192.
+DEMO_CONTEXT_LENGTH = 4096
 SMOKE_TEST_NOTE = (
     "The embedded model (SmolLM2-135M-Instruct, 4-bit, CPU) is a smoke-test model: it proves the pipeline "
-    "works end to end offline. Its scores are near chance and say nothing about clinical usefulness."
+    "works end to end offline. Its scores, and its jury ratings of its own MedicationQA answers, are near chance "
+    "and say nothing about clinical usefulness."
 )
 
 
@@ -35,20 +48,38 @@ def pubmedqa_sample_path() -> Path:
 
 
 def prepare(app_ctx: AppContext) -> dict[str, int]:
-    """Init the home and register both demo datasets; returns instance counts."""
+    """Init the home (the embedded model as the jury's judge) and register the demo datasets; returns instance
+    counts."""
     home: Home = app_ctx.home
     home.init()
+    config = home.config.model_copy(deep=True)
+    config.models = [m.model_copy(update={"context_length": DEMO_CONTEXT_LENGTH}) if m.name == EMBEDDED_MODEL_NAME
+                     else m for m in config.models]
+    config.judges = [EMBEDDED_MODEL_NAME]
+    home.save_config(config)
     audit_event(home, app_ctx.actor, "appliance.init", role="it-admin", purpose="demo")
     extract = home.root / "extracts" / "synthetic_hospice_notes.csv"
     atomic_write(extract, hospice_extract_csv().encode("utf-8"))
-    sources = (("pubmedqa", pubmedqa_sample_path()), ("hospice_referral", extract))
+    medication_qa = write_sample_xlsx(home.root / "extracts" / "medicationqa_sample.xlsx")
+    sources = (("pubmedqa", pubmedqa_sample_path()), ("hospice_referral", extract), (JURY_BENCHMARK, medication_qa))
     return {benchmark: register_file(app_ctx, get_spec(benchmark), path).instances for benchmark, path in sources}
+
+
+def jury_summary(app_ctx: AppContext, run_id: str) -> list[dict[str, Any]]:
+    """Per judge of the run's jury-scored benchmark: judgements, valid ones, failed requests, the structured-output
+    shape sent (counts and names only)."""
+    with Store.open(app_ctx.home) as store:
+        rates = judge_failure_rates(store, run_id, JURY_BENCHMARK)
+    return [{"judge": r.judge, "benchmark": r.benchmark, "judgments": r.total, "valid": r.ok,
+             "request_failed": r.request_failed, "invalid_reply": r.invalid_reply,
+             "structured_output": r.output_shapes} for r in rates]
 
 
 def finish(app_ctx: AppContext) -> tuple[list[ModelRow], Path]:
     home = app_ctx.home
     with Store.open(home) as store:
-        rows = build_leaderboard(latest_scores(store))
+        # the series add each score's bootstrap CI and, for the jury-scored benchmark, its judges' failure rates
+        rows = build_leaderboard(latest_scores(store), series=latest_series(store))
     report_path = write_report(aggregate_report(rows, note=SMOKE_TEST_NOTE),
                                home.reports_dir / "demo-aggregate-report.json")
     audit_event(home, app_ctx.actor, "report.write", role="informatics", report=report_path.name,
@@ -56,4 +87,5 @@ def finish(app_ctx: AppContext) -> tuple[list[ModelRow], Path]:
     return rows, report_path
 
 
-__all__ = ["DEMO_BENCHMARKS", "EMBEDDED_MODEL_NAME", "SMOKE_TEST_NOTE", "finish", "new_demo_home", "prepare"]
+__all__ = ["DEMO_BENCHMARKS", "EMBEDDED_MODEL_NAME", "SMOKE_TEST_NOTE", "finish", "jury_summary", "new_demo_home",
+           "prepare"]

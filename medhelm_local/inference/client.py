@@ -18,11 +18,15 @@ from typing import Any, Protocol
 import httpx
 
 from medhelm_local.inference.egress import check_egress
+from medhelm_local.inference.structured import is_format_rejection
 from medhelm_local.records import InferenceRequest, InferenceResult
 
 POOL_CONNECTIONS = 16  # connections of the client for small requests (see ChatClient)
 JSON_HEADERS = {"Content-Type": "application/json"}
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
+# The server refused the request's structured-output shape (``response_format``): a request-validation error,
+# the same for every retry (see inference/structured.py).
+FORMAT_REJECTED = "format_rejected"
 # Failures that say "this replica is unreachable or wedged", as opposed to "this request went wrong".
 ENDPOINT_FAILURES = frozenset({"connect_error", "connection_dropped", "timeout", "http_502", "http_503", "http_504"})
 
@@ -318,6 +322,8 @@ class ChatClient:
             self._give_back(base, lane)
         if response.status_code != 200:
             status = response.status_code
+            if request.response_format is not None and is_format_rejection(status, response.content):
+                raise RequestFailed(FORMAT_REJECTED, retryable=False, status=status)
             raise RequestFailed(f"http_{status}", retryable=status in RETRYABLE_STATUS, status=status)
         return parse_completion(response.content)
 

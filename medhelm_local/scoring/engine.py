@@ -14,7 +14,7 @@ from medhelm_local.errors import MedhelmError
 from medhelm_local.home.config import ApplianceConfig
 from medhelm_local.prompts.styles import spec_for_run
 from medhelm_local.records import Instance, InstanceScore
-from medhelm_local.scoring.jury import DEFAULT_JURY_CONCURRENCY, JuryItem, jury_scores
+from medhelm_local.scoring.jury import DEFAULT_JURY_CONCURRENCY, JuryItem, JuryStats, jury_scores
 from medhelm_local.scoring.metrics import JURY, Unscorable, get_metric
 from medhelm_local.store.store import Store
 
@@ -45,18 +45,22 @@ def score_outputs(spec: BenchmarkSpec, items: Iterable[tuple[Instance, str | Non
 
 
 def score_items(store: Store, spec: BenchmarkSpec, items: list[tuple[Instance, str | None, str | None]], *,
-                scope: str, config: ApplianceConfig | None, jury_concurrency: int | None = None
-                ) -> list[InstanceScore]:
-    """Score items of one benchmark; jury judgements are recorded under ``scope`` (a run id)."""
+                scope: str, config: ApplianceConfig | None, jury_concurrency: int | None = None,
+                only_failed: bool = False, jury_stats: JuryStats | None = None) -> list[InstanceScore]:
+    """Score items of one benchmark; jury judgements are recorded under ``scope`` (a run id).
+    ``only_failed``: keep every valid judgement already stored, ask the judges only where one failed or is
+    missing (``jury rescore``)."""
     if spec.metric == JURY:
         jury_items = [JuryItem(instance, output, error) for instance, output, error in items]
         return jury_scores(store, config, spec, jury_items, scope=scope,
-                           concurrency=jury_concurrency or DEFAULT_JURY_CONCURRENCY)
+                           concurrency=jury_concurrency or DEFAULT_JURY_CONCURRENCY, only_failed=only_failed,
+                           stats=jury_stats)
     return score_outputs(spec, items)
 
 
 def score_benchmark(store: Store, run_id: str, benchmark: str, *, config: ApplianceConfig | None = None,
-                    jury_concurrency: int | None = None) -> list[InstanceScore]:
+                    jury_concurrency: int | None = None, only_failed: bool = False,
+                    jury_stats: JuryStats | None = None) -> list[InstanceScore]:
     """Score one benchmark of a run. ``config`` gives the jury's judge models for open-ended benchmarks.
 
     The spec is the one the run used (its prompt style applied: MedHELM parity answers and judge prompt)."""
@@ -73,6 +77,7 @@ def score_benchmark(store: Store, run_id: str, benchmark: str, *, config: Applia
     for fingerprint, ids in by_dataset.items():
         instances.update(store.get_instances(benchmark, fingerprint, ids))
     items = [(instances[row.instance_id], row.output, row.error) for row in responses]
-    scores = score_items(store, spec, items, scope=run_id, config=config, jury_concurrency=jury_concurrency)
+    scores = score_items(store, spec, items, scope=run_id, config=config, jury_concurrency=jury_concurrency,
+                         only_failed=only_failed, jury_stats=jury_stats)
     store.replace_scores(run_id, benchmark, scores)
     return scores

@@ -19,24 +19,34 @@ import json
 import re
 import string
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec, JudgeRubric
 from medhelm_local.errors import ConfigError, MedhelmError
-from medhelm_local.home.config import ApplianceConfig
+from medhelm_local.home.config import ApplianceConfig, ModelEndpoint
+from medhelm_local.inference.client import FORMAT_REJECTED, RequestFailed
+from medhelm_local.inference.structured import OutputShape, response_format_for, shapes_for
 from medhelm_local.prompts.build import judge_gold, judge_question
 from medhelm_local.records import ChatMessage, InferenceRequest, Instance, InstanceScore
 from medhelm_local.scoring.extract import strip_reasoning
 from medhelm_local.scoring.metrics import JURY, ROUGE_L
 from medhelm_local.scoring.rouge import rouge_l
-from medhelm_local.store.judgments import Judgment, JudgmentStatus, get_judgments, record_judgment
+from medhelm_local.store.judgments import (
+    Judgment,
+    JudgmentStatus,
+    get_judgments,
+    record_judge_manifest,
+    record_judgment,
+)
 from medhelm_local.store.store import Store
 
 DEFAULT_JURY_CONCURRENCY = 4  # requests in flight per judge: judges are often shared, big models
 JUDGE_MAX_TOKENS = 1024
 LIKERT_MIN, LIKERT_MAX = 1, 5
 NO_GOLD = "(no reference response is available for this item)"
+SCHEMA_NAME = "jury_rating"
+CUT_OFF = "cut_off"  # the reply stopped at the token limit before it was a valid rating
 
 
 class JudgesNotConfigured(ConfigError):
@@ -90,15 +100,19 @@ def criteria_text(rubric: JudgeRubric) -> str:
     return "\n".join(f"{c.name.capitalize()} (1-5) - {c.description}" for c in rubric.criteria)
 
 
-def judge_prompt(spec: BenchmarkSpec, instance: Instance, output: str) -> str:
-    """The rubric template filled in: ``{question}`` is the prompt the model saw (MedHELM parity: HELM's instance
-    input, ``spec.judge_question``), ``{response}`` its output
-    (reasoning dropped), ``{gold_response}`` the reference (only if the rubric uses it)."""
+def judge_values(spec: BenchmarkSpec, instance: Instance, output: str) -> dict[str, str]:
+    """The rubric template's fields: ``question`` is the prompt the model saw (MedHELM parity: HELM's instance
+    input, ``spec.judge_question``), ``response`` its output (reasoning dropped), ``gold_response`` the reference
+    (only if the rubric uses it), ``criteria`` the rubric's criteria."""
     rubric = rubric_of(spec)
     question = judge_question(spec, instance)
     gold = judge_gold(spec, instance) or "\n\n".join(r for r in instance.references if r.strip()) or NO_GOLD
-    values = {"question": question, "response": strip_reasoning(output).strip(), "criteria": criteria_text(rubric),
-              "gold_response": gold if rubric.uses_gold else NO_GOLD}
+    return {"question": question, "response": strip_reasoning(output).strip(), "criteria": criteria_text(rubric),
+            "gold_response": gold if rubric.uses_gold else NO_GOLD}
+
+
+def render_judge_prompt(spec: BenchmarkSpec, values: dict[str, str]) -> str:
+    rubric = rubric_of(spec)
     names = {name for _, name, _, _ in string.Formatter().parse(rubric.template) if name}
     unknown = sorted(names - set(values))
     if unknown:
@@ -106,8 +120,14 @@ def judge_prompt(spec: BenchmarkSpec, instance: Instance, output: str) -> str:
     return rubric.template.format_map(values)
 
 
-def response_format(rubric: JudgeRubric) -> dict[str, Any]:
-    """OpenAI-style structured output: one ``{score, explanation}`` object per criterion, scores 1-5."""
+def judge_prompt(spec: BenchmarkSpec, instance: Instance, output: str) -> str:
+    """The rubric template filled in with :func:`judge_values` (whole: fitting into a judge's context is done per
+    judge, see ``scoring/jury_fit.py``)."""
+    return render_judge_prompt(spec, judge_values(spec, instance, output))
+
+
+def rating_schema(rubric: JudgeRubric) -> dict[str, Any]:
+    """The JSON schema of a reply: one ``{score, explanation}`` object per criterion, scores 1-5."""
     rating = {
         "type": "object",
         "properties": {
@@ -119,9 +139,13 @@ def response_format(rubric: JudgeRubric) -> dict[str, Any]:
         "additionalProperties": False,
     }
     names = [c.name for c in rubric.criteria]
-    schema = {"type": "object", "properties": {n: rating for n in names}, "required": names,
-              "additionalProperties": False}
-    return {"type": "json_schema", "json_schema": {"name": "jury_rating", "strict": True, "schema": schema}}
+    return {"type": "object", "properties": {n: rating for n in names}, "required": names,
+            "additionalProperties": False}
+
+
+def response_format(rubric: JudgeRubric, shape: OutputShape = OutputShape.JSON_SCHEMA) -> dict[str, Any] | None:
+    """The ``response_format`` asking for :func:`rating_schema` in ``shape`` (None for prompt-only)."""
+    return response_format_for(shape, rating_schema(rubric), name=SCHEMA_NAME)
 
 
 _FENCED = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
@@ -164,70 +188,160 @@ def prompt_hash(judge: str, prompt: str, rubric: JudgeRubric) -> str:
     return hashlib.sha256(payload.encode()).hexdigest()
 
 
+@dataclass
+class JudgeShape:
+    """What one judge's server was sent: the structured-output shape, and the shapes it refused first."""
+
+    judge: str
+    kind: str
+    served_model: str
+    shape: OutputShape
+    rejected: list[str] = field(default_factory=list)
+    accepted: bool = False  # at least one request in ``shape`` was answered
+    context_length: int | None = None  # the judge's context (what its server reports, else appliance.yaml)
+    token_counting: dict[str, Any] = field(default_factory=dict)  # how its prompts were counted (tokens.py)
+    truncated: int = 0  # judge prompts of this pass whose long fields were cut to fit
+
+    def manifest_entry(self) -> dict[str, Any]:
+        return {"kind": self.kind, "served_model": self.served_model, "structured_output": self.shape.value,
+                "rejected": list(self.rejected), "accepted": self.accepted, "context_length": self.context_length,
+                "reply_tokens": JUDGE_MAX_TOKENS, "token_counting": self.token_counting, "truncated": self.truncated}
+
+
+@dataclass(frozen=True)
+class JudgeWork:
+    instance_id: str
+    values: dict[str, str]  # the rubric template's fields, whole (judge_values)
+    digest: str  # prompt_hash of the whole prompt
+
+
+@dataclass
+class JuryStats:
+    """Counts of one jury pass, for the caller (``jury rescore``)."""
+
+    asked: int = 0  # judgements requested (re-asked) in this pass
+    kept: int = 0  # valid judgements kept from earlier passes
+    shapes: dict[str, JudgeShape] = field(default_factory=dict)
+
+
 async def _judge_one(client: Any, semaphore: asyncio.Semaphore, *, scope: str, spec: BenchmarkSpec, judge: str,
-                     instance_id: str, prompt: str, digest: str, max_retries: int) -> Judgment:
+                     instance_id: str, prompt: str, digest: str, max_retries: int, shape: OutputShape,
+                     truncation: dict[str, Any] | None = None) -> Judgment:
     rubric = rubric_of(spec)
     request = InferenceRequest(
         benchmark=spec.id, instance_id=instance_id, messages=[ChatMessage(role="user", content=prompt)],
-        max_tokens=JUDGE_MAX_TOKENS, temperature=0.0, response_format=response_format(rubric),
+        max_tokens=JUDGE_MAX_TOKENS, temperature=0.0, response_format=response_format(rubric, shape),
     )
     async with semaphore:
         result = await client.complete(request, max_retries=max_retries)
     base = {"run_id": scope, "benchmark": spec.id, "instance_id": instance_id, "judge": judge,
             "prompt_hash": digest, "prompt_tokens": result.prompt_tokens,
             "completion_tokens": result.completion_tokens, "latency_s": result.latency_s,
-            "attempts": result.attempts}
+            "attempts": result.attempts, "output_shape": shape.value, "truncation": truncation}
     if not result.ok or result.text is None:
         return Judgment(**base, status=JudgmentStatus.REQUEST_FAILED, error=result.error or "no_text")
     try:
         ratings, explanations = parse_judgement(result.text, rubric)
     except InvalidJudgement as invalid:
-        return Judgment(**base, status=JudgmentStatus.INVALID_REPLY, error=invalid.category)
+        category = CUT_OFF if result.finish_reason == "length" else invalid.category
+        return Judgment(**base, status=JudgmentStatus.INVALID_REPLY, error=category)
     return Judgment(**base, status=JudgmentStatus.OK, ratings=ratings, explanations=explanations)
 
 
 async def _run_judge(store: Store, config: ApplianceConfig, spec: BenchmarkSpec, judge: str,
-                     work: list[tuple[str, str, str]], *, scope: str, concurrency: int) -> None:
+                     work: list[JudgeWork], *, scope: str, concurrency: int) -> JudgeShape:
+    """Ask one judge about ``work``. Each prompt is first fitted into the judge's context, with room for its
+    reply, by its server's own tokenizer (``jury_fit``). The first item settles the structured-output shape: on a
+    refusal of the shape (a request-validation error) it is asked again in the backend's next shape, if there is
+    one; the other items then go out concurrently in the shape that was not refused."""
     from medhelm_local.inference.backends import open_client
+    from medhelm_local.inference.tokens import open_counter
+    from medhelm_local.scoring.jury_fit import fit_judge_prompt
 
-    endpoint = config.model(judge)
+    endpoint: ModelEndpoint = config.model(judge)
+    shapes = shapes_for(endpoint.kind)
+    outcome = JudgeShape(judge=judge, kind=endpoint.kind.value, served_model=endpoint.model_id, shape=shapes[0])
     semaphore = asyncio.Semaphore(concurrency)
+    max_retries = config.runner.max_retries
+
+    def render(values: dict[str, str]) -> str:
+        return render_judge_prompt(spec, values)
+
+    async def ask(item: JudgeWork) -> Judgment:
+        try:
+            async with semaphore:
+                fitted = await fit_judge_prompt(counter, render, item.values, budget)
+        except RequestFailed as failed:  # prompt_too_long, or the tokenizer could not be asked
+            return Judgment(run_id=scope, benchmark=spec.id, instance_id=item.instance_id, judge=judge,
+                            prompt_hash=item.digest, status=JudgmentStatus.REQUEST_FAILED, error=failed.category,
+                            attempts=0, output_shape=outcome.shape.value)
+        return await _judge_one(client, semaphore, scope=scope, spec=spec, judge=judge,
+                                instance_id=item.instance_id, prompt=fitted.prompt, digest=item.digest,
+                                max_retries=max_retries, shape=outcome.shape, truncation=fitted.truncation)
+
+    def done(judgment: Judgment) -> None:
+        outcome.accepted = outcome.accepted or judgment.status != JudgmentStatus.REQUEST_FAILED
+        outcome.truncated += judgment.truncation is not None
+        record_judgment(store, judgment)  # committed as it arrives: an interrupted jury resumes
+
     async with open_client(config, endpoint, max_connections=concurrency) as client:
-        tasks = [asyncio.create_task(_judge_one(client, semaphore, scope=scope, spec=spec, judge=judge,
-                                                instance_id=iid, prompt=prompt, digest=digest,
-                                                max_retries=config.runner.max_retries))
-                 for iid, prompt, digest in work]
-        for finished in asyncio.as_completed(tasks):
-            record_judgment(store, await finished)  # committed as it arrives: an interrupted jury resumes
+        counter = await open_counter(client, endpoint.kind, context_length=endpoint.context_length)
+        outcome.context_length = counter.server_context_length or endpoint.context_tokens
+        outcome.token_counting = counter.describe()
+        budget = outcome.context_length - JUDGE_MAX_TOKENS
+        first = await ask(work[0])
+        while first.error == FORMAT_REJECTED and len(outcome.rejected) + 1 < len(shapes):
+            outcome.rejected.append(outcome.shape.value)
+            outcome.shape = shapes[len(outcome.rejected)]
+            first = await ask(work[0])
+        done(first)
+        for finished in asyncio.as_completed([asyncio.create_task(ask(item)) for item in work[1:]]):
+            done(await finished)
+    return outcome
 
 
 async def run_jury_async(store: Store, config: ApplianceConfig, spec: BenchmarkSpec, items: Sequence[JuryItem],
-                         *, scope: str, concurrency: int = DEFAULT_JURY_CONCURRENCY) -> list[Judgment]:
-    """Ask every judge about every answered item; reuse valid judgements already stored for the same prompt."""
+                         *, scope: str, concurrency: int = DEFAULT_JURY_CONCURRENCY, only_failed: bool = False,
+                         stats: JuryStats | None = None) -> list[Judgment]:
+    """Ask every judge about every answered item; reuse valid judgements already stored for the same prompt
+    (``only_failed``: every valid judgement already stored, whatever its prompt: only failed or missing ones are
+    asked again). The structured-output shape each judge was sent, its context and how its prompts were counted
+    are recorded in the run's manifest; what was cut to fit, per judgement."""
     judges = judge_names(config, spec.id)
     rubric = rubric_of(spec)
+    stats = stats if stats is not None else JuryStats()
     existing = {(j.instance_id, j.judge): j for j in get_judgments(store, scope, spec.id)}
-    plans: dict[str, list[tuple[str, str, str]]] = {judge: [] for judge in judges}
+    plans: dict[str, list[JudgeWork]] = {judge: [] for judge in judges}
     for item in items:
         if item.output is None:
             continue
-        prompt = judge_prompt(spec, item.instance, item.output)
+        values = judge_values(spec, item.instance, item.output)
+        prompt = render_judge_prompt(spec, values)
         for judge in judges:
             digest = prompt_hash(judge, prompt, rubric)
             done = existing.get((item.instance.id, judge))
-            if done is not None and done.status == JudgmentStatus.OK and done.prompt_hash == digest:
+            if done is not None and done.status == JudgmentStatus.OK and (only_failed or done.prompt_hash == digest):
+                stats.kept += 1
                 continue
-            plans[judge].append((item.instance.id, prompt, digest))
-    await asyncio.gather(*(_run_judge(store, config, spec, judge, work, scope=scope, concurrency=concurrency)
-                           for judge, work in plans.items() if work))
+            plans[judge].append(JudgeWork(item.instance.id, values, digest))
+    stats.asked += sum(len(work) for work in plans.values())
+    outcomes = await asyncio.gather(*(_run_judge(store, config, spec, judge, work, scope=scope,
+                                                 concurrency=concurrency)
+                                      for judge, work in plans.items() if work))
+    for outcome in outcomes:
+        stats.shapes[outcome.judge] = outcome
+    if outcomes:
+        record_judge_manifest(store, scope, {o.judge: o.manifest_entry() for o in outcomes})
     wanted = {item.instance.id for item in items if item.output is not None}
     return [j for j in get_judgments(store, scope, spec.id) if j.instance_id in wanted and j.judge in judges]
 
 
 def run_jury(store: Store, config: ApplianceConfig, spec: BenchmarkSpec, items: Sequence[JuryItem], *,
-             scope: str, concurrency: int = DEFAULT_JURY_CONCURRENCY) -> list[Judgment]:
+             scope: str, concurrency: int = DEFAULT_JURY_CONCURRENCY, only_failed: bool = False,
+             stats: JuryStats | None = None) -> list[Judgment]:
     """Synchronous entry point; works inside or outside a running event loop."""
-    coroutine = run_jury_async(store, config, spec, items, scope=scope, concurrency=concurrency)
+    coroutine = run_jury_async(store, config, spec, items, scope=scope, concurrency=concurrency,
+                               only_failed=only_failed, stats=stats)
     try:
         asyncio.get_running_loop()
     except RuntimeError:
@@ -261,11 +375,13 @@ def jury_value(judgments: Sequence[Judgment]) -> tuple[float | None, dict[str, A
 
 
 def jury_scores(store: Store, config: ApplianceConfig | None, spec: BenchmarkSpec, items: Sequence[JuryItem], *,
-                scope: str, concurrency: int = DEFAULT_JURY_CONCURRENCY) -> list[InstanceScore]:
+                scope: str, concurrency: int = DEFAULT_JURY_CONCURRENCY, only_failed: bool = False,
+                stats: JuryStats | None = None) -> list[InstanceScore]:
     """Jury and ROUGE-L instance scores for answered items; failed requests stay failures (value None)."""
     judges = judge_names(config, spec.id)
     assert config is not None
-    judgments = run_jury(store, config, spec, items, scope=scope, concurrency=concurrency)
+    judgments = run_jury(store, config, spec, items, scope=scope, concurrency=concurrency, only_failed=only_failed,
+                         stats=stats)
     by_instance: dict[str, list[Judgment]] = {}
     for judgment in judgments:
         by_instance.setdefault(judgment.instance_id, []).append(judgment)

@@ -37,6 +37,10 @@ class Judgment(BaseModel):
     latency_s: float = 0.0
     attempts: int = 1
     judged_at: datetime = Field(default_factory=utcnow)
+    output_shape: str | None = None  # the structured-output shape sent (inference/structured.py)
+    # What was cut from the judge prompt to fit the judge's context (scoring/jury_fit.py): budget, tokens before
+    # and after, and per cut field its characters and tokens kept; None: nothing was cut. Counts only, no text.
+    truncation: dict[str, Any] | None = None
 
 
 class JudgeFailureRate(BaseModel):
@@ -46,6 +50,9 @@ class JudgeFailureRate(BaseModel):
     ok: int
     request_failed: int
     invalid_reply: int
+    categories: dict[str, int] = Field(default_factory=dict)  # error category -> count (failures only)
+    output_shapes: list[str] = Field(default_factory=list)  # structured-output shapes the judgements were sent
+    truncated: int = 0  # judgements whose prompt had long fields cut to fit the judge's context
 
     @property
     def failure_rate(self) -> float:
@@ -53,7 +60,7 @@ class JudgeFailureRate(BaseModel):
 
 
 _COLUMNS = ("run_id, benchmark, instance_id, judge, prompt_hash, status, error, ratings, explanations, "
-            "prompt_tokens, completion_tokens, latency_s, attempts, judged_at")
+            "prompt_tokens, completion_tokens, latency_s, attempts, judged_at, output_shape, truncation")
 
 
 def record_judgment(store: Store, judgment: Judgment) -> None:
@@ -64,11 +71,12 @@ def record_judgment(store: Store, judgment: Judgment) -> None:
             [judgment.run_id, judgment.benchmark, judgment.instance_id, judgment.judge],
         )
         store.conn.execute(
-            f"INSERT INTO judgments ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+            f"INSERT INTO judgments ({_COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
             [judgment.run_id, judgment.benchmark, judgment.instance_id, judgment.judge, judgment.prompt_hash,
              judgment.status.value, judgment.error, json.dumps(judgment.ratings), json.dumps(judgment.explanations),
              judgment.prompt_tokens, judgment.completion_tokens, judgment.latency_s, judgment.attempts,
-             judgment.judged_at],
+             judgment.judged_at, judgment.output_shape,
+             None if judgment.truncation is None else json.dumps(judgment.truncation)],
         )
 
 
@@ -81,7 +89,8 @@ def get_judgments(store: Store, run_id: str, benchmark: str) -> list[Judgment]:
         Judgment(run_id=r[0], benchmark=r[1], instance_id=r[2], judge=r[3], prompt_hash=r[4],
                  status=JudgmentStatus(r[5]), error=r[6], ratings=json.loads(r[7] or "{}"),
                  explanations=json.loads(r[8] or "{}"), prompt_tokens=r[9], completion_tokens=r[10],
-                 latency_s=r[11], attempts=r[12], judged_at=r[13])
+                 latency_s=r[11], attempts=r[12], judged_at=r[13], output_shape=r[14],
+                 truncation=json.loads(r[15]) if r[15] else None)
         for r in rows
     ]
 
@@ -99,12 +108,37 @@ def judge_failure_rates(store: Store, run_id: str | None = None, benchmark: str 
     clause = f"WHERE {' AND '.join(where)}" if where else ""
     rows = store.conn.execute(
         "SELECT judge, benchmark, count(*), count(*) FILTER (WHERE status = 'ok'), "
-        "count(*) FILTER (WHERE status = 'request_failed'), count(*) FILTER (WHERE status = 'invalid_reply') "
+        "count(*) FILTER (WHERE status = 'request_failed'), count(*) FILTER (WHERE status = 'invalid_reply'), "
+        "list(DISTINCT output_shape ORDER BY output_shape) FILTER (WHERE output_shape IS NOT NULL), "
+        "count(*) FILTER (WHERE truncation IS NOT NULL) "
         f"FROM judgments {clause} GROUP BY judge, benchmark ORDER BY benchmark, judge",
         params,
     ).fetchall()
+    failed = f"{clause} {'AND' if where else 'WHERE'} status <> 'ok'"
+    categories: dict[tuple[str, str], dict[str, int]] = {}
+    for judge, bench, error, count in store.conn.execute(
+        f"SELECT judge, benchmark, coalesce(error, 'unknown'), count(*) FROM judgments {failed} "
+        "GROUP BY ALL ORDER BY count(*) DESC, 3", params,
+    ).fetchall():
+        categories.setdefault((judge, bench), {})[str(error)] = int(count)
     return [JudgeFailureRate(judge=r[0], benchmark=r[1], total=r[2], ok=r[3], request_failed=r[4],
-                             invalid_reply=r[5]) for r in rows]
+                             invalid_reply=r[5], categories=categories.get((r[0], r[1]), {}),
+                             output_shapes=list(r[6] or []), truncated=r[7]) for r in rows]
+
+
+def record_judge_manifest(store: Store, run_id: str, entries: dict[str, dict[str, Any]]) -> None:
+    """Record in the run's manifest (``jury.judges``) what each judge was sent: backend kind, served model,
+    structured-output shape, shapes its server refused. Nothing for a scope that is not a run (a scored
+    predictions file)."""
+    with store.transaction():
+        row = store.conn.execute("SELECT manifest FROM runs WHERE run_id = ?", [run_id]).fetchone()
+        if row is None:
+            return
+        manifest = json.loads(row[0] or "{}")
+        jury = manifest.setdefault("jury", {})
+        judges = jury.setdefault("judges", {})
+        judges.update(entries)
+        store.conn.execute("UPDATE runs SET manifest = ? WHERE run_id = ?", [json.dumps(manifest), run_id])
 
 
 def judge_usage(store: Store, run_id: str, benchmark: str | None = None) -> dict[str, dict[str, float]]:

@@ -18,3 +18,7 @@ CREATE TABLE IF NOT EXISTS judgments (
     judged_at TIMESTAMP NOT NULL,
     PRIMARY KEY (run_id, benchmark, instance_id, judge)
 );
+-- The structured-output shape the judge was sent: json_schema, json_object+schema or prompt_only (issue 18).
+ALTER TABLE judgments ADD COLUMN IF NOT EXISTS output_shape VARCHAR;
+-- What was cut from the judge prompt to fit the judge's context: counts per field, never text (issue 18).
+ALTER TABLE judgments ADD COLUMN IF NOT EXISTS truncation JSON;

@@ -4,10 +4,12 @@ Behaviour is configurable: a responder function (messages -> text), latency, a n
 (requests beyond it queue, like a GPU server's batch), a prefix cache that rewards shared prompt prefixes
 (uncached prefix blocks cost prefill time; an LRU of block hashes like vLLM's automatic prefix caching), and
 injected faults (HTTP 5xx, 429, timeouts, dropped connections, invalid JSON bodies) at given rates, drawn from
-a seeded RNG. A tokenizer can be served the way vLLM (``POST /tokenize``) or llama-cpp-python
-(``POST /extras/tokenize``, ``/extras/tokenize/count``) serve theirs, and a context length enforced like vLLM
-does (HTTP 400 when prompt + ``max_tokens`` exceed it); its tokens are words and punctuation marks
-(:func:`fake_tokens`), and its chat template adds :data:`FAKE_MESSAGE_TOKENS` per message and
+a seeded RNG. ``backend`` makes it validate the request's ``response_format`` as a real engine does (see
+:func:`check_response_format`): a shape the engine refuses gets the engine's own error status, so a client that
+sends the wrong shape fails here as it would in production. A tokenizer can be served the way vLLM
+(``POST /tokenize``) or llama-cpp-python (``POST /extras/tokenize``, ``/extras/tokenize/count``) serve theirs, and
+a context length enforced like vLLM does (HTTP 400 when prompt + ``max_tokens`` exceed it); its tokens are words
+and punctuation marks (:func:`fake_tokens`), and its chat template adds :data:`FAKE_MESSAGE_TOKENS` per message and
 :data:`FAKE_REPLY_TOKENS` once. ``python -m medhelm_local.testing.fake_openai`` serves it from the command line
 (benchmarks, the fake ``vllm`` executable of the tests).
 """
@@ -112,6 +114,55 @@ class PrefixCache:
         return uncached * self.per_block_s
 
 
+BACKENDS = ("vllm", "llama.cpp", "no-response-format", "permissive")
+
+
+def _llama_cpp_error(loc: list[str], msg: str) -> tuple[int, dict[str, Any]]:
+    # llama-cpp-python's server wraps its pydantic request-validation error in an HTTP 500
+    detail = [{"type": "literal_error", "loc": ["body", *loc], "msg": msg}]
+    return 500, {"error": {"message": str(detail), "type": "internal_server_error", "param": None, "code": None}}
+
+
+def _vllm_error(msg: str) -> tuple[int, dict[str, Any]]:
+    return 400, {"object": "error", "message": msg, "type": "BadRequestError", "param": None, "code": 400}
+
+
+def check_response_format(backend: str, response_format: Any) -> tuple[int, dict[str, Any]] | None:
+    """The error (status, body) the ``backend`` answers a request's ``response_format`` with; None: accepted.
+
+    * ``vllm``: ``text``, ``json_object``, ``json_schema`` (with ``json_schema.name`` and ``json_schema.schema``)
+      or ``structural_tag``; anything else is a 400 request-validation error.
+    * ``llama.cpp`` (llama-cpp-python's server): ``text`` or ``json_object``, an optional ``schema`` object beside
+      the type; anything else (``json_schema`` included) is an HTTP 500 wrapping the validation error.
+    * ``no-response-format``: a server without structured output: the field itself is refused (422, FastAPI).
+    * ``permissive``: anything goes.
+    """
+    if response_format is None or backend == "permissive":
+        return None
+    if backend == "no-response-format":
+        return 422, {"detail": [{"type": "extra_forbidden", "loc": ["body", "response_format"],
+                                 "msg": "Extra inputs are not permitted"}]}
+    kind = response_format.get("type") if isinstance(response_format, dict) else None
+    if backend == "llama.cpp":
+        if kind not in ("text", "json_object"):
+            return _llama_cpp_error(["response_format", "type"], "Input should be 'text' or 'json_object'")
+        if "schema" in response_format and not isinstance(response_format["schema"], dict | bool):
+            return _llama_cpp_error(["response_format", "schema"], "Input should be a valid JSON object")
+        return None
+    if backend == "vllm":
+        if kind not in ("text", "json_object", "json_schema", "structural_tag"):
+            return _vllm_error("response_format.type: Input should be 'text', 'json_object', 'json_schema' or "
+                               "'structural_tag'")
+        if kind == "json_schema":
+            spec = response_format.get("json_schema")
+            if not isinstance(spec, dict) or not isinstance(spec.get("name"), str) \
+                    or not isinstance(spec.get("schema"), dict):
+                return _vllm_error("response_format.json_schema: 'name' and 'schema' are required when "
+                                   "type is 'json_schema'")
+        return None
+    raise ValueError(f"unknown backend {backend!r}; one of {BACKENDS}")
+
+
 @dataclass
 class FakeOpenAIServer:
     responder: Responder = field(default_factory=lambda: constant_responder("yes"))
@@ -127,7 +178,9 @@ class FakeOpenAIServer:
     context_length: int | None = None  # prompt + max_tokens beyond it is refused (HTTP 400), like vLLM
     tokenize_requests: int = 0
     context_rejections: int = 0
+    backend: str = "vllm"  # whose response_format validation to apply (BACKENDS)
     requests_seen: int = 0
+    rejected: int = 0  # requests refused for their response_format
     completions_sent: int = 0
     max_in_flight: int = 0
     in_flight: int = 0
@@ -140,6 +193,8 @@ class FakeOpenAIServer:
     _thread: threading.Thread | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
+        if self.backend not in BACKENDS:
+            raise ValueError(f"unknown backend {self.backend!r}; one of {BACKENDS}")
         self._rng = random.Random(self.seed)
 
     @property
@@ -200,6 +255,7 @@ class FakeOpenAIServer:
 
     def stats(self) -> dict[str, Any]:
         return {"requests_seen": self.requests_seen, "completions_sent": self.completions_sent,
+                "rejected": self.rejected,
                 "max_in_flight": self.max_in_flight, "prefix_cache_hits": self.prefix_cache.hits,
                 "prefix_cache_misses": self.prefix_cache.misses, "tokenize_requests": self.tokenize_requests,
                 "context_rejections": self.context_rejections}
@@ -246,6 +302,11 @@ class FakeOpenAIServer:
     async def _chat_inner(self, request: dict[str, Any], send: Send) -> None:
         if self.record_bodies:
             self.bodies.append(request)
+        refusal = check_response_format(self.backend, request.get("response_format"))
+        if refusal is not None:
+            self.rejected += 1
+            await _respond(send, *refusal)
+            return
         if self.context_length is not None:
             needed = fake_chat_tokens(request["messages"]) + int(request.get("max_tokens") or 0)
             if needed > self.context_length:
@@ -357,6 +418,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--responder", choices=sorted(RESPONDERS), default="hash")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--version", default="0.0.0-fake")
+    parser.add_argument("--backend", choices=BACKENDS, default="vllm",
+                        help="whose response_format validation to apply")
     parser.add_argument("--prefix-cache-blocks", type=int, default=0)
     parser.add_argument("--prefix-block-chars", type=int, default=256)
     parser.add_argument("--per-block-s", type=float, default=0.0)
@@ -370,7 +433,7 @@ def main(argv: list[str] | None = None) -> None:
     api_key = os.environ.get(args.api_key_env) if args.api_key_env else None
     server = FakeOpenAIServer(
         responder=RESPONDERS[args.responder](), latency_s=args.latency, seed=args.seed, model_id=args.model_id,
-        api_key=api_key, slots=args.slots, version=args.version,
+        api_key=api_key, slots=args.slots, version=args.version, backend=args.backend,
         prefix_cache=PrefixCache(args.prefix_cache_blocks, args.prefix_block_chars, args.per_block_s),
         tokenizer=args.tokenizer, context_length=args.context_length,
         faults=Faults(http_5xx=args.http_5xx, http_429=args.http_429, timeout=args.timeout, drop=args.drop,
