@@ -62,6 +62,10 @@ def doctor(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", hel
 
     check("keys", keys)
 
+    from medhelm_local.loaders.sql_sandbox import sandbox_probe
+
+    check("SQL sandbox", sandbox_probe)
+
     def store() -> str:
         with Store.open(app.home):
             return str(app.home.store_path)

@@ -240,16 +240,17 @@ def _xlsx_rows(path: Path, sheet: str | None) -> tuple[list[str], list[dict[str,
 
 
 def duckdb_rows(path: Path, *, table: str | None, query: str | None) -> tuple[list[str], list[dict[str, Any]]]:
-    """Rows of a table or a read-only SQL query over a DuckDB database file."""
+    """Rows of a table or of one read-only SELECT over a DuckDB database file, on a sealed connection
+    (:mod:`medhelm_local.loaders.sql_sandbox`): the query is checked before it runs and reads the file's tables only."""
     import duckdb
+
+    from medhelm_local.loaders.sql_sandbox import check_select, seal, sealed_connect
 
     if (table is None) == (query is None):
         raise ExtractError(path, "exactly one of loader option 'table' or 'query' for a DuckDB source")
+    con = sealed_connect(path)
     try:
-        con = duckdb.connect(str(path), read_only=True)
-    except duckdb.Error:
-        raise ExtractError(path, "a readable DuckDB database file") from None
-    try:
+        seal(con)
         if table is not None:
             names = {r[0].lower() for r in con.execute("select table_name from duckdb_tables()").fetchall()}
             names |= {r[0].lower() for r in con.execute("select view_name from duckdb_views()").fetchall()}
@@ -257,8 +258,9 @@ def duckdb_rows(path: Path, *, table: str | None, query: str | None) -> tuple[li
                 raise ExtractError(path, f"a table or view named {table!r}", column=table)
             relation = con.table(table)
         else:
+            sql = check_select(con, query or "", where=path, option="query")
             try:
-                relation = con.sql(query or "")
+                relation = con.sql(sql)
             except duckdb.Error as exc:
                 raise ExtractError(path, f"a valid SQL query ({type(exc).__name__})") from None
         if relation is None:

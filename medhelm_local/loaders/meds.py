@@ -28,7 +28,7 @@ from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import ExtractError
 from medhelm_local.loaders.base import LoadResult, register_loader
 from medhelm_local.loaders.io import Row, Table
-from medhelm_local.loaders.records import RecordMapping, build_instances, check_option_keys
+from medhelm_local.loaders.records import RecordMapping, build_instances, check_option_keys, header_summary
 from medhelm_local.loaders.timeline import keep_recent_lines
 
 MAPPING = RecordMapping(
@@ -63,7 +63,7 @@ def _columns(con: duckdb.DuckDBPyConnection, source: str, where: Path) -> list[s
 def _require(columns: list[str], needed: list[str], where: Path) -> None:
     for column in needed:
         if column not in columns:
-            raise ExtractError(where, f"a column named {column!r} (found: {', '.join(columns)})", column=column)
+            raise ExtractError(where, f"a column named {column!r} ({header_summary(columns, needed)})", column=column)
 
 
 def _label_files(root: Path, tasks: list[str] | None) -> dict[str, tuple[Path, list[Path]]]:
