@@ -32,6 +32,8 @@ METRICS = (
     "micro_f1",
     "jury",
 )
+# A custom spec file is read only up to this size: specs are a page of YAML, never data.
+MAX_SPEC_BYTES = 256 * 1024
 CUSTOM_DEFAULTS = {"access": "private", "curation": "new", "input_format": "private_table"}
 
 
@@ -117,15 +119,41 @@ def is_custom(benchmark_id: str) -> bool:
     return benchmark_id not in _builtin_specs()
 
 
+class _AliasRefused(yaml.YAMLError):
+    def __init__(self, mark: Any) -> None:
+        super().__init__("YAML alias")
+        self.problem_mark = mark
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing aliases (``*name``): a spec never needs one, and a nest of them (an "alias
+    bomb" in ``meta_constants``) expands to gigabytes."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            raise _AliasRefused(self.peek_event().start_mark)
+        return super().compose_node(parent, index)
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_bytes().decode("utf-8-sig")
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_SPEC_BYTES + 1)
     except OSError as exc:
         raise BadInputError(f"{path}: cannot read the benchmark file ({exc.strerror or type(exc).__name__})") from None
+    if len(raw) > MAX_SPEC_BYTES:
+        raise BadInputError(f"{path}: the benchmark file is larger than {MAX_SPEC_BYTES // 1024} KiB, the cap for a "
+                            "spec (the data belongs in the extract, not in the spec)")
+    try:
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise BadInputError(f"{path}: expected a UTF-8 YAML benchmark file") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_NoAliasLoader)
+    except _AliasRefused as exc:
+        mark = exc.problem_mark
+        raise BadInputError(f"{path}: YAML aliases (*name) are refused in a benchmark file (line {mark.line + 1}, "
+                            f"column {mark.column + 1}); write the value out") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
