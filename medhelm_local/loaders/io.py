@@ -125,9 +125,12 @@ def _csv_rows(path: Path, text: str, delimiter: str) -> tuple[list[str], list[di
     header = [h.strip() for h in records[0]]
     if not any(header):
         raise ExtractError(path, "a header row naming the columns")
-    duplicated = sorted({h for h in header if h and header.count(h) > 1})
+    # Positions, not names: in a header-less file the "header" is the first data row.
+    duplicated = [i + 1 for i, h in enumerate(header) if h and header.index(h) != i]
     if duplicated:
-        raise ExtractError(path, "unique column names in the header", column=duplicated[0])
+        first = header.index(header[duplicated[0] - 1]) + 1
+        raise ExtractError(path, f"unique column names in the header (columns {first} and {duplicated[0]}, counting "
+                                 "from 1, have the same name)")
     rows: list[dict[str, Any]] = []
     for position, record in enumerate(records[1:]):
         if len(record) > len(header) and any(v.strip() for v in record[len(header) :]):
