@@ -11,13 +11,24 @@ import csv
 import gzip
 import io
 import json
+import os
 import zlib
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from medhelm_local.errors import ExtractError
+from medhelm_local.errors import ConfigError, ExtractError
+
+# One CSV/TSV field (a discharge summary can be long) is capped at this many MiB by default; appliance.yaml
+# loaders.csv_field_max_mib or env MEDHELM_CSV_FIELD_MAX_MIB changes it (1 to MAX_CSV_FIELD_MIB).
+DEFAULT_CSV_FIELD_MIB = 16
+MAX_CSV_FIELD_MIB = 1024
+CSV_FIELD_ENV = "MEDHELM_CSV_FIELD_MAX_MIB"
+_csv_field_max: ContextVar[int] = ContextVar("csv_field_max_mib", default=DEFAULT_CSV_FIELD_MIB)
 
 TEXT_FORMATS = ("csv", "tsv", "json", "jsonl")
 FORMATS = (*TEXT_FORMATS, "parquet", "feather", "xlsx", "duckdb")
@@ -110,16 +121,52 @@ def parse_json(path: Path, text: str) -> Any:
         raise ExtractError(path, f"valid JSON (parse error at line {exc.lineno}, column {exc.colno})") from None
 
 
-def _csv_rows(path: Path, text: str, delimiter: str) -> tuple[list[str], list[dict[str, Any]]]:
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+def csv_field_max_mib() -> int:
+    """The cap on one CSV/TSV field, in MiB: env ``MEDHELM_CSV_FIELD_MAX_MIB``, else the cap set by
+    :func:`csv_field_cap` (``loaders.csv_field_max_mib`` in appliance.yaml), else the default."""
+    raw = os.environ.get(CSV_FIELD_ENV)
+    if raw is None or not raw.strip():
+        return _csv_field_max.get()
     try:
-        records = list(reader)
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_CSV_FIELD_MIB:
+        raise ConfigError(f"env {CSV_FIELD_ENV}: expected a whole number of MiB from 1 to {MAX_CSV_FIELD_MIB}")
+    return value
+
+
+@contextmanager
+def csv_field_cap(mib: int) -> Iterator[None]:
+    """Read CSV/TSV with fields of up to ``mib`` MiB inside the block (unless the environment variable says)."""
+    token = _csv_field_max.set(mib)
+    try:
+        yield
+    finally:
+        _csv_field_max.reset(token)
+
+
+def _csv_rows(path: Path, text: str, delimiter: str) -> tuple[list[str], list[dict[str, Any]]]:
+    kind = "CSV" if delimiter == "," else "TSV"
+    cap_mib = csv_field_max_mib()
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    records: list[list[str]] = []
+    previous = csv.field_size_limit(cap_mib << 20)
+    try:
+        for record in reader:
+            records.append(record)
     except csv.Error as exc:
-        raise ExtractError(
-            path,
-            f"well-formed {'CSV' if delimiter == ',' else 'TSV'} ({exc})",
-            row=max(reader.line_num - 2, 0),
-        ) from None
+        row = max(len(records) - 1, 0)  # the data row being read (the header is records[0])
+        if "field larger than field limit" in str(exc):
+            raise ExtractError(
+                path,
+                f"{kind} fields of at most {cap_mib} MiB ({cap_mib << 20} characters); raise the cap with "
+                f"loaders.csv_field_max_mib in appliance.yaml or env {CSV_FIELD_ENV}",
+                row=row,
+            ) from None
+        raise ExtractError(path, f"well-formed {kind} ({exc})", row=row) from None
+    finally:
+        csv.field_size_limit(previous)
     if not records:
         raise ExtractError(path, "a header row")
     header = [h.strip() for h in records[0]]

@@ -12,6 +12,7 @@ from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.context import AppContext
 from medhelm_local.errors import BadInputError
 from medhelm_local.loaders.base import LoadResult, load_dataset
+from medhelm_local.loaders.io import csv_field_cap
 from medhelm_local.store.store import Store
 
 
@@ -44,7 +45,8 @@ def register_file(app_ctx: AppContext, spec: BenchmarkSpec, path: Path, *, spec_
     audit_event(home, app_ctx.actor, "dataset.register", outcome="attempt", role="informatics",
                 benchmark=spec.id, source_name=path.name)
     try:
-        result = load_dataset(spec, path)
+        with csv_field_cap(home.config.loaders.csv_field_max_mib):
+            result = load_dataset(spec, path)
     except BadInputError:
         audit_event(home, app_ctx.actor, "dataset.register", outcome="rejected", role="informatics",
                     benchmark=spec.id, source_name=path.name)
