@@ -227,3 +227,37 @@ def test_a_spec_over_the_size_cap_is_refused(home_cli: Cli, layout: dict[str, Pa
         "description: " + "padding " * (MAX_SPEC_BYTES // 8 + 16))
     result = _register(home_cli, layout, text)
     _refused(result, "KiB")
+
+
+# The appliance's own folders are never an extract, nor beside one.
+
+
+def _key_spec(loader_options: dict[str, Any]) -> str:
+    return _spec(loader_options).replace("{schema}\n", "")
+
+
+def test_the_keys_folder_is_not_an_extract(home_cli: Cli, layout: dict[str, Path]) -> None:
+    keys = home_cli.home / "keys"
+    key = (keys / "store-data.key").read_text(encoding="utf-8").strip()
+    text = _key_spec({"format": "csv", "glob": "store-data.key"})
+    result = _register(home_cli, layout, text, data=keys)
+    assert result.code == 2, result.stderr
+    assert key not in result.stderr + result.stdout, "the store's data key was printed"
+    assert "keys folder" in result.stderr
+
+
+def test_a_sibling_text_reaching_the_keys_folder_from_the_home_is_refused(
+    home_cli: Cli, layout: dict[str, Path]
+) -> None:
+    home = home_cli.home
+    extracts = home / "extracts"
+    extracts.mkdir()
+    (extracts / "notes.csv").write_bytes(layout["data"].read_bytes())
+    key = (home / "keys" / "store-data.key").read_text(encoding="utf-8").strip()
+    text = _spec({"glob": "extracts/notes.csv", "sibling_text": {"schema": "keys/store-data.key"}})
+    result = _register(home_cli, layout, text, data=home)
+    assert result.code == 2, result.stderr
+    assert key not in result.stderr + result.stdout
+    assert "keys folder" in result.stderr
+    listed = home_cli("datasets", "list", "--json")
+    assert "paths_probe" not in listed.stdout
