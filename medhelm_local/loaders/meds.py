@@ -29,6 +29,7 @@ from medhelm_local.errors import ExtractError
 from medhelm_local.loaders.base import LoadResult, register_loader
 from medhelm_local.loaders.io import Row, Table
 from medhelm_local.loaders.records import RecordMapping, build_instances, check_option_keys, header_summary
+from medhelm_local.loaders.sql_sandbox import folder_reader
 from medhelm_local.loaders.timeline import keep_recent_lines
 
 MAPPING = RecordMapping(
@@ -50,7 +51,7 @@ def _sql_literal(text: str) -> str:
 
 
 def _sql_path(path: Path) -> str:
-    return _sql_literal(str(path))
+    return _sql_literal(str(path.absolute()))
 
 
 def _columns(con: duckdb.DuckDBPyConnection, source: str, where: Path) -> list[str]:
@@ -120,7 +121,7 @@ def load_meds(spec: BenchmarkSpec, path: Path) -> LoadResult:
     codes_file = root / "metadata" / "codes.parquet"
     files = list(data_files)
 
-    con = duckdb.connect()
+    con = folder_reader(root)
     try:
         data_source = "[" + ", ".join(_sql_path(f) for f in data_files) + "]"
         data_columns = _columns(con, data_source, data_dir)

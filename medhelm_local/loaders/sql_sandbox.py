@@ -30,7 +30,7 @@ import duckdb
 from medhelm_local.errors import BadInputError, ExtractError
 
 # Settings of every connection that runs a spec's SQL (applied at connect, so before any statement runs).
-SEALED_CONFIG: dict[str, str | bool | int | float] = {
+SEALED_CONFIG: dict[str, str | bool | int | float | list[str]] = {
     "enable_external_access": False,
     "autoinstall_known_extensions": False,
     "autoload_known_extensions": False,
@@ -70,6 +70,23 @@ def sealed_connect(path: Path | None) -> duckdb.DuckDBPyConnection:
         return duckdb.connect(str(path), read_only=True, config=dict(SEALED_CONFIG))
     except duckdb.Error:
         raise ExtractError(path or ":memory:", "a readable DuckDB database file") from None
+
+
+def folder_reader(folder: Path) -> duckdb.DuckDBPyConnection:
+    """An in-memory connection for the appliance's own SQL over an extract folder's files (MEDS Parquet): it can
+    read files under ``folder`` only (DuckDB's ``allowed_directories``), loads no extension, and is locked."""
+    allowed = sorted({str(folder.absolute()).rstrip("/") + "/", str(folder.resolve()).rstrip("/") + "/"})
+    config: dict[str, str | bool | int | float | list[str]] = {
+        k: v for k, v in SEALED_CONFIG.items() if k != "enable_external_access"}
+    con = duckdb.connect(":memory:", config=config)
+    try:
+        con.execute("SET allowed_directories = ?", [allowed])
+        con.execute("SET enable_external_access = false")
+        seal(con)
+    except duckdb.Error:
+        con.close()
+        raise
+    return con
 
 
 def seal(con: duckdb.DuckDBPyConnection) -> None:

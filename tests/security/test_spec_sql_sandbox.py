@@ -353,3 +353,24 @@ def test_the_sandbox_probe_fails_when_external_access_is_open(monkeypatch: pytes
     monkeypatch.setitem(sql_sandbox.SEALED_CONFIG, "enable_external_access", True)
     with pytest.raises(MedhelmError, match="read_text of a local file"):
         sql_sandbox.sandbox_probe()
+
+
+def test_the_meds_folder_reader_reads_its_folder_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from medhelm_local.loaders.sql_sandbox import folder_reader
+
+    inside = tmp_path / "extract"
+    inside.mkdir()
+    (inside / "a.csv").write_text("x\n1\n", encoding="utf-8")
+    (tmp_path / "b.csv").write_text("x\n2\n", encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    con = folder_reader(Path("extract"))
+    try:
+        assert con.execute(f"select x from read_csv('{(inside / 'a.csv').absolute()}')").fetchall() == [(1,)]
+        for statement in (f"select x from read_csv('{tmp_path / 'b.csv'}')",
+                          f"select x from read_csv('{inside}/../b.csv')",
+                          f"LOAD '{_httpfs_extension()}'",
+                          "SET enable_external_access = true"):
+            with pytest.raises(duckdb.Error):
+                con.execute(statement).fetchall()
+    finally:
+        con.close()
