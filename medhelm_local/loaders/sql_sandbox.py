@@ -37,6 +37,8 @@ SEALED_CONFIG: dict[str, str | bool | int | float | list[str]] = {
     "allow_unsigned_extensions": False,
     "allow_community_extensions": False,
     "allow_persistent_secrets": False,
+    # DuckDB's Python client otherwise resolves an unknown table name to a DataFrame/Arrow variable of the caller.
+    "python_enable_replacements": False,
 }
 # Table functions that only generate values from their arguments; every other one is refused.
 ALLOWED_TABLE_FUNCTIONS = frozenset({"range", "generate_series", "unnest", "json_each", "json_tree"})

@@ -317,10 +317,15 @@ def test_the_sealed_connection_refuses_files_urls_and_extensions_on_its_own(
     sealed: duckdb.DuckDBPyConnection, tmp_path: Path, listener: _Listener
 ) -> None:
     """The second lock: were the statement check bypassed, the connection itself still refuses."""
+    import pyarrow as pa
+
     secret = tmp_path / "secret.txt"
     secret.write_text("k3y", encoding="utf-8")
     out = tmp_path / "out.csv"
+    appliance_rows = pa.table({"note": [NOTE]})  # a Python variable DuckDB would otherwise scan by name
+    assert appliance_rows.num_rows == 1
     for statement, refusal in (
+        ("select * from appliance_rows", "appliance_rows"),
         (f"select content from read_text('{secret}')", "file system operations are disabled"),
         (f"COPY patient_notes TO '{out}'", "file system operations are disabled"),
         (f"LOAD '{_httpfs_extension()}'", "Loading external extensions is disabled"),
