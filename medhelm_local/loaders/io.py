@@ -294,7 +294,7 @@ def duckdb_rows(path: Path, *, table: str | None, query: str | None) -> tuple[li
     (:mod:`medhelm_local.loaders.sql_sandbox`): the query is checked before it runs and reads the file's tables only."""
     import duckdb
 
-    from medhelm_local.loaders.sql_sandbox import check_select, seal, sealed_connect
+    from medhelm_local.loaders.sql_sandbox import check_select, query_failure, seal, sealed_connect
 
     if (table is None) == (query is None):
         raise ExtractError(path, "exactly one of loader option 'table' or 'query' for a DuckDB source")
@@ -306,20 +306,23 @@ def duckdb_rows(path: Path, *, table: str | None, query: str | None) -> tuple[li
             names |= {r[0].lower() for r in con.execute("select view_name from duckdb_views()").fetchall()}
             if table.lower() not in names:
                 raise ExtractError(path, f"a table or view named {table!r}", column=table)
-            relation = con.table(table)
+            try:
+                relation = con.table(table)
+            except duckdb.Error as exc:
+                raise query_failure(exc, path, "table", "a table that can be read") from None
         else:
             sql = check_select(con, query or "", where=path, option="query")
             try:
                 relation = con.sql(sql)
             except duckdb.Error as exc:
-                raise ExtractError(path, f"a valid SQL query ({type(exc).__name__})") from None
+                raise query_failure(exc, path, "query", "a valid SQL query") from None
         if relation is None:
             raise ExtractError(path, "a query that returns rows")
         header = [str(c) for c in relation.columns]
         try:
             records = relation.fetchall()
         except duckdb.Error as exc:
-            raise ExtractError(path, f"a query that runs ({type(exc).__name__})") from None
+            raise query_failure(exc, path, "table" if query is None else "query", "a query that runs") from None
         return header, [dict(zip(header, r, strict=True)) for r in records]
     finally:
         con.close()

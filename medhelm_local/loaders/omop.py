@@ -27,7 +27,7 @@ from medhelm_local.errors import BadInputError, ExtractError
 from medhelm_local.loaders.base import LoadResult, register_loader
 from medhelm_local.loaders.io import Row, Table
 from medhelm_local.loaders.records import RecordMapping, as_text, build_instances, check_option_keys, header_summary
-from medhelm_local.loaders.sql_sandbox import check_select, seal, sealed_connect
+from medhelm_local.loaders.sql_sandbox import check_select, query_failure, seal, sealed_connect
 from medhelm_local.loaders.timeline import keep_recent_lines
 
 # domain -> (table, date column, concept column, event label, value expression)
@@ -115,7 +115,7 @@ def _cohort(con: duckdb.DuckDBPyConnection, path: Path, cohort_sql: str) -> list
     try:
         relation = con.sql(cohort_sql)
     except duckdb.Error as exc:
-        raise ExtractError(path, f"a cohort_sql query that runs ({type(exc).__name__})") from None
+        raise query_failure(exc, path, "cohort_sql", "a cohort_sql query that runs") from None
     if relation is None:
         raise ExtractError(path, "a cohort_sql query that returns rows")
     columns = [c.lower() for c in relation.columns]
@@ -141,8 +141,8 @@ def _cohort(con: duckdb.DuckDBPyConnection, path: Path, cohort_sql: str) -> list
             "select position, person_id, prediction_date, label, instance_id from _cohort order by position"
         ).fetchall()
     except duckdb.Error as exc:
-        raise ExtractError(
-            path, f"cohort_sql columns person_id (an integer) and prediction_date (a date) ({type(exc).__name__})"
+        raise query_failure(
+            exc, path, "cohort_sql", "cohort_sql columns person_id (an integer) and prediction_date (a date)"
         ) from None
 
 

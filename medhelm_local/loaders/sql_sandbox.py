@@ -96,6 +96,15 @@ def seal(con: duckdb.DuckDBPyConnection) -> None:
     con.execute("SET lock_configuration = true")
 
 
+def query_failure(exc: duckdb.Error, where: Path | str, option: str, expected: str) -> BadInputError:
+    """The error for a checked query that failed while running: a refusal of the sealed connection (a view or macro
+    inside the extract reaching a file, URL or extension) is named as such; anything else as ``expected``."""
+    if isinstance(exc, duckdb.PermissionException):
+        return SqlRefused(where, option, "it reaches a file, URL or extension (through a view or macro of the "
+                                         "extract?) and the sealed connection refused it")
+    return ExtractError(where, f"{expected} ({type(exc).__name__})")
+
+
 def _statement_name(statement: Any, text: str | None = None) -> str:
     """The statement's first keyword (INSTALL, PRAGMA...), else its DuckDB type. ``text``: its original SQL (DuckDB
     rewrites some statements, e.g. PRAGMA as a SELECT over a table function)."""

@@ -379,3 +379,25 @@ def test_the_meds_folder_reader_reads_its_folder_only(tmp_path: Path, monkeypatc
                 con.execute(statement).fetchall()
     finally:
         con.close()
+
+
+def test_a_view_inside_the_extract_reading_the_key_is_refused(home_cli: Cli, tmp_path: Path) -> None:
+    """The insider writes the extract too: a view stored in it that reads the store's data key passes the
+    statement check (it is a table of the extract) and is stopped by the sealed connection."""
+    key = home_cli.home / "keys" / "store-data.key"
+    extract = tmp_path / "extract" / "notes.duckdb"
+    extract.parent.mkdir()
+    con = duckdb.connect(str(extract))
+    con.execute(f"create view notes as select content as context, 'yes' as label from read_text('{key}')")
+    con.close()
+    secret = key.read_text(encoding="utf-8").strip()
+    for query in ("select * from notes", None):
+        spec = _spec(tmp_path, query or "select 1")
+        if query is None:  # the `table` option names the view directly
+            text = spec.read_text(encoding="utf-8").replace("query: select 1", "table: notes")
+            spec.write_text(text, encoding="utf-8")
+        result = _register(home_cli, spec, extract)
+        assert result.code == 2, result.stderr
+        assert secret not in result.stderr + result.stdout
+        assert "sealed connection refused it" in result.stderr
+    assert "notes_probe" not in home_cli("datasets", "list", "--json").stdout
