@@ -63,9 +63,10 @@ def register_file(app_ctx: AppContext, spec: BenchmarkSpec, path: Path, *, spec_
         with csv_field_cap(home.config.loaders.csv_field_max_mib):
             result = load_dataset(spec, path)
         refuse_appliance_files(home, result.files)
-    except BadInputError:
+    except BadInputError as exc:
+        # The error's class (SqlRefused, SpecPathError, ExtractError...) is safe to audit; its message is not.
         audit_event(home, app_ctx.actor, "dataset.register", outcome="rejected", role="informatics",
-                    benchmark=spec.id, source_name=path.name)
+                    benchmark=spec.id, source_name=path.name, reason=type(exc).__name__)
         raise
     if spec_file is not None:
         spec = register_custom_spec(spec_file, home.root)

@@ -8,6 +8,7 @@ nothing leaves."""
 from __future__ import annotations
 
 import http.server
+import json
 import threading
 from collections.abc import Iterator
 from importlib import util
@@ -153,6 +154,12 @@ def test_copy_of_the_notes_to_a_plaintext_file_is_refused_and_writes_nothing(
     assert "COPY" in result.stderr
     assert not leak.exists(), "COPY wrote the notes in plaintext outside the encrypted store"
     assert list(leak.parent.iterdir()) == []
+    records = [json.loads(line) for line in
+               (home_cli.home / "audit" / "audit.jsonl").read_text(encoding="utf-8").splitlines()]
+    rejected = [r for r in records if r.get("action") == "dataset.register" and r.get("outcome") == "rejected"]
+    assert rejected, "the refused attempt is not in the audit trail"
+    assert "SqlRefused" in json.dumps(rejected[-1])
+    assert str(leak) not in json.dumps(records) and NOTE not in json.dumps(records)
 
 
 def test_read_text_of_the_store_data_key_is_refused(home_cli: Cli, tmp_path: Path, notes_db: Path) -> None:
