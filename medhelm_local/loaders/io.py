@@ -311,7 +311,7 @@ def duckdb_rows(path: Path, *, table: str | None, query: str | None) -> tuple[li
             except duckdb.Error as exc:
                 raise query_failure(exc, path, "table", "a table that can be read") from None
         else:
-            sql = check_select(con, query or "", where=path, option="query")
+            sql = check_select(con, query, where=path, option="query")
             try:
                 relation = con.sql(sql)
             except duckdb.Error as exc:

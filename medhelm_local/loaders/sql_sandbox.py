@@ -139,11 +139,13 @@ def _extract_tables(con: duckdb.DuckDBPyConnection) -> tuple[str, set[tuple[str,
     return database, {(str(s).lower(), str(t).lower()) for s, t in rows}
 
 
-def check_select(con: duckdb.DuckDBPyConnection, sql: str, *, where: Path | str, option: str) -> str:
+def check_select(con: duckdb.DuckDBPyConnection, sql: object, *, where: Path | str, option: str) -> str:
     """``sql`` checked with DuckDB's parser against ``con``'s database; returns it without trailing semicolons.
 
     Raises :class:`SqlRefused` for anything but one read-only SELECT over the extract's own tables."""
-    if not isinstance(sql, str) or not sql.strip():
+    if not isinstance(sql, str):
+        raise SqlRefused(where, option, "expected the query as a string")
+    if not sql.strip():
         raise SqlRefused(where, option, "the query is empty")
     try:
         statements = con.extract_statements(sql)

@@ -408,3 +408,8 @@ def test_a_view_inside_the_extract_reading_the_key_is_refused(home_cli: Cli, tmp
         assert secret not in result.stderr + result.stdout
         assert "sealed connection refused it" in result.stderr
     assert "notes_probe" not in home_cli("datasets", "list", "--json").stdout
+
+
+def test_a_query_that_is_not_a_string_is_refused(sealed: duckdb.DuckDBPyConnection) -> None:
+    with pytest.raises(SqlRefused, match="as a string"):
+        check_select(sealed, ["select 1"], where="notes.duckdb", option="query")
