@@ -261,3 +261,11 @@ def test_a_sibling_text_reaching_the_keys_folder_from_the_home_is_refused(
     assert "keys folder" in result.stderr
     listed = home_cli("datasets", "list", "--json")
     assert "paths_probe" not in listed.stdout
+
+
+def test_a_deeply_nested_spec_is_refused_without_an_internal_error(home_cli: Cli, layout: dict[str, Path]) -> None:
+    text = _spec({"sibling_text": {"schema": "schema.txt"}}).replace(
+        "  label_column: label\n", "  label_column: label\n  meta_constants:\n    deep: " + "[" * 50_000 + "]" * 50_000
+        + "\n")
+    result = _register(home_cli, layout, text)
+    _refused(result, "nests deeper than")
