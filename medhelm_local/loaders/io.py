@@ -119,6 +119,8 @@ def parse_json(path: Path, text: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ExtractError(path, f"valid JSON (parse error at line {exc.lineno}, column {exc.colno})") from None
+    except RecursionError:
+        raise ExtractError(path, "JSON nested less deeply (the parser's recursion limit was reached)") from None
 
 
 def csv_field_max_mib() -> int:
@@ -230,7 +232,7 @@ def read_table_file(
                 continue
             try:
                 obj = json.loads(line)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 raise ExtractError(
                     path, f"one JSON object per line (line {line_no + 1} is not JSON)", row=len(rows)
                 ) from None

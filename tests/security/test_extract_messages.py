@@ -108,3 +108,13 @@ def test_omop_cohort_columns_are_not_listed(tmp_path: Path) -> None:
         load_dataset(spec, cdm)
     _assert_clean(str(caught.value))
     assert "person_id" in str(caught.value) and "1 other column name(s) not shown" in str(caught.value)
+
+
+@pytest.mark.parametrize("name", ["deep.json", "deep.jsonl"])
+def test_deeply_nested_json_is_a_clear_extract_error(tmp_path: Path, name: str) -> None:
+    data = tmp_path / name
+    nested = "[" * 100_000 + "]" * 100_000
+    data.write_text(nested if name.endswith(".json") else '{"context": ' + nested + "}\n", encoding="utf-8")
+    with pytest.raises(ExtractError) as caught:
+        load_dataset(get_spec("hospice_referral"), data)
+    assert caught.value.file == str(data)
