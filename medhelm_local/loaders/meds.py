@@ -28,6 +28,7 @@ from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import ExtractError
 from medhelm_local.loaders.base import LoadResult, register_loader
 from medhelm_local.loaders.io import Row, Table
+from medhelm_local.loaders.paths import inside
 from medhelm_local.loaders.records import RecordMapping, build_instances, check_option_keys, header_summary
 from medhelm_local.loaders.sql_sandbox import folder_reader
 from medhelm_local.loaders.timeline import keep_recent_lines
@@ -120,6 +121,10 @@ def load_meds(spec: BenchmarkSpec, path: Path) -> LoadResult:
     splits_file = root / "metadata" / "subject_splits.parquet"
     codes_file = root / "metadata" / "codes.parquet"
     files = list(data_files)
+    # Every file read resolves inside the folder (a symlink out of it is refused), as DuckDB checks names only.
+    for file in [*data_files, *(p for _, parts in labels.values() for p in parts), splits_file, codes_file]:
+        if file.exists() or file.is_symlink():
+            inside(file, root, "MEDS folder", str(file.relative_to(root)))
 
     con = folder_reader(root)
     try:

@@ -269,3 +269,28 @@ def test_a_deeply_nested_spec_is_refused_without_an_internal_error(home_cli: Cli
         + "\n")
     result = _register(home_cli, layout, text)
     _refused(result, "nests deeper than")
+
+
+def test_a_meds_file_symlinked_out_of_the_folder_is_refused(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from medhelm_local.errors import BadInputError
+    from medhelm_local.loaders.base import load_dataset
+
+    root = tmp_path / "meds"
+    for sub in ("data", "metadata", "labels"):
+        (root / sub).mkdir(parents=True)
+    outside = tmp_path / "other_study.parquet"
+    pq.write_table(pa.table({"subject_id": pa.array([1], pa.int64()), "time": pa.array([None], pa.timestamp("us")),
+                             "code": ["SECRET/1"], "numeric_value": pa.array([None], pa.float32())}), outside)
+    (root / "data" / "0.parquet").symlink_to(outside)
+    pq.write_table(pa.table({"subject_id": pa.array([1], pa.int64()), "split": ["held_out"]}),
+                   root / "metadata" / "subject_splits.parquet")
+    pq.write_table(pa.table({"subject_id": pa.array([1], pa.int64()),
+                             "prediction_time": pa.array([None], pa.timestamp("us")), "boolean_value": [True]}),
+                   root / "labels" / "task.parquet")
+    from medhelm_local.benchmarks.registry import get_spec
+
+    with pytest.raises(BadInputError, match="resolves outside"):
+        load_dataset(get_spec("ehrshot"), root)
