@@ -16,7 +16,7 @@ from pathlib import Path
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import BadInputError, ExtractError
-from medhelm_local.loaders.paths import SpecPathError
+from medhelm_local.loaders.paths import SpecPathError, extract_folder, inside
 from medhelm_local.records import Instance
 
 # Built-in loader modules, imported on first use so that each registers itself.
@@ -79,11 +79,21 @@ def load_dataset(spec: BenchmarkSpec, path: Path) -> LoadResult:
     if loader is None:
         raise BadInputError(f"benchmark {spec.id}: no loader for input format {spec.input_format!r}")
     result = loader(spec, path)
+    check_files_inside(result, path)
     if not result.instances:
         raise ExtractError(path, "at least one instance (the file holds none)")
     check_unique_ids(result.instances, path)
     check_meta_files(spec, result, path)
     return result
+
+
+def check_files_inside(result: LoadResult, path: Path) -> None:
+    """Every file a loader read, besides the extract itself, resolves (symlinks included) inside the extract's
+    folder: whatever loader and whatever the spec says, a registration reads nothing else."""
+    folder = extract_folder(path)
+    for file in result.files:
+        if file != path:
+            inside(file, folder, "a file read for the extract")
 
 
 # Meta keys whose value is a file a metric opens (EHRSQL's SQLite database): it must be one of the files the loader

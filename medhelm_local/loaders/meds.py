@@ -124,7 +124,7 @@ def load_meds(spec: BenchmarkSpec, path: Path) -> LoadResult:
     # Every file read resolves inside the folder (a symlink out of it is refused), as DuckDB checks names only.
     for file in [*data_files, *(p for _, parts in labels.values() for p in parts), splits_file, codes_file]:
         if file.exists() or file.is_symlink():
-            inside(file, root, "MEDS folder", str(file.relative_to(root)))
+            inside(file, root, "a MEDS file")
 
     con = folder_reader(root)
     try:

@@ -40,17 +40,17 @@ def check_pattern(pattern: object, option: str, folder: Path) -> str:
     return pattern
 
 
-def inside(candidate: Path, folder: Path, option: str, pattern: str) -> Path:
-    """``candidate`` resolved (symlinks followed); refused unless it lies inside ``folder`` (resolved)."""
+def inside(candidate: Path, folder: Path, what: str) -> Path:
+    """``candidate`` resolved (symlinks followed); refused unless it lies inside ``folder`` (resolved). ``what``
+    names where the path came from (e.g. "loader option glob ('*.csv')")."""
     root = folder.resolve()
     try:
         resolved = candidate.resolve(strict=True)
     except (OSError, RuntimeError):
-        raise SpecPathError(f"loader option {option}: {candidate} (matching {pattern!r}) cannot be resolved "
-                            "(a broken or looping symlink?)") from None
+        raise SpecPathError(f"{what}: {candidate} cannot be resolved (a broken or looping symlink?)") from None
     if resolved != root and not resolved.is_relative_to(root):
-        raise SpecPathError(f"loader option {option}: {candidate} (matching {pattern!r}) resolves outside the "
-                            f"extract's folder {root} (a symlink?); a spec reads files inside that folder only")
+        raise SpecPathError(f"{what}: {candidate} resolves outside the extract's folder {root} (a symlink?); "
+                            "a registration reads files inside that folder only")
     return resolved
 
 
@@ -59,7 +59,7 @@ def confined_glob(folder: Path, pattern: object, option: str) -> list[Path]:
     checked = check_pattern(pattern, option, folder)
     matches = sorted(folder.glob(checked))
     for match in matches:
-        inside(match, folder, option, checked)
+        inside(match, folder, f"loader option {option} ({checked!r})")
     return matches
 
 
@@ -68,5 +68,5 @@ def confined_child(folder: Path, name: object, option: str) -> Path:
     checked = check_pattern(name, option, folder)
     child = folder / checked
     if child.exists() or child.is_symlink():
-        inside(child, folder, option, checked)
+        inside(child, folder, f"loader option {option} ({checked!r})")
     return child

@@ -294,3 +294,27 @@ def test_a_meds_file_symlinked_out_of_the_folder_is_refused(tmp_path: Path) -> N
 
     with pytest.raises(BadInputError, match="resolves outside"):
         load_dataset(get_spec("ehrshot"), root)
+
+
+def test_a_fixed_name_file_symlinked_out_of_the_folder_is_refused(tmp_path: Path) -> None:
+    """Loaders that read files by fixed names (PubMedQA's ori_pqal.json, DischargeMe's CSVs, MTSamples' reports) are
+    held to the same rule: what a registration reads resolves inside the extract's folder."""
+    from medhelm_local.benchmarks.registry import get_spec
+    from medhelm_local.errors import BadInputError
+    from medhelm_local.loaders.base import load_dataset
+
+    outside = tmp_path / "other" / "ori_pqal.json"
+    outside.parent.mkdir()
+    outside.write_text('{"1": {"QUESTION": "q?", "CONTEXTS": ["c"], "final_decision": "yes"}}', encoding="utf-8")
+    folder = tmp_path / "pubmedqa"
+    folder.mkdir()
+    (folder / "ori_pqal.json").symlink_to(outside)
+    with pytest.raises(BadInputError, match="resolves outside"):
+        load_dataset(get_spec("pubmedqa"), folder)
+    reports = tmp_path / "mtsamples"
+    reports.mkdir()
+    report = tmp_path / "other" / "report.txt"
+    report.write_text("HISTORY OF PRESENT ILLNESS: x\n\nASSESSMENT: y\n", encoding="utf-8")
+    (reports / "a.txt").symlink_to(report)
+    with pytest.raises(BadInputError, match="resolves outside"):
+        load_dataset(get_spec("mtsamples"), reports)
