@@ -10,8 +10,12 @@ from __future__ import annotations
 
 import re
 from pathlib import Path, PurePosixPath, PureWindowsPath
+from typing import TYPE_CHECKING
 
 from medhelm_local.errors import BadInputError
+
+if TYPE_CHECKING:
+    from medhelm_local.home import Home
 
 _DRIVE = re.compile(r"^[A-Za-z]:")
 
@@ -70,3 +74,16 @@ def confined_child(folder: Path, name: object, option: str) -> Path:
     if child.exists() or child.is_symlink():
         inside(child, folder, f"loader option {option} ({checked!r})")
     return child
+
+
+def refuse_appliance_files(home: Home, files: list[Path]) -> None:
+    """No extract, and no file a spec names beside it, is read from the appliance's own keys, store or audit
+    folders: a spec cannot put the store's data key or the signing key into a prompt."""
+    protected = {"keys": home.keys_dir, "store": home.store_path.parent, "audit trail": home.audit_path.parent}
+    for file in files:
+        resolved = file.resolve()
+        for name, folder in protected.items():
+            root = folder.resolve()
+            if resolved.is_relative_to(root):
+                raise BadInputError(f"{file}: lies in the appliance's {name} folder {root}; extracts and the "
+                                    "files a spec names are never read from there")

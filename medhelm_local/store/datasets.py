@@ -11,9 +11,9 @@ from medhelm_local.benchmarks.registry import register_custom_spec
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.context import AppContext
 from medhelm_local.errors import BadInputError
-from medhelm_local.home import Home
 from medhelm_local.loaders.base import LoadResult, load_dataset
 from medhelm_local.loaders.io import csv_field_cap
+from medhelm_local.loaders.paths import refuse_appliance_files
 from medhelm_local.store.store import Store
 
 
@@ -34,19 +34,6 @@ def store_dataset(store: Store, spec: BenchmarkSpec, path: Path, result: LoadRes
     )
     return Registration(benchmark=spec.id, instances=len(result.instances), skipped=skipped,
                         fingerprint=source_sha256, version=version, new=new)
-
-
-def refuse_appliance_files(home: Home, files: list[Path]) -> None:
-    """No extract, and no file a spec names beside it, is read from the appliance's own keys, store or audit
-    folders: a spec cannot put the store's data key or the signing key into a prompt."""
-    protected = {"keys": home.keys_dir, "store": home.store_path.parent, "audit trail": home.audit_path.parent}
-    for file in files:
-        resolved = file.resolve()
-        for name, folder in protected.items():
-            root = folder.resolve()
-            if resolved.is_relative_to(root):
-                raise BadInputError(f"{file}: lies in the appliance's {name} folder {root}; extracts and the "
-                                    "files a spec names are never read from there")
 
 
 def register_file(app_ctx: AppContext, spec: BenchmarkSpec, path: Path, *, spec_file: Path | None = None
