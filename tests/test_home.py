@@ -88,7 +88,8 @@ def test_doctor_reports_a_usable_home(home_cli: Cli) -> None:
     payload = result.json()
     assert isinstance(payload, dict)
     assert payload["ok"] is True
-    assert {c["check"] for c in payload["checks"]} == {"config", "keys", "pinned audit key", "file modes", "store"}
+    assert {c["check"] for c in payload["checks"]} == {"config", "keys", "SQL sandbox", "pinned audit key",
+                                                      "file modes", "store"}
 
 
 def test_doctor_fails_without_init(cli: Cli) -> None:

@@ -32,6 +32,9 @@ METRICS = (
     "micro_f1",
     "jury",
 )
+# A custom spec file is read only up to this size: specs are a page of YAML, never data.
+MAX_SPEC_BYTES = 256 * 1024
+MAX_SPEC_DEPTH = 64
 CUSTOM_DEFAULTS = {"access": "private", "curation": "new", "input_format": "private_table"}
 
 
@@ -117,15 +120,51 @@ def is_custom(benchmark_id: str) -> bool:
     return benchmark_id not in _builtin_specs()
 
 
+class _YamlRefused(yaml.YAMLError):
+    def __init__(self, reason: str, mark: Any) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.problem_mark = mark
+
+
+class _SpecLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, refusing aliases (``*name``: a spec never needs one, and a nest of them, an "alias
+    bomb" in ``meta_constants``, expands to gigabytes) and nesting deeper than MAX_SPEC_DEPTH (a RecursionError)."""
+
+    depth = 0
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            raise _YamlRefused("YAML aliases (*name) are refused in a benchmark file; write the value out",
+                               self.peek_event().start_mark)
+        if self.depth >= MAX_SPEC_DEPTH:
+            raise _YamlRefused(f"the benchmark file nests deeper than {MAX_SPEC_DEPTH} levels",
+                               self.peek_event().start_mark)
+        self.depth += 1
+        try:
+            return super().compose_node(parent, index)
+        finally:
+            self.depth -= 1
+
+
 def _read_yaml(path: Path) -> dict[str, Any]:
     try:
-        text = path.read_bytes().decode("utf-8-sig")
+        with path.open("rb") as handle:
+            raw = handle.read(MAX_SPEC_BYTES + 1)
     except OSError as exc:
         raise BadInputError(f"{path}: cannot read the benchmark file ({exc.strerror or type(exc).__name__})") from None
+    if len(raw) > MAX_SPEC_BYTES:
+        raise BadInputError(f"{path}: the benchmark file is larger than {MAX_SPEC_BYTES // 1024} KiB, the cap for a "
+                            "spec (the data belongs in the extract, not in the spec)")
+    try:
+        text = raw.decode("utf-8-sig")
     except UnicodeDecodeError:
         raise BadInputError(f"{path}: expected a UTF-8 YAML benchmark file") from None
     try:
-        data = yaml.safe_load(text)
+        data = yaml.load(text, Loader=_SpecLoader)  # a SafeLoader subclass
+    except _YamlRefused as exc:
+        mark = exc.problem_mark
+        raise BadInputError(f"{path}: {exc.reason} (line {mark.line + 1}, column {mark.column + 1})") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""

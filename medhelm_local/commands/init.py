@@ -88,6 +88,10 @@ def doctor(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", hel
     check("pinned audit key", lambda: pinned_key_status(app.home))
     check("file modes", lambda: file_modes_status(app.home))
 
+    from medhelm_local.loaders.sql_sandbox import sandbox_probe
+
+    check("SQL sandbox", sandbox_probe)
+
     def store() -> str:
         from medhelm_local.store import Store
 

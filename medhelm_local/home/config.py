@@ -105,6 +105,15 @@ class Paths(BaseModel):
     reports: Path = Path("reports")
 
 
+class LoaderSettings(BaseModel):
+    """Limits of the extract readers. ``csv_field_max_mib``: the longest CSV/TSV field (a discharge summary...)
+    accepted, in MiB; env MEDHELM_CSV_FIELD_MAX_MIB overrides it."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    csv_field_max_mib: int = Field(default=16, ge=1, le=1024)
+
+
 class RunnerSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -137,6 +146,7 @@ class ApplianceConfig(BaseModel):
     judges: list[str] = Field(default_factory=list)
     allowlist: list[str] = Field(default_factory=lambda: list(DEFAULT_ALLOWLIST))
     paths: Paths = Field(default_factory=Paths)
+    loaders: LoaderSettings = Field(default_factory=LoaderSettings)
     runner: RunnerSettings = Field(default_factory=RunnerSettings)
     store: StoreSettings = Field(default_factory=StoreSettings)
 

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import BadInputError, ExtractError
+from medhelm_local.loaders.paths import SpecPathError, extract_folder, inside
 from medhelm_local.records import Instance
 
 # Built-in loader modules, imported on first use so that each registers itself.
@@ -78,10 +79,38 @@ def load_dataset(spec: BenchmarkSpec, path: Path) -> LoadResult:
     if loader is None:
         raise BadInputError(f"benchmark {spec.id}: no loader for input format {spec.input_format!r}")
     result = loader(spec, path)
+    check_files_inside(result, path)
     if not result.instances:
         raise ExtractError(path, "at least one instance (the file holds none)")
     check_unique_ids(result.instances, path)
+    check_meta_files(spec, result, path)
     return result
+
+
+def check_files_inside(result: LoadResult, path: Path) -> None:
+    """Every file a loader read, besides the extract itself, resolves (symlinks included) inside the extract's
+    folder: whatever loader and whatever the spec says, a registration reads nothing else."""
+    folder = extract_folder(path)
+    for file in result.files:
+        if file != path:
+            inside(file, folder, "a file read for the extract")
+
+
+# Meta keys whose value is a file a metric opens (EHRSQL's SQLite database): it must be one of the files the loader
+# read from inside the extract's folder (``sibling_files``), never a path a spec or an extract cell spells out.
+FILE_META_KEYS = ("db_path",)
+
+
+def check_meta_files(spec: BenchmarkSpec, result: LoadResult, path: Path) -> None:
+    read = {f.resolve() for f in result.files}
+    for position, instance in enumerate(result.instances):
+        for key in FILE_META_KEYS:
+            value = instance.meta.get(key)
+            if value is not None and Path(str(value)).resolve() not in read:
+                raise SpecPathError(
+                    f"benchmark {spec.id}: meta {key} of the instance at row {position} is not a file named by "
+                    f"loader option sibling_files inside the extract's folder {path if path.is_dir() else path.parent}"
+                    f"; set it with sibling_files, not meta or meta_constants")
 
 
 def check_unique_ids(instances: Iterable[Instance], path: Path) -> None:

@@ -33,10 +33,11 @@ def _rows(file: Path) -> list[dict[str, Any]]:
     if not isinstance(exams, dict) or not exams:
         raise ExtractError(file, "a JSON object with a non-empty 'exams' object", column="exams")
     rows: list[dict[str, Any]] = []
-    for exam, content in exams.items():
+    for number, (exam, content) in enumerate(exams.items()):
         items = content.get("data") if isinstance(content, dict) else None
         if not isinstance(items, list):
-            raise ExtractError(file, f"exam {exam!r} to hold a 'data' array", column="data")
+            raise ExtractError(file, f"exam number {number} (0-based, in file order) to hold a 'data' array",
+                               column="data")
         for item in items:
             row = len(rows)
             if not isinstance(item, dict):

@@ -11,13 +11,24 @@ import csv
 import gzip
 import io
 import json
+import os
 import zlib
 from collections import Counter
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from medhelm_local.errors import ExtractError
+from medhelm_local.errors import ConfigError, ExtractError
+
+# One CSV/TSV field (a discharge summary can be long) is capped at this many MiB by default; appliance.yaml
+# loaders.csv_field_max_mib or env MEDHELM_CSV_FIELD_MAX_MIB changes it (1 to MAX_CSV_FIELD_MIB).
+DEFAULT_CSV_FIELD_MIB = 16
+MAX_CSV_FIELD_MIB = 1024
+CSV_FIELD_ENV = "MEDHELM_CSV_FIELD_MAX_MIB"
+_csv_field_max: ContextVar[int] = ContextVar("csv_field_max_mib", default=DEFAULT_CSV_FIELD_MIB)
 
 TEXT_FORMATS = ("csv", "tsv", "json", "jsonl")
 FORMATS = (*TEXT_FORMATS, "parquet", "feather", "xlsx", "duckdb")
@@ -108,26 +119,67 @@ def parse_json(path: Path, text: str) -> Any:
         return json.loads(text)
     except json.JSONDecodeError as exc:
         raise ExtractError(path, f"valid JSON (parse error at line {exc.lineno}, column {exc.colno})") from None
+    except RecursionError:
+        raise ExtractError(path, "JSON nested less deeply (the parser's recursion limit was reached)") from None
+
+
+def csv_field_max_mib() -> int:
+    """The cap on one CSV/TSV field, in MiB: env ``MEDHELM_CSV_FIELD_MAX_MIB``, else the cap set by
+    :func:`csv_field_cap` (``loaders.csv_field_max_mib`` in appliance.yaml), else the default."""
+    raw = os.environ.get(CSV_FIELD_ENV)
+    if raw is None or not raw.strip():
+        return _csv_field_max.get()
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_CSV_FIELD_MIB:
+        raise ConfigError(f"env {CSV_FIELD_ENV}: expected a whole number of MiB from 1 to {MAX_CSV_FIELD_MIB}")
+    return value
+
+
+@contextmanager
+def csv_field_cap(mib: int) -> Iterator[None]:
+    """Read CSV/TSV with fields of up to ``mib`` MiB inside the block (unless the environment variable says)."""
+    token = _csv_field_max.set(mib)
+    try:
+        yield
+    finally:
+        _csv_field_max.reset(token)
 
 
 def _csv_rows(path: Path, text: str, delimiter: str) -> tuple[list[str], list[dict[str, Any]]]:
+    kind = "CSV" if delimiter == "," else "TSV"
+    cap_mib = csv_field_max_mib()
     reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
+    records: list[list[str]] = []
+    previous = csv.field_size_limit(cap_mib << 20)
     try:
-        records = list(reader)
+        for record in reader:
+            records.append(record)
     except csv.Error as exc:
-        raise ExtractError(
-            path,
-            f"well-formed {'CSV' if delimiter == ',' else 'TSV'} ({exc})",
-            row=max(reader.line_num - 2, 0),
-        ) from None
+        row = max(len(records) - 1, 0)  # the data row being read (the header is records[0])
+        if "field larger than field limit" in str(exc):
+            raise ExtractError(
+                path,
+                f"{kind} fields of at most {cap_mib} MiB ({cap_mib << 20} characters); raise the cap with "
+                f"loaders.csv_field_max_mib in appliance.yaml or env {CSV_FIELD_ENV}",
+                row=row,
+            ) from None
+        raise ExtractError(path, f"well-formed {kind} ({exc})", row=row) from None
+    finally:
+        csv.field_size_limit(previous)
     if not records:
         raise ExtractError(path, "a header row")
     header = [h.strip() for h in records[0]]
     if not any(header):
         raise ExtractError(path, "a header row naming the columns")
-    duplicated = sorted({h for h in header if h and header.count(h) > 1})
+    # Positions, not names: in a header-less file the "header" is the first data row.
+    duplicated = [i + 1 for i, h in enumerate(header) if h and header.index(h) != i]
     if duplicated:
-        raise ExtractError(path, "unique column names in the header", column=duplicated[0])
+        first = header.index(header[duplicated[0] - 1]) + 1
+        raise ExtractError(path, f"unique column names in the header (columns {first} and {duplicated[0]}, counting "
+                                 "from 1, have the same name)")
     rows: list[dict[str, Any]] = []
     for position, record in enumerate(records[1:]):
         if len(record) > len(header) and any(v.strip() for v in record[len(header) :]):
@@ -180,7 +232,7 @@ def read_table_file(
                 continue
             try:
                 obj = json.loads(line)
-            except json.JSONDecodeError:
+            except (json.JSONDecodeError, RecursionError):
                 raise ExtractError(
                     path, f"one JSON object per line (line {line_no + 1} is not JSON)", row=len(rows)
                 ) from None
@@ -240,34 +292,39 @@ def _xlsx_rows(path: Path, sheet: str | None) -> tuple[list[str], list[dict[str,
 
 
 def duckdb_rows(path: Path, *, table: str | None, query: str | None) -> tuple[list[str], list[dict[str, Any]]]:
-    """Rows of a table or a read-only SQL query over a DuckDB database file."""
+    """Rows of a table or of one read-only SELECT over a DuckDB database file, on a sealed connection
+    (:mod:`medhelm_local.loaders.sql_sandbox`): the query is checked before it runs and reads the file's tables only."""
     import duckdb
+
+    from medhelm_local.loaders.sql_sandbox import check_select, query_failure, seal, sealed_connect
 
     if (table is None) == (query is None):
         raise ExtractError(path, "exactly one of loader option 'table' or 'query' for a DuckDB source")
+    con = sealed_connect(path)
     try:
-        con = duckdb.connect(str(path), read_only=True)
-    except duckdb.Error:
-        raise ExtractError(path, "a readable DuckDB database file") from None
-    try:
+        seal(con)
         if table is not None:
             names = {r[0].lower() for r in con.execute("select table_name from duckdb_tables()").fetchall()}
             names |= {r[0].lower() for r in con.execute("select view_name from duckdb_views()").fetchall()}
             if table.lower() not in names:
                 raise ExtractError(path, f"a table or view named {table!r}", column=table)
-            relation = con.table(table)
-        else:
             try:
-                relation = con.sql(query or "")
+                relation = con.table(table)
             except duckdb.Error as exc:
-                raise ExtractError(path, f"a valid SQL query ({type(exc).__name__})") from None
+                raise query_failure(exc, path, "table", "a table that can be read") from None
+        else:
+            sql = check_select(con, query, where=path, option="query")
+            try:
+                relation = con.sql(sql)
+            except duckdb.Error as exc:
+                raise query_failure(exc, path, "query", "a valid SQL query") from None
         if relation is None:
             raise ExtractError(path, "a query that returns rows")
         header = [str(c) for c in relation.columns]
         try:
             records = relation.fetchall()
         except duckdb.Error as exc:
-            raise ExtractError(path, f"a query that runs ({type(exc).__name__})") from None
+            raise query_failure(exc, path, "table" if query is None else "query", "a query that runs") from None
         return header, [dict(zip(header, r, strict=True)) for r in records]
     finally:
         con.close()

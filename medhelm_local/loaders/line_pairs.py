@@ -16,6 +16,7 @@ from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import ExtractError
 from medhelm_local.loaders.base import LoadResult, register_loader
 from medhelm_local.loaders.io import Row, Table, read_text
+from medhelm_local.loaders.paths import confined_glob
 from medhelm_local.loaders.records import RecordMapping, build_instances, check_option_keys
 
 
@@ -40,8 +41,8 @@ def load_line_pairs(spec: BenchmarkSpec, path: Path) -> LoadResult:
     field = str(options.get("source_field", "findings"))
     folder = path if path.is_dir() else path.parent
     source_kw, target_kw = source_glob.strip("*"), target_glob.strip("*")
-    sources = {_key(f, source_kw): f for f in sorted(folder.glob(source_glob)) if f.is_file()}
-    targets = {_key(f, target_kw): f for f in sorted(folder.glob(target_glob)) if f.is_file()}
+    sources = {_key(f, source_kw): f for f in confined_glob(folder, source_glob, "source_glob") if f.is_file()}
+    targets = {_key(f, target_kw): f for f in confined_glob(folder, target_glob, "target_glob") if f.is_file()}
     if not path.is_dir():
         key = _key(path, source_kw)
         sources = {key: path} if key in sources else {}

@@ -19,6 +19,7 @@ from medhelm_local.errors import ExtractError
 from medhelm_local.loaders.base import LoadResult, register_loader
 from medhelm_local.loaders.io import Row, Table, read_table_file, read_text
 from medhelm_local.loaders.mediqa import parse_xml
+from medhelm_local.loaders.paths import confined_child
 from medhelm_local.loaders.records import (
     RecordMapping,
     as_text,
@@ -47,7 +48,7 @@ def load_medalign(spec: BenchmarkSpec, path: Path) -> LoadResult:
     if len(files) != 1:
         raise ExtractError(path, "exactly one instruction TSV file in the folder")
     tsv = files[0]
-    ehr_dir = tsv.parent / str(options.get("ehr_dir", "ehrs"))
+    ehr_dir = confined_child(tsv.parent, options.get("ehr_dir", "ehrs"), "ehr_dir")
     if not ehr_dir.is_dir():
         ehr_dir = tsv.parent
     header, rows = read_table_file(tsv, "tsv")

@@ -28,7 +28,9 @@ from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import ExtractError
 from medhelm_local.loaders.base import LoadResult, register_loader
 from medhelm_local.loaders.io import Row, Table
-from medhelm_local.loaders.records import RecordMapping, build_instances, check_option_keys
+from medhelm_local.loaders.paths import inside
+from medhelm_local.loaders.records import RecordMapping, build_instances, check_option_keys, header_summary
+from medhelm_local.loaders.sql_sandbox import folder_reader
 from medhelm_local.loaders.timeline import keep_recent_lines
 
 MAPPING = RecordMapping(
@@ -50,7 +52,7 @@ def _sql_literal(text: str) -> str:
 
 
 def _sql_path(path: Path) -> str:
-    return _sql_literal(str(path))
+    return _sql_literal(str(path.absolute()))
 
 
 def _columns(con: duckdb.DuckDBPyConnection, source: str, where: Path) -> list[str]:
@@ -63,7 +65,7 @@ def _columns(con: duckdb.DuckDBPyConnection, source: str, where: Path) -> list[s
 def _require(columns: list[str], needed: list[str], where: Path) -> None:
     for column in needed:
         if column not in columns:
-            raise ExtractError(where, f"a column named {column!r} (found: {', '.join(columns)})", column=column)
+            raise ExtractError(where, f"a column named {column!r} ({header_summary(columns, needed)})", column=column)
 
 
 def _label_files(root: Path, tasks: list[str] | None) -> dict[str, tuple[Path, list[Path]]]:
@@ -119,8 +121,12 @@ def load_meds(spec: BenchmarkSpec, path: Path) -> LoadResult:
     splits_file = root / "metadata" / "subject_splits.parquet"
     codes_file = root / "metadata" / "codes.parquet"
     files = list(data_files)
+    # Every file read resolves inside the folder (a symlink out of it is refused), as DuckDB checks names only.
+    for file in [*data_files, *(p for _, parts in labels.values() for p in parts), splits_file, codes_file]:
+        if file.exists() or file.is_symlink():
+            inside(file, root, "a MEDS file")
 
-    con = duckdb.connect()
+    con = folder_reader(root)
     try:
         data_source = "[" + ", ".join(_sql_path(f) for f in data_files) + "]"
         data_columns = _columns(con, data_source, data_dir)

@@ -64,7 +64,7 @@ def load_n2c2(spec: BenchmarkSpec, path: Path) -> LoadResult:
         for position, tag in enumerate(tags):
             definition = CRITERIA.get(tag.tag)
             if definition is None:
-                raise ExtractError(file, f"a criterion tag among {', '.join(CRITERIA)}", row=position, column=tag.tag)
+                raise ExtractError(file, f"a criterion tag among {', '.join(CRITERIA)}", row=position)
             met = (tag.get("met") or "").strip().lower()
             if met not in ("met", "not met"):
                 raise ExtractError(file, 'met="met" or met="not met"', row=position, column=tag.tag)

@@ -26,7 +26,8 @@ from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import BadInputError, ExtractError
 from medhelm_local.loaders.base import LoadResult, register_loader
 from medhelm_local.loaders.io import Row, Table
-from medhelm_local.loaders.records import RecordMapping, as_text, build_instances, check_option_keys
+from medhelm_local.loaders.records import RecordMapping, as_text, build_instances, check_option_keys, header_summary
+from medhelm_local.loaders.sql_sandbox import check_select, query_failure, seal, sealed_connect
 from medhelm_local.loaders.timeline import keep_recent_lines
 
 # domain -> (table, date column, concept column, event label, value expression)
@@ -89,17 +90,17 @@ def load_omop(spec: BenchmarkSpec, path: Path) -> LoadResult:
     max_events = int(options.get("max_events", 2000))
     if path.is_dir() or path.stat().st_size == 0:
         raise ExtractError(path, "an OMOP CDM DuckDB database file")
+    con = sealed_connect(path)
     try:
-        con = duckdb.connect(str(path), read_only=True)
-    except duckdb.Error:
-        raise ExtractError(path, "a readable DuckDB database file") from None
-    try:
-        con.execute(f"set schema '{schema}'")
         present = _tables(con, schema)
+        if schema != "main" and not present:
+            raise ExtractError(path, f"a schema named {schema!r} holding the OMOP CDM tables")
+        con.execute(f"set schema '{schema}'")
+        seal(con)
         for needed in ["person", "concept", *(DOMAINS[d][0] for d in domains)]:
             if needed not in present:
                 raise ExtractError(path, f"an OMOP CDM table named {needed!r} in schema {schema!r}", column=needed)
-        table = _cohort(con, path, cohort_sql)
+        table = _cohort(con, path, check_select(con, cohort_sql, where=path, option="cohort_sql"))
         rows = _timelines(con, path, table, domains, question, budget, max_events)
     finally:
         con.close()
@@ -114,28 +115,34 @@ def _cohort(con: duckdb.DuckDBPyConnection, path: Path, cohort_sql: str) -> list
     try:
         relation = con.sql(cohort_sql)
     except duckdb.Error as exc:
-        raise ExtractError(path, f"a cohort_sql query that runs ({type(exc).__name__})") from None
+        raise query_failure(exc, path, "cohort_sql", "a cohort_sql query that runs") from None
     if relation is None:
         raise ExtractError(path, "a cohort_sql query that returns rows")
     columns = [c.lower() for c in relation.columns]
-    for needed in ("person_id", "prediction_date", "label"):
+    wanted = ["person_id", "prediction_date", "label", "instance_id"]
+    for needed in wanted[:3]:
         if needed not in columns:
             raise ExtractError(
-                path, f"a cohort_sql column named {needed!r} (found: {', '.join(columns)})", column=needed
+                path, f"a cohort_sql column named {needed!r} ({header_summary(columns, wanted)})", column=needed
             )
     id_expr = "cast(instance_id as varchar)" if "instance_id" in columns else "null"
     try:
+        # The checked query as a temporary view; the statement must still be one CREATE (nothing appended).
+        create_view = f"create temp view _cohort_sql as\n{cohort_sql}\n"
+        if [s.type for s in con.extract_statements(create_view)] != [duckdb.StatementType.CREATE]:
+            raise ExtractError(path, "a cohort_sql query that is one SELECT statement")
+        con.execute(create_view)
         con.execute(
             f"create temp table _cohort as select row_number() over () - 1 as position, "
             f"cast(person_id as bigint) as person_id, cast(prediction_date as date) as prediction_date, "
-            f"label, {id_expr} as instance_id from ({cohort_sql})"
+            f"label, {id_expr} as instance_id from _cohort_sql"
         )
         return con.execute(
             "select position, person_id, prediction_date, label, instance_id from _cohort order by position"
         ).fetchall()
     except duckdb.Error as exc:
-        raise ExtractError(
-            path, f"cohort_sql columns person_id (an integer) and prediction_date (a date) ({type(exc).__name__})"
+        raise query_failure(
+            exc, path, "cohort_sql", "cohort_sql columns person_id (an integer) and prediction_date (a date)"
         ) from None
 
 

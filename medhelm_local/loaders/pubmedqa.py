@@ -34,7 +34,7 @@ def load_pubmedqa(spec: BenchmarkSpec, path: Path) -> LoadResult:
             raise ExtractError(file, "an object per PMID", row=row)
         for key in ("QUESTION", "CONTEXTS", "final_decision"):
             if key not in item:
-                raise ExtractError(file, f"key {key!r} in the entry of PMID {pmid}", row=row, column=key)
+                raise ExtractError(file, f"key {key!r} in each PMID's entry", row=row, column=key)
         contexts = item["CONTEXTS"]
         if not isinstance(contexts, list) or not all(isinstance(c, str) for c in contexts):
             raise ExtractError(file, "a list of strings", row=row, column="CONTEXTS")

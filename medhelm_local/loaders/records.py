@@ -348,13 +348,24 @@ def _instance_id(mapping: RecordMapping, row: Row, multi_file: bool) -> str:
     return f"{row.file.name}:{row.position}" if multi_file else str(row.position)
 
 
+def header_summary(header: list[str], known: list[str]) -> str:
+    """What a header holds, naming only the columns the spec itself names: a header-less extract's first data row
+    (an MRN, a name, a date of birth) is read as its header, so its other names are counted, never shown."""
+    named = [h for h in header if h in set(known)]
+    others = len(header) - len(named)
+    parts = [f"found: {', '.join(named)}" if named else "found none of the spec's columns"]
+    if others:
+        parts.append(f"{others} other column name(s) not shown (they may be data if the header row is missing)")
+    return "; ".join(parts)
+
+
 def check_columns(table: Table, columns: list[str]) -> None:
     for file, header in table.headers.items():
         present = set(header)
         for column in columns:
             if column not in present:
-                found = ", ".join(header[:20]) or "none"
-                raise ExtractError(file, f"a column named {column!r} (found: {found})", column=column)
+                raise ExtractError(file, f"a column named {column!r} ({header_summary(header, columns)})",
+                                   column=column)
 
 
 def build_instances(spec: BenchmarkSpec, table: Table, mapping: RecordMapping) -> tuple[list[Instance], Counter[str]]:

@@ -26,6 +26,7 @@ from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import BadInputError, ExtractError
 from medhelm_local.loaders.base import LoadResult, register_loader
 from medhelm_local.loaders.io import FORMATS, Table, detect_format, read_table_file, read_text
+from medhelm_local.loaders.paths import confined_glob, extract_folder
 from medhelm_local.loaders.records import build_instances, parse_mapping
 
 READER_KEYS = ("format", "glob", "records_key", "sheet", "table", "query", "sibling_files", "sibling_text")
@@ -70,7 +71,8 @@ def data_files(path: Path, pattern: str | None, fmt: str | None = None) -> list[
     suffix is of ``fmt``, or of any supported format), so that a LICENSE or README beside the data is ignored."""
     if not path.is_dir():
         return [path]
-    candidates = sorted(p for p in path.glob(pattern or "*") if p.is_file() and not p.name.startswith("."))
+    matches = confined_glob(path, "*" if pattern is None else pattern, "glob")
+    candidates = [p for p in matches if p.is_file() and not p.name.startswith(".")]
     if pattern is None:
         candidates = [p for p in candidates if _format_of(p) is not None and (fmt is None or _format_of(p) == fmt)]
     if not candidates:
@@ -85,9 +87,10 @@ def _format_of(path: Path) -> str | None:
         return None
 
 
-def sibling(path: Path, pattern: str) -> Path:
-    folder = path if path.is_dir() else path.parent
-    matches = sorted(p for p in folder.glob(pattern) if p.is_file())
+def sibling(path: Path, pattern: object, option: str = "sibling_files") -> Path:
+    """The one file matching ``pattern`` in the extract's folder; it must resolve inside that folder."""
+    folder = extract_folder(path)
+    matches = [p for p in confined_glob(folder, pattern, option) if p.is_file()]
     if len(matches) != 1:
         raise ExtractError(folder, f"exactly one file matching {pattern!r} beside the data (found {len(matches)})")
     return matches[0].resolve()
@@ -141,6 +144,13 @@ def text_view(text: str, view: str | None, file: Path) -> str:
     return TEXT_VIEWS[view](text)
 
 
+def _option_map(reader: dict[str, Any], option: str) -> dict[str, Any]:
+    value = reader.get(option) or {}
+    if not isinstance(value, dict):
+        raise BadInputError(f"loader option {option}: expected a mapping of name -> file name or glob pattern")
+    return value
+
+
 @register_loader("private_table")
 @register_loader("table")
 def load_table(spec: BenchmarkSpec, path: Path) -> LoadResult:
@@ -149,13 +159,16 @@ def load_table(spec: BenchmarkSpec, path: Path) -> LoadResult:
     table = read_table(path, reader)
     base = path if path.is_dir() else path.parent
     extra_files: list[Path] = []
-    for key, pattern in (reader.get("sibling_files") or {}).items():
-        found = sibling(base, pattern)
+    for key, pattern in _option_map(reader, "sibling_files").items():
+        found = sibling(base, pattern, f"sibling_files.{key}")
         mapping.meta_constants[key] = str(found)
         extra_files.append(found)
-    for name, source in (reader.get("sibling_text") or {}).items():
-        pattern, view = (source, None) if isinstance(source, str) else (source.get("glob"), source.get("view"))
-        found = sibling(base, pattern)
+    for name, source in _option_map(reader, "sibling_text").items():
+        if isinstance(source, dict):
+            pattern, view = source.get("glob"), source.get("view")
+        else:
+            pattern, view = source, None
+        found = sibling(base, pattern, f"sibling_text.{name}")
         mapping.constant_fields[name] = text_view(read_text(found), view, found)
         extra_files.append(found)
     instances, skipped = build_instances(spec, table, mapping)

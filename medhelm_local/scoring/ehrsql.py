@@ -11,7 +11,8 @@
 
 A gold query that fails or times out cannot be scored: :class:`GoldQueryFailed` makes the instance a recorded
 failure (value None), never a 0 or a 1. Queries run with ``mode=ro``, ``query_only``, an authorizer that allows
-reads only, a wall-clock limit and a row cap.
+reads only (no ATTACH, PRAGMA, writes or temp objects), extension loading off, no attached databases, one statement
+per query, a wall-clock limit and a row cap; ``db_path`` must be an SQLite file.
 
 Expected instance data: ``references[0]`` = gold SQL (absent for unanswerable ones), ``meta.db_path`` (absolute
 path of the SQLite file), ``meta.is_impossible`` (bool).
@@ -35,6 +36,7 @@ TIME_LIMIT_S = 5.0
 MAX_ROWS = 100_000
 _ABSTAIN = {"", "null", "none", "n/a", "na", "unanswerable", "cannot be answered", "select null"}
 _SQL_START = re.compile(r"\b(select|with)\b", re.IGNORECASE)
+_SQLITE_HEADER = b"SQLite format 3\x00"
 _ALLOWED_ACTIONS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION}
 if hasattr(sqlite3, "SQLITE_RECURSIVE"):
     _ALLOWED_ACTIONS.add(sqlite3.SQLITE_RECURSIVE)
@@ -101,8 +103,19 @@ def _connect(db_path: str) -> sqlite3.Connection:
     path = Path(db_path)
     if not path.is_file():
         raise MetricInputError(f"EHRSQL database {path} does not exist (meta 'db_path'); re-register the dataset")
+    try:
+        with path.open("rb") as handle:
+            header = handle.read(len(_SQLITE_HEADER))
+    except OSError as exc:
+        raise MetricInputError(f"EHRSQL database {path} cannot be read ({exc.strerror or type(exc).__name__})"
+                               ) from None
+    if header != _SQLITE_HEADER:
+        raise MetricInputError(f"EHRSQL database {path} is not an SQLite database file (meta 'db_path')")
     conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True, check_same_thread=False)
     conn.execute("PRAGMA query_only = ON")
+    if hasattr(conn, "enable_load_extension"):
+        conn.enable_load_extension(False)
+    conn.setlimit(sqlite3.SQLITE_LIMIT_ATTACHED, 0)  # no ATTACH, whatever the authorizer allows
     conn.set_authorizer(_authorize)
     return conn
 

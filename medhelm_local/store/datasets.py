@@ -16,6 +16,8 @@ from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.context import AppContext
 from medhelm_local.errors import BadInputError
 from medhelm_local.loaders.base import LoadResult, load_dataset
+from medhelm_local.loaders.io import csv_field_cap
+from medhelm_local.loaders.paths import refuse_appliance_files
 from medhelm_local.store.store import Store
 
 
@@ -104,10 +106,14 @@ def register_file(app_ctx: AppContext, spec: BenchmarkSpec, path: Path, *, spec_
     audit_event(home, app_ctx.actor, "dataset.register", outcome="attempt", role="informatics",
                 benchmark=spec.id, source_name=path.name)
     try:
-        result = load_dataset(spec, path)
-    except BadInputError:
+        refuse_appliance_files(home, [path])
+        with csv_field_cap(home.config.loaders.csv_field_max_mib):
+            result = load_dataset(spec, path)
+        refuse_appliance_files(home, result.files)
+    except BadInputError as exc:
+        # The error's class (SqlRefused, SpecPathError, ExtractError...) is safe to audit; its message is not.
         audit_event(home, app_ctx.actor, "dataset.register", outcome="rejected", role="informatics",
-                    benchmark=spec.id, source_name=path.name)
+                    benchmark=spec.id, source_name=path.name, reason=type(exc).__name__)
         raise
     # The store first (waiting, bounded, for its lock): a registration that cannot take it writes nothing. The
     # custom spec is validated into a staging folder and moved into place as the data's transaction commits;
