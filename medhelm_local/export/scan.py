@@ -123,7 +123,8 @@ def vocabulary_tokens(strings: Iterable[str]) -> set[str]:
 def extract_terms(store: Store, datasets: Iterable[tuple[str, str]], *, min_length: int,
                   vocabulary: set[str]) -> set[str]:
     """Names and identifiers seen in the registered extracts (instance ids, capitalised words, ids with
-    digits), minus words of the appliance's own vocabulary. Read from the encrypted store; kept in memory."""
+    digits), minus the words of the appliance's own fixed vocabulary (``vocabulary``: schema keys, fixed
+    report text; never text a user wrote, such as a custom spec). Read from the encrypted store; in memory."""
     terms: set[str] = set()
 
     def add_text(text: str) -> None:
@@ -150,19 +151,35 @@ def extract_terms(store: Store, datasets: Iterable[tuple[str, str]], *, min_leng
     return {t for t in terms if t not in vocabulary and len(t) >= min_length}
 
 
+# Values this appliance generates in fixed formats that cannot carry text: sha256 hashes, UTC timestamps,
+# export request ids, OpenSSH key fingerprints. Everything else (run ids, model names, names) is scanned.
+GENERATED = re.compile(
+    r"^(?:[0-9a-f]{64}|\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z|exp-\d{8}T\d{6}Z-[0-9a-f]{6}|SHA256:[A-Za-z0-9+/]{43})$")
+
+
+def variants(value: str) -> list[str]:
+    """The string as written and with ``_`` read as a separator (``\\b`` does not split ``mrn_7730019942``)."""
+    spaced = value.replace("_", " ")
+    return [value] if spaced == value else [value, spaced]
+
+
 def scan_strings(file: str, strings: list[tuple[str, str]], *, patterns: list[str], terms: set[str],
-                 allowed: set[str] | None, system: set[str]) -> tuple[list[Finding], list[Finding], list[Finding]]:
-    """Returns (not in the vocabulary, PHI pattern matches, extract-term matches). ``system`` values (the
-    hashes, run ids and timestamps this appliance generated for the bundle) are exempt from the pattern scan."""
+                 allowed: set[str] | None, fixed: set[str]) -> tuple[list[Finding], list[Finding], list[Finding]]:
+    """Returns (not in the vocabulary, PHI pattern matches, extract-term matches).
+
+    ``fixed`` is the appliance's own text (schema keys, fixed report text, notes, shipped benchmark, category
+    and metric names): exempt. Every other string (run ids, model names, requester and appliance names,
+    custom benchmark ids) is scanned, except values in a generated fixed format (hashes, timestamps)."""
     vocab_findings, pattern_findings, term_findings = [], [], []
     compiled = [(name, PATTERNS[name]) for name in patterns]
     for location, value in strings:
-        if allowed is not None and value not in allowed and value not in system and not NUMERIC.match(value):
-            vocab_findings.append(Finding(file, location, "not in the export vocabulary"))
-        if NUMERIC.match(value) or value in system:
+        if value in fixed or NUMERIC.match(value) or GENERATED.match(value):
             continue
+        if allowed is not None and value not in allowed:
+            vocab_findings.append(Finding(file, location, "not in the export vocabulary"))
+        forms = variants(value)
         for name, pattern in compiled:
-            if pattern.search(value):
+            if any(pattern.search(form) for form in forms):
                 pattern_findings.append(Finding(file, location, f"PHI pattern {name}"))
         if {t.lower() for t in _TOKEN.findall(value)} & terms:
             term_findings.append(Finding(file, location, "name or identifier seen in a registered extract"))
