@@ -17,6 +17,7 @@ import getpass
 import hashlib
 import os
 import struct
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -92,7 +93,10 @@ def _key_from_blob(blob: bytes) -> Ed25519PublicKey:
     raw = reader.string()
     if len(raw) != 32 or not reader.done():
         raise SignatureError("malformed ssh-ed25519 public key")
-    return Ed25519PublicKey.from_public_bytes(raw)
+    try:
+        return Ed25519PublicKey.from_public_bytes(raw)
+    except ValueError:
+        raise SignatureError("malformed ssh-ed25519 public key") from None
 
 
 def parse_public_key(line: str, where: str) -> Ed25519PublicKey:
@@ -119,6 +123,8 @@ def armor(blob: bytes) -> str:
 
 def unarmor(text: str) -> bytes:
     body = text.strip()
+    if len(body) > 64 * 1024:
+        raise SignatureError("the SSH signature is far too long")
     if not body.startswith(BEGIN) or not body.endswith(END):
         raise SignatureError("not an armored SSH signature (-----BEGIN SSH SIGNATURE-----)")
     inner = "".join(body[len(BEGIN):-len(END)].split())
@@ -175,26 +181,33 @@ def verify(armored: str, messages: list[bytes], namespace: str) -> Verified:
 
 def load_private_key(path: Path) -> Ed25519PrivateKey:
     """The signer's own Ed25519 key (OpenSSH or PEM). A passphrase comes from $MEDHELM_KEY_PASSPHRASE or the
-    terminal. The key is used in memory for one signature and never written anywhere."""
+    terminal. The key is used in memory for one signature and never written anywhere. (Signing on your own
+    machine with ``ssh-keygen -Y sign`` and passing ``--signature`` keeps the key off the appliance entirely.)"""
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise BadInputError(f"--key: cannot read {path} ({exc.strerror})") from None
     loader = (serialization.load_ssh_private_key if b"OPENSSH PRIVATE KEY" in data
               else serialization.load_pem_private_key)
-    password: bytes | None = None
-    for _attempt in range(2):
+    unusable = (f"--key: {path} is not a private key this appliance can use (an Ed25519 key in OpenSSH or PEM "
+                "format, with the right passphrase)")
+    try:
         try:
-            key = loader(data, password)
-            break
-        except TypeError:  # encrypted and no password given
+            key = loader(data, None)
+        except TypeError:  # encrypted: ask for the passphrase
             secret = os.environ.get(PASSPHRASE_ENV)
-            password = (secret if secret is not None else getpass.getpass(f"passphrase for {path}: ")).encode()
-        except (ValueError, UnsupportedAlgorithm):
-            raise BadInputError(f"--key: {path} is not a private key this appliance can use (OpenSSH or PEM "
-                                "Ed25519), or the passphrase is wrong") from None
-    else:
-        raise BadInputError(f"--key: {path}: no passphrase") from None
+            if secret is None:
+                if not sys.stdin.isatty():
+                    raise BadInputError(f"--key: {path} is passphrase-protected: set {PASSPHRASE_ENV}, or sign "
+                                        "with ssh-keygen -Y sign on your own machine and pass --signature") from None
+                secret = getpass.getpass(f"passphrase for {path}: ")
+            key = loader(data, secret.encode())
+    except UnsupportedAlgorithm:
+        raise BadInputError(f"--key: {path}: this appliance cannot decrypt passphrase-protected OpenSSH keys; sign "
+                            "with `ssh-keygen -Y sign -n medhelm-export` on your own machine and pass --signature "
+                            "FILE") from None
+    except ValueError:
+        raise BadInputError(unusable) from None
     if not isinstance(key, Ed25519PrivateKey):
         raise BadInputError(f"--key: {path}: only Ed25519 keys are accepted (ssh-keygen -t ed25519)")
     return key
