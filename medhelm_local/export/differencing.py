@@ -16,12 +16,21 @@ from medhelm_local.store.store import Store
 KINDS = ("planned", "scored")
 
 
+_KEY = "sha256(sha256(r.instance_id) || sha256(CAST(i.payload AS VARCHAR)))"
+_FROM = ("FROM run_items r JOIN instances i ON i.benchmark = r.benchmark AND i.fingerprint = r.fingerprint "
+         "AND i.instance_id = r.instance_id")
+_SCORED = (" JOIN scores s ON s.run_id = r.run_id AND s.benchmark = r.benchmark AND s.instance_id = r.instance_id "
+           "AND s.metric = ? AND s.value IS NOT NULL")
+_WHERE = " WHERE r.run_id = ? AND r.benchmark = ?"
+
+
 @dataclass(frozen=True)
 class CellInstances:
     index: int  # position in the export's cells
     run_id: str
     model: str
     benchmark: str
+    metric: str
     planned: frozenset[str]
     scored: frozenset[str]
 
@@ -29,18 +38,20 @@ class CellInstances:
         return self.planned if name == "planned" else self.scored
 
 
+def _source(kind: str, run_id: str, benchmark: str, metric: str) -> tuple[str, list[str]]:
+    """``FROM ... WHERE ...`` selecting one cell's planned or scored instances, and its parameters."""
+    if kind == "planned":
+        return _FROM + _WHERE, [run_id, benchmark]
+    return _FROM + _SCORED + _WHERE, [metric, run_id, benchmark]
+
+
 def cell_instances(store: Store, index: int, run_id: str, model: str, benchmark: str, metric: str) -> CellInstances:
-    key = "sha256(sha256(r.instance_id) || sha256(CAST(i.payload AS VARCHAR)))"
-    join = ("FROM run_items r JOIN instances i ON i.benchmark = r.benchmark AND i.fingerprint = r.fingerprint "
-            "AND i.instance_id = r.instance_id")
-    planned = store.conn.execute(f"SELECT {key} {join} WHERE r.run_id = ? AND r.benchmark = ?",
-                                 [run_id, benchmark]).fetchall()
-    scored = store.conn.execute(
-        f"SELECT {key} {join} JOIN scores s ON s.run_id = r.run_id AND s.benchmark = r.benchmark "
-        "AND s.instance_id = r.instance_id WHERE r.run_id = ? AND r.benchmark = ? AND s.metric = ? "
-        "AND s.value IS NOT NULL", [run_id, benchmark, metric]).fetchall()
-    return CellInstances(index=index, run_id=run_id, model=model, benchmark=benchmark,
-                         planned=frozenset(r[0] for r in planned), scored=frozenset(r[0] for r in scored))
+    sets = {}
+    for kind in KINDS:
+        source, params = _source(kind, run_id, benchmark, metric)
+        sets[kind] = frozenset(r[0] for r in store.conn.execute(f"SELECT {_KEY} {source}", params).fetchall())
+    return CellInstances(index=index, run_id=run_id, model=model, benchmark=benchmark, metric=metric,
+                         planned=sets["planned"], scored=sets["scored"])
 
 
 def released(store: Store, model: str, benchmark: str) -> dict[tuple[str, str], dict[str, frozenset[str]]]:
@@ -78,10 +89,13 @@ def close_pairs(cells: list[CellInstances], store: Store, min_cell_size: int) ->
 
 
 def record_released(store: Store, request_id: str, cells: Iterable[CellInstances]) -> None:
+    """Record the instance sets of every released cell (the same queries as :func:`cell_instances`, run inside
+    the store: no instance key passes through Python)."""
     now = datetime.now(UTC).replace(tzinfo=None)
-    rows = [(request_id, c.model, c.benchmark, c.run_id, kind, key, now)
-            for c in cells for kind in KINDS for key in sorted(c.kind(kind))]
     with store.transaction():
         store.conn.execute("DELETE FROM export_released_cells WHERE request_id = ?", [request_id])
-        if rows:
-            store.conn.executemany("INSERT INTO export_released_cells VALUES (?, ?, ?, ?, ?, ?, ?)", rows)
+        for cell in cells:
+            for kind in KINDS:
+                source, params = _source(kind, cell.run_id, cell.benchmark, cell.metric)
+                store.conn.execute(f"INSERT INTO export_released_cells SELECT ?, ?, ?, ?, ?, {_KEY}, ? {source}",
+                                   [request_id, cell.model, cell.benchmark, cell.run_id, kind, now, *params])
