@@ -32,6 +32,7 @@ from medhelm_local.export.bundle import (
     SIGNATURE,
     ExportRefused,
     ExportRequest,
+    ManifestHead,
     build_candidate,
     build_manifest,
     list_requests,
@@ -104,17 +105,16 @@ def request(
     trail.append(actor=app_ctx.actor, action="export.request", outcome="started", role="informatics",
                  objects={"request_id": request_id, "runs": run_ids, "requester_key": requester_key})
     assert trail.last_checkpoint is not None
-    appliance = home.config.appliance_name
+    signing_key = load_signing_key(home.keys_dir)
+    head: ManifestHead = {
+        "request_id": request_id, "appliance": home.config.appliance_name, "policy_sha256": loaded.sha256,
+        "requested_by": requester.name, "requester_key": requester_key, "requested_at": requested_at,
+        "checkpoint": trail.last_checkpoint, "appliance_key": signing_key.public_key()}
     with Store.open(home, read_only=False) as store:
         candidate = build_candidate(store, home.config, run_ids, loaded, request_id=request_id,
-                                    generated_at=requested_at,
-                                    manifest_strings={"requested_by": requester.name, "appliance": appliance})
-    signing_key = load_signing_key(home.keys_dir)
-    manifest = build_manifest(
-        request_id=request_id, appliance=appliance, files=candidate.hashes, policy_sha256=loaded.sha256,
-        run_manifests=candidate.run_manifests, checks={c.id: c.result for c in candidate.checks},
-        requested_by=requester.name, requester_key=requester_key, requested_at=requested_at,
-        checkpoint=trail.last_checkpoint, appliance_key=signing_key.public_key())
+                                    generated_at=requested_at, manifest_head=head)
+    manifest = build_manifest(files=candidate.hashes, run_manifests=candidate.run_manifests,
+                              checks={c.id: c.result for c in candidate.checks}, **head)
     digest = sha256_bytes(manifest)
     status = candidate.status
     req = ExportRequest(

@@ -29,6 +29,7 @@ from medhelm_local.export.bundle import (
     REQUEST_SIG,
     ExportRefused,
     ExportRequest,
+    ManifestHead,
     build_candidate,
     build_manifest,
     digest_messages,
@@ -111,19 +112,18 @@ def check_against_audit(app_ctx: AppContext, request_id: str, loaded: LoadedPoli
     bundle = request_dir(home.exports_dir, request_id) / "bundle"
     manifest_bytes, manifest = _manifest_fields(bundle)
     runs = [str(r) for r in want.get("runs") or []]
-    with Store.open(home, read_only=False) as store:
-        candidate = build_candidate(
-            store, home.config, runs, loaded, request_id=request_id, generated_at=str(want.get("requested_at")),
-            manifest_strings={"requested_by": str(manifest.get("requested_by")),
-                              "appliance": str(manifest.get("appliance"))})
     from medhelm_local.home.keys import load_signing_key
 
-    rebuilt = build_manifest(
-        request_id=request_id, appliance=str(manifest.get("appliance")), files=candidate.hashes,
-        policy_sha256=loaded.sha256, run_manifests=candidate.run_manifests,
-        checks={c.id: c.result for c in candidate.checks}, requested_by=str(manifest.get("requested_by")),
-        requester_key=str(want.get("requester_key")), requested_at=str(want.get("requested_at")),
-        checkpoint=manifest.get("audit_checkpoint") or {}, appliance_key=load_signing_key(home.keys_dir).public_key())
+    head: ManifestHead = {
+        "request_id": request_id, "appliance": str(manifest.get("appliance")), "policy_sha256": loaded.sha256,
+        "requested_by": str(manifest.get("requested_by")), "requester_key": str(want.get("requester_key")),
+        "requested_at": str(want.get("requested_at")), "checkpoint": manifest.get("audit_checkpoint") or {},
+        "appliance_key": load_signing_key(home.keys_dir).public_key()}
+    with Store.open(home, read_only=False) as store:
+        candidate = build_candidate(store, home.config, runs, loaded, request_id=request_id,
+                                    generated_at=str(want.get("requested_at")), manifest_head=head)
+    rebuilt = build_manifest(files=candidate.hashes, run_manifests=candidate.run_manifests,
+                             checks={c.id: c.result for c in candidate.checks}, **head)
     differences = []
     if candidate.hashes != want.get("files"):
         differences += [f"files:{n}" for n in sorted(set(candidate.hashes) | set(want.get("files") or {}))

@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from medhelm_local import __version__
-from medhelm_local.audit.trail import key_id
+from medhelm_local.audit.trail import CHECKPOINT_SCHEMA, key_id
 from medhelm_local.benchmarks.registry import all_specs, is_custom
 from medhelm_local.errors import BadInputError, MedhelmError, NotFoundError
 from medhelm_local.export import aggregates as agg
@@ -191,7 +191,7 @@ def fixed_vocabulary() -> set[str]:
     words.update({agg.EXPORT_SCHEMA, MANIFEST_SCHEMA, __version__, *PROMPT_STYLES, *known_metrics()})
     words.update(spec.id for spec in all_specs() if not is_custom(spec.id))
     words.update(c.name for c in load_taxonomy().categories)
-    words.update({"tree_size", "root", "chain_head", "key_id", "signature", "signer", "sig"})
+    words.update({"tree_size", "root", "chain_head", "key_id", "signature", CHECKPOINT_SCHEMA, *BUNDLE_FILES})
     return words
 
 
@@ -208,6 +208,10 @@ def _data_values(data: agg.ExportAggregates) -> tuple[set[str], set[str]]:
     for model in data.models:
         allowed.update({model.model, *model.category_scores})
     return allowed, markers
+
+
+def raw_run_ids(raw: agg.RawExport) -> list[str]:
+    return [r.run_id for r in raw.runs]
 
 
 def _check(check_id: str, description: str, findings: list[Finding], ok_detail: str) -> Check:
@@ -292,11 +296,14 @@ class Candidate:
         return {name: sha256_bytes(content) for name, content in self.files.items()}
 
 
+ManifestHead = dict[str, Any]  # build_manifest's keyword arguments other than files, run_manifests and checks
+
+
 def build_candidate(store: Store, config: Any, run_ids: list[str], loaded: LoadedPolicy, *, request_id: str,
-                    generated_at: str, manifest_strings: dict[str, str]) -> Candidate:
+                    generated_at: str, manifest_head: ManifestHead) -> Candidate:
     """The candidate files and every check's result, computed from the store (deterministic for the same store,
-    runs, policy, request id and time). ``manifest_strings`` are the manifest's free-text fields (requester
-    name, appliance name): scanned like every other string that leaves."""
+    runs, policy, request id and time). The manifest that will leave with them (``manifest_head`` plus the
+    files' hashes, run manifests and check results) is scanned like every other file that leaves."""
     raw = agg.collect(store, config, run_ids)
     data = agg.publish(raw, loaded.policy, request_id=request_id, policy_sha256=loaded.sha256,
                        generated_at=generated_at)
@@ -314,7 +321,7 @@ def build_candidate(store: Store, config: Any, run_ids: list[str], loaded: Loade
         f"{len(instances)} published cell(s) compared with released cells"))
     fixed = fixed_vocabulary()
     allowed, markers = _data_values(data)
-    allowed |= set(manifest_strings.values())
+    allowed |= {str(manifest_head.get("requested_by")), str(manifest_head.get("appliance")), *raw_run_ids(raw)}
     fixed |= markers
     scan = policy.scan
     terms: set[str] = set()
@@ -325,8 +332,10 @@ def build_candidate(store: Store, config: Any, run_ids: list[str], loaded: Loade
     phi: list[Finding] = []
     seen: list[Finding] = []
     external: list[Finding] = []
-    leaving = {**{n: strings_of(n, c) for n, c in files.items()},
-               MANIFEST: ([(f"$.{k}", v) for k, v in sorted(manifest_strings.items())], [])}
+    preview = build_manifest(files={n: sha256_bytes(c) for n, c in files.items()},
+                             run_manifests={r.run_id: r.manifest_sha256 for r in raw.runs},
+                             checks=dict.fromkeys(CHECK_IDS, "pass"), **manifest_head)
+    leaving = {**{n: strings_of(n, c, fixed) for n, c in files.items()}, MANIFEST: strings_of(MANIFEST, preview, fixed)}
     for name, (strings, refs) in leaving.items():
         a, p, t = scan_strings(name, strings, patterns=list(scan.patterns), terms=terms, allowed=allowed, fixed=fixed)
         not_allowed += a

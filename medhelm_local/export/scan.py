@@ -47,16 +47,20 @@ class Finding:
     rule: str
 
 
-def _walk_json(value: Any, path: str = "$") -> Iterator[tuple[str, str]]:
+def _walk_json(value: Any, path: str = "$", names: frozenset[str] = frozenset()) -> Iterator[tuple[str, str]]:
+    """Every string (keys included) with its location. A key is named in a location only when it is one of
+    ``names`` (the schema's own); any other key (a run id, a model name) is located by position, so a finding
+    never quotes it."""
     if isinstance(value, str):
         yield path, value
     elif isinstance(value, dict):
-        for key, item in value.items():
-            yield f"{path}.{key}", str(key)
-            yield from _walk_json(item, f"{path}.{key}")
+        for index, (key, item) in enumerate(value.items()):
+            where = f"{path}.{key}" if key in names else f"{path}{{key {index}}}"
+            yield where, str(key)
+            yield from _walk_json(item, where, names)
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            yield from _walk_json(item, f"{path}[{index}]")
+            yield from _walk_json(item, f"{path}[{index}]", names)
 
 
 class _TextCollector(HTMLParser):
@@ -99,11 +103,12 @@ class _TextCollector(HTMLParser):
         self.strings.append((f"<{where}> text", text))
 
 
-def strings_of(name: str, data: bytes) -> tuple[list[tuple[str, str]], list[str]]:
-    """Every string a reader of the file sees, with its location; and any external reference (HTML)."""
+def strings_of(name: str, data: bytes, names: Iterable[str] = ()) -> tuple[list[tuple[str, str]], list[str]]:
+    """Every string a reader of the file sees, with its location (JSON keys named only when in ``names``); and
+    any external reference (HTML)."""
     text = data.decode("utf-8")
     if name.endswith(".json"):
-        return list(_walk_json(json.loads(text))), []
+        return list(_walk_json(json.loads(text), names=frozenset(names))), []
     if name.endswith(".csv"):
         rows = csv.reader(io.StringIO(text))
         return [(f"row {r} column {c}", cell) for r, row in enumerate(rows, start=1)
@@ -152,9 +157,11 @@ def extract_terms(store: Store, datasets: Iterable[tuple[str, str]], *, min_leng
 
 
 # Values this appliance generates in fixed formats that cannot carry text: sha256 hashes, UTC timestamps,
-# export request ids, OpenSSH key fingerprints. Everything else (run ids, model names, names) is scanned.
+# export request ids, OpenSSH key fingerprints, base64 Ed25519 signatures (the audit checkpoint's).
+# Everything else (run ids, model names, names) is scanned.
 GENERATED = re.compile(
-    r"^(?:[0-9a-f]{64}|\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z|exp-\d{8}T\d{6}Z-[0-9a-f]{6}|SHA256:[A-Za-z0-9+/]{43})$")
+    r"^(?:[0-9a-f]{64}|\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z|exp-\d{8}T\d{6}Z-[0-9a-f]{6}|SHA256:[A-Za-z0-9+/]{43}"
+    r"|[A-Za-z0-9+/]{86}==)$")
 
 
 def variants(value: str) -> list[str]:
