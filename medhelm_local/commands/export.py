@@ -20,7 +20,7 @@ import typer
 from medhelm_local.audit.trail import AuditTrail, audit_event
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import AppContext, app_context
-from medhelm_local.errors import BadInputError
+from medhelm_local.errors import BadInputError, MedhelmError
 from medhelm_local.export import sshsig
 from medhelm_local.export.approval import approve as approve_request
 from medhelm_local.export.approval import audited_approval
@@ -286,6 +286,15 @@ def release_(
         info(f"released to {target}")
 
 
+def _home_public_key(app_ctx: AppContext) -> Path | None:
+    """The appliance's public key when this runs on the appliance; a recipient verifying elsewhere has none."""
+    try:
+        path = app_ctx.home.keys_dir / PUBLIC_KEY_FILE
+    except MedhelmError:
+        return None
+    return path if path.exists() else None
+
+
 @app.command("verify")
 def verify(
     ctx: typer.Context,
@@ -307,8 +316,7 @@ def verify(
     if path.is_dir() and not (path / MANIFEST).exists() and (path / "bundle").is_dir():
         path = path / "bundle"
     loaded = load_policy_file(policy, "--policy") if policy else load_policy(app_context(ctx).home.root)
-    home_key = app_context(ctx).home.keys_dir / PUBLIC_KEY_FILE
-    key_path = public_key or (home_key if home_key.exists() else None)
+    key_path = public_key or _home_public_key(app_context(ctx))
     result = verify_bundle(path, loaded, appliance_key=load_public_key(key_path) if key_path else None,
                            pending=pending)
     if as_json:

@@ -90,6 +90,17 @@ def test_release_with_a_signature_made_by_ssh_keygen(evaluated: EvaluatedHome, t
                         "--out", str(out))
     assert released["approver"] == APPROVER and (out / str(request["request_id"]) / "approval.sig").exists()
     assert cli("export", "verify", str(out / str(request["request_id"]))).code == 0
+    # The recipient, with no appliance home, checks it against their own copy of the policy.
+    import os
+
+    from medhelm_local.export.policy import POLICY_ENV
+    from tests.compliance.inproc import InProcessCli
+
+    policy = Path(os.environ.pop(POLICY_ENV))
+    recipient = InProcessCli(home=tmp_path / "recipient-has-no-home")
+    checked = recipient("export", "verify", str(out / str(request["request_id"])), "--policy", str(policy))
+    assert checked.code == 0 and "VERIFIED" in checked.stdout and APPROVER in checked.stdout, checked.stderr
+    assert recipient("export", "verify", str(out / str(request["request_id"]))).code == 1  # default policy: nobody
 
 
 def test_deny_is_audited_and_blocks_release(evaluated: EvaluatedHome, tmp_path: Path) -> None:
