@@ -162,6 +162,10 @@ def approve(app_ctx: AppContext, request_id: str, *, signature: str | None, key_
     req = load_request(home.exports_dir, request_id)
     if req.status in ("approved", "denied"):
         raise ExportRefused(f"export request {request_id} was already {req.status}")
+    decided = audited_decision(home, request_id)
+    if decided is not None:  # request.json said otherwise: the trail is what counts
+        raise _refuse(app_ctx, request_id, "already_decided", f"export request {request_id} was already {decided} "
+                      "(audit trail)")
     loaded = load_policy(home.root)
     audited, digest, candidate = check_against_audit(app_ctx, request_id, loaded)
     approval = loaded.policy.approval
@@ -204,6 +208,16 @@ def approve(app_ctx: AppContext, request_id: str, *, signature: str | None, key_
     req.approver, req.approver_key = approver.name, signer.fingerprint
     save_request(home.exports_dir, req)
     return req, bundle
+
+
+def audited_decision(home: Any, request_id: str) -> str | None:
+    """``approved`` or ``denied`` when the trail records that decision on ``request_id``."""
+    for record in AuditTrail(home.audit_path).records():
+        objects = record.get("objects") or {}
+        if (record.get("action") in ("export.approve", "export.deny") and objects.get("request_id") == request_id
+                and record.get("outcome") in ("approved", "denied")):
+            return str(record["outcome"])
+    return None
 
 
 def audited_approval(home: Any, request_id: str) -> str | None:

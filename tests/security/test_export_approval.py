@@ -191,3 +191,14 @@ def test_a_bundle_changed_after_approval_is_not_released(tmp_path: Path) -> None
     out = tmp_path / "outbox"
     refused = cli("export", "release", request_id, "--out", str(out))
     assert refused.code == 2 and "leaderboard.csv" in refused.stderr and not out.exists()
+
+
+def test_a_denied_request_edited_back_to_ready_is_not_approved(tmp_path: Path) -> None:
+    cli = site(tmp_path)
+    request = request_export(cli, evaluate(cli, notes(tmp_path / "notes.csv", 24)))
+    assert cli("export", "deny", str(request["request_id"])).code == 0
+    _edit_request(cli, request, status="ready", decided_by=None, decided_at=None)
+    refused = cli("export", "approve", str(request["request_id"]), *approve_args(cli.home))
+    assert refused.code == 2 and "already denied" in refused.stderr
+    assert ("refused", "already_decided") in _approvals(cli)
+    assert not (_bundle(cli, request) / "approval.sig").exists()
