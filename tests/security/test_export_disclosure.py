@@ -70,6 +70,19 @@ def test_the_manifest_names_are_scanned_and_the_free_text_actor_never_enters_it(
                                                                                      "$.requested_by")}
 
 
+def test_the_appliance_name_in_the_manifest_is_scanned(tmp_path: Path) -> None:
+    from medhelm_local.home import Home
+    from medhelm_local.home.config import ApplianceConfig
+
+    cli = site(tmp_path)
+    run_id = evaluate(cli, notes(tmp_path / "notes.csv", 24))
+    home = Home(cli.home)
+    home.save_config(ApplianceConfig.model_validate({**home.config.model_dump(), "appliance_name": "mrn_7730019942"}))
+    request = request_export(cli, run_id)
+    assert request["status"] == "blocked"
+    assert {(f["file"], f["location"]) for f in failed(request)["phi_patterns"]} == {("manifest.json", "$.appliance")}
+
+
 def test_spec_text_does_not_whitelist_extract_terms(tmp_path: Path) -> None:
     """A custom spec's description naming the patient made the name 'vocabulary', so a model named after the
     patient passed the extract-term scan."""
