@@ -13,6 +13,7 @@ approval (exit 1) and is audited.
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from medhelm_local.export.bundle import (
     MANIFEST,
     REQUEST_NAMESPACE,
     REQUEST_SIG,
+    Candidate,
     ExportRefused,
     ExportRequest,
     ManifestHead,
@@ -41,7 +43,7 @@ from medhelm_local.export.bundle import (
 )
 from medhelm_local.export.differencing import record_released
 from medhelm_local.export.policy import LoadedPolicy, load_policy
-from medhelm_local.home.keys import PUBLIC_KEY_FILE, load_public_key
+from medhelm_local.home.keys import PUBLIC_KEY_FILE, load_public_key, load_signing_key
 from medhelm_local.home.layout import atomic_write
 from medhelm_local.store import Store
 
@@ -87,8 +89,6 @@ def audited_request(app_ctx: AppContext, request_id: str) -> AuditedRequest:
 
 
 def _manifest_fields(bundle: Path) -> tuple[bytes, dict[str, Any]]:
-    import json
-
     try:
         data = (bundle / MANIFEST).read_bytes()
         manifest = json.loads(data)
@@ -100,7 +100,7 @@ def _manifest_fields(bundle: Path) -> tuple[bytes, dict[str, Any]]:
 
 
 def check_against_audit(app_ctx: AppContext, request_id: str, loaded: LoadedPolicy
-                        ) -> tuple[AuditedRequest, str, Any]:
+                        ) -> tuple[AuditedRequest, str, Candidate]:
     """Rebuild the candidate from the store and compare it with the audited request and the bundle on disk.
     Returns (the audited request, the manifest digest, the rebuilt candidate); raises on any difference."""
     home = app_ctx.home
@@ -112,8 +112,6 @@ def check_against_audit(app_ctx: AppContext, request_id: str, loaded: LoadedPoli
     bundle = request_dir(home.exports_dir, request_id) / "bundle"
     manifest_bytes, manifest = _manifest_fields(bundle)
     runs = [str(r) for r in want.get("runs") or []]
-    from medhelm_local.home.keys import load_signing_key
-
     head: ManifestHead = {
         "request_id": request_id, "appliance": str(manifest.get("appliance")), "policy_sha256": loaded.sha256,
         "requested_by": str(manifest.get("requested_by")), "requester_key": str(want.get("requester_key")),
