@@ -38,6 +38,7 @@ _TOKEN = re.compile(r"[A-Za-z0-9]+")
 _TITLE_WORD = re.compile(r"\b[A-Z][a-z]+(?:['-][A-Za-z]+)?\b")
 _IDENTIFIER = re.compile(r"\b(?=[A-Za-z0-9-]*\d)(?=[A-Za-z0-9-]*[A-Za-z])[A-Za-z0-9-]{5,}\b|\b\d{5,}\b")
 NUMERIC = re.compile(r"^[-+]?[\d.,]+%?$|^$")
+_LONG_INTEGER = re.compile(r"^\d{5,}$")
 
 
 @dataclass(frozen=True)
@@ -180,14 +181,19 @@ def scan_strings(file: str, strings: list[tuple[str, str]], *, patterns: list[st
     vocab_findings, pattern_findings, term_findings = [], [], []
     compiled = [(name, PATTERNS[name]) for name in patterns]
     for location, value in strings:
-        if value in fixed or NUMERIC.match(value) or GENERATED.match(value):
+        if value in fixed or GENERATED.match(value):
             continue
-        if allowed is not None and value not in allowed:
+        # A number written as text (a CSV or HTML cell) is allowed, but still scanned: a model name or run id
+        # made of digits alone ("7730019942") is a string that looks like a number.
+        if allowed is not None and value not in allowed and not NUMERIC.match(value):
             vocab_findings.append(Finding(file, location, "not in the export vocabulary"))
         forms = variants(value)
         for name, pattern in compiled:
             if any(pattern.search(form) for form in forms):
                 pattern_findings.append(Finding(file, location, f"PHI pattern {name}"))
-        if {t.lower() for t in _TOKEN.findall(value)} & terms:
+        # Published numbers are not matched against extract terms (a score's digits are not an identifier), but a
+        # whole number of 5 or more digits is: it may be an extract's identifier standing in for a name.
+        numeric = NUMERIC.match(value)
+        if (not numeric or _LONG_INTEGER.match(value)) and {t.lower() for t in _TOKEN.findall(value)} & terms:
             term_findings.append(Finding(file, location, "name or identifier seen in a registered extract"))
     return vocab_findings, pattern_findings, term_findings

@@ -32,7 +32,7 @@ def _aggregates(cli_home: Path, request: dict[str, object]) -> dict[str, object]
 def test_a_run_id_carrying_an_mrn_blocks_the_export(tmp_path: Path) -> None:
     """Run ids were exempt from the pattern scan as "system" values."""
     cli = site(tmp_path)
-    for run_id in ("MRN-7730019942", "mrn_7730019942"):
+    for run_id in ("MRN-7730019942", "mrn_7730019942", "7730019942"):
         evaluated = evaluate(cli, notes(tmp_path / f"{run_id}.csv", 24), run_id=run_id)
         request = request_export(cli, evaluated)
         assert request["status"] == "blocked", run_id
