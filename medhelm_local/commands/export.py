@@ -172,8 +172,8 @@ def show(ctx: typer.Context, request_id: str = typer.Argument(..., metavar="REQU
 def _release(app_ctx: AppContext, req: ExportRequest, out: Path) -> Path:
     home = app_ctx.home
     bundle = request_dir(home.exports_dir, req.request_id) / "bundle"
-    check = verify_bundle(bundle, load_policy(home.root), appliance_key=load_public_key(home.keys_dir /
-                                                                                       PUBLIC_KEY_FILE))
+    check = verify_bundle(bundle, load_policy(home.root), same_policy=True,
+                          appliance_key=load_public_key(home.keys_dir / PUBLIC_KEY_FILE))
     approved = audited_approval(home, req.request_id)
     problems = list(check.problems)
     if approved is None or approved != check.manifest_sha256:
@@ -332,6 +332,8 @@ def verify(
             sys.stdout.write(f"  the appliance's own signature ({SIGNATURE}) was not checked: no --public-key\n")
         for problem in result.problems:
             sys.stdout.write(f"  {problem}\n")
+        for note in result.notes:
+            sys.stdout.write(f"  note: {note}\n")
         if pending and result.ok and result.manifest_sha256:
             digest = result.manifest_sha256
             sys.stdout.write(f"  manifest digest: {digest}\n  sign: {sign_hint(digest)}\n")

@@ -104,6 +104,8 @@ class BundleVerification(BaseModel):
     key_id: str | None
     problems: list[str]
     files: dict[str, str]
+    same_policy: bool | None = None  # the bundle was checked under exactly the policy it was verified against
+    notes: list[str] = []
 
 
 class ExportRefused(MedhelmError):
@@ -412,10 +414,12 @@ def _read_sig(bundle: Path, name: str) -> str | None:
 
 
 def verify_bundle(bundle: Path, loaded: LoadedPolicy, *, appliance_key: Ed25519PublicKey | None = None,
-                  pending: bool = False) -> BundleVerification:
+                  pending: bool = False, same_policy: bool = False) -> BundleVerification:
     """Every file against the manifest; the requester's and an approver's SSH signatures over the manifest
     digest, by keys the policy lists (different keys, different names); with ``appliance_key``, the appliance's
-    own signature and audit checkpoint. ``pending``: no approval yet (what an approver checks before signing)."""
+    own signature and audit checkpoint. ``pending``: no approval yet (what an approver checks before signing).
+    ``same_policy``: the bundle must have been checked under exactly this policy (on the appliance); a recipient
+    may hold a later version of it (more approvers), which is noted, not refused."""
     from medhelm_local.audit.trail import checkpoint_signature_ok
 
     if not bundle.is_dir():
@@ -444,8 +448,11 @@ def verify_bundle(bundle: Path, loaded: LoadedPolicy, *, appliance_key: Ed25519P
     except (ValueError, KeyError, TypeError):
         problems.append(f"{MANIFEST} is not a valid export manifest")
         manifest, listed, requester_key = {}, {}, ""
-    if manifest.get("policy_sha256") not in (None, loaded.sha256):
-        problems.append(f"the request was checked under another export policy than {loaded.source}")
+    notes: list[str] = []
+    matches = manifest.get("policy_sha256") == loaded.sha256
+    if not matches:
+        (problems if same_policy else notes).append(
+            f"the request was checked under another version of the export policy than {loaded.source}")
     if set(manifest.get("checks", {}).values()) - {"pass"}:
         problems.append("the manifest records a failed check")
     request_sig = _read_sig(bundle, REQUEST_SIG)
@@ -512,7 +519,8 @@ def verify_bundle(bundle: Path, loaded: LoadedPolicy, *, appliance_key: Ed25519P
         files[name] = actual
         if actual != expected:
             problems.append(f"{name}: sha256 differs from the signed manifest (the file was changed)")
-    return BundleVerification(ok=not problems, bundle=str(bundle), problems=problems, files=files, **result)
+    return BundleVerification(ok=not problems, bundle=str(bundle), problems=problems, files=files,
+                              same_policy=matches, notes=notes, **result)
 
 
 def release(bundle: Path, destination: Path, request_id: str) -> Path:

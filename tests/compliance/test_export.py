@@ -101,6 +101,15 @@ def test_release_with_a_signature_made_by_ssh_keygen(evaluated: EvaluatedHome, t
     checked = recipient("export", "verify", str(out / str(request["request_id"])), "--policy", str(policy))
     assert checked.code == 0 and "VERIFIED" in checked.stdout and APPROVER in checked.stdout, checked.stderr
     assert recipient("export", "verify", str(out / str(request["request_id"]))).code == 1  # default policy: nobody
+    # A later version of the policy (say, one more approver) still verifies it, with a note; on the appliance,
+    # releasing it again under a changed policy is refused.
+    later = tmp_path / "later-policy.yaml"
+    later.write_text(policy.read_text() + "# one more approver, some day\n")
+    noted = recipient("export", "verify", str(out / str(request["request_id"])), "--policy", str(later))
+    assert noted.code == 0 and "note: the request was checked under another version" in noted.stdout
+    os.environ[POLICY_ENV] = str(later)
+    again = cli("export", "release", str(request["request_id"]), "--out", str(tmp_path / "second"))
+    assert again.code == 2 and "another version of the export policy" in again.stderr
 
 
 def test_deny_is_audited_and_blocks_release(evaluated: EvaluatedHome, tmp_path: Path) -> None:
