@@ -48,7 +48,7 @@ from medhelm_local.export.bundle import (
     verify_bundle,
     write_candidate,
 )
-from medhelm_local.export.policy import load_policy, load_policy_file
+from medhelm_local.export.policy import POLICY_ENV, load_policy, load_policy_file
 from medhelm_local.home.keys import PUBLIC_KEY_FILE, load_public_key, load_signing_key
 from medhelm_local.home.layout import atomic_write
 from medhelm_local.store import Store
@@ -98,8 +98,10 @@ def request(
     if requester is None:
         audit_event(home, app_ctx.actor, "export.request", outcome="refused", role="informatics",
                     runs=run_ids, requester_key=requester_key, reason="not_a_requester")
+        hint = (f" (no site policy: set {POLICY_ENV} to the export policy file compliance gave you)"
+                if loaded.source.startswith("packaged default") else "")
         raise ExportRefused(f"--key: the key {requester_key} is not listed under approval.requesters in "
-                            f"{loaded.source}")
+                            f"{loaded.source}{hint}")
     request_id, requested_at = new_request_id(), now_utc()
     trail = AuditTrail(home.audit_path, home.keys_dir)
     trail.append(actor=app_ctx.actor, action="export.request", outcome="started", role="informatics",
