@@ -84,8 +84,25 @@ def _export_policy_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv(POLICY_ENV, raising=False)  # restored (unset) after the test, whatever write_policy set
 
 
+@contextmanager
+def site_policy(home: Path, **overrides: Any) -> Iterator[Path]:
+    """``write_policy`` for fixtures outside this package (session-scoped ones included): $MEDHELM_EXPORT_POLICY
+    is set inside the block and restored after it."""
+    from medhelm_local.export.policy import POLICY_ENV
+
+    before = os.environ.get(POLICY_ENV)
+    try:
+        yield write_policy(home, **overrides)
+    finally:
+        if before is None:
+            os.environ.pop(POLICY_ENV, None)
+        else:
+            os.environ[POLICY_ENV] = before
+
+
 def request_export(cli: InProcessCli, *run_ids: str) -> dict[str, Any]:
-    """``export request`` by the site's requester; returns the request (ready or blocked)."""
+    """``export request`` by the site's requester (``write_policy`` or ``site_policy`` first); returns the request
+    (ready or blocked)."""
     result = cli("export", "request", "--runs", ",".join(run_ids), "--key", str(signers(cli.home)[REQUESTER].private),
                  "--json")
     assert result.code in (0, 1), result.stderr
