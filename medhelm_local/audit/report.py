@@ -129,7 +129,7 @@ def summarize(records: list[dict[str, Any]], since: datetime | None) -> AuditSum
             run = runs.get(str(objects.get("run_id")))
             if run is not None:
                 run.outcome, run.finished = str(record.get("outcome")), ts
-        elif action == "export.request":
+        elif action == "export.request" and record.get("outcome") in ("ready", "blocked"):
             request_id = str(objects.get("request_id", "?"))
             exports[request_id] = ExportSummary(request_id=request_id, requested=ts, requested_by=actor,
                                                 runs=list(objects.get("runs") or []),

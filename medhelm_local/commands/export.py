@@ -1,10 +1,11 @@
-"""``export``: aggregate-only bundles, built under the disclosure policy and released after compliance sign-off.
+"""``export``: aggregate-only bundles, built under the disclosure policy and released by an approver's own key.
 
-Roles: anyone who can run the CLI may *request* an export (recorded as role ``informatics``). Approving or
-denying needs the compliance role: ``--approver NAME`` must be listed under ``approval.approvers`` in the
-export policy in force (``<home>/policies/export-policy.yaml``), and NAME may not be the requester (unless
-the policy allows self-approval). The decision is recorded with role ``compliance``, the approver's name
-and the acting OS user / ``--actor`` identity.
+Roles are keys, listed in the export policy (``$MEDHELM_EXPORT_POLICY``, outside the home): a requester signs a
+request with their key (``export request --key FILE``); an approver, another person, signs its manifest digest
+on their own machine (``ssh-keygen -Y sign -n medhelm-export``) and the signature releases it (``export release
+REQUEST --signature FILE --out DIR``), or signs through ``export approve REQUEST --key FILE``. The appliance
+never stores either private key. Approval rebuilds the candidate from the store and compares it with the
+audited request (see :mod:`medhelm_local.export.approval`).
 """
 
 from __future__ import annotations
@@ -19,15 +20,21 @@ import typer
 from medhelm_local.audit.trail import AuditTrail, audit_event
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import AppContext, app_context
-from medhelm_local.errors import BadInputError
+from medhelm_local.errors import BadInputError, MedhelmError
+from medhelm_local.export import sshsig
+from medhelm_local.export.approval import approve as approve_request
+from medhelm_local.export.approval import audited_approval
 from medhelm_local.export.bundle import (
+    APPROVAL_NAMESPACE,
     MANIFEST,
+    REQUEST_NAMESPACE,
+    REQUEST_SIG,
     SIGNATURE,
     ExportRefused,
     ExportRequest,
+    ManifestHead,
     build_candidate,
     build_manifest,
-    bundle_hashes,
     list_requests,
     load_request,
     new_request_id,
@@ -37,17 +44,22 @@ from medhelm_local.export.bundle import (
     request_lock,
     save_request,
     sha256_bytes,
-    sign_bundle,
+    sign_appliance,
     verify_bundle,
     write_candidate,
 )
-from medhelm_local.export.policy import LoadedPolicy, load_policy
+from medhelm_local.export.policy import POLICY_ENV, load_policy, load_policy_file
 from medhelm_local.home.keys import PUBLIC_KEY_FILE, load_public_key, load_signing_key
+from medhelm_local.home.layout import atomic_write
 from medhelm_local.store import Store
 
 NAME = "export"
 HELP = "Request, approve and verify aggregate-only export bundles (compliance)."
 app = typer.Typer(no_args_is_help=True)
+
+
+def sign_hint(digest: str) -> str:
+    return f"printf %s {digest} | ssh-keygen -Y sign -f ~/.ssh/id_ed25519 -n {APPROVAL_NAMESPACE} > approval.sig"
 
 
 def _print_checks(request: ExportRequest) -> None:
@@ -56,15 +68,22 @@ def _print_checks(request: ExportRequest) -> None:
     for check in request.checks:
         for finding in check.findings[:20]:
             sys.stdout.write(f"  {check.id}: {finding['file']} {finding['location']}: {finding['rule']}\n")
+    sys.stdout.write(f"manifest digest: {request.manifest_sha256}\n")
+    if request.status == "ready":
+        sys.stdout.write(f"an approver (not {request.requested_by}) signs it on their own machine:\n  "
+                         f"{sign_hint(request.manifest_sha256)}\nthen: medhelm-local export release "
+                         f"{request.request_id} --signature approval.sig --out DIR\n")
 
 
 @app.command("request")
 def request(
     ctx: typer.Context,
     runs: str = typer.Option(..., "--runs", help="Comma-separated run ids (finished runs)."),
+    key: Path = typer.Option(..., "--key", help="Your own Ed25519 private key (OpenSSH or PEM), listed under "
+                             "approval.requesters: it signs the request. Read, used once, never stored."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
-    """Build a candidate bundle inside the home and check it against the disclosure policy.
+    """Build a candidate bundle inside the home, check it against the disclosure policy, sign it as requester.
 
     Exit 0 when every check passes (the request can be approved), 1 when a check fails (blocked)."""
     app_ctx = app_context(ctx)
@@ -73,21 +92,49 @@ def request(
     if not run_ids or len(set(run_ids)) != len(run_ids):
         raise BadInputError("--runs: expected a comma-separated list of distinct run ids")
     loaded = load_policy(home.root)
-    request_id = new_request_id()
+    private = sshsig.load_private_key(key)
+    requester_key = sshsig.fingerprint(private.public_key())
+    requester = loaded.policy.approval.requester(requester_key)
+    if requester is None:
+        audit_event(home, app_ctx.actor, "export.request", outcome="refused", role="informatics",
+                    runs=run_ids, requester_key=requester_key, reason="not_a_requester")
+        hint = (f" (no site policy: set {POLICY_ENV} to the export policy file compliance gave you)"
+                if loaded.source.startswith("packaged default") else "")
+        raise ExportRefused(f"--key: the key {requester_key} is not listed under approval.requesters in "
+                            f"{loaded.source}{hint}")
+    request_id, requested_at = new_request_id(), now_utc()
+    trail = AuditTrail(home.audit_path, home.keys_dir)
+    trail.append(actor=app_ctx.actor, action="export.request", outcome="started", role="informatics",
+                 objects={"request_id": request_id, "runs": run_ids, "requester_key": requester_key})
+    assert trail.last_checkpoint is not None
+    signing_key = load_signing_key(home.keys_dir)
+    head: ManifestHead = {
+        "request_id": request_id, "appliance": home.config.appliance_name, "policy_sha256": loaded.sha256,
+        "requested_by": requester.name, "requester_key": requester_key, "requested_at": requested_at,
+        "checkpoint": trail.last_checkpoint, "appliance_key": signing_key.public_key()}
     with Store.open(home, read_only=False) as store:
-        files, checks, run_manifests = build_candidate(store, home.config, run_ids, loaded, request_id=request_id)
-    status = "ready" if all(c.result == "pass" for c in checks) else "blocked"
+        candidate = build_candidate(store, home.config, run_ids, loaded, request_id=request_id,
+                                    generated_at=requested_at, manifest_head=head)
+    manifest = build_manifest(files=candidate.hashes, run_manifests=candidate.run_manifests,
+                              checks={c.id: c.result for c in candidate.checks}, **head)
+    digest = sha256_bytes(manifest)
+    status = candidate.status
     req = ExportRequest(
-        request_id=request_id, runs=run_ids, requested_by=app_ctx.actor, requested_at=now_utc(),
-        policy_sha256=loaded.sha256, policy_source=loaded.source, status=status, checks=checks,
-        files={name: sha256_bytes(content) for name, content in files.items()}, run_manifests=run_manifests,
+        request_id=request_id, runs=run_ids, requested_by=requester.name, requester_key=requester_key,
+        requested_actor=app_ctx.actor, requested_at=requested_at, policy_sha256=loaded.sha256,
+        policy_source=loaded.source, status=status, checks=candidate.checks, files=candidate.hashes,
+        run_manifests=candidate.run_manifests, manifest_sha256=digest,
     )
     home.exports_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = write_candidate(home.exports_dir, req, files)
+    tmp = write_candidate(home.exports_dir, req, candidate.files)
     try:
+        sign_appliance(tmp / "bundle", manifest, signing_key)
+        atomic_write(tmp / "bundle" / REQUEST_SIG,
+                     sshsig.sign(private, digest.encode("ascii"), REQUEST_NAMESPACE).encode("ascii"), mode=0o600)
         audit_event(home, app_ctx.actor, "export.request", outcome=status, role="informatics",
                     request_id=request_id, runs=run_ids, policy_sha256=loaded.sha256, files=req.files,
-                    run_manifests=run_manifests, failed_checks=[c.id for c in checks if c.result == "fail"])
+                    run_manifests=candidate.run_manifests, requester_key=requester_key, requested_at=requested_at,
+                    manifest_sha256=digest, failed_checks=[c.id for c in candidate.checks if c.result == "fail"])
         tmp.rename(request_dir(home.exports_dir, request_id))
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -97,7 +144,7 @@ def request(
     else:
         _print_checks(req)
         info(f"candidate bundle: {request_dir(home.exports_dir, request_id) / 'bundle'} (inside the home; nothing "
-             "leaves it before approval)")
+             "leaves it before an approver signs)")
     if status != "ready":
         raise typer.Exit(1)
 
@@ -109,14 +156,14 @@ def list_(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help
     if as_json:
         emit_json([r.model_dump() for r in requests])
         return
-    emit_table("export requests", ["request", "status", "runs", "requested by", "decided by"],
-               [[r.request_id, r.status, ",".join(r.runs), r.requested_by, r.decided_by] for r in requests])
+    emit_table("export requests", ["request", "status", "runs", "requested by", "approved by"],
+               [[r.request_id, r.status, ",".join(r.runs), r.requested_by, r.approver] for r in requests])
 
 
 @app.command("show")
 def show(ctx: typer.Context, request_id: str = typer.Argument(..., metavar="REQUEST"),
          as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
-    """Show a request: every check and its result."""
+    """Show a request: every check, its manifest digest and how an approver signs it."""
     req = load_request(app_context(ctx).home.exports_dir, request_id)
     if as_json:
         emit_json(req.model_dump())
@@ -124,118 +171,91 @@ def show(ctx: typer.Context, request_id: str = typer.Argument(..., metavar="REQU
         _print_checks(req)
 
 
-def _authorize(app_ctx: AppContext, req: ExportRequest, approver: str, loaded: LoadedPolicy, action: str) -> None:
-    approval = loaded.policy.approval
-    reason = None
-    if approver not in approval.approvers:
-        reason = "not_an_approver"
-    elif not approval.allow_self_approval and approver in (req.requested_by, req.requested_by.split(":", 1)[-1]):
-        reason = "self_approval"
-    if reason:
-        audit_event(app_ctx.home, app_ctx.actor, action, outcome="refused", role="compliance",
-                    request_id=req.request_id, approver=approver, reason=reason)
-        if reason == "not_an_approver":
-            raise ExportRefused(f"--approver: {approver!r} does not hold the compliance role (not listed under "
-                                f"approval.approvers in {loaded.source})")
-        raise ExportRefused(f"--approver: {approver!r} requested this export and may not approve it")
-
-
-def _pending(app_ctx: AppContext, request_id: str) -> tuple[ExportRequest, LoadedPolicy]:
-    home = app_ctx.home
-    req = load_request(home.exports_dir, request_id)
-    if req.status in ("approved", "denied"):
-        raise ExportRefused(f"export request {request_id} was already {req.status} by {req.decided_by}")
-    loaded = load_policy(home.root)
-    if loaded.sha256 != req.policy_sha256:
-        raise ExportRefused(f"the export policy changed since request {request_id} was made; make a new request")
-    return req, loaded
-
-
 def _release(app_ctx: AppContext, req: ExportRequest, out: Path) -> Path:
     home = app_ctx.home
     bundle = request_dir(home.exports_dir, req.request_id) / "bundle"
-    check = verify_bundle(bundle, load_public_key(home.keys_dir / PUBLIC_KEY_FILE))
-    if not check.ok:
-        raise ExportRefused(f"bundle {req.request_id} does not verify ({'; '.join(check.problems)}); not released")
+    check = verify_bundle(bundle, load_policy(home.root), same_policy=True,
+                          appliance_key=load_public_key(home.keys_dir / PUBLIC_KEY_FILE))
+    approved = audited_approval(home, req.request_id)
+    problems = list(check.problems)
+    if approved is None or approved != check.manifest_sha256:
+        problems.append("the audit trail records no approval of this manifest")
+    if problems:
+        raise ExportRefused(f"bundle {req.request_id} does not verify ({'; '.join(problems)}); not released")
     audit_event(home, app_ctx.actor, "export.release", outcome="started", role="compliance",
-                request_id=req.request_id, manifest_sha256=req.manifest_sha256, destination=str(out.resolve()))
+                request_id=req.request_id, manifest_sha256=check.manifest_sha256, destination=str(out.resolve()))
     target = release(bundle, out, req.request_id)
     audit_event(home, app_ctx.actor, "export.release", outcome="success", role="compliance",
-                request_id=req.request_id, manifest_sha256=req.manifest_sha256, destination=str(target.resolve()))
+                request_id=req.request_id, manifest_sha256=check.manifest_sha256, destination=str(target.resolve()))
     req.released_to.append(str(target.resolve()))
     save_request(home.exports_dir, req)
     return target
+
+
+def _approve_and_report(app_ctx: AppContext, request_id: str, *, signature: str | None, key: Path | None,
+                        out: Path | None, as_json: bool) -> None:
+    with request_lock(app_ctx.home.exports_dir, request_id):
+        req, bundle = approve_request(app_ctx, request_id, signature=signature, key_file=key)
+    target = _release(app_ctx, req, out) if out is not None else None
+    payload: dict[str, Any] = {"request_id": request_id, "status": req.status, "approver": req.approver,
+                               "approver_key": req.approver_key, "manifest_sha256": req.manifest_sha256,
+                               "bundle": str(bundle), "released_to": str(target) if target else None}
+    if as_json:
+        emit_json(payload)
+    else:
+        info(f"approved {request_id} by {req.approver} ({req.approver_key}), manifest "
+             f"{req.manifest_sha256[:16]}…: {bundle}")
+        if target:
+            info(f"released to {target}")
 
 
 @app.command("approve")
 def approve(
     ctx: typer.Context,
     request_id: str = typer.Argument(..., metavar="REQUEST"),
-    approver: str = typer.Option(..., "--approver", help="Your name as listed under approval.approvers."),
-    out: Path | None = typer.Option(None, "--out", help="After signing, copy the bundle to OUT/REQUEST."),
+    key: Path | None = typer.Option(None, "--key", help="Your own Ed25519 private key (OpenSSH or PEM), listed "
+                                    "under approval.approvers; read, used for one signature, never stored."),
+    signature: Path | None = typer.Option(None, "--signature", help="Your SSH signature over the manifest digest "
+                                          "(ssh-keygen -Y sign -n medhelm-export), made on your own machine."),
+    out: Path | None = typer.Option(None, "--out", help="After approval, copy the bundle to OUT/REQUEST."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
-    """Approve a ready request: sign its manifest (file hashes, policy, run manifests, audit checkpoint)."""
-    app_ctx = app_context(ctx)
-    with request_lock(app_ctx.home.exports_dir, request_id):
-        req, bundle = _approve(app_ctx, request_id, approver)
-    target = _release(app_ctx, req, out) if out is not None else None
-    payload: dict[str, Any] = {"request_id": request_id, "status": req.status, "approver": approver,
-                               "manifest_sha256": req.manifest_sha256, "bundle": str(bundle),
-                               "released_to": str(target) if target else None}
-    if as_json:
-        emit_json(payload)
-    else:
-        info(f"approved and signed {request_id} (manifest {str(req.manifest_sha256)[:16]}…): {bundle}")
-        if target:
-            info(f"released to {target}")
+    """Approve a ready request with an approver's key: rebuilt from the store, re-checked, compared with the audit
+    trail's request record, then the approver's signature over the manifest digest is added to the bundle."""
+    if (key is None) == (signature is None):
+        raise BadInputError("give exactly one of --key FILE (your private key) or --signature FILE")
+    _approve_and_report(app_context(ctx), request_id, signature=_read_signature(signature), key=key, out=out,
+                        as_json=as_json)
 
 
-def _approve(app_ctx: AppContext, request_id: str, approver: str) -> tuple[ExportRequest, Path]:
-    home = app_ctx.home
-    req, loaded = _pending(app_ctx, request_id)
-    _authorize(app_ctx, req, approver, loaded, "export.approve")
-    if req.status != "ready":
-        raise ExportRefused(f"export request {request_id} is {req.status}: a check failed, so it cannot be approved "
-                            "(see `export show`); deny it or fix the cause and request again")
-    bundle = request_dir(home.exports_dir, request_id) / "bundle"
-    current = {name: digest for name, digest in bundle_hashes(bundle).items() if name not in (MANIFEST, SIGNATURE)}
-    if current != req.files:  # (a manifest left by an interrupted approval is simply replaced)
-        raise ExportRefused(f"the candidate files of {request_id} changed after the request; not approved")
-    key = load_signing_key(home.keys_dir)
-    trail = AuditTrail(home.audit_path, home.keys_dir)
-    trail.append(actor=app_ctx.actor, action="export.approve", outcome="started", role="compliance",
-                 objects={"request_id": request_id, "approver": approver})
-    assert trail.last_checkpoint is not None
-    manifest = build_manifest(req, appliance=home.config.appliance_name, approver=approver,
-                              approver_actor=app_ctx.actor, checkpoint=trail.last_checkpoint, signer=key.public_key())
-    sign_bundle(bundle, manifest, key)
-    req.status, req.decided_by, req.approver = "approved", app_ctx.actor, approver
-    req.decided_at, req.manifest_sha256 = now_utc(), sha256_bytes(manifest)
-    audit_event(home, app_ctx.actor, "export.approve", outcome="approved", role="compliance", request_id=request_id,
-                approver=approver, manifest_sha256=req.manifest_sha256, files=req.files)
-    save_request(home.exports_dir, req)
-    return req, bundle
+def _read_signature(path: Path | None) -> str | None:
+    if path is None:
+        return None
+    try:
+        return path.read_text(encoding="ascii")
+    except (OSError, UnicodeDecodeError):
+        raise BadInputError(f"--signature: cannot read {path} as an armored SSH signature") from None
 
 
 @app.command("deny")
 def deny(
     ctx: typer.Context,
     request_id: str = typer.Argument(..., metavar="REQUEST"),
-    approver: str = typer.Option(..., "--approver", help="Your name as listed under approval.approvers."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
-    """Deny a request; its candidate files stay inside the home and can never be released."""
+    """Deny (withdraw) a pending request: its candidate files stay inside the home and can never be released.
+    Needs no key (it can only stop a release); audited with the acting identity."""
     app_ctx = app_context(ctx)
     with request_lock(app_ctx.home.exports_dir, request_id):
-        req, loaded = _pending(app_ctx, request_id)
-        _authorize(app_ctx, req, approver, loaded, "export.deny")
+        req = load_request(app_ctx.home.exports_dir, request_id)
+        if req.status in ("approved", "denied"):
+            raise ExportRefused(f"export request {request_id} was already {req.status}")
         audit_event(app_ctx.home, app_ctx.actor, "export.deny", outcome="denied", role="compliance",
-                    request_id=request_id, approver=approver)
-        req.status, req.decided_by, req.approver, req.decided_at = "denied", app_ctx.actor, approver, now_utc()
+                    request_id=request_id)
+        req.status, req.decided_by, req.decided_at = "denied", app_ctx.actor, now_utc()
         save_request(app_ctx.home.exports_dir, req)
     if as_json:
-        emit_json({"request_id": request_id, "status": "denied", "approver": approver})
+        emit_json({"request_id": request_id, "status": "denied"})
     else:
         info(f"denied {request_id}")
 
@@ -245,13 +265,22 @@ def release_(
     ctx: typer.Context,
     request_id: str = typer.Argument(..., metavar="REQUEST"),
     out: Path = typer.Option(..., "--out", help="Copy the signed bundle to OUT/REQUEST."),
+    signature: Path | None = typer.Option(None, "--signature", help="An approver's SSH signature over the "
+                                          "manifest digest (ssh-keygen -Y sign -n medhelm-export): approves a "
+                                          "ready request first."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
-    """Copy an approved bundle out of the home (after re-verifying its signature)."""
+    """Copy an approved bundle out of the home after re-verifying it against the policy's keys; with
+    --signature, approve a ready request with that signature first."""
     app_ctx = app_context(ctx)
     req = load_request(app_ctx.home.exports_dir, request_id)
+    if signature is not None and req.status != "approved":
+        _approve_and_report(app_ctx, request_id, signature=_read_signature(signature), key=None, out=out,
+                            as_json=as_json)
+        return
     if req.status != "approved":
-        raise ExportRefused(f"export request {request_id} is {req.status}; only approved bundles leave the home")
+        raise ExportRefused(f"export request {request_id} is {req.status}; only a bundle an approver signed leaves "
+                            "the home (--signature FILE)")
     target = _release(app_ctx, req, out)
     if as_json:
         emit_json({"request_id": request_id, "released_to": str(target)})
@@ -259,28 +288,56 @@ def release_(
         info(f"released to {target}")
 
 
+def _home_public_key(app_ctx: AppContext) -> Path | None:
+    """The appliance's public key when this runs on the appliance; a recipient verifying elsewhere has none."""
+    try:
+        path = app_ctx.home.keys_dir / PUBLIC_KEY_FILE
+    except MedhelmError:
+        return None
+    return path if path.exists() else None
+
+
 @app.command("verify")
 def verify(
     ctx: typer.Context,
     bundle: str = typer.Argument(..., metavar="BUNDLE", help="A bundle directory, or a request id in this home."),
-    public_key: Path | None = typer.Option(None, "--public-key", help="The appliance's Ed25519 public key (PEM) "
-                                           "[default: the home's]."),
+    policy: Path | None = typer.Option(None, "--policy", help="The export policy whose keys are trusted "
+                                       "[default: $MEDHELM_EXPORT_POLICY]."),
+    public_key: Path | None = typer.Option(None, "--public-key", help="The appliance's Ed25519 public key (PEM), "
+                                           "to check its signature and audit checkpoint too [default: the home's, "
+                                           "if there is one]."),
+    pending: bool = typer.Option(False, "--pending", help="Not approved yet: check the files and the requester's "
+                                 "signature, and print the digest an approver signs."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
-    """Check a signed bundle: the signature, every file's sha256, no file added or missing. Exit 0 only if intact."""
+    """Check a bundle: every file against the manifest, the requester's signature, an approver's signature by a
+    key the policy lists (not the requester's). Exit 0 only if all hold."""
     path = Path(bundle)
     if not path.exists() and not (path.parent != Path(".") or "/" in bundle):
         path = request_dir(app_context(ctx).home.exports_dir, bundle) / "bundle"
-    if path.is_dir() and not (path / SIGNATURE).exists() and (path / "bundle").is_dir():
+    if path.is_dir() and not (path / MANIFEST).exists() and (path / "bundle").is_dir():
         path = path / "bundle"
-    key_path = public_key or app_context(ctx).home.keys_dir / PUBLIC_KEY_FILE
-    result = verify_bundle(path, load_public_key(key_path))
+    loaded = load_policy_file(policy, "--policy") if policy else load_policy(app_context(ctx).home.root)
+    key_path = public_key or _home_public_key(app_context(ctx))
+    result = verify_bundle(path, loaded, appliance_key=load_public_key(key_path) if key_path else None,
+                           pending=pending)
     if as_json:
         emit_json(result.model_dump())
     else:
-        sys.stdout.write(f"{result.bundle}: {'VERIFIED' if result.ok else 'NOT VERIFIED'}"
+        label = ("CHECKED, awaiting approval" if pending else "VERIFIED") if result.ok else "NOT VERIFIED"
+        sys.stdout.write(f"{result.bundle}: {label}"
                          f"{' (request ' + result.request_id + ')' if result.request_id else ''}\n")
+        if result.ok and not pending:
+            sys.stdout.write(f"  requested by {result.requested_by} ({result.requester_key}), approved by "
+                             f"{result.approved_by} ({result.approver_key})\n")
+        if key_path is None:
+            sys.stdout.write(f"  the appliance's own signature ({SIGNATURE}) was not checked: no --public-key\n")
         for problem in result.problems:
             sys.stdout.write(f"  {problem}\n")
+        for note in result.notes:
+            sys.stdout.write(f"  note: {note}\n")
+        if pending and result.ok and result.manifest_sha256:
+            digest = result.manifest_sha256
+            sys.stdout.write(f"  manifest digest: {digest}\n  sign: {sign_hint(digest)}\n")
     if not result.ok:
         raise typer.Exit(1)

@@ -4,7 +4,10 @@ The schema is closed (every model forbids extra fields). Raw aggregates are read
 then suppresses small cells (no score on fewer than ``min_cell_size`` instances, no count from 1 to
 ``min_cell_size - 1``), applies complementary suppression (a row never has exactly one suppressed count
 that subtraction from the others would reveal; model averages, category scores and win rates use published
-scores only) and rounds.
+scores only) and rounds. A proportion's score (every instance scored 0 or 1) is withheld when the count it
+implies is a small cell: k = score x n and n - k must each be 0 or at least ``min_cell_size`` (0.133 over 15
+reveals 2 of 15). When the failed count is withheld, so is the score (score x n_total would reveal how many
+were scored, and so the failures).
 """
 
 from __future__ import annotations
@@ -23,6 +26,8 @@ from medhelm_local.errors import BadInputError, NotFoundError
 from medhelm_local.export.policy import ExportPolicy
 from medhelm_local.home.config import ApplianceConfig
 from medhelm_local.prompts.styles import run_prompt_style
+from medhelm_local.scoring.metrics import Aggregation, metric_aggregation
+from medhelm_local.store.judgments import score_rows
 from medhelm_local.store.store import RunInfo, Store
 
 EXPORT_SCHEMA = "medhelm-local/export-aggregates/v1"
@@ -30,6 +35,7 @@ NOTES = (
     "Aggregates only: no instance-level data, prompts, outputs or judge explanations.",
     "Suppressed cells are shown as empty: fewer instances than the minimum cell size, or complementary.",
     "Model averages, category scores and win rates use published scores only.",
+    "A score is suppressed when the count it implies (score times n, or n minus that) is a small cell.",
     "Cost is estimated from the pricing configured on the appliance; empty when none is configured.",
 )
 
@@ -65,6 +71,7 @@ class RawCell(_Closed):
     created_at: datetime
     n_gold_empty: int | None = None  # EHRSQL: scored items whose gold query returns no rows
     score_nonempty_gold: float | None = None  # the score on the other scored items
+    proportion: bool = True  # every scored instance is 0 or 1 and the score is their mean: score x n is a count
 
 
 class RawModelUsage(_Closed):
@@ -128,13 +135,15 @@ def collect(store: Store, config: ApplianceConfig, run_ids: list[str]) -> RawExp
         n_run = 0
         for benchmark in run.benchmarks:
             result = benchmark_score(store, run.run_id, run.model, benchmark)
+            values = {v for _, _, v, _ in score_rows(store, run.run_id, benchmark, result.metric) if v is not None}
+            proportion = values <= {0.0, 1.0} and metric_aggregation(result.metric) == Aggregation.MEAN
             n_total = store.count_items(run.run_id, benchmark)
             n_run += n_total
             cells.append(RawCell(
                 run_id=run.run_id, model=run.model, benchmark=benchmark, category=get_spec(benchmark).category,
                 metric=result.metric, score=result.score, n_scored=result.n, n_failed=result.n_failed,
                 n_total=n_total, created_at=run.created_at, n_gold_empty=result.n_gold_empty,
-                score_nonempty_gold=result.score_nonempty_gold,
+                score_nonempty_gold=result.score_nonempty_gold, proportion=proportion,
             ))
         cost = _run_cost(config, store, run)
         previous = usage.get(run.model)
@@ -205,6 +214,17 @@ def _count(value: int, policy: ExportPolicy) -> int | None:
     return value if multiple == 1 else int(round(value / multiple) * multiple)
 
 
+def implied_small(score: float, n: int, policy: ExportPolicy) -> bool:
+    """Whether a proportion over ``n`` instances implies a count (k = score x n, or n - k) from 1 to
+    ``min_cell_size - 1``."""
+    if not 0.0 <= score <= 1.0 or n <= 0:
+        return False
+    implied = score * n
+    if abs(implied - round(implied)) < 1e-6:
+        implied = float(round(implied))
+    return any(1e-9 < k < policy.min_cell_size - 1e-9 for k in (implied, n - implied))
+
+
 def publish_cell(cell: RawCell, policy: ExportPolicy) -> PublishedCell:
     suppressed: list[str] = []
     if 0 < cell.n_total < policy.min_cell_size:
@@ -213,10 +233,14 @@ def publish_cell(cell: RawCell, policy: ExportPolicy) -> PublishedCell:
                              suppressed=["cell:small_cell"])
     score: float | None = None
     if cell.score is not None:
-        if cell.n_scored >= policy.min_cell_size:
-            score = round(cell.score, policy.rounding.score_decimals)
-        else:
+        if cell.n_scored < policy.min_cell_size:
             suppressed.append("score:small_cell")
+        elif cell.proportion and implied_small(cell.score, cell.n_scored, policy):
+            suppressed.append("score:implied_count")
+        elif 0 < cell.n_failed < policy.min_cell_size:
+            suppressed.append("score:complementary")  # score x n_total would reveal n_scored, so n_failed
+        else:
+            score = round(cell.score, policy.rounding.score_decimals)
     n_scored, n_failed, n_total = (_count(cell.n_scored, policy), _count(cell.n_failed, policy),
                                    _count(cell.n_total, policy))
     if n_scored is None:
@@ -230,14 +254,14 @@ def publish_cell(cell: RawCell, policy: ExportPolicy) -> PublishedCell:
         else:
             n_scored = None
             suppressed.append("n_scored:complementary")
-    n_gold_empty, score_nonempty_gold = _publish_gold_empty(cell, n_scored, policy, suppressed)
+    n_gold_empty, score_nonempty_gold = _publish_gold_empty(cell, n_scored, score, policy, suppressed)
     return PublishedCell(run_id=cell.run_id, model=cell.model, benchmark=cell.benchmark, category=cell.category,
                          metric=cell.metric, score=score, n_scored=n_scored, n_failed=n_failed, n_total=n_total,
                          suppressed=suppressed, n_gold_empty=n_gold_empty, score_nonempty_gold=score_nonempty_gold)
 
 
-def _publish_gold_empty(cell: RawCell, n_scored: int | None, policy: ExportPolicy, suppressed: list[str]
-                        ) -> tuple[int | None, float | None]:
+def _publish_gold_empty(cell: RawCell, n_scored: int | None, score: float | None, policy: ExportPolicy,
+                        suppressed: list[str]) -> tuple[int | None, float | None]:
     """The empty-gold count and the score on non-empty gold, under the same small-cell rule as the rest: the
     count is withheld when it, or the non-empty count it reveals beside ``n_scored``, is a small cell."""
     if cell.n_gold_empty is None:
@@ -251,10 +275,14 @@ def _publish_gold_empty(cell: RawCell, n_scored: int | None, policy: ExportPolic
         suppressed.append("n_gold_empty:complementary")
     score_nonempty_gold: float | None = None
     if cell.score_nonempty_gold is not None:
-        if n_nonempty >= policy.min_cell_size:
-            score_nonempty_gold = round(cell.score_nonempty_gold, policy.rounding.score_decimals)
-        else:
+        if n_nonempty < policy.min_cell_size:
             suppressed.append("score_nonempty_gold:small_cell")
+        elif cell.proportion and implied_small(cell.score_nonempty_gold, n_nonempty, policy):
+            suppressed.append("score_nonempty_gold:implied_count")
+        elif score is None:
+            suppressed.append("score_nonempty_gold:complementary")  # with the empty-gold part, it reveals the score
+        else:
+            score_nonempty_gold = round(cell.score_nonempty_gold, policy.rounding.score_decimals)
     return n_gold_empty, score_nonempty_gold
 
 
@@ -272,7 +300,8 @@ def win_rates(scores: dict[str, dict[str, float]]) -> dict[str, float | None]:
     return out
 
 
-def publish(raw: RawExport, policy: ExportPolicy, *, request_id: str, policy_sha256: str) -> ExportAggregates:
+def publish(raw: RawExport, policy: ExportPolicy, *, request_id: str, policy_sha256: str,
+            generated_at: str | None = None) -> ExportAggregates:
     cells = [publish_cell(c, policy) for c in raw.cells]
     decimals = policy.rounding.score_decimals
     # The leaderboard per model uses each benchmark's most recent requested run.
@@ -313,7 +342,7 @@ def publish(raw: RawExport, policy: ExportPolicy, *, request_id: str, policy_sha
         model_row.rank = rank
     return ExportAggregates(
         schema_id=EXPORT_SCHEMA, request_id=request_id,
-        generated_at=datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
+        generated_at=generated_at or datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
         appliance_version=__version__, policy_sha256=policy_sha256, min_cell_size=policy.min_cell_size,
         runs=[PublishedRun(**r.model_dump()) for r in raw.runs], cells=cells, models=models, notes=list(NOTES),
     )

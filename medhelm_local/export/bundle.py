@@ -1,10 +1,13 @@
 """Export requests and signed bundles.
 
-``<home>/exports/<request id>/request.json`` holds the request (runs, requester, policy hash, every check and
-its result, each candidate file's sha256, the decision); ``bundle/`` holds the candidate files. Approval adds
-``bundle/manifest.json`` (each file's sha256, the policy hash, the run manifests' hashes, the audit
-checkpoint, who requested and who approved) and ``bundle/manifest.sig`` (Ed25519 over the manifest's bytes).
-Only an approved, verified bundle is ever copied out of the home.
+``<home>/exports/<request id>/request.json`` is a convenience copy of the request (runs, requester, checks,
+file hashes, status); the audit trail's ``export.request`` record is what approval trusts. ``bundle/`` holds
+the candidate files and, from the request on, ``manifest.json`` (each file's sha256, the policy hash, the run
+manifests' hashes, every check's result, the requester's name and key fingerprint, an audit checkpoint),
+``manifest.sig`` (the appliance's Ed25519 signature over it) and ``request.sig`` (the requester's SSH
+signature over the manifest digest, namespace ``medhelm-export-request``). Approval adds ``approval.sig``: an
+approver's SSH signature over the same digest, namespace ``medhelm-export``, made with a key the appliance
+never holds. ``export verify`` checks all of it against the policy's keys.
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import secrets
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
@@ -28,10 +32,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from medhelm_local import __version__
-from medhelm_local.audit.trail import key_id
-from medhelm_local.benchmarks.registry import get_spec
+from medhelm_local.audit.trail import CHECKPOINT_SCHEMA, key_id
+from medhelm_local.benchmarks.registry import all_specs, is_custom
 from medhelm_local.errors import BadInputError, MedhelmError, NotFoundError
 from medhelm_local.export import aggregates as agg
+from medhelm_local.export import sshsig
+from medhelm_local.export.differencing import CellInstances, cell_instances, close_pairs
 from medhelm_local.export.policy import LoadedPolicy
 from medhelm_local.export.render import fixed_text, render_files, suppressed_text
 from medhelm_local.export.scan import Finding, extract_terms, scan_strings, strings_of, vocabulary_tokens
@@ -41,7 +47,15 @@ from medhelm_local.store.store import Store
 
 MANIFEST = "manifest.json"
 SIGNATURE = "manifest.sig"
-MANIFEST_SCHEMA = "medhelm-local/export-manifest/v1"
+REQUEST_SIG = "request.sig"
+APPROVAL_SIG = "approval.sig"
+SIGNATURE_FILES = (MANIFEST, SIGNATURE, REQUEST_SIG, APPROVAL_SIG)
+REQUEST_NAMESPACE = "medhelm-export-request"
+APPROVAL_NAMESPACE = "medhelm-export"
+MANIFEST_SCHEMA = "medhelm-local/export-manifest/v2"
+MANIFEST_KEYS = ("schema", "request_id", "appliance", "appliance_version", "files", "policy_sha256",
+                 "run_manifests", "checks", "requested_by", "requester_key", "requested_at", "audit_checkpoint",
+                 "appliance_key_id")
 BUNDLE_FILES = ("aggregates.json", "leaderboard.csv", "categories.csv", "cells.csv", "report.html")
 _REQUEST_ID = re.compile(r"^exp-\d{8}T\d{6}Z-[0-9a-f]{6}$")
 Status = Literal["ready", "blocked", "approved", "denied"]
@@ -60,7 +74,9 @@ class ExportRequest(BaseModel):
 
     request_id: str
     runs: list[str]
-    requested_by: str
+    requested_by: str  # the requester's name in the policy (their key signed the request)
+    requester_key: str  # OpenSSH fingerprint of that key
+    requested_actor: str  # the OS user / --actor identity that ran the command (audit trail only)
     requested_at: str
     policy_sha256: str
     policy_source: str
@@ -68,10 +84,11 @@ class ExportRequest(BaseModel):
     checks: list[Check]
     files: dict[str, str]
     run_manifests: dict[str, str]
+    manifest_sha256: str
     decided_by: str | None = None
     approver: str | None = None
+    approver_key: str | None = None
     decided_at: str | None = None
-    manifest_sha256: str | None = None
     released_to: list[str] = []
 
 
@@ -79,9 +96,16 @@ class BundleVerification(BaseModel):
     ok: bool
     bundle: str
     request_id: str | None
+    manifest_sha256: str | None
+    requested_by: str | None
+    requester_key: str | None
+    approved_by: str | None
+    approver_key: str | None
     key_id: str | None
     problems: list[str]
     files: dict[str, str]
+    same_policy: bool | None = None  # the bundle was checked under exactly the policy it was verified against
+    notes: list[str] = []
 
 
 class ExportRefused(MedhelmError):
@@ -102,6 +126,12 @@ def sha256_bytes(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
+def digest_messages(digest: str) -> list[bytes]:
+    """What an SSH signature over a manifest digest may have signed: the 64 hex characters, with or without
+    the newline ``echo`` adds."""
+    return [digest.encode("ascii"), (digest + "\n").encode("ascii")]
+
+
 def request_dir(exports_dir: Path, request_id: str) -> Path:
     if not _REQUEST_ID.match(request_id):
         raise BadInputError(f"REQUEST: {request_id!r} is not an export request id (exp-YYYYMMDDTHHMMSSZ-xxxxxx)")
@@ -115,7 +145,7 @@ def load_request(exports_dir: Path, request_id: str) -> ExportRequest:
     except FileNotFoundError:
         raise NotFoundError(f"export request {request_id} not found under {exports_dir}") from None
     except ValidationError:
-        raise MedhelmError(f"{path}: damaged export request") from None
+        raise MedhelmError(f"{path}: damaged export request (or made by an older version: request again)") from None
 
 
 @contextmanager
@@ -150,25 +180,40 @@ def list_requests(exports_dir: Path) -> list[ExportRequest]:
 # -- building a candidate ------------------------------------------------------------------------------------
 
 
-def _vocabulary(data: agg.ExportAggregates) -> tuple[set[str], set[str]]:
-    """(allowed strings, system-generated values) for the string scan."""
-    allowed = set(fixed_text())
+def fixed_vocabulary() -> set[str]:
+    """The appliance's own text: schema keys, fixed report text and notes, check ids, the shipped benchmarks'
+    ids, the taxonomy's category names, metric names, prompt style names. Never text a user wrote (custom
+    specs, model names, run ids): that is data, and data is scanned."""
+    from medhelm_local.scoring.metrics import known_metrics
+    from medhelm_local.taxonomy.model import load_taxonomy
+
+    words = set(fixed_text()) | set(agg.NOTES) | set(MANIFEST_KEYS) | set(CHECK_IDS) | {"pass", "fail", "finished"}
     for model_cls in (agg.ExportAggregates, agg.PublishedRun, agg.PublishedCell, agg.PublishedModel):
-        allowed.update(model_cls.model_fields)
-    allowed.update(data.notes)
-    allowed.update({data.schema_id, data.appliance_version})
-    allowed.update(PROMPT_STYLES)  # run.prompt_style: the fixed style names only; anything else is flagged
+        words.update(model_cls.model_fields)
+    words.update({agg.EXPORT_SCHEMA, MANIFEST_SCHEMA, __version__, *PROMPT_STYLES, *known_metrics()})
+    words.update(spec.id for spec in all_specs() if not is_custom(spec.id))
+    words.update(c.name for c in load_taxonomy().categories)
+    words.update({"tree_size", "root", "chain_head", "key_id", "signature", CHECKPOINT_SCHEMA, *BUNDLE_FILES})
+    return words
+
+
+def _data_values(data: agg.ExportAggregates) -> tuple[set[str], set[str]]:
+    """(data values the bundle may carry, code-generated suppression markers)."""
+    allowed: set[str] = set()
+    markers: set[str] = set()
     for cell in data.cells:
-        allowed.update({cell.model, cell.benchmark, cell.category, cell.metric, suppressed_text(cell),
-                        *cell.suppressed})
+        allowed.update({cell.model, cell.benchmark, cell.category, cell.metric})
+        markers.update({suppressed_text(cell), *cell.suppressed})
     for run in data.runs:
-        allowed.update({run.model, run.status, *run.benchmarks, *run.dataset_fingerprints})
+        allowed.update({run.run_id, run.model, run.status, run.prompt_style, *run.benchmarks,
+                        *run.dataset_fingerprints})
     for model in data.models:
         allowed.update({model.model, *model.category_scores})
-    system = {data.request_id, data.generated_at, data.policy_sha256}
-    for run in data.runs:
-        system.update({run.run_id, run.manifest_sha256, *run.dataset_fingerprints.values()})
-    return allowed, system
+    return allowed, markers
+
+
+def raw_run_ids(raw: agg.RawExport) -> list[str]:
+    return [r.run_id for r in raw.runs]
 
 
 def _check(check_id: str, description: str, findings: list[Finding], ok_detail: str) -> Check:
@@ -179,10 +224,15 @@ def _check(check_id: str, description: str, findings: list[Finding], ok_detail: 
                  findings=[{"file": f.file, "location": f.location, "rule": f.rule} for f in findings[:200]])
 
 
-def _structural_checks(data: agg.ExportAggregates, loaded: LoadedPolicy) -> list[Check]:
+CHECK_IDS = ("schema", "min_cell_size", "complementary_suppression", "implied_counts", "rounding", "differencing",
+             "string_allowlist", "phi_patterns", "extract_terms", "self_contained_html", "files")
+
+
+def _structural_checks(data: agg.ExportAggregates, raw: agg.RawExport, loaded: LoadedPolicy) -> list[Check]:
     policy = loaded.policy
     small: list[Finding] = []
     lonely: list[Finding] = []
+    implied: list[Finding] = []
     rounding: list[Finding] = []
     for index, cell in enumerate(data.cells):
         where = f"$.cells[{index}]"
@@ -197,6 +247,14 @@ def _structural_checks(data: agg.ExportAggregates, loaded: LoadedPolicy) -> list
         if (policy.complementary_suppression and cell.n_total is not None
                 and (cell.n_scored is None) != (cell.n_failed is None)):
             lonely.append(Finding("aggregates.json", where, "one suppressed count recoverable by subtraction"))
+        if cell.score is not None and (cell.n_failed is None and cell.n_total is not None):
+            lonely.append(Finding("aggregates.json", f"{where}.score", "a score beside a suppressed failure count "
+                                  "reveals it (score x n_total)"))
+        proportion = raw.cells[index].proportion
+        if (proportion and cell.score is not None and cell.n_scored is not None
+                and agg.implied_small(cell.score, cell.n_scored, policy)):
+            implied.append(Finding("aggregates.json", f"{where}.score", "the count the score implies is a small "
+                                   "cell"))
         if cell.score is not None and round(cell.score, policy.rounding.score_decimals) != cell.score:
             rounding.append(Finding("aggregates.json", f"{where}.score", "not rounded"))
     for index, model in enumerate(data.models):
@@ -210,52 +268,89 @@ def _structural_checks(data: agg.ExportAggregates, loaded: LoadedPolicy) -> list
               detail=f"{len(data.cells)} cell(s), {len(data.models)} model row(s), {len(data.runs)} run(s)"),
         _check("min_cell_size", f"no score on fewer than {policy.min_cell_size} instances and no count from 1 to "
                f"{policy.min_cell_size - 1}", small, f"{suppressed} cell(s) with suppressed values"),
-        _check("complementary_suppression", "no suppressed count can be recovered by subtraction; averages use "
-               "published scores only", lonely,
+        _check("complementary_suppression", "no suppressed count can be recovered by subtraction or from a "
+               "score; averages use published scores only", lonely,
                "applied" if policy.complementary_suppression else "disabled by policy"),
+        _check("implied_counts", f"no published proportion implies a count (score x n, or n minus it) from 1 to "
+               f"{policy.min_cell_size - 1}", implied, "applied"),
         _check("rounding", f"scores rounded to {policy.rounding.score_decimals} decimals", rounding, "applied"),
     ]
 
 
-def build_candidate(store: Store, config: Any, run_ids: list[str], loaded: LoadedPolicy, *, request_id: str
-                    ) -> tuple[dict[str, bytes], list[Check], dict[str, str]]:
-    """The candidate files, every check's result, and the runs' manifest hashes."""
+def _published(cell: agg.PublishedCell) -> bool:
+    return any(v is not None for v in (cell.score, cell.n_scored, cell.n_failed, cell.n_total, cell.n_gold_empty,
+                                       cell.score_nonempty_gold))
+
+
+@dataclass
+class Candidate:
+    files: dict[str, bytes]
+    checks: list[Check]
+    run_manifests: dict[str, str]
+    released_cells: list[CellInstances]  # what approval records as released
+
+    @property
+    def status(self) -> Status:
+        return "ready" if all(c.result == "pass" for c in self.checks) else "blocked"
+
+    @property
+    def hashes(self) -> dict[str, str]:
+        return {name: sha256_bytes(content) for name, content in self.files.items()}
+
+
+ManifestHead = dict[str, Any]  # build_manifest's keyword arguments other than files, run_manifests and checks
+
+
+def build_candidate(store: Store, config: Any, run_ids: list[str], loaded: LoadedPolicy, *, request_id: str,
+                    generated_at: str, manifest_head: ManifestHead) -> Candidate:
+    """The candidate files and every check's result, computed from the store (deterministic for the same store,
+    runs, policy, request id and time). The manifest that will leave with them (``manifest_head`` plus the
+    files' hashes, run manifests and check results) is scanned like every other file that leaves."""
     raw = agg.collect(store, config, run_ids)
-    data = agg.publish(raw, loaded.policy, request_id=request_id, policy_sha256=loaded.sha256)
+    data = agg.publish(raw, loaded.policy, request_id=request_id, policy_sha256=loaded.sha256,
+                       generated_at=generated_at)
     files = render_files(data)
-    checks = _structural_checks(data, loaded)
-    allowed, system = _vocabulary(data)
-    scan = loaded.policy.scan
+    checks = _structural_checks(data, raw, loaded)
+    policy = loaded.policy
+    instances = [cell_instances(store, i, c.run_id, c.model, c.benchmark, c.metric)
+                 for i, c in enumerate(data.cells) if _published(c)]
+    close = close_pairs(instances, store, policy.min_cell_size)
+    checks.append(_check(
+        "differencing", f"no published cell differs from a released cell (or another cell of this export) of the "
+        f"same benchmark and model by 1 to {policy.min_cell_size - 1} instances",
+        [Finding("aggregates.json", f"$.cells[{index}]", f"differs by fewer than {policy.min_cell_size} "
+                 f"instances from a cell {what}") for index, what in close],
+        f"{len(instances)} published cell(s) compared with released cells"))
+    fixed = fixed_vocabulary()
+    allowed, markers = _data_values(data)
+    allowed |= {str(manifest_head.get("requested_by")), str(manifest_head.get("appliance")), *raw_run_ids(raw)}
+    fixed |= markers
+    scan = policy.scan
     terms: set[str] = set()
     if scan.extract_terms:
-        spec_text = []
-        for benchmark in {c.benchmark for c in data.cells}:
-            spec = get_spec(benchmark)
-            spec_text.extend([spec.name, spec.description, spec.category, spec.subcategory,
-                              spec.prompt.system or "", spec.prompt.template])
-        vocabulary = vocabulary_tokens([*fixed_text(), *data.notes, *spec_text,
-                                        *(c.category for c in data.cells), *(c.metric for c in data.cells)])
         datasets = {(b, fp) for r in raw.runs for b, fp in r.dataset_fingerprints.items()}
-        terms = extract_terms(store, datasets, min_length=scan.min_term_length, vocabulary=vocabulary)
+        terms = extract_terms(store, datasets, min_length=scan.min_term_length, vocabulary=vocabulary_tokens(fixed))
     not_allowed: list[Finding] = []
     phi: list[Finding] = []
     seen: list[Finding] = []
     external: list[Finding] = []
-    for name, content in files.items():
-        strings, refs = strings_of(name, content)
-        a, p, t = scan_strings(name, strings, patterns=list(scan.patterns), terms=terms, allowed=allowed,
-                               system=system)
+    preview = build_manifest(files={n: sha256_bytes(c) for n, c in files.items()},
+                             run_manifests={r.run_id: r.manifest_sha256 for r in raw.runs},
+                             checks=dict.fromkeys(CHECK_IDS, "pass"), **manifest_head)
+    leaving = {**{n: strings_of(n, c, fixed) for n, c in files.items()}, MANIFEST: strings_of(MANIFEST, preview, fixed)}
+    for name, (strings, refs) in leaving.items():
+        a, p, t = scan_strings(name, strings, patterns=list(scan.patterns), terms=terms, allowed=allowed, fixed=fixed)
         not_allowed += a
         phi += p
         seen += t
         external += [Finding(name, ref, "reference to an external resource") for ref in refs]
-    total = sum(len(strings_of(n, c)[0]) for n, c in files.items())
+    total = sum(len(strings) for strings, _ in leaving.values())
     checks += [
         _check("string_allowlist", "every string is from the export vocabulary (model names, benchmark ids, "
                "metric and category names, run ids, hashes, fixed report text)", not_allowed,
                f"{total} string(s) checked"),
-        _check("phi_patterns", f"no string matches a PHI pattern ({', '.join(scan.patterns)})", phi,
-               f"{total} string(s) checked"),
+        _check("phi_patterns", f"no string matches a PHI pattern ({', '.join(scan.patterns)}), '_' read as a "
+               "separator", phi, f"{total} string(s) checked"),
         _check("extract_terms", "no string contains a name or identifier seen in the registered extracts",
                seen, f"{len(terms)} term(s) from the runs' datasets checked" if scan.extract_terms
                else "disabled by policy"),
@@ -265,7 +360,28 @@ def build_candidate(store: Store, config: Any, run_ids: list[str], loaded: Loade
               if sorted(files) == sorted(BUNDLE_FILES) else "fail", detail=", ".join(sorted(files))),
     ]
     run_manifests = {r.run_id: r.manifest_sha256 for r in raw.runs}
-    return files, checks, run_manifests
+    return Candidate(files=files, checks=checks, run_manifests=run_manifests, released_cells=instances)
+
+
+def build_manifest(*, request_id: str, appliance: str, files: dict[str, str], policy_sha256: str,
+                   run_manifests: dict[str, str], checks: dict[str, str], requested_by: str, requester_key: str,
+                   requested_at: str, checkpoint: dict[str, Any], appliance_key: Ed25519PublicKey) -> bytes:
+    manifest = {
+        "schema": MANIFEST_SCHEMA,
+        "request_id": request_id,
+        "appliance": appliance,
+        "appliance_version": __version__,
+        "files": files,
+        "policy_sha256": policy_sha256,
+        "run_manifests": run_manifests,
+        "checks": checks,
+        "requested_by": requested_by,
+        "requester_key": requester_key,
+        "requested_at": requested_at,
+        "audit_checkpoint": checkpoint,
+        "appliance_key_id": key_id(appliance_key),
+    }
+    return (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode("utf-8")
 
 
 def write_candidate(exports_dir: Path, request: ExportRequest, files: dict[str, bytes]) -> Path:
@@ -282,74 +398,117 @@ def bundle_hashes(bundle: Path) -> dict[str, str]:
     return {p.name: sha256_bytes(p.read_bytes()) for p in sorted(bundle.iterdir()) if p.is_file()}
 
 
-# -- approval, signing, verification -------------------------------------------------------------------------
+def sign_appliance(bundle: Path, manifest: bytes, key: Ed25519PrivateKey) -> None:
+    atomic_write(bundle / MANIFEST, manifest, mode=0o600)
+    atomic_write(bundle / SIGNATURE, base64.b64encode(key.sign(manifest)) + b"\n", mode=0o600)
 
 
-def build_manifest(request: ExportRequest, *, appliance: str, approver: str, approver_actor: str,
-                   checkpoint: dict[str, Any], signer: Ed25519PublicKey) -> bytes:
-    manifest = {
-        "schema": MANIFEST_SCHEMA,
-        "request_id": request.request_id,
-        "appliance": appliance,
-        "appliance_version": __version__,
-        "files": request.files,
-        "policy_sha256": request.policy_sha256,
-        "run_manifests": request.run_manifests,
-        "checks": {c.id: c.result for c in request.checks},
-        "requested_by": request.requested_by,
-        "requested_at": request.requested_at,
-        "approved_by": approver,
-        "approved_by_actor": approver_actor,
-        "approved_at": now_utc(),
-        "audit_checkpoint": checkpoint,
-        "key_id": key_id(signer),
-    }
-    return (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode("utf-8")
+# -- verification ----------------------------------------------------------------------------------------------
 
 
-def sign_bundle(bundle: Path, manifest: bytes, key: Ed25519PrivateKey) -> None:
-    signature = base64.b64encode(key.sign(manifest)) + b"\n"
-    atomic_write(bundle / MANIFEST, manifest, mode=0o640)
-    atomic_write(bundle / SIGNATURE, signature, mode=0o640)
+def _read_sig(bundle: Path, name: str) -> str | None:
+    try:
+        return (bundle / name).read_text(encoding="ascii")
+    except (FileNotFoundError, UnicodeDecodeError):
+        return None
 
 
-def verify_bundle(bundle: Path, public_key: Ed25519PublicKey) -> BundleVerification:
+def verify_bundle(bundle: Path, loaded: LoadedPolicy, *, appliance_key: Ed25519PublicKey | None = None,
+                  pending: bool = False, same_policy: bool = False) -> BundleVerification:
+    """Every file against the manifest; the requester's and an approver's SSH signatures over the manifest
+    digest, by keys the policy lists (different keys, different names); with ``appliance_key``, the appliance's
+    own signature and audit checkpoint. ``pending``: no approval yet (what an approver checks before signing).
+    ``same_policy``: the bundle must have been checked under exactly this policy (on the appliance); a recipient
+    may hold a later version of it (more approvers), which is noted, not refused."""
     from medhelm_local.audit.trail import checkpoint_signature_ok
 
-    problems: list[str] = []
-    files: dict[str, str] = {}
-    request_id = signer = None
     if not bundle.is_dir():
         raise BadInputError(f"BUNDLE: {bundle} is not a directory")
+    problems: list[str] = []
+    files: dict[str, str] = {}
+    approval = loaded.policy.approval
+    result: dict[str, Any] = {"request_id": None, "requested_by": None, "requester_key": None, "approved_by": None,
+                              "approver_key": None, "key_id": None, "manifest_sha256": None}
     try:
         manifest_bytes = (bundle / MANIFEST).read_bytes()
-        signature = base64.b64decode((bundle / SIGNATURE).read_bytes().strip(), validate=True)
-    except FileNotFoundError as exc:
-        problems.append(f"{Path(str(exc.filename)).name} is missing: the bundle was never approved or is incomplete")
-        return BundleVerification(ok=False, bundle=str(bundle), request_id=None, key_id=None, problems=problems,
-                                  files={})
-    except ValueError:
-        problems.append(f"{SIGNATURE} is not a base64 signature")
-        manifest_bytes, signature = (bundle / MANIFEST).read_bytes(), b""
-    try:
-        public_key.verify(signature, manifest_bytes)
-    except InvalidSignature:
-        problems.append(f"{MANIFEST}: signature invalid for key {key_id(public_key)[:16]} (changed, or signed by "
-                        "another key)")
+    except FileNotFoundError:
+        return BundleVerification(ok=False, bundle=str(bundle), problems=[f"{MANIFEST} is missing"], files={},
+                                  **result)
+    digest = sha256_bytes(manifest_bytes)
+    result["manifest_sha256"] = digest
     try:
         manifest = json.loads(manifest_bytes)
         listed: dict[str, str] = dict(manifest["files"])
-        request_id, signer = manifest.get("request_id"), manifest.get("key_id")
+        result["request_id"] = str(manifest["request_id"])
+        requester_key = str(manifest["requester_key"])
+        result["requested_by"], result["requester_key"] = str(manifest["requested_by"]), requester_key
+        result["key_id"] = manifest.get("appliance_key_id")
+        if manifest.get("schema") != MANIFEST_SCHEMA:
+            problems.append(f"{MANIFEST}: schema is not {MANIFEST_SCHEMA}")
     except (ValueError, KeyError, TypeError):
         problems.append(f"{MANIFEST} is not a valid export manifest")
-        listed, manifest = {}, {}
-    if signer is not None and signer != key_id(public_key):
-        problems.append("the manifest names a different signing key")
-    checkpoint = manifest.get("audit_checkpoint") if isinstance(manifest, dict) else None
-    if not isinstance(checkpoint, dict) or not checkpoint_signature_ok(checkpoint, public_key):
-        problems.append("the audit checkpoint in the manifest does not verify")
+        manifest, listed, requester_key = {}, {}, ""
+    notes: list[str] = []
+    matches = manifest.get("policy_sha256") == loaded.sha256
+    if not matches:
+        (problems if same_policy else notes).append(
+            f"the request was checked under another version of the export policy than {loaded.source}")
+    if set(manifest.get("checks", {}).values()) - {"pass"}:
+        problems.append("the manifest records a failed check")
+    request_sig = _read_sig(bundle, REQUEST_SIG)
+    requester_print = None
+    if request_sig is None:
+        problems.append(f"{REQUEST_SIG} is missing: the request was not signed by a requester")
+    else:
+        try:
+            requester_print = sshsig.verify(request_sig, digest_messages(digest), REQUEST_NAMESPACE).fingerprint
+        except sshsig.SignatureError as exc:
+            problems.append(f"{REQUEST_SIG}: {exc}")
+        else:
+            if requester_print != requester_key:
+                problems.append(f"{REQUEST_SIG}: signed by another key than the manifest's requester_key")
+            requester = approval.requester(requester_print)
+            if requester is None:
+                problems.append(f"{REQUEST_SIG}: the requester's key is not listed under approval.requesters in "
+                                f"{loaded.source}")
+            elif requester.name != result["requested_by"]:
+                problems.append("the manifest's requested_by is not the name the policy gives the requester's key")
+    approval_sig = _read_sig(bundle, APPROVAL_SIG)
+    if approval_sig is None:
+        if not pending:
+            problems.append(f"{APPROVAL_SIG} is missing: no approver signed this export")
+    elif pending:
+        problems.append(f"{APPROVAL_SIG} is present: the bundle is already approved")
+    else:
+        try:
+            signer = sshsig.verify(approval_sig, digest_messages(digest), APPROVAL_NAMESPACE)
+        except sshsig.SignatureError as exc:
+            problems.append(f"{APPROVAL_SIG}: {exc}")
+        else:
+            person = approval.approver(signer.fingerprint)
+            result["approver_key"] = signer.fingerprint
+            if person is None:
+                problems.append(f"{APPROVAL_SIG}: signed by a key not listed under approval.approvers in "
+                                f"{loaded.source}")
+            else:
+                result["approved_by"] = person.name
+                if signer.fingerprint in (requester_print, requester_key) or person.name == result["requested_by"]:
+                    problems.append(f"{APPROVAL_SIG}: the approver is the requester (two people are required)")
+    if appliance_key is not None:
+        try:
+            appliance_key.verify(base64.b64decode((bundle / SIGNATURE).read_bytes().strip(), validate=True),
+                                 manifest_bytes)
+        except FileNotFoundError:
+            problems.append(f"{SIGNATURE} is missing")
+        except (InvalidSignature, ValueError):
+            problems.append(f"{MANIFEST}: the appliance signature is invalid for key {key_id(appliance_key)[:16]}")
+        if result["key_id"] not in (None, key_id(appliance_key)):
+            problems.append("the manifest names a different appliance key")
+        checkpoint = manifest.get("audit_checkpoint")
+        if not isinstance(checkpoint, dict) or not checkpoint_signature_ok(checkpoint, appliance_key):
+            problems.append("the audit checkpoint in the manifest does not verify")
     present = {p.name for p in bundle.iterdir()}
-    for extra in sorted(present - set(listed) - {MANIFEST, SIGNATURE}):
+    for extra in sorted(present - set(listed) - set(SIGNATURE_FILES)):
         problems.append(f"{extra}: not listed in the manifest")
     for name, expected in sorted(listed.items()):
         path = bundle / name
@@ -360,8 +519,8 @@ def verify_bundle(bundle: Path, public_key: Ed25519PublicKey) -> BundleVerificat
         files[name] = actual
         if actual != expected:
             problems.append(f"{name}: sha256 differs from the signed manifest (the file was changed)")
-    return BundleVerification(ok=not problems, bundle=str(bundle), request_id=request_id, key_id=signer,
-                              problems=problems, files=files)
+    return BundleVerification(ok=not problems, bundle=str(bundle), problems=problems, files=files,
+                              same_policy=matches, notes=notes, **result)
 
 
 def release(bundle: Path, destination: Path, request_id: str) -> Path:

@@ -1,23 +1,30 @@
-"""The export disclosure policy: cell-size suppression, rounding, the string scan, who may approve.
+"""The export disclosure policy: cell-size suppression, rounding, the string scan, who may request and approve.
 
-The packaged default ships inside the package (``default-export-policy.yaml``); a site's own copy at
-``<home>/policies/export-policy.yaml`` takes its place. Its sha256 goes into every request and manifest.
+The policy lives outside the home: ``$MEDHELM_EXPORT_POLICY`` names its file (a read-only mount in the chart),
+because whoever can run the CLI can write the home. Without it the packaged default applies (it names no
+approvers, so nothing can be approved). A copy under ``<home>/policies/`` is refused rather than read. Requesters
+and approvers are listed by their OpenSSH Ed25519 public keys; the appliance holds no private key of theirs.
+The policy's sha256 goes into every request and manifest.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 from importlib import resources
 from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from medhelm_local.errors import ConfigError
+from medhelm_local.errors import BadInputError, ConfigError
+from medhelm_local.export import sshsig
 
 PatternName = Literal["mrn", "ssn", "phone", "email", "date", "address", "zip_code", "url"]
 HOME_POLICY = Path("policies") / "export-policy.yaml"
+POLICY_ENV = "MEDHELM_EXPORT_POLICY"
 ALL_PATTERNS: tuple[PatternName, ...] = ("mrn", "ssn", "phone", "email", "date", "address", "zip_code", "url")
 
 
@@ -37,11 +44,58 @@ class Scan(BaseModel):
     min_term_length: int = Field(default=3, ge=2)
 
 
-class Approval(BaseModel):
+class Person(BaseModel):
+    """Someone who may request or approve, identified by the OpenSSH Ed25519 public key they sign with."""
+
     model_config = ConfigDict(extra="forbid")
 
-    approvers: list[str] = Field(default_factory=list)
-    allow_self_approval: bool = False
+    name: str = Field(min_length=1, max_length=200)
+    key: str
+
+    @field_validator("key")
+    @classmethod
+    def _ed25519(cls, value: str) -> str:
+        try:
+            sshsig.parse_public_key(value, "key")
+        except BadInputError as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    def public_key(self) -> Ed25519PublicKey:
+        return sshsig.parse_public_key(self.key, f"approval key of {self.name}")
+
+    @property
+    def fingerprint(self) -> str:
+        return sshsig.fingerprint(self.public_key())
+
+
+class Approval(BaseModel):
+    """``requesters`` may request (``export request --key``); ``approvers`` may release. A request is approved
+    only by an approver whose name and key both differ from the requester's."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    requesters: list[Person] = Field(default_factory=list)
+    approvers: list[Person] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _distinct(self) -> Approval:
+        for role, people in (("requesters", self.requesters), ("approvers", self.approvers)):
+            prints = [p.fingerprint for p in people]
+            if len(set(prints)) != len(prints):
+                raise ValueError(f"{role}: the same key is listed twice")
+        names = {p.fingerprint: p.name for p in self.requesters}
+        for approver in self.approvers:
+            if approver.fingerprint in names and names[approver.fingerprint] != approver.name:
+                raise ValueError(f"approvers: {approver.name}'s key is listed as a requester's key under another "
+                                 "name (one key is one person)")
+        return self
+
+    def requester(self, fingerprint: str) -> Person | None:
+        return next((p for p in self.requesters if p.fingerprint == fingerprint), None)
+
+    def approver(self, fingerprint: str) -> Person | None:
+        return next((p for p in self.approvers if p.fingerprint == fingerprint), None)
 
 
 class ExportPolicy(BaseModel):
@@ -79,9 +133,21 @@ def parse_policy(data: bytes, source: str) -> LoadedPolicy:
     return LoadedPolicy(policy=policy, sha256=hashlib.sha256(data).hexdigest(), source=source)
 
 
+def load_policy_file(path: Path, option: str) -> LoadedPolicy:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"{option}: cannot read the export policy {path} ({exc.strerror})") from None
+    return parse_policy(data, str(path))
+
+
 def load_policy(home_root: Path) -> LoadedPolicy:
-    """The home's policy if it has one, else the packaged default."""
-    path = home_root / HOME_POLICY
-    if path.exists():
-        return parse_policy(path.read_bytes(), str(path))
+    """The policy named by ``$MEDHELM_EXPORT_POLICY``, else the packaged default. A policy inside the home is
+    refused: whoever runs the CLI can write there, so it could name their own key as an approver."""
+    named = os.environ.get(POLICY_ENV)
+    if named:
+        return load_policy_file(Path(named), POLICY_ENV)
+    if (home_root / HOME_POLICY).exists():
+        raise ConfigError(f"{home_root / HOME_POLICY}: an export policy inside the home is not read (anyone who can "
+                          f"run the CLI can write it); move it outside the home and set {POLICY_ENV} to its path")
     return parse_policy(default_policy_bytes(), "packaged default export policy")

@@ -38,6 +38,7 @@ _TOKEN = re.compile(r"[A-Za-z0-9]+")
 _TITLE_WORD = re.compile(r"\b[A-Z][a-z]+(?:['-][A-Za-z]+)?\b")
 _IDENTIFIER = re.compile(r"\b(?=[A-Za-z0-9-]*\d)(?=[A-Za-z0-9-]*[A-Za-z])[A-Za-z0-9-]{5,}\b|\b\d{5,}\b")
 NUMERIC = re.compile(r"^[-+]?[\d.,]+%?$|^$")
+_LONG_INTEGER = re.compile(r"^\d{5,}$")
 
 
 @dataclass(frozen=True)
@@ -47,16 +48,20 @@ class Finding:
     rule: str
 
 
-def _walk_json(value: Any, path: str = "$") -> Iterator[tuple[str, str]]:
+def _walk_json(value: Any, path: str = "$", names: frozenset[str] = frozenset()) -> Iterator[tuple[str, str]]:
+    """Every string (keys included) with its location. A key is named in a location only when it is one of
+    ``names`` (the schema's own); any other key (a run id, a model name) is located by position, so a finding
+    never quotes it."""
     if isinstance(value, str):
         yield path, value
     elif isinstance(value, dict):
-        for key, item in value.items():
-            yield f"{path}.{key}", str(key)
-            yield from _walk_json(item, f"{path}.{key}")
+        for index, (key, item) in enumerate(value.items()):
+            where = f"{path}.{key}" if key in names else f"{path}{{key {index}}}"
+            yield where, str(key)
+            yield from _walk_json(item, where, names)
     elif isinstance(value, list):
         for index, item in enumerate(value):
-            yield from _walk_json(item, f"{path}[{index}]")
+            yield from _walk_json(item, f"{path}[{index}]", names)
 
 
 class _TextCollector(HTMLParser):
@@ -99,11 +104,12 @@ class _TextCollector(HTMLParser):
         self.strings.append((f"<{where}> text", text))
 
 
-def strings_of(name: str, data: bytes) -> tuple[list[tuple[str, str]], list[str]]:
-    """Every string a reader of the file sees, with its location; and any external reference (HTML)."""
+def strings_of(name: str, data: bytes, names: Iterable[str] = ()) -> tuple[list[tuple[str, str]], list[str]]:
+    """Every string a reader of the file sees, with its location (JSON keys named only when in ``names``); and
+    any external reference (HTML)."""
     text = data.decode("utf-8")
     if name.endswith(".json"):
-        return list(_walk_json(json.loads(text))), []
+        return list(_walk_json(json.loads(text), names=frozenset(names))), []
     if name.endswith(".csv"):
         rows = csv.reader(io.StringIO(text))
         return [(f"row {r} column {c}", cell) for r, row in enumerate(rows, start=1)
@@ -123,7 +129,8 @@ def vocabulary_tokens(strings: Iterable[str]) -> set[str]:
 def extract_terms(store: Store, datasets: Iterable[tuple[str, str]], *, min_length: int,
                   vocabulary: set[str]) -> set[str]:
     """Names and identifiers seen in the registered extracts (instance ids, capitalised words, ids with
-    digits), minus words of the appliance's own vocabulary. Read from the encrypted store; kept in memory."""
+    digits), minus the words of the appliance's own fixed vocabulary (``vocabulary``: schema keys, fixed
+    report text; never text a user wrote, such as a custom spec). Read from the encrypted store; in memory."""
     terms: set[str] = set()
 
     def add_text(text: str) -> None:
@@ -150,20 +157,43 @@ def extract_terms(store: Store, datasets: Iterable[tuple[str, str]], *, min_leng
     return {t for t in terms if t not in vocabulary and len(t) >= min_length}
 
 
+# Values this appliance generates in fixed formats that cannot carry text: sha256 hashes, UTC timestamps,
+# export request ids, OpenSSH key fingerprints, base64 Ed25519 signatures (the audit checkpoint's).
+# Everything else (run ids, model names, names) is scanned.
+GENERATED = re.compile(
+    r"^(?:[0-9a-f]{64}|\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z|exp-\d{8}T\d{6}Z-[0-9a-f]{6}|SHA256:[A-Za-z0-9+/]{43}"
+    r"|[A-Za-z0-9+/]{86}==)$")
+
+
+def variants(value: str) -> list[str]:
+    """The string as written and with ``_`` read as a separator (``\\b`` does not split ``mrn_7730019942``)."""
+    spaced = value.replace("_", " ")
+    return [value] if spaced == value else [value, spaced]
+
+
 def scan_strings(file: str, strings: list[tuple[str, str]], *, patterns: list[str], terms: set[str],
-                 allowed: set[str] | None, system: set[str]) -> tuple[list[Finding], list[Finding], list[Finding]]:
-    """Returns (not in the vocabulary, PHI pattern matches, extract-term matches). ``system`` values (the
-    hashes, run ids and timestamps this appliance generated for the bundle) are exempt from the pattern scan."""
+                 allowed: set[str] | None, fixed: set[str]) -> tuple[list[Finding], list[Finding], list[Finding]]:
+    """Returns (not in the vocabulary, PHI pattern matches, extract-term matches).
+
+    ``fixed`` is the appliance's own text (schema keys, fixed report text, notes, shipped benchmark, category
+    and metric names): exempt. Every other string (run ids, model names, requester and appliance names,
+    custom benchmark ids) is scanned, except values in a generated fixed format (hashes, timestamps)."""
     vocab_findings, pattern_findings, term_findings = [], [], []
     compiled = [(name, PATTERNS[name]) for name in patterns]
     for location, value in strings:
-        if allowed is not None and value not in allowed and value not in system and not NUMERIC.match(value):
-            vocab_findings.append(Finding(file, location, "not in the export vocabulary"))
-        if NUMERIC.match(value) or value in system:
+        if value in fixed or GENERATED.match(value):
             continue
+        # A number written as text (a CSV or HTML cell) is allowed, but still scanned: a model name or run id
+        # made of digits alone ("7730019942") is a string that looks like a number.
+        if allowed is not None and value not in allowed and not NUMERIC.match(value):
+            vocab_findings.append(Finding(file, location, "not in the export vocabulary"))
+        forms = variants(value)
         for name, pattern in compiled:
-            if pattern.search(value):
+            if any(pattern.search(form) for form in forms):
                 pattern_findings.append(Finding(file, location, f"PHI pattern {name}"))
-        if {t.lower() for t in _TOKEN.findall(value)} & terms:
+        # Published numbers are not matched against extract terms (a score's digits are not an identifier), but a
+        # whole number of 5 or more digits is: it may be an extract's identifier standing in for a name.
+        numeric = NUMERIC.match(value)
+        if (not numeric or _LONG_INTEGER.match(value)) and {t.lower() for t in _TOKEN.findall(value)} & terms:
             term_findings.append(Finding(file, location, "name or identifier seen in a registered extract"))
     return vocab_findings, pattern_findings, term_findings

@@ -66,7 +66,12 @@ def test_leaderboard_and_export_carry_empty_gold(public_data: Path, tmp_path: Pa
 
     (cell,) = raw.cells
     assert (cell.n_gold_empty, cell.score_nonempty_gold) == (30, 0.5)
-    published = publish(raw, POLICY, request_id="req-1", policy_sha256="0" * 64)
+    # Under the default minimum cell size of 11, 0.8 of 50 would reveal the 10 wrong answers (issue 12 §4): the
+    # score is withheld, and so is the score on non-empty gold (10 of 20) that would give it back.
+    strict = publish(raw, POLICY, request_id="req-1", policy_sha256="0" * 64).cells[0]
+    assert strict.score is None and strict.score_nonempty_gold is None and strict.n_gold_empty == 30
+    assert {"score:implied_count", "score_nonempty_gold:implied_count"} <= set(strict.suppressed)
+    published = publish(raw, ExportPolicy(min_cell_size=10), request_id="req-1", policy_sha256="0" * 64)
     assert (published.cells[0].n_gold_empty, published.cells[0].score_nonempty_gold) == (30, 0.5)
     table = list(csv.DictReader(io.StringIO(render_files(published)["cells.csv"].decode())))
     assert (table[0]["n_gold_empty"], table[0]["score_nonempty_gold"]) == ("30", "0.5")

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import csv
 import json
+import os
+import subprocess
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -18,20 +20,99 @@ from medhelm_local.home.config import Pricing
 from medhelm_local.testing.fake_openai import FakeOpenAIServer
 from tests.compliance.inproc import InProcessCli
 
+REQUESTER = "alice-informatics"
 APPROVER = "carol-compliance"
 QUESTION = "Should this patient be referred to hospice care? A. Yes B. No"
 
 
-def write_policy(home: Path, **overrides: Any) -> None:
-    from medhelm_local.export.policy import default_policy_bytes
+@dataclass(frozen=True)
+class Signer:
+    """A person's own OpenSSH Ed25519 key pair, made by ssh-keygen as they would make it."""
 
+    name: str
+    private: Path
+
+    @property
+    def public(self) -> str:
+        return self.private.with_suffix(".pub").read_text(encoding="ascii").strip()
+
+    def sign(self, digest: str, namespace: str = "medhelm-export", *, newline: bool = False) -> Path:
+        """``printf %s DIGEST | ssh-keygen -Y sign -f KEY -n NAMESPACE > FILE`` (what the approver runs)."""
+        out = self.private.parent / f"{self.name}-{digest[:12]}-{namespace}.sig"
+        proc = subprocess.run(["ssh-keygen", "-Y", "sign", "-f", str(self.private), "-n", namespace],
+                              input=(digest + ("\n" if newline else "")).encode(), capture_output=True, check=True)
+        out.write_bytes(proc.stdout)
+        return out
+
+
+def signer(folder: Path, name: str) -> Signer:
+    key = folder / name
+    if not key.exists():
+        folder.mkdir(parents=True, exist_ok=True)
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", name, "-f", str(key)], check=True)
+    return Signer(name=name, private=key)
+
+
+def signers(home: Path) -> dict[str, Signer]:
+    """The people of a test site (keys outside the home): a requester, an approver, an outsider."""
+    folder = home.parent / "people"
+    return {name: signer(folder, name) for name in (REQUESTER, APPROVER, "mallory")}
+
+
+def write_policy(home: Path, **overrides: Any) -> Path:
+    """The site's export policy OUTSIDE the home, named by $MEDHELM_EXPORT_POLICY (set in this process; the
+    autouse fixture below restores the environment after each test). Lists REQUESTER and APPROVER by key."""
+    from medhelm_local.export.policy import POLICY_ENV, default_policy_bytes
+
+    people = signers(home)
     policy = yaml.safe_load(default_policy_bytes())
-    policy["approval"]["approvers"] = [APPROVER]
+    policy["approval"]["requesters"] = [{"name": REQUESTER, "key": people[REQUESTER].public}]
+    policy["approval"]["approvers"] = [{"name": APPROVER, "key": people[APPROVER].public}]
     for key, value in overrides.items():
         policy[key] = value
-    path = home / "policies" / "export-policy.yaml"
+    path = home.parent / "site-policy" / "export-policy.yaml"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(yaml.safe_dump(policy), encoding="utf-8")
+    os.environ[POLICY_ENV] = str(path)
+    return path
+
+
+@pytest.fixture(autouse=True)
+def _export_policy_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    from medhelm_local.export.policy import POLICY_ENV
+
+    monkeypatch.delenv(POLICY_ENV, raising=False)  # restored (unset) after the test, whatever write_policy set
+
+
+@contextmanager
+def site_policy(home: Path, **overrides: Any) -> Iterator[Path]:
+    """``write_policy`` for fixtures outside this package (session-scoped ones included): $MEDHELM_EXPORT_POLICY
+    is set inside the block and restored after it."""
+    from medhelm_local.export.policy import POLICY_ENV
+
+    before = os.environ.get(POLICY_ENV)
+    try:
+        yield write_policy(home, **overrides)
+    finally:
+        if before is None:
+            os.environ.pop(POLICY_ENV, None)
+        else:
+            os.environ[POLICY_ENV] = before
+
+
+def request_export(cli: InProcessCli, *run_ids: str) -> dict[str, Any]:
+    """``export request`` by the site's requester (``write_policy`` or ``site_policy`` first); returns the request
+    (ready or blocked)."""
+    result = cli("export", "request", "--runs", ",".join(run_ids), "--key", str(signers(cli.home)[REQUESTER].private),
+                 "--json")
+    assert result.code in (0, 1), result.stderr
+    payload = json.loads(result.stdout)
+    assert isinstance(payload, dict)
+    return payload
+
+
+def approve_args(home: Path, who: str = APPROVER) -> list[str]:
+    return ["--key", str(signers(home)[who].private)]
 
 
 def hospice_csv(path: Path, n: int, note: Any = None) -> Path:

@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from medhelm_local.audit.trail import CHECKPOINT_ACTION, canonical_json, checkpoint_message, line_hash
 from medhelm_local.audit.verify import ExportedCheckpoint, verify_file
 from medhelm_local.home.keys import load_public_key
-from tests.compliance.conftest import APPROVER, EvaluatedHome, evaluated_home, run_json
+from tests.compliance.conftest import EvaluatedHome, approve_args, evaluated_home, request_export
 from tests.compliance.inproc import InProcessCli
 
 Lines = list[bytes]
@@ -28,8 +28,8 @@ def built_trail(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path, P
         cli = evaluated.cli
         checkpoint = tmp_path / "checkpoint.json"
         assert cli("audit", "checkpoint", "--out", str(checkpoint)).code == 0
-        request = run_json(cli, "export", "request", "--runs", evaluated.run_id)
-        assert cli("export", "approve", str(request["request_id"]), "--approver", APPROVER).code == 0
+        request = request_export(cli, evaluated.run_id)
+        assert cli("export", "approve", str(request["request_id"]), *approve_args(cli.home)).code == 0
         assert cli("audit", "verify").code == 0
         public = tmp_path / "appliance.pub.pem"
         assert cli("keys", "export-public", "--out", str(public)).code == 0

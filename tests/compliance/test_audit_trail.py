@@ -13,7 +13,7 @@ from medhelm_local.audit.merkle import MerkleAccumulator, merkle_root
 from medhelm_local.audit.trail import AuditTrail, AuditWriteError
 from medhelm_local.audit.verify import verify_file
 from medhelm_local.home.keys import ensure_keys, load_signing_key
-from tests.compliance.conftest import APPROVER, EvaluatedHome, hospice_csv, run_json
+from tests.compliance.conftest import APPROVER, EvaluatedHome, approve_args, hospice_csv, request_export
 from tests.compliance.inproc import InProcessCli
 
 # RFC 6962 test vectors (certificate-transparency merkle_tree_test): leaves and the roots of each prefix.
@@ -97,8 +97,8 @@ def test_free_text_never_reaches_a_record(tmp_path: Path) -> None:
 
 def test_show_filters_and_report(evaluated: EvaluatedHome) -> None:
     cli = evaluated.cli
-    request = run_json(cli, "export", "request", "--runs", evaluated.run_id)
-    assert cli("export", "approve", str(request["request_id"]), "--approver", APPROVER).code == 0
+    request = request_export(cli, evaluated.run_id)
+    assert cli("export", "approve", str(request["request_id"]), *approve_args(cli.home)).code == 0
     shown = cli("audit", "show", "--action", "export.", "--json")
     assert shown.code == 0
     actions = {r["action"] for r in json.loads(shown.stdout)}

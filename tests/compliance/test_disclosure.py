@@ -13,7 +13,7 @@ from medhelm_local.export.policy import ExportPolicy, default_policy_bytes, pars
 from medhelm_local.export.scan import PATTERNS, scan_strings, strings_of
 from medhelm_local.home import ModelEndpoint
 from medhelm_local.testing.fake_openai import FakeOpenAIServer
-from tests.compliance.conftest import APPROVER, add_models, hospice_csv, write_policy
+from tests.compliance.conftest import add_models, approve_args, hospice_csv, request_export, write_policy
 from tests.compliance.inproc import InProcessCli
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,6 +31,7 @@ def test_repository_policy_is_the_packaged_default() -> None:
     assert (REPO / "policies" / "export-policy.yaml").read_bytes() == default_policy_bytes()
     loaded = parse_policy(default_policy_bytes(), "default")
     assert loaded.policy.min_cell_size == 11 and loaded.policy.approval.approvers == []
+    assert loaded.policy.approval.requesters == []
 
 
 def test_small_cells_are_suppressed() -> None:
@@ -39,28 +40,29 @@ def test_small_cells_are_suppressed() -> None:
     cell = publish_cell(_cell(n_scored=10, n_failed=5), POLICY)  # 15 planned, only 10 scored
     assert cell.score is None and cell.n_scored is None and cell.n_total == 15
     assert "score:small_cell" in cell.suppressed
-    published = publish_cell(_cell(n_scored=11), POLICY)
-    assert published.score == 0.123 and published.n_scored == 11 and published.n_failed == 0
+    published = publish_cell(_cell(n_scored=11, score=1.0), POLICY)
+    assert published.score == 1.0 and published.n_scored == 11 and published.n_failed == 0
 
 
 def test_complementary_suppression() -> None:
-    cell = publish_cell(_cell(n_scored=40, n_failed=3), POLICY)  # 3 failures: the 40 would reveal them
+    cell = publish_cell(_cell(n_scored=40, n_failed=3, score=0.5), POLICY)  # 3 failures: the 40 would reveal them
     assert cell.n_failed is None and cell.n_scored is None and cell.n_total == 43
-    assert cell.score == 0.123  # a mean over 40 instances is publishable
-    assert set(cell.suppressed) == {"n_failed:small_cell", "n_scored:complementary"}
+    # and so would the score: 0.5 x n is a whole number for n = 40 only, among 33..42 (score x n_total undone)
+    assert cell.score is None
+    assert set(cell.suppressed) == {"n_failed:small_cell", "n_scored:complementary", "score:complementary"}
 
 
 def test_averages_use_published_scores_only() -> None:
     raw = RawExport(
         runs=[RawRun(run_id="run-m", model="m", status="finished", benchmarks=["b1", "b2"], manifest_sha256="0" * 64,
                      dataset_fingerprints={})],
-        cells=[_cell(benchmark="b1", score=0.8), _cell(benchmark="b2", score=0.1, n_scored=5)],
+        cells=[_cell(benchmark="b1", score=0.6), _cell(benchmark="b2", score=0.1, n_scored=5)],
         usage=[RawModelUsage(model="m", cost=1.23456, n_total=45)],
     )
     data = publish(raw, POLICY, request_id="exp-x", policy_sha256="0" * 64)
     model = data.models[0]
-    assert model.macro_avg == 0.8 and model.benchmarks_suppressed == 1 and model.cost == 1.23
-    assert model.category_scores == {"Cat A": 0.8}
+    assert model.macro_avg == 0.6 and model.benchmarks_suppressed == 1 and model.cost == 1.23
+    assert model.category_scores == {"Cat A": 0.6}
 
 
 @pytest.mark.parametrize(("rule", "text"), [
@@ -70,13 +72,13 @@ def test_averages_use_published_scores_only() -> None:
 def test_phi_patterns(rule: str, text: str) -> None:
     assert PATTERNS[rule].search(text)
     _, found, _ = scan_strings("f.json", [("$.x", f"model {text}")], patterns=[rule], terms=set(), allowed=None,
-                               system=set())
+                               fixed=set())
     assert found and found[0].rule == f"PHI pattern {rule}" and text not in str(found)
 
 
 def test_pattern_scan_leaves_model_names_and_numbers_alone() -> None:
     strings = [("a", "llama-3.1-8b-instruct"), ("b", "0.734"), ("c", "qwen2.5-72b"), ("d", "exact_match")]
-    _, found, _ = scan_strings("f", strings, patterns=list(PATTERNS), terms=set(), allowed=None, system=set())
+    _, found, _ = scan_strings("f", strings, patterns=list(PATTERNS), terms=set(), allowed=None, fixed=set())
     assert found == []
 
 
@@ -97,16 +99,14 @@ def test_a_patient_name_in_a_model_name_blocks_the_export(tmp_path: Path) -> Non
         assert cli("datasets", "register", "hospice_referral", str(extract)).code == 0
         run = cli("run", "--model", "quillonby-7b", "--benchmarks", "hospice_referral", "--json")
         assert run.code == 0, run.stderr
-    result = cli("export", "request", "--runs", json.loads(run.stdout)["run_id"], "--json")
-    assert result.code == 1
-    request = json.loads(result.stdout)
+    request = request_export(cli, json.loads(run.stdout)["run_id"])
     assert request["status"] == "blocked"
     failed = {c["id"]: c for c in request["checks"] if c["result"] == "fail"}
     assert set(failed) == {"extract_terms"}
-    assert "Quillonby" not in result.stdout.replace("quillonby-7b", "")  # findings never quote the value
-    approve = cli("export", "approve", request["request_id"], "--approver", APPROVER)
-    assert approve.code == 2 and "cannot be approved" in approve.stderr
-    unfinished = cli("export", "request", "--runs", "run-does-not-exist")
+    assert "Quillonby" not in json.dumps(request).replace("quillonby-7b", "")  # findings never quote the value
+    approve = cli("export", "approve", request["request_id"], *approve_args(cli.home))
+    assert approve.code == 1 and "cannot be approved" in approve.stderr
+    unfinished = cli("export", "request", "--runs", "run-does-not-exist", *approve_args(cli.home, "alice-informatics"))
     assert unfinished.code == 2
 
 
@@ -115,7 +115,7 @@ def test_report_renders_several_models_with_suppressed_cells() -> None:
 
     runs = [RawRun(run_id=f"run-{m}", model=m, status="finished", benchmarks=["b1", "b2"], manifest_sha256="0" * 64,
                    dataset_fingerprints={}) for m in ("alpha", "beta")]
-    cells = [_cell("alpha", "b1", 0.9), _cell("alpha", "b2", 0.4, category="Cat B"),
+    cells = [_cell("alpha", "b1", 0.725), _cell("alpha", "b2", 0.4, category="Cat B"),
              _cell("beta", "b1", 0.7), _cell("beta", "b2", 0.6, n_scored=4, category="Cat B")]
     usage = [RawModelUsage(model="alpha", cost=12.5, n_total=80), RawModelUsage(model="beta", cost=3.25, n_total=44)]
     data = publish(RawExport(runs=runs, cells=cells, usage=usage), POLICY, request_id="exp-x", policy_sha256="0" * 64)

@@ -1,4 +1,4 @@
-"""Exports: request under the disclosure policy, approval by the compliance role, signed bundles, verify."""
+"""Exports: request signed by a requester's key, approval by another person's key, signed bundles, verify."""
 
 from __future__ import annotations
 
@@ -6,51 +6,60 @@ import json
 from pathlib import Path
 
 from medhelm_local.audit.trail import AuditTrail
-from tests.compliance.conftest import APPROVER, EvaluatedHome, run_json
-
-
-def _request(evaluated: EvaluatedHome) -> dict[str, object]:
-    return run_json(evaluated.cli, "export", "request", "--runs", evaluated.run_id)
+from tests.compliance.conftest import (
+    APPROVER,
+    REQUESTER,
+    EvaluatedHome,
+    approve_args,
+    request_export,
+    run_json,
+    signers,
+)
 
 
 def test_request_approve_release_verify(evaluated: EvaluatedHome, tmp_path: Path) -> None:
     cli = evaluated.cli
-    request = _request(evaluated)
+    request = request_export(cli, evaluated.run_id)
     assert request["status"] == "ready", request["checks"]
-    checks = {c["id"]: c["result"] for c in request["checks"]}  # type: ignore[index, union-attr]
-    assert set(checks) >= {"schema", "min_cell_size", "complementary_suppression", "rounding", "string_allowlist",
-                           "phi_patterns", "extract_terms", "self_contained_html", "files"}
+    checks = {c["id"]: c["result"] for c in request["checks"]}
+    assert set(checks) >= {"schema", "min_cell_size", "complementary_suppression", "implied_counts", "rounding",
+                           "differencing", "string_allowlist", "phi_patterns", "extract_terms",
+                           "self_contained_html", "files"}
     assert set(checks.values()) == {"pass"}
+    assert request["requested_by"] == REQUESTER and request["requester_key"].startswith("SHA256:")
     request_id = str(request["request_id"])
     bundle = cli.home / "exports" / request_id / "bundle"
     assert sorted(p.name for p in bundle.iterdir()) == ["aggregates.json", "categories.csv", "cells.csv",
-                                                       "leaderboard.csv", "report.html"]
+                                                       "leaderboard.csv", "manifest.json", "manifest.sig",
+                                                       "report.html", "request.sig"]
     html = (bundle / "report.html").read_text()
     assert "<svg" in html and "<script" not in html and "Content-Security-Policy" in html
     data = json.loads((bundle / "aggregates.json").read_text())
     assert data["cells"][0]["n_total"] == 24 and data["cells"][0]["score"] is not None
     assert data["models"][0]["cost"] is not None and "<circle" in html  # the cost-performance scatter
 
-    # Nothing leaves the home before approval: release is refused, and so is an unlisted approver.
+    # Nothing leaves the home before approval: release is refused, and so is an unlisted key.
     out = tmp_path / "outbox"
     refused = cli("export", "release", request_id, "--out", str(out))
     assert refused.code == 2 and not out.exists()
-    assert cli("export", "approve", request_id, "--approver", "mallory").code == 2
-    assert cli("export", "approve", request_id, "--approver", "root").code == 2
+    assert cli("export", "approve", request_id, *approve_args(cli.home, "mallory")).code == 2
 
-    approved = run_json(cli, "export", "approve", request_id, "--approver", APPROVER, "--out", str(out))
+    approved = run_json(cli, "export", "approve", request_id, *approve_args(cli.home), "--out", str(out))
     released = out / request_id
-    assert approved["released_to"] == str(released)
-    assert (released / "manifest.json").exists() and (released / "manifest.sig").exists()
+    assert approved["released_to"] == str(released) and approved["approver"] == APPROVER
+    assert sorted(p.name for p in released.iterdir()) == sorted([*(p.name for p in bundle.iterdir())])
+    assert (released / "approval.sig").read_text().startswith("-----BEGIN SSH SIGNATURE-----")
     manifest = json.loads((released / "manifest.json").read_text())
-    assert manifest["approved_by"] == APPROVER
+    assert manifest["requested_by"] == REQUESTER
     assert manifest["run_manifests"].keys() == {evaluated.run_id}
     assert manifest["audit_checkpoint"]["tree_size"] > 0
     assert len(manifest["policy_sha256"]) == 64
 
     public = tmp_path / "appliance.pub.pem"
     assert cli("keys", "export-public", "--out", str(public)).code == 0
-    assert cli("export", "verify", str(released), "--public-key", str(public)).code == 0
+    verified = cli("export", "verify", str(released), "--public-key", str(public), "--json")
+    assert verified.code == 0, verified.stdout
+    assert json.loads(verified.stdout)["approved_by"] == APPROVER
 
     records = AuditTrail(cli.home / "audit" / "audit.jsonl").records()
     started = next(r for r in records if r["action"] == "run.start")
@@ -61,16 +70,55 @@ def test_request_approve_release_verify(evaluated: EvaluatedHome, tmp_path: Path
     assert ("export.approve", "approved") in actions
     assert ("export.release", "success") in actions
     # A decided request cannot be decided again.
-    assert cli("export", "deny", request_id, "--approver", APPROVER).code == 2
+    assert cli("export", "deny", request_id).code == 2
+
+
+def test_release_with_a_signature_made_by_ssh_keygen(evaluated: EvaluatedHome, tmp_path: Path) -> None:
+    """The approver never hands the appliance a key: they sign the digest with ssh-keygen on their own machine
+    (here with the newline `echo` adds) and the signature file releases the bundle."""
+    cli = evaluated.cli
+    request = request_export(cli, evaluated.run_id)
+    digest = str(request["manifest_sha256"])
+    shown = cli("export", "show", str(request["request_id"]))
+    assert digest in shown.stdout and "ssh-keygen -Y sign" in shown.stdout
+    # What the approver checks on their copy before signing: files, requester signature, the digest.
+    pending = cli("export", "verify", str(cli.home / "exports" / str(request["request_id"])), "--pending")
+    assert pending.code == 0 and digest in pending.stdout
+    signature = signers(cli.home)[APPROVER].sign(digest, newline=True)
+    out = tmp_path / "outbox"
+    released = run_json(cli, "export", "release", str(request["request_id"]), "--signature", str(signature),
+                        "--out", str(out))
+    assert released["approver"] == APPROVER and (out / str(request["request_id"]) / "approval.sig").exists()
+    assert cli("export", "verify", str(out / str(request["request_id"]))).code == 0
+    # The recipient, with no appliance home, checks it against their own copy of the policy.
+    import os
+
+    from medhelm_local.export.policy import POLICY_ENV
+    from tests.compliance.inproc import InProcessCli
+
+    policy = Path(os.environ.pop(POLICY_ENV))
+    recipient = InProcessCli(home=tmp_path / "recipient-has-no-home")
+    checked = recipient("export", "verify", str(out / str(request["request_id"])), "--policy", str(policy))
+    assert checked.code == 0 and "VERIFIED" in checked.stdout and APPROVER in checked.stdout, checked.stderr
+    assert recipient("export", "verify", str(out / str(request["request_id"]))).code == 1  # default policy: nobody
+    # A later version of the policy (say, one more approver) still verifies it, with a note; on the appliance,
+    # releasing it again under a changed policy is refused.
+    later = tmp_path / "later-policy.yaml"
+    later.write_text(policy.read_text() + "# one more approver, some day\n")
+    noted = recipient("export", "verify", str(out / str(request["request_id"])), "--policy", str(later))
+    assert noted.code == 0 and "note: the request was checked under another version" in noted.stdout
+    os.environ[POLICY_ENV] = str(later)
+    again = cli("export", "release", str(request["request_id"]), "--out", str(tmp_path / "second"))
+    assert again.code == 2 and "another version of the export policy" in again.stderr
 
 
 def test_deny_is_audited_and_blocks_release(evaluated: EvaluatedHome, tmp_path: Path) -> None:
     cli = evaluated.cli
-    request_id = str(_request(evaluated)["request_id"])
-    assert cli("export", "deny", request_id, "--approver", APPROVER).code == 0
+    request_id = str(request_export(cli, evaluated.run_id)["request_id"])
+    assert cli("export", "deny", request_id).code == 0
     out = tmp_path / "outbox"
     assert cli("export", "release", request_id, "--out", str(out)).code == 2
-    assert cli("export", "approve", request_id, "--approver", APPROVER).code == 2
+    assert cli("export", "approve", request_id, *approve_args(cli.home)).code == 2
     assert not out.exists()
     records = AuditTrail(cli.home / "audit" / "audit.jsonl").records()
     assert any(r["action"] == "export.deny" and r["outcome"] == "denied" for r in records)
@@ -78,27 +126,29 @@ def test_deny_is_audited_and_blocks_release(evaluated: EvaluatedHome, tmp_path: 
 
 def test_export_verify_rejects_any_changed_byte(evaluated: EvaluatedHome, tmp_path: Path) -> None:
     from medhelm_local.export.bundle import verify_bundle
+    from medhelm_local.export.policy import load_policy
     from medhelm_local.home.keys import load_public_key
 
     cli = evaluated.cli
-    request_id = str(_request(evaluated)["request_id"])
+    request_id = str(request_export(cli, evaluated.run_id)["request_id"])
     out = tmp_path / "outbox"
-    assert cli("export", "approve", request_id, "--approver", APPROVER, "--out", str(out)).code == 0
+    assert cli("export", "approve", request_id, *approve_args(cli.home), "--out", str(out)).code == 0
     bundle = out / request_id
     key = load_public_key(cli.home / "keys" / "signing-ed25519.pub.pem")
-    assert verify_bundle(bundle, key).ok
+    policy = load_policy(cli.home)
+    assert verify_bundle(bundle, policy, appliance_key=key).ok
     for path in sorted(bundle.iterdir()):
         original = path.read_bytes()
         for offset in sorted({0, len(original) // 2, len(original) - 2}):
             changed = bytearray(original)
             changed[offset] ^= 0x01
             path.write_bytes(bytes(changed))
-            result = verify_bundle(bundle, key)
+            result = verify_bundle(bundle, policy, appliance_key=key)
             assert not result.ok, (path.name, offset)
         path.write_bytes(original)
-    assert verify_bundle(bundle, key).ok
+    assert verify_bundle(bundle, policy, appliance_key=key).ok
     (bundle / "extra.txt").write_text("x")
-    assert not verify_bundle(bundle, key).ok
+    assert not verify_bundle(bundle, policy, appliance_key=key).ok
     (bundle / "extra.txt").unlink()
     (bundle / "cells.csv").unlink()
     failed = cli("export", "verify", str(bundle), "--json")

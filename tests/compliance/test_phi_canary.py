@@ -12,9 +12,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from medhelm_local.export.policy import POLICY_ENV
 from medhelm_local.home import ModelEndpoint
 from medhelm_local.testing.fake_openai import FakeOpenAIServer
-from tests.compliance.conftest import APPROVER, add_models, write_policy
+from tests.compliance.conftest import REQUESTER, add_models, approve_args, signers, write_policy
 from tests.conftest import cli_env
 
 NAME = "Zyphorandel"  # a patient's surname
@@ -74,7 +75,7 @@ def test_no_canary_leaves_or_lies_around(tmp_path: Path) -> None:
         return proc.stdout
 
     cli("init")
-    write_policy(home)
+    env[POLICY_ENV] = str(write_policy(home))
     hospice, notes = _extracts(tmp_path / "extracts")
     with (FakeOpenAIServer(responder=_model, record_bodies=True) as model,
           FakeOpenAIServer(responder=_judge) as judge_a, FakeOpenAIServer(responder=_judge) as judge_b):
@@ -88,10 +89,11 @@ def test_no_canary_leaves_or_lies_around(tmp_path: Path) -> None:
         # The canaries really went through the pipeline: the model saw them and the jury judged every output.
         assert any(NAME in json.dumps(body) for body in model.bodies)
         assert judge_a.completions_sent >= 12 and judge_b.completions_sent >= 12
-    request = json.loads(cli("export", "request", "--runs", run["run_id"], "--json"))
+    request = json.loads(cli("export", "request", "--runs", run["run_id"], "--key",
+                             str(signers(home)[REQUESTER].private), "--json"))
     assert request["status"] == "ready", [c for c in request["checks"] if c["result"] == "fail"]
     outbox = tmp_path / "outbox"
-    cli("export", "approve", request["request_id"], "--approver", APPROVER, "--out", str(outbox))
+    cli("export", "approve", request["request_id"], *approve_args(home), "--out", str(outbox))
     cli("audit", "verify")
 
     bundle = outbox / request["request_id"]

@@ -15,6 +15,7 @@ from medhelm_local.export.aggregates import collect
 from medhelm_local.home import Home
 from medhelm_local.store import Store
 from medhelm_local.testing.fake_openai import FakeOpenAIServer
+from tests.compliance.conftest import REQUESTER, signers, write_policy
 from tests.conftest import Cli
 from tests.parity.helm_cases import helm_goldens
 
@@ -72,7 +73,7 @@ def _ok(result: Any) -> Any:
 
 
 def test_parity_run_sends_helms_prompts_records_the_style_and_keeps_leaderboards_apart(
-        home_cli: Cli, server: tuple[FakeOpenAIServer, Path, Path]) -> None:
+        home_cli: Cli, server: tuple[FakeOpenAIServer, Path, Path], monkeypatch: pytest.MonkeyPatch) -> None:
     fake, pubmedqa, medqa = server
     _ok(home_cli("datasets", "register", "pubmedqa", str(pubmedqa), "--json"))
     _ok(home_cli("datasets", "register", "medqa", str(medqa), "--json"))
@@ -124,13 +125,18 @@ def test_parity_run_sends_helms_prompts_records_the_style_and_keeps_leaderboards
     # Resuming a run in another style is refused; so is exporting runs of two styles together.
     clash = home_cli("run", "--resume", run["run_id"], "--prompt-style", "default")
     assert clash.code == 2 and "prompt style" in clash.stderr
-    mixed = home_cli("export", "request", "--runs", f"{run['run_id']},{default['run_id']}")
+    from medhelm_local.export.policy import POLICY_ENV
+
+    monkeypatch.setenv(POLICY_ENV, "")  # write_policy sets it in this process: restored after the test
+    home_cli.env[POLICY_ENV] = str(write_policy(home_cli.home))
+    key = ["--key", str(signers(home_cli.home)[REQUESTER].private)]
+    mixed = home_cli("export", "request", "--runs", f"{run['run_id']},{default['run_id']}", *key)
     assert mixed.code == 2 and "prompt styles" in mixed.stderr
     home = Home(home_cli.home)
     with Store.open(home, read_only=True) as store:
         raw = collect(store, home.config, [run["run_id"]])
     assert [r.prompt_style for r in raw.runs] == ["medhelm"]
-    published = home_cli("export", "request", "--runs", run["run_id"], "--json")
+    published = home_cli("export", "request", "--runs", run["run_id"], *key, "--json")
     assert published.code in (0, 1), published.stderr  # 1: held back by the disclosure policy (small cells)
     scans = ("string_allowlist", "phi_patterns", "extract_terms")
     assert not [c["id"] for c in published.json()["checks"] if c["id"] in scans and c["result"] == "fail"]

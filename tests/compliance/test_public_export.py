@@ -1,0 +1,47 @@
+"""A legitimate export of public benchmarks comes out `ready`: the bundle's own schema keys and fixed text are
+vocabulary, never extract terms (issue 12 §4: `min_cell_size` was split into words and matched against
+capitalised words of the extracts, so three models on PubMedQA, MedQA, MEDEC and MedHallu were `blocked`)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any
+
+from medhelm_local.home import ModelEndpoint
+from medhelm_local.testing.fake_openai import FakeOpenAIServer
+from tests.compliance.conftest import add_models, request_export, run_json, write_policy
+from tests.compliance.inproc import InProcessCli
+
+MODELS = ("llama-3.1-8b-instruct", "qwen2.5-7b-instruct", "mistral-7b-instruct-v0.3")
+SOURCES = {"pubmedqa": "pubmedqa", "medqa": "medqa/phrases_no_exclude_test.jsonl", "medec": "medec",
+           "medhallu": "medhallu"}
+ANSWERS = ("A", "B", "C", "D", "yes", "no", "CORRECT", "0", "1")
+
+
+def _answer(messages: list[dict[str, Any]]) -> str:
+    digest = hashlib.sha256(json.dumps(messages).encode()).digest()
+    return f"The answer is {ANSWERS[digest[0] % len(ANSWERS)]}."
+
+
+def test_three_models_on_four_public_benchmarks_give_a_ready_request(public_data: Path, tmp_path: Path) -> None:
+    cli = InProcessCli(home=tmp_path / "home")
+    assert cli("init").code == 0
+    write_policy(cli.home)
+    for benchmark, source in SOURCES.items():
+        assert cli("datasets", "register", benchmark, str(public_data / source)).code == 0, benchmark
+    run_ids = []
+    with FakeOpenAIServer(responder=_answer) as server:
+        add_models(cli.home, [ModelEndpoint(name=m, base_urls=[server.base_url]) for m in MODELS])
+        for model in MODELS:
+            run = run_json(cli, "run", "--model", model, "--benchmarks", ",".join(SOURCES), "--max-instances", "200")
+            run_ids.append(str(run["run_id"]))
+    request = request_export(cli, *run_ids)
+    failed = {c["id"]: c["findings"][:5] for c in request["checks"] if c["result"] == "fail"}
+    assert request["status"] == "ready", failed
+    data = json.loads((cli.home / "exports" / request["request_id"] / "bundle" / "aggregates.json").read_text())
+    assert len(data["cells"]) == 12 and {c["n_total"] for c in data["cells"]} == {200}
+    assert [c for c in data["cells"] if c["score"] is not None]  # scores are published, not all suppressed
+    extract_terms = next(c for c in request["checks"] if c["id"] == "extract_terms")
+    assert not extract_terms["detail"].startswith("0 term")  # the public extracts' terms were really checked

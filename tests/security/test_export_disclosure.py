@@ -1,0 +1,182 @@
+"""Issue 12 §4: disclosure that cannot be undone. Each test is an insider's attempt to get PHI, or a small
+count, out through an export that the code before issue 12 let pass."""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime
+from pathlib import Path
+
+import yaml
+
+from medhelm_local.export.aggregates import RawCell, publish_cell
+from medhelm_local.export.policy import ExportPolicy
+from tests.compliance.conftest import approve_args, request_export
+from tests.security.exportkit import evaluate, failed, notes, policy_env, site
+
+__all__ = ["policy_env"]  # the autouse fixture that restores $MEDHELM_EXPORT_POLICY
+PATIENT = "Quillonby"
+
+
+def _patient_note(i: int) -> str:
+    return f"Patient Ada {PATIENT}, MRN 7730019942, visit {i}: stable."
+
+
+def _aggregates(cli_home: Path, request: dict[str, object]) -> dict[str, object]:
+    path = cli_home / "exports" / str(request["request_id"]) / "bundle" / "aggregates.json"
+    data = json.loads(path.read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def test_a_run_id_carrying_an_mrn_blocks_the_export(tmp_path: Path) -> None:
+    """Run ids were exempt from the pattern scan as "system" values."""
+    cli = site(tmp_path)
+    for run_id in ("MRN-7730019942", "mrn_7730019942", "7730019942"):
+        evaluated = evaluate(cli, notes(tmp_path / f"{run_id}.csv", 24), run_id=run_id)
+        request = request_export(cli, evaluated)
+        assert request["status"] == "blocked", run_id
+        where = {(f["file"], f["location"]) for f in failed(request)["phi_patterns"]}
+        assert ("aggregates.json", "$.runs[0].run_id") in where and ("manifest.json", "$.requested_by") not in where
+        assert "7730019942" not in json.dumps(request["checks"])
+
+
+def test_a_separator_joined_identifier_in_a_model_name_blocks_the_export(tmp_path: Path) -> None:
+    """`mrn_7730019942` defeated the `\\b` patterns (`_` is a word character)."""
+    cli = site(tmp_path)
+    request = request_export(cli, evaluate(cli, notes(tmp_path / "notes.csv", 24), model="mrn_7730019942"))
+    assert request["status"] == "blocked" and "phi_patterns" in failed(request)
+
+
+def test_the_manifest_names_are_scanned_and_the_free_text_actor_never_enters_it(tmp_path: Path) -> None:
+    """requested_by was the free-text --actor, signed into the manifest unscanned. Now it is the requester's
+    name in the policy, and it is scanned like everything else that leaves."""
+    cli = site(tmp_path)
+    run_id = evaluate(cli, notes(tmp_path / "notes.csv", 24, note=_patient_note))
+    actor = cli("--actor", "MRN 7730019942", "export", "request", "--runs", run_id, *approve_args(cli.home,
+                "alice-informatics"), "--json")
+    request = json.loads(actor.stdout)
+    bundle = cli.home / "exports" / request["request_id"] / "bundle"
+    assert "7730019942" not in (bundle / "manifest.json").read_text()
+    # A requester whose policy name is a patient's name seen in the extract blocks the export.
+    from tests.compliance.conftest import REQUESTER, signers, write_policy
+
+    people = signers(cli.home)
+    write_policy(cli.home, approval={"requesters": [{"name": PATIENT, "key": people[REQUESTER].public}],
+                                     "approvers": [{"name": "carol", "key": people["carol-compliance"].public}]})
+    named = request_export(cli, run_id)
+    assert named["status"] == "blocked"
+    assert {(f["file"], f["location"]) for f in failed(named)["extract_terms"]} == {("manifest.json",
+                                                                                     "$.requested_by")}
+
+
+def test_the_appliance_name_in_the_manifest_is_scanned(tmp_path: Path) -> None:
+    from medhelm_local.home import Home
+    from medhelm_local.home.config import ApplianceConfig
+
+    cli = site(tmp_path)
+    run_id = evaluate(cli, notes(tmp_path / "notes.csv", 24))
+    home = Home(cli.home)
+    home.save_config(ApplianceConfig.model_validate({**home.config.model_dump(), "appliance_name": "mrn_7730019942"}))
+    request = request_export(cli, run_id)
+    assert request["status"] == "blocked"
+    assert {(f["file"], f["location"]) for f in failed(request)["phi_patterns"]} == {("manifest.json", "$.appliance")}
+
+
+def test_spec_text_does_not_whitelist_extract_terms(tmp_path: Path) -> None:
+    """A custom spec's description naming the patient made the name 'vocabulary', so a model named after the
+    patient passed the extract-term scan."""
+    cli = site(tmp_path)
+    spec = yaml.safe_load((Path(__file__).parents[2] / "medhelm_local" / "data" / "samples" /
+                           "followup_needed.yaml").read_text())
+    spec["description"] = f"Follow-up decisions for {PATIENT} and colleagues."
+    spec["name"] = f"{PATIENT} Follow-up"
+    spec_path = tmp_path / "followup_needed.yaml"
+    spec_path.write_text(yaml.safe_dump(spec))
+    extract = tmp_path / "followup.csv"
+    rows = ["note_id,note_text,question,followup"] + [
+        f'{i},"Discharge of Ada {PATIENT}, day {i}.",Does the patient need follow-up?,{"yes" if i % 2 else "no"}'
+        for i in range(24)]
+    extract.write_text("\n".join(rows) + "\n")
+    run_id = evaluate(cli, extract, model=f"{PATIENT.lower()}-7b", spec=spec_path, benchmark="followup_needed")
+    request = request_export(cli, run_id)
+    assert request["status"] == "blocked" and "extract_terms" in failed(request)
+
+
+def test_the_appliances_own_vocabulary_is_never_an_extract_term(tmp_path: Path) -> None:
+    """Notes that happen to use words of the bundle's schema and fixed text (Min, Cell, Size, Score, Model,
+    Notes, Leaderboard) do not block it: `min_cell_size` was split into words and matched against them."""
+    cli = site(tmp_path)
+    note = "Min Cell Size Score Model Notes Leaderboard Request Generated Benchmark Category: visit {}."
+    request = request_export(cli, evaluate(cli, notes(tmp_path / "notes.csv", 24, note=note.format)))
+    assert request["status"] == "ready", failed(request)
+
+
+def _cell(score: float, n_scored: int, n_failed: int = 0) -> RawCell:
+    return RawCell(run_id="run-x", model="m", benchmark="b", category="Cat", metric="exact_match", score=score,
+                   n_scored=n_scored, n_failed=n_failed, n_total=n_scored + n_failed, created_at=datetime(2026, 1, 1))
+
+
+def test_a_score_that_implies_a_small_count_is_suppressed() -> None:
+    policy = ExportPolicy()
+    low = publish_cell(_cell(2 / 15, 15), policy)  # 0.133 of 15 reveals 2 of 15
+    assert low.score is None and "score:implied_count" in low.suppressed and low.n_total == 15
+    high = publish_cell(_cell(13 / 15, 15), policy)  # 2 of 15 wrong: n - k is the small cell
+    assert high.score is None and "score:implied_count" in high.suppressed
+    assert publish_cell(_cell(11 / 22, 22), policy).score == 0.5
+    assert publish_cell(_cell(1.0, 15), policy).score == 1.0  # 15 of 15 and 0 of 15: no small cell
+    jury = _cell(0.6, 15).model_copy(update={"proportion": False})  # a mean of ratings: no count to reveal
+    assert publish_cell(jury, policy).score == 0.6
+
+
+def test_a_suppressed_failure_count_is_not_undone_by_score_times_n_total() -> None:
+    """3 failures of 43: n_failed and n_scored were withheld, but score 0.5 was published; 0.5 x n is whole
+    for n = 40 only among 33..42, so n_scored = 40 and n_failed = 3 follow."""
+    cell = publish_cell(_cell(0.5, 40, n_failed=3), ExportPolicy())
+    assert cell.n_failed is None and cell.n_scored is None and cell.score is None
+    assert "score:complementary" in cell.suppressed
+
+
+def test_small_counts_never_leave_end_to_end(tmp_path: Path) -> None:
+    cli = site(tmp_path)
+    run_id = evaluate(cli, notes(tmp_path / "notes.csv", 15), responder=lambda _m: "B")  # 7 of 15 right
+    request = request_export(cli, run_id)
+    assert request["status"] == "ready", failed(request)
+    cell = _aggregates(cli.home, request)["cells"][0]  # type: ignore[index]
+    assert cell["score"] is None and "score:implied_count" in cell["suppressed"] and cell["n_total"] == 15
+    bundle = cli.home / "exports" / str(request["request_id"]) / "bundle"
+    assert not any("0.467" in p.read_text() for p in bundle.iterdir() if p.suffix in (".json", ".csv", ".html"))
+
+
+def test_differencing_across_exports_is_refused(tmp_path: Path) -> None:
+    """Export 15 of 30, add one patient, export 16 of 31: the new patient's label is the difference."""
+    cli = site(tmp_path)
+    first = request_export(cli, evaluate(cli, notes(tmp_path / "v1.csv", 30)))
+    assert first["status"] == "ready", failed(first)
+    assert cli("export", "approve", str(first["request_id"]), *approve_args(cli.home)).code == 0
+    again = request_export(cli, str(first["runs"][0]))  # the same cells again: nothing new is revealed
+    assert again["status"] == "ready", failed(again)
+
+    second_run = evaluate(cli, notes(tmp_path / "v2.csv", 31))
+    second = request_export(cli, second_run)
+    assert second["status"] == "blocked" and set(failed(second)) == {"differencing"}
+    finding = failed(second)["differencing"][0]
+    assert finding["location"] == "$.cells[0]" and str(first["request_id"]) in finding["rule"]
+    # Another model on the 31 patients is no difference of a released cell.
+    other = request_export(cli, evaluate(cli, notes(tmp_path / "v2.csv", 31), model="other-model"))
+    assert other["status"] == "ready", failed(other)
+    # Both cells in one export are refused as well (the difference is inside the export).
+    both = request_export(cli, str(first["runs"][0]), second_run)
+    assert "differencing" in failed(both)
+
+
+def test_approval_re_runs_differencing_against_what_was_released_since(tmp_path: Path) -> None:
+    """Two requests made before either was approved: once the first is released, the second no longer passes
+    the checks it passed when requested, and its approval is refused."""
+    cli = site(tmp_path)
+    first = request_export(cli, evaluate(cli, notes(tmp_path / "v1.csv", 30)))
+    second = request_export(cli, evaluate(cli, notes(tmp_path / "v2.csv", 31)))
+    assert first["status"] == second["status"] == "ready"
+    assert cli("export", "approve", str(first["request_id"]), *approve_args(cli.home)).code == 0
+    refused = cli("export", "approve", str(second["request_id"]), *approve_args(cli.home))
+    assert refused.code == 1 and "differencing" in refused.stderr
