@@ -378,6 +378,126 @@ def test_parallel_shards_refuse_any_read_write_once_volume(volume):
     assert by_kind(render(values), "CronJob")
 
 
+def _affinity_terms(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    return spec.get("affinity", {}).get("podAffinity", {}).get("requiredDuringSchedulingIgnoredDuringExecution", [])
+
+
+def test_pods_sharing_a_read_write_once_home_share_a_node(rendered):
+    """Issue 15 item 4: the runner's pods and the toolbox mount the same RWO volumes: a required pod affinity
+    to each other's label puts them on one node (else: Multi-Attach). With RWX volumes there is none."""
+    docs = rendered("gpu")
+    _cron, runner, _c = _runner(docs)
+    (toolbox,) = [d for d in by_kind(docs, "Deployment") if d["metadata"]["name"].endswith("-toolbox")]
+    toolbox_spec = pod_spec(toolbox)
+    (term,) = _affinity_terms(runner)
+    assert term == _affinity_terms(toolbox_spec)[0]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    for labels in (_cron["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"],
+                   toolbox["spec"]["template"]["metadata"]["labels"]):
+        assert _selects(term["labelSelector"], labels)
+    assert not _affinity_terms(_runner(rendered("sharded"))[1])  # RWX: shards spread over nodes
+    # A site's own affinity is kept, ours appended.
+    site = {"key": "zone", "operator": "In", "values": ["a"]}
+    values = load_values("gpu")
+    values["runner"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [site]}]}}}
+    _cron, spec, _c = _runner(render(values))
+    assert spec["affinity"]["nodeAffinity"] == values["runner"]["affinity"]["nodeAffinity"]
+    assert len(_affinity_terms(spec)) == 1
+
+
+def test_writers_wait_for_the_store_lock_and_read_policy_and_pin_from_outside_the_home(rendered):
+    """Issue 15 item 4 and the team conventions: every writer waits MEDHELM_LOCK_TIMEOUT_S for the store's lock;
+    the export policy and the audit key pin come from ConfigMaps mounted read-only, never from the home."""
+    for name in ("gpu", "rke2", "openshift"):
+        docs = rendered(name)
+        values = load_values(name)
+        _cron, spec, runner = _runner(docs)
+        toolboxes = [d for d in by_kind(docs, "Deployment") if d["metadata"]["name"].endswith("-toolbox")]
+        for c in [runner, *[pod_spec(d)["containers"][0] for d in toolboxes]]:
+            env = env_map(c)
+            lock = values.get("appliance", {}).get("store", {}).get("lockTimeoutS", 600)
+            assert env["MEDHELM_LOCK_TIMEOUT_S"] == str(lock)
+            assert env["MEDHELM_EXPORT_POLICY"] == "/etc/medhelm/policy/export-policy.yaml"
+            mount = next(m for m in c["volumeMounts"] if m["mountPath"] == "/etc/medhelm/policy")
+            assert mount["readOnly"] is True
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        policy_cm = volumes["export-policy"]["configMap"]["name"]
+        if name == "openshift":
+            assert policy_cm == "medhelm-export-policy"  # the site's own, owned by compliance
+            ref = env_map(runner)["MEDHELM_AUDIT_KEY_FINGERPRINT"]["configMapKeyRef"]
+            assert ref == {"name": "medhelm-audit-key", "key": "fingerprint"}
+        else:
+            (cm,) = [m for m in by_kind(docs, "ConfigMap") if m["metadata"]["name"] == policy_cm]
+            assert cm["data"]["export-policy.yaml"] == (REPO / "policies" / "export-policy.yaml").read_text()
+        if name == "rke2":
+            ref = env_map(runner)["MEDHELM_AUDIT_KEY_FINGERPRINT"]["configMapKeyRef"]
+            (pin,) = [m for m in by_kind(docs, "ConfigMap") if m["metadata"]["name"] == ref["name"]]
+            assert pin["data"][ref["key"]] == values["auditKey"]["fingerprint"]
+        if name == "gpu":
+            assert "MEDHELM_AUDIT_KEY_FINGERPRINT" not in env_map(runner)
+            assert "audit signing key is not pinned" in notes(values)
+
+
+def test_site_adaptations_reach_the_pods(rendered):
+    """Issue 15 item 7: RuntimeClass for RKE2/k3s GPUs, priority classes, extra env/volumes/mounts, labels,
+    topology spread; per model over the vllm defaults."""
+    docs = rendered("rke2")
+    for sts in servers(docs):
+        spec = pod_spec(sts)
+        assert spec["runtimeClassName"] == "nvidia" and spec["priorityClassName"] == "medhelm-gpu"
+        assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    _cron, spec, _c = _runner(docs)
+    assert spec["priorityClassName"] == "medhelm-batch" and "runtimeClassName" not in spec
+    values = load_values("gpu")
+    values["runner"] |= {"extraEnv": [{"name": "SSL_CERT_FILE", "value": "/etc/site-ca/ca.pem"}],
+                         "extraVolumes": [{"name": "site-ca", "configMap": {"name": "site-ca"}}],
+                         "extraVolumeMounts": [{"name": "site-ca", "mountPath": "/etc/site-ca", "readOnly": True}],
+                         "podLabels": {"team": "informatics"}, "runtimeClassName": "gvisor"}
+    values["judges"][0] |= {"runtimeClassName": "nvidia", "podLabels": {"gpu-pool": "a100"},
+                            "extraEnv": [{"name": "NCCL_DEBUG", "value": "WARN"}],
+                            "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone",
+                                                           "whenUnsatisfiable": "DoNotSchedule"}]}
+    docs = render(values)
+    cron, spec, c = _runner(docs)
+    assert env_map(c)["SSL_CERT_FILE"] == "/etc/site-ca/ca.pem"
+    assert {"name": "site-ca", "configMap": {"name": "site-ca"}} in spec["volumes"]
+    assert any(m["mountPath"] == "/etc/site-ca" for m in c["volumeMounts"])
+    assert cron["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"]["team"] == "informatics"
+    assert spec["runtimeClassName"] == "gvisor"
+    judge = next(s for s in servers(docs) if s["metadata"]["labels"]["medhelm.local/model"] == "judge-a")
+    jspec = pod_spec(judge)
+    assert jspec["runtimeClassName"] == "nvidia" and jspec["topologySpreadConstraints"][0]["topologyKey"] == "zone"
+    assert judge["spec"]["template"]["metadata"]["labels"]["gpu-pool"] == "a100"
+    assert env_map(jspec["containers"][0])["NCCL_DEBUG"] == "WARN"
+    other = next(s for s in servers(docs) if s["metadata"]["labels"]["medhelm.local/model"] == "judge-b")
+    assert "runtimeClassName" not in pod_spec(other)
+
+
+def test_ephemeral_storage_limits_hold_the_scratch_volumes(rendered):
+    """Issue 15 item 10: no pod can be evicted for filling the scratch space it was given."""
+    for name in SETS:
+        for obj in workloads(rendered(name)):
+            spec = pod_spec(obj)
+            disk = sum(_mib(v["emptyDir"]["sizeLimit"]) for v in spec["volumes"]
+                       if "emptyDir" in v and v["emptyDir"].get("medium") != "Memory")
+            limit = sum(_mib(c["resources"]["limits"].get("ephemeral-storage", "0Mi")) for c in spec["containers"])
+            assert limit >= disk + 256, f"{name}: {obj['kind']}/{obj['metadata']['name']}: {limit} < {disk}"
+
+
+def test_toolbox_stages_raw_extracts_off_the_home_volume(rendered):
+    """Issue 15 item 15: extracts copied in for registration land on the toolbox's own emptyDir (never on the
+    home volume, so never in its snapshots or backups) and vanish with the pod."""
+    (toolbox,) = [d for d in by_kind(rendered("rke2"), "Deployment") if d["metadata"]["name"].endswith("-toolbox")]
+    spec = pod_spec(toolbox)
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["incoming"] == {"name": "incoming", "emptyDir": {"sizeLimit": "20Gi"}}
+    (c,) = spec["containers"]
+    mount = next(m for m in c["volumeMounts"] if m["name"] == "incoming")
+    assert mount["mountPath"] == "/var/lib/medhelm-incoming"
+    assert not mount["mountPath"].startswith("/var/lib/medhelm/")
+
+
 # --- keys and Secrets -------------------------------------------------------------------------------------
 
 
@@ -662,6 +782,13 @@ REJECTION_REASONS = {
     "server-name-collision": r"same Deployment/Service name",
     "unknown-key-mode": r"/keys/mode",
     "unknown-value": r"unknownTopLevel",
+    "dns-ip-range": r"/networkPolicy/dns/peers/0/ipBlock/cidr",
+    "dns-port": r"/networkPolicy/dns/ports/0/port",
+    "reserved-pod-label": r"invalid propertyName 'app\.kubernetes\.io/component'",
+    "per-revision-job": r"additional properties 'job' not allowed",
+    "fixed-concurrency": r"additional properties 'concurrencyPolicy' not allowed",
+    "bad-size": r"/vllm/cacheSize",
+    "short-startup": r"/vllm/startupSeconds",
 }
 
 
@@ -697,6 +824,14 @@ REJECTION_REASONS = {
         ),
         pytest.param({"keys": {"mode": "vault"}}, id="unknown-key-mode"),
         pytest.param({"unknownTopLevel": True}, id="unknown-value"),
+        pytest.param({"networkPolicy": {"dns": {"peers": [{"ipBlock": {"cidr": "10.0.0.0/8"}}]}}}, id="dns-ip-range"),
+        pytest.param({"networkPolicy": {"dns": {"ports": [{"protocol": "TCP", "port": 443}]}}}, id="dns-port"),
+        pytest.param({"runner": {"podLabels": {"app.kubernetes.io/component": "model-server"}}},
+                     id="reserved-pod-label"),
+        pytest.param({"runner": {"job": {"enabled": True}}}, id="per-revision-job"),
+        pytest.param({"runner": {"concurrencyPolicy": "Allow"}}, id="fixed-concurrency"),
+        pytest.param({"vllm": {"cacheSize": "20G"}}, id="bad-size"),
+        pytest.param({"vllm": {"startupSeconds": 60}}, id="short-startup"),
     ],
 )
 def test_bad_values_are_rejected(values, request):
