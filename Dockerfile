@@ -3,7 +3,7 @@
 # medhelm-local appliance images. Two final targets:
 #
 #   docker build --target cpu -t medhelm-local:0.1.0-cpu .   # appliance + embedded llama.cpp model (no GPU)
-#   docker build --target gpu -t medhelm-local:0.1.0-gpu .   # appliance + vLLM (CUDA)
+#   docker build --target gpu -t medhelm-local:0.1.0-gpu .   # vLLM (CUDA) only: the model servers
 #
 # Both run as UID/GID 10001, work with a read-only root filesystem (writable paths: the home volume
 # /var/lib/medhelm, the audit volume /var/lib/medhelm-audit and /tmp), carry no secrets and no package
@@ -15,8 +15,8 @@
 # deploy/IMAGES.md says how to update them. To build from a local mirror, retag the same digest there
 # and point these lines at it (the digest, not the registry name, is what identifies the content).
 FROM python:3.12-slim-bookworm@sha256:782412e85d0f0984994c290652577d4018aff08145c85b262bb63dc0c7522254 AS python-base
-# vllm/vllm-openai:v0.11.0 (CUDA 12.8, Python 3.12).
-FROM vllm/vllm-openai:v0.11.0@sha256:014a95f21c9edf6abe0aea6b07353f96baa4ec291c427bb1176dc7c93a85845c AS vllm-base
+# vllm/vllm-openai:v0.31.0 (multi-arch index digest; why this release: deploy/IMAGES.md).
+FROM vllm/vllm-openai:v0.31.0@sha256:c1c9f6fd5c109ba7f0546a59f5b2f15fb87f64c77782e90a27b648b42a8e67c3 AS vllm-base
 
 # ---------------------------------------------------------------------------------------------------
 # wheel: the appliance as a wheel (pure Python), shared by both targets.
@@ -95,40 +95,43 @@ ENTRYPOINT ["medhelm-local"]
 CMD ["doctor", "--json"]
 
 # ---------------------------------------------------------------------------------------------------
-# gpu: the official vLLM image (CUDA runtime, PyTorch, vLLM) plus the appliance.
+# gpu: the official vLLM image (CUDA runtime, PyTorch, vLLM), hardened; it serves models and nothing else.
+# The appliance is not installed here: the chart and compose run every appliance command (runner, weights
+# check, toolbox) from the cpu image, and only `vllm serve` from this one.
 # Documented exception: this target keeps the C compiler that the vLLM image ships, because Triton
 # JIT-compiles its CUDA launcher stubs with it when vLLM loads a model; without it vLLM cannot serve.
-# The package managers (apt/dpkg, pip, uv), sudo and all setuid bits are removed.
+# Removed: git, curl, wget and vim (unused at run time), the package managers (apt/dpkg, pip, uv), sudo and
+# all setuid bits. The SBOM is produced at build time by BuildKit (--sbom=true, deploy/IMAGES.md).
 FROM vllm-base AS gpu
 ARG VERSION=0.1.0
 ARG REVISION=unknown
 ARG CREATED=unknown
-LABEL org.opencontainers.image.title="medhelm-local" \
-      org.opencontainers.image.description="MedHELM-style LLM evaluation appliance, GPU target with vLLM" \
+LABEL org.opencontainers.image.title="medhelm-local-vllm" \
+      org.opencontainers.image.description="vLLM model server for the medhelm-local appliance (hardened vLLM image)" \
       org.opencontainers.image.version="${VERSION}" \
       org.opencontainers.image.revision="${REVISION}" \
       org.opencontainers.image.created="${CREATED}" \
       org.opencontainers.image.licenses="Apache-2.0" \
       org.opencontainers.image.vendor="medhelm-local" \
       org.opencontainers.image.source="https://example.invalid/medhelm-local" \
-      org.opencontainers.image.base.name="docker.io/vllm/vllm-openai:v0.11.0"
+      org.opencontainers.image.base.name="docker.io/vllm/vllm-openai:v0.31.0"
 SHELL ["/bin/bash", "-o", "pipefail", "-c"]
-COPY --from=wheel /wheels /tmp/wheels
-# The appliance joins vLLM's Python; its dependencies are version ranges already met by most of vLLM's.
-RUN python3 -m pip install --no-cache-dir /tmp/wheels/medhelm_local-*.whl \
-    && rm -rf /tmp/wheels \
-    && python3 -c "import vllm, medhelm_local" \
+# Purge only what is installed (apt's package lists are not in the base image, so unknown names would fail).
+# (dpkg-query exits 1 naming packages that are absent: that is expected, not a failure.)
+RUN { dpkg-query -W -f='${db:Status-Abbrev}${Package}\n' git git-man curl wget vim vim-runtime vim-common \
+        vim-tiny xxd 2>/dev/null || true; } | awk '/^ii/ {print $2}' | xargs -r apt-get purge -y \
+    && rm -rf /var/lib/apt/lists/* \
+    && python3 -c "import vllm" \
     && groupadd --system --gid 10001 medhelm \
-    && useradd --system --uid 10001 --gid 10001 --home-dir /var/lib/medhelm --no-create-home \
+    && useradd --system --uid 10001 --gid 10001 --home-dir /var/cache/medhelm --no-create-home \
         --shell /usr/sbin/nologin medhelm \
-    && install -d -o 10001 -g 10001 -m 0700 /var/lib/medhelm /var/lib/medhelm-audit \
+    && install -d -o 10001 -g 10001 -m 0700 /var/cache/medhelm \
     && python3 -m pip uninstall -y uv pip \
     && rm -rf /usr/bin/apt* /usr/bin/dpkg* /usr/lib/apt /usr/lib/dpkg /etc/apt /var/lib/apt /var/cache/apt \
         /var/cache/debconf /usr/bin/sudo /etc/sudoers /etc/sudoers.d /root/.cache /usr/local/bin/uv \
-        /usr/local/bin/uvx \
+        /usr/local/bin/uvx /usr/bin/git* /usr/lib/git-core /usr/bin/curl /usr/bin/wget /usr/bin/vi /usr/bin/vim* \
     && find / -xdev -type f -perm /6000 -exec chmod a-s {} +
-ENV HOME=/var/lib/medhelm \
-    MEDHELM_HOME=/var/lib/medhelm \
+ENV HOME=/var/cache/medhelm \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \
     TMPDIR=/tmp \
@@ -142,10 +145,11 @@ ENV HOME=/var/lib/medhelm \
     HF_HUB_OFFLINE=1 \
     TRANSFORMERS_OFFLINE=1 \
     HF_DATASETS_OFFLINE=1
-WORKDIR /var/lib/medhelm
-VOLUME ["/var/lib/medhelm", "/var/lib/medhelm-audit"]
+WORKDIR /var/cache/medhelm
 USER 10001:10001
-HEALTHCHECK --interval=60s --timeout=20s --start-period=60s --retries=3 \
-    CMD ["medhelm-local", "doctor", "--json"]
-ENTRYPOINT ["medhelm-local"]
-CMD ["doctor", "--json"]
+EXPOSE 8000
+# vLLM answers /health without the API key once the model is loaded (no curl in the image: Python).
+HEALTHCHECK --interval=30s --timeout=10s --start-period=30m --retries=3 \
+    CMD ["python3", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:8000/health', timeout=5)"]
+ENTRYPOINT ["vllm", "serve"]
+CMD ["--help"]

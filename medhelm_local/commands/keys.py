@@ -16,7 +16,8 @@ from medhelm_local.errors import BadInputError
 from medhelm_local.home.keys import PUBLIC_KEY_FILE, load_data_key, load_public_key
 from medhelm_local.home.layout import atomic_write
 from medhelm_local.home.recover import recover_data_key, recover_signing_key
-from medhelm_local.store.rekey import data_key_id, rotate_data_key
+from medhelm_local.store.connection import StoreError
+from medhelm_local.store.rekey import check_new_data_key, data_key_id, rotate_data_key
 
 NAME = "keys"
 HELP = "Manage the appliance's keys (rotation re-encrypts the store; recovery replaces a lost key, audited)."
@@ -54,10 +55,28 @@ def export_public(
 
 
 @app.command("rotate")
-def rotate(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
+def rotate(
+    ctx: typer.Context,
+    new_key_file: Path | None = typer.Option(
+        None, "--new-key-file", help="Use this new data key (64 hex characters; '-' or /dev/stdin reads it from "
+        "standard input) instead of generating one: store it safely first (a new Secret, the vault), so the "
+        "re-encrypted store never depends on a key that exists only in this home."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
     """Rotate the store's data key: re-encrypt the whole store under a new key, then retire the old one."""
     app_ctx = app_context(ctx)
     home = app_ctx.home
+    new_key: str | None = None
+    if new_key_file is not None:
+        source = "--new-key-file"
+        try:
+            raw = sys.stdin.read() if str(new_key_file) == "-" else new_key_file.read_text(encoding="ascii")
+        except (OSError, UnicodeDecodeError):
+            raise BadInputError(f"{source}: cannot read {new_key_file}") from None
+        try:
+            new_key = check_new_data_key(raw, source)
+        except StoreError as exc:
+            raise BadInputError(str(exc)) from None
 
     def intent(old_id: str, new_id: str) -> None:
         # Fail closed: without this record the swap does not happen.
@@ -65,7 +84,7 @@ def rotate(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", hel
                     old_key_id=old_id, new_key_id=new_id)
 
     try:
-        result = rotate_data_key(home.store_path, home.keys_dir, on_point_of_no_return=intent)
+        result = rotate_data_key(home.store_path, home.keys_dir, on_point_of_no_return=intent, new_key=new_key)
     except BaseException as exc:
         with contextlib.suppress(AuditWriteError):
             audit_event(home, app_ctx.actor, "keys.rotate", outcome="failure", role="it-admin", key="store-data",

@@ -83,3 +83,42 @@ def list_models(ctx: typer.Context, as_json: bool = typer.Option(False, "--json"
     emit_table("models", ["name", "kind", "served model", "endpoints", "judge"],
                [[r["name"], r["kind"], r["served_model"], ", ".join(r["base_urls"]) or "(embedded)",
                  "yes" if r["judge"] else ""] for r in rows])
+
+
+@app.command("wait")
+def wait(
+    ctx: typer.Context,
+    names: list[str] = typer.Argument(None, help="Models or judges to wait for [default: every configured "
+                                      "model and judge served over HTTP]."),
+    timeout: float = typer.Option(900.0, "--timeout", min=0, help="Seconds to wait for all of them."),
+    interval: float = typer.Option(5.0, "--interval", min=0.1, help="Seconds between probes of a replica."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Wait until every replica of the models (and judges) answers its health check; exit 1 on timeout.
+
+    Run it before an evaluation (the Helm chart's runner does, in an init container) so a run never starts
+    against servers that are still loading: their requests would fail and be recorded as errors.
+    """
+    from medhelm_local.inference.readiness import probed_endpoints, wait_for_models
+
+    config = app_context(ctx).home.config
+    # An unknown name exits 2, naming the configured ones.
+    selected = [config.model(n) for n in dict.fromkeys(names)] if names else list(config.models)
+    probed = probed_endpoints(selected)
+    results = wait_for_models(probed, config.allowlist, timeout_s=timeout, interval_s=interval)
+    ok = all(r.ok for r in results)
+    skipped = [e.name for e in selected if e not in probed]
+    if as_json:
+        emit_json({"ok": ok, "timeout_s": timeout, "replicas": [r.as_dict() for r in results],
+                   "skipped_embedded": skipped})
+    else:
+        emit_table("model servers", ["model", "url", "status", "detail"],
+                   [[r.model, r.url, "ready" if r.ok else "NOT READY",
+                     f"after {r.ready_after_s}s" if r.ok else (r.error or "no answer")] for r in results])
+        for name in skipped:
+            info(f"{name}: embedded, started by the runner itself (not probed)")
+    if not ok:
+        waiting = sorted({r.model for r in results if not r.ok})
+        if not as_json:
+            info(f"not ready after {timeout:.0f}s: {', '.join(waiting)}")
+        raise typer.Exit(1)

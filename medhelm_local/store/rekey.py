@@ -142,10 +142,22 @@ def recover_interrupted_rotation(store: Path, keys_dir: Path) -> dict[str, Any] 
         return journal
 
 
-def rotate_data_key(store: Path, keys_dir: Path, on_point_of_no_return: Callable[[str, str], None] | None = None
-                    ) -> RotationResult:
+def check_new_data_key(key_hex: str, source: str) -> str:
+    """A data key supplied by the operator: 64 lowercase hex characters (256 bits), as `init` writes them."""
+    key = key_hex.strip()
+    if len(key) != 64 or any(c not in "0123456789abcdef" for c in key):
+        raise StoreError(f"{source}: expected a data key of 64 lowercase hex characters (256 bits), e.g. from "
+                         "`python3 -c 'import secrets; print(secrets.token_hex(32))'`")
+    return key
+
+
+def rotate_data_key(store: Path, keys_dir: Path, on_point_of_no_return: Callable[[str, str], None] | None = None,
+                    *, new_key: str | None = None) -> RotationResult:
     """Re-encrypt the store under a new data key. ``on_point_of_no_return(old_id, new_id)`` runs (and may
-    refuse by raising) after the copy is verified and before anything is swapped."""
+    refuse by raising) after the copy is verified and before anything is swapped.
+
+    ``new_key`` (64 hex characters) is a key the operator generated and stored safely beforehand (a new
+    Kubernetes Secret, the key vault): the store is then never encrypted under a key that exists only here."""
     p = _paths(store, keys_dir)
     with _exclusive(p["lock"]):
         if p["journal"].exists():
@@ -159,7 +171,10 @@ def rotate_data_key(store: Path, keys_dir: Path, on_point_of_no_return: Callable
             raise StoreError(f"{len(shards)} unmerged shard store(s) under {store.parent / 'shards'} use the current "
                              "data key; merge them first (`medhelm-local runs merge RUN_ID`), then rotate")
         old_key = load_data_key(keys_dir)
-        new_key = secrets.token_hex(32)
+        if new_key is None:
+            new_key = secrets.token_hex(32)
+        elif new_key == old_key:
+            raise StoreError("the new data key is the current one; generate a new key")
         old_id, new_id = data_key_id(old_key), data_key_id(new_key)
         conn = connect_engine(store)  # a large copy spills into the store's own spill directory, encrypted
         try:

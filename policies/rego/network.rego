@@ -34,6 +34,9 @@ covered(labels) if {
 	lib.selects(p.spec.podSelector, labels)
 }
 
+# DNS: port 53, or 5353 where the DNS pods listen there (OpenShift's openshift-dns).
+dns_ports := {53, 5353}
+
 is_dns_rule(rule) if {
 	count(rule.ports) > 0
 	not non_dns_port(rule)
@@ -41,10 +44,16 @@ is_dns_rule(rule) if {
 
 non_dns_port(rule) if {
 	some p in rule.ports
-	p.port != 53
+	not p.port in dns_ports
 }
 
-# Egress: every rule names its peers (no "to anywhere") and its ports, never an IP block.
+# A single address (/32 or /128): a node-local DNS cache on its link-local address, never a range.
+single_address(cidr) if endswith(cidr, "/32")
+
+single_address(cidr) if endswith(cidr, "/128")
+
+# Egress: every rule names its peers (no "to anywhere") and its ports; an IP block only for a DNS rule
+# and only for one address.
 deny contains msg if {
 	some p in policies
 	some i, rule in object.get(p.spec, "egress", [])
@@ -62,9 +71,30 @@ deny contains msg if {
 deny contains msg if {
 	some p in policies
 	some i, rule in object.get(p.spec, "egress", [])
+	not is_dns_rule(rule)
 	some peer in object.get(rule, "to", [])
 	peer.ipBlock
 	msg := sprintf("NetworkPolicy/%s: egress rule %d uses an ipBlock (only pod and DNS peers are allowed)", [p.metadata.name, i])
+}
+
+deny contains msg if {
+	some p in policies
+	some i, rule in object.get(p.spec, "egress", [])
+	is_dns_rule(rule)
+	some peer in object.get(rule, "to", [])
+	peer.ipBlock
+	not single_address(peer.ipBlock.cidr)
+	msg := sprintf("NetworkPolicy/%s: egress rule %d: a DNS ipBlock must be one address (/32 or /128), not %s", [p.metadata.name, i, peer.ipBlock.cidr])
+}
+
+deny contains msg if {
+	some p in policies
+	some i, rule in object.get(p.spec, "egress", [])
+	is_dns_rule(rule)
+	some peer in object.get(rule, "to", [])
+	peer.ipBlock
+	count(object.get(peer.ipBlock, "except", [])) > 0
+	msg := sprintf("NetworkPolicy/%s: egress rule %d: a DNS ipBlock takes no exceptions", [p.metadata.name, i])
 }
 
 # Egress other than DNS goes only from runner pods to model-server pods of the same release.

@@ -28,10 +28,14 @@ except ImportError as exc:  # pragma: no cover - exercised only when the extra i
 RELEASE = "medhelm"
 NAMESPACE = "medhelm-eval"
 
-# The value sets CI renders: the defaults plus every helm-chart/ci/*-values.yaml.
-VALUE_SETS: dict[str, Path | None] = {"default": None} | {
-    p.name.removesuffix("-values.yaml"): p for p in sorted((CHART / "ci").glob("*-values.yaml"))
-}
+# The value sets CI renders: the defaults, every helm-chart/ci/*-values.yaml, and the realistic site value sets
+# in tests/deploy/site-values/ (RKE2, OpenShift: 2 models, 3 judges with tensor parallelism, 4 shards).
+SITE_VALUES = DEPLOY_TESTS / "site-values"
+VALUE_SETS: dict[str, Path | None] = (
+    {"default": None}
+    | {p.name.removesuffix("-values.yaml"): p for p in sorted((CHART / "ci").glob("*-values.yaml"))}
+    | {p.name.removesuffix("-values.yaml"): p for p in sorted(SITE_VALUES.glob("*-values.yaml"))}
+)
 
 WORKLOAD_KINDS = {"Pod", "Deployment", "StatefulSet", "DaemonSet", "ReplicaSet", "Job", "CronJob"}
 

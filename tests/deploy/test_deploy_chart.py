@@ -8,6 +8,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -47,16 +48,29 @@ def appliance_yaml(docs: list[dict[str, Any]]) -> dict[str, Any]:
 def servers(docs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return [
         d
-        for d in by_kind(docs, "Deployment")
+        for d in by_kind(docs, "StatefulSet")
         if d["metadata"]["labels"].get("app.kubernetes.io/component") == "model-server"
     ]
+
+
+def replicas(spec: dict[str, Any]) -> int:
+    return int(spec.get("replicas", 1))
 
 
 # --- rendering and lint ---------------------------------------------------------------------------------
 
 
 def test_value_sets_cover_the_required_cases():
-    assert {"default", "gpu", "mig", "sharded", "existing-secret"} <= set(SETS)
+    assert {"default", "gpu", "mig", "sharded", "existing-secret", "rke2", "openshift"} <= set(SETS)
+
+
+@pytest.mark.parametrize("name", ["rke2", "openshift"])
+def test_site_value_sets_are_realistic(name):
+    """The site value sets the issue asks for: 2 models, 3 judges with tensor parallelism, 4 shards."""
+    values = load_values(name)
+    assert len(values["models"]) == 2 and len(values["judges"]) == 3
+    assert all(j["tensorParallelSize"] > 1 and j["gpu"]["count"] == j["tensorParallelSize"] for j in values["judges"])
+    assert values["runner"]["shards"] == 4 and values["runner"]["parallelism"] == 4
 
 
 @pytest.mark.parametrize("name", SETS)
@@ -64,10 +78,15 @@ def test_chart_renders(name, rendered):
     docs = rendered(name)
     kinds = {d["kind"] for d in docs}
     expected = {"ConfigMap", "NetworkPolicy", "ServiceAccount"}
-    if name != "existing-secret":  # that set brings its own Secrets and PVCs
-        expected |= {"Secret", "PersistentVolumeClaim"}
+    values = load_values(name)
+    if not values.get("vllmApiKey", {}).get("existingSecret"):  # sites bring their own Secrets
+        expected.add("Secret")
+    if not values.get("persistence", {}).get("home", {}).get("existingClaim"):
+        expected.add("PersistentVolumeClaim")
     assert expected <= kinds
-    assert "Job" in kinds or "CronJob" in kinds
+    # An install or upgrade never starts an evaluation: no Job, ever; runs come from the runner CronJob.
+    assert "Job" not in kinds
+    assert ("CronJob" in kinds) == bool(values.get("runner", {}).get("model"))
     for doc in docs:
         assert doc["metadata"].get("namespace") == NAMESPACE, f"{doc['kind']}/{doc['metadata']['name']}"
 
@@ -124,7 +143,12 @@ def test_every_pod_is_restricted(name, rendered):
         assert spec is not None
         psc = spec["securityContext"]
         assert psc["runAsNonRoot"] is True, where
-        assert psc["runAsUser"] > 0 and psc["runAsGroup"] > 0, where
+        if load_values(name).get("openshift", {}).get("enabled"):
+            # restricted-v2 assigns UID, GID and fsGroup itself and rejects pods that fix them.
+            assert not {"runAsUser", "runAsGroup", "fsGroup"} & set(psc), where
+            assert not any({"runAsUser", "runAsGroup"} & set(c["securityContext"]) for c in all_containers(spec))
+        else:
+            assert psc["runAsUser"] > 0 and psc["runAsGroup"] > 0, where
         assert psc["seccompProfile"]["type"] == "RuntimeDefault", where
         assert spec["automountServiceAccountToken"] is False, where
         for field in ("hostNetwork", "hostPID", "hostIPC"):
@@ -182,18 +206,23 @@ def test_appliance_config_is_valid_and_in_cluster(name, rendered):
     served = [m["name"] for m in values.get("models", []) + values.get("judges", [])]
     assert config.judges == [j["name"] for j in values.get("judges", [])]
     services = {s["metadata"]["name"] for s in by_kind(docs, "Service")}
+    specs = {m["name"]: m for m in values.get("models", []) + values.get("judges", [])}
     for model in config.models:
         if model.name not in served:
             continue
-        (url,) = model.base_urls
-        assert url.startswith("http://") and url.endswith(f".{NAMESPACE}.svc.cluster.local:8000/v1"), url
-        assert url.split("//")[1].split(".")[0] in services
-        assert _allowed(url, config.allowlist), url
+        # One URL per replica: <statefulset>-<i>.<headless service>.<namespace>.svc.cluster.local
+        assert len(model.base_urls) == replicas(specs[model.name])
+        for i, url in enumerate(model.base_urls):
+            assert url.startswith("http://") and url.endswith(f".{NAMESPACE}.svc.cluster.local:8000/v1"), url
+            pod, service = url.split("//")[1].split(".")[:2]
+            assert service in services and pod == f"{service}-{i}"
+            assert _allowed(url, config.allowlist), url
         assert model.api_key_file is not None and model.api_key_env is None
     assert raw["paths"]["audit"].startswith("/var/lib/medhelm-audit/")
     store = values.get("appliance", {}).get("store", {})
     assert config.store.memory_limit_mb == store.get("memoryLimitMb", 128)
     assert config.store.threads == store.get("threads", 2)
+    assert config.store.lock_timeout_s == store.get("lockTimeoutS", 600)
 
 
 def test_runner_model_must_be_configured():
@@ -201,64 +230,272 @@ def test_runner_model_must_be_configured():
         render({"runner": {"model": "not-served"}})
 
 
-# --- the runner Job, the Indexed Job and the CronJob ------------------------------------------------------
+# --- the runner: a CronJob template, never a Job on install or upgrade ------------------------------------
 
 
-def _runner(docs, kind="Job"):
+def _runner(docs, kind="CronJob"):
     (job,) = by_kind(docs, kind)
     spec = pod_spec(job)
     (container,) = spec["containers"]
     return job, spec, container
 
 
-def test_default_job_runs_the_embedded_model(rendered):
+def _job_spec(cron: dict[str, Any]) -> dict[str, Any]:
+    return cron["spec"]["jobTemplate"]["spec"]
+
+
+def test_default_install_starts_nothing(rendered):
+    """Issue 15 item 1: the default install has no Job that could fail (or run): only `helm test` hooks."""
     docs = rendered("default")
-    job, spec, c = _runner(docs)
+    assert not by_kind(docs, "Job") and not by_kind(docs, "CronJob")
+    assert not servers(docs) and not by_kind(docs, "Service")
+    pods = by_kind(docs, "Pod")
+    assert pods and all(p["metadata"]["annotations"]["helm.sh/hook"] == "test" for p in pods)
+    text = notes({})
+    assert "Nothing was started" in text and "helm test medhelm" in text
+
+
+def test_gpu_free_smoke_test_is_a_helm_test_on_a_throwaway_home(rendered):
+    """The smoke test evaluates the bundled sample on the embedded model without touching the release's
+    volumes, keys or store: no PVC, no Secret, no MEDHELM_* variable pointing at the real home."""
+    (smoke,) = [p for p in by_kind(rendered("default"), "Pod") if p["metadata"]["name"].endswith("-test-smoke")]
+    assert smoke["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    spec = smoke["spec"]
+    (c,) = spec["containers"]
+    assert c["command"][:5] == ["medhelm-local", "--actor", "helm-test", "demo", "--instances"]
+    assert c["command"][c["command"].index("--demo-home") + 1].startswith("/tmp/")
+    assert not [k for k in env_map(c) if k.startswith("MEDHELM_")]
+    assert {k for v in spec["volumes"] for k in v if k != "name"} == {"emptyDir"}
+    assert spec["restartPolicy"] == "Never"
+
+
+def test_the_smoke_command_succeeds_on_a_fresh_home(tmp_path):
+    """Run the smoke pod's own command line (the demo on the embedded model, in a throwaway home)."""
+    (smoke,) = [p for p in render({}) if p["metadata"]["name"].endswith("-test-smoke")]
+    argv = smoke["spec"]["containers"][0]["command"]
+    assert argv[0] == "medhelm-local"
+    i = argv.index("--demo-home")
+    argv = [*argv[1:i + 1], str(tmp_path / "smoke"), *argv[i + 2:]]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEDHELM_")} | {"TMPDIR": str(tmp_path)}
+    proc = subprocess.run([sys.executable, "-m", "medhelm_local.cli", *argv], capture_output=True, text=True,
+                          env=env, timeout=900, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    payload = json.loads(proc.stdout)
+    assert payload["run_id"] and payload["leaderboard"]
+
+
+def test_runner_is_a_suspended_cronjob_started_by_hand(rendered):
+    """Issue 15 item 9: the runner is a CronJob template; without a schedule it is suspended, so neither an
+    install nor an upgrade starts a run; an operator starts one with `kubectl create job --from=cronjob/...`."""
+    docs = rendered("gpu")
+    cron, spec, c = _runner(docs)
+    assert cron["spec"]["suspend"] is True
+    assert cron["metadata"]["name"] == "medhelm-medhelm-local-runner"
+    # The name does not change between revisions (a Job per revision would restart runs on every upgrade).
+    assert "Revision" not in json.dumps(cron) and not re.search(r"-run-\d+$", cron["metadata"]["name"])
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid"
     assert c["command"] == ["medhelm-local"]
-    assert c["args"][:7] == [
-        "--actor",
-        "kubernetes-runner",
-        "run",
-        "--model",
-        "smollm2-135m-embedded",
-        "--benchmarks",
-        "pubmedqa",
-    ]
+    assert c["args"][:7] == ["--actor", "kubernetes-runner", "run", "--model", "llama-3-8b", "--benchmarks",
+                             "pubmedqa,hospice_referral"]
+    assert c["args"][c["args"].index("--max-instances") + 1] == "500"
     assert "--shard" not in c["args"]
-    assert "completionMode" not in job["spec"]
     assert spec["restartPolicy"] == "Never"
     env = env_map(c)
     assert env["MEDHELM_HOME"] == "/var/lib/medhelm"
     assert env["MEDHELM_CONFIG"] == "/etc/medhelm/appliance.yaml"
     assert "MEDHELM_KEYS_DIR" not in env  # keys mode "home": generated by init on the home PVC
-    assert [i["name"] for i in spec["initContainers"]] == ["init-home"]
+    assert [i["name"] for i in spec["initContainers"]] == ["init-home", "wait-for-models"]
     mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
     assert mounts["/etc/medhelm/appliance.yaml"]["readOnly"] is True
     assert {"/var/lib/medhelm", "/var/lib/medhelm-audit", "/tmp"} <= set(mounts)
-    assert not servers(docs) and not by_kind(docs, "Service")
+    text = notes(load_values("gpu"))
+    assert "kubectl -n medhelm-eval create job --from=cronjob/medhelm-medhelm-local-runner" in text
 
 
-def test_sharded_run_is_an_indexed_job(rendered):
+def test_a_schedule_unsuspends_the_cronjob(rendered):
+    (cron,) = by_kind(rendered("sharded"), "CronJob")
+    assert cron["spec"]["suspend"] is False
+    assert cron["spec"]["schedule"] == "30 1 * * 6" and cron["spec"]["timeZone"] == "Etc/UTC"
+
+
+def test_upgrade_renders_the_same_runner(rendered):
+    """An upgrade (revision 2, 3 ...) renders the identical runner object: nothing is deleted or started."""
+    values = load_values("gpu")
+    with helm_python.Chart.load(str(CHART)) as chart:
+        first = chart.render(values, name="medhelm", namespace=NAMESPACE, is_install=True)
+        again = chart.render(values, name="medhelm", namespace=NAMESPACE, is_upgrade=True, revision=7)
+    key = next(k for k in first if k.endswith("cronjob-runner.yaml"))
+    assert first[key] == again[key]
+    assert not any(k.endswith("/job-runner.yaml") for k in again)
+
+
+def test_runner_command_is_configurable():
+    """Issue 15 item 1: runner.command replaces the whole command, not only extra args."""
+    values = load_values("gpu") | {"runner": {"model": "llama-3-8b", "benchmarks": ["pubmedqa"],
+                                              "command": ["medhelm-local", "jury", "run", "RUN-1", "--json"]}}
+    _cron, _spec, c = _runner(render(values))
+    assert c["command"] == ["medhelm-local"] and c["args"] == ["jury", "run", "RUN-1", "--json"]
+    only_command = {"runner": {"command": ["/bin/sh", "-c", "medhelm-local doctor --json"]}}
+    _cron, _spec, c = _runner(render(only_command))
+    assert c["command"] == ["/bin/sh"] and c["args"] == ["-c", "medhelm-local doctor --json"]
+
+
+def test_runner_without_benchmarks_is_refused():
+    with pytest.raises(helm_python.HelmError, match=r"runner\.benchmarks is empty"):
+        render({"runner": {"model": "smollm2-135m-embedded"}})
+
+
+def test_sharded_run_is_an_indexed_job_sharing_one_run(rendered):
     docs = rendered("sharded")
-    job, _spec, c = _runner(docs)
-    assert job["spec"]["completionMode"] == "Indexed"
-    assert job["spec"]["completions"] == 8
-    assert job["spec"]["parallelism"] == 4
+    cron, _spec, c = _runner(docs)
+    job = _job_spec(cron)
+    assert job["completionMode"] == "Indexed"
+    assert job["completions"] == 8
+    assert job["parallelism"] == 4
     i = c["args"].index("--shard")
     assert c["args"][i + 1] == "$(JOB_COMPLETION_INDEX)/8"
-    ref = env_map(c)["JOB_COMPLETION_INDEX"]["fieldRef"]["fieldPath"]
+    # Every shard of one Job names the same run: the Job's own name.
+    assert c["args"][c["args"].index("--run-id") + 1] == "$(MEDHELM_JOB_NAME)"
+    env = env_map(c)
+    ref = env["JOB_COMPLETION_INDEX"]["fieldRef"]["fieldPath"]
     assert ref == "metadata.annotations['batch.kubernetes.io/job-completion-index']"
-    (cron,) = by_kind(docs, "CronJob")
-    assert cron["spec"]["schedule"] == "30 1 * * 6"
+    assert env["MEDHELM_JOB_NAME"]["fieldRef"]["fieldPath"] == "metadata.labels['batch.kubernetes.io/job-name']"
+    names = [e["name"] for e in c["env"]]
+    assert names.index("MEDHELM_JOB_NAME") < len(names)  # defined in the same container: $(VAR) expands
     assert cron["spec"]["concurrencyPolicy"] == "Forbid"
-    assert cron["spec"]["jobTemplate"]["spec"]["completionMode"] == "Indexed"
-    (home,) = [p for p in by_kind(docs, "PersistentVolumeClaim") if p["metadata"]["name"].endswith("-home")]
-    assert home["spec"]["accessModes"] == ["ReadWriteMany"]
+    for pvc in by_kind(docs, "PersistentVolumeClaim"):
+        assert pvc["spec"]["accessModes"] == ["ReadWriteMany"], pvc["metadata"]["name"]
 
 
-def test_parallel_shards_refuse_a_read_write_once_home():
-    with pytest.raises(helm_python.HelmError, match="ReadWriteMany"):
-        render({"runner": {"shards": 4, "parallelism": 2}})
+@pytest.mark.parametrize("volume", ["home", "audit"])
+def test_parallel_shards_refuse_any_read_write_once_volume(volume):
+    """Issue 15 item 3: every volume the shards share must be ReadWriteMany (the audit one too)."""
+    values = load_values("sharded")
+    values["persistence"][volume]["accessModes"] = ["ReadWriteOnce"]
+    with pytest.raises(helm_python.HelmError, match=rf"persistence\.{volume}\.accessModes \[ReadWriteMany\]"):
+        render(values)
+    values["runner"]["parallelism"] = 1  # one shard at a time: one node at a time, RWO is fine
+    assert by_kind(render(values), "CronJob")
+
+
+def _affinity_terms(spec: dict[str, Any]) -> list[dict[str, Any]]:
+    return spec.get("affinity", {}).get("podAffinity", {}).get("requiredDuringSchedulingIgnoredDuringExecution", [])
+
+
+def test_pods_sharing_a_read_write_once_home_share_a_node(rendered):
+    """Issue 15 item 4: the runner's pods and the toolbox mount the same RWO volumes: a required pod affinity
+    to each other's label puts them on one node (else: Multi-Attach). With RWX volumes there is none."""
+    docs = rendered("gpu")
+    _cron, runner, _c = _runner(docs)
+    (toolbox,) = [d for d in by_kind(docs, "Deployment") if d["metadata"]["name"].endswith("-toolbox")]
+    toolbox_spec = pod_spec(toolbox)
+    (term,) = _affinity_terms(runner)
+    assert term == _affinity_terms(toolbox_spec)[0]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    for labels in (_cron["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"],
+                   toolbox["spec"]["template"]["metadata"]["labels"]):
+        assert _selects(term["labelSelector"], labels)
+    assert not _affinity_terms(_runner(rendered("sharded"))[1])  # RWX: shards spread over nodes
+    # A site's own affinity is kept, ours appended.
+    site = {"key": "zone", "operator": "In", "values": ["a"]}
+    values = load_values("gpu")
+    values["runner"]["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+        "nodeSelectorTerms": [{"matchExpressions": [site]}]}}}
+    _cron, spec, _c = _runner(render(values))
+    assert spec["affinity"]["nodeAffinity"] == values["runner"]["affinity"]["nodeAffinity"]
+    assert len(_affinity_terms(spec)) == 1
+
+
+def test_writers_wait_for_the_store_lock_and_read_policy_and_pin_from_outside_the_home(rendered):
+    """Issue 15 item 4 and the team conventions: every writer waits MEDHELM_LOCK_TIMEOUT_S for the store's lock;
+    the export policy and the audit key pin come from ConfigMaps mounted read-only, never from the home."""
+    for name in ("gpu", "rke2", "openshift"):
+        docs = rendered(name)
+        values = load_values(name)
+        _cron, spec, runner = _runner(docs)
+        toolboxes = [d for d in by_kind(docs, "Deployment") if d["metadata"]["name"].endswith("-toolbox")]
+        for c in [runner, *[pod_spec(d)["containers"][0] for d in toolboxes]]:
+            env = env_map(c)
+            lock = values.get("appliance", {}).get("store", {}).get("lockTimeoutS", 600)
+            assert env["MEDHELM_LOCK_TIMEOUT_S"] == str(lock)
+            assert env["MEDHELM_EXPORT_POLICY"] == "/etc/medhelm/policy/export-policy.yaml"
+            mount = next(m for m in c["volumeMounts"] if m["mountPath"] == "/etc/medhelm/policy")
+            assert mount["readOnly"] is True
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        policy_cm = volumes["export-policy"]["configMap"]["name"]
+        if name == "openshift":
+            assert policy_cm == "medhelm-export-policy"  # the site's own, owned by compliance
+            ref = env_map(runner)["MEDHELM_AUDIT_KEY_FINGERPRINT"]["configMapKeyRef"]
+            assert ref == {"name": "medhelm-audit-key", "key": "fingerprint"}
+        else:
+            (cm,) = [m for m in by_kind(docs, "ConfigMap") if m["metadata"]["name"] == policy_cm]
+            assert cm["data"]["export-policy.yaml"] == (REPO / "policies" / "export-policy.yaml").read_text()
+        if name == "rke2":
+            ref = env_map(runner)["MEDHELM_AUDIT_KEY_FINGERPRINT"]["configMapKeyRef"]
+            (pin,) = [m for m in by_kind(docs, "ConfigMap") if m["metadata"]["name"] == ref["name"]]
+            assert pin["data"][ref["key"]] == values["auditKey"]["fingerprint"]
+        if name == "gpu":
+            assert "MEDHELM_AUDIT_KEY_FINGERPRINT" not in env_map(runner)
+            assert "audit signing key is not pinned" in notes(values)
+
+
+def test_site_adaptations_reach_the_pods(rendered):
+    """Issue 15 item 7: RuntimeClass for RKE2/k3s GPUs, priority classes, extra env/volumes/mounts, labels,
+    topology spread; per model over the vllm defaults."""
+    docs = rendered("rke2")
+    for sts in servers(docs):
+        spec = pod_spec(sts)
+        assert spec["runtimeClassName"] == "nvidia" and spec["priorityClassName"] == "medhelm-gpu"
+        assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
+    _cron, spec, _c = _runner(docs)
+    assert spec["priorityClassName"] == "medhelm-batch" and "runtimeClassName" not in spec
+    values = load_values("gpu")
+    values["runner"] |= {"extraEnv": [{"name": "SSL_CERT_FILE", "value": "/etc/site-ca/ca.pem"}],
+                         "extraVolumes": [{"name": "site-ca", "configMap": {"name": "site-ca"}}],
+                         "extraVolumeMounts": [{"name": "site-ca", "mountPath": "/etc/site-ca", "readOnly": True}],
+                         "podLabels": {"team": "informatics"}, "runtimeClassName": "gvisor"}
+    values["judges"][0] |= {"runtimeClassName": "nvidia", "podLabels": {"gpu-pool": "a100"},
+                            "extraEnv": [{"name": "NCCL_DEBUG", "value": "WARN"}],
+                            "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "zone",
+                                                           "whenUnsatisfiable": "DoNotSchedule"}]}
+    docs = render(values)
+    cron, spec, c = _runner(docs)
+    assert env_map(c)["SSL_CERT_FILE"] == "/etc/site-ca/ca.pem"
+    assert {"name": "site-ca", "configMap": {"name": "site-ca"}} in spec["volumes"]
+    assert any(m["mountPath"] == "/etc/site-ca" for m in c["volumeMounts"])
+    assert cron["spec"]["jobTemplate"]["spec"]["template"]["metadata"]["labels"]["team"] == "informatics"
+    assert spec["runtimeClassName"] == "gvisor"
+    judge = next(s for s in servers(docs) if s["metadata"]["labels"]["medhelm.local/model"] == "judge-a")
+    jspec = pod_spec(judge)
+    assert jspec["runtimeClassName"] == "nvidia" and jspec["topologySpreadConstraints"][0]["topologyKey"] == "zone"
+    assert judge["spec"]["template"]["metadata"]["labels"]["gpu-pool"] == "a100"
+    assert env_map(jspec["containers"][0])["NCCL_DEBUG"] == "WARN"
+    other = next(s for s in servers(docs) if s["metadata"]["labels"]["medhelm.local/model"] == "judge-b")
+    assert "runtimeClassName" not in pod_spec(other)
+
+
+def test_ephemeral_storage_limits_hold_the_scratch_volumes(rendered):
+    """Issue 15 item 10: no pod can be evicted for filling the scratch space it was given."""
+    for name in SETS:
+        for obj in workloads(rendered(name)):
+            spec = pod_spec(obj)
+            disk = sum(_mib(v["emptyDir"]["sizeLimit"]) for v in spec["volumes"]
+                       if "emptyDir" in v and v["emptyDir"].get("medium") != "Memory")
+            limit = sum(_mib(c["resources"]["limits"].get("ephemeral-storage", "0Mi")) for c in spec["containers"])
+            assert limit >= disk + 256, f"{name}: {obj['kind']}/{obj['metadata']['name']}: {limit} < {disk}"
+
+
+def test_toolbox_stages_raw_extracts_off_the_home_volume(rendered):
+    """Issue 15 item 15: extracts copied in for registration land on the toolbox's own emptyDir (never on the
+    home volume, so never in its snapshots or backups) and vanish with the pod."""
+    (toolbox,) = [d for d in by_kind(rendered("rke2"), "Deployment") if d["metadata"]["name"].endswith("-toolbox")]
+    spec = pod_spec(toolbox)
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["incoming"] == {"name": "incoming", "emptyDir": {"sizeLimit": "20Gi"}}
+    (c,) = spec["containers"]
+    mount = next(m for m in c["volumeMounts"] if m["name"] == "incoming")
+    assert mount["mountPath"] == "/var/lib/medhelm-incoming"
+    assert not mount["mountPath"].startswith("/var/lib/medhelm/")
 
 
 # --- keys and Secrets -------------------------------------------------------------------------------------
@@ -381,6 +618,10 @@ def test_one_vllm_server_per_model_and_judge(rendered):
             assert c[probe]["httpGet"]["path"] == "/health"
         startup = c["startupProbe"]
         assert startup["periodSeconds"] * startup["failureThreshold"] >= 1800
+        # Ephemeral storage holds the scratch volumes (compile caches, /tmp) plus logs: no eviction mid-load.
+        volumes = {v["name"]: v for v in spec["volumes"]}
+        scratch = _mib(volumes["cache"]["emptyDir"]["sizeLimit"]) + _mib(volumes["tmp"]["emptyDir"]["sizeLimit"])
+        assert _mib(c["resources"]["limits"]["ephemeral-storage"]) >= scratch + 512
         volumes = {v["name"]: v for v in spec["volumes"]}
         assert volumes["shm"]["emptyDir"]["medium"] == "Memory"
         assert volumes["weights"]["persistentVolumeClaim"] == {"claimName": "model-weights", "readOnly": True}
@@ -391,7 +632,10 @@ def test_one_vllm_server_per_model_and_judge(rendered):
         (verify,) = spec["initContainers"]
         assert verify["name"] == "verify-weights"
         assert env_map(verify)["WEIGHTS_MANIFEST"] == f"/models/{name}/SHA256SUMS"
-        assert dep["spec"]["strategy"]["rollingUpdate"]["maxSurge"] == 0
+        assert env_map(verify)["WEIGHTS_DIR_MANIFEST"] == "SHA256SUMS"
+        # One pod replaced at a time, each only after the previous one is Ready again (no extra GPU).
+        assert dep["spec"]["updateStrategy"] == {"type": "RollingUpdate"}
+        assert dep["spec"]["podManagementPolicy"] == "Parallel"
 
 
 def test_mig_profiles_are_requested_as_resources(rendered):
@@ -408,6 +652,66 @@ def test_mig_profiles_are_requested_as_resources(rendered):
     assert env_map(verify)["WEIGHTS_MANIFEST"] == "/etc/medhelm/weights/SHA256SUMS"
     manifests = [m for m in by_kind(docs, "ConfigMap") if m["metadata"]["name"].endswith("-weights")]
     assert len(manifests) == 1 and manifests[0]["data"]["SHA256SUMS"].count("\n") >= 3
+
+
+def _mib(size: str) -> int:
+    number = int(re.fullmatch(r"(\d+)(Mi|Gi)", size).group(1))  # type: ignore[union-attr]
+    return number * 1024 if size.endswith("Gi") else number
+
+
+def test_per_replica_services_and_startup_from_expected_load_time(rendered):
+    """Issue 15 items 8 and 14: each replica has its own DNS name (headless Service + StatefulSet), and the
+    startup probe and the documented rollout timeout follow the expected start-up time, per model."""
+    docs = rendered("rke2")
+    values = load_values("rke2")
+    by_model = {d["metadata"]["labels"]["medhelm.local/model"]: d for d in servers(docs)}
+    services = {s["metadata"]["name"]: s for s in by_kind(docs, "Service")}
+    config = appliance_yaml(docs)
+    urls = {m["name"]: m.get("base_urls", []) for m in config["models"]}
+    for spec in values["models"] + values["judges"]:
+        sts = by_model[spec["name"]]
+        name = sts["metadata"]["name"]
+        assert len(name) <= 52
+        svc = services[name]
+        assert svc["spec"]["clusterIP"] == "None" and sts["spec"]["serviceName"] == name
+        n = spec.get("replicas", 1)
+        domain = f"{NAMESPACE}.svc.cluster.local:8000"
+        assert urls[spec["name"]] == [f"http://{name}-{i}.{name}.{domain}/v1" for i in range(n)]
+        (c,) = pod_spec(sts)["containers"]
+        expected = spec.get("startupSeconds", values["vllm"]["startupSeconds"])
+        probe = c["startupProbe"]
+        assert probe["periodSeconds"] * probe["failureThreshold"] >= expected
+        assert probe["periodSeconds"] * (probe["failureThreshold"] - 1) < expected
+        assert sts["metadata"]["annotations"]["medhelm.local/expected-startup-seconds"] == str(expected)
+    text = notes(values)
+    timeout = int(re.search(r"rollout status statefulset .* --timeout=(\d+)s", text).group(1))  # type: ignore[union-attr]
+    assert timeout >= 3600 + 300  # the slowest judge, plus the weights check
+
+
+def test_upgrade_of_a_single_replica_server_is_waited_for(rendered):
+    """Issue 15 item 5: the runner waits for every replica's /health before it sends anything."""
+    _cron, spec, _c = _runner(rendered("rke2"))
+    (wait,) = [i for i in spec["initContainers"] if i["name"] == "wait-for-models"]
+    assert wait["command"][:3] == ["medhelm-local", "models", "wait"]
+    assert int(wait["command"][wait["command"].index("--timeout") + 1]) >= 600
+    assert env_map(wait)["MEDHELM_CONFIG"] == "/etc/medhelm/appliance.yaml"
+
+
+def test_helm_test_probes_models_from_a_runner_labelled_pod(rendered):
+    """Issue 15 item 5: `helm test` calls every model from a pod the NetworkPolicies treat as the runner, so a
+    blocked policy or wrong DNS peers show at install time."""
+    docs = rendered("rke2")
+    (pod,) = [p for p in by_kind(docs, "Pod") if p["metadata"]["name"].endswith("-test-models")]
+    assert pod["metadata"]["annotations"]["helm.sh/hook"] == "test"
+    labels = pod["metadata"]["labels"]
+    (egress,) = [p for p in by_kind(docs, "NetworkPolicy") if p["metadata"]["name"].endswith("-runner-egress")]
+    assert _selects(egress["spec"]["podSelector"], labels)
+    (ingress,) = [p for p in by_kind(docs, "NetworkPolicy") if p["metadata"]["name"].endswith("-model-server-ingress")]
+    assert _selects(ingress["spec"]["ingress"][0]["from"][0]["podSelector"], labels)
+    (c,) = pod["spec"]["containers"]
+    assert c["command"][3:5] == ["models", "wait"]
+    # It mounts no PVC: it can run beside a run and on any node.
+    assert not [v for v in pod["spec"]["volumes"] if "persistentVolumeClaim" in v]
 
 
 # --- network isolation ------------------------------------------------------------------------------------
@@ -430,14 +734,22 @@ def test_network_policies_isolate_the_release(name, rendered):
     ]
     assert deny, "no default-deny policy"
     for obj in workloads(docs):
-        labels = (obj["spec"].get("template") or obj["spec"]["jobTemplate"]["spec"]["template"])["metadata"]["labels"]
+        if obj["kind"] == "Pod":
+            labels = obj["metadata"]["labels"]
+        else:
+            template = obj["spec"].get("template") or obj["spec"]["jobTemplate"]["spec"]["template"]
+            labels = template["metadata"]["labels"]
         assert any(_selects(p["spec"]["podSelector"], labels) for p in deny), obj["metadata"]["name"]
     for p in policies:
         component = p["spec"]["podSelector"]["matchLabels"].get("app.kubernetes.io/component")
         for rule in p["spec"].get("egress", []):
             assert rule.get("to") and rule.get("ports"), p["metadata"]["name"]
             ports = {port["port"] for port in rule["ports"]}
-            if ports == {53}:
+            if ports <= {53, 5353}:
+                # DNS: the configured peers; an ipBlock only for one address (a node-local DNS cache).
+                for peer in rule["to"]:
+                    if "ipBlock" in peer:
+                        assert peer["ipBlock"]["cidr"].endswith(("/32", "/128")), peer
                 continue
             assert component == "runner"
             for peer in rule["to"]:
@@ -470,6 +782,13 @@ REJECTION_REASONS = {
     "server-name-collision": r"same Deployment/Service name",
     "unknown-key-mode": r"/keys/mode",
     "unknown-value": r"unknownTopLevel",
+    "dns-ip-range": r"/networkPolicy/dns/peers/0/ipBlock/cidr",
+    "dns-port": r"/networkPolicy/dns/ports/0/port",
+    "reserved-pod-label": r"invalid propertyName 'app\.kubernetes\.io/component'",
+    "per-revision-job": r"additional properties 'job' not allowed",
+    "fixed-concurrency": r"additional properties 'concurrencyPolicy' not allowed",
+    "bad-size": r"/vllm/cacheSize",
+    "short-startup": r"/vllm/startupSeconds",
 }
 
 
@@ -505,6 +824,14 @@ REJECTION_REASONS = {
         ),
         pytest.param({"keys": {"mode": "vault"}}, id="unknown-key-mode"),
         pytest.param({"unknownTopLevel": True}, id="unknown-value"),
+        pytest.param({"networkPolicy": {"dns": {"peers": [{"ipBlock": {"cidr": "10.0.0.0/8"}}]}}}, id="dns-ip-range"),
+        pytest.param({"networkPolicy": {"dns": {"ports": [{"protocol": "TCP", "port": 443}]}}}, id="dns-port"),
+        pytest.param({"runner": {"podLabels": {"app.kubernetes.io/component": "model-server"}}},
+                     id="reserved-pod-label"),
+        pytest.param({"runner": {"job": {"enabled": True}}}, id="per-revision-job"),
+        pytest.param({"runner": {"concurrencyPolicy": "Allow"}}, id="fixed-concurrency"),
+        pytest.param({"vllm": {"cacheSize": "20G"}}, id="bad-size"),
+        pytest.param({"vllm": {"startupSeconds": 60}}, id="short-startup"),
     ],
 )
 def test_bad_values_are_rejected(values, request):
@@ -584,6 +911,101 @@ def test_weights_check_fails_the_pod(tmp_path, damage):
         manifest.write_text(manifest.read_text() + "0" * 64 + "  ../outside\n")
     proc = _verify(d)
     assert proc.returncode != 0, proc.stdout
+
+
+AIRGAP = REPO / "deploy" / "AIRGAP.md"
+
+
+def _airgap_line(pattern: str) -> str:
+    """The one shell line of deploy/AIRGAP.md matching ``pattern`` (the procedure is tested as written)."""
+    lines = [ln.strip() for ln in AIRGAP.read_text(encoding="utf-8").splitlines() if re.search(pattern, ln)]
+    assert len(lines) == 1, (pattern, lines)
+    return lines[0]
+
+
+def _weights_as_airgap_says(tmp_path: Path) -> tuple[Path, str]:
+    """Step 1 on the build host (manifest, tar) and step 4 at the site (unpack onto the weights volume),
+    with the commands copied from AIRGAP.md; returns the model directory on the "volume" and the manifest."""
+    build, transfer, volume = tmp_path / "build", tmp_path / "transfer", tmp_path / "pvc"
+    model = build / "llama-3-8b"
+    (model / "original").mkdir(parents=True)
+    for name in ("config.json", "generation_config.json", "tokenizer.json", "tokenizer_config.json"):
+        (model / name).write_text('{"x": 1}\n')
+    for i in (1, 2):
+        (model / f"model-0000{i}-of-00002.safetensors").write_bytes(os.urandom(8192))
+    (model / "original" / "params.json").write_text("{}")
+    transfer.mkdir()
+    volume.mkdir()
+
+    def sh(line: str, cwd: Path) -> None:
+        line = line.replace("/data/weights", str(build)).replace("transfer/", f"{transfer}/")
+        line = line.replace("/mnt/model-weights", str(volume))
+        subprocess.run(["/bin/sh", "-c", line], cwd=cwd, check=True)
+
+    sh(_airgap_line(r"^\s*find \. -type f .*> SHA256SUMS$"), model)
+    sh(_airgap_line(r"^\s*tar -C /data/weights -cf "), tmp_path)
+    sh(_airgap_line(r"^\s*tar -C /mnt/model-weights -xf "), transfer)
+    on_volume = volume / "llama-3-8b"
+    assert (on_volume / "SHA256SUMS").is_file()  # the manifest travels with the weights, as AIRGAP says
+    return on_volume, (on_volume / "SHA256SUMS").read_text()
+
+
+def _run_init_container(values: dict[str, Any], weights: Path, tmp_path: Path) -> subprocess.CompletedProcess[str]:
+    """Run the rendered verify-weights init container's script with its rendered environment, paths mapped
+    onto the test's directories (the inline manifest from the rendered ConfigMap, as the pod mounts it)."""
+    docs = render(values)
+    (sts,) = servers(docs)
+    (init,) = pod_spec(sts)["initContainers"]
+    env = env_map(init)
+    model_dir = env["WEIGHTS_DIR"]
+    manifest = env["WEIGHTS_MANIFEST"]
+    if manifest.startswith("/etc/medhelm/weights/"):
+        (cm,) = [m for m in by_kind(docs, "ConfigMap") if m["metadata"]["name"].endswith("-weights")]
+        mounted = tmp_path / "etc-weights"
+        mounted.mkdir(exist_ok=True)
+        (mounted / "SHA256SUMS").write_text(cm["data"]["SHA256SUMS"])
+        manifest = str(mounted / "SHA256SUMS")
+    else:
+        manifest = manifest.replace(model_dir, str(weights))
+    (script_cm,) = [m for m in by_kind(docs, "ConfigMap") if m["metadata"]["name"].endswith("-scripts")]
+    script = tmp_path / "verify-weights.sh"
+    script.write_text(script_cm["data"]["verify-weights.sh"])
+    run_env = {"PATH": os.environ["PATH"], "TMPDIR": str(tmp_path), "WEIGHTS_DIR": str(weights),
+               "WEIGHTS_MANIFEST": manifest, "WEIGHTS_DIR_MANIFEST": env["WEIGHTS_DIR_MANIFEST"]}
+    return subprocess.run(["/bin/sh", str(script)], env=run_env, capture_output=True, text=True, check=False)
+
+
+@pytest.mark.parametrize("inline", [False, True], ids=["manifest-on-volume", "manifest-in-values"])
+def test_weights_laid_out_as_airgap_says_pass_the_init_container(tmp_path, inline):
+    """Issue 15 item 2: following AIRGAP.md exactly (SHA256SUMS written beside the weights in step 1, the
+    manifest optionally given in the values in step 4) the pod starts; a tampered or added file still stops it."""
+    weights, manifest = _weights_as_airgap_says(tmp_path)
+    entry: dict[str, Any] = {"name": "llama-3-8b", "weights": {"claim": "model-weights", "subPath": "llama-3-8b"}}
+    if inline:
+        entry["weights"]["sha256sums"] = manifest
+    values = {"models": [entry], "runner": {"model": "llama-3-8b", "benchmarks": ["pubmedqa"]}}
+    proc = _run_init_container(values, weights, tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "verify-weights: OK" in proc.stdout
+    (weights / "extra.pkl").write_bytes(b"pickle")
+    proc = _run_init_container(values, weights, tmp_path)
+    assert proc.returncode != 0 and "extra.pkl" in proc.stderr
+    (weights / "extra.pkl").unlink()
+    (weights / "model-00002-of-00002.safetensors").write_bytes(b"evil")
+    assert _run_init_container(values, weights, tmp_path).returncode != 0
+
+
+def test_a_tampered_manifest_on_the_volume_cannot_pass_an_inline_manifest(tmp_path):
+    """With the trusted manifest in the values, rewriting SHA256SUMS on the volume changes nothing."""
+    weights, manifest = _weights_as_airgap_says(tmp_path)
+    (weights / "model-00001-of-00002.safetensors").write_bytes(b"swapped weights")
+    sums = subprocess.run("find . -type f ! -name SHA256SUMS -print0 | sort -z | xargs -0 sha256sum", shell=True,
+                          cwd=weights, check=True, capture_output=True, text=True).stdout
+    (weights / "SHA256SUMS").write_text(sums)  # an attacker with write access to the volume
+    entry = {"name": "m", "weights": {"claim": "w", "subPath": "llama-3-8b", "sha256sums": manifest}}
+    proc = _run_init_container({"models": [entry], "runner": {"model": "m", "benchmarks": ["pubmedqa"]}},
+                               weights, tmp_path)
+    assert proc.returncode != 0
 
 
 def test_weights_check_script_is_what_the_chart_ships(rendered):

@@ -117,3 +117,21 @@ def test_checkov_really_fails_a_bad_manifest(scans):
     failed = {f.split()[0] for f in failures(scans["bad"])}
     # privileged, privilege escalation, root, latest tag, no probes, no limits: checkov must notice.
     assert {"CKV_K8S_16", "CKV_K8S_20", "CKV_K8S_23", "CKV_K8S_14"} <= failed, failed
+
+
+def test_inline_checkov_skips_are_narrow(rendered):
+    """The only in-manifest suppressions: no probes on one-shot `helm test` pods, and no fixed UID under
+    OpenShift's restricted-v2 SCC (which assigns one). Each carries its reason."""
+    for name in VALUE_SETS:
+        openshift = load_values(name).get("openshift", {}).get("enabled", False)
+        for doc in rendered(name):
+            annotations = doc["metadata"].get("annotations") or {}
+            skips = dict(v.split("=", 1) for k, v in annotations.items() if k.startswith("checkov.io/"))
+            if not skips:
+                continue
+            allowed = {"CKV_K8S_40"} if openshift else set()
+            if annotations.get("helm.sh/hook") == "test":
+                allowed |= {"CKV_K8S_8", "CKV_K8S_9"}
+            where = f"{name}: {doc['kind']}/{doc['metadata']['name']}"
+            assert set(skips) <= allowed, where
+            assert all(len(reason) > 40 for reason in skips.values()), where

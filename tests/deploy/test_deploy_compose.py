@@ -144,3 +144,16 @@ def test_vendored_schema_is_the_compose_spec():
     schema = json.loads(SCHEMA.read_text(encoding="utf-8"))
     assert schema["$id"] == "compose_spec.json" and schema["title"] == "Compose Specification"
     assert (DEPLOY_TESTS / "COMPOSE-SPEC-LICENSE").read_text().lstrip().startswith("Apache License")
+
+
+def test_appliance_reads_policy_and_pin_from_read_only_files_and_waits_for_the_lock():
+    """Team conventions on the single host: the export policy is a read-only mount (MEDHELM_EXPORT_POLICY), the
+    audit key pin comes from an env file the appliance does not own, and writers wait for the store's lock."""
+    appliance = load()["services"]["appliance"]
+    env = appliance["environment"]
+    assert env["MEDHELM_EXPORT_POLICY"] == "/etc/medhelm/policy/export-policy.yaml"
+    assert "./policy/export-policy.yaml:/etc/medhelm/policy/export-policy.yaml:ro" in appliance["volumes"]
+    assert int(env["MEDHELM_LOCK_TIMEOUT_S"]) >= 60
+    assert {"path": "./policy/audit.env", "required": False} in appliance["env_file"]
+    shipped = REPO / "deploy" / "policy" / "export-policy.yaml"
+    assert shipped.read_text() == (REPO / "policies" / "export-policy.yaml").read_text()

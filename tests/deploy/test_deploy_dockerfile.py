@@ -124,7 +124,10 @@ def test_final_image_runs_as_non_root(target):
 @pytest.mark.parametrize("target", FINAL)
 def test_final_image_has_a_healthcheck(target):
     (check,) = STAGES[target].all("HEALTHCHECK")
-    assert 'CMD ["medhelm-local", "doctor", "--json"]' in check
+    if target == "cpu":
+        assert 'CMD ["medhelm-local", "doctor", "--json"]' in check
+    else:  # the model server: vLLM's own /health, which needs no API key
+        assert "http://127.0.0.1:8000/health" in check and "--start-period=30m" in check
     assert "--interval=" in check and "--timeout=" in check
 
 
@@ -140,9 +143,10 @@ def test_final_image_turns_telemetry_off_and_uses_the_volumes(target):
     env = " ".join(STAGES[target].all("ENV"))
     for var in TELEMETRY_OFF:
         assert re.search(rf"\b{var}=1\b", env), var
-    assert "MEDHELM_HOME=/var/lib/medhelm" in env
-    volumes = " ".join(STAGES[target].all("VOLUME"))
-    assert '"/var/lib/medhelm"' in volumes and '"/var/lib/medhelm-audit"' in volumes
+    if target == "cpu":
+        assert "MEDHELM_HOME=/var/lib/medhelm" in env
+        volumes = " ".join(STAGES[target].all("VOLUME"))
+        assert '"/var/lib/medhelm"' in volumes and '"/var/lib/medhelm-audit"' in volumes
     assert "ENTRYPOINT" in {kw for kw, _ in STAGES[target].instructions}
 
 
@@ -172,6 +176,41 @@ def test_gpu_image_documents_its_compiler_exception():
     assert "Documented exception" in text and "Triton" in text
     runs = " ".join(STAGES["gpu"].all("RUN"))
     assert "/usr/bin/sudo" in runs and "/usr/local/bin/uv" in runs
+
+
+def test_gpu_image_serves_vllm_only():
+    """Issue 15 item 17: the appliance is not installed into vLLM's Python (nothing runs it there: the chart and
+    compose run every appliance command from the cpu image), and the unused git, curl, wget and vim are gone."""
+    gpu = STAGES["gpu"]
+    assert not gpu.all("COPY") and not gpu.all("ADD")
+    runs = " ".join(gpu.all("RUN"))
+    assert "medhelm_local" not in runs and "pip install" not in runs
+    for tool in ("git", "curl", "wget", "vim"):
+        assert re.search(rf"dpkg-query .*\b{tool}\b", runs), tool
+        assert f"/usr/bin/{tool}" in runs, tool
+    assert "apt-get purge -y" in runs
+    assert gpu.all("ENTRYPOINT") == ['["vllm", "serve"]']
+    import yaml
+
+    chart = (REPO / "helm-chart" / "templates" / "vllm.yaml").read_text(encoding="utf-8")
+    compose = yaml.safe_load((REPO / "deploy" / "docker-compose.yml").read_text(encoding="utf-8"))
+    assert 'command: ["vllm", "serve"]' in chart
+    for name, service in compose["services"].items():
+        if "GPU_IMAGE" in service["image"]:
+            assert service["entrypoint"] == ["vllm", "serve"], name
+
+
+def test_vllm_release_is_the_one_documented():
+    """Issue 16: IMAGES.md names the pinned vLLM release, why it was chosen and the flags the chart passes."""
+    base = next(s.base for s in STAGES.values() if s.base.startswith("vllm/"))
+    tag = re.match(r"vllm/vllm-openai:(v[\d.]+)@", base).group(1)  # type: ignore[union-attr]
+    images = (REPO / "deploy" / "IMAGES.md").read_text(encoding="utf-8")
+    assert f"vllm/vllm-openai:{tag}" in images and base.split("@")[1] in images
+    assert "v0.11.0" not in base
+    assert "advisor" in images.lower()
+    for flag in ("--served-model-name", "--tensor-parallel-size", "--max-model-len", "--gpu-memory-utilization",
+                 "--dtype", "--disable-uvicorn-access-log", "--enable-log-requests", "VLLM_API_KEY"):
+        assert flag in images, flag
 
 
 def test_no_secrets_in_the_dockerfile():

@@ -50,10 +50,15 @@ def test_policies_run_on_something(rendered):
     docs = rendered("gpu")
     servers = [
         d
-        for d in by_kind(docs, "Deployment")
+        for d in by_kind(docs, "StatefulSet")
         if d["metadata"]["labels"]["app.kubernetes.io/component"] == "model-server"
     ]
-    assert len(servers) == 4 and by_kind(docs, "Job") and by_kind(docs, "NetworkPolicy")
+    assert len(servers) == 4 and by_kind(docs, "CronJob") and by_kind(docs, "NetworkPolicy")
+    # The site sets exercise the DNS rules: a node-local cache address (RKE2), port 5353 (OpenShift).
+    rke2 = _policy(rendered("rke2"), "-allow-dns")["spec"]["egress"][0]
+    assert {"cidr": "169.254.20.10/32"} in [p.get("ipBlock") for p in rke2["to"]]
+    openshift = _policy(rendered("openshift"), "-allow-dns")["spec"]["egress"][0]
+    assert {p["port"] for p in openshift["ports"]} == {5353}
 
 
 # --- each rule rejects a manifest that breaks it --------------------------------------------------------
@@ -62,7 +67,7 @@ Mutation = Callable[[list[dict[str, Any]]], None]
 
 
 def _server(docs):
-    return next(d for d in by_kind(docs, "Deployment") if d["metadata"]["name"].endswith("vllm-llama-3-8b"))
+    return next(d for d in by_kind(docs, "StatefulSet") if d["metadata"]["name"].endswith("vllm-llama-3-8b"))
 
 
 def _vllm(docs):
@@ -70,7 +75,7 @@ def _vllm(docs):
 
 
 def _runner(docs):
-    return pod_spec(by_kind(docs, "Job")[0])["containers"][0]
+    return pod_spec(by_kind(docs, "CronJob")[0])["containers"][0]
 
 
 def _policy(docs, suffix):
@@ -137,7 +142,7 @@ def _m_host_port(docs):
 
 
 def _m_token(docs):
-    pod_spec(by_kind(docs, "Job")[0])["automountServiceAccountToken"] = True
+    pod_spec(by_kind(docs, "CronJob")[0])["automountServiceAccountToken"] = True
 
 
 def _m_latest(docs):
@@ -177,6 +182,14 @@ def _m_egress_ip_block(docs):
     _policy(docs, "-runner-egress")["spec"]["egress"].append(
         {"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}], "ports": [{"protocol": "TCP", "port": 443}]}
     )
+
+
+def _m_dns_ip_range(docs):
+    _policy(docs, "-allow-dns")["spec"]["egress"][0]["to"].append({"ipBlock": {"cidr": "10.0.0.0/8"}})
+
+
+def _m_dns_any_port(docs):
+    _policy(docs, "-allow-dns")["spec"]["egress"][0]["ports"].append({"protocol": "TCP", "port": 443})
 
 
 def _m_server_egress(docs):
@@ -284,6 +297,8 @@ MUTATIONS: dict[str, tuple[Mutation, str, str]] = {
     "egress-anywhere": (_m_egress_anywhere, "network", "allows every destination"),
     "egress-all-ports": (_m_egress_all_ports, "network", "allows every port"),
     "egress-ip-block": (_m_egress_ip_block, "network", "uses an ipBlock"),
+    "dns-ip-range": (_m_dns_ip_range, "network", "must be one address"),
+    "dns-any-port": (_m_dns_any_port, "network", "only the runner may open connections"),
     "server-egress": (_m_server_egress, "network", "only the runner may open connections"),
     "ingress-anyone": (_m_ingress_anyone, "network", "allows every source"),
     "runner-ingress": (_m_runner_ingress, "network", "only model servers may accept connections"),

@@ -1,0 +1,98 @@
+"""Waiting for model servers before a run: every replica of every model and judge answers its health check.
+
+vLLM (and llama.cpp's server) answer ``GET /health`` with 200 once the model is loaded, without the API key.
+Other OpenAI-compatible endpoints are probed with ``GET /v1/models`` and their API key. Embedded models are
+started by the runner itself and are not probed. Every URL is checked against the allowlist before a
+connection opens. Nothing here reads or sends prompts.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import httpx
+
+from medhelm_local.home.config import BackendKind, ModelEndpoint
+from medhelm_local.inference.backends import resolve_api_key, server_root
+from medhelm_local.inference.egress import check_egress
+
+
+@dataclass
+class ReplicaHealth:
+    """The last probe of one replica of one model."""
+
+    model: str
+    url: str
+    ok: bool = False
+    status: int | None = None
+    error: str | None = None
+    attempts: int = 0
+    ready_after_s: float | None = None
+
+    def as_dict(self) -> dict[str, object]:
+        return {"model": self.model, "url": self.url, "ok": self.ok, "status": self.status, "error": self.error,
+                "attempts": self.attempts, "ready_after_s": self.ready_after_s}
+
+
+def health_url(endpoint: ModelEndpoint, base_url: str) -> str:
+    """Where a replica is probed: ``/health`` at the server root for vLLM, ``/models`` under the API otherwise."""
+    if endpoint.kind == BackendKind.VLLM:
+        return f"{server_root(base_url)}/health"
+    return f"{base_url}/models"
+
+
+def probed_endpoints(endpoints: Iterable[ModelEndpoint]) -> list[ModelEndpoint]:
+    return [e for e in endpoints if e.kind != BackendKind.EMBEDDED]
+
+
+def wait_for_models(
+    endpoints: Iterable[ModelEndpoint],
+    allowlist: list[str],
+    *,
+    timeout_s: float,
+    interval_s: float = 5.0,
+    probe_timeout_s: float = 5.0,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> list[ReplicaHealth]:
+    """Probe every replica until all answer 200 or ``timeout_s`` passes; return the last state of each.
+
+    Replicas that answered stay answered (a later failure shows in the run's own per-replica health).
+    """
+    targets: list[tuple[ModelEndpoint, ReplicaHealth, dict[str, str]]] = []
+    for endpoint in probed_endpoints(endpoints):
+        headers: dict[str, str] = {}
+        if endpoint.kind != BackendKind.VLLM:
+            key = resolve_api_key(endpoint)
+            if key:
+                headers["Authorization"] = f"Bearer {key}"
+        for base in endpoint.base_urls:
+            url = health_url(endpoint, base)
+            check_egress(url, allowlist)  # refused before any connection opens
+            targets.append((endpoint, ReplicaHealth(model=endpoint.name, url=url), headers))
+    start = clock()
+    deadline = start + timeout_s
+    # No proxies from the environment: in-cluster names must never be sent to a proxy.
+    with httpx.Client(trust_env=False, follow_redirects=False) as client:
+        while True:
+            for _endpoint, health, headers in targets:
+                if health.ok:
+                    continue
+                health.attempts += 1
+                remaining = max(0.1, deadline - clock())
+                try:
+                    response = client.get(health.url, headers=headers, timeout=min(probe_timeout_s, remaining))
+                except httpx.HTTPError as exc:
+                    health.status, health.error = None, type(exc).__name__
+                    continue
+                health.status = response.status_code
+                if response.status_code == 200:
+                    health.ok, health.error = True, None
+                    health.ready_after_s = round(clock() - start, 1)
+                else:
+                    health.error = f"HTTP {response.status_code}"
+            if all(h.ok for _e, h, _h in targets) or clock() >= deadline:
+                return [h for _e, h, _h in targets]
+            sleep(min(interval_s, max(0.0, deadline - clock())))
