@@ -201,3 +201,30 @@ def test_medcalc_helm_run_scores_like_jsonl(cli: Cli, public_data: Path, tmp_pat
     assert expected["n"] == 199 and expected["n_failed"] == 1
     got["breakdown"]["failures"] = expected["breakdown"]["failures"]
     assert got == expected
+
+
+# -- Run directories written by crfm-helm 0.5.16's own code (tests/parity/tools/helm_run_fixture.py) --------------
+
+HELM_RUNS = Path(__file__).parent / "fixtures" / "helm_runs"
+
+
+@pytest.mark.parametrize(("benchmark", "score", "n"), [
+    ("pubmedqa", 16 / 24, 24),  # letters through HELM's output mapping: right two times in three
+    ("medcalc_bench", 18 / 24, 24),  # the rows' own step-by-step explanations, every fourth a wrong value
+])
+def test_run_files_written_by_helm_itself_score_like_the_projects_format(cli: Cli, benchmark: str, score: float,
+                                                                        n: int) -> None:
+    run_dir = HELM_RUNS / benchmark
+    jsonl = cli("score", benchmark, "--predictions", str(run_dir / "outputs.jsonl"), "--json")
+    assert jsonl.code == 0, jsonl.stderr
+    expected = _comparable(jsonl.json())
+    assert (expected["score"], expected["n"], expected["n_failed"]) == (pytest.approx(score), n, 0)
+    formats = {run_dir: "helm:scenario_state.json", run_dir / "scenario_state.json": "helm:scenario_state.json",
+               run_dir / "per_instance_stats.json": "helm:scenario_state.json",
+               run_dir / "display_predictions.json": "helm:display_predictions.json"}
+    for source, name in formats.items():
+        result = cli("score", benchmark, "--predictions", str(source), "--json")
+        assert result.code == 0, result.stderr
+        payload = result.json()
+        assert isinstance(payload, dict) and payload["predictions_format"] == name, source.name
+        assert _comparable(payload) == expected, source.name

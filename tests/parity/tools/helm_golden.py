@@ -309,7 +309,8 @@ CASES: dict[str, Case] = {
 }
 
 
-def render(adapter_spec: AdapterSpec, instance: Instance) -> dict[str, Any]:
+def request_state(adapter_spec: AdapterSpec, instance: Instance) -> Any:
+    """The RequestState HELM's own adapter builds for ``instance`` (before execution)."""
     adapter_cls = (MultipleChoiceJointAdapter if adapter_spec.method == ADAPT_MULTIPLE_CHOICE_JOINT
                    else GenerationAdapter)
     adapter = adapter_cls.__new__(adapter_cls)  # no tokenizer service: truncation is model-specific, skipped
@@ -317,6 +318,11 @@ def render(adapter_spec: AdapterSpec, instance: Instance) -> dict[str, Any]:
     adapter._make_prompt_fit = lambda prompt: prompt  # type: ignore[method-assign]
     assert isinstance(adapter, InContextLearningAdapter)
     (state,) = adapter.generate_requests(instance, train_trial_index=0, training_instances=[])
+    return state
+
+
+def render(adapter_spec: AdapterSpec, instance: Instance) -> dict[str, Any]:
+    state = request_state(adapter_spec, instance)
     request = state.request
     return {"method": adapter_spec.method, "prompt": request.prompt, "max_tokens": request.max_tokens,
             "temperature": request.temperature, "stop_sequences": list(request.stop_sequences),
