@@ -100,7 +100,7 @@ def compute_plan(store: Store, model: str, benchmarks: list[str], *, max_instanc
                 f"{benchmark} PATH` first"
             )
         if prompt_style != DEFAULT_STYLE:
-            _check_fields(store, spec, dataset.fingerprint)
+            check_style_fields(store, spec, dataset.fingerprint)
         eligible = dataset.n_instances
         if spec.instances_where is not None:
             eligible = len(_eligible_labels(store, spec, dataset.fingerprint))
@@ -120,7 +120,7 @@ def compute_plan(store: Store, model: str, benchmarks: list[str], *, max_instanc
                 seed=seed, max_instances=max_instances, prompt_style=prompt_style)
 
 
-def _check_fields(store: Store, spec: BenchmarkSpec, fingerprint: str) -> None:
+def check_style_fields(store: Store, spec: BenchmarkSpec, fingerprint: str) -> None:
     """A styled prompt may need fields an older loader did not store (PubMedQA's ``labelled_context``): refuse
     before any request, naming the fix, rather than fail on the first prompt."""
     first = next(iter(store.iter_instances(spec.id, fingerprint, chunk=1)), [])

@@ -5,7 +5,7 @@ Not run by CI. In the venv of ``helm_golden.py`` (crfm-helm 0.5.16):
 
     /tmp/helm-venv/bin/python tests/parity/tools/helm_run_fixture.py [--data ../shared/data/public]
 
-For PubMedQA and MedCalc-Bench, the first real items of the shared files become HELM ``Instance``s (the lines of
+For PubMedQA, MedQA, MedHallu and MedCalc-Bench, the first real items of the shared files become HELM ``Instance``s (the lines of
 HELM's scenarios, in ``helm_golden.py``; ids as HELM's runner gives them: ``with_instance_ids`` where the
 scenario sets none, MedCalc-Bench's row number where it does), HELM's adapter builds the ``RequestState``s, each
 gets a ``RequestResult`` with a scripted completion (``pubmedqa_output`` / ``medcalc_output``), and the files are
@@ -52,6 +52,11 @@ def pubmedqa_output(index: int, gold: str) -> str:
     return f" {letters[gold]}" if index % 3 else f" {'B' if letters[gold] == 'A' else 'A'}"
 
 
+def letter_output(index: int, gold_letter: str, letters: str) -> str:
+    """A letter (MedQA): right two times in three, else the next letter."""
+    return gold_letter if index % 3 else letters[(letters.index(gold_letter) + 1) % len(letters)]
+
+
 def medcalc_output(index: int, explanation: str) -> str:
     """A step-by-step answer (the row's own Ground Truth Explanation), or every fourth time a wrong value."""
     return explanation if index % 4 else "The answer is 0.5."
@@ -61,7 +66,8 @@ def build(benchmark: str, data: Path, out: Path) -> None:
     import csv
     from importlib import resources
 
-    run_spec = {"pubmedqa": rs.get_pubmed_qa_spec, "medcalc_bench": rs.get_medcalc_bench_spec}[benchmark]()
+    run_spec = {"pubmedqa": rs.get_pubmed_qa_spec, "medcalc_bench": rs.get_medcalc_bench_spec,
+                "medqa": rs.get_medhelm_med_qa_spec, "medhallu": rs.get_medhallu_spec}[benchmark]()
     items = list(helm_golden.CASES[benchmark].items(data))[:N_ITEMS]
     instances = [replace(instance, split=TEST_SPLIT) for _, _, instance in items]
     if benchmark == "medcalc_bench":  # HELM's MedCalc-Bench scenario sets id = the row number
@@ -73,15 +79,26 @@ def build(benchmark: str, data: Path, out: Path) -> None:
     states, ours = [], {}
     for index, ((_, our_id, _), instance) in enumerate(zip(items, instances, strict=True)):
         gold = next(r.output.text for r in instance.references if r.is_correct)
-        text = (pubmedqa_output(index, gold) if benchmark == "pubmedqa"
-                else medcalc_output(index, explanations[our_id]))
         state = helm_golden.request_state(run_spec.adapter_spec, instance)  # HELM's adapter, as in the goldens
+        ours_answer: str | None = None
+        if benchmark == "pubmedqa":
+            text = pubmedqa_output(index, gold)
+        elif benchmark == "medqa":  # the project's answer: the letter (HELM maps it to the option text)
+            letters = "".join(state.output_mapping)
+            text = letter_output(index, next(k for k, v in state.output_mapping.items() if v == gold), letters)
+            ours_answer = text
+        elif benchmark == "medhallu":  # HELM's prompt asks for 1 (hallucinated) or 0; the project's for yes/no
+            text = gold if index % 3 else {"1": "0", "0": "1"}[gold]
+            ours_answer = {"1": "yes", "0": "no"}[text]
+        else:
+            text = medcalc_output(index, explanations[our_id])
         result = RequestResult(success=True, embedding=[], cached=False, request_time=1.0,
                                request_datetime=1747000000,
                                completions=[GeneratedOutput(text=text, logprob=0.0, tokens=[])])
         states.append(replace(state, result=result))
-        answer = state.output_mapping.get(text.strip()) if state.output_mapping else text
-        ours[our_id] = answer
+        if ours_answer is None:
+            ours_answer = state.output_mapping.get(text.strip()) if state.output_mapping else text
+        ours[our_id] = ours_answer
     run_dir = out / benchmark
     run_dir.mkdir(parents=True, exist_ok=True)
     scenario_state = ScenarioState(adapter_spec=run_spec.adapter_spec, request_states=states)
@@ -101,7 +118,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=helm_golden.ROOT.parent.parent / "shared" / "data" / "public")
     args = parser.parse_args()
-    for benchmark in ("pubmedqa", "medcalc_bench"):
+    for benchmark in ("pubmedqa", "medqa", "medhallu", "medcalc_bench"):
         build(benchmark, args.data, OUT)
 
 
