@@ -94,6 +94,7 @@ def test_procedures_input_stops_at_the_first_of_plan_summary_findings(public_dat
     ("HPI: x.\nPLAN:\n1. Rest.", None),  # an empty PLAN line and no SUMMARY/FINDINGS: HELM drops the report
     ("HPI: x.\nPLAN:\n1. Rest.\nSUMMARY: Stable.", "Stable."),
     ("HPI: x.\nPlan: rest.\nSUMMARY: Stable.", None),  # "PLAN:" only upper-cased: IndexError, report dropped
+    ("HPI: x.\nPLAN: Rest.\nSummary: fine.", None),  # even beside a found PLAN: the SUMMARY split fails
     ("HPI: x.\nASSESSMENT AND PLAN: Rest.", "Rest."),
     ("HPI: x.", None),
 ])
