@@ -188,3 +188,29 @@ def test_a_parity_run_through_the_cli_sends_helms_prompts_and_judge_prompts(publ
         ([{"role": "user", "content": i["prompt"]}] for i in items), key=str)
     assert sorted(b["messages"][-1]["content"] for b in judge_bodies) == sorted(i["judge_prompt"] for i in items)
     assert {b["max_tokens"] for b in model_bodies} == {512}
+
+
+def test_score_on_helms_own_mtsamples_run_matches_the_reports_and_judges_with_helms_prompt(
+        public_data: Path, tmp_path: Path) -> None:
+    """A run directory written by crfm-helm's own code (tests/scoring/fixtures/helm_runs/mtsamples: HELM's ids
+    id0..id6, its cleaned input) is matched to the registered reports by content and judged with HELM's
+    annotator prompt, byte for byte."""
+    from medhelm_local.testing.fake_openai import FakeOpenAIServer
+    from tests.conftest import Cli, cli_env
+    from tests.scoring import helpers
+
+    run_dir = Path(__file__).parents[1] / "scoring" / "fixtures" / "helm_runs" / "mtsamples"
+    rating = ('{"accuracy": {"score": 4, "explanation": "x"}, "completeness": {"score": 4, "explanation": "x"}, '
+              '"clarity": {"score": 4, "explanation": "x"}}')
+    with FakeOpenAIServer(responder=lambda _: rating, record_bodies=True) as server:
+        home = helpers.make_home(tmp_path / "home", {"j1": server.base_url})
+        cli = Cli(home=home.root, env=cli_env())
+        folder = public_data / "mtsamples_sample" / FOLDERS["mtsamples"]
+        assert cli("datasets", "register", "mtsamples", str(folder)).code == 0
+        scored = cli("score", "mtsamples", "--predictions", str(run_dir), "--json")
+        assert scored.code == 0, scored.stderr
+        judged = sorted(b["messages"][-1]["content"] for b in server.bodies)
+    payload = scored.json()
+    assert isinstance(payload, dict) and payload["prompt_style"] == "medhelm"
+    assert (payload["n"], payload["n_failed"], payload["score"]) == (7, 0, 0.75)
+    assert judged == sorted(item["judge_prompt"] for item in GOLDENS["mtsamples"]["items"])

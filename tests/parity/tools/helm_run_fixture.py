@@ -5,7 +5,8 @@ Not run by CI. In the venv of ``helm_golden.py`` (crfm-helm 0.5.16):
 
     /tmp/helm-venv/bin/python tests/parity/tools/helm_run_fixture.py [--data ../shared/data/public]
 
-For PubMedQA, MedQA, MedHallu and MedCalc-Bench, the first real items of the shared files become HELM ``Instance``s (the lines of
+For PubMedQA, MedQA, MedHallu, MedCalc-Bench and MTSamples, the first real items (MTSamples: the reports of the
+shared sample HELM's own ``get_instances`` keeps) of the shared files become HELM ``Instance``s (the lines of
 HELM's scenarios, in ``helm_golden.py``; ids as HELM's runner gives them: ``with_instance_ids`` where the
 scenario sets none, MedCalc-Bench's row number where it does), HELM's adapter builds the ``RequestState``s, each
 gets a ``RequestResult`` with a scripted completion (``pubmedqa_output`` / ``medcalc_output``), and the files are
@@ -67,7 +68,8 @@ def build(benchmark: str, data: Path, out: Path) -> None:
     from importlib import resources
 
     run_spec = {"pubmedqa": rs.get_pubmed_qa_spec, "medcalc_bench": rs.get_medcalc_bench_spec,
-                "medqa": rs.get_medhelm_med_qa_spec, "medhallu": rs.get_medhallu_spec}[benchmark]()
+                "medqa": rs.get_medhelm_med_qa_spec, "medhallu": rs.get_medhallu_spec,
+                "mtsamples": rs.get_mtsamples_spec}[benchmark]()
     items = list(helm_golden.CASES[benchmark].items(data))[:N_ITEMS]
     instances = [replace(instance, split=TEST_SPLIT) for _, _, instance in items]
     if benchmark == "medcalc_bench":  # HELM's MedCalc-Bench scenario sets id = the row number
@@ -87,6 +89,8 @@ def build(benchmark: str, data: Path, out: Path) -> None:
             letters = "".join(state.output_mapping)
             text = letter_output(index, next(k for k, v in state.output_mapping.items() if v == gold), letters)
             ours_answer = text
+        elif benchmark == "mtsamples":  # the response HELM's judge prompts in the goldens were rendered with
+            text = helm_golden.JUDGE_RESPONSE
         elif benchmark == "medhallu":  # HELM's prompt asks for 1 (hallucinated) or 0; the project's for yes/no
             text = gold if index % 3 else {"1": "0", "0": "1"}[gold]
             ours_answer = {"1": "yes", "0": "no"}[text]
@@ -118,7 +122,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--data", type=Path, default=helm_golden.ROOT.parent.parent / "shared" / "data" / "public")
     args = parser.parse_args()
-    for benchmark in ("pubmedqa", "medqa", "medhallu", "medcalc_bench"):
+    for benchmark in ("pubmedqa", "medqa", "medhallu", "medcalc_bench", "mtsamples"):
         build(benchmark, args.data, OUT)
 
 
