@@ -104,6 +104,10 @@ def compute_plan(store: Store, model: str, benchmarks: list[str], *, max_instanc
         eligible = dataset.n_instances
         if spec.instances_where is not None:
             eligible = len(_eligible_labels(store, spec, dataset.fingerprint))
+            if not eligible:
+                raise BadInputError(f"benchmark {benchmark}: none of the {dataset.n_instances} registered instances "
+                                    f"is one this prompt style runs (meta {spec.instances_where!r}: MedHELM's "
+                                    "scenario keeps none of them)")
         planned = eligible if max_instances is None else max(0, min(max_instances, eligible))
         datasets[benchmark] = {"fingerprint": dataset.fingerprint, "template_sha256": template_hash(spec),
                                "instances": dataset.n_instances, "planned": planned}

@@ -153,6 +153,22 @@ def test_a_parity_run_plans_only_the_reports_helm_keeps(public_data: Path, tmp_p
     assert sampled.datasets["mtsamples"]["planned"] == 3
 
 
+def test_a_parity_run_of_reports_helm_keeps_none_of_is_refused(public_data: Path, tmp_path: Path) -> None:
+    from medhelm_local.errors import BadInputError
+
+    folder = sample_with_a_report_helm_drops(public_data, tmp_path)
+    result = load_dataset(get_spec("mtsamples"), folder)
+    dropped = [i for i in result.instances if not i.meta["medhelm_kept"]]
+    home = make_home(tmp_path / "home", ["http://127.0.0.1:9/v1"])
+    with Store.open(home) as store:
+        store.register_dataset("mtsamples", "sha", "mtsamples_txt", str(folder), dropped, {})
+        assert compute_plan(store, "fake", ["mtsamples"], max_instances=None, seed=0).datasets["mtsamples"][
+            "planned"] == 1
+        with pytest.raises(BadInputError) as caught:
+            compute_plan(store, "fake", ["mtsamples"], max_instances=None, seed=0, prompt_style=MEDHELM_STYLE)
+    assert caught.value.exit_code == 2 and "medhelm_kept" in str(caught.value)
+
+
 def test_a_parity_run_through_the_cli_sends_helms_prompts_and_judge_prompts(public_data: Path,
                                                                             tmp_path: Path) -> None:
     from medhelm_local.home.config import ModelEndpoint
