@@ -210,10 +210,10 @@ HELM_RUNS = Path(__file__).parent / "fixtures" / "helm_runs"
 
 
 @pytest.mark.parametrize(("benchmark", "score", "n"), [
-    ("pubmedqa", 16 / 24, 24),  # letters, which HELM's output mapping maps to yes/no/maybe: right 2 times in 3
-    ("medqa", 16 / 24, 24),  # letters, which HELM's output mapping maps to the option text
-    ("medhallu", 16 / 24, 24),  # HELM's prompt asks for 1 (hallucinated) or 0; the project's for yes or no
-    ("medcalc_bench", 18 / 24, 24),  # the rows' own step-by-step explanations, every fourth a wrong value
+    ("pubmedqa", 8 / 12, 12),  # letters, which HELM's output mapping maps to yes/no/maybe: right 2 times in 3
+    ("medqa", 8 / 12, 12),  # letters, which HELM's output mapping maps to the option text
+    ("medhallu", 8 / 12, 12),  # HELM's prompt asks for 1 (hallucinated) or 0; the project's for yes or no
+    ("medcalc_bench", 9 / 12, 12),  # the rows' own step-by-step explanations, every fourth a wrong value
 ])
 def test_run_files_written_by_helm_itself_score_like_the_projects_format(cli: Cli, benchmark: str, score: float,
                                                                         n: int) -> None:
@@ -248,7 +248,7 @@ def test_helm_outputs_in_the_default_style_read_the_mapped_answer_only_where_it_
         payload = result.json()
         assert isinstance(payload, dict) and payload["prompt_style"] == "default"
         figures[benchmark] = (payload["score"], payload["breakdown"]["parse_rate"])
-    assert figures == {"pubmedqa": (pytest.approx(16 / 24), 1.0), "medqa": (pytest.approx(16 / 24), 1.0),
+    assert figures == {"pubmedqa": (pytest.approx(8 / 12), 1.0), "medqa": (pytest.approx(8 / 12), 1.0),
                        "medhallu": (0.0, 0.0)}
     refused = cli("score", "mimic_iv_billing", "--predictions", str(HELM_RUNS / "medqa"), "--prompt-style",
                   "medhelm")

@@ -44,7 +44,7 @@ from helm.common.general import asdict_without_nones
 from helm.common.request import GeneratedOutput, RequestResult
 
 OUT = helm_golden.ROOT / "tests" / "scoring" / "fixtures" / "helm_runs"
-N_ITEMS = 24
+N_ITEMS = 12
 
 
 def pubmedqa_output(index: int, gold: str) -> str:
