@@ -6,7 +6,8 @@ Not run by CI (CI never needs crfm-helm). Regenerate by hand, in a separate virt
     python3 -m venv /tmp/helm-venv
     /tmp/helm-venv/bin/pip install --no-deps crfm-helm==0.5.16
     /tmp/helm-venv/bin/pip install filelock zstandard tqdm pyhocon pyyaml colorlog sqlitedict retrying mako \
-        dacite cattrs
+        dacite 'cattrs~=22.2' requests openpyxl
+    # and for helm_run_fixture.py (HELM's run_display and codec): numpy nltk
     /tmp/helm-venv/bin/python tests/parity/tools/helm_golden.py [--data ../shared/data/public]
 
 For each benchmark: HELM's run spec function (``helm.benchmark.run_specs.medhelm_run_specs``) gives the
