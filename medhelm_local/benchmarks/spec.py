@@ -84,7 +84,8 @@ class MedhelmParity(BaseModel):
     in the order of the spec's ``labels`` (PubMedQA: A/B/C for yes/no/maybe). ``judge_question`` renders HELM's
     instance input, which HELM's jury sees as ``{question}`` (``judge_gold``: its gold response, where the raw
     reference differs from the loaded one); ``judge_template`` is HELM's annotator prompt over
-    ``{question}``, ``{response}`` and ``{gold_response}``.
+    ``{question}``, ``{response}`` and ``{gold_response}``. ``instances_where``: a boolean meta key the loader sets
+    on the items HELM's scenario keeps (MTSamples); a parity run plans only those.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -97,6 +98,7 @@ class MedhelmParity(BaseModel):
     judge_question: str | None = None
     judge_gold: str | None = None  # HELM's gold response as its jury sees it (the raw reference), when it differs
     judge_template: str | None = None
+    instances_where: str | None = None
     unavailable: str | None = None
     # The field HELM's template uses in place of the spec's ``truncate.field`` (e.g. ``labelled_context``).
     truncate_field: str | None = None
@@ -144,6 +146,9 @@ class BenchmarkSpec(BaseModel):
     judge_question: str | None = None
     # The jury's ``{gold_response}``: a template over the instance's fields; None = the references.
     judge_gold: str | None = None
+    # A boolean meta key: a run plans only the instances where it is true (None: every instance). Set by a
+    # prompt style (MedHELM parity runs only the MTSamples reports HELM's scenario keeps), not in spec files.
+    instances_where: str | None = None
     medhelm: MedhelmParity | None = None
     source: str | None = None
     license: str | None = None

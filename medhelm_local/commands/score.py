@@ -14,7 +14,9 @@ from medhelm_local.benchmarks.registry import get_spec
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import app_context
 from medhelm_local.errors import BadInputError, NotFoundError
+from medhelm_local.prompts.styles import DEFAULT_STYLE, MEDHELM_STYLE, check_style, parity_status, styled_spec
 from medhelm_local.records import Instance
+from medhelm_local.runner.plan import check_style_fields
 from medhelm_local.scoring.engine import score_items
 from medhelm_local.scoring.helm_outputs import FAILED as HELM_FAILED
 from medhelm_local.scoring.helm_outputs import is_helm_source, match_instances, read_helm_outputs
@@ -98,9 +100,11 @@ def _match(path: Path, benchmark: str, predictions: list[tuple[int, str, str | N
 
 
 def score_payload(breakdown: Breakdown, *, fingerprint: str, dataset_size: int, file_sha256: str,
-                  judges: list[dict[str, Any]] | None = None, source_format: str = "jsonl") -> dict[str, Any]:
+                  judges: list[dict[str, Any]] | None = None, source_format: str = "jsonl",
+                  prompt_style: str = DEFAULT_STYLE) -> dict[str, Any]:
     payload: dict[str, Any] = {
-        "benchmark": breakdown.benchmark, "metric": breakdown.metric, "score": breakdown.score, "n": breakdown.n,
+        "benchmark": breakdown.benchmark, "metric": breakdown.metric, "prompt_style": prompt_style,
+        "score": breakdown.score, "n": breakdown.n,
         "n_failed": breakdown.n_failed, "dataset_fingerprint": fingerprint, "dataset_instances": dataset_size,
         "predictions_sha256": file_sha256, "predictions_format": source_format,
         "n_gold_empty": breakdown.n_gold_empty, "score_nonempty_gold": breakdown.score_nonempty_gold,
@@ -124,11 +128,18 @@ def score(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
     jury_concurrency: int | None = typer.Option(None, "--jury-concurrency", min=1, max=64,
                                                 help="Judge requests in flight per judge (jury benchmarks)."),
+    prompt_style: str | None = typer.Option(
+        None, "--prompt-style",
+        help="The prompts the outputs answer: default (this appliance's) or medhelm (MedHELM's: answer letters, "
+             "MedHallu's 1/0, HELM's jury prompt). Default: medhelm for HELM outputs where the benchmark has "
+             "MedHELM parity, else default."),
 ) -> None:
     """Score a predictions file against the registered dataset (the benchmark's current dataset version)."""
     app_ctx = app_context(ctx)
-    spec = get_spec(benchmark)
     helm = is_helm_source(predictions)
+    if prompt_style is None:  # HELM's outputs answer HELM's prompts
+        prompt_style = MEDHELM_STYLE if helm and parity_status(get_spec(benchmark)) == "identical" else DEFAULT_STYLE
+    spec = styled_spec(get_spec(benchmark), check_style(prompt_style))  # exit 2 where parity is impossible
     if helm:
         helm_predictions, source = read_helm_outputs(predictions)
         file_sha256 = hashlib.sha256(source.read_bytes()).hexdigest()
@@ -141,17 +152,22 @@ def score(
         dataset = store.current_dataset(benchmark)
         if dataset is None:
             raise NotFoundError(f"no dataset is registered for {benchmark}; see `datasets register`")
+        if prompt_style != DEFAULT_STYLE:
+            check_style_fields(store, spec, dataset.fingerprint)
         if helm:
             registered = [i for chunk in store.iter_instances(benchmark, dataset.fingerprint, chunk=2000)
                           for i in chunk]
-            lines = match_instances(source, helm_predictions, registered)
+            # MedHELM's style reads the model's own answer ("B", "1"); the default style HELM's mapped answer where it
+            # is one of the spec's labels (PubMedQA's "yes")
+            labels = (spec.labels or []) if prompt_style == DEFAULT_STYLE else None
+            lines = match_instances(source, helm_predictions, registered, labels=labels)
             instances = {i.id: i for i in registered}
         else:
             instances = store.get_instances(benchmark, dataset.fingerprint, [iid for _, iid, _ in lines])
         items = _match(source, benchmark, lines, instances)
         if helm:  # HELM's failed requests: excluded and counted under their own name
             items = [(i, o, None if o is not None else HELM_FAILED) for i, o, _ in items]
-        scope = f"predictions:{file_sha256}"
+        scope = f"predictions:{file_sha256}" + ("" if prompt_style == DEFAULT_STYLE else f":{prompt_style}")
         scores = score_items(store, spec, items, scope=scope, config=config, jury_concurrency=jury_concurrency)
         judges = None
         if spec.metric == JURY:
@@ -160,10 +176,12 @@ def score(
                       for r in judge_failure_rates(store, scope, benchmark)]
     breakdown = summarise(benchmark, spec.metric, scores)
     audit_event(app_ctx.home, app_ctx.actor, "score.predictions", role="informatics", benchmark=benchmark,
-                predictions_sha256=file_sha256, predictions_format=source_format, dataset=dataset.fingerprint,
+                predictions_sha256=file_sha256, predictions_format=source_format, prompt_style=prompt_style,
+                dataset=dataset.fingerprint,
                 scored=breakdown.n, failed=breakdown.n_failed)
     payload = score_payload(breakdown, fingerprint=dataset.fingerprint, dataset_size=dataset.n_instances,
-                            file_sha256=file_sha256, judges=judges, source_format=source_format)
+                            file_sha256=file_sha256, judges=judges, source_format=source_format,
+                            prompt_style=prompt_style)
     if as_json:
         emit_json(payload)
         return
@@ -173,7 +191,7 @@ def score(
     if breakdown.n_gold_empty is not None:
         columns += ["empty gold", "score on non-empty gold"]
         values += [breakdown.n_gold_empty, breakdown.score_nonempty_gold]
-    emit_table(f"{benchmark} — {spec.metric}", columns, [values])
+    emit_table(f"{benchmark} — {spec.metric} (prompt style: {prompt_style})", columns, [values])
     if breakdown.secondary:
         emit_table("secondary metrics", ["metric", "score", "n"],
                    [[name, v["score"], v["n"]] for name, v in breakdown.secondary.items()])

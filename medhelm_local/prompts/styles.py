@@ -56,6 +56,7 @@ def styled_spec(spec: BenchmarkSpec, style: str) -> BenchmarkSpec:
         "max_tokens": parity.max_tokens,
         "stop": list(parity.stop),
         "answer_labels": parity.answer_labels,
+        "instances_where": parity.instances_where,
     }
     if spec.judge is not None and parity.judge_template is not None:
         update["judge"] = JudgeRubric(criteria=spec.judge.criteria, template=parity.judge_template,
@@ -70,6 +71,8 @@ def style_sha256(spec: BenchmarkSpec, style: str) -> str:
     styled = styled_spec(spec, style)
     decided = styled.model_dump(mode="json", include={"prompt", "max_tokens", "stop", "answer_labels", "judge",
                                                       "judge_question", "judge_gold"})
+    if styled.instances_where is not None:  # only where set: the hashes of every other spec stay as they were
+        decided["instances_where"] = styled.instances_where
     payload = json.dumps({"style": style, **decided}, sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(payload.encode()).hexdigest()
 

@@ -100,10 +100,19 @@ def compute_plan(store: Store, model: str, benchmarks: list[str], *, max_instanc
                 f"{benchmark} PATH` first"
             )
         if prompt_style != DEFAULT_STYLE:
-            _check_fields(store, spec, dataset.fingerprint)
-        planned = dataset.n_instances if max_instances is None else max(0, min(max_instances, dataset.n_instances))
+            check_style_fields(store, spec, dataset.fingerprint)
+        eligible = dataset.n_instances
+        if spec.instances_where is not None:
+            eligible = len(_eligible_labels(store, spec, dataset.fingerprint))
+            if not eligible:
+                raise BadInputError(f"benchmark {benchmark}: none of the {dataset.n_instances} registered instances "
+                                    f"is one this prompt style runs (meta {spec.instances_where!r}: MedHELM's "
+                                    "scenario keeps none of them)")
+        planned = eligible if max_instances is None else max(0, min(max_instances, eligible))
         datasets[benchmark] = {"fingerprint": dataset.fingerprint, "template_sha256": template_hash(spec),
                                "instances": dataset.n_instances, "planned": planned}
+        if spec.instances_where is not None:  # the style keeps only some instances (MTSamples: HELM's reports)
+            datasets[benchmark]["style_instances"] = eligible
     key_material = {"model": model, "benchmarks": benchmarks, "seed": seed, "max_instances": max_instances,
                     "order": order_mode,
                     "datasets": {b: d["fingerprint"] for b, d in datasets.items()},
@@ -115,7 +124,7 @@ def compute_plan(store: Store, model: str, benchmarks: list[str], *, max_instanc
                 seed=seed, max_instances=max_instances, prompt_style=prompt_style)
 
 
-def _check_fields(store: Store, spec: BenchmarkSpec, fingerprint: str) -> None:
+def check_style_fields(store: Store, spec: BenchmarkSpec, fingerprint: str) -> None:
     """A styled prompt may need fields an older loader did not store (PubMedQA's ``labelled_context``): refuse
     before any request, naming the fix, rather than fail on the first prompt."""
     first = next(iter(store.iter_instances(spec.id, fingerprint, chunk=1)), [])
@@ -130,13 +139,30 @@ def _check_fields(store: Store, spec: BenchmarkSpec, fingerprint: str) -> None:
                             f"datasets register {spec.id} PATH`")
 
 
-def _chosen_chunks(store: Store, benchmark: str, fingerprint: str, max_instances: int | None, seed: int
+def _kept(spec: BenchmarkSpec, instance: Instance) -> bool:
+    return spec.instances_where is None or instance.meta.get(spec.instances_where) is True
+
+
+def _eligible_labels(store: Store, spec: BenchmarkSpec, fingerprint: str) -> list[tuple[str, str | None]]:
+    """(id, label) of the instances the styled spec keeps (``instances_where``), in dataset order."""
+    return [(i.id, i.label) for chunk in store.iter_instances(spec.id, fingerprint, chunk=_CHUNK)
+            for i in chunk if _kept(spec, i)]
+
+
+def _chosen_chunks(store: Store, spec: BenchmarkSpec, fingerprint: str, max_instances: int | None, seed: int
                    ) -> Iterator[list[Instance]]:
-    """The chosen instances in dataset order, a chunk at a time: a full run never holds its dataset in memory."""
+    """The chosen instances in dataset order, a chunk at a time: a full run never holds its dataset in memory.
+    A styled spec with ``instances_where`` chooses among the instances it keeps only."""
+    benchmark = spec.id
     if max_instances is None:
-        yield from store.iter_instances(benchmark, fingerprint, chunk=_CHUNK)
+        for chunk in store.iter_instances(benchmark, fingerprint, chunk=_CHUNK):
+            kept = [i for i in chunk if _kept(spec, i)]
+            if kept:
+                yield kept
         return
-    chosen = sample_ids(store.instance_labels(benchmark, fingerprint), max_instances, seed)
+    labels = (store.instance_labels(benchmark, fingerprint) if spec.instances_where is None
+              else _eligible_labels(store, spec, fingerprint))
+    chosen = sample_ids(labels, max_instances, seed)
     for start in range(0, len(chosen), _CHUNK):
         ids = chosen[start:start + _CHUNK]
         by_id = store.get_instances(benchmark, fingerprint, ids)
@@ -152,7 +178,7 @@ def plan_items(store: Store, plan: Plan) -> Iterator[list[PlannedItem]]:
         spec = styled_spec(get_spec(benchmark), plan.prompt_style)
         fingerprint = plan.datasets[benchmark]["fingerprint"]
         position = 0
-        for chunk in _chosen_chunks(store, benchmark, fingerprint, plan.max_instances, plan.seed):
+        for chunk in _chosen_chunks(store, spec, fingerprint, plan.max_instances, plan.seed):
             items = []
             for instance in chunk:
                 if plan.order_mode == "prefix":

@@ -10,9 +10,12 @@ alone names no output and is refused with that reason.
 HELM gives instances positional ids ("id0", "id1", ...) unless its scenario set them (MedCalc-Bench: the row
 number). A HELM instance is matched to a registered one by id when every HELM id is a registered id; otherwise by
 content: the registered instance whose text fields appear, line by line, in the HELM instance's input, the
-references breaking ties. Only unperturbed instances of the first train trial count. A completion that an output
-mapping maps ("B" -> "no") is scored as its mapped answer, as HELM itself does; a failed request is a failed
-prediction (excluded and counted), never a 0.
+references breaking ties. Only unperturbed instances of the first train trial count. Each prediction keeps the
+model's own completion (``output``: "B", MedHallu's "1") and, where HELM's output mapping maps it, the mapped
+answer (``mapped``: "no" for PubMedQA, the option text for MedQA); ``score`` reads the completion in MedHELM's
+prompt style (which maps HELM's answers to the spec's labels), and in the default style the mapped answer where it
+is one of the spec's labels. A failed request
+is a failed prediction (excluded and counted), never a 0.
 
 Errors name the file and the place (``request_states[12]``, a HELM instance id), never instance or output text.
 """
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,7 +59,13 @@ class HelmInstance:
 class HelmPrediction:
     position: int  # 1-based place in the file (request state or display prediction), for error messages
     instance: HelmInstance
-    output: str | None  # None: the request failed
+    output: str | None  # the completion as the model wrote it; None: the request failed
+    mapped: str | None = None  # HELM's output mapping applied to it ("B" -> "no"), where one maps it
+
+    def answer(self, labels: Sequence[str] | None) -> str | None:
+        """The completion; given ``labels`` (the answers the scoring prompt asks for), HELM's mapped answer where it
+        is one of them (PubMedQA's "no"; MedQA's option text is not, so its letter is read)."""
+        return self.mapped if labels is not None and self.mapped in labels else self.output
 
 
 def is_helm_source(path: Path) -> bool:
@@ -123,9 +132,10 @@ def _from_scenario_state(path: Path) -> list[HelmPrediction]:
                 raise HelmOutputsError(path, 'a completion with a string "text"', where=where + ".result")
             output = first["text"]
             mapping = state.get("output_mapping")
-            if isinstance(mapping, dict) and isinstance(mapping.get(output.strip()), str):
-                output = mapping[output.strip()]
-        predictions.append(HelmPrediction(index + 1, instance, output))
+            mapped = mapping.get(output.strip()) if isinstance(mapping, dict) else None
+        else:
+            mapped = None
+        predictions.append(HelmPrediction(index + 1, instance, output, mapped if isinstance(mapped, str) else None))
     return predictions
 
 
@@ -153,11 +163,12 @@ def _from_display_predictions(path: Path, instances_path: Path | None) -> list[H
         if helm_id in seen:
             continue
         seen.add(helm_id)
-        text = raw.get("mapped_output") if isinstance(raw.get("mapped_output"), str) else raw.get("predicted_text")
+        text = raw.get("predicted_text")
         if not isinstance(text, str):
             raise HelmOutputsError(path, 'a string "predicted_text"', where=where)
+        mapped = raw.get("mapped_output") if isinstance(raw.get("mapped_output"), str) else None
         instance = by_id.get(helm_id, HelmInstance(helm_id=helm_id, input_text="", correct=()))
-        predictions.append(HelmPrediction(index + 1, instance, text))
+        predictions.append(HelmPrediction(index + 1, instance, text, mapped))
     return predictions
 
 
@@ -200,14 +211,15 @@ def _signature(instance: Instance) -> _Signature:
     return _Signature(instance.id, fields, frozenset(references))
 
 
-def match_instances(path: Path, predictions: list[HelmPrediction], instances: Iterable[Instance]
-                    ) -> list[tuple[int, str, str | None]]:
-    """``[(position, registered instance id, output)]`` for HELM predictions; raises naming the HELM ids that
-    match no registered instance, or more than one."""
+def match_instances(path: Path, predictions: list[HelmPrediction], instances: Iterable[Instance], *,
+                    labels: Sequence[str] | None = None) -> list[tuple[int, str, str | None]]:
+    """``[(position, registered instance id, output)]`` for HELM predictions (the output: see
+    :meth:`HelmPrediction.answer`); raises naming the HELM ids that match no registered instance, or more than
+    one."""
     signatures = [_signature(i) for i in instances]
     ids = {s.instance_id for s in signatures}
     if predictions and all(p.instance.helm_id in ids for p in predictions):
-        return [(p.position, p.instance.helm_id, p.output) for p in predictions]
+        return [(p.position, p.instance.helm_id, p.answer(labels)) for p in predictions]
     by_reference: dict[str, list[_Signature]] = defaultdict(list)
     for signature in signatures:
         for reference in signature.references:
@@ -238,7 +250,7 @@ def match_instances(path: Path, predictions: list[HelmPrediction], instances: It
             ambiguous.append(helm.helm_id)
         else:
             taken[best[0].instance_id] = helm.helm_id
-            matched.append((prediction.position, best[0].instance_id, prediction.output))
+            matched.append((prediction.position, best[0].instance_id, prediction.answer(labels)))
     if unmatched or ambiguous:
         def some(items: list[str]) -> str:
             return ", ".join(items[:10]) + (" ..." if len(items) > 10 else "")

@@ -29,7 +29,7 @@ def source_path(golden: dict[str, Any]) -> Path:
     source: str = golden["source"]
     if source.startswith("fixtures/"):
         return FIXTURES / source.split("/")[1]
-    return public_data() / source.split("/")[0]
+    return public_data() / Path(source).parent  # the file's folder: what `datasets register` is given
 
 
 def load_case_instance(golden: dict[str, Any]) -> Instance:

@@ -143,9 +143,9 @@ def test_parity_run_sends_helms_prompts_records_the_style_and_keeps_leaderboards
 
 
 def test_parity_mode_refuses_benchmarks_without_parity_and_unknown_styles(home_cli: Cli) -> None:
-    refused = home_cli("run", "--model", "any", "--benchmarks", "pubmedqa,mtsamples", "--prompt-style", "medhelm")
+    refused = home_cli("run", "--model", "any", "--benchmarks", "pubmedqa,dischargeme", "--prompt-style", "medhelm")
     assert refused.code == 2
-    assert "mtsamples" in refused.stderr and "MedHELM parity is impossible" in refused.stderr
+    assert "dischargeme" in refused.stderr and "MedHELM parity is impossible" in refused.stderr
     private = home_cli("run", "--model", "any", "--benchmarks", "hospice_referral", "--prompt-style", "medhelm")
     assert private.code == 2 and "private data" in private.stderr
     unknown = home_cli("run", "--model", "any", "--benchmarks", "pubmedqa", "--prompt-style", "helm-ish")

@@ -38,15 +38,13 @@ GOLDEN_DEFAULT = Path(__file__).parent / "golden" / "default"
 HELM_GOLDENS = {g["benchmark"]: g for g in helm_goldens()}
 JUDGE_RESPONSE = "<<model response>>"  # what tools/helm_golden.py rendered HELM's judge prompt with
 SPECS = sorted(all_specs(), key=lambda s: s.id)
-# Public benchmarks whose MedHELM input this appliance does not reproduce yet (reason in the spec and PARITY.md).
-PUBLIC_WITHOUT_PARITY = {"mtsamples", "mtsamples_procedures"}
 
 
-def test_there_are_37_specs_and_a_golden_for_every_public_benchmark_with_parity() -> None:
+def test_there_are_37_specs_and_a_golden_for_every_public_benchmark() -> None:
     assert len(SPECS) == 37
     public = {s.id for s in SPECS if s.access == Access.PUBLIC}
     assert len(public) == 16
-    assert set(HELM_GOLDENS) == public - PUBLIC_WITHOUT_PARITY
+    assert set(HELM_GOLDENS) == public
 
 
 @pytest.mark.parametrize("benchmark", sorted(HELM_GOLDENS))

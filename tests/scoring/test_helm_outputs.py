@@ -28,7 +28,8 @@ def cli(tmp_path_factory: pytest.TempPathFactory, public_data: Path) -> Cli:
     cli = Cli(home=tmp_path_factory.mktemp("helm") / "home", env=cli_env())
     assert cli("init").code == 0
     for benchmark, path in (("pubmedqa", public_data / "pubmedqa" / "ori_pqal.json"),
-                            ("medcalc_bench", public_data / "medcalc_bench" / "test_data.csv")):
+                            ("medcalc_bench", public_data / "medcalc_bench" / "test_data.csv"),
+                            ("medqa", public_data / "medqa"), ("medhallu", public_data / "medhallu")):
         result = cli("datasets", "register", benchmark, str(path))
         assert result.code == 0, result.stderr
     return cli
@@ -125,7 +126,7 @@ def pubmedqa_run(public_data: Path, tmp_path: Path, n: int = 120) -> tuple[Path,
 
 def _comparable(payload: object) -> dict[str, Any]:
     assert isinstance(payload, dict)
-    return {k: v for k, v in payload.items() if k not in ("predictions_sha256", "predictions_format")}
+    return {k: v for k, v in payload.items() if k not in ("predictions_sha256", "predictions_format", "prompt_style")}
 
 
 def test_pubmedqa_helm_run_scores_like_jsonl(cli: Cli, public_data: Path, tmp_path: Path) -> None:
@@ -201,3 +202,54 @@ def test_medcalc_helm_run_scores_like_jsonl(cli: Cli, public_data: Path, tmp_pat
     assert expected["n"] == 199 and expected["n_failed"] == 1
     got["breakdown"]["failures"] = expected["breakdown"]["failures"]
     assert got == expected
+
+
+# -- Run directories written by crfm-helm 0.5.16's own code (tests/parity/tools/helm_run_fixture.py) --------------
+
+HELM_RUNS = Path(__file__).parent / "fixtures" / "helm_runs"
+
+
+@pytest.mark.parametrize(("benchmark", "score", "n"), [
+    ("pubmedqa", 8 / 12, 12),  # letters, which HELM's output mapping maps to yes/no/maybe: right 2 times in 3
+    ("medqa", 8 / 12, 12),  # letters, which HELM's output mapping maps to the option text
+    ("medhallu", 8 / 12, 12),  # HELM's prompt asks for 1 (hallucinated) or 0; the project's for yes or no
+    ("medcalc_bench", 9 / 12, 12),  # the rows' own step-by-step explanations, every fourth a wrong value
+])
+def test_run_files_written_by_helm_itself_score_like_the_projects_format(cli: Cli, benchmark: str, score: float,
+                                                                        n: int) -> None:
+    """HELM's outputs answer HELM's prompts: ``score`` reads them in the medhelm prompt style (HELM's letters and
+    1/0 mapped to the spec's labels), the project's JSONL in the default style; the figures are the same."""
+    run_dir = HELM_RUNS / benchmark
+    jsonl = cli("score", benchmark, "--predictions", str(run_dir / "outputs.jsonl"), "--json")
+    assert jsonl.code == 0, jsonl.stderr
+    assert jsonl.json()["prompt_style"] == "default"  # type: ignore[index,call-overload]
+    expected = _comparable(jsonl.json())
+    assert (expected["score"], expected["n"], expected["n_failed"]) == (pytest.approx(score), n, 0)
+    formats = {run_dir: "helm:scenario_state.json", run_dir / "scenario_state.json": "helm:scenario_state.json",
+               run_dir / "per_instance_stats.json": "helm:scenario_state.json",
+               run_dir / "display_predictions.json": "helm:display_predictions.json"}
+    for source, name in formats.items():
+        result = cli("score", benchmark, "--predictions", str(source), "--json")
+        assert result.code == 0, result.stderr
+        payload = result.json()
+        assert isinstance(payload, dict) and payload["predictions_format"] == name, source.name
+        assert payload["prompt_style"] == "medhelm"
+        assert _comparable(payload) == expected, source.name
+
+
+def test_helm_outputs_in_the_default_style_read_the_mapped_answer_only_where_it_is_a_label(cli: Cli) -> None:
+    """--prompt-style default on HELM outputs: PubMedQA's mapped "yes" is a label; MedQA's mapped option text is
+    not, so its letter is read; MedHallu's "1" answers no default-style question (yes/no): unparsed, scored 0."""
+    figures = {}
+    for benchmark in ("pubmedqa", "medqa", "medhallu"):
+        result = cli("score", benchmark, "--predictions", str(HELM_RUNS / benchmark), "--prompt-style", "default",
+                     "--json")
+        assert result.code == 0, result.stderr
+        payload = result.json()
+        assert isinstance(payload, dict) and payload["prompt_style"] == "default"
+        figures[benchmark] = (payload["score"], payload["breakdown"]["parse_rate"])
+    assert figures == {"pubmedqa": (pytest.approx(8 / 12), 1.0), "medqa": (pytest.approx(8 / 12), 1.0),
+                       "medhallu": (0.0, 0.0)}
+    refused = cli("score", "mimic_iv_billing", "--predictions", str(HELM_RUNS / "medqa"), "--prompt-style",
+                  "medhelm")
+    assert refused.code == 2 and "MedHELM parity is impossible" in refused.stderr

@@ -13,6 +13,7 @@ from medhelm_local.scoring.ehrsql import extract_sql, run_query
 from medhelm_local.scoring.engine import score_outputs
 from medhelm_local.scoring.medec import parse_medec
 from medhelm_local.scoring.summary import Breakdown, summarise
+from tests.conftest import Cli
 from tests.scoring.test_real_data import instances
 
 
@@ -114,6 +115,27 @@ def test_ehrsql_empty_gold_reported_beside_execution_accuracy(public_data: Path)
 
     gold = score_all("ehrsql", [(i, i.references[0] if i.references else "null") for i in data])
     assert (gold.n_gold_empty, gold.score_nonempty_gold, gold.score) == (674, 1.0, 1.0)
+
+
+def test_score_command_reports_empty_gold_on_the_real_files(home_cli: Cli, public_data: Path,
+                                                            tmp_path: Path) -> None:
+    """As a user runs it: register the real EHRSQL folder, score fenced replies whose queries return nothing."""
+    import json
+
+    assert home_cli("datasets", "register", "ehrsql", str(public_data / "ehrsql")).code == 0
+    nothing = "Here is the SQL query:\n```sql\nSELECT patientunitstayid FROM patient WHERE 0\n```"
+    entries = json.loads((public_data / "ehrsql" / "test.json").read_text(encoding="utf-8"))
+    predictions = tmp_path / "ehrsql.jsonl"
+    predictions.write_text("".join(json.dumps({"id": e["id"], "output": "null" if e["is_impossible"] else nothing})
+                                   + "\n" for e in entries), encoding="utf-8")
+    scored = home_cli("score", "ehrsql", "--predictions", str(predictions), "--json")
+    assert scored.code == 0, scored.stderr
+    payload = scored.json()
+    assert isinstance(payload, dict)
+    assert (payload["n"], payload["n_failed"], payload["n_gold_empty"]) == (1788, 4, 674)
+    assert payload["score"] == pytest.approx((674 + 588) / 1788) and payload["score_nonempty_gold"] == 0.0
+    table = home_cli("score", "ehrsql", "--predictions", str(predictions))
+    assert "empty gold\tscore on non-empty gold" in table.stdout and "\t674\t0.000" in table.stdout
 
 
 def test_other_metrics_have_no_empty_gold_figures(public_data: Path) -> None:

@@ -6,7 +6,8 @@ Not run by CI (CI never needs crfm-helm). Regenerate by hand, in a separate virt
     python3 -m venv /tmp/helm-venv
     /tmp/helm-venv/bin/pip install --no-deps crfm-helm==0.5.16
     /tmp/helm-venv/bin/pip install filelock zstandard tqdm pyhocon pyyaml colorlog sqlitedict retrying mako \
-        dacite cattrs
+        dacite 'cattrs~=22.2' requests openpyxl
+    # and for helm_run_fixture.py (HELM's run_display and codec): numpy nltk
     /tmp/helm-venv/bin/python tests/parity/tools/helm_golden.py [--data ../shared/data/public]
 
 For each benchmark: HELM's run spec function (``helm.benchmark.run_specs.medhelm_run_specs``) gives the
@@ -62,6 +63,7 @@ class Case:
     items: Callable[[Path], Iterable[Item]]  # data root -> (source file, our instance id, HELM instance) ...
     annotator: str | None = None  # HELM annotator module:class whose PROMPT_TEMPLATE judges it
     golden: Callable[[Instance], bool] = lambda _: True  # which item is the golden one (the first that passes)
+    every_item: bool = False  # also render every item HELM keeps (small samples): the golden's "items"
 
 
 def _adapter(run_spec_fn: Callable[..., Any], **kwargs: Any) -> Callable[[], AdapterSpec]:
@@ -237,6 +239,39 @@ def med_dialog(_: Path) -> Iterator[Item]:
         input=Input(text=example["src"]), references=[Reference(Output(text=example["tgt"]), tags=[CORRECT_TAG])])
 
 
+def _mtsamples(scenario_module: str, folder: str) -> Callable[[Path], Iterator[Item]]:
+    """HELM's own MTSamples scenario, ``get_instances`` unmodified, on the shared sample's reports.
+
+    The scenario lists its folder through the GitHub API and downloads each report unless the file is already in
+    its output folder; here the report is copied into a scratch output folder first (so HELM's ``download_file``
+    finds it and downloads nothing) and ``fetch_file_list`` names that one file, so that each HELM instance is
+    known to come from its report (HELM's instances carry no file name). Everything else, from reading the file
+    to the kept/dropped decision, the reference and the cleaned input, is HELM's code.
+    """
+    import importlib
+    import shutil
+    import tempfile
+
+    def items(data: Path) -> Iterator[Item]:
+        module = importlib.import_module(f"helm.benchmark.scenarios.{scenario_module}")
+        scenario_cls = next(v for k, v in vars(module).items() if k.startswith("MTSamples") and k.endswith("Scenario"))
+        for report in sorted((data / "mtsamples_sample" / folder).glob("*.txt")):
+            with tempfile.TemporaryDirectory() as scratch:
+                shutil.copyfile(report, Path(scratch) / report.name)
+                scenario = scenario_cls()
+                scenario.fetch_file_list = lambda name=report.name: [name]  # type: ignore[method-assign]
+                instances = scenario.get_instances(scratch)
+            if instances:  # HELM drops reports without a PLAN, SUMMARY or FINDINGS reference on the line
+                (instance,) = instances
+                yield f"mtsamples_sample/{folder}/{report.name}", report.stem, instance
+
+    return items
+
+
+mtsamples = _mtsamples("mtsamples_replicate_scenario", "mtsamples_processed")
+mtsamples_procedures = _mtsamples("mtsamples_procedures_scenario", "mtsample_procedure")
+
+
 def aci_bench(data: Path) -> Iterator[Item]:
     # aci_bench_scenario.py: input_text = f"Doctor-patient dialogue:\n\n{dialogue}"
     for file in sorted((data / "aci_bench").glob("*_full.json")):
@@ -267,10 +302,16 @@ CASES: dict[str, Case] = {
                        "med_dialog_annotator:MedDialogAnnotator"),
     "aci_bench": Case("aci_bench", _adapter(rs.get_aci_bench_run_spec), aci_bench,
                       "aci_bench_annotator:ACIBenchAnnotator"),
+    "mtsamples": Case("mtsamples_replicate", _adapter(rs.get_mtsamples_spec), mtsamples,
+                      "mtsamples_replicate_annotator:MTSamplesReplicateAnnotator", every_item=True),
+    "mtsamples_procedures": Case("mtsamples_procedures", _adapter(rs.get_mtsamples_procedures_spec),
+                                 mtsamples_procedures, "mtsamples_procedures_annotator:MTSamplesProceduresAnnotator",
+                                 every_item=True),
 }
 
 
-def render(adapter_spec: AdapterSpec, instance: Instance) -> dict[str, Any]:
+def request_state(adapter_spec: AdapterSpec, instance: Instance) -> Any:
+    """The RequestState HELM's own adapter builds for ``instance`` (before execution)."""
     adapter_cls = (MultipleChoiceJointAdapter if adapter_spec.method == ADAPT_MULTIPLE_CHOICE_JOINT
                    else GenerationAdapter)
     adapter = adapter_cls.__new__(adapter_cls)  # no tokenizer service: truncation is model-specific, skipped
@@ -278,6 +319,11 @@ def render(adapter_spec: AdapterSpec, instance: Instance) -> dict[str, Any]:
     adapter._make_prompt_fit = lambda prompt: prompt  # type: ignore[method-assign]
     assert isinstance(adapter, InContextLearningAdapter)
     (state,) = adapter.generate_requests(instance, train_trial_index=0, training_instances=[])
+    return state
+
+
+def render(adapter_spec: AdapterSpec, instance: Instance) -> dict[str, Any]:
+    state = request_state(adapter_spec, instance)
     request = state.request
     return {"method": adapter_spec.method, "prompt": request.prompt, "max_tokens": request.max_tokens,
             "temperature": request.temperature, "stop_sequences": list(request.stop_sequences),
@@ -333,6 +379,13 @@ def main() -> None:
                                   "instance_input": instance.input.text, **render(case.adapter(), instance)}
         if case.annotator:
             golden["judge"] = judge_prompt(case.annotator, instance)
+        if case.every_item:  # every item HELM keeps, with its gold: the reports it drops are the others
+            adapter_spec = case.adapter()
+            golden["items"] = [
+                {"source": item_source, "instance_id": item_id, "instance_input": item.input.text,
+                 "reference": item.references[0].output.text, "prompt": render(adapter_spec, item)["prompt"],
+                 **({"judge_prompt": judge_prompt(case.annotator, item)["prompt"]} if case.annotator else {})}
+                for item_source, item_id, item in case.items(args.data)]
         (OUT / f"{benchmark}.json").write_text(json.dumps(golden, indent=1, ensure_ascii=False) + "\n",
                                                encoding="utf-8")
         print(f"{benchmark}: {len(golden['prompt'])} chars, max_tokens {golden['max_tokens']}")
