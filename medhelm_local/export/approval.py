@@ -72,10 +72,26 @@ def _refuse(app_ctx: AppContext, request_id: str, reason: str, message: str, *, 
 
 def audited_request(app_ctx: AppContext, request_id: str) -> AuditedRequest:
     """The trail's ``export.request`` record of ``request_id``, after checking the whole trail verifies."""
+    from medhelm_local.audit.anchor import AnchorError, check_matches, pinned_anchor
+    from medhelm_local.audit.trail import read_state, state_path_for
     from medhelm_local.audit.verify import verify_file
 
     home = app_ctx.home
-    report = verify_file(home.audit_path, load_public_key(home.keys_dir / PUBLIC_KEY_FILE))
+    # The trail is checked against the key pinned outside the home where there is one: a requester who replaced
+    # the trail and the home's public key together must not pass.
+    anchor = pinned_anchor()
+    key = load_public_key(home.keys_dir / PUBLIC_KEY_FILE)
+    if anchor is not None:
+        if anchor.public_key is not None:
+            key = anchor.public_key
+        else:
+            try:
+                check_matches(key, anchor, what="the home's audit public key")
+            except AnchorError:
+                raise _refuse(app_ctx, request_id, "audit_key_not_pinned_key", "the home's audit key is not the "
+                              "pinned key (`audit verify`, `doctor`); an export cannot be approved", exit_one=True
+                              ) from None
+    report = verify_file(home.audit_path, key, state=read_state(state_path_for(home.audit_path)), anchor=anchor)
     if not report.intact:
         raise _refuse(app_ctx, request_id, "audit_trail_not_intact", "the audit trail does not verify (`audit "
                       "verify`); an export cannot be approved against it", exit_one=True)
