@@ -202,3 +202,22 @@ def test_a_denied_request_edited_back_to_ready_is_not_approved(tmp_path: Path) -
     assert refused.code == 2 and "already denied" in refused.stderr
     assert ("refused", "already_decided") in _approvals(cli)
     assert not (_bundle(cli, request) / "approval.sig").exists()
+
+
+def test_a_home_key_that_is_not_the_pinned_key_approves_nothing(tmp_path: Path, monkeypatch: Any) -> None:
+    """The insider replaces the home's audit key pair (and so can re-sign any trail): with the key pinned outside
+    the home, approval checks the trail against the pin and refuses."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from medhelm_local.audit.anchor import FINGERPRINT_ENV, fingerprint
+
+    cli = site(tmp_path)
+    run_id = evaluate(cli, notes(tmp_path / "notes.csv", 24))
+    request = request_export(cli, run_id)
+    assert request["status"] == "ready", failed(request)
+    monkeypatch.setenv(FINGERPRINT_ENV, fingerprint(Ed25519PrivateKey.generate().public_key()))
+    refused = cli("export", "approve", str(request["request_id"]), *approve_args(cli.home), "--out",
+                  str(tmp_path / "outbox"))
+    assert refused.code == 1, refused.stderr
+    assert not (tmp_path / "outbox").exists()
+    assert not (_bundle(cli, request) / "approval.sig").exists()
