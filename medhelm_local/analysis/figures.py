@@ -16,6 +16,11 @@ def fmt(value: float | None, digits: int = 3) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def money(value: float | None) -> str:
+    """A cost: four significant digits, so that small evaluation costs do not print as 0.00."""
+    return "-" if value is None else f"{value:.4g}"
+
+
 def _color(value: float, low: float, high: float) -> str:
     t = 0.0 if high <= low else max(0.0, min(1.0, (value - low) / (high - low)))
     start, end = (247, 251, 255), (8, 48, 107)
@@ -119,7 +124,7 @@ def cost_scatter_svg(points: Sequence[tuple[str, float, float]], *, pareto: set[
              _text(left + w / 2, top + h + 42, cost_label, anchor="middle"),
              _text(left - 55, top + h / 2, score_label, anchor="middle", rotate=90),
              _text(left, top + h + 16, "0", anchor="middle", size=10),
-             _text(left + w, top + h + 16, fmt(max_cost, 2), anchor="middle", size=10),
+             _text(left + w, top + h + 16, money(max_cost), anchor="middle", size=10),
              _text(left - 6, top + h, "0", anchor="end", size=10),
              _text(left - 6, top + 4, fmt(max_score, 2), anchor="end", size=10)]
     for index, (model, cost, score) in enumerate(points):

@@ -26,7 +26,7 @@ from starlette.responses import HTMLResponse, PlainTextResponse, RedirectRespons
 from starlette.routing import Route
 
 from medhelm_local import __version__
-from medhelm_local.analysis.figures import fmt
+from medhelm_local.analysis.figures import fmt, money
 from medhelm_local.audit import audit_event
 from medhelm_local.audit.trail import AuditWriteError
 from medhelm_local.errors import MedhelmError, NotFoundError
@@ -282,6 +282,7 @@ def templates() -> Environment:
                       autoescape=select_autoescape(default=True, default_for_string=True), trim_blocks=True,
                       lstrip_blocks=True)
     env.filters["num"] = fmt
+    env.filters["money"] = money
     env.filters["pct"] = lambda v: "-" if v is None else f"{100 * v:.1f}%"
     env.filters["size"] = human_size
     return env

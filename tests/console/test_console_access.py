@@ -1,0 +1,163 @@
+"""Identity, standalone login, the store lock, and the rating sample: the console's rules, each checked against
+the running console (its own process) or the functions that implement them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import yaml
+from selenium.webdriver.common.by import By
+
+from medhelm_local.home import Home
+from medhelm_local.home.config import ConsoleRole, ConsoleSettings
+from medhelm_local.store import Store
+from medhelm_local.store.ratings import ClinicianRating
+from medhelm_local.store.store import utcnow
+from medhelm_local.webconsole import rating
+from medhelm_local.webconsole.data import RatableResponse
+from medhelm_local.webconsole.identity import NotTrusted, StandaloneSessions, identity_from_proxy
+from tests.conftest import cli_env
+from tests.console.conftest import ConsoleHome, screenshot, start_console, stop_console
+from tests.console.proxy import HeaderProxy
+
+SETTINGS = ConsoleSettings(trusted_proxies=["10.0.0.0/24", "::1"], roles={
+    ConsoleRole.INFORMATICS: ["informatics"], ConsoleRole.COMPLIANCE: ["compliance", "privacy-office"]})
+
+
+def test_proxy_headers_are_believed_only_from_trusted_addresses() -> None:
+    headers = {"x-forwarded-user": "alice@hospital.org", "x-forwarded-groups": "privacy-office, staff"}
+    who = identity_from_proxy("10.0.0.7", headers, SETTINGS)
+    assert who.user == "alice@hospital.org" and who.roles == frozenset({ConsoleRole.COMPLIANCE})
+    assert identity_from_proxy("::1", headers, SETTINGS).user == "alice@hospital.org"
+    for peer in ("10.0.1.7", "127.0.0.1", None, "not-an-address"):
+        with pytest.raises(NotTrusted):
+            identity_from_proxy(peer, headers, SETTINGS)
+    for bad_user in ("", "   ", "alice\nadmin", "x" * 200):
+        with pytest.raises(NotTrusted):
+            identity_from_proxy("10.0.0.7", {**headers, "x-forwarded-user": bad_user}, SETTINGS)
+    nobody = identity_from_proxy("10.0.0.7", {"x-forwarded-user": "bob"}, SETTINGS)
+    assert nobody.roles == frozenset()
+
+
+def test_console_settings_refuse_a_bad_proxy_address() -> None:
+    from pydantic import ValidationError
+
+    with pytest.raises(ValidationError, match="not an IP address"):
+        ConsoleSettings(trusted_proxies=["oauth2-proxy.medhelm.svc"])
+    with pytest.raises(ValidationError):
+        ConsoleSettings(roles={"superuser": ["x"]})  # type: ignore[dict-item]
+
+
+def test_login_tokens_work_once() -> None:
+    sessions = StandaloneSessions(user="it-admin", roles=frozenset({ConsoleRole.IT}))
+    token = sessions.new_login_token()
+    session = sessions.redeem(token)
+    assert session is not None and sessions.identity(session) is not None
+    assert sessions.redeem(token) is None  # spent
+    assert sessions.redeem("guessed") is None
+    assert sessions.identity("guessed") is None
+    sessions.end(session)
+    assert sessions.identity(session) is None
+
+
+def _items(run: str, n: int) -> list[RatableResponse]:
+    return [RatableResponse(run, f"model-{run}", "medication_qa", f"q{i}") for i in range(n)]
+
+
+def test_rating_sample_is_stratified_blind_ordered_per_rater_and_reaches_two_raters() -> None:
+    frame = _items("r1", 10) + _items("r2", 4)
+    sample = rating.stratified_sample(frame, 3)
+    assert [sum(1 for i in sample if i.run_id == r) for r in ("r1", "r2")] == [3, 3]
+    assert sample == rating.stratified_sample(list(reversed(frame)), 3)  # the same whoever asks
+
+    first = rating.queue(sample, [], "cleo", 2)
+    other = rating.queue(sample, [], "chris", 2)
+    assert sorted(map(rating.item_key, first)) == sorted(map(rating.item_key, other))
+    assert first != other  # each clinician has an order of their own
+
+    def rated(item: RatableResponse, rater: str) -> ClinicianRating:
+        return ClinicianRating(run_id=item.run_id, benchmark=item.benchmark, instance_id=item.instance_id,
+                               rater=rater, ratings={"accuracy": 3}, rated_at=utcnow())
+
+    given = [rated(first[0], "cleo")]
+    assert rating.item_key(first[0]) not in map(rating.item_key, rating.queue(sample, given, "cleo", 2))
+    assert rating.queue(sample, given, "chris", 2)[0] == first[0]  # a started item comes first for others
+    given.append(rated(first[0], "chris"))
+    assert first[0] not in rating.queue(sample, given, "dana", 2)  # two clinicians: complete
+    done = rating.progress(sample, given, "cleo", 2)
+    assert (done.items, done.complete, done.mine, done.clinicians) == (6, 1, 1, 2)
+
+
+def test_stored_ratings_feed_jury_validate_and_a_run_without_them_is_refused(console_home: ConsoleHome) -> None:
+    run_a = console_home.runs["model-a"]
+    result = console_home.cli("jury", "validate", "--run", run_a, "--benchmark", "hospice_referral")
+    assert result.code == 2 and "not scored by the jury" in result.stderr
+    # Ratings stored for a run that has none: a clear error naming both ways to give them.
+    with Store.open(Home(console_home.home)) as store:
+        store.conn.execute("DELETE FROM clinician_ratings WHERE run_id = ?", [run_a])
+    result = console_home.cli("jury", "validate", "--run", run_a, "--benchmark", "medication_qa")
+    assert result.code == 2
+    assert "no clinician ratings are stored" in result.stderr and "--ratings" in result.stderr
+
+
+def test_a_page_says_a_run_is_in_progress_while_the_store_is_locked(
+        proxies: dict[str, HeaderProxy], console_home: ConsoleHome) -> None:
+    informatics, it = proxies["ines.informatics"], proxies["ivan.it"]
+    with Store.open(Home(console_home.home)):  # a writer holds the store, as a run does
+        reply = httpx.get(informatics.url + "/runs", timeout=60)
+        assert reply.status_code == 503 and reply.headers["retry-after"] == "5"
+        assert "A run is in progress" in reply.text
+        system = httpx.get(it.url + "/system", timeout=60)  # the IT page still shows disk and audit state
+        assert system.status_code == 200 and "writing to the store right now" in system.text
+    assert httpx.get(informatics.url + "/runs", timeout=60).status_code == 200
+
+
+def _standalone_env(console_home: ConsoleHome, tmp_path: Path) -> dict[str, str]:
+    config = yaml.safe_load(Home(console_home.home).config_path.read_text(encoding="utf-8"))
+    config["console"]["trusted_proxies"] = []
+    path = tmp_path / "standalone.yaml"
+    path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    return {**cli_env(), "MEDHELM_CONFIG": str(path)}
+
+
+def test_standalone_console_binds_loopback_and_admits_a_one_time_link(
+        browser: Any, console_home: ConsoleHome, tmp_path: Path, shots: Path) -> None:
+    env = _standalone_env(console_home, tmp_path)
+    from tests.conftest import Cli
+
+    refused = Cli(home=console_home.home, env=env)("serve", "console", "--host", "0.0.0.0", "--port", "0")
+    assert refused.code == 2 and "loopback only" in refused.stderr
+
+    console = start_console(console_home.home, "--role", "compliance", env=env)
+    try:
+        assert console.start["mode"] == "standalone" and console.start["host"] == "127.0.0.1"
+        link = str(console.start["login_url"])
+        assert link.startswith(console.url + "/login?token=")
+        # Proxy headers mean nothing here; without the session cookie there is nothing.
+        forged = httpx.get(console.url + "/audit", headers={"X-Forwarded-User": "carl", "X-Forwarded-Groups": "x"})
+        assert forged.status_code == 401 and "one-time login link" in forged.text
+
+        browser.get(link)
+        assert "it-admin" in browser.find_element(By.TAG_NAME, "header").text
+        assert "Compliance" in browser.find_element(By.TAG_NAME, "header").text
+        cookie = browser.get_cookie("medhelm_console")
+        assert cookie is not None and cookie["httpOnly"] and cookie["sameSite"] == "Strict"
+        browser.get(console.url + "/audit")
+        assert browser.find_element(By.TAG_NAME, "h1").text == "Audit trail"
+        screenshot(browser, shots, "standalone-audit")
+        browser.get(console.url + "/leaderboard")  # --role compliance only
+        assert browser.find_element(By.TAG_NAME, "h1").text == "Not allowed"
+
+        again = httpx.get(link, follow_redirects=False)  # the link was spent
+        assert again.status_code == 403 and "works once" in again.text
+        logins = [r for r in console_home.audit_records() if r.get("action") == "console.login"]
+        assert logins and logins[-1]["actor"].endswith("it-admin")
+        assert logins[-1]["objects"]["roles"] == ["compliance"]
+    finally:
+        stop_console(console)
+    starts = [r for r in console_home.audit_records() if r.get("action") == "console.start"]
+    assert json.dumps(starts[-1]["objects"]["mode"]) == '"standalone"'
