@@ -156,3 +156,25 @@ def test_the_network_policy_rules_keep_the_console_narrow(docs: list[dict[str, A
     other = copy.deepcopy(docs)  # an Ingress to something other than the console
     _component(other, "Ingress")[0]["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["name"] = "vllm"
     assert any("not exposed through an Ingress" in m for m in _network_denials(other))
+
+
+def test_compose_console_overlay_is_valid_and_trusts_only_its_sidecar() -> None:
+    import jsonschema
+
+    schema = json.loads((REPO / "tests" / "deploy" / "compose-spec.schema.json").read_text(encoding="utf-8"))
+    base = yaml.safe_load((REPO / "deploy" / "docker-compose.yml").read_text(encoding="utf-8"))
+    overlay = yaml.safe_load((REPO / "deploy" / "docker-compose.console.yml").read_text(encoding="utf-8"))
+    for doc in (overlay, {**base, "services": {**base["services"], **overlay["services"]},
+                          "networks": {**base["networks"], **overlay["networks"]}}):
+        errors = [e.message for e in jsonschema.Draft7Validator(schema).iter_errors(doc)]
+        assert errors == []
+    console, proxy = overlay["services"]["console"], overlay["services"]["console-proxy"]
+    assert console["command"][console["command"].index("--host") + 1] == "127.0.0.1"
+    assert proxy["network_mode"] == "service:console" and "--pass-user-headers=true" in proxy["command"]
+    for service in (console, proxy):
+        assert service["read_only"] is True and service["cap_drop"] == ["ALL"] and service["user"] == "10001:10001"
+    assert set(console["networks"]) <= set(base["networks"]) | set(overlay["networks"])
+    config = ApplianceConfig.model_validate(
+        yaml.safe_load((REPO / "deploy" / "appliance.compose.yaml").read_text(encoding="utf-8")))
+    assert config.console.trusted_proxies == ["127.0.0.1/32"]
+    assert config.console.roles[ConsoleRole.COMPLIANCE] == ["medhelm-compliance"]
