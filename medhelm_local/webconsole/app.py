@@ -173,7 +173,13 @@ class SecurityMiddleware(BaseHTTPMiddleware):
                 response = _unauthenticated(console)
             else:
                 request.state.identity = identity
-                response = await call_next(request)
+                try:
+                    response = await call_next(request)
+                except Exception as exc:
+                    # The message or traceback of an unexpected error could hold patient text: the type only.
+                    log.error("console.internal_error path=%s error=%s", request.url.path, type(exc).__name__)
+                    response = PlainTextResponse(f"Internal error ({type(exc).__name__}); nothing was changed.\n",
+                                                 status_code=500)
         for name, value in SECURITY_HEADERS.items():
             response.headers.setdefault(name, value)
         return response

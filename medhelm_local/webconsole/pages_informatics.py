@@ -17,6 +17,8 @@ from medhelm_local.webconsole import data
 from medhelm_local.webconsole.app import console_of, identity_of, requires
 
 INFORMATICS = ConsoleRole.INFORMATICS
+LIVE_REFRESH_S = 10  # while a run is going, its pages reload themselves (a meta refresh: no script)
+FINAL_STATUSES = {"finished", "inferred", "failed", "interrupted"}
 WIN_RULES = {WinRule.PAPER: "MedHELM rule: a win when the score is >= the rival's (a tie is a win for both)",
              WinRule.HELM: "HELM rule: a win when the score is > the rival's, half a win for a tie"}
 
@@ -51,14 +53,18 @@ def leaderboard(request: Request) -> Response:
 @requires(INFORMATICS)
 def runs(request: Request) -> Response:
     console = console_of(request)
-    return console.render(request, "runs.html", runs=data.runs(console.home))
+    summaries = data.runs(console.home)
+    live = any(s.run.status not in FINAL_STATUSES for s in summaries)
+    return console.render(request, "runs.html", runs=summaries, refresh=LIVE_REFRESH_S if live else None)
 
 
 @requires(INFORMATICS)
 def run_detail(request: Request) -> Response:
     console = console_of(request)
     detail = data.run_detail(console.home, request.path_params["run_id"])
-    return console.render(request, "run.html", detail=detail, run=detail.summary.run)
+    live = detail.summary.run.status not in FINAL_STATUSES
+    return console.render(request, "run.html", detail=detail, run=detail.summary.run,
+                          refresh=LIVE_REFRESH_S if live else None)
 
 
 @requires(INFORMATICS)

@@ -161,3 +161,25 @@ def test_standalone_console_binds_loopback_and_admits_a_one_time_link(
         stop_console(console)
     starts = [r for r in console_home.audit_records() if r.get("action") == "console.start"]
     assert json.dumps(starts[-1]["objects"]["mode"]) == '"standalone"'
+
+
+def test_an_unexpected_error_shows_its_type_only(console_home: ConsoleHome, monkeypatch: pytest.MonkeyPatch,
+                                                 caplog: pytest.LogCaptureFixture) -> None:
+    from starlette.testclient import TestClient
+
+    from medhelm_local.webconsole import data
+    from medhelm_local.webconsole.app import create_app
+
+    secret = "Patient Quillon-Marrowby, MRN 4471"
+
+    def broken(*_args: Any, **_kwargs: Any) -> Any:
+        raise ValueError(secret)
+
+    monkeypatch.setattr(data, "runs", broken)
+    sessions = StandaloneSessions(user="ines", roles=frozenset({ConsoleRole.INFORMATICS}))
+    client = TestClient(create_app(Home(console_home.home), sessions), raise_server_exceptions=False)
+    assert client.get(f"/login?token={sessions.new_login_token()}").status_code == 200
+    reply = client.get("/runs")
+    assert reply.status_code == 500 and "ValueError" in reply.text
+    assert secret not in reply.text and secret not in caplog.text
+    assert reply.headers["content-security-policy"].startswith("default-src 'none'")
