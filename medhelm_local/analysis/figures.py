@@ -43,10 +43,10 @@ def _open(width: float, height: float, title: str) -> str:
 
 def heatmap_svg(models: Sequence[str], benchmarks: Sequence[str],
                 scores: Mapping[tuple[str, str], float | None], *, title: str = "Benchmark heatmap",
-                missing: str = "suppressed") -> str:
+                missing: str = "suppressed", empty: str = "No scores.", digits: int = 3) -> str:
     """Models (rows) x benchmarks (columns); a cell with a None score is drawn grey with ``missing``."""
     if not models or not benchmarks:
-        return "<p>No scores.</p>"
+        return f"<p>{escape(empty)}</p>"
     values = [v for v in scores.values() if v is not None]
     low, high = (0.0, 1.0) if all(0 <= v <= 1 for v in values) else (min(values, default=0), max(values, default=1))
     longest = max(len(m) for m in models)
@@ -70,17 +70,18 @@ def heatmap_svg(models: Sequence[str], benchmarks: Sequence[str],
             dark = (score - low) / ((high - low) or 1) > 0.55
             parts.append(f'<rect x="{x}" y="{y}" width="{cw - 2}" height="{ch - 2}" '
                          f'fill="{_color(score, low, high)}"/>')
-            parts.append(_text(x + cw / 2, y + ch / 2 + 4, fmt(score), anchor="middle",
+            parts.append(_text(x + cw / 2, y + ch / 2 + 4, fmt(score, digits), anchor="middle",
                                fill="#ffffff" if dark else "#111111"))
     parts.append("</svg>")
     return "".join(parts)
 
 
 def category_bars_svg(models: Sequence[str], categories: Sequence[str],
-                      means: Mapping[tuple[str, str], float | None], *, title: str = "Category means") -> str:
+                      means: Mapping[tuple[str, str], float | None], *, title: str = "Category means",
+                      empty: str = "No scores.", digits: int = 3) -> str:
     """Grouped horizontal bars: per category, one bar per model (its mean over the category's benchmarks)."""
     if not categories or not models:
-        return "<p>No scores.</p>"
+        return f"<p>{escape(empty)}</p>"
     values = [v for v in means.values() if v is not None]
     high = max(1.0, max(values, default=1.0))
     bar, gap, left, chart_w = 16, 14, 260, 380
@@ -98,7 +99,7 @@ def category_bars_svg(models: Sequence[str], categories: Sequence[str],
             y = y0 + mi * bar
             parts.append(f'<rect x="{left}" y="{y}" width="{w:.1f}" height="{bar - 2}" '
                          f'fill="{PALETTE[mi % len(PALETTE)]}"/>')
-            parts.append(_text(left + w + 4, y + bar - 4, fmt(value), size=10))
+            parts.append(_text(left + w + 4, y + bar - 4, fmt(value, digits), size=10))
     legend_y = 26 + group * len(categories)
     for mi, model in enumerate(models):
         y = legend_y + mi * 22
