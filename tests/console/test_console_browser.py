@@ -6,6 +6,7 @@ tmp output (``screenshots/``)."""
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 import httpx
 from selenium.common.exceptions import WebDriverException
 from selenium.webdriver.common.by import By
+from selenium.webdriver.common.print_page_options import PrintOptions
 from selenium.webdriver.support.ui import WebDriverWait
 
 from tests.console.conftest import (
@@ -143,6 +145,10 @@ def test_compliance_pages(browser: Any, proxies: dict[str, HeaderProxy], console
     assert console_home.runs["model-a"] in browser.find_element(By.ID, "report-runs").text
     assert "carl.compliance" in browser.find_element(By.ID, "actors").text
     screenshot(browser, shots, "compliance-report")
+    # The printable report, printed to PDF by the browser itself (the print style sheet leaves navigation out).
+    pdf = base64.b64decode(browser.print_page(PrintOptions()))
+    assert pdf.startswith(b"%PDF-") and len(pdf) > 10_000
+    (shots / "compliance-report.pdf").write_bytes(pdf)
 
     body = visit(browser, proxy, "/exports")
     assert console_home.export_request in body
