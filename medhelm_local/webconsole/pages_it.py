@@ -28,7 +28,7 @@ PROBE_TIMEOUT_S = 2.0
 class Probe:
     model: str
     url: str
-    healthy: bool
+    healthy: bool | None  # None: started on demand (the embedded model), nothing to probe
     detail: str
     served: list[str]
     version: str | None
@@ -39,8 +39,8 @@ def probe_servers(config: ApplianceConfig) -> list[Probe]:
     out = []
     for endpoint in config.models:
         if endpoint.kind == BackendKind.EMBEDDED:
-            out.append(Probe(endpoint.name, "(embedded, started per run)", False, "not running between runs", [],
-                             None))
+            out.append(Probe(endpoint.name, "(embedded)", None, "started on loopback by each run; nothing to probe "
+                             "between runs", [], None))
             continue
         for base in endpoint.base_urls:
             out.append(_probe(config, endpoint.name, base, endpoint))

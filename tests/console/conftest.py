@@ -122,6 +122,8 @@ def console_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleHo
                           pricing=Pricing(input_per_million=2.0, output_per_million=6.0)).model_dump(),
             ModelEndpoint(name="judge-1", base_urls=[judge.base_url], served_model="judge",
                           pricing=Pricing(input_per_million=0.1, output_per_million=0.1)).model_dump(),
+            # Configured, but its server is gone: the IT page must say so.
+            ModelEndpoint(name="retired-model", base_urls=["http://127.0.0.1:9/v1"]).model_dump(),
         ]
         data["judges"] = ["judge-1"]
         data["console"] = {"trusted_proxies": ["127.0.0.2/32"], "roles": ROLES, "sample_per_stratum": 3,

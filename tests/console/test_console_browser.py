@@ -227,6 +227,12 @@ def test_it_page(browser: Any, proxies: dict[str, HeaderProxy], console_home: Co
     assert heading(browser) == "System"
     servers = browser.find_element(By.ID, "servers").text
     assert "model-a" in servers and "serving model-a" in servers and "0.0.0-fake" in servers
+    retired = next(r.text for r in browser.find_elements(By.CSS_SELECTOR, "#servers tbody tr")
+                   if "retired-model" in r.text)
+    assert "down" in retired and "unreachable" in retired
+    embedded = next(r.text for r in browser.find_elements(By.CSS_SELECTOR, "#servers tbody tr")
+                    if "embedded" in r.text)
+    assert "on demand" in embedded
     assert "KiB" in browser.find_element(By.ID, "storage").text or "MiB" in browser.find_element(By.ID, "storage").text
     assert "ago" in browser.find_element(By.ID, "audit-state").text
     assert console_home.runs["model-a"] in browser.find_element(By.ID, "last-runs").text
