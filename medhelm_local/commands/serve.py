@@ -153,14 +153,24 @@ def console(
         if as_json:
             emit_json({"mode": start.mode, "host": start.host, "port": start.port, "login_url": start.login_url})
         elif start.login_url:
-            info(f"console (standalone, {start.host}:{start.port}); open this one-time login link:\n"
-                 f"    {start.login_url}")
+            # Written as is (never wrapped to the terminal's width): the link must copy whole.
+            sys.stderr.write(f"console (standalone, {start.host}:{start.port}); open this one-time login link:\n"
+                             f"    {start.login_url}\n")
         else:
             info(f"console behind the proxy at {start.host}:{start.port}; identity from "
                  f"{', '.join(config.console.trusted_proxies)} only")
         sys.stdout.flush()
+        sys.stderr.flush()
 
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal: end through SystemExit, so the
+    # stop is audited.
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
     try:
         serve(app_ctx.home, host=host, port=port, user=app_ctx.actor, roles=roles, on_start=started)
     finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
         audit_event(app_ctx.home, app_ctx.actor, "console.stop", role="it-admin")
