@@ -91,23 +91,21 @@ def _is_lock_conflict(exc: duckdb.Error) -> bool:
     return "Could not set lock" in str(exc) or "Conflicting lock" in str(exc)
 
 
-def open_encrypted(path: Path, key_hex: str, *, read_only: bool = False, settings: StoreSettings | None = None,
-                   timeout_s: float | None = None) -> duckdb.DuckDBPyConnection:
+def open_encrypted(path: Path, key_hex: str, *, read_only: bool = False, settings: StoreSettings | None = None
+                   ) -> duckdb.DuckDBPyConnection:
     """Open (creating if needed) the encrypted database at ``path``; the session cannot reach anything else.
 
-    Another process holding the store (a run, a registration) is waited for, polling, up to the lock timeout
-    (``timeout_s`` when given: a web page waits less than a command); past it the error says who to wait for and
-    how to wait longer."""
-    wait_s = lock_timeout_s(settings) if timeout_s is None else timeout_s
-    deadline = time.monotonic() + wait_s
+    Another process holding the store (a run, a registration) is waited for, polling, up to the lock timeout;
+    past it the error says who to wait for and how to wait longer."""
+    deadline = time.monotonic() + lock_timeout_s(settings)
     while True:
         try:
             return _open_once(path, key_hex, read_only=read_only, settings=settings)
         except _LockBusy as busy:
             if time.monotonic() >= deadline:
-                raise StoreBusy(
+                raise StoreError(
                     f"cannot open the store {path}: another medhelm-local process holds it (a run or a "
-                    f"registration); waited {wait_s:.0f}s. Wait for it to finish, or set "
+                    f"registration); waited {lock_timeout_s(settings):.0f}s. Wait for it to finish, or set "
                     f"{LOCK_TIMEOUT_ENV} (or store.lock_timeout_s) to wait longer"
                 ) from busy.__cause__
             time.sleep(_LOCK_POLL_S)
@@ -115,10 +113,6 @@ def open_encrypted(path: Path, key_hex: str, *, read_only: bool = False, setting
 
 class _LockBusy(Exception):
     pass
-
-
-class StoreBusy(StoreError):
-    """Another process held the store's lock for the whole wait."""
 
 
 def _open_once(path: Path, key_hex: str, *, read_only: bool, settings: StoreSettings | None

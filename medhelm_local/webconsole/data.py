@@ -28,7 +28,7 @@ from medhelm_local.home.keys import load_data_key
 from medhelm_local.prompts.styles import run_prompt_style
 from medhelm_local.runner.manifest import manifest_sha256
 from medhelm_local.store import runs as runs_db
-from medhelm_local.store.connection import StoreBusy, open_encrypted
+from medhelm_local.store.connection import StoreError, open_encrypted
 from medhelm_local.store.judgments import get_judgments
 from medhelm_local.store.ratings import ClinicianRating, list_ratings, record_rating
 from medhelm_local.store.store import DatasetInfo, RunInfo, Store
@@ -46,8 +46,20 @@ class NoStoreYet(MedhelmError):
     exit_code = 1
 
 
-def _wait_s(home: Home) -> float:
-    return home.config.console.read_wait_s
+BUSY = "another medhelm-local process holds it"  # the store's own message when its lock wait ran out
+
+
+def _open(home: Home, path: Path, *, read_only: bool) -> Store:
+    """Open with the console's own, short lock wait (``console.read_wait_s``; the store's environment override,
+    MEDHELM_LOCK_TIMEOUT_S, still applies where it is set)."""
+    key = load_data_key(home.keys_dir)
+    settings = home.config.store.model_copy(update={"lock_timeout_s": home.config.console.read_wait_s})
+    try:
+        return Store(lambda: open_encrypted(path, key, read_only=read_only, settings=settings), path)
+    except StoreError as exc:
+        if BUSY in str(exc):
+            raise RunInProgress("a run (or a registration) is writing to the store right now") from None
+        raise
 
 
 @contextmanager
@@ -56,11 +68,7 @@ def reading(home: Home) -> Iterator[Store]:
     path = home.store_path
     if not path.exists():
         raise NoStoreYet("no store yet: register a dataset and run an evaluation first")
-    key, settings, wait = load_data_key(home.keys_dir), home.config.store, _wait_s(home)
-    try:
-        store = Store(lambda: open_encrypted(path, key, read_only=True, settings=settings, timeout_s=wait), path)
-    except StoreBusy:
-        raise RunInProgress("a run (or a registration) is writing to the store right now") from None
+    store = _open(home, path, read_only=True)
     try:
         yield store
     finally:
@@ -73,11 +81,7 @@ def writing(home: Home) -> Iterator[Store]:
     path = home.store_path
     if not path.exists():
         raise NoStoreYet("no store yet")
-    key, settings, wait = load_data_key(home.keys_dir), home.config.store, _wait_s(home)
-    try:
-        store = Store(lambda: open_encrypted(path, key, settings=settings, timeout_s=wait), path)
-    except StoreBusy:
-        raise RunInProgress("a run (or a registration) is writing to the store right now") from None
+    store = _open(home, path, read_only=False)
     try:
         store._migrate()  # the console's own table (schema_console.sql)
         yield store
