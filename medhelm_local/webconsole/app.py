@@ -61,6 +61,7 @@ ROLE_LABELS = {ConsoleRole.INFORMATICS: "Clinical informatics", ConsoleRole.COMP
 NAV = [  # (role, path, label)
     (ConsoleRole.INFORMATICS, "/leaderboard", "Leaderboard"),
     (ConsoleRole.INFORMATICS, "/runs", "Runs"),
+    (ConsoleRole.INFORMATICS, "/benchmarks", "Benchmarks"),
     (ConsoleRole.COMPLIANCE, "/audit", "Audit trail"),
     (ConsoleRole.COMPLIANCE, "/audit/report", "Compliance report"),
     (ConsoleRole.COMPLIANCE, "/exports", "Export requests"),

@@ -218,6 +218,19 @@ def benchmark_detail(home: Home, benchmark: str) -> BenchmarkDetail:
     return BenchmarkDetail(benchmark=benchmark, datasets=datasets, results=results)
 
 
+def registered_datasets(home: Home) -> dict[str, DatasetInfo]:
+    """The current registered dataset version of each benchmark (none before the first registration)."""
+    try:
+        with reading(home) as store:
+            datasets = store.list_datasets()  # newest first within a benchmark
+    except NoStoreYet:
+        return {}
+    current: dict[str, DatasetInfo] = {}
+    for dataset in datasets:
+        current.setdefault(dataset.benchmark, dataset)
+    return current
+
+
 # -- informatics: patient-level (the caller audits every view) ------------------------------------------------
 
 

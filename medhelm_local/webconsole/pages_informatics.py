@@ -9,7 +9,7 @@ from starlette.routing import Route
 
 from medhelm_local.analysis.figures import category_bars_svg, cost_scatter_svg, heatmap_svg
 from medhelm_local.analysis.leaderboard import WinRule
-from medhelm_local.benchmarks.registry import get_spec
+from medhelm_local.benchmarks.registry import all_specs, get_spec
 from medhelm_local.errors import BadInputError, NotFoundError
 from medhelm_local.home.config import ConsoleRole
 from medhelm_local.prompts.styles import DEFAULT_STYLE, PROMPT_STYLES
@@ -68,6 +68,14 @@ def run_detail(request: Request) -> Response:
 
 
 @requires(INFORMATICS)
+def benchmarks(request: Request) -> Response:
+    console = console_of(request)
+    registered = data.registered_datasets(console.home)
+    specs = sorted(all_specs(), key=lambda s: (s.category, s.id))
+    return console.render(request, "benchmarks.html", specs=specs, registered=registered)
+
+
+@requires(INFORMATICS)
 def benchmark_detail(request: Request) -> Response:
     console = console_of(request)
     name = request.path_params["benchmark"]
@@ -101,5 +109,6 @@ def instances(request: Request) -> Response:
 def routes() -> list[Route]:
     return [
         Route("/leaderboard", leaderboard), Route("/runs", runs), Route("/runs/{run_id}", run_detail),
-        Route("/runs/{run_id}/{benchmark}/instances", instances), Route("/benchmarks/{benchmark}", benchmark_detail),
+        Route("/runs/{run_id}/{benchmark}/instances", instances), Route("/benchmarks", benchmarks),
+        Route("/benchmarks/{benchmark}", benchmark_detail),
     ]

@@ -94,6 +94,14 @@ def test_informatics_pages(browser: Any, proxies: dict[str, HeaderProxy], consol
     assert browser.find_elements(By.CSS_SELECTOR, "#run-benchmarks progress")
     screenshot(browser, shots, "informatics-run")
 
+    body = visit(browser, proxy, "/benchmarks")
+    listing = browser.find_element(By.ID, "benchmarks").text
+    assert "MedicationQA" in listing and "PubMedQA" in listing
+    row = next(r.text for r in browser.find_elements(By.CSS_SELECTOR, "#benchmarks tbody tr")
+               if "medication_qa" in r.text)
+    assert " 6 " in f" {row} "  # the registered instances
+    screenshot(browser, shots, "informatics-benchmarks")
+
     body = visit(browser, proxy, "/benchmarks/medication_qa")
     assert "MedicationQA" in heading(browser) and "accuracy" in body
     assert run_a in browser.find_element(By.ID, "benchmark-results").text
