@@ -76,6 +76,8 @@ def test_console_pod_is_restricted_and_only_oauth2_proxy_listens(docs: list[dict
     assert env["MEDHELM_KEYS_DIR"] == "/run/medhelm/keys"
     volumes = {v["name"]: v for v in spec["volumes"]}
     assert volumes["config"]["configMap"]["name"].endswith("-console")
+    for container in all_containers(spec):  # every mount names a volume of the pod
+        assert {m["name"] for m in container.get("volumeMounts", [])} <= set(volumes), container["name"]
     (service,) = _component(docs, "Service")
     assert service["spec"]["type"] == "ClusterIP" and service["spec"]["ports"][0]["port"] == 4180
 
