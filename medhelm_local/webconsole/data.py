@@ -19,7 +19,15 @@ from typing import Any
 
 from medhelm_local.analysis.aggregate import finished_runs_by_style, latest_runs, latest_scores, latest_series
 from medhelm_local.analysis.cost_performance import model_costs
-from medhelm_local.analysis.leaderboard import BenchmarkMDE, ModelRow, WinRule, benchmark_mdes, build_leaderboard
+from medhelm_local.analysis.leaderboard import (
+    BenchmarkMDE,
+    ModelRow,
+    PairwiseDifference,
+    WinRule,
+    benchmark_mdes,
+    build_leaderboard,
+    pairwise_differences,
+)
 from medhelm_local.analysis.stats import DEFAULT_RESAMPLES
 from medhelm_local.benchmarks.registry import get_spec
 from medhelm_local.errors import MedhelmError, NotFoundError
@@ -99,6 +107,7 @@ class LeaderboardView:
     prompt_style: str
     rule: WinRule
     other_styles: dict[str, int]
+    pairwise: list[PairwiseDifference] = field(default_factory=list)
     benchmarks: list[str] = field(default_factory=list)
     categories: list[str] = field(default_factory=list)
 
@@ -118,8 +127,10 @@ def leaderboard(home: Home, *, prompt_style: str, rule: WinRule, resamples: int 
     for row in rows:
         row.prompt_style = prompt_style
     apply_costs(rows, costs)
+    pairwise = [d for d in pairwise_differences(series, resamples=resamples, seed=seed) if d.model < d.rival]
     return LeaderboardView(rows=rows, mdes=benchmark_mdes(series), prompt_style=prompt_style, rule=rule,
-                           other_styles=other, benchmarks=sorted({b for r in rows for b in r.benchmarks}),
+                           other_styles=other, pairwise=pairwise,
+                           benchmarks=sorted({b for r in rows for b in r.benchmarks}),
                            categories=sorted({c for r in rows for c in r.categories}))
 
 

@@ -72,6 +72,8 @@ def test_informatics_pages(browser: Any, proxies: dict[str, HeaderProxy], consol
     scores = browser.find_element(By.ID, "scores").text
     assert "hospice_referral" in scores and "medication_qa" in scores
     assert re.search(r"\d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\] n=24", scores), scores  # score, 95% CI, n
+    pairs = browser.find_element(By.ID, "pairwise").text  # paired bootstrap: same instances, both models
+    assert "model-a model-b" in pairs and re.search(r"\[-?\d\.\d{3}, -?\d\.\d{3}\] 24", pairs), pairs
     for figure in ("fig-heatmap", "fig-categories", "fig-scatter"):
         assert browser.find_elements(By.CSS_SELECTOR, f"#{figure} svg"), figure
     assert "model-a" in browser.find_element(By.ID, "fig-scatter").get_attribute("innerHTML")
