@@ -184,3 +184,40 @@ def test_an_unexpected_error_shows_its_type_only(console_home: ConsoleHome, monk
     assert reply.status_code == 500 and "ValueError" in reply.text
     assert secret not in reply.text and secret not in caplog.text
     assert reply.headers["content-security-policy"].startswith("default-src 'none'")
+
+
+def _home_fingerprint(home: Path) -> str:
+    import base64
+    import hashlib
+
+    from cryptography.hazmat.primitives import serialization
+
+    from medhelm_local.home.keys import PUBLIC_KEY_FILE, load_public_key
+
+    raw = load_public_key(Home(home).keys_dir / PUBLIC_KEY_FILE).public_bytes(serialization.Encoding.Raw,
+                                                                             serialization.PublicFormat.Raw)
+    return "SHA256:" + base64.b64encode(hashlib.sha256(raw).digest()).decode().rstrip("=")
+
+
+def _verify_page(console_home: ConsoleHome, env: dict[str, str]) -> httpx.Response:
+    import re
+
+    console = start_console(console_home.home, "--role", "compliance", env=env)
+    try:
+        with httpx.Client(base_url=console.url, timeout=60, follow_redirects=True) as client:
+            assert client.get(str(console.start["login_url"])).status_code == 200  # the session cookie
+            token = re.search(r'name="csrf" value="([0-9a-f]+)"', client.get("/audit").text)
+            assert token is not None
+            return client.post("/audit/verify", data={"csrf": token.group(1)})
+    finally:
+        stop_console(console)
+
+
+def test_verification_uses_the_key_pinned_outside_the_home(console_home: ConsoleHome, tmp_path: Path) -> None:
+    env = _standalone_env(console_home, tmp_path)
+    pinned = _verify_page(console_home, {**env, "MEDHELM_AUDIT_KEY_FINGERPRINT": _home_fingerprint(console_home.home)})
+    assert pinned.status_code == 200 and ">INTACT<" in pinned.text and "pinned" in pinned.text
+    # A pin naming another key: the trail is not reported intact, and the page says why.
+    other = "SHA256:" + "A" * 43
+    wrong = _verify_page(console_home, {**env, "MEDHELM_AUDIT_KEY_FINGERPRINT": other})
+    assert wrong.status_code in (400, 409) and ">INTACT<" not in wrong.text and "pinned" in wrong.text
