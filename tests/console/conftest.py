@@ -7,6 +7,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import subprocess
 import sys
 import time
@@ -51,10 +52,15 @@ def judge_reply(messages: list[dict[str, Any]]) -> str:
 
 
 def model_b(messages: list[dict[str, Any]]) -> str:
+    """Right on notes 0-12, wrong on 13-24: 13 of 25, exactly 0.52, so no count the score implies is below the
+    export's minimum cell size; a varied free-text answer otherwise."""
     content = messages[-1]["content"]
+    note = re.search(r"Synthetic note (\d+):", content)
+    if note is not None:
+        i = int(note.group(1))
+        right = "A" if i % 2 else "B"
+        return right if i < 13 else ("B" if right == "A" else "A")
     digest = hashlib.sha256(content.encode()).digest()
-    if "hospice" in content:
-        return "A" if digest[0] % 3 else "B"
     return f"Take it with food; ask your pharmacist about {MEDICATION_SECRET} interactions ({digest[0]})."
 
 
@@ -129,7 +135,7 @@ def console_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleHo
         data["console"] = {"trusted_proxies": ["127.0.0.2/32"], "roles": ROLES, "sample_per_stratum": 3,
                            "read_wait_s": 1.0}
         home.save_config(ApplianceConfig.model_validate(data))
-        hospice = write_hospice_csv(root / "extracts" / "hospice.csv", 24)
+        hospice = write_hospice_csv(root / "extracts" / "hospice.csv", 25)
         meds = write_medication_xlsx(root / "extracts" / "medication_qa.xlsx", 6)
         assert cli("datasets", "register", "hospice_referral", str(hospice)).code == 0
         result = cli("datasets", "register", "medication_qa", str(meds))

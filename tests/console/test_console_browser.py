@@ -71,9 +71,9 @@ def test_informatics_pages(browser: Any, proxies: dict[str, HeaderProxy], consol
     assert "MedHELM rule" in body and "95% bootstrap confidence interval" in body
     scores = browser.find_element(By.ID, "scores").text
     assert "hospice_referral" in scores and "medication_qa" in scores
-    assert re.search(r"\d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\] n=24", scores), scores  # score, 95% CI, n
+    assert re.search(r"\d\.\d{3} \[\d\.\d{3}, \d\.\d{3}\] n=25", scores), scores  # score, 95% CI, n
     pairs = browser.find_element(By.ID, "pairwise").text  # paired bootstrap: same instances, both models
-    assert "model-a model-b" in pairs and re.search(r"\[-?\d\.\d{3}, -?\d\.\d{3}\] 24", pairs), pairs
+    assert "model-a model-b" in pairs and re.search(r"\[-?\d\.\d{3}, -?\d\.\d{3}\] 25", pairs), pairs
     for figure in ("fig-heatmap", "fig-categories", "fig-scatter"):
         assert browser.find_elements(By.CSS_SELECTOR, f"#{figure} svg"), figure
     assert "model-a" in browser.find_element(By.ID, "fig-scatter").get_attribute("innerHTML")
@@ -86,7 +86,7 @@ def test_informatics_pages(browser: Any, proxies: dict[str, HeaderProxy], consol
     body = visit(browser, proxy, "/runs")
     for run_id in console_home.runs.values():
         assert run_id in body
-    assert "30 / 30" in body  # answered / planned per run: 24 hospice notes + 6 medication questions
+    assert "31 / 31" in body  # answered / planned per run: 25 hospice notes + 6 medication questions
     screenshot(browser, shots, "informatics-runs")
 
     run_a = console_home.runs["model-a"]

@@ -33,7 +33,8 @@ class _Headings(HTMLParser):
 def _report() -> str:
     runs = [RawRun(run_id=f"run-{m}", model=m, status="finished", benchmarks=["b1", "b2"], manifest_sha256="0" * 64,
                    dataset_fingerprints={}) for m in ("alpha", "beta")]
-    cells = [_cell("alpha", "b1", 0.9), _cell("alpha", "b2", 0.4, category="Cat B"),
+    # 40 instances each (no count a score implies is a small cell), one cell of 4: suppressed
+    cells = [_cell("alpha", "b1", 0.725), _cell("alpha", "b2", 0.4, category="Cat B"),
              _cell("beta", "b1", 0.7), _cell("beta", "b2", 0.6, n_scored=4, category="Cat B")]
     usage = [RawModelUsage(model="alpha", cost=12.5, n_total=80), RawModelUsage(model="beta", cost=3.25, n_total=44)]
     data = publish(RawExport(runs=runs, cells=cells, usage=usage), POLICY, request_id="exp-x",
@@ -62,9 +63,9 @@ def test_report_prints_every_score_alike_with_its_n_and_states_the_win_rule() ->
 def test_report_figures_are_the_console_figures_and_pass_the_string_scan() -> None:
     html = _report()
     heatmap = figures.heatmap_svg(["alpha", "beta"], ["b1", "b2"],
-                                  {("alpha", "b1"): 0.9, ("alpha", "b2"): 0.4, ("beta", "b1"): 0.7,
+                                  {("alpha", "b1"): 0.725, ("alpha", "b2"): 0.4, ("beta", "b1"): 0.7,
                                    ("beta", "b2"): None}, title="Benchmark heatmap", missing="suppressed",
-                                  digits=2)
+                                  digits=3)
     assert heatmap in html
     _, external = strings_of("report.html", html.encode())
     assert external == []
