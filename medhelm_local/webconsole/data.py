@@ -35,8 +35,9 @@ from medhelm_local.home import Home
 from medhelm_local.home.keys import load_data_key
 from medhelm_local.prompts.styles import run_prompt_style
 from medhelm_local.runner.manifest import manifest_sha256
+from medhelm_local.store import connection
 from medhelm_local.store import runs as runs_db
-from medhelm_local.store.connection import StoreError, open_encrypted
+from medhelm_local.store.connection import StoreError
 from medhelm_local.store.judgments import get_judgments
 from medhelm_local.store.ratings import ClinicianRating, list_ratings, record_rating
 from medhelm_local.store.store import DatasetInfo, RunInfo, Store
@@ -58,12 +59,30 @@ BUSY = "another medhelm-local process holds it"  # the store's own message when 
 
 
 def _open(home: Home, path: Path, *, read_only: bool) -> Store:
-    """Open with the console's own, short lock wait (``console.read_wait_s``; the store's environment override,
-    MEDHELM_LOCK_TIMEOUT_S, still applies where it is set)."""
+    """Open the store with the console's own, short lock wait (``console.read_wait_s``): a run holding the store
+    for longer is said, not waited for.
+
+    Where the store attaches and detaches its file around each write transaction (``EncryptedDatabase``), the
+    console attaches between a run's writes, with exactly its own wait. Before that, a run holds the store from
+    start to end (the page says so), and MEDHELM_LOCK_TIMEOUT_S, where set, still overrides the wait."""
     key = load_data_key(home.keys_dir)
-    settings = home.config.store.model_copy(update={"lock_timeout_s": home.config.console.read_wait_s})
+    wait = home.config.console.read_wait_s
+    database_type = getattr(connection, "EncryptedDatabase", None)
     try:
-        return Store(lambda: open_encrypted(path, key, read_only=read_only, settings=settings), path)
+        if database_type is not None:
+            database = database_type(path, key, read_only=read_only, settings=home.config.store)
+            try:
+                database.attach(wait_s=wait)
+            except BaseException:
+                database.close()
+                raise
+            return Store(lambda: database, path)
+        settings = home.config.store.model_copy(update={"lock_timeout_s": wait})
+
+        def connect() -> Any:
+            return connection.open_encrypted(path, key, read_only=read_only, settings=settings)
+
+        return Store(connect, path)
     except StoreError as exc:
         if BUSY in str(exc):
             raise RunInProgress("a run (or a registration) is writing to the store right now") from None
