@@ -78,6 +78,7 @@ class Console:
     sessions: StandaloneSessions | None  # None: behind a trusted proxy
     templates: Environment
     csrf: CsrfTokens
+    service_actor: str = "console"  # who started the console (its own audit records: start, egress denials)
 
     @property
     def standalone(self) -> bool:
@@ -306,7 +307,7 @@ def human_size(value: int | None) -> str:
     return f"{size:.1f} TiB"
 
 
-def create_app(home: Home, sessions: StandaloneSessions | None) -> Starlette:
+def create_app(home: Home, sessions: StandaloneSessions | None, *, service_actor: str = "console") -> Starlette:
     """The console for ``home``: standalone (``sessions`` from a one-time login link) or behind a trusted proxy."""
     from medhelm_local.webconsole import pages_clinician, pages_compliance, pages_informatics, pages_it
 
@@ -321,5 +322,6 @@ def create_app(home: Home, sessions: StandaloneSessions | None) -> Starlette:
     }
     app = Starlette(routes=routes, middleware=[Middleware(SecurityMiddleware)],
                     exception_handlers=handlers)
-    app.state.console = Console(home=home, sessions=sessions, templates=templates(), csrf=CsrfTokens())
+    app.state.console = Console(home=home, sessions=sessions, templates=templates(), csrf=CsrfTokens(),
+                                service_actor=service_actor)
     return app

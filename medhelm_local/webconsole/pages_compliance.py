@@ -7,6 +7,8 @@ from __future__ import annotations
 import base64
 import csv
 import hashlib
+import importlib
+import importlib.util
 import io
 import os
 from datetime import UTC, datetime
@@ -16,8 +18,9 @@ from typing import Any
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import UploadFile
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
 from medhelm_local.audit.report import filter_records, parse_time, summarize
@@ -155,7 +158,10 @@ def export_detail(request: Request) -> Response:
     folder = export_bundle.request_dir(console.home.exports_dir, req.request_id)
     preview = _preview(folder / "bundle")
     mismatched = sorted(f["name"] for f in preview["files"] if req.files.get(f["name"]) not in (None, f["sha256"]))
-    return console.render(request, "export.html", req=req, preview=preview, mismatched=mismatched)
+    return console.render(request, "export.html", req=req, preview=preview, mismatched=mismatched,
+                          signature_upload=approval_by_signature(),
+                          namespace=getattr(export_bundle, "APPROVAL_NAMESPACE", "medhelm-export"),
+                          approved=request.query_params.get("approved") == "1")
 
 
 @requires(COMPLIANCE)
@@ -170,9 +176,70 @@ def export_report(request: Request) -> Response:
                     headers={"Content-Security-Policy": REPORT_CSP})
 
 
+MAX_SIGNATURE_BYTES = 16 * 1024
+APPROVAL_MODULE = "medhelm_local.export.approval"
+
+
+def approval_by_signature() -> bool:
+    """Whether the export module accepts an approver's detached SSH signature (its approval flow)."""
+    return importlib.util.find_spec(APPROVAL_MODULE) is not None
+
+
+async def _signature_text(form: Any) -> str:
+    text = str(form.get("signature") or "")
+    upload = form.get("signature_file")
+    if isinstance(upload, UploadFile):
+        content = await upload.read(MAX_SIGNATURE_BYTES + 1)
+        if content:
+            if len(content) > MAX_SIGNATURE_BYTES:
+                raise BadInputError("the signature file is too large for an SSH signature")
+            try:
+                text = content.decode("ascii")
+            except UnicodeDecodeError:
+                raise BadInputError("the signature file is not an armored SSH signature (ASCII)") from None
+    signature = text.replace("\r\n", "\n").strip() + "\n"  # a browser sends a textarea with CRLF
+    if "BEGIN SSH SIGNATURE" not in signature:
+        raise BadInputError("paste or upload the armored SSH signature (-----BEGIN SSH SIGNATURE-----)")
+    return signature
+
+
+@requires(COMPLIANCE)
+async def export_approve(request: Request) -> Response:
+    """Approve with a signature the approver made on their own machine (``ssh-keygen -Y sign``) over the
+    request's manifest digest. The console holds no approver key: the export module checks everything again
+    (rebuilt from the store, the audit trail's request record, requester and approver keys in the policy) and
+    records the approval under this user's name."""
+    console = console_of(request)
+    identity = identity_of(request)
+    if not approval_by_signature():
+        raise NotFoundError("approval with an uploaded signature is not available in this version")
+    form = await request.form()
+    if not check_csrf(request, form):
+        return PlainTextResponse("Bad form token.\n", status_code=400)
+    signature = await _signature_text(form)
+    request_id = request.path_params["request_id"]
+    _request(console.home, request_id)  # an unknown id: not found
+
+    def approve() -> None:
+        from medhelm_local.context import AppContext
+        from medhelm_local.inference.egress import audit_denials_to
+
+        approval = importlib.import_module(APPROVAL_MODULE)
+        try:
+            with export_bundle.request_lock(console.home.exports_dir, request_id):
+                approval.approve(AppContext(home=console.home, actor=identity.user), request_id,
+                                 signature=signature, key_file=None)
+        finally:
+            audit_denials_to(console.home, console.service_actor)  # AppContext pointed it at this user
+
+    await run_in_threadpool(approve)
+    return RedirectResponse(f"/exports/{request_id}?approved=1", status_code=303)
+
+
 def routes() -> list[Route]:
     return [
         Route("/audit", audit_trail), Route("/audit/verify", audit_verify, methods=["POST"]),
         Route("/audit/report", audit_report), Route("/exports", exports),
         Route("/exports/{request_id}", export_detail), Route("/exports/{request_id}/report.html", export_report),
+        Route("/exports/{request_id}/approve", export_approve, methods=["POST"]),
     ]

@@ -66,7 +66,7 @@ def serve(home: Home, *, host: str, port: int, user: str, roles: frozenset[Conso
     shown = f"[{host}]" if ":" in host else host
     login_url = (f"http://{shown}:{real_port}/login?token={sessions.new_login_token()}" if sessions is not None
                  else None)
-    app = create_app(home, sessions)
+    app = create_app(home, sessions, service_actor=user)
     config = uvicorn.Config(app, log_level="warning", access_log=False, proxy_headers=False,
                             server_header=False, date_header=False, lifespan="off")
     server = uvicorn.Server(config)

@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 import yaml
 
+import tests.compliance.conftest as compliance_fixtures
 from medhelm_local.home import Home, ModelEndpoint
 from medhelm_local.home.config import ApplianceConfig, Pricing
 from medhelm_local.testing.fake_openai import FakeOpenAIServer
@@ -97,6 +98,7 @@ class ConsoleHome:
     cli: InProcessCli
     runs: dict[str, str]  # model -> run id
     export_request: str
+    export_policy: Path | None = None  # the site's export policy outside the home, where requests are signed
     servers: list[FakeOpenAIServer] = field(default_factory=list)
 
     def audit_records(self) -> list[dict[str, Any]]:
@@ -116,6 +118,9 @@ def console_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleHo
     root = tmp_path_factory.mktemp("console-home")
     cli = InProcessCli(home=root / "home")
     assert cli("init").code == 0
+    # Requests signed with the requester's own key (sec-export's flow) need the site's policy listing people by key.
+    signed_requests = hasattr(compliance_fixtures, "request_export")
+    policy = compliance_fixtures.write_policy(cli.home) if signed_requests else None
     with FakeOpenAIServer(responder=lambda _m: "A", model_id="model-a") as a, \
             FakeOpenAIServer(responder=model_b, model_id="model-b") as b, \
             FakeOpenAIServer(responder=judge_reply, model_id="judge") as judge:
@@ -144,9 +149,12 @@ def console_home(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleHo
         for model in ("model-a", "model-b"):
             run = _json(cli, "run", "--model", model, "--benchmarks", "hospice_referral,medication_qa")
             runs[model] = str(run["run_id"])
-        request = _json(cli, "export", "request", "--runs", ",".join(runs.values()))
+        if signed_requests:
+            request = compliance_fixtures.request_export(cli, *runs.values())
+        else:
+            request = _json(cli, "export", "request", "--runs", ",".join(runs.values()))
         yield ConsoleHome(home=cli.home, cli=cli, runs=runs, export_request=str(request["request_id"]),
-                          servers=[a, b, judge])
+                          export_policy=policy, servers=[a, b, judge])
 
 
 @dataclass
@@ -186,7 +194,10 @@ def stop_console(console: RunningConsole) -> None:
 
 @pytest.fixture(scope="session")
 def proxied_console(console_home: ConsoleHome) -> Iterator[RunningConsole]:
-    console = start_console(console_home.home)
+    env = cli_env()
+    if console_home.export_policy is not None:  # outside the home, as the chart mounts it
+        env["MEDHELM_EXPORT_POLICY"] = str(console_home.export_policy)
+    console = start_console(console_home.home, env=env)
     assert console.start["mode"] == "proxy"
     yield console
     stop_console(console)

@@ -18,6 +18,7 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.print_page_options import PrintOptions
 from selenium.webdriver.support.ui import WebDriverWait
 
+from medhelm_local.webconsole.pages_compliance import approval_by_signature
 from tests.console.conftest import (
     MEDICATION_SECRET,
     ConsoleHome,
@@ -172,6 +173,12 @@ def test_compliance_pages(browser: Any, proxies: dict[str, HeaderProxy], console
     assert MEDICATION_SECRET not in body  # an export is aggregates only
     screenshot(browser, shots, "compliance-export")
 
+    if approval_by_signature():
+        _approve_with_an_uploaded_signature(browser, proxy, console_home, shots)
+    else:  # approval stays on the command line, and the page says how
+        assert "export approve" in browser.find_element(By.ID, "approve-cli").text
+        assert not browser.find_elements(By.ID, "approve-form")
+
     # A compliance officer opens no patient-level view.
     for path in (f"/runs/{console_home.runs['model-a']}/medication_qa/instances", "/rate"):
         body = visit(browser, proxy, path)
@@ -180,6 +187,31 @@ def test_compliance_pages(browser: Any, proxies: dict[str, HeaderProxy], console
     screenshot(browser, shots, "compliance-denied")
     denied = records(console_home, "console.access_denied", "carl.compliance")
     assert {r["objects"]["page"] for r in denied} >= {"/rate"}
+
+
+def _approve_with_an_uploaded_signature(browser: Any, proxy: HeaderProxy, console_home: ConsoleHome,
+                                        shots: Path) -> None:
+    """A signature made on the approver's own machine (ssh-keygen -Y sign), uploaded: someone the policy does not
+    list is refused; the listed approver's signature approves, and the bundle verifies."""
+    import tests.compliance.conftest as compliance_fixtures
+
+    people = compliance_fixtures.signers(console_home.home)
+    approver = compliance_fixtures.APPROVER
+    digest = browser.find_element(By.ID, "digest").text
+    browser.find_element(By.NAME, "signature_file").send_keys(str(people["mallory"].sign(digest)))
+    click_and_wait(browser, browser.find_element(By.ID, "approve"))
+    assert "not listed" in browser.find_element(By.TAG_NAME, "main").text
+    visit(browser, proxy, f"/exports/{console_home.export_request}")
+    browser.find_element(By.NAME, "signature_file").send_keys(str(people[approver].sign(digest)))
+    click_and_wait(browser, browser.find_element(By.ID, "approve"))
+    assert browser.find_element(By.ID, "approved") and browser.find_element(By.ID, "export-status").text == "approved"
+    screenshot(browser, shots, "compliance-export-approved")
+    approvals = [r for r in console_home.audit_records() if r.get("action") == "export.approve"
+                 and r.get("outcome") == "approved"]
+    assert approvals[-1]["actor"] == "carl.compliance" and approvals[-1]["objects"]["approver"] == approver
+    verified = console_home.cli("export", "verify", console_home.export_request, "--policy",
+                                str(console_home.export_policy), "--json")
+    assert verified.code == 0, verified.stderr
 
 
 def _rate_all(browser: Any, proxy: HeaderProxy, shots: Path, name: str) -> int:
