@@ -74,6 +74,32 @@ def pinned_key(home: Home) -> tuple[Ed25519PublicKey, str]:
     return key, "the home's own public key (no pinned key configured: set MEDHELM_AUDIT_PUBKEY_FILE)"
 
 
+ANCHOR_MODULE = "medhelm_local.audit.anchor"
+
+
+def verify_trail(home: Home) -> tuple[VerifyReport, str]:
+    """Verify the home's trail against the pinned key, and say where the key came from. Where the audit module
+    anchors trails itself (``audit.anchor``: the pin, the state file's record count), its checks are used, as
+    ``audit verify`` uses them; otherwise the pin is applied here."""
+    path = home.audit_path
+    if importlib.util.find_spec(ANCHOR_MODULE) is None:
+        key, source = pinned_key(home)
+        return verify_file(path, key), source
+    anchoring = importlib.import_module(ANCHOR_MODULE)
+    trail = importlib.import_module("medhelm_local.audit.trail")
+    anchor = anchoring.pinned_anchor()
+    if anchor is not None and anchor.public_key is not None:
+        key, source = anchor.public_key, f"pinned key ({anchor.source})"
+    else:
+        key = load_public_key(home.keys_dir / PUBLIC_KEY_FILE)
+        source = (f"the home's key, checked against the pinned fingerprint ({anchor.source})" if anchor is not None
+                  else "UNANCHORED: the home's own public key, which anyone who can rewrite the trail can replace; "
+                  f"pin it outside the home ({FINGERPRINT_ENV} or {PUBKEY_ENV})")
+    verify: Any = verify_file  # with the anchor and the recorded state where the audit module takes them
+    report: VerifyReport = verify(path, key, state=trail.read_state(trail.state_path_for(path)), anchor=anchor)
+    return report, source
+
+
 def _time(request: Request, name: str) -> datetime | None:
     value = request.query_params.get(name, "").strip()
     return parse_time(value, name) if value else None
@@ -99,11 +125,10 @@ async def audit_verify(request: Request) -> Response:
         return PlainTextResponse("Bad form token.\n", status_code=400)
 
     def verify() -> tuple[VerifyReport, str]:
-        key, source = pinned_key(console.home)
-        report = verify_file(console.home.audit_path, key)
+        report, source = verify_trail(console.home)
         console.audit(identity_of(request), "audit.verify", outcome="intact" if report.intact else "failed",
                       role="compliance", records=report.records, first_bad_seq=report.first_bad_seq,
-                      key_fingerprint=fingerprint(key))
+                      key_fingerprint=getattr(report, "fingerprint", "") or None)
         return report, source
 
     report, source = await run_in_threadpool(verify)
