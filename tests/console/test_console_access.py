@@ -3,6 +3,7 @@ the running console (its own process) or the functions that implement them."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -221,3 +222,60 @@ def test_verification_uses_the_key_pinned_outside_the_home(console_home: Console
     other = "SHA256:" + "A" * 43
     wrong = _verify_page(console_home, {**env, "MEDHELM_AUDIT_KEY_FINGERPRINT": other})
     assert wrong.status_code in (400, 409) and ">INTACT<" not in wrong.text and "pinned" in wrong.text
+
+
+def test_runs_page_during_a_run(tmp_path: Path) -> None:
+    """A run in progress: where the store lets readers in between a run's writes (attach/detach), the runs page
+    shows it running with its progress; where a run holds the store throughout, the page says a run is in
+    progress. Either way the page answers within its short wait, and shows the finished run afterwards."""
+    import subprocess
+    import sys
+    import time
+
+    from medhelm_local.home.config import ApplianceConfig
+    from medhelm_local.store import connection
+    from medhelm_local.testing.fake_openai import FakeOpenAIServer
+    from tests.compliance.inproc import InProcessCli
+    from tests.console.conftest import write_hospice_csv
+
+    live = hasattr(connection, "EncryptedDatabase")
+    cli = InProcessCli(home=tmp_path / "home")
+    assert cli("init").code == 0
+    with FakeOpenAIServer(responder=lambda _m: "A", latency_s=0.25, slots=1, model_id="slow") as server:
+        home = Home(cli.home)
+        data = home.config.model_dump()
+        data["models"].append({"name": "slow", "base_urls": [server.base_url], "served_model": "slow"})
+        home.save_config(ApplianceConfig.model_validate(data))
+        assert cli("datasets", "register", "hospice_referral",
+                   str(write_hospice_csv(tmp_path / "hospice.csv", 25))).code == 0
+        console = start_console(cli.home, env=cli_env())
+        run = subprocess.Popen([sys.executable, "-m", "medhelm_local.cli", "--home", str(cli.home), "run", "--model",
+                                "slow", "--benchmarks", "hospice_referral", "--concurrency", "1", "--json"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env())
+        seen: list[int] = []
+        try:
+            with httpx.Client(base_url=console.url, timeout=60, follow_redirects=True) as client:
+                assert client.get(str(console.start["login_url"])).status_code == 200
+                while run.poll() is None:
+                    started = time.monotonic()
+                    page = client.get("/runs")
+                    assert time.monotonic() - started < 20
+                    seen.append(page.status_code)
+                    if page.status_code == 503:
+                        assert "A run is in progress" in page.text
+                    elif "running" in page.text:
+                        progress = re.search(r"(\d+) / 25</td>", page.text)
+                        assert progress is not None and int(progress.group(1)) < 25
+                        assert 'http-equiv="refresh"' in page.text  # the page reloads itself while a run goes
+                    time.sleep(0.3)
+                assert run.wait(timeout=120) == 0, run.stderr.read() if run.stderr else ""
+                done = client.get("/runs")
+                assert done.status_code == 200 and "finished" in done.text and "25 / 25" in done.text
+        finally:
+            if run.poll() is None:
+                run.kill()
+            stop_console(console)
+    if live:
+        assert 200 in seen  # readers got in between the run's writes
+    else:
+        assert 503 in seen  # the run held the store from start to end, and the page said so
