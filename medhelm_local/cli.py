@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import os
 import sys
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from medhelm_local.console import error
 from medhelm_local.context import AppContext
 from medhelm_local.errors import MedhelmError
 from medhelm_local.logs import configure_logging
+
+PRIVATE_UMASK = 0o077
 
 app = typer.Typer(
     name="medhelm-local",
@@ -41,6 +44,7 @@ def root(
     ),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True, help="Show version."),
 ) -> None:
+    os.umask(PRIVATE_UMASK)
     configure_logging()
     ctx.obj = AppContext.create(home, actor)
     # Benchmarks a team defined in this home (bring-your-own-extract YAML) resolve like built-in ones.
@@ -90,6 +94,9 @@ _registered: set[str] = set()
 
 
 def main() -> None:
+    # Everything the appliance writes (store, WAL, spill files, audit state, exports, reports, keys) is
+    # 0600/0700, whatever the caller's umask; DuckDB creates its files with 0666 & ~umask.
+    os.umask(PRIVATE_UMASK)
     register_commands(_requested_command(sys.argv[1:]))
     try:
         # Without standalone mode, click returns (not raises) the code of a typer.Exit.
@@ -121,8 +128,6 @@ def main() -> None:
 
 
 def _debug() -> bool:
-    import os
-
     return os.environ.get("MEDHELM_DEBUG") == "1"
 
 

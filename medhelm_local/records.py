@@ -5,6 +5,7 @@ extract -> Instance -> InferenceRequest -> InferenceResult -> InstanceScore -> B
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -39,6 +40,17 @@ class InferenceRequest(BaseModel):
     seed: int | None = None
     response_format: dict[str, Any] | None = None
     stop: list[str] | None = None  # stop sequences (MedHELM parity prompts); None = the server's default
+
+
+@dataclass(frozen=True, slots=True)
+class Truncated:
+    """How one instance's prompt was cut to fit the model's context: counts only, never text."""
+
+    field: str  # the spec's designated long field
+    field_chars: int  # its length before the cut
+    removed_chars: int
+    removed_tokens: int  # the prompt's count before the cut minus after it
+    prompt_tokens: int  # the fitted prompt's count (as the run's token counter counts it)
 
 
 class InferenceResult(BaseModel):

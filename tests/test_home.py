@@ -46,7 +46,7 @@ def test_reinit_never_overwrites_keys(cli: Cli) -> None:
 def test_bad_config_names_the_field(cli: Cli) -> None:
     assert cli("init").code == 0
     config_path = cli.home / "appliance.yaml"
-    text = config_path.read_text().replace("max_concurrency: 64", "max_concurrency: lots")
+    text = config_path.read_text().replace("max_concurrency: 256", "max_concurrency: lots")
     config_path.write_text(text)
     result = cli("models", "list")
     assert result.code == 2
@@ -88,7 +88,7 @@ def test_doctor_reports_a_usable_home(home_cli: Cli) -> None:
     payload = result.json()
     assert isinstance(payload, dict)
     assert payload["ok"] is True
-    assert {c["check"] for c in payload["checks"]} == {"config", "keys", "store"}
+    assert {c["check"] for c in payload["checks"]} == {"config", "keys", "pinned audit key", "file modes", "store"}
 
 
 def test_doctor_fails_without_init(cli: Cli) -> None:

@@ -6,8 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from medhelm_local.benchmarks.registry import get_spec
-from medhelm_local.prompts.styles import DEFAULT_STYLE, run_prompt_style
+from medhelm_local.prompts.styles import DEFAULT_STYLE, run_prompt_style, spec_for_run
 from medhelm_local.records import BenchmarkScore
 from medhelm_local.scoring.metrics import JURY, Aggregation, metric_aggregation
 from medhelm_local.scoring.summary import aggregate_values, gold_empty_stats
@@ -46,8 +45,26 @@ def statistic(values: np.ndarray, counts: np.ndarray | None, aggregation: Aggreg
     return float(values.mean())
 
 
+def run_metric(store: Store, run_id: str, benchmark: str) -> str:
+    """The metric the run scored ``benchmark`` with (its frozen spec's, not the current file's)."""
+    run = store.get_run(run_id)
+    return spec_for_run(benchmark, run.manifest if run is not None else None).metric
+
+
+def truncated_share(store: Store, run_id: str, benchmark: str) -> float | None:
+    """The share of a benchmark's answered or failed instances whose prompt was cut to fit the model's context
+    (None: the run was created before prompts were fitted, or has no outcome for it)."""
+    from medhelm_local.store.runs import truncation_counts
+
+    run = store.get_run(run_id)
+    if run is None or not (run.manifest or {}).get("context"):
+        return None
+    cut, total = truncation_counts(store, run_id).get(benchmark, (0, 0))
+    return cut / total if total else None
+
+
 def instance_series(store: Store, run_id: str, model: str, benchmark: str) -> InstanceSeries:
-    metric = get_spec(benchmark).metric
+    metric = run_metric(store, run_id, benchmark)
     aggregation = metric_aggregation(metric)
     rows = score_rows(store, run_id, benchmark, metric)
     scored = [(iid, value, details) for iid, _, value, details in rows if value is not None]
@@ -60,6 +77,9 @@ def instance_series(store: Store, run_id: str, model: str, benchmark: str) -> In
         flags = [bool(d[key]) for _, _, d in scored if key in d]
         if flags:
             extra[name] = sum(flags) / len(flags)
+    share = truncated_share(store, run_id, benchmark)
+    if share is not None:
+        extra["truncated_share"] = share
     judges = {}
     if metric == JURY:
         judges = {r.judge: r.failure_rate for r in judge_failure_rates(store, run_id, benchmark)}
@@ -73,7 +93,7 @@ def instance_series(store: Store, run_id: str, model: str, benchmark: str) -> In
 def benchmark_score(store: Store, run_id: str, model: str, benchmark: str) -> BenchmarkScore:
     """The benchmark's score over its scored instances (mean, or micro-F1 for multi-label metrics); failed
     ones are counted apart, never scored as zero."""
-    metric = get_spec(benchmark).metric
+    metric = run_metric(store, run_id, benchmark)
     rows = score_rows(store, run_id, benchmark, metric)
     scored = [(value, details) for _, _, value, details in rows if value is not None]
     score = aggregate_values([float(v) for v, _ in scored], [d.get("counts", {}) for _, d in scored],

@@ -74,7 +74,8 @@ class ModelRow(BaseModel):
     sd: float | None = None  # SD of the benchmark scores around the macro-average
     categories: dict[str, float] = Field(default_factory=dict)  # category -> mean score of its benchmarks
     ci: dict[str, Interval | None] = Field(default_factory=dict)  # benchmark -> bootstrap 95% CI
-    format_rates: dict[str, dict[str, float]] = Field(default_factory=dict)  # benchmark -> parse/strict rates
+    # benchmark -> parse/strict rates, and the share of prompts truncated to fit the model (truncated_share)
+    format_rates: dict[str, dict[str, float]] = Field(default_factory=dict)
     judge_failures: dict[str, dict[str, float]] = Field(default_factory=dict)  # benchmark -> judge -> rate
     cost: float | None = None  # total evaluation cost (runs + jury), when it can be computed from pricing
     cost_detail: dict[str, float | str | None] = Field(default_factory=dict)  # benchmark / jury cost, note

@@ -12,8 +12,13 @@ gets :class:`AuditWriteError` and must not perform the action. Before appending,
 re-verified (signature, Merkle root, chain head), so the appliance refuses to sign over a trail that was
 altered since its last signature. To keep appends constant-time on a long trail, the Merkle frontier is
 cached in ``audit.jsonl.state`` and used only while the file's size and last two records are unchanged;
-``audit verify`` never trusts it (an edit that keeps the file's size is still caught there, by the older
-signed checkpoints).
+``audit verify`` never trusts its frontier (an edit that keeps the file's size is still caught there, by the
+older signed checkpoints), but it does use its record count: a trail shorter than the state file says had
+its tail removed (a truncation that also rewrites the state file is caught by a checkpoint exported with
+``audit checkpoint --export`` and kept outside the home).
+
+An append is all or nothing: a write that fails part-way (full disk, file size limit) is truncated back to the
+last good offset before the error is raised, so the trail never ends in half a record.
 """
 
 from __future__ import annotations
@@ -163,7 +168,7 @@ class AuditTrail:
 
     @property
     def state_path(self) -> Path:
-        return self.path.with_name(self.path.name + ".state")
+        return state_path_for(self.path)
 
     def _refuse(self, problem: str) -> AuditWriteError:
         return AuditWriteError(f"the audit trail {self.path} fails verification at its end ({problem}); nothing "
@@ -218,7 +223,12 @@ class AuditTrail:
                  "frontier_before_last": frontier_before_last.state()}
         try:
             tmp = self.state_path.with_name(f".{self.state_path.name}.{os.getpid()}")
-            tmp.write_bytes(json.dumps(state).encode())
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                os.fchmod(fd, 0o600)  # a leftover temporary file keeps its old mode otherwise
+                os.write(fd, json.dumps(state).encode())
+            finally:
+                os.close(fd)
             os.replace(tmp, self.state_path)
         except OSError:
             pass  # only a cache: the next append re-reads the trail
@@ -240,6 +250,10 @@ class AuditTrail:
             if tail is None:
                 with os.fdopen(os.dup(fd), "rb") as handle:
                     tail = self._tail(_split_lines(handle.read(), self.path), key)
+                recorded = read_state(self.state_path)
+                if recorded is not None and recorded.count > tail.count:
+                    raise self._refuse(f"it has {tail.count} records but {recorded.count} were written: records "
+                                       f"from seq {tail.count + 1} were removed")
             host = socket.gethostname()
             record = {
                 "seq": tail.count + 1, "ts": utc_timestamp(), "actor": actor, "role": role, "action": action,
@@ -253,11 +267,8 @@ class AuditTrail:
             checkpoint = sign_checkpoint(key, tail.count + 1, tail.merkle.root().hex(), head)
             cp_line = checkpoint_line(tail.count + 2, record, line, checkpoint)
             payload = line + b"\n" + cp_line + b"\n"
-            written = os.write(fd, payload)
-            os.fsync(fd)
-            if written != len(payload):
-                raise OSError("short write")
-            self._save_state(size + written, tail.count + 2, line, cp_line, frontier_before_checkpoint)
+            _append_all_or_nothing(fd, payload, size, self.path)
+            self._save_state(size + len(payload), tail.count + 2, line, cp_line, frontier_before_checkpoint)
         except AuditWriteError:
             raise
         except (OSError, ValueError, KeyError, TypeError) as exc:
@@ -277,6 +288,58 @@ class AuditTrail:
             except ValueError:
                 continue
         return out
+
+
+def _append_all_or_nothing(fd: int, payload: bytes, good_size: int, path: Path) -> None:
+    """Write ``payload`` at the end and fsync it, or leave the file exactly ``good_size`` bytes long.
+
+    A full disk (ENOSPC), a file size limit (EFBIG) or a short write must not leave half a record: every later
+    append would then refuse to sign over a damaged trail. On any failure the file is truncated back to the
+    last good offset and fsynced before the error propagates; if even that fails, the partial record is left
+    for `medhelm-local audit repair` (RUNBOOK: "Audit trail: repairing a failed append").
+    """
+    view = memoryview(payload)
+    try:
+        while view:
+            written = os.write(fd, view)
+            if written <= 0:
+                raise OSError("write returned no progress")
+            view = view[written:]
+        os.fsync(fd)
+    except OSError as exc:
+        try:
+            os.ftruncate(fd, good_size)
+            os.fsync(fd)
+        except OSError:
+            raise AuditWriteError(
+                f"cannot write the audit trail {path} ({exc.strerror or type(exc).__name__}) and could not "
+                "undo the partial record; the action was not performed. Free space, then run `medhelm-local "
+                "audit repair` (RUNBOOK: repairing a failed append)") from None
+        raise AuditWriteError(f"cannot write the audit trail {path} ({exc.strerror or type(exc).__name__}); the "
+                              "trail was left as it was and the action was not performed") from None
+
+
+@dataclass(frozen=True)
+class RecordedState:
+    """What the last successful append recorded in ``audit.jsonl.state``: the trail's size and record count,
+    and the hash of its last record."""
+
+    size: int
+    count: int
+    last_hash: str
+
+
+def state_path_for(trail: Path) -> Path:
+    return trail.with_name(trail.name + ".state")
+
+
+def read_state(path: Path) -> RecordedState | None:
+    """The state file's record count (None when there is none or it cannot be read)."""
+    try:
+        state = json.loads(path.read_bytes())
+        return RecordedState(size=int(state["size"]), count=int(state["count"]), last_hash=str(state["last_hash"]))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _tail_problem(last_line: bytes, before_line: bytes | None, count: int, merkle_before_last: MerkleAccumulator,

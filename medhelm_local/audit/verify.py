@@ -3,8 +3,9 @@
 Every problem is attributed to a sequence number; the report names the first. An edited record breaks the
 next record's ``prev`` and the checkpoint right after it (which names its hash); a deleted, inserted or
 reordered record breaks the sequence; a forged or altered checkpoint fails its signature; a truncated tail
-is caught against a previously exported checkpoint (``audit checkpoint --out``), which must still match the
-first ``tree_size`` records of the trail.
+is caught against the record count ``audit.jsonl.state`` recorded at the last append, and against a previously
+exported checkpoint (``audit checkpoint --export``), which must still match the first ``tree_size`` records of
+the trail. The key itself is checked against the one pinned outside the home (``audit/anchor.py``).
 """
 
 from __future__ import annotations
@@ -16,11 +17,13 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import BaseModel, ConfigDict, ValidationError
 
+from medhelm_local.audit.anchor import Anchor, fingerprint
 from medhelm_local.audit.merkle import MerkleAccumulator
 from medhelm_local.audit.trail import (
     CHECKPOINT_ACTION,
     CHECKPOINT_SCHEMA,
     GENESIS,
+    RecordedState,
     checkpoint_line,
     checkpoint_signature_ok,
     key_id,
@@ -28,6 +31,7 @@ from medhelm_local.audit.trail import (
 )
 from medhelm_local.errors import BadInputError
 
+STATE_NAME = "audit.jsonl.state"
 REQUIRED_FIELDS = ("seq", "ts", "actor", "role", "action", "objects", "outcome", "host", "prev")
 
 
@@ -81,6 +85,10 @@ class VerifyReport(BaseModel):
     problems: list[Problem]
     last_checkpoint: dict[str, Any] | None
     external_checkpoint: dict[str, Any] | None
+    fingerprint: str = ""
+    anchored: bool = False  # checked against a key pinned outside the home (or named with --pubkey)
+    anchor_source: str | None = None
+    state_count: int | None = None  # the record count audit.jsonl.state recorded, when it was read
 
 
 def verify_lines(lines: list[bytes], public_key: Ed25519PublicKey, *, trail: str = "",
@@ -172,9 +180,22 @@ def verify_lines(lines: list[bytes], public_key: Ed25519PublicKey, *, trail: str
     )
 
 
-def verify_file(path: Path, public_key: Ed25519PublicKey, *, external: ExportedCheckpoint | None = None
-                ) -> VerifyReport:
-    """Verify the trail at ``path`` (read only)."""
+def state_problems(lines: list[bytes], state: RecordedState) -> list[Problem]:
+    """Compare the trail with the record count and last hash its state file recorded at the last append."""
+    if state.count > len(lines):
+        return [Problem(seq=len(lines) + 1, kind="truncated",
+                        detail=f"{STATE_NAME} records {state.count} records written; the trail has {len(lines)}: "
+                        f"records from seq {len(lines) + 1} were removed")]
+    if state.count and line_hash(lines[state.count - 1]) != state.last_hash:
+        return [Problem(seq=state.count, kind="rewritten",
+                        detail=f"record {state.count} differs from the one {STATE_NAME} recorded as written")]
+    return []
+
+
+def verify_file(path: Path, public_key: Ed25519PublicKey, *, external: ExportedCheckpoint | None = None,
+                state: RecordedState | None = None, anchor: Anchor | None = None) -> VerifyReport:
+    """Verify the trail at ``path`` (read only); ``state``: what ``audit.jsonl.state`` recorded; ``anchor``: the
+    pinned key (the report says whether the key used is it)."""
     try:
         data = path.read_bytes()
     except FileNotFoundError:
@@ -183,10 +204,22 @@ def verify_file(path: Path, public_key: Ed25519PublicKey, *, external: ExportedC
     partial = lines.pop() if lines else b""
     report_lines = [*lines, partial] if partial else lines
     report = verify_lines(report_lines, public_key, trail=str(path), external=external)
+    extra: list[Problem] = []
     if partial:
-        report.problems.append(Problem(seq=len(report_lines), kind="partial",
-                                       detail=f"record {len(report_lines)} is not terminated (partial write)"))
-        report.problems.sort(key=lambda p: p.seq)
+        extra.append(Problem(seq=len(report_lines), kind="partial",
+                             detail=f"record {len(report_lines)} is not terminated (partial write; see `audit "
+                             "repair`)"))
+    if state is not None:
+        extra += state_problems(lines, state)
+    if anchor is not None and not anchor.matches(public_key):
+        extra.append(Problem(seq=0, kind="key", detail=f"the key used ({fingerprint(public_key)}) is not the "
+                             f"pinned key {anchor.fingerprint} ({anchor.source})"))
+    report.fingerprint = fingerprint(public_key)
+    report.anchored = anchor is not None
+    report.anchor_source = anchor.source if anchor is not None else None
+    report.state_count = state.count if state is not None else None
+    if extra:
+        report.problems = sorted([*report.problems, *extra], key=lambda p: p.seq)
         report.intact = False
         report.first_bad_seq = report.problems[0].seq
     return report

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
+import string
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -37,6 +38,20 @@ class PromptSpec(BaseModel):
 
     system: str | None = None
     template: str
+
+
+class Truncation(BaseModel):
+    """The instance field shortened, when it must be, so that prompt + ``max_tokens`` fit the model's context:
+    ``keep: start`` keeps its beginning (a note), ``keep: end`` its end (a timeline whose last events matter)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    field: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    keep: Literal["start", "end"] = "start"
+
+
+def template_fields(template: str | None) -> set[str]:
+    return {name for _, name, _, _ in string.Formatter().parse(template or "") if name}
 
 
 class Criterion(BaseModel):
@@ -83,6 +98,8 @@ class MedhelmParity(BaseModel):
     judge_gold: str | None = None  # HELM's gold response as its jury sees it (the raw reference), when it differs
     judge_template: str | None = None
     unavailable: str | None = None
+    # The field HELM's template uses in place of the spec's ``truncate.field`` (e.g. ``labelled_context``).
+    truncate_field: str | None = None
 
     @model_validator(mode="after")
     def _complete(self) -> MedhelmParity:
@@ -116,6 +133,8 @@ class BenchmarkSpec(BaseModel):
     label_map: dict[str, str] | None = None
     metric: str
     max_tokens: int = Field(ge=1, le=32768)
+    # The long field cut to fit the model's context (None: a prompt that does not fit is recorded as an error).
+    truncate: Truncation | None = None
     judge: JudgeRubric | None = None
     # Decoding stop sequences (HELM's parity prompts set them; the default style sends none).
     stop: list[str] = Field(default_factory=list)
@@ -138,6 +157,8 @@ class BenchmarkSpec(BaseModel):
         if self.medhelm and self.medhelm.answer_labels is not None and (
                 len(self.medhelm.answer_labels) != len(self.labels or [])):
             raise ValueError(f"{self.id}: medhelm.answer_labels must pair one to one with labels")
+        if self.truncate is not None and self.truncate.field not in template_fields(self.prompt.template):
+            raise ValueError(f"{self.id}: truncate.field {self.truncate.field!r} is not a field of prompt.template")
         if self.label_map and self.labels:
             unknown = sorted(set(self.label_map.values()) - set(self.labels))
             if unknown:

@@ -8,13 +8,22 @@ from pathlib import Path
 
 import typer
 
+from medhelm_local.audit.anchor import (
+    FINGERPRINT_ENV,
+    PUBKEY_FILE_ENV,
+    AnchorError,
+    fingerprint,
+    option_anchor,
+    pinned_anchor,
+)
+from medhelm_local.audit.repair import repair_trail
 from medhelm_local.audit.report import filter_records, parse_time, render_text, summarize
-from medhelm_local.audit.trail import AuditTrail, AuditWriteError, audit_event
+from medhelm_local.audit.trail import AuditTrail, AuditWriteError, audit_event, read_state, state_path_for
 from medhelm_local.audit.verify import ExportedCheckpoint, verify_file
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import app_context
 from medhelm_local.errors import BadInputError
-from medhelm_local.home.keys import PUBLIC_KEY_FILE, load_public_key
+from medhelm_local.home.keys import PUBLIC_KEY_FILE, load_public_key, load_signing_key
 from medhelm_local.home.layout import atomic_write
 
 NAME = "audit"
@@ -49,25 +58,34 @@ def show(
 @app.command("verify")
 def verify(
     ctx: typer.Context,
-    public_key: Path | None = typer.Option(None, "--public-key", help="The appliance's Ed25519 public key (PEM) "
-                                           "[default: the home's keys/signing-ed25519.pub.pem]."),
+    public_key: Path | None = typer.Option(None, "--pubkey", "--public-key",
+                                           help="The appliance's Ed25519 public key you trust (PEM or OpenSSH) "
+                                           f"[default: ${PUBKEY_FILE_ENV}, else the home's key checked against "
+                                           f"${FINGERPRINT_ENV}]."),
     checkpoint: Path | None = typer.Option(None, "--checkpoint", help="A checkpoint exported earlier with "
-                                           "`audit checkpoint --out`: detects a truncated tail."),
+                                           "`audit checkpoint --export`: detects a truncated or rewritten tail."),
     trail: Path | None = typer.Option(None, "--trail", help="Verify this copy of an audit trail instead of the "
-                                      "home's (needs --public-key; nothing is written)."),
+                                      "home's (needs --pubkey or a pinned key file; nothing is written)."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
-    """Recompute the hash chain and Merkle roots and check every signature. Exit 0 only when intact."""
+    """Recompute the hash chain and Merkle roots, check every signature against the pinned key, and the record
+    count the state file recorded. Exit 0 only when intact."""
     app_ctx = app_context(ctx)
+    pinned = pinned_anchor()
+    anchor = option_anchor(public_key) if public_key is not None else pinned
     if trail is None:
         path = app_ctx.home.audit_path
     else:
-        if public_key is None:
-            raise BadInputError("--trail needs --public-key (the key you trust, not one shipped with the copy)")
+        if anchor is None or anchor.public_key is None:
+            raise BadInputError("--trail needs --pubkey (the key you trust, not one shipped with the copy) or "
+                                f"{PUBKEY_FILE_ENV}")
         path = trail
-    key = load_public_key(public_key or app_ctx.home.keys_dir / PUBLIC_KEY_FILE)
+    if anchor is not None and anchor.public_key is not None:
+        key = anchor.public_key
+    else:
+        key = load_public_key(app_ctx.home.keys_dir / PUBLIC_KEY_FILE)
     external = ExportedCheckpoint.load(checkpoint) if checkpoint else None
-    report = verify_file(path, key, external=external)
+    report = verify_file(path, key, external=external, state=read_state(state_path_for(path)), anchor=anchor)
     recorded = False
     if trail is None:
         # Verification is itself audited, but a read-only copy or a home without its private key can still
@@ -75,7 +93,8 @@ def verify(
         try:
             audit_event(app_ctx.home, app_ctx.actor, "audit.verify", outcome="intact" if report.intact else "failed",
                         role="compliance", records=report.records, first_bad_seq=report.first_bad_seq,
-                        external_checkpoint=external.tree_size if external else None)
+                        external_checkpoint=external.tree_size if external else None, anchored=report.anchored,
+                        key_fingerprint=report.fingerprint)
             recorded = True
         except AuditWriteError:
             recorded = False
@@ -84,13 +103,19 @@ def verify(
     else:
         verdict = "INTACT" if report.intact else f"NOT INTACT: first bad record seq {report.first_bad_seq}"
         sys.stdout.write(f"{report.trail}: {report.records} records, {report.checkpoints} signed checkpoints, "
-                         f"key {report.key_id[:16]}: {verdict}\n")
+                         f"key {report.fingerprint}: {verdict}\n")
         for problem in report.problems[:50]:
             sys.stdout.write(f"  seq {problem.seq}: {problem.kind}: {problem.detail}\n")
         if len(report.problems) > 50:
             sys.stdout.write(f"  ... and {len(report.problems) - 50} more\n")
         if external:
             sys.stdout.write(f"  checked against exported checkpoint of {external.tree_size} records\n")
+        if report.anchored:
+            sys.stdout.write(f"  key pinned by {report.anchor_source}\n")
+        else:
+            info(f"warning: UNANCHORED: checked with the home's own public key, which anyone who can rewrite the "
+                 f"trail can replace. Pin the key outside the home ({FINGERPRINT_ENV}={report.fingerprint}, as "
+                 "`init` printed it) or name it with --pubkey")
         if trail is None and not recorded:
             info("note: this verification could not be recorded in the trail (read-only copy, missing private "
                  "key, or a damaged trail)")
@@ -101,25 +126,51 @@ def verify(
 @app.command("checkpoint")
 def checkpoint(
     ctx: typer.Context,
-    out: Path = typer.Option(..., "--out", help="Where to write the signed checkpoint (keep it off the appliance)."),
+    out: Path = typer.Option(..., "--export", "--out", help="Where to write the signed checkpoint (keep it off the "
+                             "appliance; `audit verify --checkpoint FILE` compares the trail with it later)."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
-    """Sign a fresh checkpoint and export it, so a later truncation of the trail can be detected."""
+    """Sign a fresh checkpoint of the trail's head and export it, so a later truncation or rewrite is detected."""
     app_ctx = app_context(ctx)
     if out.exists() and out.is_dir():
-        raise BadInputError(f"--out: {out} is a directory; give a file name")
+        raise BadInputError(f"--export: {out} is a directory; give a file name")
+    signer = fingerprint(load_signing_key(app_ctx.home.keys_dir).public_key())
+    pinned = pinned_anchor()
+    if pinned is not None and pinned.fingerprint != signer:
+        raise AnchorError(f"the home's signing key ({signer}) is not the pinned key {pinned.fingerprint} "
+                          f"({pinned.source}); no checkpoint was exported. Run `medhelm-local doctor`")
     trail = AuditTrail(app_ctx.home.audit_path, app_ctx.home.keys_dir)
     trail.append(actor=app_ctx.actor, action="audit.checkpoint_export", outcome="success", role="compliance",
                  objects={"destination": out.name})
     assert trail.last_checkpoint is not None
     exported = {"checkpoint": trail.last_checkpoint, "appliance": app_ctx.home.config.appliance_name,
-                "trail": str(app_ctx.home.audit_path)}
-    atomic_write(out, (json.dumps(exported, indent=2) + "\n").encode(), mode=0o644)
+                "trail": str(app_ctx.home.audit_path), "key_fingerprint": signer}
+    atomic_write(out, (json.dumps(exported, indent=2) + "\n").encode(), mode=0o600)
     if as_json:
-        emit_json({"out": str(out), **trail.last_checkpoint})
+        emit_json({"out": str(out), "key_fingerprint": signer, **trail.last_checkpoint})
     else:
         info(f"checkpoint of {trail.last_checkpoint['tree_size']} records, root {trail.last_checkpoint['root'][:16]}"
-             f"…, written to {out}")
+             f"…, key {signer}, written to {out}")
+
+
+@app.command("repair")
+def repair(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")
+           ) -> None:
+    """Remove a record left half-written by a failed append (crash, full disk), after checking that everything
+    before it is intact; the removed bytes are kept beside the trail and the repair is audited."""
+    app_ctx = app_context(ctx)
+    result = repair_trail(app_ctx.home.audit_path, app_ctx.home.keys_dir)
+    if result.removed_bytes:
+        audit_event(app_ctx.home, app_ctx.actor, "audit.repair", role="it-admin", kept_records=result.kept_records,
+                    removed_bytes=result.removed_bytes, removed_sha256=result.removed_sha256,
+                    saved_as=result.saved_as)
+    if as_json:
+        emit_json(result.model_dump())
+    elif result.removed_bytes:
+        info(f"removed {result.removed_bytes} bytes of a failed append after record {result.kept_records} (kept in "
+             f"{result.saved_as}); the trail verifies up to there and appends work again")
+    else:
+        info(f"nothing to repair: the trail ends in a complete, signed checkpoint ({result.kept_records} records)")
 
 
 @app.command("report")

@@ -49,7 +49,7 @@ def register(
 @app.command("list")
 def list_datasets(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Machine-readable.")) -> None:
     """List registered datasets (ids and fingerprints only)."""
-    with Store.open(app_context(ctx).home) as store:
+    with Store.open(app_context(ctx).home, read_only=True) as store:  # works during a run
         rows = store.list_datasets()
     if as_json:
         emit_json([r.model_dump(mode="json") for r in rows])

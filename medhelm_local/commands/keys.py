@@ -3,20 +3,23 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 from pathlib import Path
 
 import typer
 
+from medhelm_local.audit.anchor import FINGERPRINT_ENV
 from medhelm_local.audit.trail import AuditWriteError, audit_event, key_id
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import app_context
 from medhelm_local.errors import BadInputError
 from medhelm_local.home.keys import PUBLIC_KEY_FILE, load_data_key, load_public_key
 from medhelm_local.home.layout import atomic_write
+from medhelm_local.home.recover import recover_data_key, recover_signing_key
 from medhelm_local.store.rekey import data_key_id, rotate_data_key
 
 NAME = "keys"
-HELP = "Manage the appliance's keys (rotation re-encrypts the store)."
+HELP = "Manage the appliance's keys (rotation re-encrypts the store; recovery replaces a lost key, audited)."
 app = typer.Typer(no_args_is_help=True)
 
 
@@ -76,3 +79,37 @@ def rotate(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", hel
     else:
         info(f"store re-encrypted under data key {result.new_key_id} ({sum(result.tables.values())} rows in "
              f"{len(result.tables)} tables); old key {result.old_key_id} retired")
+
+
+@app.command("recover")
+def recover(
+    ctx: typer.Context,
+    signing_key: bool = typer.Option(False, "--signing-key", help="The signing key is lost: archive the trail it "
+                                     "signed (still verifiable with its public key) and start a new trail under a "
+                                     "new key, whose first record names the old trail's head."),
+    data_key: bool = typer.Option(False, "--data-key", help="The store's data key is lost: set the unreadable "
+                                  "store aside (kept, encrypted) and create a new key for a new, empty store."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Replace a LOST key explicitly, audited (init never does). Restoring the key from backup is better."""
+    app_ctx = app_context(ctx)
+    if signing_key == data_key:
+        raise BadInputError("give exactly one of --signing-key or --data-key")
+    if signing_key:
+        signing = recover_signing_key(app_ctx.home, app_ctx.actor)
+        payload = signing.model_dump()
+        if not as_json:
+            info(f"the old trail ({signing.archived_records} records, key {signing.old_key_fingerprint}) was moved "
+                 f"to {signing.archived_trail}; verify it with the old public key ({signing.archived_public_key})")
+            info("a new trail was started under a new signing key; its first record names the old trail's head")
+            sys.stdout.write(f"audit signing key fingerprint: {signing.new_key_fingerprint}\n")
+            info(f"  the compliance officer must re-pin it: {FINGERPRINT_ENV}={signing.new_key_fingerprint}; "
+                 "until then `doctor` and `audit verify` report the key as not the pinned one")
+    else:
+        data = recover_data_key(app_ctx.home, app_ctx.actor)
+        payload = data.model_dump()
+        if not as_json:
+            info(f"the unreadable store was set aside as {data.moved_store}; a new data key ({data.new_key_id}) "
+                 "was created and the next registration starts a new, empty store")
+    if as_json:
+        emit_json(payload)

@@ -109,7 +109,9 @@ def _cell(row: ModelRow, benchmark: str) -> str:
     if score.n_gold_empty is not None:
         nonempty = "-" if score.score_nonempty_gold is None else f"{score.score_nonempty_gold:.3f}"
         empty = f" [empty gold {score.n_gold_empty}; non-empty gold {nonempty}]"
-    return f"{score.score:.3f}{ci} (n={score.n}){empty}"
+    share = row.format_rates.get(benchmark, {}).get("truncated_share")
+    cut = f" [prompts truncated to fit: {share:.0%}]" if share else ""
+    return f"{score.score:.3f}{ci} (n={score.n}){empty}{cut}"
 
 
 def print_leaderboard(rows: list[ModelRow], *, mdes: dict[str, BenchmarkMDE] | None = None,
@@ -150,7 +152,7 @@ def leaderboard(
     app_ctx = app_context(ctx)
     resolved = resolve_category(category) if category else None
     check_style(prompt_style)
-    with Store.open(app_ctx.home) as store:
+    with Store.open(app_ctx.home, read_only=True) as store:  # works during a run (issue 12 §6)
         chosen = latest_runs(store, prompt_style)
         results = latest_scores(store, prompt_style)
         series = latest_series(store, prompt_style)

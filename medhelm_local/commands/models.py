@@ -28,6 +28,9 @@ def add(
     kind: BackendKind = typer.Option(BackendKind.OPENAI_COMPATIBLE, "--kind", help="Backend kind."),
     served_model: str | None = typer.Option(None, "--served-model", help="Model id the server expects."),
     api_key_env: str | None = typer.Option(None, "--api-key-env", help="Env var holding the API key."),
+    context_length: int | None = typer.Option(None, "--context-length", min=256, help="The model's context in "
+                                              "tokens (prompts are fitted into it) [default: what the server "
+                                              "reports, else 2048]."),
     judge: bool = typer.Option(False, "--judge", help="Also use this model as a jury member."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
@@ -38,7 +41,7 @@ def add(
         raise BadInputError(f"model {name!r} already exists in {app_ctx.home.config_path}")
     try:
         endpoint = ModelEndpoint(name=name, kind=kind, base_urls=base_url, served_model=served_model,
-                                 api_key_env=api_key_env)
+                                 api_key_env=api_key_env, context_length=context_length)
     except ValueError as exc:
         raise BadInputError(f"models add: {exc}") from None
     for url in endpoint.base_urls:

@@ -58,7 +58,10 @@ def outcome_payload(outcome: RunOutcome) -> dict[str, Any]:
         "session": None if report is None else {
             "session_id": report.session_id, "sent": report.sent, "ok": report.ok, "errors": report.errors,
             "prompt_tokens": report.prompt_tokens, "completion_tokens": report.completion_tokens,
-            "wall_s": round(report.wall_s, 3), "peak_concurrency": report.peak_concurrency,
+            "wall_s": round(report.wall_s, 3), "cpu_s": round(report.cpu_s, 3),
+            "peak_concurrency": report.peak_concurrency,
+            "concurrency_steps": [list(step) for step in report.concurrency_history[:32]],
+            "prompts_counted": report.counted, "prompts_truncated": report.truncated,
             "endpoints": report.endpoints,
         },
     })

@@ -66,6 +66,8 @@ def show(ctx: typer.Context, run_id: str = typer.Argument(..., help="Run id."),
         run = _get(store, run_id)
         payload = _summary(store, run)
         payload["errors_by_category"] = runs_db.errors_by_category(store, run_id)
+        payload["context"] = run.manifest.get("context")
+        payload["truncated"] = runs_db.truncation_summary(store, run_id)
         payload["sessions"] = runs_db.sessions(store, run_id)
         payload["shard_files_pending"] = [p.name for p in sharding.pending_shard_files(app_ctx.home, run_id)]
         try:
@@ -80,6 +82,9 @@ def show(ctx: typer.Context, run_id: str = typer.Argument(..., help="Run id."),
                                           "manifest_sha256")])
     for benchmark, categories in payload["errors_by_category"].items():
         info(f"{benchmark}: " + ", ".join(f"{c}: {n}" for c, n in categories.items()))
+    for benchmark, cut in payload["truncated"].items():
+        info(f"{benchmark}: {cut['prompts']} prompt(s) truncated to fit the model's context (field {cut['field']}, "
+             f"{cut['removed_tokens']} tokens removed in all, at most {cut['max_removed_tokens']} from one)")
     cost = payload["cost"]
     if cost is not None:
         info(f"tokens {cost['prompt_tokens']} in / {cost['completion_tokens']} out, wall {cost['wall_s']:.1f}s, "

@@ -23,6 +23,7 @@ DEFAULT_ALLOWLIST = [
 ]
 
 EMBEDDED_MODEL_NAME = "smollm2-135m-embedded"
+DEFAULT_CONTEXT_LENGTH = 2048
 # The model id the embedded llama.cpp server answers to (its --model_alias).
 EMBEDDED_SERVED_MODEL = "smollm2-135m-instruct"
 
@@ -57,7 +58,10 @@ class ModelEndpoint(BaseModel):
     api_key_env: str | None = None
     api_key_file: Path | None = None
     timeout_s: float = Field(default=120.0, gt=0)
-    context_length: int = Field(default=2048, ge=256)
+    # The model's context in tokens; prompts are fitted into it. Unset (None): the server's own limit where it
+    # reports one (vLLM's max_model_len), else DEFAULT_CONTEXT_LENGTH; the embedded server and `serve vllm` are
+    # started with DEFAULT_CONTEXT_LENGTH when it is unset.
+    context_length: int | None = Field(default=None, ge=256)
     pricing: Pricing | None = None
     weights_path: Path | None = None
 
@@ -76,6 +80,11 @@ class ModelEndpoint(BaseModel):
             if not url.startswith(("http://", "https://")):
                 raise ValueError(f"base_urls: {url!r} is not an http(s) URL")
         return [u.rstrip("/") for u in urls]
+
+    @property
+    def context_tokens(self) -> int:
+        """The configured context length, or the default when unset."""
+        return self.context_length or DEFAULT_CONTEXT_LENGTH
 
     @property
     def model_id(self) -> str:
@@ -99,7 +108,9 @@ class Paths(BaseModel):
 class RunnerSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    max_concurrency: int = Field(default=64, ge=1, le=4096)
+    # The ceiling of `run --concurrency` (the adaptive limiter starts at 64 and finds the server's capacity below
+    # it). 256 is vLLM's default number of concurrent sequences (--max-num-seqs) for one replica.
+    max_concurrency: int = Field(default=256, ge=1, le=4096)
     max_retries: int = Field(default=4, ge=0, le=20)
     seed: int = 0
 

@@ -1,6 +1,7 @@
 """The appliance's two secrets: an Ed25519 signing key (audit checkpoints, exports) and the store's data key.
 
-Both are created once with mode 0600 and never overwritten; their bytes never reach a log or an error.
+Both are created once with mode 0600 and never overwritten; their bytes never reach a log or an error. A lost
+key is never replaced silently while data that needs it exists (``keys recover`` does it, audited).
 """
 
 from __future__ import annotations
@@ -42,26 +43,56 @@ def write_secret_file(path: Path, data: bytes, mode: int = 0o600) -> bool:
     return True
 
 
-def ensure_keys(keys_dir: Path) -> dict[str, bool]:
-    """Create any missing key; report which were created (True) or kept (False)."""
-    created: dict[str, bool] = {}
+class LostKeyError(MedhelmError):
+    """A key is missing while data that needs it exists: it is never replaced silently."""
+
+
+def ensure_keys(keys_dir: Path, *, trail: Path | None = None, store: Path | None = None) -> dict[str, bool]:
+    """Create any missing key; report which were created (True) or kept (False).
+
+    A missing signing key is not replaced while ``trail`` holds records, nor a missing data key while the
+    ``store`` file exists: a new key would sign or open nothing that is there (every later action refused as an
+    invalid signature, or the store unreadable). ``keys recover`` does that explicitly, audited.
+    """
     signing_path = keys_dir / SIGNING_KEY_FILE
+    data_path = keys_dir / DATA_KEY_FILE
+    lost = []
+    if not signing_path.exists() and trail is not None and trail.exists() and trail.stat().st_size > 0:
+        lost.append(f"the signing key {signing_path} is missing while the audit trail {trail} holds records "
+                    "(restore the key from backup, or run `medhelm-local keys recover --signing-key`)")
+    if not data_path.exists() and store is not None and store.exists():
+        lost.append(f"the store's data key {data_path} is missing while the store {store} exists (restore the "
+                    "key from backup, or run `medhelm-local keys recover --data-key`, which sets the unreadable "
+                    "store aside)")
+    if lost:
+        raise LostKeyError("init will not replace a lost key: " + "; ".join(lost))
+    created: dict[str, bool] = {}
+    public_path = keys_dir / PUBLIC_KEY_FILE
     if signing_path.exists():
         created[SIGNING_KEY_FILE] = False
     else:
-        private = Ed25519PrivateKey.generate()
-        pem = private.private_bytes(
-            serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
-        )
-        created[SIGNING_KEY_FILE] = write_secret_file(signing_path, pem)
-    public_path = keys_dir / PUBLIC_KEY_FILE
-    public_pem = load_signing_key(keys_dir).public_key().public_bytes(
+        created[SIGNING_KEY_FILE] = write_secret_file(signing_path, new_signing_key_pem())
+        if created[SIGNING_KEY_FILE]:
+            public_path.unlink(missing_ok=True)  # a public key left from a lost private key is not this key's
+    created[PUBLIC_KEY_FILE] = write_secret_file(public_path, public_key_pem(load_signing_key(keys_dir)))
+    created[DATA_KEY_FILE] = write_secret_file(data_path, new_data_key())
+    return created
+
+
+def new_signing_key_pem() -> bytes:
+    return Ed25519PrivateKey.generate().private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+
+
+def public_key_pem(private: Ed25519PrivateKey) -> bytes:
+    return private.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
     )
-    created[PUBLIC_KEY_FILE] = write_secret_file(public_path, public_pem, mode=0o644)
-    data_path = keys_dir / DATA_KEY_FILE
-    created[DATA_KEY_FILE] = write_secret_file(data_path, secrets.token_hex(32).encode("ascii"))
-    return created
+
+
+def new_data_key() -> bytes:
+    return secrets.token_hex(32).encode("ascii")
 
 
 def _read_private(path: Path) -> bytes:

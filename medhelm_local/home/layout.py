@@ -96,6 +96,6 @@ class Home:
             result.created.append(CONFIG_FILE)
         for directory in (self.store_path.parent, self.audit_path.parent, self.exports_dir, self.reports_dir):
             directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        for name, created in ensure_keys(self.keys_dir).items():
+        for name, created in ensure_keys(self.keys_dir, trail=self.audit_path, store=self.store_path).items():
             (result.created if created else result.kept).append(f"keys/{name}")
         return result

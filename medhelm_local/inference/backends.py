@@ -66,7 +66,7 @@ async def open_client(
 ) -> AsyncIterator[ChatClient]:
     """Yield a client for ``endpoint``; an embedded model's server lives exactly as long as the client."""
     if endpoint.kind == BackendKind.EMBEDDED:
-        with EmbeddedServer(n_ctx=endpoint.context_length) as server:
+        with EmbeddedServer(n_ctx=endpoint.context_tokens) as server:
             client = ChatClient(
                 [server.base_url], EMBEDDED_SERVED_MODEL, ["http://127.0.0.1"], api_key=server.api_key,
                 timeout_s=timeout_s or endpoint.timeout_s, max_connections=max_connections,

@@ -10,6 +10,7 @@ import asyncio
 import json
 import random
 import time
+from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -19,7 +20,8 @@ import httpx
 from medhelm_local.inference.egress import check_egress
 from medhelm_local.records import InferenceRequest, InferenceResult
 
-POOL_CONNECTIONS = 16  # connections per httpx pool (see ChatClient.__init__)
+POOL_CONNECTIONS = 16  # connections of the client for small requests (see ChatClient)
+JSON_HEADERS = {"Content-Type": "application/json"}
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 # Failures that say "this replica is unreachable or wedged", as opposed to "this request went wrong".
 ENDPOINT_FAILURES = frozenset({"connect_error", "connection_dropped", "timeout", "http_502", "http_503", "http_504"})
@@ -174,7 +176,15 @@ class EndpointPool:
 
 
 class ChatClient:
-    """Sends chat completions to one model served at one or more allowlisted base URLs (replicas)."""
+    """Sends chat completions to one model served at one or more allowlisted base URLs (replicas).
+
+    Each request borrows a *lane*: an httpx client with a single keep-alive connection to one replica, returned
+    when the reply has been read. httpcore's pool scans all of its connections for every request (and checks
+    each one's socket), which at hundreds in flight cost the runner more CPU than everything else it does per
+    request; a lane's pool holds one connection, so the scan is one check. Lanes are made on demand (at most
+    ``max_connections`` per replica) and reused most recent first, so only as many connections stay open as
+    requests were in flight at once. Small requests (``get_json``, ``post_json``) share one ordinary client.
+    """
 
     def __init__(
         self,
@@ -194,34 +204,55 @@ class ChatClient:
         self.model_id = model_id
         self.allowlist = list(allowlist)
         self.timeout_s = timeout_s
+        self.max_connections = max(1, max_connections)
         self.pool = EndpointPool(self.base_urls)
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        # httpcore's pool scans all its connections for every request (quadratic at hundreds in flight), so the
-        # connections are spread over several small pools used in turn.
-        pools = max(1, -(-max_connections // POOL_CONNECTIONS))
-        per_pool = -(-max_connections // pools)
-        tls = httpx.create_ssl_context()  # loading the CA bundle is slow: once, shared by the pools
-        self._clients = [
-            httpx.AsyncClient(
-                headers=headers,
-                verify=tls,
-                timeout=httpx.Timeout(timeout_s, connect=min(10.0, timeout_s)),
-                limits=httpx.Limits(max_connections=per_pool, max_keepalive_connections=per_pool),
-                trust_env=False,  # never pick up a proxy from the environment: egress is the allowlist's alone
-                follow_redirects=False,
-            )
-            for _ in range(pools)
-        ]
-        self._client = self._clients[0]
-        self._turn = 0
+        self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._tls = httpx.create_ssl_context()  # loading the CA bundle is slow: once, shared by every client
+        self._timeout = httpx.Timeout(timeout_s, connect=min(10.0, timeout_s))
+        self._client = self._make_client(POOL_CONNECTIONS)
+        self._lanes: dict[str, list[httpx.AsyncClient]] = {}  # base URL -> every lane made for it
+        self._idle: dict[str, list[httpx.AsyncClient]] = {}  # base URL -> idle lanes, most recently used last
+        self._lane_waiters: dict[str, deque[asyncio.Future[httpx.AsyncClient]]] = {}
+        self._allowed: set[str] = set()  # completion URLs already checked against the allowlist
 
-    def _next_client(self) -> httpx.AsyncClient:
-        self._turn = (self._turn + 1) % len(self._clients)
-        return self._clients[self._turn]
+    def _make_client(self, connections: int) -> httpx.AsyncClient:
+        return httpx.AsyncClient(
+            headers=self._headers,
+            verify=self._tls,
+            timeout=self._timeout,
+            limits=httpx.Limits(max_connections=connections, max_keepalive_connections=connections),
+            trust_env=False,  # never pick up a proxy from the environment: egress is the allowlist's alone
+            follow_redirects=False,
+        )
+
+    async def _lease(self, base_url: str) -> httpx.AsyncClient:
+        idle = self._idle.setdefault(base_url, [])
+        if idle:
+            return idle.pop()
+        lanes = self._lanes.setdefault(base_url, [])
+        if len(lanes) < self.max_connections:
+            lane = self._make_client(1)
+            lanes.append(lane)
+            return lane
+        # Every lane is busy (more attempts than max_connections, e.g. without a gate): wait for one.
+        future: asyncio.Future[httpx.AsyncClient] = asyncio.get_running_loop().create_future()
+        self._lane_waiters.setdefault(base_url, deque()).append(future)
+        return await future
+
+    def _give_back(self, base_url: str, lane: httpx.AsyncClient) -> None:
+        waiters = self._lane_waiters.get(base_url)
+        while waiters:
+            future = waiters.popleft()
+            if not future.done():
+                future.set_result(lane)
+                return
+        self._idle.setdefault(base_url, []).append(lane)
 
     async def aclose(self) -> None:
-        for client in self._clients:
-            await client.aclose()
+        await self._client.aclose()
+        for lanes in self._lanes.values():
+            for lane in lanes:
+                await lane.aclose()
 
     async def __aenter__(self) -> ChatClient:
         return self
@@ -244,11 +275,37 @@ class ChatClient:
         except (httpx.HTTPError, ValueError):
             return None
 
-    async def complete_once(self, request: InferenceRequest, base_url: str | None = None) -> Completion:
-        url = f"{base_url or self.pick_endpoint()}/chat/completions"
+    async def post_json(self, base_url: str, path: str, payload: dict[str, Any], *, timeout_s: float = 30.0
+                        ) -> tuple[int, Any]:
+        """POST a small JSON request (a tokenizer endpoint); the status and the parsed reply (None if not JSON).
+
+        Raises RequestFailed (a category, never a body) when no HTTP reply came back.
+        """
+        url = f"{base_url}{path}"
         check_egress(url, self.allowlist)
         try:
-            response = await self._next_client().post(url, json=request_body(self.model_id, request))
+            response = await self._client.post(url, json=payload, timeout=timeout_s)
+        except httpx.TimeoutException:
+            raise RequestFailed("timeout", retryable=True) from None
+        except httpx.ConnectError:
+            raise RequestFailed("connect_error", retryable=True) from None
+        except httpx.HTTPError:
+            raise RequestFailed("connection_dropped", retryable=True) from None
+        try:
+            return response.status_code, json.loads(response.content)
+        except ValueError:
+            return response.status_code, None
+
+    async def complete_once(self, request: InferenceRequest, base_url: str | None = None) -> Completion:
+        base = base_url or self.pick_endpoint()
+        url = f"{base}/chat/completions"
+        if url not in self._allowed:
+            check_egress(url, self.allowlist)
+            self._allowed.add(url)
+        body = json.dumps(request_body(self.model_id, request), separators=(",", ":")).encode()
+        lane = await self._lease(base)
+        try:
+            response = await lane.post(url, content=body, headers=JSON_HEADERS)
         except httpx.TimeoutException:
             raise RequestFailed("timeout", retryable=True) from None
         except httpx.ConnectError:
@@ -257,6 +314,8 @@ class ChatClient:
             raise RequestFailed("connection_dropped", retryable=True) from None
         except httpx.HTTPError:
             raise RequestFailed("http_error", retryable=True) from None
+        finally:
+            self._give_back(base, lane)
         if response.status_code != 200:
             status = response.status_code
             raise RequestFailed(f"http_{status}", retryable=status in RETRYABLE_STATUS, status=status)

@@ -76,7 +76,7 @@ def spec_from_endpoint(endpoint: ModelEndpoint, **overrides: Any) -> VllmSpec:
     url = httpx.URL(endpoint.base_urls[0])
     values: dict[str, Any] = {
         "weights": endpoint.weights_path, "served_model_name": endpoint.model_id,
-        "host": url.host or "127.0.0.1", "port": url.port or 8000, "max_model_len": endpoint.context_length,
+        "host": url.host or "127.0.0.1", "port": url.port or 8000, "max_model_len": endpoint.context_tokens,
     }
     values.update({k: v for k, v in overrides.items() if v is not None})
     return VllmSpec(**values)

@@ -3,6 +3,11 @@
 A style turns a spec into the spec a run actually uses; the parity data lives in each spec's ``medhelm`` block
 (one engine, no per-benchmark code). ``style_sha256`` is what manifests, plans and leaderboards carry, so runs of
 different styles (or of a changed parity template) are never mixed.
+
+A run is frozen to the specs it was created with: the styled spec of each benchmark is snapshotted into the run's
+manifest (``manifest["specs"]``, its hash in ``manifest["spec_sha256"]``), so the manifest's hash covers it, and
+:func:`spec_for_run` returns the snapshot, never the current file. :func:`spec_changes` names what differs between
+a run's snapshot and the current file (``run --resume`` / ``--retry-errors`` refuse a changed spec).
 """
 
 from __future__ import annotations
@@ -12,7 +17,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from medhelm_local.benchmarks.spec import BenchmarkSpec, JudgeRubric, PromptSpec
+from medhelm_local.benchmarks.spec import BenchmarkSpec, JudgeRubric, PromptSpec, template_fields
 from medhelm_local.errors import BadInputError
 
 DEFAULT_STYLE = "default"
@@ -41,7 +46,12 @@ def styled_spec(spec: BenchmarkSpec, style: str) -> BenchmarkSpec:
                                 "(run it with --prompt-style default)")
     if parity.unavailable is not None or parity.template is None or parity.max_tokens is None:
         raise ParityUnavailable(f"benchmark {spec.id}: MedHELM parity is impossible here: {parity.unavailable}")
+    truncate = spec.truncate
+    if truncate is not None and truncate.field not in template_fields(parity.template):
+        field = parity.truncate_field
+        truncate = truncate.model_copy(update={"field": field}) if field else None
     update: dict[str, object] = {
+        "truncate": truncate,
         "prompt": PromptSpec(system=None, template=parity.template),
         "max_tokens": parity.max_tokens,
         "stop": list(parity.stop),
@@ -77,11 +87,77 @@ def run_prompt_style(manifest: Mapping[str, Any] | None) -> str:
     return str(recorded.get("name") or DEFAULT_STYLE)
 
 
+SNAPSHOT_KEY = "specs"
+SNAPSHOT_HASH_KEY = "spec_sha256"
+# Fields that describe a benchmark or say how its source files are read (the run's instances are fixed by their
+# dataset fingerprint): a change to them does not change what a run sends or how it is scored.
+NOT_DECIDING = frozenset({"name", "description", "category", "subcategory", "access", "curation", "source",
+                          "license", "input_format", "loader_options", "label_map", "medhelm"})
+
+
+def spec_snapshot(spec: BenchmarkSpec) -> dict[str, Any]:
+    """The whole styled spec as JSON data: prompt, decoding, labels, metric, judge rubric."""
+    return spec.model_dump(mode="json")
+
+
+def snapshot_sha256(snapshot: Mapping[str, Any]) -> str:
+    payload = json.dumps(dict(snapshot), sort_keys=True, separators=(",", ":"), ensure_ascii=True)
+    return hashlib.sha256(payload.encode()).hexdigest()
+
+
+def manifest_specs(specs: Mapping[str, BenchmarkSpec]) -> dict[str, Any]:
+    """The manifest entries that freeze a run's specs: ``{"specs": {b: snapshot}, "spec_sha256": {b: hash}}``."""
+    snapshots = {b: spec_snapshot(s) for b, s in specs.items()}
+    return {SNAPSHOT_KEY: snapshots, SNAPSHOT_HASH_KEY: {b: snapshot_sha256(v) for b, v in snapshots.items()}}
+
+
+def run_snapshot(benchmark: str, manifest: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The spec snapshot of ``benchmark`` in a run's manifest (None for runs created before snapshots)."""
+    snapshot = ((manifest or {}).get(SNAPSHOT_KEY) or {}).get(benchmark)
+    return dict(snapshot) if isinstance(snapshot, Mapping) else None
+
+
 def spec_for_run(benchmark: str, manifest: Mapping[str, Any] | None) -> BenchmarkSpec:
-    """The spec of ``benchmark`` as the run with this manifest used it (its prompt style applied)."""
+    """The spec of ``benchmark`` as the run with this manifest used it: its snapshot; for a run created before
+    snapshots, the current file with the run's prompt style applied."""
+    snapshot = run_snapshot(benchmark, manifest)
+    if snapshot is not None:
+        return BenchmarkSpec.model_validate(snapshot)
     from medhelm_local.benchmarks.registry import get_spec
 
     return styled_spec(get_spec(benchmark), run_prompt_style(manifest))
+
+
+def _diff(before: Any, after: Any, path: str) -> list[str]:
+    if isinstance(before, dict) and isinstance(after, dict):
+        out: list[str] = []
+        for key in sorted(set(before) | set(after), key=str):
+            out += _diff(before.get(key), after.get(key), f"{path}.{key}" if path else str(key))
+        return out
+    if isinstance(before, list) and isinstance(after, list) and len(before) == len(after):
+        return [d for i, (b, a) in enumerate(zip(before, after, strict=True)) for d in _diff(b, a, f"{path}[{i}]")]
+    return [] if before == after else [path]
+
+
+def spec_changes(benchmark: str, manifest: Mapping[str, Any] | None) -> list[str]:
+    """The fields (dotted paths, e.g. ``max_tokens``, ``prompt.template``, ``judge.criteria[1].description``) in
+    which the current spec file, styled as the run was, differs from the run's snapshot. Empty when they agree,
+    when the run has no snapshot, or when the benchmark's file is gone (the run continues from its snapshot)."""
+    from medhelm_local.benchmarks.registry import get_spec
+    from medhelm_local.errors import NotFoundError
+
+    snapshot = run_snapshot(benchmark, manifest)
+    if snapshot is None:
+        return []
+    try:
+        current = spec_snapshot(styled_spec(get_spec(benchmark), run_prompt_style(manifest)))
+    except NotFoundError:
+        return []
+    except ParityUnavailable:
+        return ["medhelm (MedHELM parity is no longer available for it)"]
+    before = {k: v for k, v in snapshot.items() if k not in NOT_DECIDING}
+    after = {k: v for k, v in current.items() if k not in NOT_DECIDING}
+    return _diff(before, after, "")
 
 
 def manifest_entry(style: str, benchmarks: list[str]) -> dict[str, Any]:

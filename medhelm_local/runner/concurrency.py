@@ -1,10 +1,12 @@
 """Adaptive concurrency: how many requests may be in flight, learned from the server's throughput.
 
 The limit grows while measured throughput rises, shrinks by half on HTTP 429, and stops growing for a while
-after 5xx answers and timeouts. ``cap`` (``--concurrency``) is never exceeded. It starts at 64 (or ``cap``).
+after 5xx answers and timeouts. ``cap`` (``--concurrency``) is never exceeded. It starts at half of ``cap`` (at
+least 64, at most ``cap``): at 2 s server latency every round trip spent below capacity costs seconds.
 
 * Slow start, as in TCP: each success while the limit is in use adds one slot, so the limit doubles every round
-  trip without waiting for a measurement. Once a window's throughput no longer rises, the extra slots of the
+  trip without waiting for a measurement (within 1/32 of ``cap`` it goes to ``cap``: 64 -> 256 in two round
+  trips, not three). Once a window's throughput no longer rises, the extra slots of the
   last round trip only queue at the server: the limit is halved (never below what it was one round trip
   before) and slow start ends.
 * Then gentle probes: grow by a quarter, keep it if throughput rose, revert if not; probe again now and then.
@@ -46,7 +48,7 @@ class AdaptiveLimiter:
         if cap < 1:
             raise ValueError("cap must be >= 1")
         self.cap = cap
-        self.limit = max(1, min(cap, initial if initial is not None else 64))
+        self.limit = max(1, min(cap, initial if initial is not None else max(64, cap // 2)))
         self.in_flight = 0
         self.min_window_s = min_window_s
         self.rise = rise
@@ -140,6 +142,8 @@ class AdaptiveLimiter:
             return
         if self._slow_start and self._saturated and self._hold_windows == 0 and self.limit < self.cap:
             self.limit += 1
+            if self.cap - self.limit <= self.cap // 32:  # the last few slots at once, not a round trip later
+                self.limit = self.cap
             self.peak_limit = max(self.peak_limit, self.limit)
             self._wake()
         self._window_ok += 1

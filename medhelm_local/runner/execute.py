@@ -3,14 +3,21 @@
 * Work streams from the store in pages (keyset paging on the send order), so memory stays flat whatever the
   run's size; the next page is fetched while the current one is being sent.
 * Each attempt is admitted by the adaptive concurrency limiter; retries back off without holding a slot.
-* Outcomes are committed by one store thread in group commits: a response counts as done only once its
-  transaction has committed. After ``kill -9`` only uncommitted (in-flight) items are sent again, and the
-  primary key on ``responses`` keeps one outcome per item.
+* A prompt that might not fit the model's context is fitted first (``runner.fitting``: counted by the server's
+  tokenizer, its long field cut and the cut recorded, or ``prompt_too_long`` recorded without sending); the
+  others go out as built.
+* Outcomes are committed by one store thread in group commits, at most one round every
+  ``commit_interval_s``: a response counts as done only once its transaction has committed. After ``kill -9``
+  only uncommitted (in-flight) items are sent again, and the primary key on ``responses`` keeps one outcome per
+  item.
+* The store's file lock is held only while a page is read or a round commits, never while waiting for the
+  model server: read-only commands (doctor, leaderboard, runs, datasets list) open it during a run.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 import uuid
 from collections.abc import Callable
@@ -18,11 +25,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
-from medhelm_local.inference.client import ChatClient
+from medhelm_local.benchmarks.spec import BenchmarkSpec
+from medhelm_local.inference.client import ChatClient, RequestFailed
 from medhelm_local.prompts.build import build_request, request_hash
 from medhelm_local.prompts.styles import spec_for_run
-from medhelm_local.records import InferenceRequest, Instance
+from medhelm_local.records import InferenceRequest, InferenceResult, Instance, Truncated
 from medhelm_local.runner.concurrency import AdaptiveLimiter
+from medhelm_local.runner.fitting import PromptFitter
 from medhelm_local.runner.progress import RunProgress
 from medhelm_local.store import runs as runs_db
 from medhelm_local.store.runs import Outcome, PendingItem
@@ -40,6 +49,7 @@ class ExecutionSettings:
     backoff_cap_s: float = 30.0
     page_size: int = 512
     commit_batch: int = 512
+    commit_interval_s: float = 1.0  # at most one round of commits this often; the store is free in between
     errors_only: bool = False  # `run --retry-errors`: send only items whose stored outcome is an error
 
 
@@ -56,28 +66,48 @@ class ExecutionReport:
     final_concurrency: int = 0
     concurrency_history: list[tuple[float, int, str]] = field(default_factory=list)
     endpoints: list[dict[str, Any]] = field(default_factory=list)
+    cpu_s: float = 0.0  # this process's CPU time (all threads) during the send phase
+    counted: int = 0  # prompts that needed the tokenizer to fit the model's context
+    truncated: int = 0  # prompts cut to fit
 
 
 class StoreThread:
     """Every store call during execution runs on this one thread, in order: DuckDB connections are not
-    shareable across threads, and the event loop must never block on a commit."""
+    shareable across threads, and the event loop must never block on a commit.
 
-    def __init__(self) -> None:
+    With ``release``, the store's file lock is given back after every call (the next call re-attaches it in a
+    few milliseconds): the run holds the store only while it reads a page or commits a batch, never while it
+    waits for the model server, so read-only commands work during a run (issue 12 §6)."""
+
+    def __init__(self, release: Store | None = None) -> None:
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="medhelm-store")
+        self._release = release
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, lambda: fn(*args, **kwargs))
+        return await loop.run_in_executor(self._executor, lambda: self._run(fn, *args, **kwargs))
+
+    def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            if self._release is not None:
+                self._release.release()
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
 
 
 class GroupCommitter:
-    """Commits outcomes in small batches as they arrive; ``commit`` returns once the outcome is durable."""
+    """Commits outcomes in batches: at most one round of commits every ``interval_s`` (each round commits what
+    arrived since, ``max_batch`` outcomes per transaction), so the store's lock is free between rounds.
+
+    ``submit`` does not wait for durability: an outcome counts as done for a resume only once its transaction
+    has committed (after ``kill -9`` the uncommitted ones are sent again). A failed commit is raised by the
+    next ``submit`` / ``check`` and by ``close``, which commits what is left."""
 
     def __init__(self, db: StoreThread, store: Store, run_id: str, session_id: str, *, replace_errors: bool,
-                 max_batch: int, started: float) -> None:
+                 max_batch: int, started: float, interval_s: float = 0.0) -> None:
         self._db = db
         self._store = store
         self._run_id = run_id
@@ -85,38 +115,44 @@ class GroupCommitter:
         self._replace = replace_errors
         self._max_batch = max_batch
         self._started = started
-        self._queue: list[tuple[Outcome, asyncio.Future[None]]] = []
+        self._interval_s = interval_s
+        self._queue: list[Outcome] = []
         self._wakeup = asyncio.Event()
         self._closing = False
         self._task = asyncio.create_task(self._run())
 
-    async def commit(self, outcome: Outcome) -> None:
-        future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        self._queue.append((outcome, future))
+    def check(self) -> None:
+        """Raise the commit failure, if a round failed."""
+        if self._task.done() and not self._task.cancelled() and self._task.exception() is not None:
+            raise self._task.exception()  # type: ignore[misc]
+
+    def submit(self, outcome: Outcome) -> None:
+        self.check()
+        self._queue.append(outcome)
         self._wakeup.set()
-        await future
+
+    def _commit_round(self, outcomes: list[Outcome], wall_s: float) -> None:
+        for start in range(0, len(outcomes), self._max_batch):
+            runs_db.commit_outcomes(self._store, self._run_id, self._session_id, wall_s,
+                                    outcomes[start:start + self._max_batch], replace_errors=self._replace)
 
     async def _run(self) -> None:
+        last_round = -float("inf")
         while True:
             await self._wakeup.wait()
             self._wakeup.clear()
-            while self._queue:
-                batch = self._queue[: self._max_batch]
-                del self._queue[: self._max_batch]
-                wall_s = time.monotonic() - self._started
-                try:
-                    await self._db.call(runs_db.commit_outcomes, self._store, self._run_id, self._session_id,
-                                        wall_s, [o for o, _ in batch], replace_errors=self._replace)
-                except BaseException as exc:
-                    for _, future in batch:
-                        if not future.done():
-                            future.set_exception(exc)
-                    raise
-                for _, future in batch:
-                    if not future.done():
-                        future.set_result(None)
-            if self._closing:
+            if not self._closing:
+                pause = last_round + self._interval_s - time.monotonic()
+                if pause > 0:
+                    await asyncio.sleep(pause)  # readers get the store meanwhile; outcomes accumulate
+            if self._queue:
+                batch, self._queue = self._queue, []
+                last_round = time.monotonic()
+                await self._db.call(self._commit_round, batch, last_round - self._started)
+            if self._closing and not self._queue:
                 return
+            if self._queue:
+                self._wakeup.set()
 
     async def close(self) -> None:
         self._closing = True
@@ -138,8 +174,11 @@ def _load_page(store: Store, run_id: str, benchmark: str, after_rank: int, limit
 
 
 async def execute_run(store: Store, client: ChatClient, run: RunInfo, *, settings: ExecutionSettings,
-                      progress: RunProgress, session_id: str | None = None) -> ExecutionReport:
-    """Send every pending item of ``run`` (or, with ``errors_only``, every failed one) and commit the outcomes."""
+                      progress: RunProgress, session_id: str | None = None, fitter: PromptFitter | None = None
+                      ) -> ExecutionReport:
+    """Send every pending item of ``run`` (or, with ``errors_only``, every failed one) and commit the outcomes.
+
+    ``fitter``: fits prompts into the model's context (None: every prompt is sent as built)."""
     report = ExecutionReport(session_id=session_id or uuid.uuid4().hex[:12])
     for benchmark in run.benchmarks:
         total, answered, errors = runs_db.item_counts(store, run.run_id, benchmark)
@@ -149,18 +188,34 @@ async def execute_run(store: Store, client: ChatClient, run: RunInfo, *, setting
             progress.add(benchmark, total, answered, errors)
     limiter = AdaptiveLimiter(settings.concurrency, initial=settings.initial_concurrency)
     progress.concurrency = limiter.limit
-    db = StoreThread()
+    store.release()  # from here on the store is attached only for a page read or a commit round
+    db = StoreThread(release=store)
     started = time.monotonic()
+    cpu_started = time.process_time()
     committer = GroupCommitter(db, store, run.run_id, report.session_id, replace_errors=settings.errors_only,
-                               max_batch=settings.commit_batch, started=started)
+                               max_batch=settings.commit_batch, started=started,
+                               interval_s=settings.commit_interval_s)
     tasks: set[asyncio.Task[None]] = set()
     max_alive = 2 * settings.concurrency + 64  # requests backing off hold no slot; bound them anyway
     room = asyncio.Event()
 
-    async def send(request: InferenceRequest) -> None:
-        result = await client.complete(request, max_retries=settings.max_retries, gate=limiter, slot_held=True,
-                                       backoff_base_s=settings.backoff_base_s, backoff_cap_s=settings.backoff_cap_s)
-        await committer.commit(Outcome(request, request_hash(request), result))
+    async def send(request: InferenceRequest, truncated: Truncated | None = None, *, slot_held: bool = True) -> None:
+        result = await client.complete(request, max_retries=settings.max_retries, gate=limiter,
+                                       slot_held=slot_held, backoff_base_s=settings.backoff_base_s,
+                                       backoff_cap_s=settings.backoff_cap_s)
+        await record(request, result, truncated)
+
+    async def fit_and_send(spec: BenchmarkSpec, instance: Instance, request: InferenceRequest) -> None:
+        assert fitter is not None
+        try:
+            fitted, truncated = await fitter.fit(spec, instance, request)
+        except RequestFailed as failure:  # prompt_too_long, or the tokenizer failed: recorded, never sent
+            await record(request, InferenceResult(error=failure.category, attempts=0), None)
+            return
+        await send(fitted, truncated, slot_held=False)  # the slot is taken once the prompt is ready
+
+    async def record(request: InferenceRequest, result: InferenceResult, truncated: Truncated | None) -> None:
+        committer.submit(Outcome(request, request_hash(request), result, truncated))
         report.sent += 1
         report.ok += int(result.ok)
         report.errors += int(not result.ok)
@@ -191,12 +246,16 @@ async def execute_run(store: Store, client: ChatClient, run: RunInfo, *, setting
                     while len(tasks) >= max_alive:
                         room.clear()
                         await room.wait()
-                    await limiter.acquire()
-                    task = asyncio.create_task(send(request))
+                    if fitter is not None and not fitter.fits_unchecked(request):
+                        task = asyncio.create_task(fit_and_send(spec, instance, request))
+                    else:
+                        await limiter.acquire()
+                        task = asyncio.create_task(send(request))
                     tasks.add(task)
                     task.add_done_callback(done)
                     if failures:  # a failed commit stops the run at once, not after the last page
                         raise failures[0]
+                    committer.check()
                 page, last_rank = await following
         while tasks:
             await asyncio.gather(*list(tasks))
@@ -206,12 +265,17 @@ async def execute_run(store: Store, client: ChatClient, run: RunInfo, *, setting
             task.cancel()
         if tasks:
             await asyncio.gather(*list(tasks), return_exceptions=True)
+        with contextlib.suppress(BaseException):
+            await committer.close()  # what was answered is saved (a failed commit stays the error raised)
         raise
     finally:
         db.close()
         report.wall_s = time.monotonic() - started
+        report.cpu_s = time.process_time() - cpu_started
         report.peak_concurrency = limiter.peak_limit
         report.final_concurrency = limiter.limit
         report.concurrency_history = list(limiter.history)
         report.endpoints = client.pool.summaries()
+        if fitter is not None:
+            report.counted, report.truncated = fitter.counted, fitter.truncated
     return report

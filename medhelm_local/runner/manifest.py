@@ -97,6 +97,8 @@ def weights_fingerprint(store: Store, weights_path: Path) -> dict[str, Any]:
     for file in files:
         stat = file.stat()
         cached = runs_db.cached_weight_hash(store, str(file), stat.st_size, stat.st_mtime_ns)
+        if cached is None:
+            store.release()  # hashing weights can take minutes: not while holding the store's lock
         sha = cached or _file_sha256(file)
         if cached is None:
             runs_db.remember_weight_hash(store, str(file), stat.st_size, stat.st_mtime_ns, sha)
@@ -119,9 +121,12 @@ def model_identity(manifest: Mapping[str, Any]) -> dict[str, Any]:
 
 def build_manifest(*, config: ApplianceConfig, endpoint: ModelEndpoint, servers: list[dict[str, Any]],
                    weights: dict[str, Any] | None, datasets: dict[str, Any], seed: int, max_instances: int | None,
-                   order_mode: str, decoding: dict[str, Any], prompt_style: dict[str, Any] | None = None
-                   ) -> dict[str, Any]:
-    """``prompt_style``: the style's name and per-benchmark hash (``prompts.styles.manifest_entry``)."""
+                   order_mode: str, decoding: dict[str, Any], prompt_style: dict[str, Any] | None = None,
+                   specs: dict[str, Any] | None = None, context: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``prompt_style``: the style's name and per-benchmark hash (``prompts.styles.manifest_entry``); ``specs``:
+    the run's frozen specs and their hashes (``prompts.styles.manifest_specs``), covered by the manifest's hash;
+    ``context``: the context length prompts are fitted into and how tokens are counted
+    (``runner.fitting.context_entry``)."""
     return {
         "manifest_version": MANIFEST_VERSION,
         "appliance": {"version": __version__, "git_commit": git_commit()},
@@ -138,4 +143,6 @@ def build_manifest(*, config: ApplianceConfig, endpoint: ModelEndpoint, servers:
         "order": order_mode,
         "python": {"version": platform.python_version(), "implementation": platform.python_implementation()},
         "packages": package_versions(),
+        **(specs or {}),
+        **({"context": context} if context is not None else {}),
     }

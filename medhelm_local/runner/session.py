@@ -6,6 +6,8 @@
   ``--resume RUN_ID``. ``--retry-errors RUN_ID`` re-sends only the items whose outcome is an error.
 * A run resumes only against the same model identity (served model, weights hash, server version): mixing
   outputs of two models in one run is refused.
+* A run is frozen to the specs it was created with (snapshotted in its manifest): resuming or retrying it after
+  a benchmark's spec changed is refused (exit 2), naming the benchmark and the changed fields.
 """
 
 from __future__ import annotations
@@ -25,11 +27,20 @@ from medhelm_local.errors import BadInputError, NotFoundError
 from medhelm_local.home.config import ApplianceConfig, ModelEndpoint
 from medhelm_local.inference.backends import describe_servers, open_client
 from medhelm_local.inference.client import ChatClient
+from medhelm_local.inference.tokens import TokenCounter, open_counter
 from medhelm_local.logs import get_logger
-from medhelm_local.prompts.styles import DEFAULT_STYLE, manifest_entry, run_prompt_style, styled_spec
+from medhelm_local.prompts.styles import (
+    DEFAULT_STYLE,
+    manifest_entry,
+    manifest_specs,
+    run_prompt_style,
+    spec_changes,
+    styled_spec,
+)
 from medhelm_local.records import BenchmarkScore
 from medhelm_local.runner import shard as sharding
 from medhelm_local.runner.execute import ExecutionReport, ExecutionSettings, execute_run
+from medhelm_local.runner.fitting import PromptFitter, context_entry, run_context_length
 from medhelm_local.runner.manifest import build_manifest, manifest_sha256, model_identity, weights_fingerprint
 from medhelm_local.runner.plan import (
     Plan,
@@ -45,6 +56,7 @@ from medhelm_local.scoring.engine import score_benchmark
 from medhelm_local.scoring.jury import require_judges
 from medhelm_local.store import Store
 from medhelm_local.store import runs as runs_db
+from medhelm_local.store.runlock import run_lock
 from medhelm_local.store.store import RunInfo, utcnow
 
 log = get_logger(__name__)
@@ -108,6 +120,19 @@ def _check_style_of(run: RunInfo, options: RunOptions) -> None:
                             f"{options.prompt_style!r}; a run never mixes styles (start a new run)")
 
 
+def _check_specs_frozen(run: RunInfo) -> None:
+    """Refuse to add to a run whose benchmarks' spec files changed since it was created: one run never mixes
+    prompts or decoding. (The run itself always uses its snapshot; this says why it cannot go on.)"""
+    changed = {b: fields for b in run.benchmarks if (fields := spec_changes(b, run.manifest))}
+    if changed:
+        detail = "; ".join(f"benchmark {b}: {', '.join(fields[:6])}{' ...' if len(fields) > 6 else ''}"
+                           for b, fields in changed.items())
+        raise BadInputError(
+            f"run {run.run_id} is frozen to the specs it was created with, and the spec changed since ({detail}); "
+            "a run never mixes prompts or decoding: start a new run (--new-run), or restore the spec"
+        )
+
+
 def _require_plan_args(options: RunOptions) -> tuple[str, list[str]]:
     if not options.model or not options.benchmarks:
         raise BadInputError("--model and --benchmarks are required unless --resume or --retry-errors names a run")
@@ -125,6 +150,7 @@ def _resolve(store: Store, config: ApplianceConfig, options: RunOptions) -> _Tar
         if options.model and options.model != run.model:
             raise BadInputError(f"--model: run {existing_id} evaluates {run.model!r}, not {options.model!r}")
         _check_style_of(run, options)
+        _check_specs_frozen(run)
         return _Target(endpoint=config.model(run.model), mode="resume" if options.resume else "retry_errors",
                        run=run, run_id=run.run_id, seed=run.seed)
     model, benchmarks = _require_plan_args(options)
@@ -142,6 +168,7 @@ def _resolve(store: Store, config: ApplianceConfig, options: RunOptions) -> _Tar
             if meta is None or meta[0] != plan.plan_key:
                 raise BadInputError(f"--run-id: run {run_id} exists with a different plan (model, benchmarks, "
                                     "seed, sample size, order, prompt style or dataset versions)")
+            _check_specs_frozen(run)
             return _Target(endpoint=endpoint, mode="resume", run=run, run_id=run_id, seed=seed)
     return _Target(endpoint=endpoint, mode="new", plan=plan, run_id=run_id or new_run_id(), seed=seed)
 
@@ -173,7 +200,11 @@ def _check_identity(run: RunInfo, now: dict[str, Any]) -> None:
 
 
 def _settings(config: ApplianceConfig, options: RunOptions, *, errors_only: bool) -> ExecutionSettings:
-    cap = min(options.concurrency or config.runner.max_concurrency, config.runner.max_concurrency)
+    ceiling = config.runner.max_concurrency
+    cap = min(options.concurrency or ceiling, ceiling)
+    if options.concurrency and options.concurrency > ceiling:  # say so: a silent cap looks like a slow server
+        log.warning("run.concurrency_capped", requested=options.concurrency, ceiling=ceiling,
+                    setting="runner.max_concurrency")
     return ExecutionSettings(
         concurrency=cap, max_retries=config.runner.max_retries if options.max_retries is None else options.max_retries,
         initial_concurrency=options.initial_concurrency, backoff_base_s=options.backoff_base_s,
@@ -182,7 +213,7 @@ def _settings(config: ApplianceConfig, options: RunOptions, *, errors_only: bool
 
 
 def _new_run(store: Store, app_ctx: AppContext, target: _Target, options: RunOptions, servers: list[dict[str, Any]],
-             weights: dict[str, Any] | None, *, shards: int | None = None) -> RunInfo:
+             weights: dict[str, Any] | None, counter: TokenCounter, *, shards: int | None = None) -> RunInfo:
     assert target.plan is not None and target.run_id is not None
     plan = target.plan
     config = app_ctx.home.config
@@ -194,7 +225,11 @@ def _new_run(store: Store, app_ctx: AppContext, target: _Target, options: RunOpt
     manifest = build_manifest(config=config, endpoint=target.endpoint, servers=servers, weights=weights,
                               datasets=plan.datasets, seed=target.seed, max_instances=options.max_instances,
                               order_mode=plan.order_mode, decoding=decoding,
-                              prompt_style=manifest_entry(plan.prompt_style, plan.benchmarks))
+                              prompt_style=manifest_entry(plan.prompt_style, plan.benchmarks),
+                              specs=manifest_specs(specs), context=context_entry(target.endpoint, counter))
+    if manifest["context"]["source"] == "default":
+        log.warning("run.context_length_default", model=target.endpoint.name,
+                    context_length=manifest["context"]["context_length"], setting="context_length")
     run = RunInfo(run_id=target.run_id, model=target.endpoint.name, benchmarks=plan.benchmarks, created_at=utcnow(),
                   finished_at=None, status="planned", max_instances=options.max_instances, seed=target.seed,
                   manifest=manifest)
@@ -210,10 +245,24 @@ def _new_run(store: Store, app_ctx: AppContext, target: _Target, options: RunOpt
 
 async def _prepare_client(store: Store, client: ChatClient, endpoint: ModelEndpoint
                           ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    store.release()  # never hold the store's lock across network waits; the next query takes it back
     servers = await describe_servers(client, endpoint)
     _check_served_model(endpoint, servers)
     weights = weights_fingerprint(store, endpoint.weights_path) if endpoint.weights_path else None
     return servers, weights
+
+
+async def _token_counter(client: ChatClient, endpoint: ModelEndpoint) -> TokenCounter:
+    """How the model's server counts tokens (its tokenize endpoint, else the estimate)."""
+    return await open_counter(client, endpoint.kind, context_length=endpoint.context_tokens)
+
+
+def _fitter(run: RunInfo, counter: TokenCounter, settings: ExecutionSettings) -> PromptFitter | None:
+    """Fits prompts into the context length the run was created with (runs from before fitting: none)."""
+    length = run_context_length(run.manifest)
+    if length is None:
+        return None
+    return PromptFitter(counter, length, max_retries=settings.max_retries, backoff_base_s=settings.backoff_base_s)
 
 
 def _audit_endpoints(app_ctx: AppContext, run_id: str, session_id: str, servers: list[dict[str, Any]],
@@ -225,13 +274,14 @@ def _audit_endpoints(app_ctx: AppContext, run_id: str, session_id: str, servers:
 
 
 async def _send(app_ctx: AppContext, store: Store, client: ChatClient, run: RunInfo, servers: list[dict[str, Any]],
-                settings: ExecutionSettings, options: RunOptions, *, mode: str, shard: str | None
-                ) -> ExecutionReport:
+                settings: ExecutionSettings, options: RunOptions, *, mode: str, shard: str | None,
+                fitter: PromptFitter | None) -> ExecutionReport:
     session_id = uuid.uuid4().hex[:12]
     runs_db.start_session(store, run.run_id, session_id, mode=mode, shard=shard, endpoints=servers)
     _audit_endpoints(app_ctx, run.run_id, session_id, servers, client.model_id)
     with RunProgress(run.run_id, enabled=options.show_progress) as progress:
-        return await execute_run(store, client, run, settings=settings, progress=progress, session_id=session_id)
+        return await execute_run(store, client, run, settings=settings, progress=progress, session_id=session_id,
+                                 fitter=fitter)
 
 
 def evaluate(app_ctx: AppContext, options: RunOptions) -> RunOutcome:
@@ -254,8 +304,9 @@ def evaluate(app_ctx: AppContext, options: RunOptions) -> RunOutcome:
             async with open_client(config, target.endpoint, max_connections=settings.concurrency,
                                    timeout_s=options.request_timeout_s) as client:
                 servers, weights = await _prepare_client(store, client, target.endpoint)
+                counter = await _token_counter(client, target.endpoint)
                 if target.run is None:
-                    run = _new_run(store, app_ctx, target, options, servers, weights)
+                    run = _new_run(store, app_ctx, target, options, servers, weights, counter)
                 else:
                     run = target.run
                     _check_identity(run, _identity_now(target.endpoint, servers, weights))
@@ -264,14 +315,15 @@ def evaluate(app_ctx: AppContext, options: RunOptions) -> RunOutcome:
                 store.set_run_status(run.run_id, "running")
                 started.append(run.run_id)
                 report = await _send(app_ctx, store, client, run, servers, settings, options, mode=target.mode,
-                                     shard=None)
+                                     shard=None, fitter=_fitter(run, counter, settings))
                 return run, report
 
         started: list[str] = []  # the run whose status this invocation set: only that one is marked on failure
 
         try:
-            run, report = asyncio.run(infer())
-            outcome = _finish(app_ctx, store, run, options, mode=target.mode)
+            with run_lock(home.store_path, str(target.run_id), config.store):
+                run, report = asyncio.run(infer())
+                outcome = _finish(app_ctx, store, run, options, mode=target.mode)
         except BaseException as exc:
             if started:
                 store.set_run_status(started[0], "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
@@ -321,18 +373,20 @@ def _evaluate_shard(app_ctx: AppContext, options: RunOptions) -> RunOutcome:
                                timeout_s=options.request_timeout_s) as client:
             with sharding.open_main_store(home) as main:
                 servers, weights = await _prepare_client(main, client, endpoint)
+                counter = await _token_counter(client, endpoint)
                 plan = compute_plan(main, model, benchmarks, max_instances=options.max_instances, seed=seed,
                                     order_mode=options.order, prompt_style=options.prompt_style or DEFAULT_STYLE)
                 run_id = _check_run_id(options.run_id) if options.run_id else derived_run_id(plan.plan_key)
                 run = main.get_run(run_id)
                 if run is None:
                     target = _Target(endpoint=endpoint, mode="new", plan=plan, run_id=run_id, seed=seed)
-                    run = _new_run(main, app_ctx, target, options, servers, weights, shards=count)
+                    run = _new_run(main, app_ctx, target, options, servers, weights, counter, shards=count)
                     main.set_run_status(run_id, "running")
                 else:
                     meta = runs_db.runner_run(main, run_id)
                     if meta is None or meta[0] != plan.plan_key:
                         raise BadInputError(f"--run-id: run {run_id} exists with a different plan")
+                    _check_specs_frozen(run)
                     _check_identity(run, _identity_now(endpoint, servers, weights))
                 path = sharding.shard_store_path(home, run_id, index, count)
                 resumed = path.exists()
@@ -347,7 +401,7 @@ def _evaluate_shard(app_ctx: AppContext, options: RunOptions) -> RunOutcome:
                             model=run.model, mode="shard", shard=shard_label)
             with Store.open_file(home, path) as shard_store:
                 report = await _send(app_ctx, shard_store, client, run, servers, settings, options, mode="shard",
-                                     shard=shard_label)
+                                     shard=shard_label, fitter=_fitter(run, counter, settings))
             return run, report, path
 
     try:

@@ -103,7 +103,7 @@ def merge_shard(main: Store, shard_path: Path, home: Home, run_id: str) -> int:
     merged = 0
     try:
         with main.transaction():
-            for table in ("requests", "responses", "runner_sessions"):
+            for table in ("requests", "responses", "runner_sessions", "runner_truncations"):
                 copied = runs_db.copy_rows(shard, main, table, "run_id = ?", [run_id])
                 if table == "responses":
                     merged = copied

@@ -91,51 +91,109 @@ def _is_lock_conflict(exc: duckdb.Error) -> bool:
     return "Could not set lock" in str(exc) or "Conflicting lock" in str(exc)
 
 
-def open_encrypted(path: Path, key_hex: str, *, read_only: bool = False, settings: StoreSettings | None = None
-                   ) -> duckdb.DuckDBPyConnection:
-    """Open (creating if needed) the encrypted database at ``path``; the session cannot reach anything else.
+# The files DuckDB keeps for a database: the file itself, its WAL, and the WAL's checkpoint and recovery files.
+STORE_FILE_SUFFIXES = ("", ".wal", ".wal.checkpoint", ".wal.recovery")
+REACQUIRE_WAIT_S = 600.0  # a run that let readers in between its writes waits this long for them to finish
 
-    Another process holding the store (a run, a registration) is waited for, polling, up to the lock timeout;
-    past it the error says who to wait for and how to wait longer."""
-    deadline = time.monotonic() + lock_timeout_s(settings)
-    while True:
+
+class EncryptedDatabase:
+    """One process's handle on an encrypted store file: an in-memory DuckDB engine (OpenSSL loaded, sandboxed to
+    the store's own files before any query runs) to which the store is attached only while it is needed.
+
+    Attaching takes DuckDB's file lock (exclusive for a writer, shared for a read-only reader); ``detach`` gives
+    it back, so a long-running writer (the runner) can hold the store only for short write transactions and let
+    read-only commands (doctor, leaderboard, runs, datasets list, the console) open it in between. Re-attaching
+    costs a few milliseconds: the engine, and the extension it loaded, stay.
+    """
+
+    def __init__(self, path: Path, key_hex: str, *, read_only: bool, settings: StoreSettings | None) -> None:
+        self.path = path
+        self.read_only = read_only
+        self.settings = settings
+        self._key = key_hex
         try:
-            return _open_once(path, key_hex, read_only=read_only, settings=settings)
-        except _LockBusy as busy:
-            if time.monotonic() >= deadline:
-                raise StoreError(
-                    f"cannot open the store {path}: another medhelm-local process holds it (a run or a "
-                    f"registration); waited {lock_timeout_s(settings):.0f}s. Wait for it to finish, or set "
-                    f"{LOCK_TIMEOUT_ENV} (or store.lock_timeout_s) to wait longer"
-                ) from busy.__cause__
+            self.conn = connect_engine(path, settings)
+        except duckdb.Error as exc:
+            raise StoreError(f"cannot open the store {path}: {exc}") from None
+        try:
+            # From here on, no file or network access beyond the store's own files (and its encrypted spill
+            # directory), and no way to switch that back.
+            files = ", ".join(sql_literal(str(path.with_name(path.name + suffix))) for suffix in STORE_FILE_SUFFIXES)
+            self.conn.execute(f"SET allowed_paths = [{files}]")
+            self.conn.execute(f"SET allowed_directories = [{sql_literal(str(spill_directory(path)))}]")
+            self.conn.execute("SET enable_external_access = false")
+            self.conn.execute("SET lock_configuration = true")
+        except duckdb.Error as exc:
+            self.conn.close()
+            raise StoreError(f"cannot open the store {path}: {exc}") from None
+        self.attached = False
+
+    def attach(self, *, wait_s: float | None = None) -> None:
+        """Attach the store, waiting (polling) while another process holds a conflicting lock, up to ``wait_s``
+        (default: the lock timeout); past it the error says who to wait for and how to wait longer."""
+        if self.attached:
+            return
+        limit = lock_timeout_s(self.settings) if wait_s is None else wait_s
+        deadline = time.monotonic() + limit
+        options = "ENCRYPTION_KEY $key" + (", READ_ONLY" if self.read_only else "")
+        statement = (f"ATTACH $path AS {STORE_ALIAS} ({options})".replace("$path", sql_literal(str(self.path)))
+                     .replace("$key", sql_literal(self._key)))
+        while True:
+            try:
+                self.conn.execute(statement)
+                self.conn.execute(f"USE {STORE_ALIAS}")
+                self.attached = True
+                return
+            except duckdb.Error as exc:
+                self._detach_quietly()
+                if not _is_lock_conflict(exc):
+                    # DuckDB's message names the file and the failure (wrong key, corrupt); no data in it.
+                    raise StoreError(f"cannot open the store {self.path}: {exc}") from None
+                if time.monotonic() >= deadline:
+                    raise StoreError(
+                        f"cannot open the store {self.path}: another medhelm-local process holds it (a run or a "
+                        f"registration); waited {limit:.0f}s. Wait for it to finish, or set "
+                        f"{LOCK_TIMEOUT_ENV} (or store.lock_timeout_s) to wait longer"
+                    ) from None
             time.sleep(_LOCK_POLL_S)
 
+    def detach(self) -> None:
+        """Give the store's file lock back (any open transaction must have ended)."""
+        if self.attached:
+            self.conn.execute("USE memory")
+            self.conn.execute(f"DETACH {STORE_ALIAS}")
+            self.attached = False
 
-class _LockBusy(Exception):
-    pass
+    def _detach_quietly(self) -> None:
+        try:
+            self.conn.execute("USE memory")
+            self.conn.execute(f"DETACH DATABASE IF EXISTS {STORE_ALIAS}")
+        except duckdb.Error:
+            pass
+        self.attached = False
+
+    def close(self) -> None:
+        self.attached = False
+        self.conn.close()
 
 
-def _open_once(path: Path, key_hex: str, *, read_only: bool, settings: StoreSettings | None
-               ) -> duckdb.DuckDBPyConnection:
+def open_database(path: Path, key_hex: str, *, read_only: bool = False, settings: StoreSettings | None = None
+                  ) -> EncryptedDatabase:
+    """The store at ``path`` (created if needed), attached, waiting for another process's lock up to the lock
+    timeout."""
+    database = EncryptedDatabase(path, key_hex, read_only=read_only, settings=settings)
     try:
-        conn = connect_engine(path, settings)
-    except duckdb.Error as exc:
-        raise StoreError(f"cannot open the store {path}: {exc}") from None
-    try:
-        options = "ENCRYPTION_KEY $key" + (", READ_ONLY" if read_only else "")
-        conn.execute(f"ATTACH $path AS {STORE_ALIAS} ({options})".replace("$path", sql_literal(str(path)))
-                     .replace("$key", sql_literal(key_hex)))
-        conn.execute(f"USE {STORE_ALIAS}")
-        # From here on, no file or network access beyond the attached database.
-        conn.execute("SET enable_external_access = false")
-        conn.execute("SET lock_configuration = true")
-    except duckdb.Error as exc:
-        conn.close()
-        if _is_lock_conflict(exc):
-            raise _LockBusy() from exc
-        # DuckDB's message names the file and the failure (wrong key, locked, corrupt); no data in it.
-        raise StoreError(f"cannot open the store {path}: {exc}") from None
-    return conn
+        database.attach()
+    except BaseException:
+        database.close()
+        raise
+    return database
+
+
+def open_encrypted(path: Path, key_hex: str, *, read_only: bool = False, settings: StoreSettings | None = None
+                   ) -> duckdb.DuckDBPyConnection:
+    """Open (creating if needed) the encrypted database at ``path``; the session cannot reach anything else."""
+    return open_database(path, key_hex, read_only=read_only, settings=settings).conn
 
 
 def sql_literal(value: str) -> str:

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
+import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from pydantic import BaseModel
 
 from medhelm_local.audit import audit_event
-from medhelm_local.benchmarks.registry import register_custom_spec
+from medhelm_local.benchmarks.registry import custom_dir, register_custom_spec
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.context import AppContext
 from medhelm_local.errors import BadInputError
@@ -24,14 +28,70 @@ class Registration(BaseModel):
     new: bool
 
 
-def store_dataset(store: Store, spec: BenchmarkSpec, path: Path, result: LoadResult) -> Registration:
+def store_dataset(store: Store, spec: BenchmarkSpec, path: Path, result: LoadResult, *,
+                  before_commit: Callable[[], None] | None = None) -> Registration:
     source_sha256 = result.fingerprint
     skipped = dict(result.skipped)
     version, new = store.register_dataset(
-        spec.id, source_sha256, spec.loader_sha256, path.name, result.instances, skipped
+        spec.id, source_sha256, spec.loader_sha256, path.name, result.instances, skipped,
+        before_commit=before_commit,
     )
     return Registration(benchmark=spec.id, instances=len(result.instances), skipped=skipped,
                         fingerprint=source_sha256, version=version, new=new)
+
+
+class _StagedSpec:
+    """A validated custom spec waiting in a staging folder; ``install`` swaps it in (keeping the spec it
+    replaces until the transaction has committed), and leaving the ``with`` without a commit undoes it."""
+
+    def __init__(self, spec: BenchmarkSpec, staged: Path, target: Path) -> None:
+        self.spec = spec
+        self.staged = staged
+        self.target = target
+        self.previous: bytes | None = None
+        self.installed = False
+        self.committed = False
+
+    def install(self) -> None:
+        self.previous = self.target.read_bytes() if self.target.exists() else None
+        self.target.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.replace(self.staged, self.target)
+        self.installed = True
+
+    def installed_and_committed(self) -> None:
+        self.committed = True
+
+    def undo(self) -> None:
+        if not self.installed or self.committed:
+            return
+        if self.previous is None:
+            self.target.unlink(missing_ok=True)
+        else:
+            tmp = self.target.with_name(f".{self.target.name}.restore-{os.getpid()}")
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+            try:
+                os.write(fd, self.previous)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.target)
+
+
+@contextmanager
+def _staged_spec(spec_file: Path | None, home: Path) -> Iterator[_StagedSpec | None]:
+    if spec_file is None:
+        yield None
+        return
+    staging = home / f".staging-{os.getpid()}"
+    try:
+        spec = register_custom_spec(spec_file, staging)
+        staged = _StagedSpec(spec, custom_dir(staging) / f"{spec.id}.yaml", custom_dir(home) / f"{spec.id}.yaml")
+        try:
+            yield staged
+        finally:
+            staged.undo()
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def register_file(app_ctx: AppContext, spec: BenchmarkSpec, path: Path, *, spec_file: Path | None = None
@@ -49,10 +109,16 @@ def register_file(app_ctx: AppContext, spec: BenchmarkSpec, path: Path, *, spec_
         audit_event(home, app_ctx.actor, "dataset.register", outcome="rejected", role="informatics",
                     benchmark=spec.id, source_name=path.name)
         raise
-    if spec_file is not None:
-        spec = register_custom_spec(spec_file, home.root)
-    with Store.open(home) as store:
-        registration = store_dataset(store, spec, path, result)
+    # The store first (waiting, bounded, for its lock): a registration that cannot take it writes nothing. The
+    # custom spec is validated into a staging folder and moved into place as the data's transaction commits;
+    # any failure leaves the home's spec as it was (issue 12 §6).
+    with Store.open(home) as store, _staged_spec(spec_file, home.root) as staged:
+        if staged is not None:
+            spec = staged.spec
+        registration = store_dataset(store, spec, path, result,
+                                     before_commit=staged.install if staged is not None else None)
+        if staged is not None:
+            staged.installed_and_committed()
     audit_event(home, app_ctx.actor, "dataset.register", role="informatics", benchmark=spec.id,
                 fingerprint=registration.fingerprint, version=registration.version,
                 instances=registration.instances, skipped=sum(registration.skipped.values()))

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from medhelm_local.records import InferenceRequest, InferenceResult
+from medhelm_local.records import InferenceRequest, InferenceResult, Truncated
 from medhelm_local.store.batch import ColumnBatch
 from medhelm_local.store.store import RunInfo, Store, utcnow
 
@@ -41,6 +41,7 @@ class Outcome:
     request: InferenceRequest
     request_hash: str
     result: InferenceResult
+    truncated: Truncated | None = None  # the prompt was cut to fit the model's context
 
 
 ROWS_PER_TRANSACTION = 10_000  # send-order rows per transaction; callers chunk their plan rows alike
@@ -218,6 +219,9 @@ def sessions(store: Store, run_id: str) -> list[dict[str, Any]]:
 
 OUTCOME_REQUESTS = ColumnBatch.of(benchmark="VARCHAR", instance_id="VARCHAR", request="VARCHAR",
                                   request_hash="VARCHAR")
+OUTCOME_TRUNCATIONS = ColumnBatch.of(
+    benchmark="VARCHAR", instance_id="VARCHAR", field="VARCHAR", field_chars="INTEGER", removed_chars="INTEGER",
+    removed_tokens="INTEGER", prompt_tokens="INTEGER")
 OUTCOME_RESPONSES = ColumnBatch.of(
     benchmark="VARCHAR", instance_id="VARCHAR", output="VARCHAR", error="VARCHAR", prompt_tokens="INTEGER",
     completion_tokens="INTEGER", latency_s="DOUBLE", attempts="INTEGER", finish_reason="VARCHAR",
@@ -266,6 +270,16 @@ def commit_outcomes(store: Store, run_id: str, session_id: str, wall_s: float, o
                 {"run_id": run_id, "batch": responses})
         conn.execute(f"INSERT INTO responses SELECT $run_id, *, $now FROM {OUTCOME_RESPONSES.source} "
                      "ON CONFLICT DO NOTHING", {"run_id": run_id, "now": now, "batch": responses})
+        cut = [(o.request, o.truncated) for o in outcomes if o.truncated is not None]
+        if cut:
+            conn.execute(f"INSERT OR REPLACE INTO runner_truncations SELECT $run_id, * "
+                         f"FROM {OUTCOME_TRUNCATIONS.source}",
+                         {"run_id": run_id, "batch": OUTCOME_TRUNCATIONS.bind(
+                             benchmark=[r.benchmark for r, _ in cut], instance_id=[r.instance_id for r, _ in cut],
+                             field=[t.field for _, t in cut], field_chars=[t.field_chars for _, t in cut],
+                             removed_chars=[t.removed_chars for _, t in cut],
+                             removed_tokens=[t.removed_tokens for _, t in cut],
+                             prompt_tokens=[t.prompt_tokens for _, t in cut])})
         conn.execute(
             "UPDATE runner_sessions SET last_commit_at = ?, wall_s = ?, responses = responses + ?, "
             "errors = errors + ?, prompt_tokens = prompt_tokens + ?, completion_tokens = completion_tokens + ?, "
@@ -273,6 +287,26 @@ def commit_outcomes(store: Store, run_id: str, session_id: str, wall_s: float, o
             [now, wall_s, len(outcomes), errors, prompt_tokens, completion_tokens, request_s, run_id,
              session_id],
         )
+
+
+def truncation_counts(store: Store, run_id: str) -> dict[str, tuple[int, int]]:
+    """Per benchmark of a run: (instances whose prompt was cut to fit, instances answered or failed)."""
+    rows = store.conn.execute(
+        "SELECT r.benchmark, count(t.instance_id), count(*) FROM responses r LEFT JOIN runner_truncations t "
+        "ON t.run_id = r.run_id AND t.benchmark = r.benchmark AND t.instance_id = r.instance_id "
+        "WHERE r.run_id = ? GROUP BY r.benchmark", [run_id]).fetchall()
+    return {str(b): (int(cut), int(total)) for b, cut, total in rows}
+
+
+def truncation_summary(store: Store, run_id: str) -> dict[str, dict[str, Any]]:
+    """Per benchmark of a run: prompts cut to fit the model's context, the field cut, and tokens and characters
+    removed (total and largest). Counts only."""
+    rows = store.conn.execute(
+        "SELECT benchmark, field, count(*), sum(removed_tokens), max(removed_tokens), sum(removed_chars) "
+        "FROM runner_truncations WHERE run_id = ? GROUP BY benchmark, field ORDER BY benchmark, field",
+        [run_id]).fetchall()
+    return {str(b): {"field": str(f), "prompts": int(n), "removed_tokens": int(t), "max_removed_tokens": int(m),
+                     "removed_chars": int(c)} for b, f, n, t, m, c in rows}
 
 
 # -- weights ----------------------------------------------------------------------------------------------

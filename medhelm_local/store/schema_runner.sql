@@ -42,6 +42,18 @@ CREATE TABLE IF NOT EXISTS runner_error_history (
     endpoint VARCHAR,
     replaced_at TIMESTAMP NOT NULL
 );
+-- Prompts cut to fit the model's context (issue 14 §3): which field, by how much (counts only, never text).
+CREATE TABLE IF NOT EXISTS runner_truncations (
+    run_id VARCHAR NOT NULL,
+    benchmark VARCHAR NOT NULL,
+    instance_id VARCHAR NOT NULL,
+    field VARCHAR NOT NULL,
+    field_chars INTEGER NOT NULL,
+    removed_chars INTEGER NOT NULL,
+    removed_tokens INTEGER NOT NULL,
+    prompt_tokens INTEGER NOT NULL,
+    PRIMARY KEY (run_id, benchmark, instance_id)
+);
 -- sha256 of local weight files, computed once per (path, size, mtime).
 CREATE TABLE IF NOT EXISTS weight_hashes (
     path VARCHAR NOT NULL,

@@ -4,8 +4,12 @@ Behaviour is configurable: a responder function (messages -> text), latency, a n
 (requests beyond it queue, like a GPU server's batch), a prefix cache that rewards shared prompt prefixes
 (uncached prefix blocks cost prefill time; an LRU of block hashes like vLLM's automatic prefix caching), and
 injected faults (HTTP 5xx, 429, timeouts, dropped connections, invalid JSON bodies) at given rates, drawn from
-a seeded RNG. ``python -m medhelm_local.testing.fake_openai`` serves it from the command line (benchmarks, the
-fake ``vllm`` executable of the tests).
+a seeded RNG. A tokenizer can be served the way vLLM (``POST /tokenize``) or llama-cpp-python
+(``POST /extras/tokenize``, ``/extras/tokenize/count``) serve theirs, and a context length enforced like vLLM
+does (HTTP 400 when prompt + ``max_tokens`` exceed it); its tokens are words and punctuation marks
+(:func:`fake_tokens`), and its chat template adds :data:`FAKE_MESSAGE_TOKENS` per message and
+:data:`FAKE_REPLY_TOKENS` once. ``python -m medhelm_local.testing.fake_openai`` serves it from the command line
+(benchmarks, the fake ``vllm`` executable of the tests).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import socket
 import sys
 import threading
@@ -31,6 +36,23 @@ Responder = Callable[[list[dict[str, Any]]], str]
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
 Send = Callable[[dict[str, Any]], Awaitable[None]]
+
+
+TOKENIZER_STYLES = ("vllm", "llama.cpp")
+FAKE_MESSAGE_TOKENS = 4  # "<|role|>", role, "\n" ... "<|end|>"
+FAKE_REPLY_TOKENS = 3  # BOS, and "<|assistant|>" "\n" opening the reply
+_TOKEN = re.compile(r"\w+|[^\w\s]")
+
+
+def fake_tokens(text: str) -> list[int]:
+    """The fake tokenizer: a token per word and per punctuation mark, each with a stable id."""
+    return [int.from_bytes(hashlib.blake2b(t.encode(), digest_size=3).digest(), "big") for t in _TOKEN.findall(text)]
+
+
+def fake_chat_tokens(messages: list[dict[str, Any]]) -> int:
+    """What the fake's chat template makes of ``messages`` (with the reply's opening): its prompt tokens."""
+    return sum(FAKE_MESSAGE_TOKENS + len(_TOKEN.findall(str(m.get("content") or ""))) for m in messages) + (
+        FAKE_REPLY_TOKENS)
 
 
 def constant_responder(text: str) -> Responder:
@@ -101,6 +123,10 @@ class FakeOpenAIServer:
     slots: int | None = None  # concurrent requests served; more wait in a queue
     prefix_cache: PrefixCache = field(default_factory=PrefixCache)
     version: str = "0.0.0-fake"
+    tokenizer: str | None = None  # "vllm" or "llama.cpp": serve that engine's tokenize endpoint(s); None: 404
+    context_length: int | None = None  # prompt + max_tokens beyond it is refused (HTTP 400), like vLLM
+    tokenize_requests: int = 0
+    context_rejections: int = 0
     requests_seen: int = 0
     completions_sent: int = 0
     max_in_flight: int = 0
@@ -138,7 +164,8 @@ class FakeOpenAIServer:
             if not message.get("more_body"):
                 break
         path = scope["path"]
-        if self.api_key is not None and path.startswith("/v1/"):  # like vLLM: /health and /version stay open
+        needs_key = path.startswith("/v1/") or (path.startswith("/extras/") and self.tokenizer == "llama.cpp")
+        if self.api_key is not None and needs_key:  # like vLLM: /health, /version, /tokenize stay open
             headers = dict(scope["headers"])
             if headers.get(b"authorization") != f"Bearer {self.api_key}".encode():
                 await _respond(send, 401, {"error": "unauthorized"})
@@ -155,6 +182,10 @@ class FakeOpenAIServer:
         if path == "/stats":
             await _respond(send, 200, self.stats())
             return
+        if self.tokenizer is not None and scope["method"] == "POST" and path in (
+                "/tokenize", "/extras/tokenize", "/extras/tokenize/count"):
+            await self._tokenize(path, body, send)
+            return
         if path != "/v1/chat/completions" or scope["method"] != "POST":
             await _respond(send, 404, {"error": "not found"})
             return
@@ -170,7 +201,38 @@ class FakeOpenAIServer:
     def stats(self) -> dict[str, Any]:
         return {"requests_seen": self.requests_seen, "completions_sent": self.completions_sent,
                 "max_in_flight": self.max_in_flight, "prefix_cache_hits": self.prefix_cache.hits,
-                "prefix_cache_misses": self.prefix_cache.misses}
+                "prefix_cache_misses": self.prefix_cache.misses, "tokenize_requests": self.tokenize_requests,
+                "context_rejections": self.context_rejections}
+
+    async def _tokenize(self, path: str, body: bytes, send: Send) -> None:
+        """vLLM: ``/tokenize`` with ``prompt`` or chat ``messages``; llama.cpp: ``/extras/tokenize[/count]`` with
+        ``input`` (plain text, BOS added). The wrong engine's path is a 404, as on the real servers."""
+        vllm_path = path == "/tokenize"
+        if vllm_path != (self.tokenizer == "vllm"):
+            await _respond(send, 404, {"error": "not found"})
+            return
+        self.tokenize_requests += 1
+        try:
+            request = json.loads(body)
+            if vllm_path and isinstance(request.get("messages"), list):
+                count = fake_chat_tokens(request["messages"])
+                tokens = list(range(count))
+            elif vllm_path:
+                tokens = fake_tokens(str(request["prompt"]))
+                if request.get("add_special_tokens", True):
+                    tokens = [1, *tokens]
+            else:
+                tokens = [1, *fake_tokens(str(request["input"]))]
+        except (ValueError, KeyError, TypeError, AttributeError):
+            await _respond(send, 422, {"error": "invalid request"})
+            return
+        if vllm_path:
+            await _respond(send, 200, {"count": len(tokens), "max_model_len": self.context_length or 4096,
+                                       "tokens": tokens})
+        elif path.endswith("/count"):
+            await _respond(send, 200, {"count": len(tokens)})
+        else:
+            await _respond(send, 200, {"tokens": tokens})
 
     async def _chat(self, request: dict[str, Any], send: Send) -> None:
         self.requests_seen += 1
@@ -184,6 +246,14 @@ class FakeOpenAIServer:
     async def _chat_inner(self, request: dict[str, Any], send: Send) -> None:
         if self.record_bodies:
             self.bodies.append(request)
+        if self.context_length is not None:
+            needed = fake_chat_tokens(request["messages"]) + int(request.get("max_tokens") or 0)
+            if needed > self.context_length:
+                self.context_rejections += 1
+                await _respond(send, 400, {"object": "error", "type": "BadRequestError", "message": (
+                    f"This model's maximum context length is {self.context_length} tokens. However, you "
+                    f"requested {needed} tokens.")})
+                return
         roll = self._rng.random()
         f = self.faults
         prompt = "\x1e".join(f"{m.get('role')}\x1f{m.get('content')}" for m in request["messages"])
@@ -217,7 +287,10 @@ class FakeOpenAIServer:
             await _send_raw(send, 200, b'{"choices": [{"message": {"content": ')
             return
         text = self.responder(request["messages"])
-        prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in request["messages"])
+        if self.tokenizer is not None:
+            prompt_tokens = fake_chat_tokens(request["messages"])
+        else:
+            prompt_tokens = sum(len(str(m.get("content", "")).split()) for m in request["messages"])
         self.completions_sent += 1
         await _respond(send, 200, {
             "id": f"cmpl-{self.requests_seen}", "object": "chat.completion", "created": int(time.time()),
@@ -287,6 +360,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--prefix-cache-blocks", type=int, default=0)
     parser.add_argument("--prefix-block-chars", type=int, default=256)
     parser.add_argument("--per-block-s", type=float, default=0.0)
+    parser.add_argument("--tokenizer", choices=TOKENIZER_STYLES, default=None,
+                        help="serve this engine's tokenize endpoint(s)")
+    parser.add_argument("--context-length", type=int, default=None)
     for name in ("http_5xx", "http_429", "timeout", "drop", "invalid_json"):
         parser.add_argument(f"--{name.replace('_', '-')}", type=float, default=0.0, dest=name)
     parser.add_argument("--hang-s", type=float, default=30.0)
@@ -296,6 +372,7 @@ def main(argv: list[str] | None = None) -> None:
         responder=RESPONDERS[args.responder](), latency_s=args.latency, seed=args.seed, model_id=args.model_id,
         api_key=api_key, slots=args.slots, version=args.version,
         prefix_cache=PrefixCache(args.prefix_cache_blocks, args.prefix_block_chars, args.per_block_s),
+        tokenizer=args.tokenizer, context_length=args.context_length,
         faults=Faults(http_5xx=args.http_5xx, http_429=args.http_429, timeout=args.timeout, drop=args.drop,
                       invalid_json=args.invalid_json, hang_s=args.hang_s),
         port=args.port,

@@ -1,0 +1,312 @@
+"""Issue 14 §1 in one command: the runner against a raw aiohttp load generator, side by side, on the real requests.
+
+    .venv/bin/python bench/throughput.py                      # 2 s, 400 ms and 250 ms server latency
+    .venv/bin/python bench/throughput.py --latencies 0.4      # one latency
+    .venv/bin/python bench/throughput.py --profile 0.4        # cProfile the runner at 400 ms (file in $TMPDIR)
+
+Needs the ``bench`` extra (aiohttp) and ../shared/data/public. PubMedQA (1,000), MedQA (1,273) and MedCalc-Bench
+(1,047) are registered from their real files: 3,320 requests. For each latency, against the fake
+OpenAI-compatible server in its own process with 256 concurrent slots (server limit: 3,320 / 256 x latency):
+
+* raw: a plain aiohttp client, in its own process, posting the very request bodies the runner sends (built
+  beforehand and read from a file) over 256 connections; timed from its first request to its last reply.
+* raw httpx: the same generator on httpx with the runner's connection layout: the HTTP library's own cost.
+* runner without HTTP: the same command with ``ChatClient.complete_once`` replaced by a wait of the latency
+  (no sockets): the runner's own cost per request, beyond the HTTP library.
+* runner: ``medhelm-local run --model fake --benchmarks pubmedqa,medqa,medcalc_bench --concurrency 256 --json``
+  as a subprocess, timed from spawn to exit (start-up, planning, sending, scoring): end to end; its send phase
+  and the CPU the runner process spent in it (all threads, ``time.process_time``) come from its JSON report.
+
+Printed per latency: both walls, runner/raw ratios (end to end, and send phase only), the runner's CPU per request
+in the send phase and end to end (``getrusage``), its peak concurrency and how many round trips (latencies) its
+adaptive limiter took to reach 256, and the load average before and after. Everything also goes to
+``bench/results/throughput-<UTC>.json``. This machine is shared: compare figures only with figures taken at a
+similar load average.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(REPO / "bench"))
+
+from run_bench import FakeServer, git_commit  # noqa: E402
+
+PUBLIC = REPO.parent / "shared" / "data" / "public"
+FILES = {"pubmedqa": "pubmedqa/ori_pqal.json", "medqa": "medqa/phrases_no_exclude_test.jsonl",
+         "medcalc_bench": "medcalc_bench/test_data.csv"}
+BENCHMARKS = ",".join(FILES)
+SLOTS = 256
+RESULTS = REPO / "bench" / "results"
+
+RAW = r"""
+import asyncio, json, sys, time, resource
+import aiohttp
+
+async def main(url, path, connections):
+    bodies = [line.encode() for line in open(path, encoding="utf-8")]
+    queue = iter(bodies)
+    connector = aiohttp.TCPConnector(limit=connections, limit_per_host=connections)
+    async with aiohttp.ClientSession(connector=connector, headers={"content-type": "application/json"}) as s:
+        async def worker():
+            for body in queue:
+                async with s.post(url, data=body) as r:
+                    r.raise_for_status()
+                    await r.read()
+        start = time.perf_counter()
+        await asyncio.gather(*(worker() for _ in range(connections)))
+        return time.perf_counter() - start
+
+wall = asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
+usage = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime}))
+"""
+
+# The same generator on httpx, with the runner's connection layout (one single-connection client per slot, see
+# ChatClient): what the HTTP client library alone costs per request.
+RAW_HTTPX = r"""
+import asyncio, json, sys, time, resource
+import httpx
+
+async def main(url, path, connections):
+    bodies = [line.encode() for line in open(path, encoding="utf-8")]
+    queue = iter(bodies)
+    headers = {"content-type": "application/json"}
+    tls = httpx.create_ssl_context()  # once, shared, as ChatClient does (each one costs tens of ms)
+    async def worker():
+        async with httpx.AsyncClient(timeout=60, trust_env=False, verify=tls,
+                                     limits=httpx.Limits(max_connections=1, max_keepalive_connections=1)) as c:
+            for body in queue:
+                r = await c.post(url, content=body, headers=headers)
+                r.raise_for_status()
+    start = time.perf_counter()
+    await asyncio.gather(*(worker() for _ in range(connections)))
+    return time.perf_counter() - start
+
+wall = asyncio.run(main(sys.argv[1], sys.argv[2], int(sys.argv[3])))
+usage = resource.getrusage(resource.RUSAGE_SELF)
+print(json.dumps({"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime}))
+"""
+
+# The runner with its HTTP library taken out: `medhelm-local run` in a process whose ChatClient.complete_once
+# waits the server latency and returns a fixed answer (no sockets; the rest of the runner unchanged). What the
+# runner costs per request beyond the library, and what it would reach with a client as cheap as aiohttp's.
+NO_HTTP = r"""
+import asyncio, sys
+from medhelm_local.inference import client
+latency = float(sys.argv.pop(1))
+
+async def complete_once(self, request, base_url=None):
+    await asyncio.sleep(latency)
+    return client.Completion("yes", 100, 1, "stop")
+
+client.ChatClient.complete_once = complete_once
+from medhelm_local.cli import main
+sys.argv[0] = "medhelm-local"
+main()
+"""
+
+CHILD = r"""
+import json, resource, subprocess, sys, time
+start = time.perf_counter()
+done = subprocess.run(sys.argv[1:], capture_output=True, text=True)
+wall = time.perf_counter() - start
+usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+print(json.dumps({"code": done.returncode, "stderr_tail": done.stderr[-3000:] if done.returncode else "",
+                  "stdout": done.stdout, "wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime,
+                  "max_rss_mb": usage.ru_maxrss / 1024}))
+"""
+
+
+def env() -> dict[str, str]:
+    out = {k: v for k, v in os.environ.items() if not k.startswith("MEDHELM_")}
+    out["MEDHELM_LOG_LEVEL"] = "WARNING"
+    return out
+
+
+def cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    done = subprocess.run([sys.executable, "-m", "medhelm_local.cli", "--home", str(home), *args],
+                          capture_output=True, text=True, env=env())
+    if done.returncode != 0:
+        raise RuntimeError(f"medhelm-local {' '.join(args[:2])} failed: {done.stderr[-2000:]}")
+    return done
+
+
+def setup_home(root: Path) -> Path:
+    home = root / "home"
+    cli(home, "init")
+    for benchmark, rel in FILES.items():
+        cli(home, "datasets", "register", benchmark, str(PUBLIC / rel))
+    return home
+
+
+def write_bodies(home: Path, path: Path) -> int:
+    """The request bodies the runner will send, built the same way (spec, prompt, seed) from the stored data."""
+    from medhelm_local.benchmarks.registry import get_spec
+    from medhelm_local.home import Home
+    from medhelm_local.inference.client import request_body
+    from medhelm_local.prompts.build import build_request
+    from medhelm_local.store import Store
+
+    n = 0
+    with Store.open(Home(home), read_only=True) as store, path.open("w", encoding="utf-8") as out:
+        for benchmark in FILES:
+            spec = get_spec(benchmark)
+            dataset = store.current_dataset(benchmark)
+            assert dataset is not None
+            for chunk in store.iter_instances(benchmark, dataset.fingerprint, chunk=2000):
+                for instance in chunk:
+                    body = request_body("fake-model", build_request(spec, instance, seed=0))
+                    out.write(json.dumps(body, separators=(",", ":")) + "\n")
+                    n += 1
+    return n
+
+
+def rounds_to_cap(steps: list[list[Any]], latency: float, cap: int) -> float | None:
+    for t, limit, _ in steps:
+        if limit >= cap:
+            return round(float(t) / latency, 2)
+    return None
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def measure(home: Path, port: int, bodies: Path, n: int, latency: float, profile: Path | None) -> dict[str, Any]:
+    load_start = os.getloadavg()
+    # Like a vLLM server: /tokenize and a model length (32,768, e.g. Llama 3.1 8B served with --max-model-len
+    # 32768) that these prompts fit, so the runner sends them whole, as the raw generator does.
+    server = FakeServer(latency=latency, slots=SLOTS, responder="hash", port=port, tokenizer="vllm",
+                        context_length=32768)
+    try:
+        url = f"{server.base_url}/chat/completions"
+        raw_done = subprocess.run([sys.executable, "-c", RAW, url, str(bodies), str(SLOTS)], capture_output=True,
+                                  text=True, env=env())
+        if raw_done.returncode != 0:
+            raise RuntimeError(f"raw generator failed: {raw_done.stderr[-2000:]}")
+        raw = json.loads(raw_done.stdout)
+        httpx_done = subprocess.run([sys.executable, "-c", RAW_HTTPX, url, str(bodies), str(SLOTS)],
+                                    capture_output=True, text=True, env=env())
+        if httpx_done.returncode != 0:
+            raise RuntimeError(f"raw httpx generator failed: {httpx_done.stderr[-2000:]}")
+        raw_httpx = json.loads(httpx_done.stdout)
+        command = [sys.executable, *(["-m", "cProfile", "-o", str(profile)] if profile else []),
+                   "-m", "medhelm_local.cli", "--home", str(home), "run", "--model", "fake", "--benchmarks",
+                   BENCHMARKS, "--concurrency", str(SLOTS), "--new-run", "--json"]
+        child = subprocess.run([sys.executable, "-c", CHILD, *command], capture_output=True, text=True, env=env())
+        measured = json.loads(child.stdout)
+        stub = [sys.executable, "-c", NO_HTTP, str(latency), *command[command.index("--home"):]]
+        stubbed = json.loads(subprocess.run([sys.executable, "-c", CHILD, *stub], capture_output=True, text=True,
+                                            env=env()).stdout)
+    finally:
+        server.stop()
+    if measured["code"] != 0:
+        raise RuntimeError(f"runner failed: {measured['stderr_tail']}")
+    payload = json.loads(measured["stdout"])
+    session = payload["session"]
+    if session["sent"] != n or session["errors"]:
+        raise RuntimeError(f"runner sent {session['sent']} of {n}, {session['errors']} errors")
+    steps = session.get("concurrency_steps") or []
+    if stubbed["code"] != 0:
+        raise RuntimeError(f"runner without HTTP failed: {stubbed['stderr_tail']}")
+    stub_session = json.loads(stubbed["stdout"])["session"]
+    return {
+        "latency_s": latency, "requests": n, "server_limit_s": n / SLOTS * latency,
+        "raw": {"wall_s": raw["wall_s"], "cpu_s": raw["cpu_s"], "cpu_ms_per_request": 1000 * raw["cpu_s"] / n},
+        "raw_httpx": {"wall_s": raw_httpx["wall_s"], "cpu_s": raw_httpx["cpu_s"],
+                      "cpu_ms_per_request": 1000 * raw_httpx["cpu_s"] / n},
+        "runner": {"end_to_end_s": measured["wall_s"], "send_s": session["wall_s"],
+                   "cpu_s": measured["cpu_s"], "cpu_ms_per_request": 1000 * measured["cpu_s"] / n,
+                   "send_cpu_s": session.get("cpu_s"),
+                   "send_cpu_ms_per_request": 1000 * session["cpu_s"] / n if session.get("cpu_s") else None,
+                   "peak_concurrency": session["peak_concurrency"], "concurrency_steps": steps,
+                   "round_trips_to_cap": rounds_to_cap(steps, latency, SLOTS), "max_rss_mb": measured["max_rss_mb"]},
+        "runner_without_http": {"end_to_end_s": stubbed["wall_s"], "send_s": stub_session["wall_s"],
+                                "cpu_ms_per_request": 1000 * stubbed["cpu_s"] / n,
+                                "send_cpu_ms_per_request": 1000 * stub_session["cpu_s"] / n},
+        "ratio_end_to_end": raw["wall_s"] / measured["wall_s"],
+        "ratio_send_phase": raw["wall_s"] / session["wall_s"],
+        "load_average_before": load_start, "load_average_after": os.getloadavg(),
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--latencies", default="2,0.4,0.25", help="server latencies in seconds, comma-separated")
+    parser.add_argument("--profile", type=float, default=None, help="cProfile the runner at this latency too")
+    args = parser.parse_args()
+    latencies = [float(x) for x in args.latencies.split(",")]
+    results: dict[str, Any] = {"when": datetime.now(UTC).isoformat(timespec="seconds"), "commit": git_commit(),
+                               "host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
+                               "slots": SLOTS, "runs": []}
+    with tempfile.TemporaryDirectory(prefix="medhelm-throughput-") as tmp_s:
+        tmp = Path(tmp_s)
+        t = time.perf_counter()
+        home = setup_home(tmp)
+        bodies = tmp / "bodies.jsonl"
+        n = write_bodies(home, bodies)
+        port = free_port()
+        cli(home, "models", "add", "fake", "--base-url", f"http://127.0.0.1:{port}/v1", "--served-model",
+            "fake-model")
+        print(f"setup: {n} requests from the real PubMedQA, MedQA and MedCalc-Bench files "
+              f"({time.perf_counter() - t:.0f}s)", flush=True)
+        for latency in latencies:
+            profile = Path(tempfile.gettempdir()) / f"medhelm-throughput-{latency}.prof" \
+                if args.profile == latency else None
+            run = measure(home, port, bodies, n, latency, profile)
+            results["runs"].append(run)
+            print_run(run)
+            if profile is not None:
+                import pstats
+
+                out = profile.with_suffix(".txt")
+                with out.open("w") as handle:
+                    pstats.Stats(str(profile), stream=handle).sort_stats("cumulative").print_stats(60)
+                    pstats.Stats(str(profile), stream=handle).sort_stats("tottime").print_stats(40)
+                print(f"  profile: {out}")
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / f"throughput-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
+    path.write_text(json.dumps(results, indent=2, default=str) + "\n")
+    print(f"\ncommit {results['commit']}; results: {path}")
+    return 0
+
+
+def print_run(r: dict[str, Any]) -> None:
+    runner = r["runner"]
+    send_cpu = runner["send_cpu_ms_per_request"]
+    print(f"\nlatency {r['latency_s']}s, {SLOTS} slots, {r['requests']} requests "
+          f"(server limit {r['server_limit_s']:.1f}s); load average {r['load_average_before'][0]:.2f} -> "
+          f"{r['load_average_after'][0]:.2f}")
+    print(f"  raw aiohttp generator: {r['raw']['wall_s']:.2f}s ({r['raw']['cpu_ms_per_request']:.2f} ms CPU/request)")
+    print(f"  raw httpx generator:   {r['raw_httpx']['wall_s']:.2f}s "
+          f"({r['raw_httpx']['cpu_ms_per_request']:.2f} ms CPU/request; the HTTP library alone)")
+    print(f"  runner end to end:     {runner['end_to_end_s']:.2f}s  ratio raw/runner {r['ratio_end_to_end']:.3f}"
+          f"  ({runner['cpu_ms_per_request']:.2f} ms CPU/request, peak RSS {runner['max_rss_mb']:.0f} MB)")
+    print(f"  runner send phase:     {runner['send_s']:.2f}s  ratio raw/runner {r['ratio_send_phase']:.3f}"
+          f"  ({send_cpu:.2f} ms CPU/request)" if send_cpu is not None else "")
+    stub = r["runner_without_http"]
+    print(f"  runner without HTTP:   {stub['end_to_end_s']:.2f}s end to end, send {stub['send_s']:.2f}s "
+          f"({stub['send_cpu_ms_per_request']:.2f} ms CPU/request in the send phase; client stubbed)")
+    print(f"  limiter: peak {runner['peak_concurrency']}, reached {SLOTS} after "
+          f"{runner['round_trips_to_cap']} round trips; steps {runner['concurrency_steps'][:8]}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""One process sends a given run at a time.
+
+The store's own lock used to serialise runs as a side effect (a run held it from start to end). Now that a run
+holds the store only for short write transactions (so read-only commands work during it), a second ``run``
+resuming the same run would send the same requests in parallel; a lock per run id prevents that: one byte of
+``<store>.runs.lock``, at an offset derived from the run id (a POSIX record lock, released when the process
+ends, however it ends). A second process waits for it up to the store's lock timeout, then fails naming the run.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from medhelm_local.home.config import StoreSettings
+from medhelm_local.store.connection import LOCK_TIMEOUT_ENV, StoreError, lock_timeout_s
+
+_POLL_S = 0.2
+
+
+def run_lock_path(store_path: Path) -> Path:
+    return store_path.with_name(store_path.name + ".runs.lock")
+
+
+def _offset(run_id: str) -> int:
+    return int.from_bytes(hashlib.sha256(run_id.encode()).digest()[:5], "big")
+
+
+@contextmanager
+def run_lock(store_path: Path, run_id: str, settings: StoreSettings | None = None) -> Iterator[None]:
+    path = run_lock_path(store_path)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    offset = _offset(run_id)
+    try:
+        limit = lock_timeout_s(settings)
+        deadline = time.monotonic() + limit
+        while True:
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, offset)
+                break
+            except OSError:
+                if time.monotonic() >= deadline:
+                    raise StoreError(f"run {run_id} is being sent by another medhelm-local process; waited "
+                                     f"{limit:.0f}s. Wait for it to finish (or set {LOCK_TIMEOUT_ENV} to wait "
+                                     "longer)") from None
+                time.sleep(_POLL_S)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
