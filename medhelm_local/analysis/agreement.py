@@ -130,6 +130,18 @@ def read_clinician_ratings(path: Path, specs: BenchmarkSpec | Sequence[Benchmark
     return ClinicianRatings(composites=dict(composites), rows=rows)
 
 
+def ratings_from_records(records: Sequence[tuple[str, str, str, dict[str, int]]], *, combined: bool
+                         ) -> ClinicianRatings:
+    """Ratings collected by the web console: (benchmark, instance id, rater, criterion -> 1-5) per row, each
+    rater's composite the mean of the criteria, as for a CSV."""
+    composites: dict[str, dict[str, float]] = defaultdict(dict)
+    for benchmark, instance_id, rater, values in records:
+        if values:
+            composites[rater][instance_key(benchmark, instance_id, combined=combined)] = float(
+                np.mean(list(values.values())))
+    return ClinicianRatings(composites=dict(composites), rows=sum(len(r) for r in composites.values()))
+
+
 def restrict(ratings: ClinicianRatings, prefix: str) -> ClinicianRatings:
     """The ratings of one benchmark out of a pooled (``benchmark/id``-keyed) set."""
     composites = {rater: {k: v for k, v in r.items() if k.startswith(prefix)} for rater, r in

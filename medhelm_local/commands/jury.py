@@ -7,7 +7,13 @@ from typing import Any
 
 import typer
 
-from medhelm_local.analysis.agreement import instance_key, read_clinician_ratings, restrict, validate_jury
+from medhelm_local.analysis.agreement import (
+    instance_key,
+    ratings_from_records,
+    read_clinician_ratings,
+    restrict,
+    validate_jury,
+)
 from medhelm_local.analysis.stats import DEFAULT_RESAMPLES
 from medhelm_local.audit import audit_event
 from medhelm_local.benchmarks.registry import get_spec
@@ -20,6 +26,7 @@ from medhelm_local.scoring.jury_hints import failure_hint
 from medhelm_local.scoring.metrics import JURY, ROUGE_L
 from medhelm_local.store import Store
 from medhelm_local.store.judgments import JudgmentStatus, get_judgments, judge_failure_rates, score_rows
+from medhelm_local.store.ratings import list_ratings
 
 NAME = "jury"
 HELP = "The LLM jury: failure rates, re-scoring, validation against clinicians."
@@ -101,9 +108,10 @@ def rescore(
 @app.command("validate")
 def validate(
     ctx: typer.Context,
-    ratings: Path = typer.Option(..., "--ratings", help="CSV: instance_id, rater, and the rubric's criteria "
-                                 "(or one 'score' column), ratings 1-5; with several benchmarks, a 'benchmark' "
-                                 "column too."),
+    ratings: Path | None = typer.Option(None, "--ratings", help="CSV: instance_id, rater, and the rubric's "
+                                        "criteria (or one 'score' column), ratings 1-5; with several benchmarks, a "
+                                        "'benchmark' column too [default: the ratings clinicians gave in the web "
+                                        "console, stored for this run]."),
     run_id: str = typer.Option(..., "--run", help="The run whose jury ratings and outputs were rated."),
     benchmarks: list[str] = typer.Option(..., "--benchmark", help="Jury-scored benchmark id; repeat to pool "
                                          "several (reported combined and per benchmark)."),
@@ -121,7 +129,8 @@ def validate(
         if spec.metric != JURY:
             raise BadInputError(f"benchmark {spec.id} is not scored by the jury (metric {spec.metric})")
     combined = len(specs) > 1
-    clinicians = read_clinician_ratings(ratings, specs)
+    clinicians = read_clinician_ratings(ratings, specs) if ratings is not None else None
+    source = str(ratings) if ratings is not None else "the console's stored ratings"
     jury: dict[str, dict[str, float]] = {}
     rouge: dict[str, float] = {}
     known: set[str] = set()
@@ -141,10 +150,17 @@ def validate(
                     rouge[instance_key(name, iid, combined=combined)] = value
             known |= {instance_key(name, iid, combined=combined)
                       for iid, _ in store.run_item_fingerprints(run_id, name)}
+        if clinicians is None:
+            stored = list_ratings(store, run_id, names)
+            if not stored:
+                raise BadInputError(f"no clinician ratings are stored for run {run_id} on {', '.join(names)}: "
+                                    "have clinicians rate in the web console (`serve console`), or give --ratings")
+            clinicians = ratings_from_records([(r.benchmark, r.instance_id, r.rater, r.ratings) for r in stored],
+                                              combined=combined)
     rated = {i for r in clinicians.composites.values() for i in r}
     unknown = rated - known
     if unknown:
-        raise BadInputError(f"{ratings}: {len(unknown)} rated instance(s) are not items of run {run_id} "
+        raise BadInputError(f"{source}: {len(unknown)} rated instance(s) are not items of run {run_id} "
                             f"for {', '.join(names)} (column 'instance_id')")
     if not jury:
         raise BadInputError(f"run {run_id} has no valid jury judgements for {', '.join(names)}; run the jury first")
@@ -161,7 +177,8 @@ def validate(
                 name, run_id, part, {j: {k: v for k, v in r.items() if k.startswith(prefix)} for j, r in jury.items()},
                 {k: v for k, v in rouge.items() if k.startswith(prefix)}, resamples=resamples, seed=seed))
     audit_event(app_ctx.home, app_ctx.actor, "jury.validate", role="informatics", run_id=run_id,
-                benchmarks=names, instances=result.n_instances, clinicians=result.n_clinicians)
+                benchmarks=names, instances=result.n_instances, clinicians=result.n_clinicians,
+                ratings_source="file" if ratings is not None else "console")
     if as_json:
         payload = result.model_dump()
         if combined:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import sys
 import uuid
 from pathlib import Path
 from types import FrameType
@@ -20,7 +21,7 @@ from medhelm_local.store import Store
 from medhelm_local.store import runs as runs_db
 
 NAME = "serve"
-HELP = "Start local model servers (vLLM on a GPU host)."
+HELP = "Start local model servers (vLLM on a GPU host) and the web console."
 app = typer.Typer(no_args_is_help=True)
 
 
@@ -120,3 +121,56 @@ def vllm(
         audit_event(app_ctx.home, app_ctx.actor, "server.stop", role="it-admin", server_id=server_id,
                     exit_code=process.proc.returncode if process.proc is not None else None)
     raise typer.Exit(code)
+
+
+@app.command("console")
+def console(
+    ctx: typer.Context,
+    host: str = typer.Option("127.0.0.1", "--host", help="Listen address (standalone: loopback only)."),
+    port: int = typer.Option(8080, "--port", min=0, max=65535, help="Port (0: any free port)."),
+    role: list[str] = typer.Option([], "--role", help="Standalone only: the roles of the one-time login "
+                                   "(informatics, compliance, clinician, it; repeatable) [default: all]."),
+    as_json: bool = typer.Option(False, "--json", help="Print the start line (mode, port, login URL) as JSON."),
+) -> None:
+    """The web console. Behind the hospital's authenticating proxy when `console.trusted_proxies` is set in
+    appliance.yaml; otherwise standalone on loopback with a one-time login link, printed here."""
+    from medhelm_local.home.config import ConsoleRole
+    from medhelm_local.webconsole.server import ConsoleStart, serve
+
+    app_ctx = app_context(ctx)
+    config = app_ctx.home.config
+    try:
+        roles = frozenset(ConsoleRole(r) for r in role) if role else frozenset(ConsoleRole)
+    except ValueError:
+        raise BadInputError(f"--role: expected one of {', '.join(r.value for r in ConsoleRole)}") from None
+    if role and config.console.trusted_proxies:
+        raise BadInputError("--role applies to the standalone console only; behind the proxy, roles come from the "
+                            "identity provider's groups (console.roles in appliance.yaml)")
+
+    def started(start: ConsoleStart) -> None:
+        audit_event(app_ctx.home, app_ctx.actor, "console.start", role="it-admin", mode=start.mode, host=start.host,
+                    port=start.port, roles=sorted(r.value for r in roles) if start.mode == "standalone" else None)
+        if as_json:
+            emit_json({"mode": start.mode, "host": start.host, "port": start.port, "login_url": start.login_url})
+        elif start.login_url:
+            # Written as is (never wrapped to the terminal's width): the link must copy whole.
+            sys.stderr.write(f"console (standalone, {start.host}:{start.port}); open this one-time login link:\n"
+                             f"    {start.login_url}\n")
+        else:
+            info(f"console behind the proxy at {start.host}:{start.port}; identity from "
+                 f"{', '.join(config.console.trusted_proxies)} only")
+        sys.stdout.flush()
+        sys.stderr.flush()
+
+    def stop(signum: int, _frame: FrameType | None) -> None:
+        raise SystemExit(128 + signum)
+
+    # uvicorn shuts down gracefully on SIGTERM/SIGINT, then re-raises the signal: end through SystemExit, so the
+    # stop is audited.
+    previous = {s: signal.signal(s, stop) for s in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        serve(app_ctx.home, host=host, port=port, user=app_ctx.actor, roles=roles, on_start=started)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        audit_event(app_ctx.home, app_ctx.actor, "console.stop", role="it-admin")

@@ -137,6 +137,43 @@ class StoreSettings(BaseModel):
     lock_timeout_s: float = Field(default=60.0, ge=0, le=86_400)
 
 
+class ConsoleRole(StrEnum):
+    """Who may see which pages of the web console (``serve console``)."""
+
+    INFORMATICS = "informatics"
+    COMPLIANCE = "compliance"
+    CLINICIAN = "clinician"
+    IT = "it"
+
+
+class ConsoleSettings(BaseModel):
+    """The web console. Behind an authenticating proxy (oauth2-proxy), user and groups come in headers that are
+    trusted only from ``trusted_proxies``; ``roles`` maps each role to the identity provider's groups that hold
+    it. Without trusted proxies the console runs standalone: loopback only, one-time login link."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    trusted_proxies: list[str] = Field(default_factory=list)  # IP addresses or CIDR networks of the proxy
+    user_header: str = Field(default="X-Forwarded-User", pattern=r"^[A-Za-z0-9-]{1,64}$")
+    groups_header: str = Field(default="X-Forwarded-Groups", pattern=r"^[A-Za-z0-9-]{1,64}$")
+    roles: dict[ConsoleRole, list[str]] = Field(default_factory=dict)  # role -> groups holding it
+    raters_per_item: int = Field(default=2, ge=2, le=10)  # clinicians who rate each sampled response
+    sample_per_stratum: int = Field(default=10, ge=1, le=1000)  # sampled responses per (run, benchmark)
+    read_wait_s: float = Field(default=3.0, ge=0, le=60)  # how long a page waits for a run's store lock
+
+    @field_validator("trusted_proxies")
+    @classmethod
+    def _networks(cls, values: list[str]) -> list[str]:
+        import ipaddress
+
+        for value in values:
+            try:
+                ipaddress.ip_network(value, strict=False)
+            except ValueError:
+                raise ValueError(f"trusted_proxies: {value!r} is not an IP address or CIDR network") from None
+        return values
+
+
 class ApplianceConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -149,6 +186,7 @@ class ApplianceConfig(BaseModel):
     loaders: LoaderSettings = Field(default_factory=LoaderSettings)
     runner: RunnerSettings = Field(default_factory=RunnerSettings)
     store: StoreSettings = Field(default_factory=StoreSettings)
+    console: ConsoleSettings = Field(default_factory=ConsoleSettings)
 
     @model_validator(mode="after")
     def _references_resolve(self) -> ApplianceConfig:

@@ -1,5 +1,7 @@
 # Network isolation of a release: default deny for ingress and egress, then only DNS and
-# runner -> model servers. Query: data.medhelm.kubernetes.network.deny
+# runner -> model servers; the web console (component "console") is reachable only from the ingress controller
+# and may call the model servers and, over HTTPS only, the identity provider.
+# Query: data.medhelm.kubernetes.network.deny
 package medhelm.kubernetes.network
 
 import rego.v1
@@ -36,6 +38,21 @@ covered(labels) if {
 
 # DNS: port 53, or 5353 where the DNS pods listen there (OpenShift's openshift-dns).
 dns_ports := {53, 5353}
+
+component(p) := object.get(p.spec.podSelector, ["matchLabels", "app.kubernetes.io/component"], "")
+
+# The console's oauth2-proxy talks OIDC to the identity provider: HTTPS (443) and nothing else.
+is_https_rule(rule) if {
+	count(rule.ports) > 0
+	every p in rule.ports {
+		p.port == 443
+	}
+}
+
+console_idp_rule(p, rule) if {
+	component(p) == "console"
+	is_https_rule(rule)
+}
 
 is_dns_rule(rule) if {
 	count(rule.ports) > 0
@@ -74,6 +91,7 @@ deny contains msg if {
 	not is_dns_rule(rule)
 	some peer in object.get(rule, "to", [])
 	peer.ipBlock
+	not console_idp_rule(p, rule)
 	msg := sprintf("NetworkPolicy/%s: egress rule %d uses an ipBlock (only pod and DNS peers are allowed)", [p.metadata.name, i])
 }
 
@@ -97,12 +115,12 @@ deny contains msg if {
 	msg := sprintf("NetworkPolicy/%s: egress rule %d: a DNS ipBlock takes no exceptions", [p.metadata.name, i])
 }
 
-# Egress other than DNS goes only from runner pods to model-server pods of the same release.
+# Egress other than DNS goes only from runner (and console) pods to model-server pods of the same release.
 deny contains msg if {
 	some p in policies
 	some i, rule in object.get(p.spec, "egress", [])
 	not is_dns_rule(rule)
-	object.get(p.spec.podSelector, ["matchLabels", "app.kubernetes.io/component"], "") != "runner"
+	not component(p) in {"runner", "console"}
 	msg := sprintf("NetworkPolicy/%s: egress rule %d: only the runner may open connections besides DNS", [p.metadata.name, i])
 }
 
@@ -110,12 +128,14 @@ deny contains msg if {
 	some p in policies
 	some i, rule in object.get(p.spec, "egress", [])
 	not is_dns_rule(rule)
+	not console_idp_rule(p, rule)
 	some peer in object.get(rule, "to", [])
 	object.get(peer, ["podSelector", "matchLabels", "app.kubernetes.io/component"], "") != "model-server"
 	msg := sprintf("NetworkPolicy/%s: egress rule %d: a non-DNS peer must be the model servers", [p.metadata.name, i])
 }
 
-# Ingress: only model servers accept connections, only from the runner, and every rule names its peers.
+# Ingress: only model servers (and the console, from the ingress controller) accept connections, and every rule
+# names its peers.
 deny contains msg if {
 	some p in policies
 	some i, rule in object.get(p.spec, "ingress", [])
@@ -126,8 +146,33 @@ deny contains msg if {
 deny contains msg if {
 	some p in policies
 	count(object.get(p.spec, "ingress", [])) > 0
-	object.get(p.spec.podSelector, ["matchLabels", "app.kubernetes.io/component"], "") != "model-server"
+	not component(p) in {"model-server", "console"}
 	msg := sprintf("NetworkPolicy/%s: only model servers may accept connections", [p.metadata.name])
+}
+
+# The console accepts connections only from the ingress controller: every peer names both its namespace and its
+# pods (never an IP block, never a whole namespace), on named ports.
+deny contains msg if {
+	some p in policies
+	component(p) == "console"
+	some i, rule in object.get(p.spec, "ingress", [])
+	some peer in object.get(rule, "from", [])
+	not ingress_controller_peer(peer)
+	msg := sprintf("NetworkPolicy/%s: ingress rule %d: the console admits only the ingress controller (namespaceSelector and podSelector)", [p.metadata.name, i])
+}
+
+deny contains msg if {
+	some p in policies
+	component(p) == "console"
+	some i, rule in object.get(p.spec, "ingress", [])
+	count(object.get(rule, "ports", [])) == 0
+	msg := sprintf("NetworkPolicy/%s: ingress rule %d allows every port", [p.metadata.name, i])
+}
+
+ingress_controller_peer(peer) if {
+	not peer.ipBlock
+	count(object.get(peer, ["namespaceSelector", "matchLabels"], {})) > 0
+	count(object.get(peer, ["podSelector", "matchLabels"], {})) > 0
 }
 
 # No Service exposes the release outside the cluster.
@@ -138,8 +183,20 @@ deny contains msg if {
 	msg := sprintf("Service/%s: type %s exposes the appliance outside the cluster", [s.metadata.name, s.spec.type])
 }
 
+# Only the console (through its authenticating proxy) is exposed through an Ingress.
 deny contains msg if {
 	some obj in input.manifests
 	obj.kind == "Ingress"
-	msg := sprintf("Ingress/%s: the appliance is not exposed through an Ingress", [obj.metadata.name])
+	not console_ingress(obj)
+	msg := sprintf("Ingress/%s: the appliance is not exposed through an Ingress (only the console is)", [obj.metadata.name])
+}
+
+console_ingress(obj) if {
+	object.get(obj.metadata, ["labels", "app.kubernetes.io/component"], "") == "console"
+	not obj.spec.defaultBackend
+	every rule in obj.spec.rules {
+		every path in rule.http.paths {
+			endswith(path.backend.service.name, "-console")
+		}
+	}
 }

@@ -1,0 +1,327 @@
+"""The console's ASGI application: identity on every request, roles per page, strict headers, audit.
+
+Every response carries a Content-Security-Policy that allows nothing but this server's own style sheet (no
+script at all: every page works as plain HTML forms), ``no-store`` caching (pages may hold patient text) and
+anti-framing headers. Requests are identified before routing (:mod:`identity`); a page names the roles that may
+open it, and a refusal is audited.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from importlib import resources
+from typing import Any
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.applications import Starlette
+from starlette.concurrency import run_in_threadpool
+from starlette.middleware import Middleware
+from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
+from starlette.requests import Request
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from medhelm_local import __version__
+from medhelm_local.analysis.figures import fmt, money
+from medhelm_local.audit import audit_event
+from medhelm_local.audit.trail import AuditWriteError
+from medhelm_local.errors import MedhelmError, NotFoundError
+from medhelm_local.home import Home
+from medhelm_local.home.config import ConsoleRole
+from medhelm_local.webconsole.data import NoStoreYet, RunInProgress
+from medhelm_local.webconsole.identity import (
+    SESSION_COOKIE,
+    CsrfTokens,
+    Identity,
+    NotTrusted,
+    StandaloneSessions,
+    identity_from_proxy,
+)
+
+log = logging.getLogger(__name__)
+
+CSP = ("default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; frame-ancestors 'none'; "
+       "base-uri 'none'")
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+    "Cross-Origin-Opener-Policy": "same-origin",
+    "Cross-Origin-Resource-Policy": "same-origin",
+}
+PUBLIC_PATHS = {"/healthz", "/login"}
+ROLE_LABELS = {ConsoleRole.INFORMATICS: "Clinical informatics", ConsoleRole.COMPLIANCE: "Compliance",
+               ConsoleRole.CLINICIAN: "Clinician", ConsoleRole.IT: "IT"}
+NAV = [  # (role, path, label)
+    (ConsoleRole.INFORMATICS, "/leaderboard", "Leaderboard"),
+    (ConsoleRole.INFORMATICS, "/runs", "Runs"),
+    (ConsoleRole.INFORMATICS, "/benchmarks", "Benchmarks"),
+    (ConsoleRole.COMPLIANCE, "/audit", "Audit trail"),
+    (ConsoleRole.COMPLIANCE, "/audit/report", "Compliance report"),
+    (ConsoleRole.COMPLIANCE, "/exports", "Export requests"),
+    (ConsoleRole.CLINICIAN, "/rate", "Rate responses"),
+    (ConsoleRole.IT, "/system", "System"),
+]
+
+
+@dataclass
+class Console:
+    """What the pages share: the home, how identity is established, the templates, the CSRF secret."""
+
+    home: Home
+    sessions: StandaloneSessions | None  # None: behind a trusted proxy
+    templates: Environment
+    csrf: CsrfTokens
+    service_actor: str = "console"  # who started the console (its own audit records: start, egress denials)
+
+    @property
+    def standalone(self) -> bool:
+        return self.sessions is not None
+
+    def identify(self, request: Request) -> Identity | None:
+        if self.sessions is not None:
+            return self.sessions.identity(request.cookies.get(SESSION_COOKIE))
+        peer = request.client.host if request.client else None
+        try:
+            return identity_from_proxy(peer, {k.lower(): v for k, v in request.headers.items()},
+                                       self.home.config.console)
+        except NotTrusted:
+            return None
+
+    def audit(self, identity: Identity, action: str, *, outcome: str = "success", role: str = "console",
+              **objects: Any) -> None:
+        audit_event(self.home, identity.user, action, outcome=outcome, role=role, via=f"console-{identity.via}",
+                    **objects)
+
+    def render(self, request: Request, template: str, *, status_code: int = 200, **context: Any) -> HTMLResponse:
+        identity: Identity | None = getattr(request.state, "identity", None)
+        nav = [(path, label) for role, path, label in NAV if identity is not None and identity.has(role)]
+        html = self.templates.get_template(template).render(
+            identity=identity, nav=nav, path=request.url.path, version=__version__, role_labels=ROLE_LABELS,
+            csrf=self.csrf.token(identity.user) if identity else "", appliance=self.home.config.appliance_name,
+            **context)
+        return HTMLResponse(html, status_code=status_code)
+
+
+def console_of(request: Request) -> Console:
+    console: Console = request.app.state.console
+    return console
+
+
+def identity_of(request: Request) -> Identity:
+    identity: Identity = request.state.identity
+    return identity
+
+
+Endpoint = Callable[[Request], Any]
+
+
+def _refusal(request: Request, roles: tuple[ConsoleRole, ...]) -> Response | None:
+    identity = identity_of(request)
+    if any(identity.has(r) for r in roles):
+        return None
+    console = console_of(request)
+    console.audit(identity, "console.access_denied", outcome="denied", page=request.url.path,
+                  needs=[r.value for r in roles])
+    return console.render(request, "denied.html", status_code=403, needs=[ROLE_LABELS[r] for r in roles])
+
+
+def requires(*roles: ConsoleRole) -> Callable[[Endpoint], Endpoint]:
+    """Only users holding one of ``roles`` open the page; anyone else gets 403, and the refusal is audited."""
+
+    def decorate(endpoint: Endpoint) -> Endpoint:
+        if inspect.iscoroutinefunction(endpoint):
+            @functools.wraps(endpoint)
+            async def async_wrapper(request: Request) -> Response:
+                refused = await run_in_threadpool(_refusal, request, roles)
+                result: Response = refused if refused is not None else await endpoint(request)
+                return result
+
+            return async_wrapper
+
+        @functools.wraps(endpoint)
+        def wrapper(request: Request) -> Response:
+            refused = _refusal(request, roles)
+            result: Response = refused if refused is not None else endpoint(request)
+            return result
+
+        return wrapper
+
+    return decorate
+
+
+def check_csrf(request: Request, form: Any) -> bool:
+    return console_of(request).csrf.valid(identity_of(request).user, form.get("csrf"))
+
+
+class SecurityMiddleware(BaseHTTPMiddleware):
+    """Identify the caller (or refuse with nothing), then add the security headers to whatever goes out."""
+
+    async def dispatch(self, request: Request, call_next: RequestResponseEndpoint) -> Response:
+        console = console_of(request)
+        response: Response
+        if request.url.path in PUBLIC_PATHS or request.url.path.startswith("/static/"):
+            request.state.identity = None
+            response = await call_next(request)
+        else:
+            identity = console.identify(request)
+            if identity is None:
+                response = _unauthenticated(console)
+            else:
+                request.state.identity = identity
+                try:
+                    response = await call_next(request)
+                except Exception as exc:
+                    # The message or traceback of an unexpected error could hold patient text: the type only.
+                    log.error("console.internal_error path=%s error=%s", request.url.path, type(exc).__name__)
+                    response = PlainTextResponse(f"Internal error ({type(exc).__name__}); nothing was changed.\n",
+                                                 status_code=500)
+        for name, value in SECURITY_HEADERS.items():
+            response.headers.setdefault(name, value)
+        return response
+
+
+def _unauthenticated(console: Console) -> Response:
+    """Nothing about the appliance: no page, no data, no hint beyond how to sign in."""
+    if console.standalone:
+        return PlainTextResponse("Sign in with the one-time login link printed by `medhelm-local serve console`.\n",
+                                 status_code=401)
+    return PlainTextResponse("Authentication required.\n", status_code=401)
+
+
+# -- pages every identity can open ----------------------------------------------------------------------------
+
+
+def healthz(request: Request) -> Response:
+    return PlainTextResponse("ok\n")
+
+
+def login(request: Request) -> Response:
+    console = console_of(request)
+    if console.sessions is None:
+        return PlainTextResponse("Not found.\n", status_code=404)
+    session = console.sessions.redeem(request.query_params.get("token", ""))
+    if session is None:
+        return PlainTextResponse("This login link is not valid (each link works once). Start "
+                                 "`medhelm-local serve console` again for a new one.\n", status_code=403)
+    identity = console.sessions.identity(session)
+    assert identity is not None
+    console.audit(identity, "console.login", roles=sorted(r.value for r in identity.roles))
+    response = RedirectResponse("/", status_code=303)
+    response.set_cookie(SESSION_COOKIE, session, httponly=True, samesite="strict", path="/",
+                        secure=request.url.scheme == "https")
+    return response
+
+
+async def logout(request: Request) -> Response:
+    console = console_of(request)
+    form = await request.form()
+    if not check_csrf(request, form):
+        return PlainTextResponse("Bad form token.\n", status_code=400)
+    if console.sessions is not None:
+        console.sessions.end(request.cookies.get(SESSION_COOKIE))
+    console.audit(identity_of(request), "console.logout")
+    response = RedirectResponse("/", status_code=303)
+    response.delete_cookie(SESSION_COOKIE, path="/")
+    return response
+
+
+def index(request: Request) -> Response:
+    return console_of(request).render(request, "index.html")
+
+
+def stylesheet(request: Request) -> Response:
+    css = resources.files("medhelm_local.webconsole").joinpath("static/console.css").read_text(encoding="utf-8")
+    return Response(css, media_type="text/css", headers={"Cache-Control": "max-age=300"})
+
+
+# -- errors ---------------------------------------------------------------------------------------------------
+
+
+def _error_page(request: Request, status: int, title: str, message: str, *, retry: bool = False) -> Response:
+    console = console_of(request)
+    if getattr(request.state, "identity", None) is None:
+        return PlainTextResponse(f"{title}\n", status_code=status)
+    response = console.render(request, "error.html", status_code=status, title=title, message=message,
+                              retry=retry)
+    if retry:
+        response.headers["Retry-After"] = "5"
+    return response
+
+
+async def on_run_in_progress(request: Request, exc: Exception) -> Response:
+    return _error_page(request, 503, "A run is in progress",
+                       "An evaluation run (or a dataset registration) is writing to the store right now. This page "
+                       "reads the store without interrupting it; reload in a few seconds.", retry=True)
+
+
+async def on_no_store(request: Request, exc: Exception) -> Response:
+    return _error_page(request, 404, "Nothing evaluated yet",
+                       "No dataset has been registered and no run has been made on this appliance yet.")
+
+
+async def on_not_found(request: Request, exc: Exception) -> Response:
+    return _error_page(request, 404, "Not found", str(exc) if isinstance(exc, NotFoundError) else "Not found.")
+
+
+async def on_audit_failure(request: Request, exc: Exception) -> Response:
+    # Fail closed: what could not be audited is not shown.
+    return _error_page(request, 503, "Audit trail unavailable",
+                       "The audit trail cannot be written, so nothing is shown (fail closed). Ask IT to run "
+                       "`medhelm-local audit verify`.")
+
+
+async def on_medhelm_error(request: Request, exc: Exception) -> Response:
+    return _error_page(request, 400, "Cannot show this page", str(exc))
+
+
+async def on_http_404(request: Request, exc: Exception) -> Response:
+    return _error_page(request, 404, "Not found", "There is no such page.")
+
+
+def templates() -> Environment:
+    env = Environment(loader=PackageLoader("medhelm_local.webconsole", "templates"),
+                      autoescape=select_autoescape(default=True, default_for_string=True), trim_blocks=True,
+                      lstrip_blocks=True)
+    env.filters["num"] = fmt
+    env.filters["money"] = money
+    env.filters["pct"] = lambda v: "-" if v is None else f"{100 * v:.1f}%"
+    env.filters["size"] = human_size
+    return env
+
+
+def human_size(value: int | None) -> str:
+    if value is None:
+        return "-"
+    size = float(value)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{size:.1f} TiB"
+
+
+def create_app(home: Home, sessions: StandaloneSessions | None, *, service_actor: str = "console") -> Starlette:
+    """The console for ``home``: standalone (``sessions`` from a one-time login link) or behind a trusted proxy."""
+    from medhelm_local.webconsole import pages_clinician, pages_compliance, pages_informatics, pages_it
+
+    routes = [
+        Route("/healthz", healthz), Route("/login", login), Route("/logout", logout, methods=["POST"]),
+        Route("/", index), Route("/static/console.css", stylesheet),
+        *pages_informatics.routes(), *pages_compliance.routes(), *pages_clinician.routes(), *pages_it.routes(),
+    ]
+    handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
+        RunInProgress: on_run_in_progress, NoStoreYet: on_no_store, NotFoundError: on_not_found,
+        AuditWriteError: on_audit_failure, MedhelmError: on_medhelm_error, 404: on_http_404,
+    }
+    app = Starlette(routes=routes, middleware=[Middleware(SecurityMiddleware)],
+                    exception_handlers=handlers)
+    app.state.console = Console(home=home, sessions=sessions, templates=templates(), csrf=CsrfTokens(),
+                                service_actor=service_actor)
+    return app

@@ -1,0 +1,434 @@
+"""Every store read (and the one store write, a clinician's rating) of the web console, in one place.
+
+The console opens the store read-only with a short, bounded wait for the lock (``console.read_wait_s``): while
+a run holds it for longer, the page says a run is in progress instead of failing. Nothing here logs or raises
+with patient text; the patient-level functions are the only ones that return it, and their callers audit the
+view.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+from medhelm_local.analysis.aggregate import finished_runs_by_style, latest_runs, latest_scores, latest_series
+from medhelm_local.analysis.cost_performance import model_costs
+from medhelm_local.analysis.leaderboard import (
+    BenchmarkMDE,
+    ModelRow,
+    PairwiseDifference,
+    WinRule,
+    benchmark_mdes,
+    build_leaderboard,
+    pairwise_differences,
+)
+from medhelm_local.analysis.stats import DEFAULT_RESAMPLES
+from medhelm_local.benchmarks.registry import get_spec
+from medhelm_local.errors import MedhelmError, NotFoundError
+from medhelm_local.home import Home
+from medhelm_local.home.keys import load_data_key
+from medhelm_local.prompts.styles import run_prompt_style
+from medhelm_local.runner.manifest import manifest_sha256
+from medhelm_local.store import connection
+from medhelm_local.store import runs as runs_db
+from medhelm_local.store.connection import StoreError
+from medhelm_local.store.judgments import get_judgments
+from medhelm_local.store.ratings import ClinicianRating, list_ratings, record_rating
+from medhelm_local.store.store import DatasetInfo, RunInfo, Store
+
+
+class RunInProgress(MedhelmError):
+    """The store stayed locked by another process (a run, a registration) for the whole wait."""
+
+    exit_code = 1
+
+
+class NoStoreYet(MedhelmError):
+    """Nothing was registered or run yet: there is no store file."""
+
+    exit_code = 1
+
+
+BUSY = "another medhelm-local process holds it"  # the store's own message when its lock wait ran out
+
+
+def _open(home: Home, path: Path, *, read_only: bool) -> Store:
+    """Open the store with the console's own, short lock wait (``console.read_wait_s``): a run holding the store
+    for longer is said, not waited for.
+
+    Where the store attaches and detaches its file around each write transaction (``EncryptedDatabase``), the
+    console attaches between a run's writes, with exactly its own wait. Before that, a run holds the store from
+    start to end (the page says so), and MEDHELM_LOCK_TIMEOUT_S, where set, still overrides the wait."""
+    key = load_data_key(home.keys_dir)
+    wait = home.config.console.read_wait_s
+    database_type = getattr(connection, "EncryptedDatabase", None)
+    try:
+        if database_type is not None:
+            database = database_type(path, key, read_only=read_only, settings=home.config.store)
+            try:
+                database.attach(wait_s=wait)
+            except BaseException:
+                database.close()
+                raise
+            return Store(lambda: database, path)
+        settings = home.config.store.model_copy(update={"lock_timeout_s": wait})
+
+        def connect() -> Any:
+            return connection.open_encrypted(path, key, read_only=read_only, settings=settings)
+
+        return Store(connect, path)
+    except StoreError as exc:
+        if BUSY in str(exc):
+            raise RunInProgress("a run (or a registration) is writing to the store right now") from None
+        raise
+
+
+@contextmanager
+def reading(home: Home) -> Iterator[Store]:
+    """The store, read-only; :class:`RunInProgress` when it stays locked, :class:`NoStoreYet` when absent."""
+    path = home.store_path
+    if not path.exists():
+        raise NoStoreYet("no store yet: register a dataset and run an evaluation first")
+    store = _open(home, path, read_only=True)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@contextmanager
+def writing(home: Home) -> Iterator[Store]:
+    """The store for a short write (a rating), with the same bounded wait."""
+    path = home.store_path
+    if not path.exists():
+        raise NoStoreYet("no store yet")
+    store = _open(home, path, read_only=False)
+    try:
+        store._migrate()  # the console's own table (schema_console.sql)
+        yield store
+    finally:
+        store.close()
+
+
+# -- informatics: aggregates ----------------------------------------------------------------------------------
+
+
+@dataclass
+class LeaderboardView:
+    rows: list[ModelRow]
+    mdes: dict[str, BenchmarkMDE]
+    prompt_style: str
+    rule: WinRule
+    other_styles: dict[str, int]
+    pairwise: list[PairwiseDifference] = field(default_factory=list)
+    benchmarks: list[str] = field(default_factory=list)
+    categories: list[str] = field(default_factory=list)
+
+
+def leaderboard(home: Home, *, prompt_style: str, rule: WinRule, resamples: int = DEFAULT_RESAMPLES,
+                seed: int = 0) -> LeaderboardView:
+    """The CLI leaderboard's numbers (same functions, same bootstrap seed)."""
+    from medhelm_local.commands.leaderboard import apply_costs
+
+    with reading(home) as store:
+        chosen = latest_runs(store, prompt_style)
+        results = latest_scores(store, prompt_style)
+        series = latest_series(store, prompt_style)
+        costs = model_costs(store, home.config, chosen)
+        other = {s: n for s, n in finished_runs_by_style(store).items() if s != prompt_style}
+    rows = build_leaderboard(results, series=series, rule=rule, resamples=resamples, seed=seed)
+    for row in rows:
+        row.prompt_style = prompt_style
+    apply_costs(rows, costs)
+    pairwise = [d for d in pairwise_differences(series, resamples=resamples, seed=seed) if d.model < d.rival]
+    return LeaderboardView(rows=rows, mdes=benchmark_mdes(series), prompt_style=prompt_style, rule=rule,
+                           other_styles=other, pairwise=pairwise,
+                           benchmarks=sorted({b for r in rows for b in r.benchmarks}),
+                           categories=sorted({c for r in rows for c in r.categories}))
+
+
+@dataclass
+class BenchmarkProgress:
+    benchmark: str
+    planned: int
+    answered: int
+    errors: int
+
+    @property
+    def done_share(self) -> float:
+        return self.answered / self.planned if self.planned else 0.0
+
+
+@dataclass
+class RunSummary:
+    run: RunInfo
+    prompt_style: str
+    progress: list[BenchmarkProgress]
+    errors_by_category: dict[str, dict[str, int]]
+
+    @property
+    def planned(self) -> int:
+        return sum(p.planned for p in self.progress)
+
+    @property
+    def answered(self) -> int:
+        return sum(p.answered for p in self.progress)
+
+    @property
+    def errors(self) -> int:
+        return sum(p.errors for p in self.progress)
+
+
+def _summary(store: Store, run: RunInfo) -> RunSummary:
+    progress = [BenchmarkProgress(b, *runs_db.item_counts(store, run.run_id, b)) for b in run.benchmarks]
+    return RunSummary(run=run, prompt_style=run_prompt_style(run.manifest), progress=progress,
+                      errors_by_category=runs_db.errors_by_category(store, run.run_id))
+
+
+def runs(home: Home) -> list[RunSummary]:
+    """Every run, newest first, with progress and failures by category."""
+    with reading(home) as store:
+        return [_summary(store, r) for r in reversed(store.list_runs())]
+
+
+@dataclass
+class RunDetail:
+    summary: RunSummary
+    manifest_sha256: str
+    sessions: list[dict[str, Any]]
+    truncated: dict[str, tuple[int, int]]  # benchmark -> (responses cut at the token limit, responses)
+    scores: dict[str, dict[str, Any]]  # benchmark -> metric, score, n, n_failed
+
+
+def run_detail(home: Home, run_id: str) -> RunDetail:
+    from medhelm_local.analysis.aggregate import benchmark_score
+
+    with reading(home) as store:
+        run = store.get_run(run_id)
+        if run is None:
+            raise NotFoundError(f"no run {run_id!r}")
+        truncated = {}
+        for benchmark, cut, total in store.conn.execute(
+                "SELECT benchmark, count(*) FILTER (WHERE finish_reason = 'length'), count(output) FROM responses "
+                "WHERE run_id = ? GROUP BY benchmark ORDER BY benchmark", [run_id]).fetchall():
+            truncated[str(benchmark)] = (int(cut), int(total))
+        scores = {}
+        for benchmark in run.benchmarks:
+            s = benchmark_score(store, run_id, run.model, benchmark)
+            scores[benchmark] = {"metric": s.metric, "score": s.score, "n": s.n, "n_failed": s.n_failed}
+        return RunDetail(summary=_summary(store, run), manifest_sha256=manifest_sha256(run.manifest),
+                         sessions=runs_db.sessions(store, run_id), truncated=truncated, scores=scores)
+
+
+@dataclass
+class BenchmarkDetail:
+    benchmark: str
+    datasets: list[DatasetInfo]
+    results: list[dict[str, Any]]  # model, run_id, score, n, n_failed, metric
+
+
+def benchmark_detail(home: Home, benchmark: str) -> BenchmarkDetail:
+    from medhelm_local.analysis.aggregate import benchmark_score
+
+    get_spec(benchmark)  # unknown benchmark: NotFoundError
+    with reading(home) as store:
+        datasets = [d for d in store.list_datasets() if d.benchmark == benchmark]
+        results = []
+        for run in reversed(store.list_runs()):
+            if benchmark in run.benchmarks and run.status == "finished":
+                s = benchmark_score(store, run.run_id, run.model, benchmark)
+                results.append({"model": run.model, "run_id": run.run_id, "metric": s.metric, "score": s.score,
+                                "n": s.n, "n_failed": s.n_failed, "prompt_style": run_prompt_style(run.manifest)})
+    return BenchmarkDetail(benchmark=benchmark, datasets=datasets, results=results)
+
+
+def registered_datasets(home: Home) -> dict[str, DatasetInfo]:
+    """The current registered dataset version of each benchmark (none before the first registration)."""
+    try:
+        with reading(home) as store:
+            datasets = store.list_datasets()  # newest first within a benchmark
+    except NoStoreYet:
+        return {}
+    current: dict[str, DatasetInfo] = {}
+    for dataset in datasets:
+        current.setdefault(dataset.benchmark, dataset)
+    return current
+
+
+# -- informatics: patient-level (the caller audits every view) ------------------------------------------------
+
+
+@dataclass
+class InstanceRow:
+    instance_id: str
+    messages: list[dict[str, str]]
+    output: str | None
+    error: str | None
+    finish_reason: str | None
+    score: float | None
+    judge_ratings: dict[str, dict[str, int]]  # judge -> criterion -> rating
+    judge_errors: dict[str, str]  # judge -> failure category
+
+
+PAGE_SIZE = 20
+
+
+def instances(home: Home, run_id: str, benchmark: str, *, page: int = 0, failures_only: bool = False
+              ) -> tuple[list[InstanceRow], int]:
+    """One page of a run's items on one benchmark (prompt, response, score, judge ratings) and the item count."""
+    metric = get_spec(benchmark).metric
+    with reading(home) as store:
+        run = store.get_run(run_id)
+        if run is None or benchmark not in run.benchmarks:
+            raise NotFoundError(f"run {run_id!r} has no benchmark {benchmark!r}")
+        condition = ("AND (r.error IS NOT NULL OR s.value IS NULL OR s.value < 1)" if failures_only else "")
+        base = ("FROM run_items i LEFT JOIN requests q USING (run_id, benchmark, instance_id) "
+                "LEFT JOIN responses r USING (run_id, benchmark, instance_id) "
+                "LEFT JOIN scores s ON s.run_id = i.run_id AND s.benchmark = i.benchmark "
+                "AND s.instance_id = i.instance_id AND s.metric = ? "
+                f"WHERE i.run_id = ? AND i.benchmark = ? {condition}")
+        params = [metric, run_id, benchmark]
+        total_row = store.conn.execute(f"SELECT count(*) {base}", params).fetchone()
+        rows = store.conn.execute(
+            f"SELECT i.instance_id, q.request, r.output, r.error, r.finish_reason, s.value {base} "
+            "ORDER BY i.position LIMIT ? OFFSET ?", [*params, PAGE_SIZE, page * PAGE_SIZE]).fetchall()
+        judgments: dict[str, dict[str, Any]] = {}
+        for j in get_judgments(store, run_id, benchmark):
+            judgments.setdefault(j.instance_id, {})[j.judge] = j
+    out = []
+    for iid, request, output, error, finish, value in rows:
+        messages = (json.loads(request) or {}).get("messages", []) if request else []
+        ratings = {judge: dict(j.ratings) for judge, j in judgments.get(iid, {}).items() if j.ratings}
+        errors = {judge: str(j.error or j.status) for judge, j in judgments.get(iid, {}).items() if not j.ratings}
+        out.append(InstanceRow(instance_id=str(iid), messages=[{"role": str(m.get("role")),
+                                                                "content": str(m.get("content"))}
+                                                               for m in messages],
+                               output=output, error=error, finish_reason=finish, score=value,
+                               judge_ratings=ratings, judge_errors=errors))
+    return out, int(total_row[0]) if total_row else 0
+
+
+# -- clinicians ----------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RatableResponse:
+    run_id: str
+    model: str
+    benchmark: str
+    instance_id: str
+
+
+def ratable_responses(home: Home) -> list[RatableResponse]:
+    """Every answered item of a finished run on a jury-scored (open-ended) benchmark: the sampling frame."""
+    from medhelm_local.scoring.metrics import JURY
+
+    out = []
+    with reading(home) as store:
+        for run in store.list_runs():
+            if run.status != "finished":
+                continue
+            for benchmark in run.benchmarks:
+                try:
+                    if get_spec(benchmark).metric != JURY:
+                        continue
+                except NotFoundError:
+                    continue
+                for (iid,) in store.conn.execute(
+                        "SELECT instance_id FROM responses WHERE run_id = ? AND benchmark = ? AND output IS NOT NULL "
+                        "ORDER BY instance_id", [run.run_id, benchmark]).fetchall():
+                    out.append(RatableResponse(run.run_id, run.model, benchmark, str(iid)))
+    return out
+
+
+def clinician_ratings(home: Home) -> list[ClinicianRating]:
+    with reading(home) as store:
+        return list_ratings(store)
+
+
+@dataclass
+class ItemText:
+    question: str
+    response: str
+
+
+def item_text(home: Home, run_id: str, benchmark: str, instance_id: str) -> ItemText:
+    """What the jury saw of one item: the question and the model's response (patient-level: audit the view)."""
+    from medhelm_local.prompts.build import judge_question
+
+    spec = get_spec(benchmark)
+    with reading(home) as store:
+        row = store.conn.execute(
+            "SELECT i.fingerprint, r.output FROM run_items i JOIN responses r USING (run_id, benchmark, instance_id) "
+            "WHERE i.run_id = ? AND i.benchmark = ? AND i.instance_id = ?", [run_id, benchmark, instance_id]
+        ).fetchone()
+        if row is None or row[1] is None:
+            raise NotFoundError("item not found")
+        instance = store.get_instances(benchmark, str(row[0]), [instance_id]).get(instance_id)
+    if instance is None:
+        raise NotFoundError("item not found")
+    return ItemText(question=judge_question(spec, instance), response=str(row[1]))
+
+
+def save_rating(home: Home, rating: ClinicianRating) -> bool:
+    with writing(home) as store:
+        return record_rating(store, rating)
+
+
+# -- IT --------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SystemView:
+    store_bytes: int | None
+    disk_total: int
+    disk_free: int
+    model_servers: list[dict[str, Any]]
+    last_runs: list[RunSummary]
+    store_error: str | None = None
+
+
+def _size(path: Path) -> int | None:
+    try:
+        return path.stat().st_size
+    except OSError:
+        return None
+
+
+def system(home: Home) -> SystemView:
+    usage = shutil.disk_usage(home.root)
+    store_bytes = _size(home.store_path)
+    wal = _size(home.store_path.with_name(home.store_path.name + ".wal"))
+    if store_bytes is not None and wal is not None:
+        store_bytes += wal
+    view = SystemView(store_bytes=store_bytes, disk_total=usage.total, disk_free=usage.free, model_servers=[],
+                      last_runs=[])
+    try:
+        with reading(home) as store:
+            rows = store.conn.execute(
+                "SELECT server_id, model, base_url, started_at, server_version, served_models, command_sha256 "
+                "FROM model_servers ORDER BY started_at DESC LIMIT 20").fetchall()
+            view.model_servers = [{"server_id": r[0], "model": r[1], "base_url": r[2], "started_at": r[3],
+                                   "server_version": r[4], "served_models": json.loads(r[5]),
+                                   "command_sha256": r[6]} for r in rows]
+            view.last_runs = [_summary(store, r) for r in list(reversed(store.list_runs()))[:10]]
+    except (RunInProgress, NoStoreYet) as exc:
+        view.store_error = str(exc)
+    return view
+
+
+def last_record_time(records: list[dict[str, Any]], action: str) -> datetime | None:
+    """When the trail's last record of ``action`` was written (``audit.checkpoint``: the last signed checkpoint;
+    ``audit.checkpoint_export``: the last checkpoint taken off the appliance)."""
+    from medhelm_local.audit.report import record_time
+
+    for record in reversed(records):
+        if record.get("action") == action:
+            return record_time(record)
+    return None

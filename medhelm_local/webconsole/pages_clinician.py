@@ -1,0 +1,88 @@
+"""Clinicians: blinded rating of sampled open-ended responses on the jury's own criteria (1-5). The page shows
+the question and the response, never the model, run or instance id; forms carry an opaque item token. Showing
+an item is a view of patient-level data and is audited; so is every rating."""
+
+from __future__ import annotations
+
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from medhelm_local.benchmarks.registry import get_spec
+from medhelm_local.home.config import ConsoleRole
+from medhelm_local.store.ratings import ClinicianRating
+from medhelm_local.store.store import utcnow
+from medhelm_local.webconsole import data, rating
+from medhelm_local.webconsole.app import Console, check_csrf, console_of, identity_of, requires
+
+CLINICIAN = ConsoleRole.CLINICIAN
+
+
+def _state(console: Console, rater: str) -> tuple[list[data.RatableResponse], list[ClinicianRating]]:
+    settings = console.home.config.console
+    sample = rating.stratified_sample(data.ratable_responses(console.home), settings.sample_per_stratum)
+    return sample, data.clinician_ratings(console.home)
+
+
+@requires(CLINICIAN)
+def rate(request: Request) -> Response:
+    console = console_of(request)
+    identity = identity_of(request)
+    settings = console.home.config.console
+    sample, ratings = _state(console, identity.user)
+    todo = rating.queue(sample, ratings, identity.user, settings.raters_per_item)
+    done = rating.progress(sample, ratings, identity.user, settings.raters_per_item)
+    if not todo:
+        return console.render(request, "rate_done.html", progress=done, raters_per_item=settings.raters_per_item)
+    item = todo[0]
+    text = data.item_text(console.home, item.run_id, item.benchmark, item.instance_id)
+    console.audit(identity, "console.rating.view", role="clinician", run_id=item.run_id, benchmark=item.benchmark,
+                  instance_id=item.instance_id)
+    spec = get_spec(item.benchmark)
+    return console.render(request, "rate.html", text=text, spec=spec, criteria=spec.judge.criteria if spec.judge
+                          else [], token=console.csrf.opaque(rating.item_key(item)), progress=done,
+                          remaining=len(todo), raters_per_item=settings.raters_per_item,
+                          saved=request.query_params.get("saved") == "1")
+
+
+@requires(CLINICIAN)
+async def submit(request: Request) -> Response:
+    console = console_of(request)
+    identity = identity_of(request)
+    form = await request.form()
+    if not check_csrf(request, form):
+        return PlainTextResponse("Bad form token.\n", status_code=400)
+
+    def save() -> Response:
+        sample, _ = _state(console, identity.user)
+        token = str(form.get("item", ""))
+        found = [i for i in sample if console.csrf.opaque(rating.item_key(i)) == token]
+        if not found:
+            return console.render(request, "error.html", status_code=409, title="Item no longer offered",
+                                  message="This item is no longer in your queue (the console restarted, or it was "
+                                          "rated already). Your rating was not saved; open the next item.",
+                                  retry=False)
+        item = found[0]
+        spec = get_spec(item.benchmark)
+        criteria = [c.name for c in spec.judge.criteria] if spec.judge else []
+        values: dict[str, int] = {}
+        for name in criteria:
+            raw = str(form.get(f"c_{name}", ""))
+            if raw not in {"1", "2", "3", "4", "5"}:
+                return console.render(request, "error.html", status_code=400, title="Rating incomplete",
+                                      message=f"Rate every criterion from 1 to 5 (missing: {name}). Nothing was saved.",
+                                      retry=False)
+            values[name] = int(raw)
+        saved = data.save_rating(console.home, ClinicianRating(
+            run_id=item.run_id, benchmark=item.benchmark, instance_id=item.instance_id, rater=identity.user,
+            ratings=values, rated_at=utcnow()))
+        console.audit(identity, "console.rating.submit", outcome="success" if saved else "duplicate",
+                      role="clinician", run_id=item.run_id, benchmark=item.benchmark, instance_id=item.instance_id)
+        return RedirectResponse("/rate?saved=1", status_code=303)
+
+    return await run_in_threadpool(save)
+
+
+def routes() -> list[Route]:
+    return [Route("/rate", rate), Route("/rate", submit, methods=["POST"])]

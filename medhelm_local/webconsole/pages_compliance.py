@@ -1,0 +1,270 @@
+"""Compliance: the audit trail (filters), its verification against the pinned key, the printable compliance
+report, and export requests (bundle preview, checks, approval state). Release stays with the approver's own
+key: the console shows what to sign and never holds an approver key."""
+
+from __future__ import annotations
+
+import base64
+import csv
+import hashlib
+import importlib
+import importlib.util
+import io
+import os
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+from starlette.concurrency import run_in_threadpool
+from starlette.datastructures import UploadFile
+from starlette.requests import Request
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.routing import Route
+
+from medhelm_local.audit.report import filter_records, parse_time, summarize
+from medhelm_local.audit.trail import CHECKPOINT_ACTION, AuditTrail
+from medhelm_local.audit.verify import VerifyReport, verify_file
+from medhelm_local.errors import BadInputError, NotFoundError
+from medhelm_local.export import bundle as export_bundle
+from medhelm_local.home import Home
+from medhelm_local.home.config import ConsoleRole
+from medhelm_local.home.keys import PUBLIC_KEY_FILE, load_public_key
+from medhelm_local.webconsole.app import check_csrf, console_of, identity_of, requires
+from medhelm_local.webconsole.data import last_record_time
+
+COMPLIANCE = ConsoleRole.COMPLIANCE
+MAX_RECORDS = 500
+PUBKEY_ENV = "MEDHELM_AUDIT_PUBKEY_FILE"
+FINGERPRINT_ENV = "MEDHELM_AUDIT_KEY_FINGERPRINT"
+REPORT_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src 'none'; script-src 'none'; sandbox"
+
+
+def fingerprint(key: Ed25519PublicKey) -> str:
+    """OpenSSH-style: ``SHA256:`` + unpadded base64 of sha256 of the raw 32-byte public key."""
+    raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
+    return "SHA256:" + base64.b64encode(hashlib.sha256(raw).digest()).decode().rstrip("=")
+
+
+def _load_any_public_key(path: Path) -> Ed25519PublicKey:
+    data = path.read_bytes()
+    if data.lstrip().startswith(b"ssh-ed25519"):
+        key = serialization.load_ssh_public_key(data.strip())
+        if not isinstance(key, Ed25519PublicKey):
+            raise BadInputError(f"{path}: expected an Ed25519 public key")
+        return key
+    return load_public_key(path)
+
+
+def pinned_key(home: Home) -> tuple[Ed25519PublicKey, str]:
+    """The key to verify against and where it comes from: the pinned key outside the home when configured
+    (``MEDHELM_AUDIT_PUBKEY_FILE``, or the home's key checked against ``MEDHELM_AUDIT_KEY_FINGERPRINT``), else the
+    home's own public key, said plainly."""
+    pinned_file = os.environ.get(PUBKEY_ENV)
+    if pinned_file:
+        return _load_any_public_key(Path(pinned_file)), f"pinned key file ({PUBKEY_ENV})"
+    key = load_public_key(home.keys_dir / PUBLIC_KEY_FILE)
+    expected = os.environ.get(FINGERPRINT_ENV)
+    if expected:
+        if fingerprint(key) != expected.strip():
+            raise BadInputError(f"the home's public key does not match the pinned fingerprint ({FINGERPRINT_ENV}); "
+                                "the trail cannot be verified against a key the appliance could have replaced")
+        return key, f"home key, matching the pinned fingerprint ({FINGERPRINT_ENV})"
+    return key, "the home's own public key (no pinned key configured: set MEDHELM_AUDIT_PUBKEY_FILE)"
+
+
+ANCHOR_MODULE = "medhelm_local.audit.anchor"
+
+
+def verify_trail(home: Home) -> tuple[VerifyReport, str]:
+    """Verify the home's trail against the pinned key, and say where the key came from. Where the audit module
+    anchors trails itself (``audit.anchor``: the pin, the state file's record count), its checks are used, as
+    ``audit verify`` uses them; otherwise the pin is applied here."""
+    path = home.audit_path
+    if importlib.util.find_spec(ANCHOR_MODULE) is None:
+        key, source = pinned_key(home)
+        return verify_file(path, key), source
+    anchoring = importlib.import_module(ANCHOR_MODULE)
+    trail = importlib.import_module("medhelm_local.audit.trail")
+    anchor = anchoring.pinned_anchor()
+    if anchor is not None and anchor.public_key is not None:
+        key, source = anchor.public_key, f"pinned key ({anchor.source})"
+    else:
+        key = load_public_key(home.keys_dir / PUBLIC_KEY_FILE)
+        source = (f"the home's key, checked against the pinned fingerprint ({anchor.source})" if anchor is not None
+                  else "UNANCHORED: the home's own public key, which anyone who can rewrite the trail can replace; "
+                  f"pin it outside the home ({FINGERPRINT_ENV} or {PUBKEY_ENV})")
+    verify: Any = verify_file  # with the anchor and the recorded state where the audit module takes them
+    report: VerifyReport = verify(path, key, state=trail.read_state(trail.state_path_for(path)), anchor=anchor)
+    return report, source
+
+
+def _time(request: Request, name: str) -> datetime | None:
+    value = request.query_params.get(name, "").strip()
+    return parse_time(value, name) if value else None
+
+
+@requires(COMPLIANCE)
+def audit_trail(request: Request) -> Response:
+    console = console_of(request)
+    filters = {k: request.query_params.get(k, "").strip() for k in ("actor", "action", "since", "until")}
+    records = AuditTrail(console.home.audit_path).records()
+    chosen = filter_records(records, since=_time(request, "since"), until=_time(request, "until"),
+                            actor=filters["actor"] or None, action=filters["action"] or None)
+    shown = list(reversed(chosen))[:MAX_RECORDS]
+    return console.render(request, "audit.html", records=shown, matched=len(chosen), total=len(records),
+                          filters=filters, limit=MAX_RECORDS)
+
+
+@requires(COMPLIANCE)
+async def audit_verify(request: Request) -> Response:
+    console = console_of(request)
+    form = await request.form()
+    if not check_csrf(request, form):
+        return PlainTextResponse("Bad form token.\n", status_code=400)
+
+    def verify() -> tuple[VerifyReport, str]:
+        report, source = verify_trail(console.home)
+        console.audit(identity_of(request), "audit.verify", outcome="intact" if report.intact else "failed",
+                      role="compliance", records=report.records, first_bad_seq=report.first_bad_seq,
+                      key_fingerprint=getattr(report, "fingerprint", "") or None)
+        return report, source
+
+    report, source = await run_in_threadpool(verify)
+    return console.render(request, "audit_verify.html", report=report, key_source=source,
+                          status_code=200 if report.intact else 409)
+
+
+@requires(COMPLIANCE)
+def audit_report(request: Request) -> Response:
+    console = console_of(request)
+    since = _time(request, "since")
+    records = AuditTrail(console.home.audit_path).records()
+    summary = summarize(filter_records(records, since=since), since)
+    checkpoint = last_record_time(records, CHECKPOINT_ACTION)
+    exported = last_record_time(records, "audit.checkpoint_export")
+    return console.render(request, "audit_report.html", summary=summary, since=request.query_params.get("since", ""),
+                          generated=datetime.now(UTC).isoformat(timespec="seconds"), last_checkpoint=checkpoint,
+                          last_export=exported)
+
+
+def _request(home: Home, request_id: str) -> export_bundle.ExportRequest:
+    try:
+        return export_bundle.load_request(home.exports_dir, request_id)
+    except BadInputError:
+        raise NotFoundError(f"no export request {request_id!r}") from None
+
+
+@requires(COMPLIANCE)
+def exports(request: Request) -> Response:
+    console = console_of(request)
+    return console.render(request, "exports.html", requests=export_bundle.list_requests(console.home.exports_dir))
+
+
+def _preview(bundle: Path) -> dict[str, Any]:
+    """The bundle as it would leave: its leaderboard table and its files (names, sizes, sha256)."""
+    files = []
+    for path in sorted(bundle.iterdir()) if bundle.is_dir() else []:
+        if path.is_file():
+            files.append({"name": path.name, "bytes": path.stat().st_size,
+                          "sha256": hashlib.sha256(path.read_bytes()).hexdigest()})
+    table: list[list[str]] = []
+    board = bundle / "leaderboard.csv"
+    if board.is_file():
+        table = list(csv.reader(io.StringIO(board.read_text(encoding="utf-8"))))
+    return {"files": files, "leaderboard": table}
+
+
+@requires(COMPLIANCE)
+def export_detail(request: Request) -> Response:
+    console = console_of(request)
+    req = _request(console.home, request.path_params["request_id"])
+    folder = export_bundle.request_dir(console.home.exports_dir, req.request_id)
+    preview = _preview(folder / "bundle")
+    mismatched = sorted(f["name"] for f in preview["files"] if req.files.get(f["name"]) not in (None, f["sha256"]))
+    return console.render(request, "export.html", req=req, preview=preview, mismatched=mismatched,
+                          signature_upload=approval_by_signature(),
+                          namespace=getattr(export_bundle, "APPROVAL_NAMESPACE", "medhelm-export"),
+                          approved=request.query_params.get("approved") == "1")
+
+
+@requires(COMPLIANCE)
+def export_report(request: Request) -> Response:
+    """The bundle's own report.html, byte for byte, sandboxed (it runs nothing and loads nothing)."""
+    console = console_of(request)
+    req = _request(console.home, request.path_params["request_id"])
+    path = export_bundle.request_dir(console.home.exports_dir, req.request_id) / "bundle" / "report.html"
+    if not path.is_file():
+        raise NotFoundError("this request has no report.html")
+    return Response(path.read_bytes(), media_type="text/html; charset=utf-8",
+                    headers={"Content-Security-Policy": REPORT_CSP})
+
+
+MAX_SIGNATURE_BYTES = 16 * 1024
+APPROVAL_MODULE = "medhelm_local.export.approval"
+
+
+def approval_by_signature() -> bool:
+    """Whether the export module accepts an approver's detached SSH signature (its approval flow)."""
+    return importlib.util.find_spec(APPROVAL_MODULE) is not None
+
+
+async def _signature_text(form: Any) -> str:
+    text = str(form.get("signature") or "")
+    upload = form.get("signature_file")
+    if isinstance(upload, UploadFile):
+        content = await upload.read(MAX_SIGNATURE_BYTES + 1)
+        if content:
+            if len(content) > MAX_SIGNATURE_BYTES:
+                raise BadInputError("the signature file is too large for an SSH signature")
+            try:
+                text = content.decode("ascii")
+            except UnicodeDecodeError:
+                raise BadInputError("the signature file is not an armored SSH signature (ASCII)") from None
+    signature = text.replace("\r\n", "\n").strip() + "\n"  # a browser sends a textarea with CRLF
+    if "BEGIN SSH SIGNATURE" not in signature:
+        raise BadInputError("paste or upload the armored SSH signature (-----BEGIN SSH SIGNATURE-----)")
+    return signature
+
+
+@requires(COMPLIANCE)
+async def export_approve(request: Request) -> Response:
+    """Approve with a signature the approver made on their own machine (``ssh-keygen -Y sign``) over the
+    request's manifest digest. The console holds no approver key: the export module checks everything again
+    (rebuilt from the store, the audit trail's request record, requester and approver keys in the policy) and
+    records the approval under this user's name."""
+    console = console_of(request)
+    identity = identity_of(request)
+    if not approval_by_signature():
+        raise NotFoundError("approval with an uploaded signature is not available in this version")
+    form = await request.form()
+    if not check_csrf(request, form):
+        return PlainTextResponse("Bad form token.\n", status_code=400)
+    signature = await _signature_text(form)
+    request_id = request.path_params["request_id"]
+    _request(console.home, request_id)  # an unknown id: not found
+
+    def approve() -> None:
+        from medhelm_local.context import AppContext
+        from medhelm_local.inference.egress import audit_denials_to
+
+        approval = importlib.import_module(APPROVAL_MODULE)
+        try:
+            with export_bundle.request_lock(console.home.exports_dir, request_id):
+                approval.approve(AppContext(home=console.home, actor=identity.user), request_id,
+                                 signature=signature, key_file=None)
+        finally:
+            audit_denials_to(console.home, console.service_actor)  # AppContext pointed it at this user
+
+    await run_in_threadpool(approve)
+    return RedirectResponse(f"/exports/{request_id}?approved=1", status_code=303)
+
+
+def routes() -> list[Route]:
+    return [
+        Route("/audit", audit_trail), Route("/audit/verify", audit_verify, methods=["POST"]),
+        Route("/audit/report", audit_report), Route("/exports", exports),
+        Route("/exports/{request_id}", export_detail), Route("/exports/{request_id}/report.html", export_report),
+        Route("/exports/{request_id}/approve", export_approve, methods=["POST"]),
+    ]

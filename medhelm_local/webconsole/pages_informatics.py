@@ -1,0 +1,114 @@
+"""Clinical informatics: the leaderboard and its figures, runs with progress and failures, run and benchmark
+detail, and the per-instance view for error analysis (patient-level: every view is audited)."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from medhelm_local.analysis.figures import category_bars_svg, cost_scatter_svg, heatmap_svg
+from medhelm_local.analysis.leaderboard import WinRule
+from medhelm_local.benchmarks.registry import all_specs, get_spec
+from medhelm_local.errors import BadInputError, NotFoundError
+from medhelm_local.home.config import ConsoleRole
+from medhelm_local.prompts.styles import DEFAULT_STYLE, PROMPT_STYLES
+from medhelm_local.webconsole import data
+from medhelm_local.webconsole.app import console_of, identity_of, requires
+
+INFORMATICS = ConsoleRole.INFORMATICS
+LIVE_REFRESH_S = 10  # while a run is going, its pages reload themselves (a meta refresh: no script)
+FINAL_STATUSES = {"finished", "inferred", "failed", "interrupted"}
+WIN_RULES = {WinRule.PAPER: "MedHELM rule: a win when the score is >= the rival's (a tie is a win for both)",
+             WinRule.HELM: "HELM rule: a win when the score is > the rival's, half a win for a tie"}
+
+
+def _choice(request: Request, name: str, allowed: tuple[str, ...], default: str) -> str:
+    value = request.query_params.get(name, default)
+    if value not in allowed:
+        raise BadInputError(f"{name}: expected one of {', '.join(allowed)}")
+    return value
+
+
+@requires(INFORMATICS)
+def leaderboard(request: Request) -> Response:
+    style = _choice(request, "style", PROMPT_STYLES, DEFAULT_STYLE)
+    rule = WinRule(_choice(request, "rule", tuple(r.value for r in WinRule), WinRule.PAPER.value))
+    console = console_of(request)
+    view = data.leaderboard(console.home, prompt_style=style, rule=rule)
+    models = [r.model for r in view.rows]
+    scores = {(r.model, b): s.score for r in view.rows for b, s in r.benchmarks.items()}
+    means = {(r.model, c): v for r in view.rows for c, v in r.categories.items()}
+    points = [(r.model, r.cost, r.win_rate) for r in view.rows if r.cost is not None and r.win_rate is not None]
+    figures = {
+        "heatmap": heatmap_svg(models, view.benchmarks, scores, missing="no score"),
+        "categories": category_bars_svg(models, view.categories, means),
+        "scatter": cost_scatter_svg(points, pareto={r.model for r in view.rows if r.pareto},
+                                    empty="No cost available: configure pricing for the models in appliance.yaml."),
+    }
+    return console.render(request, "leaderboard.html", view=view, figures=figures, styles=PROMPT_STYLES,
+                          rules=WIN_RULES, rule_text=WIN_RULES[rule])
+
+
+@requires(INFORMATICS)
+def runs(request: Request) -> Response:
+    console = console_of(request)
+    summaries = data.runs(console.home)
+    live = any(s.run.status not in FINAL_STATUSES for s in summaries)
+    return console.render(request, "runs.html", runs=summaries, refresh=LIVE_REFRESH_S if live else None)
+
+
+@requires(INFORMATICS)
+def run_detail(request: Request) -> Response:
+    console = console_of(request)
+    detail = data.run_detail(console.home, request.path_params["run_id"])
+    live = detail.summary.run.status not in FINAL_STATUSES
+    return console.render(request, "run.html", detail=detail, run=detail.summary.run,
+                          refresh=LIVE_REFRESH_S if live else None)
+
+
+@requires(INFORMATICS)
+def benchmarks(request: Request) -> Response:
+    console = console_of(request)
+    registered = data.registered_datasets(console.home)
+    specs = sorted(all_specs(), key=lambda s: (s.category, s.id))
+    return console.render(request, "benchmarks.html", specs=specs, registered=registered)
+
+
+@requires(INFORMATICS)
+def benchmark_detail(request: Request) -> Response:
+    console = console_of(request)
+    name = request.path_params["benchmark"]
+    detail = data.benchmark_detail(console.home, name)
+    return console.render(request, "benchmark.html", detail=detail, spec=get_spec(name))
+
+
+@requires(INFORMATICS)
+def instances(request: Request) -> Response:
+    """Prompt, response, score and judge ratings of a run's items: patient-level, audited before it is shown."""
+    console = console_of(request)
+    run_id, benchmark = request.path_params["run_id"], request.path_params["benchmark"]
+    try:
+        page = max(0, int(request.query_params.get("page", "0")))
+    except ValueError:
+        raise BadInputError("page: expected a number") from None
+    failures = request.query_params.get("failures") == "1"
+    try:
+        get_spec(benchmark)
+    except NotFoundError:
+        raise NotFoundError(f"no benchmark {benchmark!r}") from None
+    rows, total = data.instances(console.home, run_id, benchmark, page=page, failures_only=failures)
+    console.audit(identity_of(request), "console.view_instances", role="informatics", run_id=run_id,
+                  benchmark=benchmark, page=page, failures_only=failures,
+                  instances=[r.instance_id for r in rows])
+    pages = max(1, -(-total // data.PAGE_SIZE))
+    return console.render(request, "instances.html", rows=rows, total=total, page=page, pages=pages,
+                          failures=failures, run_id=run_id, benchmark=benchmark, spec=get_spec(benchmark))
+
+
+def routes() -> list[Route]:
+    return [
+        Route("/leaderboard", leaderboard), Route("/runs", runs), Route("/runs/{run_id}", run_detail),
+        Route("/runs/{run_id}/{benchmark}/instances", instances), Route("/benchmarks", benchmarks),
+        Route("/benchmarks/{benchmark}", benchmark_detail),
+    ]

@@ -1,0 +1,104 @@
+"""IT: the model servers' health and identity (probed live, allowlist enforced), store size and disk, the audit
+trail's checkpoint age, and the last runs' outcome."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+import httpx
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+
+from medhelm_local.audit.trail import CHECKPOINT_ACTION, AuditTrail
+from medhelm_local.errors import MedhelmError
+from medhelm_local.home.config import ApplianceConfig, BackendKind, ConsoleRole
+from medhelm_local.inference.backends import resolve_api_key
+from medhelm_local.inference.egress import check_egress
+from medhelm_local.webconsole import data
+from medhelm_local.webconsole.app import console_of, requires
+
+IT = ConsoleRole.IT
+PROBE_TIMEOUT_S = 2.0
+
+
+@dataclass
+class Probe:
+    model: str
+    url: str
+    healthy: bool | None  # None: started on demand (the embedded model), nothing to probe
+    detail: str
+    served: list[str]
+    version: str | None
+
+
+def probe_servers(config: ApplianceConfig) -> list[Probe]:
+    """GET /v1/models (and /version, which vLLM serves) of every configured endpoint: up, and which model."""
+    out = []
+    for endpoint in config.models:
+        if endpoint.kind == BackendKind.EMBEDDED:
+            out.append(Probe(endpoint.name, "(embedded)", None, "started on loopback by each run; nothing to probe "
+                             "between runs", [], None))
+            continue
+        for base in endpoint.base_urls:
+            out.append(_probe(config, endpoint.name, base, endpoint))
+    return out
+
+
+def _probe(config: ApplianceConfig, name: str, base: str, endpoint: Any) -> Probe:
+    try:
+        check_egress(base, config.allowlist)
+        key = resolve_api_key(endpoint)
+    except MedhelmError as exc:
+        return Probe(name, base, False, str(exc), [], None)
+    headers = {"Authorization": f"Bearer {key}"} if key else {}
+    try:
+        with httpx.Client(timeout=PROBE_TIMEOUT_S, trust_env=False, follow_redirects=False) as client:
+            reply = client.get(f"{base}/models", headers=headers)
+            if reply.status_code != 200:
+                return Probe(name, base, False, f"HTTP {reply.status_code} from /models", [], None)
+            served = [str(m.get("id")) for m in reply.json().get("data", []) if isinstance(m, dict)]
+            version = None
+            root = base.removesuffix("/v1")
+            try:
+                answer = client.get(f"{root}/version")
+                if answer.status_code == 200:
+                    version = str(answer.json().get("version"))
+            except (httpx.HTTPError, ValueError):
+                version = None
+    except httpx.HTTPError as exc:
+        return Probe(name, base, False, f"unreachable ({type(exc).__name__})", [], None)
+    except ValueError:
+        return Probe(name, base, False, "not an OpenAI-compatible /models reply", [], None)
+    expected = endpoint.model_id
+    ok = expected in served
+    detail = "serving " + ", ".join(served) if ok else f"up, but does not serve {expected!r} ({', '.join(served)})"
+    return Probe(name, base, ok, detail, served, version)
+
+
+def _age(when: datetime | None) -> str:
+    if when is None:
+        return "never"
+    seconds = (datetime.now(UTC) - when).total_seconds()
+    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.1f} {unit} ago"
+    return f"{seconds:.0f} s ago"
+
+
+@requires(IT)
+def system(request: Request) -> Response:
+    console = console_of(request)
+    view = data.system(console.home)
+    records = AuditTrail(console.home.audit_path).records()
+    checkpoint = data.last_record_time(records, CHECKPOINT_ACTION)
+    exported = data.last_record_time(records, "audit.checkpoint_export")
+    return console.render(request, "system.html", view=view, probes=probe_servers(console.home.config),
+                          checkpoint=checkpoint, checkpoint_age=_age(checkpoint), exported=exported,
+                          exported_age=_age(exported), records=len(records))
+
+
+def routes() -> list[Route]:
+    return [Route("/system", system)]

@@ -1,0 +1,182 @@
+"""The console in the Helm chart, rendered by the real Helm engine: oauth2-proxy in front, the console on
+loopback trusting only it, Pod Security "restricted", ingress only from the ingress controller, manifests valid
+against the Kubernetes schemas and the repository's Rego policies; the compose file's console service."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import kubernetes_validate
+import pytest
+import yaml
+
+from medhelm_local.home.config import ApplianceConfig, ConsoleRole
+from tests.deploy.deploykit import REPO, all_containers, by_kind, pod_spec, render
+
+CONSOLE = {
+    "enabled": True,
+    "roles": {"informatics": ["medhelm-informatics"], "compliance": ["medhelm-compliance"],
+              "clinician": ["medhelm-clinicians"], "it": ["medhelm-it"]},
+    "oauth2Proxy": {"oidcIssuerUrl": "https://idp.hospital.example/realms/staff", "clientId": "medhelm-console",
+                    "existingSecret": "medhelm-console-oidc"},
+    "egress": [{"to": [{"ipBlock": {"cidr": "10.20.0.5/32"}}], "ports": [{"port": 443, "protocol": "TCP"}]}],
+    "ingress": {"enabled": True, "host": "medhelm.hospital.example", "className": "nginx", "tlsSecret": "tls"},
+}
+JUDGE = {"name": "judge-a", "weights": {"claim": "weights"}}
+
+
+def _component(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [d for d in by_kind(docs, kind)
+            if d["metadata"].get("labels", {}).get("app.kubernetes.io/component") == "console"]
+
+
+@pytest.fixture(scope="module")
+def docs() -> list[dict[str, Any]]:
+    return render({"console": CONSOLE, "judges": [JUDGE], "keys": {"mode": "existingSecret",
+                                                                   "existingSecret": "medhelm-keys"}})
+
+
+def test_console_is_off_by_default() -> None:
+    assert not [d for d in render({}) if "console" in d["metadata"]["name"]]
+
+
+def test_console_config_trusts_only_the_sidecar_and_maps_groups(docs: list[dict[str, Any]]) -> None:
+    (config_map,) = _component(docs, "ConfigMap")
+    config = ApplianceConfig.model_validate(yaml.safe_load(config_map["data"]["appliance.yaml"]))
+    assert config.console.trusted_proxies == ["127.0.0.1/32"]
+    assert config.console.roles[ConsoleRole.CLINICIAN] == ["medhelm-clinicians"]
+    assert config.judges == ["judge-a"]  # the appliance's own configuration, plus the console section
+
+
+def test_console_pod_is_restricted_and_only_oauth2_proxy_listens(docs: list[dict[str, Any]]) -> None:
+    (deployment,) = _component(docs, "Deployment")
+    spec = pod_spec(deployment)
+    assert spec is not None
+    assert spec["automountServiceAccountToken"] is False and spec["securityContext"]["runAsNonRoot"] is True
+    assert spec["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    for container in all_containers(spec):
+        sc = container["securityContext"]
+        assert sc["allowPrivilegeEscalation"] is False and sc["readOnlyRootFilesystem"] is True
+        assert sc["capabilities"]["drop"] == ["ALL"] and sc["runAsNonRoot"] is True
+        assert container["resources"]["limits"]["memory"]
+    containers = {c["name"]: c for c in spec["containers"]}
+    console, proxy = containers["console"], containers["oauth2-proxy"]
+    assert console["args"][console["args"].index("--host") + 1] == "127.0.0.1"
+    assert "ports" not in console
+    assert "--pass-user-headers=true" in proxy["args"] and "--upstream=http://127.0.0.1:8080/" in proxy["args"]
+    assert {a for a in proxy["args"] if a.startswith("--allowed-group=")} == {
+        f"--allowed-group={g}" for g in ("medhelm-informatics", "medhelm-compliance", "medhelm-clinicians",
+                                         "medhelm-it")}
+    secrets = {e["name"]: e for e in proxy["env"]}
+    assert all("valueFrom" in secrets[n] and "value" not in secrets[n]
+               for n in ("OAUTH2_PROXY_CLIENT_SECRET", "OAUTH2_PROXY_COOKIE_SECRET"))
+    assert not any("secret" in a.lower() for a in proxy["args"])
+    env = {e["name"]: e.get("value") for e in console["env"]}
+    assert env["MEDHELM_KEYS_DIR"] == "/run/medhelm/keys"
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["config"]["configMap"]["name"].endswith("-console")
+    for container in all_containers(spec):  # every mount names a volume of the pod
+        assert {m["name"] for m in container.get("volumeMounts", [])} <= set(volumes), container["name"]
+    (service,) = _component(docs, "Service")
+    assert service["spec"]["type"] == "ClusterIP" and service["spec"]["ports"][0]["port"] == 4180
+
+
+def test_console_ingress_only_from_the_ingress_controller(docs: list[dict[str, Any]]) -> None:
+    policies = {p["metadata"]["name"]: p for p in _component(docs, "NetworkPolicy")}
+    console = next(p for n, p in policies.items() if n.endswith("-console"))
+    (rule,) = console["spec"]["ingress"]
+    (peer,) = rule["from"]
+    assert peer["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": "ingress-nginx"}
+    assert peer["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "ingress-nginx"}
+    assert rule["ports"] == [{"protocol": "TCP", "port": 4180}]
+    egress_targets = [peer for r in console["spec"]["egress"] for peer in r["to"]]
+    assert {"ipBlock": {"cidr": "10.20.0.5/32"}} in egress_targets  # the identity provider, as configured
+    probes = next(p for n, p in policies.items() if n.endswith("-console-probes"))
+    assert probes["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "model-server"
+    assert [r["ports"] for r in probes["spec"]["ingress"]] == [[{"protocol": "TCP", "port": 8000}]]
+    (ingress,) = _component(docs, "Ingress")
+    assert ingress["spec"]["rules"][0]["host"] == "medhelm.hospital.example"
+
+
+@pytest.mark.parametrize("version", ["1.27", kubernetes_validate.latest_version()])
+def test_console_manifests_match_the_kubernetes_schemas(docs: list[dict[str, Any]], version: str) -> None:
+    for doc in [d for d in docs if "console" in d["metadata"]["name"]]:
+        kubernetes_validate.validate(doc, version, strict=True)
+
+
+def test_console_manifests_pass_the_rego_policies(docs: list[dict[str, Any]]) -> None:
+    import regopy
+
+    rego = regopy.Interpreter()
+    for module in sorted((REPO / "policies" / "rego").glob("*.rego")):
+        rego.add_module(module.name, module.read_text(encoding="utf-8"))
+    rego.set_input(regopy.Input({"manifests": docs}))
+    for package in ("pod_security", "network"):
+        output = rego.query(f"data.medhelm.kubernetes.{package}.deny")
+        assert output.ok(), str(output)
+        (value,) = json.loads(str(output))["expressions"]
+        assert value == [], f"{package}: {value}"
+
+
+@pytest.mark.parametrize(("values", "message"), [
+    ({"enabled": True, "roles": CONSOLE["roles"]}, "oidcIssuerUrl"),
+    ({**CONSOLE, "roles": {}}, "at least one group"),
+    ({**CONSOLE, "oauth2Proxy": {**CONSOLE["oauth2Proxy"], "extraArgs": ["--client-secret=abc"]}}, "extraArgs"),
+    ({**CONSOLE, "oauth2Proxy": {**CONSOLE["oauth2Proxy"], "oidcIssuerUrl": "http://idp"}}, "oidcIssuerUrl"),
+])
+def test_incomplete_console_values_are_refused(values: dict[str, Any], message: str) -> None:
+    with pytest.raises(Exception, match=message):
+        render({"console": values})
+
+
+def _network_denials(docs: list[dict[str, Any]]) -> list[str]:
+    import regopy
+
+    rego = regopy.Interpreter()
+    for module in sorted((REPO / "policies" / "rego").glob("*.rego")):
+        rego.add_module(module.name, module.read_text(encoding="utf-8"))
+    rego.set_input(regopy.Input({"manifests": docs}))
+    output = rego.query("data.medhelm.kubernetes.network.deny")
+    assert output.ok(), str(output)
+    (value,) = json.loads(str(output))["expressions"]
+    return list(value)
+
+
+def test_the_network_policy_rules_keep_the_console_narrow(docs: list[dict[str, Any]]) -> None:
+    import copy
+
+    def console_policy(d: list[dict[str, Any]]) -> dict[str, Any]:
+        return next(p for p in _component(d, "NetworkPolicy") if p["metadata"]["name"].endswith("-console"))
+
+    wide = copy.deepcopy(docs)  # the whole ingress namespace instead of the controller's pods
+    del console_policy(wide)["spec"]["ingress"][0]["from"][0]["podSelector"]
+    assert any("admits only the ingress controller" in m for m in _network_denials(wide))
+    plain = copy.deepcopy(docs)  # an identity provider over plain HTTP
+    console_policy(plain)["spec"]["egress"][1]["ports"] = [{"port": 80, "protocol": "TCP"}]
+    assert any("ipBlock" in m for m in _network_denials(plain))
+    other = copy.deepcopy(docs)  # an Ingress to something other than the console
+    _component(other, "Ingress")[0]["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["name"] = "vllm"
+    assert any("not exposed through an Ingress" in m for m in _network_denials(other))
+
+
+def test_compose_console_overlay_is_valid_and_trusts_only_its_sidecar() -> None:
+    import jsonschema
+
+    schema = json.loads((REPO / "tests" / "deploy" / "compose-spec.schema.json").read_text(encoding="utf-8"))
+    base = yaml.safe_load((REPO / "deploy" / "docker-compose.yml").read_text(encoding="utf-8"))
+    overlay = yaml.safe_load((REPO / "deploy" / "docker-compose.console.yml").read_text(encoding="utf-8"))
+    for doc in (overlay, {**base, "services": {**base["services"], **overlay["services"]},
+                          "networks": {**base["networks"], **overlay["networks"]}}):
+        errors = [e.message for e in jsonschema.Draft7Validator(schema).iter_errors(doc)]
+        assert errors == []
+    console, proxy = overlay["services"]["console"], overlay["services"]["console-proxy"]
+    assert console["command"][console["command"].index("--host") + 1] == "127.0.0.1"
+    assert proxy["network_mode"] == "service:console" and "--pass-user-headers=true" in proxy["command"]
+    for service in (console, proxy):
+        assert service["read_only"] is True and service["cap_drop"] == ["ALL"] and service["user"] == "10001:10001"
+    assert set(console["networks"]) <= set(base["networks"]) | set(overlay["networks"])
+    config = ApplianceConfig.model_validate(
+        yaml.safe_load((REPO / "deploy" / "appliance.compose.yaml").read_text(encoding="utf-8")))
+    assert config.console.trusted_proxies == ["127.0.0.1/32"]
+    assert config.console.roles[ConsoleRole.COMPLIANCE] == ["medhelm-compliance"]
