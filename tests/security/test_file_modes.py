@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.compliance.conftest import evaluated_home, run_json
+from tests.compliance.conftest import evaluated_home, request_export
 from tests.conftest import Cli, cli_env
 
 
@@ -58,7 +58,7 @@ def test_export_folders_are_private_and_doctor_names_loose_files(tmp_path: Path,
     with evaluated_home(tmp_path) as evaluated:
         cli = evaluated.cli
         os.umask(0o022)  # whatever the caller's umask, each command sets its own
-        request = run_json(cli, "export", "request", "--runs", evaluated.run_id)
+        request = request_export(cli, evaluated.run_id)
         folder = cli.home / "exports" / str(request["request_id"])
         modes = _modes(folder)
         assert modes["."] == 0o700 and _loose(modes) == {}, _loose(modes)
