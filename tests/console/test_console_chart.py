@@ -180,3 +180,15 @@ def test_compose_console_overlay_is_valid_and_trusts_only_its_sidecar() -> None:
         yaml.safe_load((REPO / "deploy" / "appliance.compose.yaml").read_text(encoding="utf-8")))
     assert config.console.trusted_proxies == ["127.0.0.1/32"]
     assert config.console.roles[ConsoleRole.COMPLIANCE] == ["medhelm-compliance"]
+
+
+def test_console_shares_the_node_of_a_read_write_once_home(docs: list[dict[str, Any]]) -> None:
+    """The console mounts the home and audit volumes: while they are ReadWriteOnce it carries the home-volume
+    label and a required pod affinity to it, like the runner and toolbox (else: Multi-Attach on another node)."""
+    (deployment,) = _component(docs, "Deployment")
+    spec = pod_spec(deployment)
+    labels = deployment["spec"]["template"]["metadata"]["labels"]
+    (term,) = spec["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert all(labels.get(k) == v for k, v in term["labelSelector"]["matchLabels"].items())
+    assert "medhelm.local/home-volume" in term["labelSelector"]["matchLabels"]
