@@ -188,7 +188,11 @@ def test_a_parity_run_through_the_cli_sends_helms_prompts_and_judge_prompts(publ
     with FakeOpenAIServer(responder=respond, record_bodies=True) as server:
         home = helpers.make_home(tmp_path / "home", {"j1": server.base_url})
         config = home.config.model_copy(deep=True)
-        config.models.append(ModelEndpoint(name="candidate", base_urls=[server.base_url], timeout_s=5.0))
+        # Models with a context as large as HELM assumes: nothing is cut to fit, so the prompts are HELM's own
+        # (a server that reports no context is fitted to 2,048 tokens, and these reports do not fit it).
+        config.models = [m.model_copy(update={"context_length": 32_768}) for m in config.models]
+        config.models.append(ModelEndpoint(name="candidate", base_urls=[server.base_url], timeout_s=5.0,
+                                           context_length=32_768))
         home.save_config(config)
         cli = Cli(home=home.root, env=cli_env())
         registered = cli("datasets", "register", "mtsamples", str(folder), "--json")
@@ -220,6 +224,9 @@ def test_score_on_helms_own_mtsamples_run_matches_the_reports_and_judges_with_he
               '"clarity": {"score": 4, "explanation": "x"}}')
     with FakeOpenAIServer(responder=lambda _: rating, record_bodies=True) as server:
         home = helpers.make_home(tmp_path / "home", {"j1": server.base_url})
+        config = home.config.model_copy(deep=True)  # a judge with room for HELM's whole judge prompts
+        config.models = [m.model_copy(update={"context_length": 32_768}) for m in config.models]
+        home.save_config(config)
         cli = Cli(home=home.root, env=cli_env())
         folder = public_data / "mtsamples_sample" / FOLDERS["mtsamples"]
         assert cli("datasets", "register", "mtsamples", str(folder)).code == 0
