@@ -283,7 +283,9 @@ async def _run_judge(store: Store, config: ApplianceConfig, spec: BenchmarkSpec,
         outcome.accepted = outcome.accepted or judgment.status != JudgmentStatus.REQUEST_FAILED
         outcome.truncated += judgment.truncation is not None
         record_judgment(store, judgment)  # committed as it arrives: an interrupted jury resumes
+        store.release()  # the lock is given back while the judges think: readers (doctor, the console) get in
 
+    store.release()  # nothing is held across the network waits below
     async with open_client(config, endpoint, max_connections=concurrency) as client:
         counter = await open_counter(client, endpoint.kind, context_length=endpoint.context_length)
         outcome.context_length = counter.server_context_length or endpoint.context_tokens

@@ -56,3 +56,39 @@ def test_run_scores_an_open_ended_benchmark_with_the_jury(tmp_path: Path) -> Non
     assert {(r["judge"], r["invalid_reply"], r["total"]) for r in rates} == {("j1", 1, 4), ("j2", 1, 4)}
     for output in (run.stdout, run.stderr, board.stdout, board.stderr, failures.stdout):
         assert SECRET not in output
+
+
+def test_readers_get_the_store_while_the_judges_think(tmp_path: Path) -> None:
+    """While a run waits on its judge, another process can read the store (the jury gives its lock back between
+    judgements, as the runner does between commit rounds)."""
+    import os
+    import subprocess
+    import sys
+
+    readers: list[int] = []
+    home_root = tmp_path / "home"
+
+    def judge_then_read(messages: list[dict[str, Any]]) -> str:
+        if "Evaluation Criteria" in messages[-1]["content"]:
+            env = {**os.environ, **cli_env(), "MEDHELM_LOCK_TIMEOUT_S": "0"}
+            listed = subprocess.run([sys.executable, "-m", "medhelm_local.cli", "--home", str(home_root), "runs",
+                                     "list", "--json"], capture_output=True, text=True, env=env, timeout=120)
+            readers.append(listed.returncode)
+            return json.dumps({c: {"score": 4, "explanation": "fine"} for c in ("accuracy", "completeness",
+                                                                               "clarity")})
+        return "Take it with food."
+
+    with FakeOpenAIServer(responder=judge_then_read) as server:
+        home = make_home(home_root, {"j1": server.base_url}, max_retries=0)
+        config = home.config.model_copy(deep=True)
+        config.models.append(ModelEndpoint(name="candidate", base_urls=[server.base_url], timeout_s=120.0))
+        config.models = [m.model_copy(update={"timeout_s": 120.0}) for m in config.models]
+        home.save_config(config)
+        data = [Instance(benchmark="medication_qa", id="m0", fields={"question": "Can I take drug 0?"},
+                         references=["Yes, with food."])]
+        with Store.open(home) as store:
+            register(store, "medication_qa", data)
+        run = Cli(home=home.root, env=cli_env())("run", "--model", "candidate", "--benchmarks", "medication_qa",
+                                                 "--json")
+    assert run.code == 0, run.stderr
+    assert readers == [0]
