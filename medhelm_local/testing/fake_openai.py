@@ -34,6 +34,8 @@ from typing import Any
 
 import uvicorn
 
+from medhelm_local.testing.asgi_thread import free_port, serve_in_thread
+
 Responder = Callable[[list[dict[str, Any]]], str]
 Scope = dict[str, Any]
 Receive = Callable[[], Awaitable[dict[str, Any]]]
@@ -363,19 +365,9 @@ class FakeOpenAIServer:
 
     def start(self) -> FakeOpenAIServer:
         if not self.port:
-            with socket.socket() as sock:
-                sock.bind(("127.0.0.1", 0))
-                self.port = sock.getsockname()[1]
-        config = uvicorn.Config(self, host="127.0.0.1", port=self.port, log_level="critical", access_log=False,
-                                lifespan="on", timeout_keep_alive=30)
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline:
-                raise RuntimeError("fake server did not start")
-            time.sleep(0.02)
+            self.port = free_port()
+        self._server, self._thread = serve_in_thread(self, self.port, what="fake server", lifespan="on",
+                                                     timeout_keep_alive=30)
         return self
 
     def stop(self) -> None:

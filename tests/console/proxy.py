@@ -4,14 +4,14 @@ Whatever identity headers the browser sent are dropped, as oauth2-proxy does."""
 
 from __future__ import annotations
 
-import socket
 import threading
-import time
 from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
 import uvicorn
+
+from medhelm_local.testing.asgi_thread import free_port, serve_in_thread
 
 PROXY_ADDRESS = "127.0.0.2"
 _HOP = {b"host", b"connection", b"keep-alive", b"transfer-encoding", b"content-length", b"x-forwarded-user",
@@ -64,18 +64,8 @@ class HeaderProxy:
         return f"http://127.0.0.1:{self.port}"
 
     def start(self) -> HeaderProxy:
-        with socket.socket() as sock:
-            sock.bind(("127.0.0.1", 0))
-            self.port = sock.getsockname()[1]
-        config = uvicorn.Config(self, host="127.0.0.1", port=self.port, log_level="critical", access_log=False)
-        self._server = uvicorn.Server(config)
-        self._thread = threading.Thread(target=self._server.run, daemon=True)
-        self._thread.start()
-        deadline = time.monotonic() + 10
-        while not self._server.started:
-            if time.monotonic() > deadline:
-                raise RuntimeError("proxy did not start")
-            time.sleep(0.02)
+        self.port = free_port()
+        self._server, self._thread = serve_in_thread(self, self.port, what="proxy")
         return self
 
     def stop(self) -> None:
