@@ -14,6 +14,7 @@ from typing import Any
 
 from medhelm_local.analysis.aggregate import latest_scores, latest_series
 from medhelm_local.analysis.leaderboard import ModelRow, build_leaderboard
+from medhelm_local.application.datasets import register_file
 from medhelm_local.audit import audit_event
 from medhelm_local.benchmarks.registry import get_spec
 from medhelm_local.context import AppContext
@@ -24,7 +25,6 @@ from medhelm_local.home import Home
 from medhelm_local.home.config import EMBEDDED_MODEL_NAME
 from medhelm_local.home.layout import atomic_write
 from medhelm_local.store import Store
-from medhelm_local.store.datasets import register_file
 from medhelm_local.store.judgments import judge_failure_rates
 
 DEMO_BENCHMARKS = ("pubmedqa", "hospice_referral", "medication_qa")
