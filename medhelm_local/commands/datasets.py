@@ -9,7 +9,6 @@ import typer
 from medhelm_local.application.datasets import register_dataset
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import app_context
-from medhelm_local.store import Store
 
 NAME = "datasets"
 HELP = "Register benchmark files and hospital extracts into the encrypted store."
@@ -40,7 +39,7 @@ def register(
 @app.command("list")
 def list_datasets(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Machine-readable.")) -> None:
     """List registered datasets (ids and fingerprints only)."""
-    with Store.open(app_context(ctx).home, read_only=True) as store:  # works during a run
+    with app_context(ctx).open_store(read_only=True) as store:  # works during a run
         rows = store.list_datasets()
     if as_json:
         emit_json([r.model_dump(mode="json") for r in rows])

@@ -22,7 +22,6 @@ from medhelm_local.scoring.helm_outputs import FAILED as HELM_FAILED
 from medhelm_local.scoring.helm_outputs import is_helm_source, match_instances, read_helm_outputs
 from medhelm_local.scoring.metrics import JURY
 from medhelm_local.scoring.summary import Breakdown, summarise
-from medhelm_local.store import Store
 from medhelm_local.store.judgments import judge_failure_rates
 
 EXPECTED_LINE = 'a JSON object {"id": "<instance id>", "output": "<model output>"} ("output" may be null)'
@@ -148,7 +147,7 @@ def score(
         lines, file_sha256 = read_predictions(predictions)
         source, source_format = predictions, "jsonl"
     config = app_ctx.home.config if spec.metric == JURY else None
-    with Store.open(app_ctx.home) as store:
+    with app_ctx.open_store() as store:
         dataset = store.current_dataset(benchmark)
         if dataset is None:
             raise NotFoundError(f"no dataset is registered for {benchmark}; see `datasets register`")
@@ -168,7 +167,8 @@ def score(
         if helm:  # HELM's failed requests: excluded and counted under their own name
             items = [(i, o, None if o is not None else HELM_FAILED) for i, o, _ in items]
         scope = f"predictions:{file_sha256}" + ("" if prompt_style == DEFAULT_STYLE else f":{prompt_style}")
-        scores = score_items(store, spec, items, scope=scope, config=config, jury_concurrency=jury_concurrency)
+        scores = score_items(store, spec, items, scope=scope, config=config, jury_concurrency=jury_concurrency,
+                             egress=app_ctx.egress)
         judges = None
         if spec.metric == JURY:
             judges = [{"judge": r.judge, "total": r.total, "ok": r.ok, "request_failed": r.request_failed,

@@ -68,7 +68,7 @@ def prepare(app_ctx: AppContext) -> dict[str, int]:
 def jury_summary(app_ctx: AppContext, run_id: str) -> list[dict[str, Any]]:
     """Per judge of the run's jury-scored benchmark: judgements, valid ones, failed requests, the structured-output
     shape sent (counts and names only)."""
-    with Store.open(app_ctx.home) as store:
+    with app_ctx.open_store() as store:
         rates = judge_failure_rates(store, run_id, JURY_BENCHMARK)
     return [{"judge": r.judge, "benchmark": r.benchmark, "judgments": r.total, "valid": r.ok,
              "request_failed": r.request_failed, "invalid_reply": r.invalid_reply,
@@ -77,7 +77,7 @@ def jury_summary(app_ctx: AppContext, run_id: str) -> list[dict[str, Any]]:
 
 def finish(app_ctx: AppContext) -> tuple[list[ModelRow], Path]:
     home = app_ctx.home
-    with Store.open(home) as store:
+    with Store.open(home, audit=app_ctx.system_audit) as store:
         # the series add each score's bootstrap CI and, for the jury-scored benchmark, its judges' failure rates
         rows = build_leaderboard(latest_scores(store), series=latest_series(store))
     report_path = write_report(aggregate_report(rows, note=SMOKE_TEST_NOTE),

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import httpx
 
-from medhelm_local.inference.egress import check_egress
+from medhelm_local.inference.egress import EgressPolicy
 from medhelm_local.inference.structured import is_format_rejection
 from medhelm_local.records import InferenceRequest, InferenceResult
 
@@ -194,7 +194,7 @@ class ChatClient:
         self,
         base_urls: Sequence[str],
         model_id: str,
-        allowlist: Sequence[str],
+        allowlist: Sequence[str] | EgressPolicy,
         *,
         api_key: str | None = None,
         timeout_s: float = 120.0,
@@ -202,11 +202,12 @@ class ChatClient:
     ) -> None:
         if not base_urls:
             raise ValueError("at least one base URL")
+        self.egress = EgressPolicy.of(allowlist)  # a bare allowlist: refusals are raised, recorded nowhere
         for url in base_urls:
-            check_egress(url, allowlist)
+            self.egress.check(url)
         self.base_urls = list(base_urls)
         self.model_id = model_id
-        self.allowlist = list(allowlist)
+        self.allowlist = list(self.egress.allowlist)
         self.timeout_s = timeout_s
         self.max_connections = max(1, max_connections)
         self.pool = EndpointPool(self.base_urls)
@@ -270,7 +271,7 @@ class ChatClient:
     async def get_json(self, base_url: str, path: str, *, timeout_s: float = 10.0) -> Any:
         """GET a small JSON document (``/v1/models``, ``/version``); None when unavailable."""
         url = f"{base_url}{path}"
-        check_egress(url, self.allowlist)
+        self.egress.check(url)
         try:
             response = await self._client.get(url, timeout=timeout_s)
             if response.status_code != 200:
@@ -286,7 +287,7 @@ class ChatClient:
         Raises RequestFailed (a category, never a body) when no HTTP reply came back.
         """
         url = f"{base_url}{path}"
-        check_egress(url, self.allowlist)
+        self.egress.check(url)
         try:
             response = await self._client.post(url, json=payload, timeout=timeout_s)
         except httpx.TimeoutException:
@@ -304,7 +305,7 @@ class ChatClient:
         base = base_url or self.pick_endpoint()
         url = f"{base}/chat/completions"
         if url not in self._allowed:
-            check_egress(url, self.allowlist)
+            self.egress.check(url)
             self._allowed.add(url)
         body = json.dumps(request_body(self.model_id, request), separators=(",", ":")).encode()
         lane = await self._lease(base)

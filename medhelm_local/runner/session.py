@@ -296,12 +296,12 @@ def evaluate(app_ctx: AppContext, options: RunOptions) -> RunOutcome:
         return _evaluate_shard(app_ctx, options)
     home = app_ctx.home
     config = home.config
-    with Store.open(home) as store:
+    with Store.open(home, audit=app_ctx.system_audit) as store:
         target = _resolve(store, config, options)
         settings = _settings(config, options, errors_only=target.mode == "retry_errors")
 
         async def infer() -> tuple[RunInfo, ExecutionReport]:
-            async with open_client(config, target.endpoint, max_connections=settings.concurrency,
+            async with open_client(config, target.endpoint, max_connections=settings.concurrency, egress=app_ctx.egress,
                                    timeout_s=options.request_timeout_s) as client:
                 servers, weights = await _prepare_client(store, client, target.endpoint)
                 counter = await _token_counter(client, target.endpoint)
@@ -340,7 +340,7 @@ def _finish(app_ctx: AppContext, store: Store, run: RunInfo, options: RunOptions
     results = []
     if options.score:
         for benchmark in run.benchmarks:
-            score_benchmark(store, run.run_id, benchmark, config=config)
+            score_benchmark(store, run.run_id, benchmark, config=config, egress=app_ctx.egress)
             results.append(benchmark_score(store, run.run_id, run.model, benchmark))
     store.set_run_status(run.run_id, "finished" if options.score else "inferred", finished=True)
     errors = runs_db.errors_by_category(store, run.run_id)
@@ -369,7 +369,7 @@ def _evaluate_shard(app_ctx: AppContext, options: RunOptions) -> RunOutcome:
     settings = _settings(config, options, errors_only=False)
 
     async def infer() -> tuple[RunInfo, ExecutionReport, Path]:
-        async with open_client(config, endpoint, max_connections=settings.concurrency,
+        async with open_client(config, endpoint, max_connections=settings.concurrency, egress=app_ctx.egress,
                                timeout_s=options.request_timeout_s) as client:
             with sharding.open_main_store(home) as main:
                 servers, weights = await _prepare_client(main, client, endpoint)

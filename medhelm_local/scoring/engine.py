@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import MedhelmError
 from medhelm_local.home.config import ApplianceConfig
+from medhelm_local.inference.egress import EgressPolicy
 from medhelm_local.prompts.styles import spec_for_run
 from medhelm_local.records import Instance, InstanceScore
 from medhelm_local.scoring.jury import DEFAULT_JURY_CONCURRENCY, JuryItem, JuryStats, jury_scores
@@ -46,7 +47,8 @@ def score_outputs(spec: BenchmarkSpec, items: Iterable[tuple[Instance, str | Non
 
 def score_items(store: Store, spec: BenchmarkSpec, items: list[tuple[Instance, str | None, str | None]], *,
                 scope: str, config: ApplianceConfig | None, jury_concurrency: int | None = None,
-                only_failed: bool = False, jury_stats: JuryStats | None = None) -> list[InstanceScore]:
+                only_failed: bool = False, jury_stats: JuryStats | None = None,
+                egress: EgressPolicy | None = None) -> list[InstanceScore]:
     """Score items of one benchmark; jury judgements are recorded under ``scope`` (a run id).
     ``only_failed``: keep every valid judgement already stored, ask the judges only where one failed or is
     missing (``jury rescore``)."""
@@ -54,14 +56,16 @@ def score_items(store: Store, spec: BenchmarkSpec, items: list[tuple[Instance, s
         jury_items = [JuryItem(instance, output, error) for instance, output, error in items]
         return jury_scores(store, config, spec, jury_items, scope=scope,
                            concurrency=jury_concurrency or DEFAULT_JURY_CONCURRENCY, only_failed=only_failed,
-                           stats=jury_stats)
+                           stats=jury_stats, egress=egress)
     return score_outputs(spec, items)
 
 
 def score_benchmark(store: Store, run_id: str, benchmark: str, *, config: ApplianceConfig | None = None,
                     jury_concurrency: int | None = None, only_failed: bool = False,
-                    jury_stats: JuryStats | None = None) -> list[InstanceScore]:
-    """Score one benchmark of a run. ``config`` gives the jury's judge models for open-ended benchmarks.
+                    jury_stats: JuryStats | None = None, egress: EgressPolicy | None = None
+                    ) -> list[InstanceScore]:
+    """Score one benchmark of a run. ``config`` gives the jury's judge models for open-ended benchmarks;
+    ``egress`` the caller's policy for reaching them (``AppContext.egress``: a refusal is audited).
 
     The spec is the one the run used (its prompt style applied: MedHELM parity answers and judge prompt)."""
     run = store.get_run(run_id)

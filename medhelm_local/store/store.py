@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from medhelm_local.home import Home
 from medhelm_local.home.keys import load_data_key
 from medhelm_local.records import Instance, InstanceScore
+from medhelm_local.sinks import AuditSink
 from medhelm_local.store.batch import ID_LIST_PARAM, ColumnBatch, id_list
 from medhelm_local.store.connection import (
     REACQUIRE_WAIT_S,
@@ -98,10 +99,12 @@ class Store:
         return self._db.attached
 
     @classmethod
-    def open(cls, home: Home, *, read_only: bool = False) -> Store:
+    def open(cls, home: Home, *, read_only: bool = False, audit: AuditSink | None = None) -> Store:
+        """Open the home's store. ``audit``: where a data-key rotation that crashed after its point of no
+        return, finished here, is recorded (the caller's sink, bound to the appliance's system actor)."""
         from medhelm_local.store.rekey import recover_and_audit
 
-        recover_and_audit(home)  # finish a data-key rotation that crashed after its point of no return
+        recover_and_audit(home.store_path, home.keys_dir, audit)
         return cls.open_file(home, home.store_path, read_only=read_only)
 
     @classmethod

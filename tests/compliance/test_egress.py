@@ -15,9 +15,12 @@ from pathlib import Path
 import pytest
 
 from medhelm_local.audit.trail import AuditTrail
+from medhelm_local.context import AppContext
 from medhelm_local.errors import EgressDenied
-from medhelm_local.home import ModelEndpoint
-from medhelm_local.inference.egress import check_egress, is_allowed, set_denial_auditor
+from medhelm_local.home import Home, ModelEndpoint
+from medhelm_local.home.config import ApplianceConfig
+from medhelm_local.inference.client import ChatClient
+from medhelm_local.inference.egress import EgressPolicy, check_egress, is_allowed
 from tests.compliance.conftest import add_models, hospice_csv
 from tests.compliance.inproc import InProcessCli
 
@@ -37,13 +40,55 @@ def test_allowlist_rules() -> None:
 
 def test_denial_is_reported_to_the_auditor_with_target_only() -> None:
     seen: list[str] = []
-    set_denial_auditor(seen.append)
-    try:
-        with pytest.raises(EgressDenied, match="not on the allowlist"):
-            check_egress("https://api.example.com:8443/v1/chat/completions?key=secret", ALLOW)
-    finally:
-        set_denial_auditor(None)
+    with pytest.raises(EgressDenied, match="not on the allowlist"):
+        check_egress("https://api.example.com:8443/v1/chat/completions?key=secret", ALLOW, on_denied=seen.append)
     assert seen == ["https://api.example.com:8443"]
+    policy = EgressPolicy(tuple(ALLOW), on_denied=seen.append)
+    policy.check("http://judge.internal:8000/v1/models")  # allowed: nothing recorded
+    with pytest.raises(EgressDenied):
+        policy.check("http://judge.internal:8001/v1?token=x")
+    assert seen == ["https://api.example.com:8443", "http://judge.internal:8001"]
+
+
+def test_a_library_made_context_audits_a_denial_with_no_global_set_up(tmp_path: Path) -> None:
+    """The bench, the demo or a test makes an AppContext and a client from it: the refusal is audited in that
+    home, as that actor, with nothing process-wide installed first (issue 16 §3)."""
+    home = Home(tmp_path / "home")
+    home.init()
+    ctx = AppContext(home=home, actor="library-caller")
+    with pytest.raises(EgressDenied, match="refused before connecting"):
+        ChatClient(["http://203.0.113.9:8000/v1"], "m", ctx.egress)
+    (denial,) = _denials(home.root)
+    assert denial["actor"] == "library-caller" and denial["outcome"] == "denied"
+    assert denial["objects"] == {"target": "http://203.0.113.9:8000", "reason": "not_allowlisted"}
+
+
+def test_two_contexts_in_one_process_do_not_share_egress_state(tmp_path: Path) -> None:
+    """Each context's refusals land in its own home, as its own actor; making the second context changes
+    nothing for the first (no process-wide auditor that the last one made wins)."""
+    first, second = Home(tmp_path / "first"), Home(tmp_path / "second")
+    first.init()
+    second.init()
+    data = second.config.model_dump()
+    data["allowlist"] = [*data["allowlist"], "http://198.51.100.4:8000"]
+    second.save_config(ApplianceConfig.model_validate(data))
+    ctx_a = AppContext(home=first, actor="alice")
+    ctx_b = AppContext(home=second, actor="bob")
+    with pytest.raises(EgressDenied):
+        ctx_a.egress.check("http://198.51.100.4:8000/v1")  # on bob's allowlist, not on alice's
+    ctx_b.egress.check("http://198.51.100.4:8000/v1")
+    with pytest.raises(EgressDenied):
+        ctx_b.egress.check("http://203.0.113.9:8000/v1")
+    with pytest.raises(EgressDenied):
+        ctx_a.egress.check("http://192.0.2.77/v1")
+    assert [(d["actor"], d["objects"]["target"]) for d in _denials(first.root)] == [
+        ("alice", "http://198.51.100.4:8000"), ("alice", "http://192.0.2.77")]
+    assert [(d["actor"], d["objects"]["target"]) for d in _denials(second.root)] == [
+        ("bob", "http://203.0.113.9:8000")]
+    # A bare allowlist audits nowhere (and says nothing about either home).
+    with pytest.raises(EgressDenied):
+        check_egress("http://192.0.2.78/v1", ALLOW)
+    assert len(_denials(first.root)) == 2 and len(_denials(second.root)) == 1
 
 
 def _denials(home: Path) -> list[dict[str, object]]:
