@@ -90,6 +90,12 @@ class Store:
             self._db.attach(wait_s=max(REACQUIRE_WAIT_S, lock_timeout_s(self._db.settings)))
         return self._db.conn
 
+    def probe(self) -> int:
+        """A health check: read the store's ``meta`` table (the key opens the store, its schema is there); how
+        many rows it has."""
+        row = self._conn.execute("SELECT count(*) FROM meta").fetchone()
+        return int(row[0]) if row else 0
+
     def release(self) -> None:
         """Give the store's file lock back until the next query (between transactions only)."""
         self._db.detach()
