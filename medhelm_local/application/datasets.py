@@ -119,7 +119,7 @@ def register_file(app_ctx: AppContext, spec: BenchmarkSpec, path: Path, *, spec_
     # The store first (waiting, bounded, for its lock): a registration that cannot take it writes nothing. The
     # custom spec is validated into a staging folder and moved into place as the data's transaction commits;
     # any failure leaves the home's spec as it was (issue 12 §6).
-    with Store.open(home) as store, _staged_spec(spec_file, home.root) as staged:
+    with app_ctx.open_store() as store, _staged_spec(spec_file, home.root) as staged:
         if staged is not None:
             spec = staged.spec
         registration = store_dataset(store, spec, path, result,

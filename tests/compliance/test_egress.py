@@ -3,6 +3,7 @@ runs in a network namespace that has nothing but loopback."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -19,6 +20,7 @@ from medhelm_local.context import AppContext
 from medhelm_local.errors import EgressDenied
 from medhelm_local.home import Home, ModelEndpoint
 from medhelm_local.home.config import ApplianceConfig
+from medhelm_local.inference.backends import open_client
 from medhelm_local.inference.client import ChatClient
 from medhelm_local.inference.egress import EgressPolicy, check_egress, is_allowed
 from tests.compliance.conftest import add_models, hospice_csv
@@ -61,6 +63,24 @@ def test_a_library_made_context_audits_a_denial_with_no_global_set_up(tmp_path: 
     (denial,) = _denials(home.root)
     assert denial["actor"] == "library-caller" and denial["outcome"] == "denied"
     assert denial["objects"] == {"target": "http://203.0.113.9:8000", "reason": "not_allowlisted"}
+
+
+def test_open_client_takes_the_callers_policy(tmp_path: Path) -> None:
+    """What the runner and the jury open their clients with: the context's policy, so a judge or candidate slipped
+    into appliance.yaml by hand is refused and audited as the acting user."""
+    home = Home(tmp_path / "home")
+    home.init()
+    ctx = AppContext(home=home, actor="judge-runner")
+    endpoint = ModelEndpoint(name="judge-outside", base_urls=["http://203.0.113.20:8000/v1"])
+
+    async def opened() -> None:
+        async with open_client(home.config, endpoint, egress=ctx.egress):
+            pytest.fail("a client was opened to a non-allowlisted endpoint")
+
+    with pytest.raises(EgressDenied):
+        asyncio.run(opened())
+    assert [(d["actor"], d["objects"]["target"]) for d in _denials(home.root)] == [
+        ("judge-runner", "http://203.0.113.20:8000")]
 
 
 def test_two_contexts_in_one_process_do_not_share_egress_state(tmp_path: Path) -> None:
