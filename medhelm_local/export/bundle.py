@@ -255,8 +255,19 @@ def _structural_checks(data: agg.ExportAggregates, raw: agg.RawExport, loaded: L
                 and agg.implied_small(cell.score, cell.n_scored, policy)):
             implied.append(Finding("aggregates.json", f"{where}.score", "the count the score implies is a small "
                                    "cell"))
-        if cell.score is not None and round(cell.score, policy.rounding.score_decimals) != cell.score:
-            rounding.append(Finding("aggregates.json", f"{where}.score", "not rounded"))
+        ci = [(name, getattr(cell, name)) for name in ("ci_low", "ci_high") if getattr(cell, name) is not None]
+        if ci and cell.score is None:
+            lonely.append(Finding("aggregates.json", f"{where}.{ci[0][0]}", "a confidence interval beside a "
+                                  "suppressed score locates it"))
+        elif ci and not scored_enough:
+            small.append(Finding("aggregates.json", f"{where}.{ci[0][0]}", "interval on fewer instances than the "
+                                 "minimum"))
+        if ci and proportion and policy.rounding.count_multiple > 1:
+            implied.append(Finding("aggregates.json", f"{where}.{ci[0][0]}", "a proportion's interval (multiples "
+                                   "of 1/n) gives away the exact count that rounding hides"))
+        for name, value in [("score", cell.score), *ci]:
+            if value is not None and round(value, policy.rounding.score_decimals) != value:
+                rounding.append(Finding("aggregates.json", f"{where}.{name}", "not rounded"))
     for index, model in enumerate(data.models):
         for name in ("win_rate", "macro_avg"):
             value = getattr(model, name)
@@ -273,13 +284,14 @@ def _structural_checks(data: agg.ExportAggregates, raw: agg.RawExport, loaded: L
                "applied" if policy.complementary_suppression else "disabled by policy"),
         _check("implied_counts", f"no published proportion implies a count (score x n, or n minus it) from 1 to "
                f"{policy.min_cell_size - 1}", implied, "applied"),
-        _check("rounding", f"scores rounded to {policy.rounding.score_decimals} decimals", rounding, "applied"),
+        _check("rounding", f"scores and their confidence intervals rounded to {policy.rounding.score_decimals} "
+               "decimals", rounding, "applied"),
     ]
 
 
 def _published(cell: agg.PublishedCell) -> bool:
-    return any(v is not None for v in (cell.score, cell.n_scored, cell.n_failed, cell.n_total, cell.n_gold_empty,
-                                       cell.score_nonempty_gold))
+    return any(v is not None for v in (cell.score, cell.ci_low, cell.ci_high, cell.n_scored, cell.n_failed,
+                                       cell.n_total, cell.n_gold_empty, cell.score_nonempty_gold))
 
 
 @dataclass

@@ -7,7 +7,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from medhelm_local.analysis.figures import category_bars_svg, cost_scatter_svg, heatmap_svg
+from medhelm_local.analysis.figures import LeaderboardFigures, leaderboard_figures
 from medhelm_local.analysis.leaderboard import WinRule
 from medhelm_local.benchmarks.registry import all_specs, get_spec
 from medhelm_local.errors import BadInputError, NotFoundError
@@ -30,22 +30,23 @@ def _choice(request: Request, name: str, allowed: tuple[str, ...], default: str)
     return value
 
 
+def console_figures(view: data.LeaderboardView) -> LeaderboardFigures:
+    """The leaderboard's figures: the same function as the exported report's (``analysis.figures``)."""
+    return leaderboard_figures(
+        [r.model for r in view.rows], view.benchmarks,
+        {(r.model, b): s.score for r in view.rows for b, s in r.benchmarks.items()},
+        {(r.model, c): v for r in view.rows for c, v in r.categories.items()},
+        {r.model: r.win_rate for r in view.rows}, {r.model: r.cost for r in view.rows},
+        macro_avgs={r.model: r.macro_avg for r in view.rows})
+
+
 @requires(INFORMATICS)
 def leaderboard(request: Request) -> Response:
     style = _choice(request, "style", PROMPT_STYLES, DEFAULT_STYLE)
     rule = WinRule(_choice(request, "rule", tuple(r.value for r in WinRule), WinRule.PAPER.value))
     console = console_of(request)
     view = data.leaderboard(console.home, prompt_style=style, rule=rule)
-    models = [r.model for r in view.rows]
-    scores = {(r.model, b): s.score for r in view.rows for b, s in r.benchmarks.items()}
-    means = {(r.model, c): v for r in view.rows for c, v in r.categories.items()}
-    points = [(r.model, r.cost, r.win_rate) for r in view.rows if r.cost is not None and r.win_rate is not None]
-    figures = {
-        "heatmap": heatmap_svg(models, view.benchmarks, scores, missing="no score"),
-        "categories": category_bars_svg(models, view.categories, means),
-        "scatter": cost_scatter_svg(points, pareto={r.model for r in view.rows if r.pareto},
-                                    empty="No cost available: configure pricing for the models in appliance.yaml."),
-    }
+    figures = console_figures(view)
     return console.render(request, "leaderboard.html", view=view, figures=figures, styles=PROMPT_STYLES,
                           rules=WIN_RULES, rule_text=WIN_RULES[rule])
 

@@ -1,0 +1,116 @@
+"""The 95% CI in the export: the CLI leaderboard's interval, rounded as the scores are, published only beside its
+score (a suppressed score's CI is suppressed too), withheld for a proportion where counts are rounded; the
+structural checks catch any CI that breaks those rules, and differencing covers a cell that publishes only a CI."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from datetime import datetime
+from pathlib import Path
+
+from medhelm_local.export import aggregates as agg
+from medhelm_local.export import bundle
+from medhelm_local.export.aggregates import RawCell, RawExport, RawModelUsage, RawRun, publish, publish_cell
+from medhelm_local.export.policy import ExportPolicy, LoadedPolicy, Rounding
+from tests.compliance.conftest import EvaluatedHome, request_export
+
+POLICY = ExportPolicy()
+
+
+def _cell(score: float | None = 0.5, n_scored: int = 40, n_failed: int = 0, ci: tuple[float, float] | None = (
+        0.3456789, 0.6543211), proportion: bool = True, benchmark: str = "b1") -> RawCell:
+    return RawCell(run_id="run-m", model="m", benchmark=benchmark, category="Cat A", metric="exact_match",
+                   score=score, n_scored=n_scored, n_failed=n_failed, n_total=n_scored + n_failed,
+                   created_at=datetime(2026, 1, 1), proportion=proportion,
+                   ci_low=None if ci is None else ci[0], ci_high=None if ci is None else ci[1])
+
+
+def test_a_published_score_carries_its_ci_rounded_as_the_scores() -> None:
+    cell = publish_cell(_cell(), POLICY)
+    assert (cell.score, cell.ci_low, cell.ci_high) == (0.5, 0.346, 0.654)
+    two = publish_cell(_cell(), POLICY.model_copy(update={"rounding": Rounding(score_decimals=2)}))
+    assert (two.ci_low, two.ci_high) == (0.35, 0.65)
+    assert not [m for m in cell.suppressed if m.startswith("ci:")]
+
+
+def test_a_suppressed_score_has_no_ci() -> None:
+    small = publish_cell(_cell(n_scored=7), POLICY)  # the whole cell is small
+    assert (small.score, small.ci_low, small.ci_high) == (None, None, None) and small.suppressed == ["cell:small_cell"]
+    implied = publish_cell(_cell(score=2 / 40, ci=(0.0, 0.125)), POLICY)  # 2 of 40: a small implied count
+    assert (implied.score, implied.ci_low, implied.ci_high) == (None, None, None)
+    assert {"score:implied_count", "ci:score_suppressed"} <= set(implied.suppressed)
+    complementary = publish_cell(_cell(n_failed=3), POLICY)  # 3 failures: the score would reveal them
+    assert complementary.ci_low is None and "ci:score_suppressed" in complementary.suppressed
+    scored_few = publish_cell(_cell(n_scored=10, n_failed=5), POLICY)  # 15 planned, 10 scored
+    assert scored_few.n_total == 15 and scored_few.ci_low is None and scored_few.ci_high is None
+
+
+def test_count_rounding_withholds_a_proportions_ci_only() -> None:
+    rounded = POLICY.model_copy(update={"rounding": Rounding(count_multiple=5)})
+    proportion = publish_cell(_cell(n_scored=41), rounded)
+    assert proportion.score == 0.5 and proportion.n_scored == 40  # published n rounded
+    assert proportion.ci_low is None and "ci:count_rounding" in proportion.suppressed
+    mean = publish_cell(_cell(n_scored=41, score=0.61234, proportion=False), rounded)
+    assert (mean.ci_low, mean.ci_high) == (0.346, 0.654)
+
+
+def test_fewer_than_two_instances_have_no_ci_and_no_marker() -> None:
+    cell = publish_cell(_cell(ci=None), POLICY)
+    assert cell.score == 0.5 and cell.ci_low is None and not [m for m in cell.suppressed if m.startswith("ci")]
+
+
+def _raw(*cells: RawCell) -> RawExport:
+    return RawExport(runs=[RawRun(run_id="run-m", model="m", status="finished", benchmarks=[c.benchmark for c in cells],
+                                  manifest_sha256="0" * 64, dataset_fingerprints={})],
+                     cells=list(cells), usage=[RawModelUsage(model="m", cost=None, n_total=80)])
+
+
+def _checks(data: agg.ExportAggregates, raw: RawExport, policy: ExportPolicy) -> dict[str, list[dict[str, str]]]:
+    loaded = LoadedPolicy(policy=policy, sha256="0" * 64, source="test")
+    return {c.id: c.findings for c in bundle._structural_checks(data, raw, loaded) if c.result == "fail"}
+
+
+def test_structural_checks_catch_a_ci_that_breaks_the_rules() -> None:
+    raw = _raw(_cell(), _cell(benchmark="b2", score=2 / 40, ci=(0.0, 0.125)))
+    data = publish(raw, POLICY, request_id="exp-x", policy_sha256="0" * 64)
+    assert _checks(data, raw, POLICY) == {}
+    tampered = data.model_copy(deep=True)
+    tampered.cells[1].ci_low, tampered.cells[1].ci_high = 0.0, 0.125  # beside the suppressed score
+    tampered.cells[0].ci_high = 0.6543211  # not rounded
+    failed = _checks(tampered, raw, POLICY)
+    assert [f["location"] for f in failed["complementary_suppression"]] == ["$.cells[1].ci_low"]
+    assert [f["location"] for f in failed["rounding"]] == ["$.cells[0].ci_high"]
+    assert "0.125" not in json.dumps(failed)  # findings never quote values
+    rounded = POLICY.model_copy(update={"rounding": Rounding(count_multiple=5)})
+    leaky = publish(raw, rounded, request_id="exp-x", policy_sha256="0" * 64).model_copy(deep=True)
+    assert leaky.cells[0].ci_low is None
+    leaky.cells[0].ci_low, leaky.cells[0].ci_high = 0.346, 0.654
+    assert [f["location"] for f in _checks(leaky, raw, rounded)["implied_counts"]] == ["$.cells[0].ci_low"]
+
+
+def test_differencing_covers_a_cell_that_publishes_only_a_ci() -> None:
+    data = publish(_raw(_cell()), POLICY, request_id="exp-x", policy_sha256="0" * 64)
+    only_ci = data.cells[0].model_copy(update={"score": None, "n_scored": None, "n_failed": None, "n_total": None})
+    assert bundle._published(only_ci)
+    nothing = only_ci.model_copy(update={"ci_low": None, "ci_high": None})
+    assert not bundle._published(nothing)
+
+
+def test_export_ci_is_the_cli_leaderboards_ci_rounded(evaluated: EvaluatedHome) -> None:
+    cli = evaluated.cli
+    request = request_export(cli, evaluated.run_id)
+    assert request["status"] == "ready", request["checks"]
+    folder = Path(cli.home) / "exports" / str(request["request_id"]) / "bundle"
+    cell = json.loads((folder / "aggregates.json").read_text())["cells"][0]
+    result = cli("leaderboard", "--json")
+    assert result.code == 0, result.stderr
+    entry = json.loads(result.stdout)[0]["benchmarks"]["hospice_referral"]
+    assert entry["ci_low"] is not None and entry["ci_low"] < entry["score"] < entry["ci_high"]
+    assert (cell["score"], cell["ci_low"], cell["ci_high"]) == (
+        round(entry["score"], 3), round(entry["ci_low"], 3), round(entry["ci_high"], 3))
+    table = list(csv.DictReader(io.StringIO((folder / "cells.csv").read_text())))
+    assert table[0]["ci_low"] == str(cell["ci_low"]) and table[0]["ci_high"] == str(cell["ci_high"])
+    html = (folder / "report.html").read_text()
+    assert f"<span>{cell['ci_low']:.3f}</span>, <span>{cell['ci_high']:.3f}</span>" in html
