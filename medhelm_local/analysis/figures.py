@@ -71,7 +71,7 @@ def heatmap_svg(models: Sequence[str], benchmarks: Sequence[str],
     low, high = (0.0, 1.0) if all(0 <= v <= 1 for v in values) else (min(values, default=0), max(values, default=1))
     longest = max(len(m) for m in models)
     tallest = max(len(b) for b in benchmarks)
-    cw, ch = 96, 34
+    cw, ch = max(96, min(150, 720 // len(benchmarks))), 38  # few benchmarks: wider cells, never a thumbnail
     left, top = min(70 + 7 * longest, 340), min(40 + 6 * tallest, 200)
     width = max(left + cw * len(benchmarks) + 60, left + 260)
     height = top + ch * len(models) + 60

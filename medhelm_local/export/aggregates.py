@@ -223,6 +223,8 @@ class ExportAggregates(_Closed):
     appliance_version: str
     policy_sha256: str
     min_cell_size: int
+    score_decimals: int = 3  # the policy's rounding: every score, CI and average is printed with as many decimals
+    cost_decimals: int = 2
     runs: list[PublishedRun]
     cells: list[PublishedCell]
     models: list[PublishedModel]
@@ -388,5 +390,6 @@ def publish(raw: RawExport, policy: ExportPolicy, *, request_id: str, policy_sha
         schema_id=EXPORT_SCHEMA, request_id=request_id,
         generated_at=generated_at or datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
         appliance_version=__version__, policy_sha256=policy_sha256, min_cell_size=policy.min_cell_size,
+        score_decimals=policy.rounding.score_decimals, cost_decimals=policy.rounding.cost_decimals,
         runs=[PublishedRun(**r.model_dump()) for r in raw.runs], cells=cells, models=models, notes=list(NOTES),
     )

@@ -119,14 +119,9 @@ def render_files(data: ExportAggregates) -> dict[str, bytes]:
 
 
 def score_digits(data: ExportAggregates) -> int:
-    """The decimals the published scores carry (the policy's rounding): every score is printed with as many."""
-    digits = 0
-    values = [v for c in data.cells for v in (c.score, c.ci_low, c.ci_high)]
-    values += [m.win_rate for m in data.models] + [m.macro_avg for m in data.models]
-    for value in values:
-        if value is not None:
-            digits = max(digits, _decimals(value))
-    return min(max(digits, 1), 6)
+    """The decimals the policy rounds scores to: every score, CI and average is printed with as many ("0.480"
+    beside "0.395", never "0.48")."""
+    return data.score_decimals
 
 
 def _latest_cells(data: ExportAggregates) -> dict[tuple[str, str], PublishedCell]:
@@ -192,18 +187,12 @@ def _th(key: str, numeric: bool) -> str:
     return f'<th class="n">{escape(HEADINGS[key])}</th>' if numeric else f"<th>{escape(HEADINGS[key])}</th>"
 
 
-def _decimals(value: float) -> int:
-    text = repr(float(value))
-    return len(text.split(".")[1]) if "." in text and "e" not in text else 6
-
-
 def _cost(value: float | None, digits: int) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
 def _leaderboard_table(data: ExportAggregates, digits: int) -> str:
-    # costs with the decimals the policy rounded them to (at least two): "12.50" beside "3.25"
-    cost_digits = min(6, max([2, *(_decimals(m.cost) for m in data.models if m.cost is not None)]))
+    cost_digits = data.cost_decimals  # the policy's: "12.50" beside "3.25"
     head = ("<tr>" + "".join(f"<th>{escape(HEADINGS[k])}</th>" for k in ("rank", "model", "win_rate"))
             + _th("win_pairs", True) + f"<th>{escape(HEADINGS['macro_avg'])}</th>" + _th("benchmarks_published", True)
             + "".join(f"<th>{escape(HEADINGS[k])}</th>" for k in ("benchmarks_suppressed", "cost")) + "</tr>")
