@@ -102,9 +102,12 @@ def heatmap_svg(models: Sequence[str], benchmarks: Sequence[str],
 
 def category_bars_svg(models: Sequence[str], categories: Sequence[str],
                       means: Mapping[tuple[str, str], float | None], *, title: str = "Category means",
-                      empty: str = "No scores.", digits: int = 3) -> str:
+                      empty: str = "No scores.", digits: int = 3,
+                      intervals: Mapping[tuple[str, str], tuple[float, float]] | None = None) -> str:
     """Grouped horizontal bars: per category, one bar per model (its mean over the category's benchmarks), on a
-    0-1 axis with ticks and grid lines, a legend of the models below."""
+    0-1 axis with ticks and grid lines, the 95% CI as a whisker where ``intervals`` has one, a legend of the
+    models below."""
+    intervals = intervals or {}
     if not categories or not models:
         return f"<p>{escape(empty)}</p>"
     values = [v for v in means.values() if v is not None]
@@ -131,7 +134,15 @@ def category_bars_svg(models: Sequence[str], categories: Sequence[str],
             y = y0 + mi * bar
             parts.append(f'<rect x="{left}" y="{y}" width="{w:.1f}" height="{bar - 2}" '
                          f'fill="{PALETTE[mi % len(PALETTE)]}"/>')
-            parts.append(_text(left + w + 4, y + bar - 5, fmt(value, digits), size=11))
+            label_x = left + w + 4
+            interval = intervals.get((model, category))
+            if interval is not None:
+                x0, x1 = (left + chart_w * max(0.0, v) / high for v in interval)
+                mid = y + (bar - 2) / 2
+                parts.append(f'<path d="M{x0:.1f} {mid - 4:.1f}V{mid + 4:.1f}M{x0:.1f} {mid:.1f}H{x1:.1f}'
+                             f'M{x1:.1f} {mid - 4:.1f}V{mid + 4:.1f}" stroke="#222" fill="none"/>')
+                label_x = max(label_x, x1 + 4)
+            parts.append(_text(label_x, y + bar - 5, fmt(value, digits), size=11))
     legend_y = axis_y + 36
     for mi, model in enumerate(models):
         y = legend_y + mi * 22
@@ -215,9 +226,12 @@ def leaderboard_figures(models: Sequence[str], benchmarks: Sequence[str],
                         category_means: Mapping[tuple[str, str], float | None],
                         win_rates: Mapping[str, float | None], costs: Mapping[str, float | None], *,
                         macro_avgs: Mapping[str, float | None] | None = None, digits: int = 3,
-                        text: FigureText | None = None) -> LeaderboardFigures:
+                        text: FigureText | None = None,
+                        category_intervals: Mapping[tuple[str, str], tuple[float, float]] | None = None
+                        ) -> LeaderboardFigures:
     """The leaderboard's three figures from its values: the benchmark heatmap (models in ``models`` order x
-    ``benchmarks``), category means, and cost against win rate with the Pareto front (MedHELM's figures). With a
+    ``benchmarks``), category means (with their 95% CIs as whiskers where ``category_intervals`` has them), and
+    cost against win rate with the Pareto front (MedHELM's figures). With a
     single model there is no win rate: its cost is plotted against its macro average (``macro_avgs``), said on the
     axis."""
     from medhelm_local.analysis.cost_performance import pareto_front
@@ -236,7 +250,7 @@ def leaderboard_figures(models: Sequence[str], benchmarks: Sequence[str],
         heatmap=heatmap_svg(models, benchmarks, scores, title=text.heatmap, missing=text.missing,
                             empty=text.no_scores, digits=digits),
         categories=category_bars_svg(models, categories, category_means, title=text.categories,
-                                     empty=text.no_scores, digits=digits),
+                                     empty=text.no_scores, digits=digits, intervals=category_intervals),
         scatter=cost_scatter_svg(points, pareto=front, score_label=axis, cost_label=text.cost_axis,
                                  title=text.scatter, empty=text.no_cost, front_label=front_label),
     )

@@ -25,13 +25,14 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from medhelm_local import __version__
 from medhelm_local.analysis.aggregate import benchmark_score, instance_series
 from medhelm_local.analysis.stats import DEFAULT_RESAMPLES, bootstrap_ci
 from medhelm_local.benchmarks.registry import get_spec
 from medhelm_local.errors import BadInputError, NotFoundError
+from medhelm_local.export import intervals
 from medhelm_local.export.policy import ExportPolicy
 from medhelm_local.home.config import ApplianceConfig
 from medhelm_local.prompts.styles import run_prompt_style
@@ -84,6 +85,8 @@ class RawCell(_Closed):
     created_at: datetime
     ci_low: float | None = None  # the score's 95% bootstrap CI (None: fewer than two scored instances)
     ci_high: float | None = None
+    # the score on each resample of a seed of the benchmark's own (export.intervals): the summaries' CIs. In memory.
+    replicates: list[float] | None = Field(default=None, exclude=True, repr=False)
     n_gold_empty: int | None = None  # EHRSQL: scored items whose gold query returns no rows
     score_nonempty_gold: float | None = None  # the score on the other scored items
     proportion: bool = True  # every scored instance is 0 or 1 and the score is their mean: score x n is a count
@@ -162,6 +165,7 @@ def collect(store: Store, config: ApplianceConfig, run_ids: list[str]) -> RawExp
                 n_total=n_total, created_at=run.created_at, n_gold_empty=result.n_gold_empty,
                 score_nonempty_gold=result.score_nonempty_gold, proportion=proportion,
                 ci_low=None if ci is None else ci[0], ci_high=None if ci is None else ci[1],
+                replicates=intervals.replicates(series),
             ))
         cost = _run_cost(config, store, run)
         previous = usage.get(run.model)
@@ -208,9 +212,17 @@ class PublishedModel(_Closed):
     model: str
     rank: int
     win_rate: float | None
+    win_rate_ci_low: float | None = None  # 95% CIs of the summaries (export.intervals), rounded as the scores
+    win_rate_ci_high: float | None = None
     win_pairs: int  # the (benchmark, rival) pairs the win rate is over
     macro_avg: float | None
+    macro_avg_ci_low: float | None = None
+    macro_avg_ci_high: float | None = None
     category_scores: dict[str, float | None]
+    category_ci_low: dict[str, float | None] = {}
+    category_ci_high: dict[str, float | None] = {}
+    category_n: dict[str, int] = {}  # the published benchmarks each category mean is over
+    suppressed: list[str] = []  # summary intervals withheld, and why
     benchmarks_published: int
     benchmarks_suppressed: int
     cost: float | None
@@ -342,31 +354,85 @@ def win_counts(scores: dict[str, dict[str, float]]) -> dict[str, tuple[int, int]
     return out
 
 
+def _summary_intervals(used: dict[str, list[RawCell]], policy: ExportPolicy) -> dict[str, dict[str, Any]]:
+    """Per model, the 95% CIs of its win rate, macro average and category means (``PublishedModel`` fields), over
+    its published scores only, rounded as the scores. Withheld where a score behind it has no resamples (fewer than
+    two instances), or where counts are rounded and a proportion takes part (its resamples, multiples of 1/n,
+    would give the exact n away, as its own CI would)."""
+    decimals = policy.rounding.score_decimals
+
+    def rounded(interval: tuple[float, float] | None) -> tuple[float | None, float | None]:
+        return (None, None) if interval is None else (round(interval[0], decimals), round(interval[1], decimals))
+
+    def blocked(cells: list[RawCell]) -> str | None:
+        if policy.rounding.count_multiple > 1 and any(c.proportion for c in cells):
+            return "count_rounding"
+        if any(c.replicates is None for c in cells):
+            return "too_few_instances"
+        return None
+
+    draws = {m: {c.benchmark: c.replicates for c in cells if c.replicates is not None} for m, cells in used.items()}
+    everyone = [c for cells in used.values() for c in cells]
+    wins = intervals.win_rate_intervals(draws) if len(used) > 1 and blocked(everyone) is None else {}
+    out: dict[str, dict[str, Any]] = {}
+    for model, cells in used.items():
+        fields: dict[str, Any] = {"suppressed": []}
+        reason = blocked(everyone) if len(used) > 1 else None
+        if reason:
+            fields["suppressed"].append(f"win_rate_ci:{reason}")
+        fields["win_rate_ci_low"], fields["win_rate_ci_high"] = rounded(wins.get(model))
+        reason = blocked(cells)
+        if reason:
+            fields["suppressed"].append(f"macro_avg_ci:{reason}")
+        else:
+            fields["macro_avg_ci_low"], fields["macro_avg_ci_high"] = rounded(
+                intervals.mean_interval([c.replicates for c in cells if c.replicates is not None]))
+        by_category: dict[str, list[RawCell]] = {}
+        for cell in cells:
+            by_category.setdefault(cell.category, []).append(cell)
+        fields["category_n"] = {c: len(v) for c, v in sorted(by_category.items())}
+        fields["category_ci_low"], fields["category_ci_high"] = {}, {}
+        for category, members in sorted(by_category.items()):
+            reason = blocked(members)
+            low, high = (None, None) if reason else rounded(
+                intervals.mean_interval([c.replicates for c in members if c.replicates is not None]))
+            if reason:
+                fields["suppressed"].append(f"category_ci:{reason}")
+            fields["category_ci_low"][category], fields["category_ci_high"][category] = low, high
+        fields["suppressed"] = sorted(set(fields["suppressed"]))
+        out[model] = fields
+    return out
+
+
 def publish(raw: RawExport, policy: ExportPolicy, *, request_id: str, policy_sha256: str,
             generated_at: str | None = None) -> ExportAggregates:
     cells = [publish_cell(c, policy) for c in raw.cells]
     decimals = policy.rounding.score_decimals
     # The leaderboard per model uses each benchmark's most recent requested run.
-    latest: dict[tuple[str, str], tuple[datetime, PublishedCell]] = {}
+    latest: dict[tuple[str, str], tuple[datetime, PublishedCell, RawCell]] = {}
     for rawcell, cell in zip(raw.cells, cells, strict=True):
         key = (cell.model, cell.benchmark)
         if key not in latest or rawcell.created_at >= latest[key][0]:
-            latest[key] = (rawcell.created_at, cell)
+            latest[key] = (rawcell.created_at, cell, rawcell)
     published: dict[str, dict[str, float]] = {}
     categories: dict[str, dict[str, list[float]]] = {}
     counts: dict[str, list[int]] = {}
-    for (model, benchmark), (_, cell) in latest.items():
+    used: dict[str, list[RawCell]] = {}  # the raw cells behind each model's published scores
+    for (model, benchmark), (_, cell, rawcell) in latest.items():
         published.setdefault(model, {})
         categories.setdefault(model, {})
         counts.setdefault(model, [0, 0])
+        used.setdefault(model, [])
         if cell.score is None:
             counts[model][1] += 1
             continue
         counts[model][0] += 1
         published[model][benchmark] = cell.score
         categories[model].setdefault(cell.category, []).append(cell.score)
+        used[model].append(rawcell)
     for cell in cells:
         cell.in_leaderboard = latest[(cell.model, cell.benchmark)][1] is cell
+    summary_ci = _summary_intervals(used, policy)
     counted = win_counts(published) if len(published) > 1 else {}
     rates = {m: (w / p if p else None) for m, (w, p) in counted.items()}
     usage = {u.model: u for u in raw.usage}
@@ -382,6 +448,7 @@ def publish(raw: RawExport, policy: ExportPolicy, *, request_id: str, policy_sha
             category_scores={c: round(sum(v) / len(v), decimals) for c, v in sorted(categories[model].items())},
             benchmarks_published=counts[model][0], benchmarks_suppressed=counts[model][1],
             cost=None if raw_cost is None else round(raw_cost, policy.rounding.cost_decimals),
+            **summary_ci.get(model, {}),
         ))
     models.sort(key=lambda m: (-(m.win_rate or 0), -(m.macro_avg or 0), m.model))
     for rank, model_row in enumerate(models, start=1):

@@ -209,6 +209,7 @@ def _data_values(data: agg.ExportAggregates) -> tuple[set[str], set[str]]:
                         *run.dataset_fingerprints})
     for model in data.models:
         allowed.update({model.model, *model.category_scores})
+        markers.update(model.suppressed)
     return allowed, markers
 
 
@@ -268,11 +269,20 @@ def _structural_checks(data: agg.ExportAggregates, raw: agg.RawExport, loaded: L
         for name, value in [("score", cell.score), *ci]:
             if value is not None and round(value, policy.rounding.score_decimals) != value:
                 rounding.append(Finding("aggregates.json", f"{where}.{name}", "not rounded"))
+    proportions = any(c.proportion for c in raw.cells)
     for index, model in enumerate(data.models):
-        for name in ("win_rate", "macro_avg"):
-            value = getattr(model, name)
+        where = f"$.models[{index}]"
+        values = [(name, getattr(model, name)) for name in ("win_rate", "win_rate_ci_low", "win_rate_ci_high",
+                                                            "macro_avg", "macro_avg_ci_low", "macro_avg_ci_high")]
+        values += [(f"{name}{{key {i}}}", v) for name in ("category_scores", "category_ci_low", "category_ci_high")
+                   for i, v in enumerate(getattr(model, name).values())]
+        for name, value in values:
             if value is not None and round(value, policy.rounding.score_decimals) != value:
-                rounding.append(Finding("aggregates.json", f"$.models[{index}].{name}", "not rounded"))
+                rounding.append(Finding("aggregates.json", f"{where}.{name}", "not rounded"))
+        intervals = [name for name, value in values if "_ci_" in name and value is not None]
+        if intervals and proportions and policy.rounding.count_multiple > 1:
+            implied.append(Finding("aggregates.json", f"{where}.{intervals[0]}", "an interval over proportions "
+                                   "(multiples of 1/n) gives away the exact counts that rounding hides"))
     suppressed = sum(1 for c in data.cells if c.suppressed)
     return [
         Check(id="schema", description="only fields of the closed aggregate schema are present", result="pass",

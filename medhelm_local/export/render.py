@@ -31,7 +31,7 @@ HEADINGS = {
     "rank": "Rank", "model": "Model", "win_rate": "Win rate", "win_pairs": "n pairs", "macro_avg": "Macro average",
     "cost": "Estimated cost", "benchmarks_published": "n benchmarks", "benchmarks_suppressed": "Benchmarks suppressed",
     "run_id": "Run", "benchmark": "Benchmark", "category": "Category", "metric": "Metric", "score": "Score",
-    "ci": "95% CI", "ci_low": "95% CI low", "ci_high": "95% CI high",
+    "ci": "95% CI", "ci_low": "95% CI low", "ci_high": "95% CI high", "mean": "Mean",
     "n_scored": "n scored", "n_failed": "n failed", "n_total": "n total", "n_gold_empty": "n empty gold",
     "score_nonempty_gold": "Score on non-empty gold", "suppressed": "Suppressed", "prompt_style": "Prompt style",
     "status": "Status", "manifest_sha256": "Manifest sha256",
@@ -46,8 +46,9 @@ LABELS = {
     "win_rule": "Win rate follows MedHELM's rule: on each benchmark a model wins against every rival whose published "
                 "score it meets or beats (a tie is a win for both); the win rate is the share of wins over all "
                 "(benchmark, rival) pairs, n pairs. Suppressed scores take no part. Macro average: the mean of the "
-                "model's published benchmark scores, each benchmark weighted equally, over n benchmarks. Both "
-                "summarise benchmarks; the uncertainty of each benchmark score is its 95% CI below.",
+                "model's published benchmark scores, each benchmark weighted equally, over n benchmarks. Their 95% "
+                "CIs: the win rate and the average recomputed on 1000 bootstrap resamples of each benchmark's scored "
+                "instances (rivals on the same resamples).",
     "scores_note": "Each score is shown with its 95% confidence interval (percentile bootstrap over the scored "
                    "instances, 1000 resamples) and n, the number of scored instances behind it; failed requests "
                    "are counted apart (n failed), never scored as zero. A suppressed score shows neither.",
@@ -56,15 +57,18 @@ LABELS = {
 }
 # Why a value is withheld, in words (``field:reason`` markers of aggregates.json, spelled out in the report).
 SUPPRESSED_FIELDS = {"cell": "Cell", "score": "Score", "ci": "95% CI", "n_scored": "n scored", "n_failed": "n failed",
-                     "n_gold_empty": "n empty gold", "score_nonempty_gold": "Score on non-empty gold"}
+                     "n_gold_empty": "n empty gold", "score_nonempty_gold": "Score on non-empty gold",
+                     "win_rate_ci": "Win rate 95% CI", "macro_avg_ci": "Macro average 95% CI",
+                     "category_ci": "Category mean 95% CI"}
 SUPPRESSED_REASONS = {"small_cell": "below the minimum cell size", "complementary": "complementary suppression",
                       "implied_count": "implies a small count", "score_suppressed": "withheld with its score",
-                      "count_rounding": "withheld where counts are rounded"}
-LEADERBOARD_COLUMNS = ["rank", "model", "win_rate", "macro_avg", "cost", "benchmarks_published",
-                       "benchmarks_suppressed"]
+                      "count_rounding": "withheld where counts are rounded",
+                      "too_few_instances": "a score behind it has fewer than two instances"}
+LEADERBOARD_COLUMNS = ["rank", "model", "win_rate", "win_rate_ci_low", "win_rate_ci_high", "win_pairs", "macro_avg",
+                       "macro_avg_ci_low", "macro_avg_ci_high", "cost", "benchmarks_published", "benchmarks_suppressed"]
 CELL_COLUMNS = ["run_id", "model", "benchmark", "category", "metric", "score", "ci_low", "ci_high", "n_scored",
                 "n_failed", "n_total", "n_gold_empty", "score_nonempty_gold", "suppressed"]
-CATEGORY_COLUMNS = ["model", "category", "score"]
+CATEGORY_COLUMNS = ["model", "category", "score", "ci_low", "ci_high", "n_benchmarks"]
 RUN_COLUMNS = ["run_id", "model", "prompt_style", "status", "manifest_sha256"]
 CI_MARKS = ("[", ",", "]")
 
@@ -107,8 +111,9 @@ def render_files(data: ExportAggregates) -> dict[str, bytes]:
         "aggregates.json": (json.dumps(data.model_dump(mode="json"), indent=2, ensure_ascii=False) + "\n").encode(),
         "leaderboard.csv": _csv(LEADERBOARD_COLUMNS, [[getattr(m, c) for c in LEADERBOARD_COLUMNS]
                                                       for m in data.models]),
-        "categories.csv": _csv(CATEGORY_COLUMNS, [[m.model, c, s] for m in data.models
-                                                  for c, s in m.category_scores.items()]),
+        "categories.csv": _csv(CATEGORY_COLUMNS, [[m.model, c, s, m.category_ci_low.get(c), m.category_ci_high.get(c),
+                                                   m.category_n.get(c)]
+                                                  for m in data.models for c, s in m.category_scores.items()]),
         "cells.csv": _csv(CELL_COLUMNS, [[*(getattr(c, k) for k in CELL_COLUMNS[:-1]), suppressed_text(c)]
                                          for c in data.cells]),
         "report.html": render_html(data).encode("utf-8"),
@@ -144,7 +149,9 @@ def report_figures(data: ExportAggregates) -> figures.LeaderboardFigures:
         {k: c.score for k, c in latest.items()},
         {(m.model, c): v for m in models for c, v in m.category_scores.items()},
         {m.model: m.win_rate for m in models}, {m.model: m.cost for m in models},
-        macro_avgs={m.model: m.macro_avg for m in models}, digits=score_digits(data), text=text)
+        macro_avgs={m.model: m.macro_avg for m in models}, digits=score_digits(data), text=text,
+        category_intervals={(m.model, c): (low, high) for m in models for c, low in m.category_ci_low.items()
+                            if low is not None and (high := m.category_ci_high.get(c)) is not None})
 
 
 STYLE = """
@@ -193,18 +200,34 @@ def _cost(value: float | None, digits: int) -> str:
 
 def _leaderboard_table(data: ExportAggregates, digits: int) -> str:
     cost_digits = data.cost_decimals  # the policy's: "12.50" beside "3.25"
-    head = ("<tr>" + "".join(f"<th>{escape(HEADINGS[k])}</th>" for k in ("rank", "model", "win_rate"))
-            + _th("win_pairs", True) + f"<th>{escape(HEADINGS['macro_avg'])}</th>" + _th("benchmarks_published", True)
+    head = ("<tr>" + "".join(f"<th>{escape(HEADINGS[k])}</th>" for k in ("rank", "model", "win_rate", "ci"))
+            + _th("win_pairs", True) + "".join(f"<th>{escape(HEADINGS[k])}</th>" for k in ("macro_avg", "ci"))
+            + _th("benchmarks_published", True)
             + "".join(f"<th>{escape(HEADINGS[k])}</th>" for k in ("benchmarks_suppressed", "cost")) + "</tr>")
     rows = []
     for m in data.models:
         rows.append(
             f'<tr><td class="num">{m.rank}</td><td>{escape(m.model)}</td>'
-            f'<td class="num">{escape(_value(m.win_rate, digits))}</td><td class="n">{m.win_pairs}</td>'
-            f'<td class="num">{escape(_value(m.macro_avg, digits))}</td><td class="n">{m.benchmarks_published}</td>'
+            f'<td class="num">{escape(_value(m.win_rate, digits))}</td>'
+            + _ci(m.win_rate_ci_low, m.win_rate_ci_high, digits) + f'<td class="n">{m.win_pairs}</td>'
+            f'<td class="num">{escape(_value(m.macro_avg, digits))}</td>'
+            + _ci(m.macro_avg_ci_low, m.macro_avg_ci_high, digits) + f'<td class="n">{m.benchmarks_published}</td>'
             f'<td class="num">{m.benchmarks_suppressed}</td>'
             f'<td class="num cost">{escape(_cost(m.cost, cost_digits))}</td></tr>')
     return f'<table id="leaderboard"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
+
+
+def _categories_table(data: ExportAggregates, digits: int) -> str:
+    head = ("<tr>" + "".join(f"<th>{escape(HEADINGS[k])}</th>" for k in ("model", "category", "mean", "ci"))
+            + _th("benchmarks_published", True) + "</tr>")
+    rows = []
+    for m in data.models:
+        for category, value in m.category_scores.items():
+            rows.append(f"<tr><td>{escape(m.model)}</td><td>{escape(category)}</td>"
+                        f'<td class="num">{escape(_value(value, digits))}</td>'
+                        + _ci(m.category_ci_low.get(category), m.category_ci_high.get(category), digits)
+                        + f'<td class="n">{escape(_value(m.category_n.get(category), digits))}</td></tr>')
+    return f'<table id="categories"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
 
 
 def _scores_table(data: ExportAggregates, digits: int) -> str:
@@ -281,6 +304,7 @@ def render_html(data: ExportAggregates) -> str:
         f'<p class="note">{escape(LABELS["scores_note"])}</p>',
         f"<h2>{escape(SECTIONS['heatmap'])}</h2>", f'<figure id="fig-heatmap">{drawn.heatmap}</figure>',
         f"<h2>{escape(SECTIONS['categories'])}</h2>", f'<figure id="fig-categories">{drawn.categories}</figure>',
+        _categories_table(data, digits),
         f"<h2>{escape(SECTIONS['scatter'])}</h2>", f'<p class="note">{escape(LABELS["scatter_note"])}</p>',
         f'<figure id="fig-scatter">{drawn.scatter}</figure>',
         f"<h2>{escape(SECTIONS['cells'])}</h2>", _cells_table(data, digits),

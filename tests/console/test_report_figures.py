@@ -67,6 +67,9 @@ def _published() -> ExportAggregates:
              _cell("beta", "b1", 0.7), _cell("beta", "b2", 0.6, n_scored=4, category="Cat B")]
     for cell, (low, high) in zip(cells, [(0.575, 0.85), (0.25, 0.55), (0.55, 0.85), (0.0, 1.0)], strict=True):
         cell.ci_low, cell.ci_high = low + 1e-7, high - 1e-7  # unrounded, as the bootstrap gives them
+        assert cell.score is not None
+        sign = 1 if cell.model == "alpha" else -1  # alpha's resampled scores rise as beta's fall: +-0.1 around each
+        cell.replicates = [cell.score + sign * (i - 500) / 5000 for i in range(1000)]
     usage = [RawModelUsage(model="alpha", cost=12.5, n_total=80), RawModelUsage(model="beta", cost=3.25, n_total=44)]
     return publish(RawExport(runs=runs, cells=cells, usage=usage), POLICY, request_id="exp-x",
                    policy_sha256="0" * 64)
@@ -105,10 +108,17 @@ def test_every_published_score_has_its_ci_and_n_and_a_suppressed_one_has_neither
     assert cells[("beta", "b2")][5:7] == ["-", "-"]
     assert cells[("alpha", "b1")][5:7] == ["0.725", "[0.575, 0.850]"]
     leaderboard = tables["leaderboard"]
-    assert leaderboard[0] == ["Rank", "Model", "Win rate", "n pairs", "Macro average", "n benchmarks",
-                              "Benchmarks suppressed", "Estimated cost"]
+    assert leaderboard[0] == ["Rank", "Model", "Win rate", "95% CI", "n pairs", "Macro average", "95% CI",
+                              "n benchmarks", "Benchmarks suppressed", "Estimated cost"]
     alpha = next(r for r in leaderboard[1:] if r[1] == "alpha")
-    assert alpha[2:6] == ["1.000", "1", "0.562", "2"]  # wins its only pair (b1); b2 has no rival score
+    beta = next(r for r in leaderboard[1:] if r[1] == "beta")
+    # alpha wins its only pair (b1: 0.725 against 0.7) on some resamples and loses it on others: its win rate's CI
+    # spans 0 to 1; the macro average is over b1 and b2, the 95% interval of their resampled mean
+    assert alpha[2:8] == ["1.000", "[0.000, 1.000]", "1", "0.562", "[0.467, 0.657]", "2"]
+    assert beta[2:8] == ["0.000", "[0.000, 1.000]", "1", "0.700", "[0.605, 0.795]", "1"]
+    categories = {(r[0], r[1]): r[2:] for r in tables["categories"][1:]}
+    assert categories[("alpha", "Cat B")] == ["0.400", "[0.305, 0.495]", "1"]
+    assert ("beta", "Cat B") not in categories  # its only score is suppressed
 
 
 def test_one_number_format_and_the_win_rule_is_stated() -> None:
@@ -133,10 +143,13 @@ def test_report_figures_are_drawn_by_the_console_function_and_pass_the_string_sc
             heatmap="Benchmark heatmap", categories="Category means", scatter="Cost and performance",
             missing="suppressed", no_scores="No published scores.",
             no_cost="No cost available: no pricing is configured for these models.", score_axis="Win rate",
-            cost_axis="Estimated cost", front="ringed and joined: the cost / win-rate Pareto front"))
+            cost_axis="Estimated cost", front="ringed and joined: the cost / win-rate Pareto front"),
+        category_intervals={("alpha", "Cat A"): (0.63, 0.82), ("alpha", "Cat B"): (0.305, 0.495),
+                            ("beta", "Cat A"): (0.605, 0.795)})
     for svg in (expected.heatmap, expected.categories, expected.scatter):
         assert svg.startswith("<svg") and svg in html
     assert "suppressed" in expected.heatmap and "<polyline" in expected.scatter  # both models on the front
+    assert expected.categories.count("<path") == 3  # each category mean's 95% CI as a whisker
     _, external = strings_of("report.html", html.encode())
     assert external == []
     # Every heading and every text the report writes is fixed text of the export vocabulary, a number, or a model,

@@ -114,3 +114,62 @@ def test_export_ci_is_the_cli_leaderboards_ci_rounded(evaluated: EvaluatedHome) 
     assert table[0]["ci_low"] == str(cell["ci_low"]) and table[0]["ci_high"] == str(cell["ci_high"])
     html = (folder / "report.html").read_text()
     assert f"<span>{cell['ci_low']:.3f}</span>, <span>{cell['ci_high']:.3f}</span>" in html
+
+
+def _summary_raw(suppressed_draws: list[float] | None = None) -> RawExport:
+    """Model m: b1 (published) and b2 (4 instances: suppressed), each with resampled scores."""
+    b1 = _cell()
+    b1.replicates = [0.4 + i / 5000 for i in range(1000)]  # 0.4 .. 0.6
+    b2 = _cell(benchmark="b2", n_scored=4, score=0.25, ci=(0.0, 0.75))
+    b2.replicates = suppressed_draws
+    return _raw(b1, b2)
+
+
+def test_summary_cis_use_published_scores_only() -> None:
+    data = publish(_summary_raw([0.0] * 1000), POLICY, request_id="exp-x", policy_sha256="0" * 64)
+    model = data.models[0]
+    assert (model.macro_avg, model.macro_avg_ci_low, model.macro_avg_ci_high) == (0.5, 0.405, 0.595)
+    assert model.category_ci_low == {"Cat A": 0.405} and model.category_ci_high == {"Cat A": 0.595}
+    assert model.category_n == {"Cat A": 1} and model.suppressed == []
+    # whatever the suppressed cell's resamples are, the summary's interval is the same
+    other = publish(_summary_raw([1.0] * 1000), POLICY, request_id="exp-x", policy_sha256="0" * 64)
+    assert other.models[0] == model
+    assert model.win_rate is None and model.win_rate_ci_low is None  # a single model has no win rate
+
+
+def test_summary_cis_are_withheld_under_count_rounding_and_without_resamples() -> None:
+    rounded = POLICY.model_copy(update={"rounding": Rounding(count_multiple=5)})
+    model = publish(_summary_raw(), rounded, request_id="exp-x", policy_sha256="0" * 64).models[0]
+    assert model.macro_avg == 0.5 and model.macro_avg_ci_low is None and model.category_ci_low == {"Cat A": None}
+    assert model.suppressed == ["category_ci:count_rounding", "macro_avg_ci:count_rounding"]
+    few = _raw(_cell())  # a score without resamples (as from fewer than two instances)
+    model = publish(few, POLICY, request_id="exp-x", policy_sha256="0" * 64).models[0]
+    assert model.macro_avg_ci_low is None and "macro_avg_ci:too_few_instances" in model.suppressed
+
+
+def test_structural_checks_cover_the_summary_cis() -> None:
+    raw = _summary_raw()
+    data = publish(raw, POLICY, request_id="exp-x", policy_sha256="0" * 64)
+    tampered = data.model_copy(deep=True)
+    tampered.models[0].macro_avg_ci_low = 0.4051234
+    tampered.models[0].category_ci_high = {"Cat A": 0.5951234}
+    locations = [f["location"] for f in _checks(tampered, raw, POLICY)["rounding"]]
+    assert locations == ["$.models[0].macro_avg_ci_low", "$.models[0].category_ci_high{key 0}"]
+    rounded = POLICY.model_copy(update={"rounding": Rounding(count_multiple=5)})
+    leaky = publish(raw, rounded, request_id="exp-x", policy_sha256="0" * 64).model_copy(deep=True)
+    leaky.models[0].macro_avg_ci_low, leaky.models[0].macro_avg_ci_high = 0.405, 0.595
+    assert [f["location"] for f in _checks(leaky, raw, rounded)["implied_counts"]] == [
+        "$.models[0].macro_avg_ci_low"]
+
+
+def test_a_real_export_carries_summary_cis(evaluated: EvaluatedHome) -> None:
+    request = request_export(evaluated.cli, evaluated.run_id)
+    assert request["status"] == "ready", request["checks"]
+    folder = Path(evaluated.cli.home) / "exports" / str(request["request_id"]) / "bundle"
+    model = json.loads((folder / "aggregates.json").read_text())["models"][0]
+    assert model["macro_avg_ci_low"] < model["macro_avg"] < model["macro_avg_ci_high"]
+    category = next(iter(model["category_scores"]))
+    assert model["category_ci_low"][category] < model["category_scores"][category] < model["category_ci_high"][category]
+    assert model["category_n"] == {category: 1} and model["suppressed"] == []
+    categories = list(csv.DictReader(io.StringIO((folder / "categories.csv").read_text())))
+    assert categories[0]["ci_low"] == str(model["category_ci_low"][category]) and categories[0]["n_benchmarks"] == "1"
