@@ -41,9 +41,11 @@ def mean_interval(draws: list[list[float]]) -> tuple[float, float] | None:
     return percentile_interval(np.mean(np.array(draws, dtype=float), axis=0))
 
 
-def win_rate_intervals(draws: dict[str, dict[str, list[float]]]) -> dict[str, tuple[float, float] | None]:
-    """The CI of each model's win rate (MedHELM's rule: a win when the score meets or beats the rival's) over the
-    (benchmark, rival) pairs where both have a published score, recomputed on every resample."""
+def win_rate_intervals(draws: dict[str, dict[str, list[float]]], *, tie: float = 1.0
+                       ) -> dict[str, tuple[float, float] | None]:
+    """The CI of each model's win rate over the (benchmark, rival) pairs where both have a score, recomputed on
+    every resample: a win when the score beats the rival's, ``tie`` for an equal score (1: MedHELM's rule, a tie
+    is a win for both; 0.5: HELM's)."""
     arrays = {m: {b: np.array(v, dtype=float) for b, v in own.items()} for m, own in draws.items()}
     out: dict[str, tuple[float, float] | None] = {}
     for model, own in arrays.items():
@@ -52,7 +54,8 @@ def win_rate_intervals(draws: dict[str, dict[str, list[float]]]) -> dict[str, tu
         for benchmark, values in own.items():
             for rival, theirs in arrays.items():
                 if rival != model and benchmark in theirs:
-                    won = (values >= theirs[benchmark]).astype(float)
+                    rival_values = theirs[benchmark]
+                    won = (values > rival_values) + tie * (values == rival_values)
                     wins = won if wins is None else wins + won
                     pairs += 1
         out[model] = percentile_interval(wins / pairs) if wins is not None and pairs else None

@@ -69,6 +69,11 @@ def test_informatics_pages(browser: Any, proxies: dict[str, HeaderProxy], consol
     assert heading(browser) == "Leaderboard"
     rows = browser.find_elements(By.CSS_SELECTOR, "#leaderboard tbody tr")
     assert sorted(r.find_elements(By.TAG_NAME, "td")[1].text for r in rows) == ["model-a", "model-b"]
+    for row in rows:  # the win rate's and the macro average's 95% CIs beside them
+        cells = [td.text for td in row.find_elements(By.TAG_NAME, "td")]
+        interval = r"\[\d\.\d{3}, \d\.\d{3}\]"
+        assert re.fullmatch(interval, cells[3]) and re.fullmatch(interval, cells[6]), cells
+        assert float(cells[6][1:6]) <= float(cells[5]) <= float(cells[6][8:13])
     assert "MedHELM rule" in body and "95% bootstrap confidence interval" in body
     scores = browser.find_element(By.ID, "scores").text
     assert "hospice_referral" in scores and "medication_qa" in scores
