@@ -173,3 +173,25 @@ def test_a_real_export_carries_summary_cis(evaluated: EvaluatedHome) -> None:
     assert model["category_n"] == {category: 1} and model["suppressed"] == []
     categories = list(csv.DictReader(io.StringIO((folder / "categories.csv").read_text())))
     assert categories[0]["ci_low"] == str(model["category_ci_low"][category]) and categories[0]["n_benchmarks"] == "1"
+
+
+def test_why_a_proportions_ci_is_withheld_under_count_rounding() -> None:
+    """The bootstrap endpoints of a proportion are multiples of 1/n (counts of resampled instances): with the
+    rounded score they single out the exact n that a count rounded to a multiple of 5 was meant to hide."""
+    import numpy as np
+
+    from medhelm_local.analysis.stats import bootstrap_ci
+
+    n, k = 36, 12  # published as n = 35 under count_multiple 5: n may be 33 to 37
+    interval = bootstrap_ci(np.array([1.0] * k + [0.0] * (n - k)), seed=agg.CI_SEED)
+    assert interval is not None
+    assert all(abs(v * n - round(v * n)) < 1e-9 for v in interval)  # multiples of 1/n
+
+    def consistent(values: list[float], candidate: int) -> bool:  # each value is some count / candidate, rounded
+        return all(abs(v * candidate - round(v * candidate)) <= 0.0005 * candidate for v in values)
+
+    window = range(33, 38)
+    score = round(k / n, 3)
+    assert [c for c in window if consistent([score], c)] == [33, 36]  # the score alone leaves n open
+    published = [score, *(round(v, 3) for v in interval)]
+    assert [c for c in window if consistent(published, c)] == [36]  # with the interval, n is known
