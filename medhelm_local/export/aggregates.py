@@ -13,9 +13,12 @@ Every published score carries its 95% confidence interval (``ci_low``, ``ci_high
 the CLI leaderboard (same resamples, same seed: the same interval for the same cell), rounded as the scores are and
 published only beside its score, so a suppressed score's CI is suppressed with it (a CI around a withheld score
 would locate it). Can a CI reveal more than its score and n? A proportion's bootstrap endpoints are multiples of
-1/n: counts of resampled instances, determined by the score's own k = score x n and n, both already published, so
-they imply no count of patients that the score does not. Where the policy rounds counts (``count_multiple`` > 1)
-that lattice would give the exact n away: a proportion's CI is then withheld (``ci:count_rounding``).
+1/n, but j = ci_low x n is the count of positives in a resample at the 2.5th percentile, not a count of patients:
+an endpoint of 1/40 beside a published 5/40 says "1 in a resample", which the implied-count rule (made for the
+score) would misread. The interval is a function of the scored values and the fixed resample draws, whose only
+count of patients, k = score x n, is published (and checked) with the score. Where the policy rounds counts
+(``count_multiple`` > 1) the 1/n lattice would give the exact n away: a proportion's CI is then withheld
+(``ci:count_rounding``; tests/export shows an n the score alone leaves open that the interval pins down).
 """
 
 from __future__ import annotations
