@@ -96,3 +96,22 @@ def test_console_offers_the_pdf_to_compliance_only(proxies: dict[str, HeaderProx
     for user in ("cleo.clinician", "ines.informatics", "ivan.it"):
         refused = httpx.get(proxies[user].url + "/audit/report.pdf")
         assert refused.status_code == 403 and not refused.content.startswith(b"%PDF"), user
+
+
+def test_a_long_trail_spans_pages_with_its_headings_and_loses_no_text() -> None:
+    records = [{"seq": i, "ts": "2026-11-01T08:00:00Z", "actor": "a" * 150 if i == 7 else f"user{i % 5}",
+                "action": "run.start", "outcome": "started",
+                "objects": {"run_id": f"run-{i:04d}", "model": "model-x", "endpoints": ["http://10.0.0.5:8000/v1"],
+                            "datasets": {f"bench{j}": {"fingerprint": f"{i:02d}{j}" * 20} for j in range(4)}}}
+               for i in range(120)]
+    report = compliance_report(records, since=None, appliance="st-luke")
+    reader = pypdf.PdfReader(io.BytesIO(render_pdf(report)), strict=True)
+    pages = [page.extract_text() for page in reader.pages]
+    assert len(pages) > 3
+    runs = [page for page in pages[1:] if "run-0" in page]
+    assert len(runs) > 2
+    for page in runs:  # the runs table continues with its heading on every page it spans
+        assert page.startswith("Started Actor Model Run"), page[:80]
+    compact = re.sub(r"\s", "", "".join(pages))
+    assert "a" * 150 in compact  # a word wider than its column is broken, not cut
+    assert all(f"run-{i:04d}" in compact for i in range(120))
