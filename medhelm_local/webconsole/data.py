@@ -17,7 +17,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from medhelm_local.analysis.aggregate import finished_runs_by_style, latest_runs, latest_scores, latest_series
+from medhelm_local.analysis.aggregate import (
+    InstanceSeries,
+    finished_runs_by_style,
+    latest_runs,
+    latest_scores,
+    latest_series,
+)
 from medhelm_local.analysis.cost_performance import model_costs
 from medhelm_local.analysis.leaderboard import (
     BenchmarkMDE,
@@ -129,6 +135,7 @@ class LeaderboardView:
     pairwise: list[PairwiseDifference] = field(default_factory=list)
     benchmarks: list[str] = field(default_factory=list)
     categories: list[str] = field(default_factory=list)
+    series: list[InstanceSeries] = field(default_factory=list)  # per-instance values: the summaries' CIs
 
 
 def leaderboard(home: Home, *, prompt_style: str, rule: WinRule, resamples: int = DEFAULT_RESAMPLES,
@@ -150,7 +157,7 @@ def leaderboard(home: Home, *, prompt_style: str, rule: WinRule, resamples: int 
     return LeaderboardView(rows=rows, mdes=benchmark_mdes(series), prompt_style=prompt_style, rule=rule,
                            other_styles=other, pairwise=pairwise,
                            benchmarks=sorted({b for r in rows for b in r.benchmarks}),
-                           categories=sorted({c for r in rows for c in r.categories}))
+                           categories=sorted({c for r in rows for c in r.categories}), series=series)
 
 
 @dataclass
