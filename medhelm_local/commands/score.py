@@ -17,6 +17,7 @@ from medhelm_local.errors import BadInputError, NotFoundError
 from medhelm_local.prompts.styles import DEFAULT_STYLE, MEDHELM_STYLE, check_style, parity_status, styled_spec
 from medhelm_local.records import Instance
 from medhelm_local.runner.plan import check_style_fields
+from medhelm_local.scoring.checks import check_spec
 from medhelm_local.scoring.engine import score_items
 from medhelm_local.scoring.helm_outputs import FAILED as HELM_FAILED
 from medhelm_local.scoring.helm_outputs import is_helm_source, match_instances, read_helm_outputs
@@ -155,6 +156,7 @@ def score(
             raise NotFoundError(f"no dataset is registered for {benchmark}; see `datasets register`")
         if prompt_style != DEFAULT_STYLE:
             check_style_fields(store, spec, dataset.fingerprint)
+        check_spec(spec, config, judges=True)  # judges, rubric, the fields the metrics read: before a judge is asked
         if helm:
             registered = [i for chunk in store.iter_instances(benchmark, dataset.fingerprint, chunk=2000)
                           for i in chunk]

@@ -36,7 +36,7 @@ from medhelm_local.records import ChatMessage, InferenceRequest, Instance, Insta
 from medhelm_local.scoring.details import ScoreDetails
 from medhelm_local.scoring.extract import strip_reasoning
 from medhelm_local.scoring.registry import register_scorer
-from medhelm_local.scoring.scorer import Item, Metric, Needs, Scorer, ScoringContext, run_sync
+from medhelm_local.scoring.scorer import Item, Metric, Scorer, ScoringContext, run_sync
 from medhelm_local.store.judgments import (
     Judgment,
     JudgmentStatus,
@@ -407,9 +407,6 @@ class JuryScorer(Scorer):
     metrics = (Metric(JURY),)
     details_model = JuryDetails
     calls_models = True
-
-    def needs(self, spec: BenchmarkSpec) -> Needs:
-        return Needs(judges=True)
 
     def check(self, spec: BenchmarkSpec, config: ApplianceConfig | None, *, judges: bool) -> None:
         if spec.judge is None:

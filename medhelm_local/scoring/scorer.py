@@ -61,13 +61,13 @@ def meta_field(key: str) -> str:
 
 
 class Needs(BaseModel):
-    """What a scorer needs. ``fields``: each entry lists alternatives, one of which every instance must carry
-    (``("label", "references")``: a gold label or a reference); ``judges``: the appliance's judge models."""
+    """The instance fields a scorer reads: each entry of ``fields`` lists alternatives, one of which every instance
+    must carry (``("label", "references")``: a gold label or a reference). What else it needs (the jury: a rubric,
+    judges) its :meth:`Scorer.check` checks."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     fields: tuple[tuple[str, ...], ...] = ()
-    judges: bool = False
 
 
 class MetricInputError(MedhelmError):
