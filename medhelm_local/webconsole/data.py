@@ -334,7 +334,7 @@ class RatableResponse:
 
 def ratable_responses(home: Home) -> list[RatableResponse]:
     """Every answered item of a finished run on a jury-scored (open-ended) benchmark: the sampling frame."""
-    from medhelm_local.scoring.metrics import JURY
+    from medhelm_local.scoring.jury import is_jury_scored
 
     out = []
     with reading(home) as store:
@@ -343,7 +343,7 @@ def ratable_responses(home: Home) -> list[RatableResponse]:
                 continue
             for benchmark in run.benchmarks:
                 try:
-                    if get_spec(benchmark).metric != JURY:
+                    if not is_jury_scored(get_spec(benchmark)):
                         continue
                 except NotFoundError:
                     continue
