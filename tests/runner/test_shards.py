@@ -10,12 +10,12 @@ import sys
 import time
 from pathlib import Path
 
+from medhelm_local.application.evaluation import evaluate
 from medhelm_local.home import Home
 from medhelm_local.runner.plan import parse_shard, shard_range
-from medhelm_local.runner.session import RunOptions, evaluate
 from medhelm_local.store import Store
 from medhelm_local.testing.fake_openai import FakeOpenAIServer, hash_responder
-from tests.runner.helpers import app, make_home, outcomes, register, scores, synthetic_instances
+from tests.runner.helpers import app, make_home, outcomes, quiet, register, scores, synthetic_instances
 
 N = 150
 
@@ -46,7 +46,7 @@ def test_three_shards_merge_into_one_run_identical_to_unsharded(tmp_path: Path) 
     with FakeOpenAIServer(responder=hash_responder(), latency_s=0.02, slots=16) as server:
         reference = make_home(tmp_path / "reference", [server.base_url])
         register(reference, instances)
-        ref = evaluate(app(reference), RunOptions(model="fake", benchmarks=["pubmedqa"], show_progress=False))
+        ref = evaluate(app(reference), quiet())
 
         home = make_home(tmp_path / "home", [server.base_url])
         register(home, instances)
