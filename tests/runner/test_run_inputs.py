@@ -31,7 +31,9 @@ def test_cli_bad_input_exits_2_and_writes_nothing(tmp_path: Path) -> None:
     for args in (["--benchmarks", "pubmedqa"], ["--model", "fake", "--benchmarks", "pubmedqa", "--shard", "9/2"],
                  ["--model", "fake", "--benchmarks", "pubmedqa", "--order", "random"],
                  ["--model", "fake", "--benchmarks", "pubmedqa", "--run-id", "bad id!"],
-                 ["--model", "fake", "--benchmarks", "nope"]):
+                 ["--model", "fake", "--benchmarks", "nope"],
+                 ["--resume", "run-a", "--retry-errors", "run-b"],
+                 ["--model", "fake", "--benchmarks", "pubmedqa", "--shard", "0/2", "--new-run"]):
         done = subprocess.run([*base, *args], capture_output=True, text=True, env=env, timeout=120)
         assert done.returncode == 2, (args, done.stderr)
         assert "error" in done.stderr and "Traceback" not in done.stderr
