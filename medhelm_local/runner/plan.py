@@ -59,10 +59,6 @@ class Plan:
     # send order (``shard_range``). Not part of the plan key: every shard plans the same run.
     shard: tuple[int, int] | None = None
 
-    @property
-    def shard_label(self) -> str | None:
-        return None if self.shard is None else f"{self.shard[0]}/{self.shard[1]}"
-
 
 def prefix_key(request: InferenceRequest) -> str:
     """A sortable key: items sharing their first k text blocks share the key's first k segments."""
