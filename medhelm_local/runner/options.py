@@ -73,6 +73,8 @@ class Mode:
 
     @classmethod
     def of_shard(cls, index: int, count: int, run_id: str | None = None) -> Mode:
+        if count < 1 or not 0 <= index < count:
+            raise BadInputError(f"--shard: index must be in 0..N-1 and N >= 1, got {index}/{count}")
         return cls("shard", run_id, shard=(index, count))
 
     @classmethod

@@ -28,3 +28,9 @@ def test_flags_map_to_one_mode() -> None:
 def test_contradictory_flags_are_refused(flags: dict[str, object], message: str) -> None:
     with pytest.raises(BadInputError, match=message.replace("-", r"\-")):
         Mode.from_flags(**flags)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(("index", "count"), [(2, 2), (-1, 2), (0, 0)])
+def test_a_shard_outside_its_partition_is_refused(index: int, count: int) -> None:
+    with pytest.raises(BadInputError, match=r"index must be in 0\.\.N-1"):
+        Mode.of_shard(index, count)
