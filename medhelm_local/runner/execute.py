@@ -119,6 +119,7 @@ class GroupCommitter:
         self._queue: list[Outcome] = []
         self._wakeup = asyncio.Event()
         self._closing = False
+        self._closed = asyncio.Event()  # ends a pause between rounds at once: the last round never waits
         self._task = asyncio.create_task(self._run())
 
     def check(self) -> None:
@@ -143,8 +144,9 @@ class GroupCommitter:
             self._wakeup.clear()
             if not self._closing:
                 pause = last_round + self._interval_s - time.monotonic()
-                if pause > 0:
-                    await asyncio.sleep(pause)  # readers get the store meanwhile; outcomes accumulate
+                if pause > 0:  # readers get the store meanwhile; outcomes accumulate
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._closed.wait(), pause)
             if self._queue:
                 batch, self._queue = self._queue, []
                 last_round = time.monotonic()
@@ -156,6 +158,7 @@ class GroupCommitter:
 
     async def close(self) -> None:
         self._closing = True
+        self._closed.set()
         self._wakeup.set()
         await self._task
 
