@@ -9,7 +9,10 @@ exceptions: ``httpcore.ReadTimeout`` becomes ``httpx.ReadTimeout`` and so on) an
 
 * bytes arrive in ``data_received`` into a buffer; ``read`` returns what is buffered, or waits for it, with one
   timer armed only when it has to wait;
-* ``write`` hands the bytes to the transport and waits only when the transport asks the writer to pause;
+* ``write`` collects what httpcore writes for a request (h11 hands over the head and the body separately) and
+  gives it to the transport in one piece when the response is first read (httpcore always reads once the request
+  is written; beyond 64 KiB at once): one send system call and one TCP segment per request instead of two
+  (``TCP_NODELAY`` is on); it waits only when the transport asks the writer to pause;
 * ``is_readable`` (httpcore asks it before reusing an idle keep-alive connection: a readable idle connection
   was closed by the server) is "something arrived or the peer closed", with no system call;
 * TLS through ``loop.start_tls``, so an ``https`` replica works as it did.
@@ -25,6 +28,7 @@ from typing import Any
 import httpcore
 
 _READ_HIGH_WATER = 1 << 20  # stop reading from the socket while this much is buffered and unread
+_WRITE_COALESCE_MAX = 1 << 16  # hand writes over at once beyond this much (a large body goes out as it comes)
 
 
 def _expire(future: asyncio.Future[None]) -> None:
@@ -86,6 +90,16 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
     def __init__(self, transport: asyncio.Transport, connection: _Connection) -> None:
         self._transport = transport
         self._connection = connection
+        self._pending: list[bytes] = []  # written, not yet handed to the transport (see ``_flush``)
+        self._pending_bytes = 0
+
+    def _flush(self) -> None:
+        if self._pending:
+            data = self._pending[0] if len(self._pending) == 1 else b"".join(self._pending)
+            self._pending.clear()
+            self._pending_bytes = 0
+            if not self._transport.is_closing():
+                self._transport.write(data)
 
     async def _wait(self, future: asyncio.Future[None], timeout: float | None) -> None:
         timer = asyncio.get_running_loop().call_later(timeout, _expire, future) if timeout is not None else None
@@ -96,6 +110,7 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
                 timer.cancel()
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        self._flush()
         conn = self._connection
         if not conn.buffer and not conn.closed:
             conn.reader = asyncio.get_running_loop().create_future()
@@ -126,7 +141,10 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
         conn = self._connection
         if conn.closed or self._transport.is_closing():
             raise httpcore.WriteError("connection closed")
-        self._transport.write(buffer)
+        self._pending.append(buffer)
+        self._pending_bytes += len(buffer)
+        if self._pending_bytes >= _WRITE_COALESCE_MAX:
+            self._flush()
         if conn.write_paused:
             conn.writer = asyncio.get_running_loop().create_future()
             try:
@@ -139,10 +157,12 @@ class AsyncioStream(httpcore.AsyncNetworkStream):
                 raise httpcore.WriteError(type(conn.error).__name__)
 
     async def aclose(self) -> None:
+        self._pending.clear()
         self._transport.close()
 
     async def start_tls(self, ssl_context: ssl.SSLContext, server_hostname: str | None = None,
                         timeout: float | None = None) -> httpcore.AsyncNetworkStream:
+        self._flush()
         loop = asyncio.get_running_loop()
         try:
             transport = await loop.start_tls(self._transport, self._connection, ssl_context,
