@@ -53,7 +53,7 @@ class ExecutionSettings:
     page_size: int = 512
     commit_batch: int = 512
     commit_interval_s: float = 1.0  # at most one round of commits this often; the store is free in between
-    commit_duty: float = 0.25  # and rounds (commit + the checkpoint on release) keep the store at most this busy
+    commit_duty: float = 0.1  # and rounds (commit + the checkpoint on release) keep the store at most this busy
     prefetch_pages: int = 2  # pages read ahead of the one being sent (across benchmarks)
     errors_only: bool = False  # `run --retry-errors`: send only items whose stored outcome is an error
 
