@@ -17,11 +17,17 @@ OpenAI-compatible server in its own process with 256 concurrent slots (server li
   as a subprocess, timed from spawn to exit (start-up, planning, sending, scoring): end to end; its send phase
   and the CPU the runner process spent in it (all threads, ``time.process_time``) come from its JSON report.
 
+Each runner process gets its own copy of the freshly set-up home (datasets registered, no run yet), so every
+latency measures a first run: DuckDB's checkpoint, when the runner releases the store between commit rounds, grows
+with the rows already in the store (see bench/README.md), and a home reused across the runs would make later
+latencies pay for earlier ones.
+
 Printed per latency: both walls, runner/raw ratios (end to end, and send phase only), the runner's CPU per request
 in the send phase and end to end (``getrusage``), its peak concurrency and how many round trips (latencies) its
-adaptive limiter took to reach 256, and the load average before and after. Everything also goes to
+adaptive limiter took to reach 256, where the runner's wall time went (process start and imports, planning,
+storing the plan, sending, scoring, the rest), and the load average before and after. Everything also goes to
 ``bench/results/throughput-<UTC>.json``. This machine is shared: compare figures only with figures taken at a
-similar load average.
+similar load average (the lead takes the final figures on an idle machine).
 """
 
 from __future__ import annotations
@@ -30,6 +36,7 @@ import argparse
 import json
 import os
 import platform
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -74,23 +81,32 @@ usage = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime}))
 """
 
-# The same generator on httpx, with the runner's connection layout (one single-connection client per slot, see
-# ChatClient): what the HTTP client library alone costs per request.
+# The same generator on httpx with the runner's connection layout (ChatClient: one single-connection transport per
+# slot, its I/O on plain asyncio, prepared requests): what the HTTP client library alone costs per request.
 RAW_HTTPX = r"""
 import asyncio, json, sys, time, resource
-import httpx
+import httpcore, httpx
+from medhelm_local.inference.netio import AsyncioBackend
 
 async def main(url, path, connections):
     bodies = [line.encode() for line in open(path, encoding="utf-8")]
     queue = iter(bodies)
-    headers = {"content-type": "application/json"}
+    target = httpx.URL(url)
+    headers = [(b"content-type", b"application/json")]
+    extensions = {"timeout": httpx.Timeout(60).as_dict()}
     tls = httpx.create_ssl_context()  # once, shared, as ChatClient does (each one costs tens of ms)
     async def worker():
-        async with httpx.AsyncClient(timeout=60, trust_env=False, verify=tls,
-                                     limits=httpx.Limits(max_connections=1, max_keepalive_connections=1)) as c:
+        lane = httpx.AsyncHTTPTransport(verify=tls, trust_env=False)
+        lane._pool = httpcore.AsyncConnectionPool(ssl_context=tls, max_connections=1, max_keepalive_connections=1,
+                                                  network_backend=AsyncioBackend())
+        async with lane:
             for body in queue:
-                r = await c.post(url, content=body, headers=headers)
-                r.raise_for_status()
+                r = await lane.handle_async_request(httpx.Request("POST", target, headers=headers, content=body,
+                                                                  extensions=extensions))
+                await r.aread()
+                await r.aclose()
+                if r.status_code != 200:
+                    raise RuntimeError(f"HTTP {r.status_code}")
     start = time.perf_counter()
     await asyncio.gather(*(worker() for _ in range(connections)))
     return time.perf_counter() - start
@@ -100,20 +116,77 @@ usage = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime}))
 """
 
-# The runner with its HTTP library taken out: `medhelm-local run` in a process whose ChatClient.complete_once
-# waits the server latency and returns a fixed answer (no sockets; the rest of the runner unchanged). What the
-# runner costs per request beyond the library, and what it would reach with a client as cheap as aiohttp's.
-NO_HTTP = r"""
-import asyncio, sys
-from medhelm_local.inference import client
-latency = float(sys.argv.pop(1))
+# `medhelm-local run` as the CLI runs it, with where its wall time goes: each phase's function is wrapped (by name,
+# in the modules that have it) and the times written as JSON to $MEDHELM_BENCH_PHASES at exit. With a latency as
+# first argument, ``ChatClient.complete_once`` is replaced by a wait of that latency (no sockets; the rest of the
+# runner unchanged): what the runner costs per request beyond the HTTP library.
+RUNNER = r"""
+import time
+started = time.time()
+import atexit, functools, importlib, inspect, json, os, sys
+spawned = float(os.environ.get("MEDHELM_BENCH_SPAWNED", started))
+stub = sys.argv.pop(1)
+t_imports = time.perf_counter()
+from medhelm_local.cli import main, register_commands
+register_commands("run")
+imported = time.perf_counter()
+phases = {}
 
-async def complete_once(self, request, base_url=None):
-    await asyncio.sleep(latency)
-    return client.Completion("yes", 100, 1, "stop")
+def timed(name, fn):
+    def record(t0, c0):
+        entry = phases.setdefault(name, {"calls": 0, "wall_s": 0.0, "cpu_s": 0.0})
+        entry["calls"] += 1
+        entry["wall_s"] += time.perf_counter() - t0
+        entry["cpu_s"] += time.process_time() - c0
+    if inspect.iscoroutinefunction(fn):
+        @functools.wraps(fn)
+        async def wrapper(*a, **k):
+            t0, c0 = time.perf_counter(), time.process_time()
+            try:
+                return await fn(*a, **k)
+            finally:
+                record(t0, c0)
+    else:
+        @functools.wraps(fn)
+        def wrapper(*a, **k):
+            t0, c0 = time.perf_counter(), time.process_time()
+            try:
+                return fn(*a, **k)
+            finally:
+                record(t0, c0)
+    return wrapper
 
-client.ChatClient.complete_once = complete_once
-from medhelm_local.cli import main
+PHASES = ["require_judges", "compute_plan", "_prepare_client", "_token_counter", "insert_plan", "plan_items",
+          "execute_run", "score_benchmark", "benchmark_score", "_finish", "_new_run"]
+for module_name in ["medhelm_local.runner.session", "medhelm_local.application.evaluation",
+                    "medhelm_local.runner.plan", "medhelm_local.store.runs", "medhelm_local.runner.execute"]:
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError:
+        continue
+    for name in PHASES:
+        fn = module.__dict__.get(name)
+        if callable(fn) and not isinstance(fn, type):
+            setattr(module, name, timed(name, getattr(fn, "__wrapped__", fn)))
+
+if stub != "-":
+    import asyncio
+    from medhelm_local.inference import client
+    latency = float(stub)
+
+    async def complete_once(self, request, base_url=None):
+        await asyncio.sleep(latency)
+        return client.Completion("yes", 100, 1, "stop")
+
+    client.ChatClient.complete_once = complete_once
+
+def report():
+    out = {"start_s": started - spawned, "imports_s": imported - t_imports,
+           "main_s": time.perf_counter() - imported, "phases": phases}
+    with open(os.environ["MEDHELM_BENCH_PHASES"], "w") as handle:
+        json.dump(out, handle)
+
+atexit.register(report)
 sys.argv[0] = "medhelm-local"
 main()
 """
@@ -133,6 +206,7 @@ print(json.dumps({"code": done.returncode, "stderr_tail": done.stderr[-3000:] if
 def env() -> dict[str, str]:
     out = {k: v for k, v in os.environ.items() if not k.startswith("MEDHELM_")}
     out["MEDHELM_LOG_LEVEL"] = "WARNING"
+    out["PYTHONPATH"] = str(REPO)  # this checkout's code, whatever the venv's editable install points at
     return out
 
 
@@ -189,7 +263,44 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def measure(home: Path, port: int, bodies: Path, n: int, latency: float, profile: Path | None) -> dict[str, Any]:
+def run_runner(clean: Path, work: Path, label: str, stub: float | None, profile: Path | None) -> dict[str, Any]:
+    """One `medhelm-local run` in a fresh copy of the set-up home; its wall, CPU, peak RSS, report and phases."""
+    home = work / f"home-{label}"
+    shutil.copytree(clean, home, symlinks=True)
+    phases_file = work / f"phases-{label}.json"
+    script = work / "runner.py"
+    script.write_text(RUNNER)
+    command = [sys.executable, *(["-m", "cProfile", "-o", str(profile)] if profile else []), str(script),
+               "-" if stub is None else str(stub), "--home", str(home), "run", "--model", "fake",
+               "--benchmarks", BENCHMARKS, "--concurrency", str(SLOTS), "--new-run", "--json"]
+    child_env = env() | {"MEDHELM_BENCH_PHASES": str(phases_file)}
+    child_env["MEDHELM_BENCH_SPAWNED"] = repr(time.time())
+    done = subprocess.run([sys.executable, "-c", CHILD, *command], capture_output=True, text=True, env=child_env)
+    measured = json.loads(done.stdout)
+    if measured["code"] != 0:
+        raise RuntimeError(f"runner ({label}) failed: {measured['stderr_tail']}")
+    measured["report"] = json.loads(measured.pop("stdout"))
+    measured["phases"] = json.loads(phases_file.read_text()) if phases_file.exists() else {}
+    shutil.rmtree(home, ignore_errors=True)
+    return measured
+
+
+def phase_walls(measured: dict[str, Any]) -> dict[str, float]:
+    """Where the runner's wall time went, in the order it happens; ``other``: the rest (opening the store and the
+    model server's description, the audit trail, closing the store with its last checkpoint, the JSON output)."""
+    phases = measured["phases"]
+    wall = {k: v["wall_s"] for k, v in phases.get("phases", {}).items()}
+    out = {"process start": phases.get("start_s", 0.0), "imports": phases.get("imports_s", 0.0),
+           "checks (specs, judges)": wall.get("require_judges", 0.0), "plan": wall.get("compute_plan", 0.0),
+           "server checks": wall.get("_prepare_client", 0.0) + wall.get("_token_counter", 0.0),
+           "store the plan": wall.get("_new_run", 0.0), "send": wall.get("execute_run", 0.0),
+           "score": wall.get("_finish", 0.0)}
+    out["other"] = measured["wall_s"] - sum(out.values())
+    return {k: round(v, 3) for k, v in out.items()}
+
+
+def measure(clean: Path, work: Path, port: int, bodies: Path, n: int, latency: float, profile: Path | None
+            ) -> dict[str, Any]:
     load_start = os.getloadavg()
     # Like a vLLM server: /tokenize and a model length (32,768, e.g. Llama 3.1 8B served with --max-model-len
     # 32768) that these prompts fit, so the runner sends them whole, as the raw generator does.
@@ -207,26 +318,15 @@ def measure(home: Path, port: int, bodies: Path, n: int, latency: float, profile
         if httpx_done.returncode != 0:
             raise RuntimeError(f"raw httpx generator failed: {httpx_done.stderr[-2000:]}")
         raw_httpx = json.loads(httpx_done.stdout)
-        command = [sys.executable, *(["-m", "cProfile", "-o", str(profile)] if profile else []),
-                   "-m", "medhelm_local.cli", "--home", str(home), "run", "--model", "fake", "--benchmarks",
-                   BENCHMARKS, "--concurrency", str(SLOTS), "--new-run", "--json"]
-        child = subprocess.run([sys.executable, "-c", CHILD, *command], capture_output=True, text=True, env=env())
-        measured = json.loads(child.stdout)
-        stub = [sys.executable, "-c", NO_HTTP, str(latency), *command[command.index("--home"):]]
-        stubbed = json.loads(subprocess.run([sys.executable, "-c", CHILD, *stub], capture_output=True, text=True,
-                                            env=env()).stdout)
+        measured = run_runner(clean, work, f"{latency}", None, profile)
+        stubbed = run_runner(clean, work, f"{latency}-stub", latency, None)
     finally:
         server.stop()
-    if measured["code"] != 0:
-        raise RuntimeError(f"runner failed: {measured['stderr_tail']}")
-    payload = json.loads(measured["stdout"])
-    session = payload["session"]
+    session = measured["report"]["session"]
     if session["sent"] != n or session["errors"]:
         raise RuntimeError(f"runner sent {session['sent']} of {n}, {session['errors']} errors")
     steps = session.get("concurrency_steps") or []
-    if stubbed["code"] != 0:
-        raise RuntimeError(f"runner without HTTP failed: {stubbed['stderr_tail']}")
-    stub_session = json.loads(stubbed["stdout"])["session"]
+    stub_session = stubbed["report"]["session"]
     return {
         "latency_s": latency, "requests": n, "server_limit_s": n / SLOTS * latency,
         "raw": {"wall_s": raw["wall_s"], "cpu_s": raw["cpu_s"], "cpu_ms_per_request": 1000 * raw["cpu_s"] / n},
@@ -237,10 +337,12 @@ def measure(home: Path, port: int, bodies: Path, n: int, latency: float, profile
                    "send_cpu_s": session.get("cpu_s"),
                    "send_cpu_ms_per_request": 1000 * session["cpu_s"] / n if session.get("cpu_s") else None,
                    "peak_concurrency": session["peak_concurrency"], "concurrency_steps": steps,
-                   "round_trips_to_cap": rounds_to_cap(steps, latency, SLOTS), "max_rss_mb": measured["max_rss_mb"]},
+                   "round_trips_to_cap": rounds_to_cap(steps, latency, SLOTS), "max_rss_mb": measured["max_rss_mb"],
+                   "phases_s": phase_walls(measured), "phases_detail": measured["phases"]},
         "runner_without_http": {"end_to_end_s": stubbed["wall_s"], "send_s": stub_session["wall_s"],
                                 "cpu_ms_per_request": 1000 * stubbed["cpu_s"] / n,
-                                "send_cpu_ms_per_request": 1000 * stub_session["cpu_s"] / n},
+                                "send_cpu_ms_per_request": 1000 * stub_session["cpu_s"] / n,
+                                "phases_s": phase_walls(stubbed)},
         "ratio_end_to_end": raw["wall_s"] / measured["wall_s"],
         "ratio_send_phase": raw["wall_s"] / session["wall_s"],
         "load_average_before": load_start, "load_average_after": os.getloadavg(),
@@ -256,6 +358,7 @@ def main() -> int:
     results: dict[str, Any] = {"when": datetime.now(UTC).isoformat(timespec="seconds"), "commit": git_commit(),
                                "host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
                                "slots": SLOTS, "runs": []}
+    results["load_average_start"] = os.getloadavg()
     with tempfile.TemporaryDirectory(prefix="medhelm-throughput-") as tmp_s:
         tmp = Path(tmp_s)
         t = time.perf_counter()
@@ -265,12 +368,14 @@ def main() -> int:
         port = free_port()
         cli(home, "models", "add", "fake", "--base-url", f"http://127.0.0.1:{port}/v1", "--served-model",
             "fake-model")
+        home_mb = sum(f.stat().st_size for f in home.rglob("*") if f.is_file()) / 2**20
         print(f"setup: {n} requests from the real PubMedQA, MedQA and MedCalc-Bench files "
-              f"({time.perf_counter() - t:.0f}s)", flush=True)
+              f"({time.perf_counter() - t:.0f}s; home {home_mb:.0f} MB, copied afresh for each runner process); "
+              f"{os.cpu_count()} CPUs, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
         for latency in latencies:
             profile = Path(tempfile.gettempdir()) / f"medhelm-throughput-{latency}.prof" \
                 if args.profile == latency else None
-            run = measure(home, port, bodies, n, latency, profile)
+            run = measure(home, tmp, port, bodies, n, latency, profile)
             results["runs"].append(run)
             print_run(run)
             if profile is not None:
@@ -281,6 +386,8 @@ def main() -> int:
                     pstats.Stats(str(profile), stream=handle).sort_stats("cumulative").print_stats(60)
                     pstats.Stats(str(profile), stream=handle).sort_stats("tottime").print_stats(40)
                 print(f"  profile: {out}")
+    results["load_average_end"] = os.getloadavg()
+    print_table(results["runs"])
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / f"throughput-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
     path.write_text(json.dumps(results, indent=2, default=str) + "\n")
@@ -299,13 +406,36 @@ def print_run(r: dict[str, Any]) -> None:
           f"({r['raw_httpx']['cpu_ms_per_request']:.2f} ms CPU/request; the HTTP library alone)")
     print(f"  runner end to end:     {runner['end_to_end_s']:.2f}s  ratio raw/runner {r['ratio_end_to_end']:.3f}"
           f"  ({runner['cpu_ms_per_request']:.2f} ms CPU/request, peak RSS {runner['max_rss_mb']:.0f} MB)")
-    print(f"  runner send phase:     {runner['send_s']:.2f}s  ratio raw/runner {r['ratio_send_phase']:.3f}"
-          f"  ({send_cpu:.2f} ms CPU/request)" if send_cpu is not None else "")
+    if send_cpu is not None:
+        print(f"  runner send phase:     {runner['send_s']:.2f}s  ratio raw/runner {r['ratio_send_phase']:.3f}"
+              f"  ({send_cpu:.2f} ms CPU/request)")
+    print("  runner wall by phase:  " + ", ".join(f"{k} {v:.2f}s" for k, v in runner["phases_s"].items()))
     stub = r["runner_without_http"]
     print(f"  runner without HTTP:   {stub['end_to_end_s']:.2f}s end to end, send {stub['send_s']:.2f}s "
           f"({stub['send_cpu_ms_per_request']:.2f} ms CPU/request in the send phase; client stubbed)")
     print(f"  limiter: peak {runner['peak_concurrency']}, reached {SLOTS} after "
           f"{runner['round_trips_to_cap']} round trips; steps {runner['concurrency_steps'][:8]}")
+
+
+def print_table(runs: list[dict[str, Any]]) -> None:
+    """The rows of bench/README.md's "Line rate" table, in its column order."""
+    print("\n| server latency (limit) | raw aiohttp | raw httpx | runner end to end (ratio) "
+          "| runner send phase (ratio) | runner CPU/request: send phase, end to end | same, HTTP stubbed "
+          "| httpx alone | aiohttp alone "
+          "| round trips to 256 | load average |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in runs:
+        runner, stub = r["runner"], r["runner_without_http"]
+        latency = f"{r['latency_s'] * 1000:.0f} ms" if r["latency_s"] < 1 else f"{r['latency_s']:g} s"
+        send_cpu = runner["send_cpu_ms_per_request"]
+        print(f"| {latency} ({r['server_limit_s']:.1f} s) | {r['raw']['wall_s']:.1f} s "
+              f"| {r['raw_httpx']['wall_s']:.1f} s "
+              f"| {runner['end_to_end_s']:.1f} s ({r['ratio_end_to_end']:.3f}) "
+              f"| {runner['send_s']:.1f} s ({r['ratio_send_phase']:.3f}) "
+              f"| {send_cpu:.2f} ms, {runner['cpu_ms_per_request']:.2f} ms | {stub['send_cpu_ms_per_request']:.2f} ms "
+              f"| {r['raw_httpx']['cpu_ms_per_request']:.2f} ms | {r['raw']['cpu_ms_per_request']:.2f} ms "
+              f"| {runner['round_trips_to_cap']} "
+              f"| {r['load_average_before'][0]:.1f} -> {r['load_average_after'][0]:.1f} |")
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from typing import Any
 from medhelm_local.analysis.aggregate import latest_scores, latest_series
 from medhelm_local.analysis.leaderboard import ModelRow, build_leaderboard
 from medhelm_local.application.datasets import register_file
+from medhelm_local.application.evaluation import EvaluationRequest, Mode, RunOutcome, Selection, Sending, evaluate
 from medhelm_local.audit import audit_event
 from medhelm_local.benchmarks.registry import get_spec
 from medhelm_local.context import AppContext
@@ -24,7 +25,6 @@ from medhelm_local.export.report import aggregate_report, write_report
 from medhelm_local.home import Home
 from medhelm_local.home.config import EMBEDDED_MODEL_NAME
 from medhelm_local.home.layout import atomic_write
-from medhelm_local.store import Store
 from medhelm_local.store.judgments import judge_failure_rates
 
 DEMO_BENCHMARKS = ("pubmedqa", "hospice_referral", "medication_qa")
@@ -65,6 +65,15 @@ def prepare(app_ctx: AppContext) -> dict[str, int]:
     return {benchmark: register_file(app_ctx, get_spec(benchmark), path).instances for benchmark, path in sources}
 
 
+def evaluate_demo(app_ctx: AppContext, instances: int, *, show_progress: bool = True) -> RunOutcome:
+    """The demo benchmarks on the embedded model: always a new run, ``instances`` per benchmark, 2 in flight."""
+    return evaluate(app_ctx, EvaluationRequest(
+        selection=Selection(model=EMBEDDED_MODEL_NAME, benchmarks=list(DEMO_BENCHMARKS), max_instances=instances),
+        sending=Sending(concurrency=2, show_progress=show_progress),
+        mode=Mode.new(always_new=True),
+    ))
+
+
 def jury_summary(app_ctx: AppContext, run_id: str) -> list[dict[str, Any]]:
     """Per judge of the run's jury-scored benchmark: judgements, valid ones, failed requests, the structured-output
     shape sent (counts and names only)."""
@@ -77,7 +86,7 @@ def jury_summary(app_ctx: AppContext, run_id: str) -> list[dict[str, Any]]:
 
 def finish(app_ctx: AppContext) -> tuple[list[ModelRow], Path]:
     home = app_ctx.home
-    with Store.open(home, audit=app_ctx.system_audit) as store:
+    with app_ctx.open_store() as store:
         # the series add each score's bootstrap CI and, for the jury-scored benchmark, its judges' failure rates
         rows = build_leaderboard(latest_scores(store), series=latest_series(store))
     report_path = write_report(aggregate_report(rows, note=SMOKE_TEST_NOTE),
@@ -87,5 +96,5 @@ def finish(app_ctx: AppContext) -> tuple[list[ModelRow], Path]:
     return rows, report_path
 
 
-__all__ = ["DEMO_BENCHMARKS", "EMBEDDED_MODEL_NAME", "SMOKE_TEST_NOTE", "finish", "jury_summary", "new_demo_home",
-           "prepare"]
+__all__ = ["DEMO_BENCHMARKS", "EMBEDDED_MODEL_NAME", "SMOKE_TEST_NOTE", "evaluate_demo", "finish", "jury_summary",
+           "new_demo_home", "prepare"]

@@ -1,13 +1,15 @@
 """Sending a run's pending requests and committing each outcome as it arrives (write-through).
 
 * Work streams from the store in pages (keyset paging on the send order), so memory stays flat whatever the
-  run's size; the next page is fetched while the current one is being sent.
+  run's size; the next pages (``prefetch_pages``, across benchmarks) are read while the current one is sent.
 * Each attempt is admitted by the adaptive concurrency limiter; retries back off without holding a slot.
 * A prompt that might not fit the model's context is fitted first (``runner.fitting``: counted by the server's
   tokenizer, its long field cut and the cut recorded, or ``prompt_too_long`` recorded without sending); the
   others go out as built.
 * Outcomes are committed by one store thread in group commits, at most one round every
-  ``commit_interval_s``: a response counts as done only once its transaction has committed. After ``kill -9``
+  ``commit_interval_s``, and rounds spaced so that they (with the checkpoint DuckDB makes when the store is
+  released, which grows with the store's tables) keep the store thread at most ``commit_duty`` busy: a response
+  counts as done only once its transaction has committed. After ``kill -9``
   only uncommitted (in-flight) items are sent again, and the primary key on ``responses`` keeps one outcome per
   item.
 * The store's file lock is held only while a page is read or a round commits, never while waiting for the
@@ -27,7 +29,7 @@ from typing import Any, TypeVar
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.inference.client import ChatClient, RequestFailed
-from medhelm_local.prompts.build import build_request, request_hash
+from medhelm_local.prompts.build import build_request
 from medhelm_local.prompts.styles import spec_for_run
 from medhelm_local.records import InferenceRequest, InferenceResult, Instance, Truncated
 from medhelm_local.runner.concurrency import AdaptiveLimiter
@@ -38,6 +40,7 @@ from medhelm_local.store.runs import Outcome, PendingItem
 from medhelm_local.store.store import RunInfo, Store
 
 T = TypeVar("T")
+MAX_COMMIT_GAP_FACTOR = 5  # however slow a round, the next one comes within 5 commit intervals
 
 
 @dataclass
@@ -50,6 +53,8 @@ class ExecutionSettings:
     page_size: int = 512
     commit_batch: int = 512
     commit_interval_s: float = 1.0  # at most one round of commits this often; the store is free in between
+    commit_duty: float = 0.1  # and rounds (commit + the checkpoint on release) keep the store at most this busy
+    prefetch_pages: int = 2  # pages read ahead of the one being sent (across benchmarks)
     errors_only: bool = False  # `run --retry-errors`: send only items whose stored outcome is an error
 
 
@@ -85,13 +90,19 @@ class StoreThread:
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         loop = asyncio.get_running_loop()
-        return await loop.run_in_executor(self._executor, lambda: self._run(fn, *args, **kwargs))
+        return await loop.run_in_executor(self._executor, lambda: self._run(True, fn, *args, **kwargs))
 
-    def _run(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    async def call_and_keep(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """Like ``call``, but the store stays attached: for the send phase's last call, as what follows (scoring,
+        the run's status) attaches it again at once; releasing would cost DuckDB's checkpoint twice."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._executor, lambda: self._run(False, fn, *args, **kwargs))
+
+    def _run(self, release: bool, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         try:
             return fn(*args, **kwargs)
         finally:
-            if self._release is not None:
+            if release and self._release is not None:
                 self._release.release()
 
     def close(self) -> None:
@@ -107,7 +118,7 @@ class GroupCommitter:
     next ``submit`` / ``check`` and by ``close``, which commits what is left."""
 
     def __init__(self, db: StoreThread, store: Store, run_id: str, session_id: str, *, replace_errors: bool,
-                 max_batch: int, started: float, interval_s: float = 0.0) -> None:
+                 max_batch: int, started: float, interval_s: float = 0.0, duty: float = 1.0) -> None:
         self._db = db
         self._store = store
         self._run_id = run_id
@@ -116,9 +127,12 @@ class GroupCommitter:
         self._max_batch = max_batch
         self._started = started
         self._interval_s = interval_s
+        self._duty = duty
         self._queue: list[Outcome] = []
         self._wakeup = asyncio.Event()
         self._closing = False
+        self._closed = asyncio.Event()  # ends a pause between rounds at once: the last round never waits
+        self._draining = False
         self._task = asyncio.create_task(self._run())
 
     def check(self) -> None:
@@ -131,6 +145,11 @@ class GroupCommitter:
         self._queue.append(outcome)
         self._wakeup.set()
 
+    def drain(self) -> None:
+        """Everything has been sent: what is left arrives within about a round trip, so rounds wait for ``close``
+        (or the longest gap) and the last one commits it all, with one checkpoint instead of two."""
+        self._draining = True
+
     def _commit_round(self, outcomes: list[Outcome], wall_s: float) -> None:
         for start in range(0, len(outcomes), self._max_batch):
             runs_db.commit_outcomes(self._store, self._run_id, self._session_id, wall_s,
@@ -138,17 +157,26 @@ class GroupCommitter:
 
     async def _run(self) -> None:
         last_round = -float("inf")
+        gap = self._interval_s
         while True:
             await self._wakeup.wait()
             self._wakeup.clear()
             if not self._closing:
-                pause = last_round + self._interval_s - time.monotonic()
-                if pause > 0:
-                    await asyncio.sleep(pause)  # readers get the store meanwhile; outcomes accumulate
+                pause = last_round + (MAX_COMMIT_GAP_FACTOR * self._interval_s if self._draining else gap) \
+                    - time.monotonic()
+                if pause > 0:  # readers get the store meanwhile; outcomes accumulate
+                    with contextlib.suppress(TimeoutError):
+                        await asyncio.wait_for(self._closed.wait(), pause)
             if self._queue:
                 batch, self._queue = self._queue, []
                 last_round = time.monotonic()
-                await self._db.call(self._commit_round, batch, last_round - self._started)
+                call = self._db.call_and_keep if self._closing else self._db.call
+                await call(self._commit_round, batch, last_round - self._started)
+                # A round's cost (the commit, and DuckDB's checkpoint when the store is released) grows with the
+                # store's tables: space rounds so that the store thread stays mostly free for page reads (and
+                # the file lock for readers), with bigger rounds instead of more of them.
+                gap = min(max(self._interval_s, (time.monotonic() - last_round) / self._duty),
+                          MAX_COMMIT_GAP_FACTOR * self._interval_s)
             if self._closing and not self._queue:
                 return
             if self._queue:
@@ -156,6 +184,7 @@ class GroupCommitter:
 
     async def close(self) -> None:
         self._closing = True
+        self._closed.set()
         self._wakeup.set()
         await self._task
 
@@ -194,7 +223,7 @@ async def execute_run(store: Store, client: ChatClient, run: RunInfo, *, setting
     cpu_started = time.process_time()
     committer = GroupCommitter(db, store, run.run_id, report.session_id, replace_errors=settings.errors_only,
                                max_batch=settings.commit_batch, started=started,
-                               interval_s=settings.commit_interval_s)
+                               interval_s=settings.commit_interval_s, duty=settings.commit_duty)
     tasks: set[asyncio.Task[None]] = set()
     max_alive = 2 * settings.concurrency + 64  # requests backing off hold no slot; bound them anyway
     room = asyncio.Event()
@@ -215,7 +244,7 @@ async def execute_run(store: Store, client: ChatClient, run: RunInfo, *, setting
         await send(fitted, truncated, slot_held=False)  # the slot is taken once the prompt is ready
 
     async def record(request: InferenceRequest, result: InferenceResult, truncated: Truncated | None) -> None:
-        committer.submit(Outcome(request, request_hash(request), result, truncated))
+        committer.submit(Outcome(request, result, truncated))
         report.sent += 1
         report.ok += int(result.ok)
         report.errors += int(not result.ok)
@@ -232,35 +261,56 @@ async def execute_run(store: Store, client: ChatClient, run: RunInfo, *, setting
             failures.append(task.exception())  # type: ignore[arg-type]
         room.set()
 
+    # Pages are read ahead (``prefetch_pages``, across benchmarks) by their own task: a page read queued behind a
+    # commit round (and its checkpoint) on the store thread must not leave the limiter's slots empty.
+    pages: asyncio.Queue[tuple[str, list[tuple[PendingItem, Instance]]] | BaseException | None] = asyncio.Queue(
+        maxsize=max(1, settings.prefetch_pages))
+
+    async def read_pages() -> None:
+        try:
+            for benchmark in run.benchmarks:
+                after: int | None = -1
+                while after is not None:
+                    page, after = await db.call(_load_page, store, run.run_id, benchmark, after,
+                                                settings.page_size, settings.errors_only)
+                    if page:
+                        await pages.put((benchmark, page))
+            await pages.put(None)
+        except Exception as exc:  # the sender raises it
+            await pages.put(exc)
+
+    reader = asyncio.create_task(read_pages())
     try:
-        for benchmark in run.benchmarks:
-            spec = spec_for_run(benchmark, run.manifest)
-            progress.start(benchmark)
-            page, last_rank = await db.call(_load_page, store, run.run_id, benchmark, -1, settings.page_size,
-                                            settings.errors_only)
-            while last_rank is not None:
-                following = asyncio.ensure_future(db.call(
-                    _load_page, store, run.run_id, benchmark, last_rank, settings.page_size, settings.errors_only))
-                for _, instance in page:
-                    request = build_request(spec, instance, seed=run.seed)
-                    while len(tasks) >= max_alive:
-                        room.clear()
-                        await room.wait()
-                    if fitter is not None and not fitter.fits_unchecked(request):
-                        task = asyncio.create_task(fit_and_send(spec, instance, request))
-                    else:
-                        await limiter.acquire()
-                        task = asyncio.create_task(send(request))
-                    tasks.add(task)
-                    task.add_done_callback(done)
-                    if failures:  # a failed commit stops the run at once, not after the last page
-                        raise failures[0]
-                    committer.check()
-                page, last_rank = await following
+        specs: dict[str, BenchmarkSpec] = {}
+        while (next_page := await pages.get()) is not None:
+            if isinstance(next_page, BaseException):
+                raise next_page
+            benchmark, page = next_page
+            spec = specs.get(benchmark)
+            if spec is None:
+                spec = specs[benchmark] = spec_for_run(benchmark, run.manifest)
+                progress.start(benchmark)
+            for _, instance in page:
+                request = build_request(spec, instance, seed=run.seed)
+                while len(tasks) >= max_alive:
+                    room.clear()
+                    await room.wait()
+                if fitter is not None and not fitter.fits_unchecked(request):
+                    task = asyncio.create_task(fit_and_send(spec, instance, request))
+                else:
+                    await limiter.acquire()
+                    task = asyncio.create_task(send(request))
+                tasks.add(task)
+                task.add_done_callback(done)
+                if failures:  # a failed commit stops the run at once, not after the last page
+                    raise failures[0]
+                committer.check()
+        committer.drain()
         while tasks:
             await asyncio.gather(*list(tasks))
         await committer.close()
     except BaseException:
+        reader.cancel()
         for task in list(tasks):
             task.cancel()
         if tasks:
@@ -269,6 +319,10 @@ async def execute_run(store: Store, client: ChatClient, run: RunInfo, *, setting
             await committer.close()  # what was answered is saved (a failed commit stays the error raised)
         raise
     finally:
+        if not reader.done():
+            reader.cancel()
+            with contextlib.suppress(BaseException):
+                await reader
         db.close()
         report.wall_s = time.monotonic() - started
         report.cpu_s = time.process_time() - cpu_started

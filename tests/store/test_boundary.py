@@ -11,8 +11,6 @@ from pathlib import Path
 PACKAGE = Path(__file__).resolve().parents[2] / "medhelm_local"
 FORBIDDEN = ("medhelm_local.audit", "medhelm_local.benchmarks", "medhelm_local.loaders", "medhelm_local.context",
              "medhelm_local.application")
-# Raw SQL outside the store still waiting for its move (the `evalpath` branch moves runner/shard.py's).
-SQL_OUTSIDE_STORE_PENDING = {"runner/shard.py"}
 
 
 def _module_name(path: Path) -> str:
@@ -112,4 +110,4 @@ def test_no_sql_on_the_store_outside_it() -> None:
         tree = ast.parse(path.read_text(encoding="utf-8"))
         if any(isinstance(n, ast.Attribute) and n.attr in ("conn", "_conn") for n in ast.walk(tree)):
             outside.add(relative)
-    assert outside <= SQL_OUTSIDE_STORE_PENDING, sorted(outside - SQL_OUTSIDE_STORE_PENDING)
+    assert sorted(outside) == []

@@ -1,0 +1,170 @@
+"""The completion lanes' I/O (inference/netio.py under httpx): keep-alive, a connection the server closed while
+idle, timeouts, and TLS with certificate verification."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime
+import ipaddress
+import json
+from pathlib import Path
+
+import pytest
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
+
+from medhelm_local.inference.client import ChatClient
+from medhelm_local.inference.netio import AsyncioBackend
+from medhelm_local.records import ChatMessage, InferenceRequest
+from medhelm_local.testing.asgi_thread import free_port, serve_in_thread
+from medhelm_local.testing.fake_openai import FakeOpenAIServer
+
+LOCAL = ["http://127.0.0.1"]
+REPLY = json.dumps({"choices": [{"message": {"content": "yes"}, "finish_reason": "stop"}],
+                    "usage": {"prompt_tokens": 3, "completion_tokens": 1}}).encode()
+
+
+def _request(i: int) -> InferenceRequest:
+    return InferenceRequest(benchmark="b", instance_id=str(i), max_tokens=1,
+                            messages=[ChatMessage(role="user", content=f"question {i}")])
+
+
+class RawServer:
+    """A minimal HTTP/1.1 server that counts connections; ``close_after`` replies per connection, then it closes
+    the connection without saying so (as a server with a short keep-alive timeout does); ``silent``: never
+    answers."""
+
+    def __init__(self, *, close_after: int | None = None, silent: bool = False) -> None:
+        self.close_after = close_after
+        self.silent = silent
+        self.connections = 0
+        self.requests = 0
+        self.port = 0
+
+    async def start(self) -> asyncio.Server:
+        server = await asyncio.start_server(self._serve, "127.0.0.1", 0)
+        self.port = server.sockets[0].getsockname()[1]
+        return server
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        served = 0
+        try:
+            while True:
+                head = await reader.readuntil(b"\r\n\r\n")
+                length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                              if line.lower().startswith(b"content-length:"))
+                await reader.readexactly(length)
+                self.requests += 1
+                if self.silent:
+                    await asyncio.sleep(3600)
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+                             + str(len(REPLY)).encode() + b"\r\n\r\n" + REPLY)
+                await writer.drain()
+                served += 1
+                if self.close_after is not None and served >= self.close_after:
+                    break
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+
+def test_lanes_keep_connections_alive_and_run_on_the_asyncio_backend() -> None:
+    async def scenario() -> tuple[int, int, list[str | None]]:
+        raw = RawServer()
+        server = await raw.start()
+        async with server, ChatClient([f"http://127.0.0.1:{raw.port}/v1"], "m", LOCAL) as client:
+            sem = asyncio.Semaphore(4)
+
+            async def one(i: int) -> str | None:
+                async with sem:
+                    result = await client.complete(_request(i), max_retries=0)
+                    return result.text if result.ok else result.error
+
+            texts = await asyncio.gather(*(one(i) for i in range(40)))
+            lanes = [lane for lanes in client._lanes.values() for lane in lanes]
+            assert all(isinstance(lane._pool._network_backend, AsyncioBackend)  # type: ignore[attr-defined]
+                       for lane in lanes), "the lanes fell back to httpx's default I/O (an httpx upgrade?)"
+            return raw.connections, raw.requests, texts
+
+    connections, requests, texts = asyncio.run(scenario())
+    assert texts == ["yes"] * 40 and requests == 40
+    assert connections <= 4  # one keep-alive connection per request in flight, reused
+
+
+def test_a_connection_the_server_closed_while_idle_is_replaced_not_failed() -> None:
+    async def scenario() -> tuple[int, list[str | None]]:
+        raw = RawServer(close_after=1)  # every connection is closed after one reply
+        server = await raw.start()
+        async with server, ChatClient([f"http://127.0.0.1:{raw.port}/v1"], "m", LOCAL) as client:
+            texts = []
+            for i in range(5):  # one lane, used again after the server closed its connection
+                result = await client.complete(_request(i), max_retries=0)
+                texts.append(result.text if result.ok else result.error)
+                await asyncio.sleep(0.05)  # the server's close arrives while the lane is idle
+            return raw.connections, texts
+
+    connections, texts = asyncio.run(scenario())
+    assert texts == ["yes"] * 5
+    assert connections == 5
+
+
+def test_a_server_that_never_answers_is_a_timeout() -> None:
+    async def scenario() -> tuple[str | None, float]:
+        raw = RawServer(silent=True)
+        server = await raw.start()
+        async with server, ChatClient([f"http://127.0.0.1:{raw.port}/v1"], "m", LOCAL, timeout_s=0.3) as client:
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            result = await client.complete(_request(0), max_retries=0)
+            return result.error, loop.time() - started
+
+    error, elapsed = asyncio.run(scenario())
+    assert error == "timeout"
+    assert 0.25 <= elapsed < 3
+
+
+def _self_signed(tmp_path: Path) -> tuple[Path, Path]:
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "127.0.0.1")])
+    now = datetime.datetime.now(datetime.UTC)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+            .not_valid_after(now + datetime.timedelta(hours=1))
+            .add_extension(x509.SubjectAlternativeName([x509.IPAddress(ipaddress.ip_address("127.0.0.1"))]),
+                           critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return cert_path, key_path
+
+
+def test_https_replica_is_verified_and_served(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    cert, key = _self_signed(tmp_path)
+    fake = FakeOpenAIServer()
+    port = free_port()
+    server, thread = serve_in_thread(fake, port, what="TLS fake server", ssl_certfile=str(cert),
+                                     ssl_keyfile=str(key))
+    base = f"https://127.0.0.1:{port}/v1"
+
+    async def complete(n: int) -> list[str | None]:
+        async with ChatClient([base], fake.model_id, ["https://127.0.0.1"]) as client:
+            results = await asyncio.gather(*(client.complete(_request(i), max_retries=0) for i in range(n)))
+            return [r.text if r.ok else r.error for r in results]
+
+    try:
+        # Without the certificate trusted, the connection is refused by verification: nothing is sent.
+        assert asyncio.run(complete(1)) == ["connect_error"]
+        assert fake.completions_sent == 0
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+        assert asyncio.run(complete(12)) == ["yes"] * 12
+        assert fake.completions_sent == 12
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)

@@ -1,0 +1,86 @@
+"""The send path's pacing (issue 14 §1): the limiter reaches the server's capacity within 3 round trips, and the
+group committer's last round does not wait out the interval between rounds."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import pytest
+
+from medhelm_local.records import ChatMessage, InferenceRequest, InferenceResult
+from medhelm_local.runner import execute
+from medhelm_local.runner.concurrency import AdaptiveLimiter
+from medhelm_local.store.runs import Outcome
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def _round_trips_to(limiter: AdaptiveLimiter, clock: Clock, *, slots: int, latency: float, target: int,
+                          most: int = 20) -> int:
+    """A server with ``slots`` slots and a fixed latency, and a runner with more work than slots: every freed or
+    added slot is taken at once by the next request, which completes one round trip later. Returns the round
+    trips taken until the limit first reached ``target``."""
+    while limiter.in_flight < limiter.limit:
+        await limiter.acquire()
+    for trip in range(1, most + 1):
+        this_trip = min(limiter.in_flight, slots)  # requests beyond the slots wait in the server's queue
+        for _ in range(this_trip):
+            clock.now += latency / this_trip
+            limiter.release(None)
+            while limiter.in_flight < limiter.limit:
+                await limiter.acquire()
+        if limiter.limit >= target:
+            return trip
+    return most + 1
+
+
+@pytest.mark.parametrize(("cap", "initial"), [(256, None), (256, 64), (1024, None), (512, 64)])
+def test_limiter_reaches_the_servers_capacity_within_three_round_trips(cap: int, initial: int | None) -> None:
+    clock = Clock()
+    limiter = AdaptiveLimiter(cap, initial=initial, clock=clock)
+    trips = asyncio.run(_round_trips_to(limiter, clock, slots=cap, latency=0.4, target=cap))
+    assert trips <= 3, limiter.history
+    assert limiter.peak_limit == cap
+
+
+def _outcome(i: int) -> Outcome:
+    request = InferenceRequest(benchmark="b", instance_id=str(i), max_tokens=1,
+                               messages=[ChatMessage(role="user", content="q")])
+    return Outcome(request, "h", InferenceResult(text="yes"))
+
+
+def test_closing_the_committer_commits_at_once_not_after_the_interval(monkeypatch: pytest.MonkeyPatch) -> None:
+    rounds: list[tuple[float, int]] = []
+
+    def commit_outcomes(store: Any, run_id: str, session_id: str, wall_s: float, outcomes: list[Outcome], *,
+                        replace_errors: bool) -> None:
+        rounds.append((time.monotonic(), len(outcomes)))
+
+    monkeypatch.setattr(execute.runs_db, "commit_outcomes", commit_outcomes)
+
+    async def scenario() -> float:
+        db = execute.StoreThread()
+        committer = execute.GroupCommitter(db, None, "run", "session", replace_errors=False,  # type: ignore[arg-type]
+                                           max_batch=512, started=time.monotonic(), interval_s=30.0)
+        committer.submit(_outcome(0))
+        while not rounds:  # the first round goes at once
+            await asyncio.sleep(0.01)
+        committer.submit(_outcome(1))  # the next round would wait 30 s ...
+        await asyncio.sleep(0.1)
+        assert len(rounds) == 1
+        started = time.monotonic()
+        await committer.close()  # ... but closing commits what is left now
+        db.close()
+        return time.monotonic() - started
+
+    waited = asyncio.run(scenario())
+    assert [n for _, n in rounds] == [1, 1]
+    assert waited < 2.0
