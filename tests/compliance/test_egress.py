@@ -23,8 +23,11 @@ from medhelm_local.home.config import ApplianceConfig
 from medhelm_local.inference.backends import open_client
 from medhelm_local.inference.client import ChatClient
 from medhelm_local.inference.egress import EgressPolicy, check_egress, is_allowed
+from medhelm_local.records import Instance
+from medhelm_local.scoring.engine import score_benchmark
 from tests.compliance.conftest import add_models, hospice_csv
 from tests.compliance.inproc import InProcessCli
+from tests.scoring.helpers import add_run, make_home, register
 
 REPO = Path(__file__).resolve().parents[2]
 ALLOW = ["http://127.0.0.1", "https://*.svc.cluster.local", "http://judge.internal:8000"]
@@ -81,6 +84,22 @@ def test_open_client_takes_the_callers_policy(tmp_path: Path) -> None:
         asyncio.run(opened())
     assert [(d["actor"], d["objects"]["target"]) for d in _denials(home.root)] == [
         ("judge-runner", "http://203.0.113.20:8000")]
+
+
+def test_a_judge_outside_the_allowlist_is_refused_and_audited_when_scoring(tmp_path: Path) -> None:
+    """The jury reaches its judges with the caller's policy (ScoringContext.egress): a judge slipped into
+    appliance.yaml by hand is refused before any connection, and the refusal is in the trail as the scorer."""
+    home = make_home(tmp_path / "home", {"judge-outside": "http://192.0.2.50:8000/v1"}, max_retries=0)
+    data = [Instance(benchmark="medication_qa", id=f"m{i}", fields={"question": f"Drug {i}?"},
+                     references=[f"Answer {i}."]) for i in range(2)]
+    ctx = AppContext(home=home, actor="scorer")
+    with ctx.open_store() as store:
+        fingerprint = register(store, "medication_qa", data)
+        run_id = add_run(store, "model-x", "medication_qa", fingerprint, data, {i.id: "an answer" for i in data})
+        with pytest.raises(EgressDenied, match="refused before connecting"):
+            score_benchmark(store, run_id, "medication_qa", config=home.config, egress=ctx.egress)
+    assert [(d["actor"], d["objects"]["target"]) for d in _denials(home.root)] == [
+        ("scorer", "http://192.0.2.50:8000")]
 
 
 def test_two_contexts_in_one_process_do_not_share_egress_state(tmp_path: Path) -> None:
