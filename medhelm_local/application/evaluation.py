@@ -3,7 +3,8 @@
 One path for every mode (``runner.options.Mode``): a new run, a resume, a retry of the errors, one shard of a
 run split across pods. In order:
 
-1. refuse early what would fail later (prompt-style parity, judges of a jury-scored benchmark);
+1. refuse early what would fail later (prompt-style parity; a benchmark its scorers cannot score: a jury
+   without judges, loader options giving no field a metric reads);
 2. open the main store (a shard waits, with jitter, while another pod holds it) and resolve the run and its
    model (``runner.session.resolve``: the one place the model is resolved); take the run's lock (not a shard:
    shards of one run send in parallel, each from its own store file);
