@@ -40,6 +40,7 @@ import httpx
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
+from medhelm_local.application.evaluation import EvaluationRequest, Mode, Selection, Sending, evaluate  # noqa: E402
 from medhelm_local.benchmarks.registry import get_spec  # noqa: E402
 from medhelm_local.context import AppContext  # noqa: E402
 from medhelm_local.home import Home  # noqa: E402
@@ -47,7 +48,6 @@ from medhelm_local.home.config import ModelEndpoint, RunnerSettings  # noqa: E40
 from medhelm_local.inference.client import POOL_CONNECTIONS, request_body  # noqa: E402
 from medhelm_local.prompts.build import build_request  # noqa: E402
 from medhelm_local.records import Instance  # noqa: E402
-from medhelm_local.runner.session import RunOptions, evaluate  # noqa: E402
 from medhelm_local.store import Store  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
@@ -184,8 +184,9 @@ def four_threads(base_url: str, payloads: list[dict[str, Any]]) -> float:
 
 def runner_run(home: Home, *, order: str = "prefix", concurrency: int) -> dict[str, Any]:
     start = time.perf_counter()
-    outcome = evaluate(actx(home), RunOptions(model="fake", benchmarks=["pubmedqa"], concurrency=concurrency,
-                                              order=order, score=False, show_progress=False, new_run=True))
+    outcome = evaluate(actx(home), EvaluationRequest(
+        selection=Selection(model="fake", benchmarks=["pubmedqa"], order=order),
+        sending=Sending(concurrency=concurrency, show_progress=False), mode=Mode.new(always_new=True), score=False))
     total = time.perf_counter() - start
     report = outcome.report
     assert report is not None and report.errors == 0, "bench runs must not fail requests"

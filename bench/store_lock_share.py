@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from medhelm_local.runner.session import RunOptions, evaluate
+from medhelm_local.application.evaluation import EvaluationRequest, Selection, Sending, evaluate
 from medhelm_local.store import connection
 from medhelm_local.testing.fake_openai import FakeOpenAIServer, hash_responder
 from tests.runner.helpers import app, make_home, register, synthetic_instances
@@ -54,8 +54,8 @@ def main() -> None:
         register(home, synthetic_instances(n))
         for values in STATS.values():
             values.clear()
-        outcome = evaluate(app(home), RunOptions(model="fake", benchmarks=["pubmedqa"], concurrency=32, score=False,
-                                                 show_progress=False))
+        outcome = evaluate(app(home), EvaluationRequest(Selection(model="fake", benchmarks=["pubmedqa"]),
+                                                        Sending(concurrency=32, show_progress=False), score=False))
     assert outcome.report is not None
     wall = outcome.report.wall_s
     print(json.dumps({

@@ -1,4 +1,4 @@
-"""The command line surface: commands listed, exit codes, honest 'not built yet'."""
+"""The command line surface: commands listed, exit codes (2 for bad input), the version."""
 
 from __future__ import annotations
 

@@ -8,7 +8,8 @@ import numpy as np
 
 from medhelm_local.prompts.styles import DEFAULT_STYLE, run_prompt_style, spec_for_run
 from medhelm_local.records import BenchmarkScore
-from medhelm_local.scoring.metrics import JURY, Aggregation, metric_aggregation
+from medhelm_local.scoring.registry import metric_aggregation, read_details, scorer_for
+from medhelm_local.scoring.scorer import Aggregation
 from medhelm_local.scoring.summary import aggregate_values, gold_empty_stats
 from medhelm_local.store.judgments import judge_failure_rates, score_rows
 from medhelm_local.store.store import Store
@@ -67,21 +68,23 @@ def instance_series(store: Store, run_id: str, model: str, benchmark: str) -> In
     metric = run_metric(store, run_id, benchmark)
     aggregation = metric_aggregation(metric)
     rows = score_rows(store, run_id, benchmark, metric)
-    scored = [(iid, value, details) for iid, _, value, details in rows if value is not None]
+    scored = [(iid, value, read_details(metric, details)) for iid, _, value, details in rows if value is not None]
     counts = None
     if aggregation == Aggregation.MICRO_F1:
-        counts = np.array([[d.get("counts", {}).get(k, 0) for k in ("tp", "fp", "fn")] for _, _, d in scored],
-                          dtype=float).reshape(-1, 3)
+        counts = np.array([[getattr(d.counts, k) if d.counts else 0 for k in ("tp", "fp", "fn")]
+                           for _, _, d in scored], dtype=float).reshape(-1, 3)
     extra = {}
-    for key, name in (("parsed", "parse_rate"), ("strict_format", "strict_format_rate")):
-        flags = [bool(d[key]) for _, _, d in scored if key in d]
+    for flags, name in (([d.parsed for _, _, d in scored if d.parsed is not None], "parse_rate"),
+                        ([d.strict_format for _, _, d in scored if d.strict_format is not None],
+                         "strict_format_rate")):
         if flags:
             extra[name] = sum(flags) / len(flags)
     share = truncated_share(store, run_id, benchmark)
     if share is not None:
         extra["truncated_share"] = share
     judges = {}
-    if metric == JURY:
+    scorer = scorer_for(metric)
+    if scorer is not None and scorer.calls_models:
         judges = {r.judge: r.failure_rate for r in judge_failure_rates(store, run_id, benchmark)}
     return InstanceSeries(
         model=model, benchmark=benchmark, metric=metric, run_id=run_id, aggregation=aggregation,
@@ -95,10 +98,9 @@ def benchmark_score(store: Store, run_id: str, model: str, benchmark: str) -> Be
     ones are counted apart, never scored as zero."""
     metric = run_metric(store, run_id, benchmark)
     rows = score_rows(store, run_id, benchmark, metric)
-    scored = [(value, details) for _, _, value, details in rows if value is not None]
-    score = aggregate_values([float(v) for v, _ in scored], [d.get("counts", {}) for _, d in scored],
-                             metric_aggregation(metric))
-    n_gold_empty, score_nonempty_gold = gold_empty_stats([(float(v), d) for v, d in scored])
+    scored = [(float(value), read_details(metric, details)) for _, _, value, details in rows if value is not None]
+    score = aggregate_values([v for v, _ in scored], [d for _, d in scored], metric_aggregation(metric))
+    n_gold_empty, score_nonempty_gold = gold_empty_stats(scored)
     return BenchmarkScore(model=model, benchmark=benchmark, metric=metric, score=score, n=len(scored),
                           n_failed=len(rows) - len(scored), n_gold_empty=n_gold_empty,
                           score_nonempty_gold=score_nonempty_gold)

@@ -8,12 +8,11 @@ makes the total unknown (None): a cost is never assumed.
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
-
 from pydantic import BaseModel
 
-from medhelm_local.home.config import ApplianceConfig
+from medhelm_local.analysis.cost import price, run_cost
+from medhelm_local.errors import NotFoundError
+from medhelm_local.home.config import ApplianceConfig, ModelEndpoint
 from medhelm_local.store.judgments import judge_usage
 from medhelm_local.store.store import Store
 
@@ -26,27 +25,27 @@ class ModelCost(BaseModel):
     note: str
 
 
-def _cost_module() -> Any | None:
+def _configured(config: ApplianceConfig, name: str) -> ModelEndpoint | None:
+    """The model's endpoint in appliance.yaml; None when it has been removed since (its cost is then unknown)."""
     try:
-        return importlib.import_module("medhelm_local.analysis.cost")
-    except ImportError:
+        return config.model(name)
+    except NotFoundError:
         return None
 
 
-def jury_cost(store: Store, run_id: str, config: ApplianceConfig, module: Any) -> tuple[float | None, str]:
+def jury_cost(store: Store, run_id: str, config: ApplianceConfig) -> tuple[float | None, str]:
     """What the judges' requests about one run cost; (0, ...) when the run was not judged."""
     total = 0.0
     notes = []
     for judge, usage in judge_usage(store, run_id).items():
-        try:
-            endpoint = config.model(judge)
-        except Exception:
+        endpoint = _configured(config, judge)
+        if endpoint is None:
             return None, f"judge {judge} is no longer configured"
         # GPU-time pricing of a judge uses the sum of its request latencies: an upper bound under concurrency.
-        method, amount, _, note = module.price(endpoint.pricing, prompt_tokens=int(usage["prompt_tokens"]),
-                                               completion_tokens=int(usage["completion_tokens"]),
-                                               wall_s=float(usage["latency_s"]),
-                                               tokens_complete=int(usage["without_usage"]) == 0)
+        method, amount, _, note = price(endpoint.pricing, prompt_tokens=int(usage["prompt_tokens"]),
+                                        completion_tokens=int(usage["completion_tokens"]),
+                                        wall_s=float(usage["latency_s"]),
+                                        tokens_complete=int(usage["without_usage"]) == 0)
         if amount is None:
             return None, f"judge {judge}: {note}"
         if method == "gpu_time":
@@ -56,30 +55,29 @@ def jury_cost(store: Store, run_id: str, config: ApplianceConfig, module: Any) -
 
 
 def model_costs(store: Store, config: ApplianceConfig, runs: dict[tuple[str, str], str]) -> dict[str, ModelCost]:
-    """Per model, over the runs behind its leaderboard row (``runs``: (model, benchmark) -> run id)."""
-    module = _cost_module()
+    """Per model, over the runs behind its leaderboard row (``runs``: (model, benchmark) -> run id).
+
+    A model removed from appliance.yaml since its runs has an unknown cost (None, said in the note), never zero;
+    any other failure (a missing run, a store error) is raised."""
     out: dict[str, ModelCost] = {}
     models = sorted({model for model, _ in runs})
     for model in models:
-        if module is None:
-            out[model] = ModelCost(model=model, benchmark_cost=None, jury_cost=None, total=None,
-                                   note="cost accounting is not available in this build")
-            continue
+        endpoint = _configured(config, model)
         run_ids = sorted({run_id for (m, _), run_id in runs.items() if m == model})
         bench: float | None = 0.0
         jury: float | None = 0.0
         notes = []
         for run_id in run_ids:
-            try:
-                summary = module.run_cost(store, run_id, config)
+            amount: float | None = None
+            if endpoint is None:
+                notes.append("model no longer configured")
+            else:
+                summary = run_cost(store, run_id, endpoint)
                 amount = summary.total
                 if amount is None:
                     notes.append(summary.note)
-            except Exception:  # a model removed from the config: its cost is unknown, not zero
-                amount = None
-                notes.append("model no longer configured")
             bench = None if amount is None or bench is None else bench + float(amount)
-            judged, note = jury_cost(store, run_id, config, module)
+            judged, note = jury_cost(store, run_id, config)
             if note:
                 notes.append(note)
             jury = None if judged is None or jury is None else jury + judged

@@ -2,7 +2,9 @@
 
 The summary answers a compliance officer's questions from the records alone: who ran which benchmarks on
 which dataset fingerprints and models, what was requested for export, who approved or denied it, and what
-left the appliance.
+left the appliance. :func:`compliance_report` lays it out once, as a head and tables, for every printable form:
+the console's HTML page and the PDF (:mod:`audit.report_pdf`, ``audit report --pdf``) show the same tables. Audit
+records carry no patient data (no prompt, output or extract value), so neither does the report.
 """
 
 from __future__ import annotations
@@ -194,3 +196,77 @@ def render_text(summary: AuditSummary) -> str:
                 + "".join(f"  {k}={v}" for k, v in i.items() if k not in ("seq", "ts", "actor", "action", "outcome"))
                 for i in items] or ["  (none)"]
     return "\n".join(out) + "\n"
+
+
+class ReportTable(BaseModel):
+    """One section of the printable compliance report."""
+
+    id: str
+    title: str
+    columns: list[str]
+    rows: list[list[str]]
+
+
+class ComplianceReport(BaseModel):
+    """The printable compliance report: its head (what it covers) and its tables."""
+
+    appliance: str
+    generated: str
+    since: str | None
+    records: int
+    last_checkpoint: str | None
+    last_export: str | None
+    tables: list[ReportTable]
+
+
+def _last(records: list[dict[str, Any]], action: str) -> str | None:
+    for record in reversed(records):
+        if record.get("action") == action:
+            when = record_time(record)
+            return when.isoformat() if when else None
+    return None
+
+
+def _details(item: dict[str, Any]) -> str:
+    return " ".join(f"{k}={v}" for k, v in item.items() if k not in ("seq", "ts", "actor", "action", "outcome"))
+
+
+def report_tables(summary: AuditSummary) -> list[ReportTable]:
+    runs = [[r.started, r.actor, str(r.model or ""), r.run_id,
+             "\n".join(f"{b} {fp[:16]}" for b, fp in sorted(r.benchmarks.items())), ", ".join(r.endpoints),
+             (r.outcome or "open") + (f", resumed {r.resumed}x" if r.resumed else "")] for r in summary.runs]
+    exports = [[e.requested, e.request_id, e.requested_by, ", ".join(e.runs), e.status,
+                (e.decided_by or "-") + (f" (approver {e.approver})" if e.approver else ""),
+                ", ".join(e.released_to) or "-"] for e in summary.exports]
+    tables = [
+        ReportTable(id="actors", title="Who acted", columns=["Actor", "Records"],
+                    rows=[[a, str(n)] for a, n in sorted(summary.actors.items())]),
+        ReportTable(id="report-datasets", title="Datasets registered",
+                    columns=["Time", "Actor", "Benchmark", "Fingerprint", "Outcome"],
+                    rows=[[str(d.get("ts")), str(d.get("actor")), str(d.get("benchmark")),
+                           str(d.get("fingerprint") or "")[:16], str(d.get("outcome"))] for d in summary.datasets]),
+        ReportTable(id="report-runs", title="Runs", columns=["Started", "Actor", "Model", "Run",
+                                                              "Benchmarks (dataset version)", "Endpoints", "Outcome"],
+                    rows=runs),
+        ReportTable(id="report-exports", title="Exports", columns=["Requested", "Request", "By", "Runs", "Status",
+                                                                    "Decided by", "Released to"], rows=exports),
+    ]
+    for table_id, title, items in (("report-keys", "Key events", summary.key_events),
+                                   ("report-config", "Configuration changes", summary.config_changes),
+                                   ("report-egress", "Egress denials", summary.egress_denials),
+                                   ("report-verifications", "Audit verifications", summary.verifications)):
+        tables.append(ReportTable(id=table_id, title=title, columns=["Time", "Actor", "Action", "Outcome", "Details"],
+                                  rows=[[str(i.get("ts")), str(i.get("actor")), str(i.get("action")),
+                                         str(i.get("outcome")), _details(i)] for i in items]))
+    return tables
+
+
+def compliance_report(records: list[dict[str, Any]], *, since: datetime | None, appliance: str,
+                      generated: datetime | None = None) -> ComplianceReport:
+    """The report over ``records`` (the whole trail: checkpoints are read from it) since ``since``."""
+    summary = summarize(filter_records(records, since=since), since)
+    return ComplianceReport(
+        appliance=appliance, generated=(generated or datetime.now(UTC)).isoformat(timespec="seconds"),
+        since=since.isoformat() if since else None, records=summary.records,
+        last_checkpoint=_last(records, CHECKPOINT_ACTION), last_export=_last(records, "audit.checkpoint_export"),
+        tables=report_tables(summary))

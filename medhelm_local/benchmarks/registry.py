@@ -20,18 +20,9 @@ import yaml
 from pydantic import ValidationError
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec
-from medhelm_local.errors import BadInputError, NotFoundError
+from medhelm_local.errors import BadInputError, MedhelmError, NotFoundError
 
 CUSTOM_DIR = "benchmarks"
-METRICS = (
-    "exact_match",
-    "medcalc_accuracy",
-    "medec_flag_accuracy",
-    "ehrsql_execution_accuracy",
-    "billing_micro_f1",
-    "micro_f1",
-    "jury",
-)
 # A custom spec file is read only up to this size: specs are a page of YAML, never data.
 MAX_SPEC_BYTES = 256 * 1024
 MAX_SPEC_DEPTH = 64
@@ -174,12 +165,19 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     return data
 
 
-def load_custom_spec(path: Path, *, check_clash: bool = True) -> BenchmarkSpec:
-    """Read and validate a user's benchmark YAML; every problem is a :class:`BadInputError` naming the field."""
+def load_custom_spec(path: Path, *, check_clash: bool = True, check_fields: bool | None = None) -> BenchmarkSpec:
+    """Read and validate a user's benchmark YAML; every problem is a :class:`BadInputError` naming the field.
+
+    Its metrics are checked against the scorer registry (``metrics:``, or the older single ``metric:``); with
+    ``check_fields`` (default: when registering, ``check_clash``) also the instance fields its scorers need against
+    its loader options (``scoring/checks.py``; a stored spec is checked again when a run is planned)."""
     from medhelm_local.loaders.base import available_loaders
+    from medhelm_local.scoring.checks import check_spec
+    from medhelm_local.scoring.registry import MetricNotAvailable, known_metrics
     from medhelm_local.taxonomy import load_taxonomy
 
     data = {**CUSTOM_DEFAULTS, **_read_yaml(path)}
+    metric_field = "metric" if "metric" in data else "metrics"  # the older single field, or the list
     taxonomy = load_taxonomy()
     subcategory = data.get("subcategory")
     placement = taxonomy.placement(subcategory) if isinstance(subcategory, str) else None
@@ -202,8 +200,14 @@ def load_custom_spec(path: Path, *, check_clash: bool = True) -> BenchmarkSpec:
         raise BadInputError(f"{path}: field id {spec.id!r} is a built-in MedHELM benchmark; choose another id")
     if spec.input_format not in available_loaders():
         raise BadInputError(f"{path}: field input_format must be one of {', '.join(available_loaders())}")
-    if spec.metric not in METRICS:
-        raise BadInputError(f"{path}: field metric must be one of {', '.join(METRICS)}")
+    try:
+        check_spec(spec, fields=check_clash if check_fields is None else check_fields)
+    except MetricNotAvailable:
+        unknown = [name for name in spec.metric_names if name not in known_metrics()]
+        raise BadInputError(f"{path}: field {metric_field} must be one of {', '.join(known_metrics())} (not "
+                            f"{', '.join(repr(n) for n in unknown)})") from None
+    except MedhelmError as exc:
+        raise BadInputError(f"{path}: {exc}") from None
     templates = [("prompt.template", spec.prompt.template), ("prompt.system", spec.prompt.system or ""),
                  ("judge_question", spec.judge_question or ""), ("judge_gold", spec.judge_gold or "")]
     if spec.medhelm is not None:

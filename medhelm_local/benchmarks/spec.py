@@ -75,6 +75,39 @@ class JudgeRubric(BaseModel):
     uses_gold: bool = True
 
 
+class MetricChoice(BaseModel):
+    """One metric a benchmark reports: ``name`` is a metric of the scorer registry (``scoring/registry.py``);
+    ``main`` marks the benchmark's score (exactly one per spec). The others are secondary: reported beside it
+    (MedHELM reports ROUGE-L beside the jury for open-ended benchmarks)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    main: bool = False
+
+
+# What the older single ``metric:`` field meant, as the ``metrics:`` list (custom specs written for earlier
+# versions, and the spec snapshots in the manifests of runs created by them): the jury always came with ROUGE-L.
+LEGACY_METRICS: dict[str, tuple[str, ...]] = {"jury": ("jury", "rouge_l")}
+
+
+def legacy_metrics(name: str) -> list[dict[str, Any]]:
+    """``metric: name`` (the older single field) as the ``metrics:`` list it meant."""
+    names = LEGACY_METRICS.get(name, (name,))
+    return [{"name": names[0], "main": True}, *({"name": n, "main": False} for n in names[1:])]
+
+
+def upgrade_spec_data(data: Any) -> Any:
+    """Spec data (a YAML mapping or a run's snapshot) with the older ``metric:`` field read as ``metrics:``."""
+    if not isinstance(data, dict) or "metric" not in data:
+        return data
+    if "metrics" in data:
+        raise ValueError("give metrics (the list, one marked main: true) or the older metric, not both")
+    upgraded = {k: v for k, v in data.items() if k != "metric"}
+    upgraded["metrics"] = legacy_metrics(data["metric"]) if isinstance(data["metric"], str) else data["metric"]
+    return upgraded
+
+
 class MedhelmParity(BaseModel):
     """MedHELM's own prompt and decoding for this benchmark, as crfm-helm 0.5.16 renders them (``run --prompt-style
     medhelm``), or why parity is impossible (``unavailable``). See ``medhelm_local/benchmarks/PARITY.md``.
@@ -133,7 +166,9 @@ class BenchmarkSpec(BaseModel):
     labels: list[str] | None = None
     # Raw label in the source -> canonical label (e.g. {"1": "A", "0": "B"}).
     label_map: dict[str, str] | None = None
-    metric: str
+    # The metrics reported, one marked ``main: true`` (the benchmark's score); an entry may be a plain name. The
+    # older single field ``metric: NAME`` still loads (read as :func:`legacy_metrics`).
+    metrics: list[MetricChoice] = Field(min_length=1)
     max_tokens: int = Field(ge=1, le=32768)
     # The long field cut to fit the model's context (None: a prompt that does not fit is recorded as an error).
     truncate: Truncation | None = None
@@ -153,10 +188,24 @@ class BenchmarkSpec(BaseModel):
     source: str | None = None
     license: str | None = None
 
+    @model_validator(mode="before")
+    @classmethod
+    def _upgrade(cls, data: Any) -> Any:
+        data = upgrade_spec_data(data)
+        if isinstance(data, dict) and isinstance(data.get("metrics"), list):
+            entries = [{"name": m} if isinstance(m, str) else m for m in data["metrics"]]
+            if len(entries) == 1 and isinstance(entries[0], dict) and "main" not in entries[0]:
+                entries[0] = {**entries[0], "main": True}  # a single metric is the main one
+            data = {**data, "metrics": entries}
+        return data
+
     @model_validator(mode="after")
     def _consistent(self) -> BenchmarkSpec:
-        if self.output_type == OutputType.FREE_TEXT and self.metric == "jury" and self.judge is None:
-            raise ValueError(f"{self.id}: a jury-scored benchmark needs a judge rubric")
+        names = [m.name for m in self.metrics]
+        if len(set(names)) != len(names):
+            raise ValueError(f"{self.id}: metrics lists a metric twice")
+        if sum(m.main for m in self.metrics) != 1:
+            raise ValueError(f"{self.id}: metrics must mark exactly one metric main: true (the benchmark's score)")
         if self.answer_labels is not None and len(self.answer_labels) != len(self.labels or []):
             raise ValueError(f"{self.id}: answer_labels must pair one to one with labels")
         if self.medhelm and self.medhelm.answer_labels is not None and (
@@ -177,6 +226,16 @@ class BenchmarkSpec(BaseModel):
 
         config = self.model_dump(mode="json", include={"input_format", "loader_options", "labels", "label_map"})
         return hashlib.sha256(json.dumps(config, sort_keys=True).encode()).hexdigest()
+
+    @property
+    def metric(self) -> str:
+        """The main metric: the benchmark's score."""
+        return next(m.name for m in self.metrics if m.main)
+
+    @property
+    def metric_names(self) -> list[str]:
+        """Every metric reported, the main one first."""
+        return [self.metric, *(m.name for m in self.metrics if not m.main)]
 
     @property
     def closed_ended(self) -> bool:

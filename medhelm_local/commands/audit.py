@@ -177,13 +177,25 @@ def repair(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", hel
 def report(
     ctx: typer.Context,
     since: str | None = typer.Option(None, "--since", help="Only records at or after this ISO date (UTC)."),
+    pdf: Path | None = typer.Option(None, "--pdf", help="Also write the printable report as a PDF to this path."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Who ran which benchmarks on which datasets and models; what was exported and who approved it."""
     start = parse_time(since, "--since") if since else None
-    records = filter_records(AuditTrail(app_context(ctx).home.audit_path).records(), since=start)
-    summary = summarize(records, start)
+    home = app_context(ctx).home
+    everything = AuditTrail(home.audit_path).records()
+    summary = summarize(filter_records(everything, since=start), start)
+    if pdf is not None:
+        from medhelm_local.audit.report import compliance_report
+        from medhelm_local.audit.report_pdf import render_pdf
+
+        if pdf.is_dir():
+            raise BadInputError(f"--pdf: {pdf} is a directory; expected a file path such as report.pdf")
+        report = compliance_report(everything, since=start, appliance=home.config.appliance_name)
+        atomic_write(pdf, render_pdf(report), mode=0o640)
     if as_json:
-        emit_json(summary.model_dump())
+        emit_json({**summary.model_dump(), **({"pdf": str(pdf)} if pdf is not None else {})})
     else:
         sys.stdout.write(render_text(summary))
+        if pdf is not None:
+            info(f"wrote the compliance report as PDF to {pdf}")

@@ -86,7 +86,7 @@ def show(
     spec = get_spec(benchmark_id, _home(ctx))
     data = spec.model_dump(mode="json", exclude_none=True)
     if as_json:
-        emit_json(data)
+        emit_json({**data, "metric": spec.metric})  # the main metric, as scripts read it before ``metrics:``
         return
     import yaml
 

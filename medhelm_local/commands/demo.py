@@ -7,13 +7,11 @@ from pathlib import Path
 import typer
 
 from medhelm_local.commands.leaderboard import leaderboard_payload, print_leaderboard
-from medhelm_local.commands.run import run_evaluation
 from medhelm_local.console import emit_json, info
 from medhelm_local.context import AppContext, app_context
 from medhelm_local.demo.run_demo import (
-    DEMO_BENCHMARKS,
-    EMBEDDED_MODEL_NAME,
     SMOKE_TEST_NOTE,
+    evaluate_demo,
     finish,
     jury_summary,
     new_demo_home,
@@ -42,8 +40,7 @@ def demo(
     counts = prepare(app_ctx)
     info("registered: " + ", ".join(f"{b} ({n} instances)" for b, n in counts.items()))
     info("starting the embedded model (llama.cpp, 127.0.0.1 only) ...")
-    run_info, _ = run_evaluation(app_ctx, EMBEDDED_MODEL_NAME, list(DEMO_BENCHMARKS), max_instances=instances,
-                                 seed=None, concurrency=2, show_progress=not as_json)
+    run_info = evaluate_demo(app_ctx, instances, show_progress=not as_json).run
     info("embedded model stopped.")
     rows, report = finish(app_ctx)
     jury = jury_summary(app_ctx, run_info.run_id)

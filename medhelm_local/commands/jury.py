@@ -21,9 +21,9 @@ from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import app_context
 from medhelm_local.errors import BadInputError, NotFoundError
 from medhelm_local.scoring.engine import score_benchmark
-from medhelm_local.scoring.jury import JuryStats
+from medhelm_local.scoring.jury import JuryStats, is_jury_scored, jury_rows
 from medhelm_local.scoring.jury_hints import failure_hint
-from medhelm_local.scoring.metrics import JURY, ROUGE_L
+from medhelm_local.scoring.rouge import ROUGE_L
 from medhelm_local.store import Store
 from medhelm_local.store.judgments import JudgmentStatus, get_judgments, judge_failure_rates, score_rows
 from medhelm_local.store.ratings import list_ratings
@@ -80,18 +80,18 @@ def rescore(
         run = store.get_run(run_id)
         if run is None:
             raise NotFoundError(f"no run {run_id!r} in the store")
-        targets = [benchmark] if benchmark else [b for b in run.benchmarks if get_spec(b).metric == JURY]
+        targets = [benchmark] if benchmark else [b for b in run.benchmarks if is_jury_scored(get_spec(b))]
         for target in targets:
             if target not in run.benchmarks:
                 raise BadInputError(f"run {run_id} did not evaluate {target}")
-            if get_spec(target).metric != JURY:
+            if not is_jury_scored(get_spec(target)):
                 raise BadInputError(f"benchmark {target} is not scored by the jury (metric {get_spec(target).metric})")
         results: list[dict[str, Any]] = []
         for target in targets:
             stats = JuryStats()
             scores = score_benchmark(store, run_id, target, config=config, jury_concurrency=concurrency,
                                      only_failed=True, jury_stats=stats)
-            main = [s for s in scores if s.metric == JURY]
+            main = jury_rows(scores)
             results.append({"benchmark": target, "reasked": stats.asked, "kept": stats.kept,
                             "scored": sum(s.value is not None for s in main),
                             "failed": sum(s.value is None for s in main),
@@ -126,7 +126,7 @@ def validate(
     names = list(dict.fromkeys(benchmarks))
     specs = [get_spec(b) for b in names]
     for spec in specs:
-        if spec.metric != JURY:
+        if not is_jury_scored(spec):
             raise BadInputError(f"benchmark {spec.id} is not scored by the jury (metric {spec.metric})")
     combined = len(specs) > 1
     clinicians = read_clinician_ratings(ratings, specs) if ratings is not None else None

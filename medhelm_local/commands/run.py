@@ -10,13 +10,13 @@ from typing import Any
 
 import typer
 
+from medhelm_local.application.evaluation import EvaluationRequest, Mode, RunOutcome, Selection, Sending, evaluate
 from medhelm_local.console import emit_json, emit_table, info
-from medhelm_local.context import AppContext, app_context
+from medhelm_local.context import app_context
 from medhelm_local.errors import BadInputError
 from medhelm_local.prompts.styles import check_style, run_prompt_style
 from medhelm_local.records import BenchmarkScore
 from medhelm_local.runner.plan import ORDER_MODES, parse_shard
-from medhelm_local.runner.session import RunOptions, RunOutcome, evaluate
 from medhelm_local.store.store import RunInfo
 
 
@@ -29,16 +29,6 @@ def parse_benchmarks(value: str) -> list[str]:
     if not names:
         raise BadInputError("--benchmarks: expected a comma-separated list of benchmark ids")
     return names
-
-
-def run_evaluation(app_ctx: AppContext, model: str, benchmarks: list[str], *, max_instances: int | None,
-                   seed: int | None, concurrency: int | None, show_progress: bool = True, order: str = "prefix",
-                   new_run: bool = True) -> tuple[RunInfo, list[BenchmarkScore]]:
-    """Plan, execute, score. Shared by ``run`` and ``demo`` (which always starts a new run)."""
-    outcome = evaluate(app_ctx, RunOptions(model=model, benchmarks=benchmarks, max_instances=max_instances, seed=seed,
-                                           concurrency=concurrency, show_progress=show_progress, order=order,
-                                           new_run=new_run))
-    return outcome.run, outcome.results
 
 
 def results_payload(run: RunInfo, results: list[BenchmarkScore]) -> dict[str, object]:
@@ -127,15 +117,17 @@ def run(
 ) -> None:
     """Evaluate MODEL on BENCHMARKS and score the results."""
     app_ctx = app_context(ctx)
-    options = RunOptions(
-        model=model, benchmarks=parse_benchmarks(benchmarks) if benchmarks is not None else None,
-        max_instances=max_instances, seed=seed, concurrency=concurrency, order=order,
-        prompt_style=check_style(prompt_style) if prompt_style is not None else None, resume=resume,
-        retry_errors=retry_errors, run_id=run_id, shard=parse_shard(shard) if shard else None, new_run=new_run,
-        request_timeout_s=request_timeout, max_retries=max_retries, score=not skip_scoring,
-        show_progress=not as_json,
+    request = EvaluationRequest(
+        selection=Selection(model=model, benchmarks=parse_benchmarks(benchmarks) if benchmarks is not None else None,
+                            max_instances=max_instances, seed=seed, order=order,
+                            prompt_style=check_style(prompt_style) if prompt_style is not None else None),
+        sending=Sending(concurrency=concurrency, request_timeout_s=request_timeout, max_retries=max_retries,
+                        show_progress=not as_json),
+        mode=Mode.from_flags(resume=resume, retry_errors=retry_errors, run_id=run_id,
+                             shard=parse_shard(shard) if shard else None, new_run=new_run),
+        score=not skip_scoring,
     )
-    outcome = evaluate(app_ctx, options)
+    outcome = evaluate(app_ctx, request)
     if as_json:
         emit_json(outcome_payload(outcome))
     else:

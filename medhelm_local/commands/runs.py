@@ -7,6 +7,7 @@ from typing import Any
 import typer
 
 from medhelm_local.analysis.cost import run_cost
+from medhelm_local.application.evaluation import merge_shards
 from medhelm_local.commands.run import outcome_payload, print_outcome
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import app_context
@@ -14,7 +15,6 @@ from medhelm_local.errors import NotFoundError
 from medhelm_local.prompts.styles import run_prompt_style
 from medhelm_local.runner import shard as sharding
 from medhelm_local.runner.manifest import manifest_sha256
-from medhelm_local.runner.session import merge_run
 from medhelm_local.store import Store
 from medhelm_local.store import runs as runs_db
 from medhelm_local.store.store import RunInfo
@@ -104,7 +104,7 @@ def merge(ctx: typer.Context, run_id: str = typer.Argument(..., help="Run id of 
           skip_scoring: bool = typer.Option(False, "--skip-scoring", help="Do not score even if complete."),
           as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """Merge the shard stores left for RUN_ID into the main store; score and finish the run once complete."""
-    outcome = merge_run(app_context(ctx), run_id, score=not skip_scoring)
+    outcome = merge_shards(app_context(ctx), run_id, score=not skip_scoring)
     if as_json:
         emit_json(outcome_payload(outcome))
         return

@@ -17,10 +17,11 @@ from medhelm_local.errors import BadInputError, NotFoundError
 from medhelm_local.prompts.styles import DEFAULT_STYLE, MEDHELM_STYLE, check_style, parity_status, styled_spec
 from medhelm_local.records import Instance
 from medhelm_local.runner.plan import check_style_fields
+from medhelm_local.scoring.checks import check_spec
 from medhelm_local.scoring.engine import score_items
 from medhelm_local.scoring.helm_outputs import FAILED as HELM_FAILED
 from medhelm_local.scoring.helm_outputs import is_helm_source, match_instances, read_helm_outputs
-from medhelm_local.scoring.metrics import JURY
+from medhelm_local.scoring.registry import calls_models
 from medhelm_local.scoring.summary import Breakdown, summarise
 from medhelm_local.store import Store
 from medhelm_local.store.judgments import judge_failure_rates
@@ -147,13 +148,15 @@ def score(
     else:
         lines, file_sha256 = read_predictions(predictions)
         source, source_format = predictions, "jsonl"
-    config = app_ctx.home.config if spec.metric == JURY else None
+    asks_models = calls_models(spec)  # the jury: judges from appliance.yaml, their failure rates reported
+    config = app_ctx.home.config if asks_models else None
     with Store.open(app_ctx.home) as store:
         dataset = store.current_dataset(benchmark)
         if dataset is None:
             raise NotFoundError(f"no dataset is registered for {benchmark}; see `datasets register`")
         if prompt_style != DEFAULT_STYLE:
             check_style_fields(store, spec, dataset.fingerprint)
+        check_spec(spec, config, judges=True)  # judges, rubric, the fields the metrics read: before a judge is asked
         if helm:
             registered = [i for chunk in store.iter_instances(benchmark, dataset.fingerprint, chunk=2000)
                           for i in chunk]
@@ -170,7 +173,7 @@ def score(
         scope = f"predictions:{file_sha256}" + ("" if prompt_style == DEFAULT_STYLE else f":{prompt_style}")
         scores = score_items(store, spec, items, scope=scope, config=config, jury_concurrency=jury_concurrency)
         judges = None
-        if spec.metric == JURY:
+        if asks_models:
             judges = [{"judge": r.judge, "total": r.total, "ok": r.ok, "request_failed": r.request_failed,
                        "invalid_reply": r.invalid_reply, "failure_rate": r.failure_rate}
                       for r in judge_failure_rates(store, scope, benchmark)]

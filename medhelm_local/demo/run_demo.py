@@ -14,6 +14,7 @@ from typing import Any
 
 from medhelm_local.analysis.aggregate import latest_scores, latest_series
 from medhelm_local.analysis.leaderboard import ModelRow, build_leaderboard
+from medhelm_local.application.evaluation import EvaluationRequest, Mode, RunOutcome, Selection, Sending, evaluate
 from medhelm_local.audit import audit_event
 from medhelm_local.benchmarks.registry import get_spec
 from medhelm_local.context import AppContext
@@ -65,6 +66,15 @@ def prepare(app_ctx: AppContext) -> dict[str, int]:
     return {benchmark: register_file(app_ctx, get_spec(benchmark), path).instances for benchmark, path in sources}
 
 
+def evaluate_demo(app_ctx: AppContext, instances: int, *, show_progress: bool = True) -> RunOutcome:
+    """The demo benchmarks on the embedded model: always a new run, ``instances`` per benchmark, 2 in flight."""
+    return evaluate(app_ctx, EvaluationRequest(
+        selection=Selection(model=EMBEDDED_MODEL_NAME, benchmarks=list(DEMO_BENCHMARKS), max_instances=instances),
+        sending=Sending(concurrency=2, show_progress=show_progress),
+        mode=Mode.new(always_new=True),
+    ))
+
+
 def jury_summary(app_ctx: AppContext, run_id: str) -> list[dict[str, Any]]:
     """Per judge of the run's jury-scored benchmark: judgements, valid ones, failed requests, the structured-output
     shape sent (counts and names only)."""
@@ -87,5 +97,5 @@ def finish(app_ctx: AppContext) -> tuple[list[ModelRow], Path]:
     return rows, report_path
 
 
-__all__ = ["DEMO_BENCHMARKS", "EMBEDDED_MODEL_NAME", "SMOKE_TEST_NOTE", "finish", "jury_summary", "new_demo_home",
-           "prepare"]
+__all__ = ["DEMO_BENCHMARKS", "EMBEDDED_MODEL_NAME", "SMOKE_TEST_NOTE", "evaluate_demo", "finish", "jury_summary",
+           "new_demo_home", "prepare"]

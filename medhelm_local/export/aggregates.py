@@ -8,6 +8,17 @@ scores only) and rounds. A proportion's score (every instance scored 0 or 1) is 
 implies is a small cell: k = score x n and n - k must each be 0 or at least ``min_cell_size`` (0.133 over 15
 reveals 2 of 15). When the failed count is withheld, so is the score (score x n_total would reveal how many
 were scored, and so the failures).
+
+Every published score carries its 95% confidence interval (``ci_low``, ``ci_high``): the percentile bootstrap of
+the CLI leaderboard (same resamples, same seed: the same interval for the same cell), rounded as the scores are and
+published only beside its score, so a suppressed score's CI is suppressed with it (a CI around a withheld score
+would locate it). Can a CI reveal more than its score and n? A proportion's bootstrap endpoints are multiples of
+1/n, but j = ci_low x n is the count of positives in a resample at the 2.5th percentile, not a count of patients:
+an endpoint of 1/40 beside a published 5/40 says "1 in a resample", which the implied-count rule (made for the
+score) would misread. The interval is a function of the scored values and the fixed resample draws, whose only
+count of patients, k = score x n, is published (and checked) with the score. Where the policy rounds counts
+(``count_multiple`` > 1) the 1/n lattice would give the exact n away: a proportion's CI is then withheld
+(``ci:count_rounding``; tests/export shows an n the score alone leaves open that the interval pins down).
 """
 
 from __future__ import annotations
@@ -17,25 +28,31 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from medhelm_local import __version__
-from medhelm_local.analysis.aggregate import benchmark_score
+from medhelm_local.analysis.aggregate import benchmark_score, instance_series
+from medhelm_local.analysis.stats import DEFAULT_RESAMPLES, bootstrap_ci
 from medhelm_local.benchmarks.registry import get_spec
 from medhelm_local.errors import BadInputError, NotFoundError
+from medhelm_local.export import intervals
 from medhelm_local.export.policy import ExportPolicy
 from medhelm_local.home.config import ApplianceConfig
 from medhelm_local.prompts.styles import run_prompt_style
-from medhelm_local.scoring.metrics import Aggregation, metric_aggregation
-from medhelm_local.store.judgments import score_rows
+from medhelm_local.scoring.metrics import Aggregation
 from medhelm_local.store.store import RunInfo, Store
 
 EXPORT_SCHEMA = "medhelm-local/export-aggregates/v1"
+CI_RESAMPLES = DEFAULT_RESAMPLES  # the CLI leaderboard's defaults: the export's CI is the leaderboard's CI
+CI_SEED = 0
 NOTES = (
     "Aggregates only: no instance-level data, prompts, outputs or judge explanations.",
     "Suppressed cells are shown as empty: fewer instances than the minimum cell size, or complementary.",
     "Model averages, category scores and win rates use published scores only.",
     "A score is suppressed when the count it implies (score times n, or n minus that) is a small cell.",
+    "Each score carries its 95% confidence interval: percentile bootstrap over the scored instances (1000 "
+    "resamples, seed 0, as the appliance's leaderboard), rounded as the scores; a suppressed score's interval is "
+    "suppressed with it.",
     "Cost is estimated from the pricing configured on the appliance; empty when none is configured.",
 )
 
@@ -69,6 +86,10 @@ class RawCell(_Closed):
     n_failed: int
     n_total: int
     created_at: datetime
+    ci_low: float | None = None  # the score's 95% bootstrap CI (None: fewer than two scored instances)
+    ci_high: float | None = None
+    # the score on each resample of a seed of the benchmark's own (export.intervals): the summaries' CIs. In memory.
+    replicates: list[float] | None = Field(default=None, exclude=True, repr=False)
     n_gold_empty: int | None = None  # EHRSQL: scored items whose gold query returns no rows
     score_nonempty_gold: float | None = None  # the score on the other scored items
     proportion: bool = True  # every scored instance is 0 or 1 and the score is their mean: score x n is a count
@@ -135,8 +156,10 @@ def collect(store: Store, config: ApplianceConfig, run_ids: list[str]) -> RawExp
         n_run = 0
         for benchmark in run.benchmarks:
             result = benchmark_score(store, run.run_id, run.model, benchmark)
-            values = {v for _, _, v, _ in score_rows(store, run.run_id, benchmark, result.metric) if v is not None}
-            proportion = values <= {0.0, 1.0} and metric_aggregation(result.metric) == Aggregation.MEAN
+            series = instance_series(store, run.run_id, run.model, benchmark)
+            proportion = set(series.values.tolist()) <= {0.0, 1.0} and series.aggregation == Aggregation.MEAN
+            ci = bootstrap_ci(series.values, series.counts, series.aggregation, resamples=CI_RESAMPLES,
+                              seed=CI_SEED)
             n_total = store.count_items(run.run_id, benchmark)
             n_run += n_total
             cells.append(RawCell(
@@ -144,6 +167,8 @@ def collect(store: Store, config: ApplianceConfig, run_ids: list[str]) -> RawExp
                 metric=result.metric, score=result.score, n_scored=result.n, n_failed=result.n_failed,
                 n_total=n_total, created_at=run.created_at, n_gold_empty=result.n_gold_empty,
                 score_nonempty_gold=result.score_nonempty_gold, proportion=proportion,
+                ci_low=None if ci is None else ci[0], ci_high=None if ci is None else ci[1],
+                replicates=intervals.replicates(series),
             ))
         cost = _run_cost(config, store, run)
         previous = usage.get(run.model)
@@ -175,20 +200,32 @@ class PublishedCell(_Closed):
     category: str
     metric: str
     score: float | None
+    ci_low: float | None
+    ci_high: float | None
     n_scored: int | None
     n_failed: int | None
     n_total: int | None
     suppressed: list[str]
     n_gold_empty: int | None = None
     score_nonempty_gold: float | None = None
+    in_leaderboard: bool = True  # the model's latest cell of this benchmark: the one its averages and win rate use
 
 
 class PublishedModel(_Closed):
     model: str
     rank: int
     win_rate: float | None
+    win_rate_ci_low: float | None = None  # 95% CIs of the summaries (export.intervals), rounded as the scores
+    win_rate_ci_high: float | None = None
+    win_pairs: int  # the (benchmark, rival) pairs the win rate is over
     macro_avg: float | None
+    macro_avg_ci_low: float | None = None
+    macro_avg_ci_high: float | None = None
     category_scores: dict[str, float | None]
+    category_ci_low: dict[str, float | None] = {}
+    category_ci_high: dict[str, float | None] = {}
+    category_n: dict[str, int] = {}  # the published benchmarks each category mean is over
+    suppressed: list[str] = []  # summary intervals withheld, and why
     benchmarks_published: int
     benchmarks_suppressed: int
     cost: float | None
@@ -201,6 +238,8 @@ class ExportAggregates(_Closed):
     appliance_version: str
     policy_sha256: str
     min_cell_size: int
+    score_decimals: int = 3  # the policy's rounding: every score, CI and average is printed with as many decimals
+    cost_decimals: int = 2
     runs: list[PublishedRun]
     cells: list[PublishedCell]
     models: list[PublishedModel]
@@ -229,8 +268,8 @@ def publish_cell(cell: RawCell, policy: ExportPolicy) -> PublishedCell:
     suppressed: list[str] = []
     if 0 < cell.n_total < policy.min_cell_size:
         return PublishedCell(run_id=cell.run_id, model=cell.model, benchmark=cell.benchmark, category=cell.category,
-                             metric=cell.metric, score=None, n_scored=None, n_failed=None, n_total=None,
-                             suppressed=["cell:small_cell"])
+                             metric=cell.metric, score=None, ci_low=None, ci_high=None, n_scored=None,
+                             n_failed=None, n_total=None, suppressed=["cell:small_cell"])
     score: float | None = None
     if cell.score is not None:
         if cell.n_scored < policy.min_cell_size:
@@ -255,9 +294,27 @@ def publish_cell(cell: RawCell, policy: ExportPolicy) -> PublishedCell:
             n_scored = None
             suppressed.append("n_scored:complementary")
     n_gold_empty, score_nonempty_gold = _publish_gold_empty(cell, n_scored, score, policy, suppressed)
+    ci_low, ci_high = publish_ci(cell, score, policy, suppressed)
     return PublishedCell(run_id=cell.run_id, model=cell.model, benchmark=cell.benchmark, category=cell.category,
-                         metric=cell.metric, score=score, n_scored=n_scored, n_failed=n_failed, n_total=n_total,
-                         suppressed=suppressed, n_gold_empty=n_gold_empty, score_nonempty_gold=score_nonempty_gold)
+                         metric=cell.metric, score=score, ci_low=ci_low, ci_high=ci_high, n_scored=n_scored,
+                         n_failed=n_failed, n_total=n_total, suppressed=suppressed, n_gold_empty=n_gold_empty,
+                         score_nonempty_gold=score_nonempty_gold)
+
+
+def publish_ci(cell: RawCell, score: float | None, policy: ExportPolicy,
+               suppressed: list[str]) -> tuple[float | None, float | None]:
+    """The score's CI under the score's own rules: only beside a published score, rounded as the scores are; a
+    proportion's CI is withheld where counts are rounded (its endpoints, multiples of 1/n, would give n away)."""
+    if cell.ci_low is None or cell.ci_high is None:
+        return None, None
+    if score is None:
+        suppressed.append("ci:score_suppressed")
+        return None, None
+    if cell.proportion and policy.rounding.count_multiple > 1:
+        suppressed.append("ci:count_rounding")
+        return None, None
+    decimals = policy.rounding.score_decimals
+    return round(cell.ci_low, decimals), round(cell.ci_high, decimals)
 
 
 def _publish_gold_empty(cell: RawCell, n_scored: int | None, score: float | None, policy: ExportPolicy,
@@ -286,9 +343,9 @@ def _publish_gold_empty(cell: RawCell, n_scored: int | None, score: float | None
     return n_gold_empty, score_nonempty_gold
 
 
-def win_rates(scores: dict[str, dict[str, float]]) -> dict[str, float | None]:
-    """MedHELM: per benchmark a model wins against each rival whose score it meets or beats."""
-    out: dict[str, float | None] = {}
+def win_counts(scores: dict[str, dict[str, float]]) -> dict[str, tuple[int, int]]:
+    """MedHELM: per benchmark a model wins against each rival whose score it meets or beats; (wins, pairs)."""
+    out: dict[str, tuple[int, int]] = {}
     for model, own in scores.items():
         wins = pairs = 0
         for benchmark, value in own.items():
@@ -296,7 +353,57 @@ def win_rates(scores: dict[str, dict[str, float]]) -> dict[str, float | None]:
                 if rival != model and benchmark in theirs:
                     pairs += 1
                     wins += int(value >= theirs[benchmark])
-        out[model] = wins / pairs if pairs else None
+        out[model] = (wins, pairs)
+    return out
+
+
+def _summary_intervals(used: dict[str, list[RawCell]], policy: ExportPolicy) -> dict[str, dict[str, Any]]:
+    """Per model, the 95% CIs of its win rate, macro average and category means (``PublishedModel`` fields), over
+    its published scores only, rounded as the scores. Withheld where a score behind it has no resamples (fewer than
+    two instances), or where counts are rounded and a proportion takes part (its resamples, multiples of 1/n,
+    would give the exact n away, as its own CI would)."""
+    decimals = policy.rounding.score_decimals
+
+    def rounded(interval: tuple[float, float] | None) -> tuple[float | None, float | None]:
+        return (None, None) if interval is None else (round(interval[0], decimals), round(interval[1], decimals))
+
+    def blocked(cells: list[RawCell]) -> str | None:
+        if policy.rounding.count_multiple > 1 and any(c.proportion for c in cells):
+            return "count_rounding"
+        if any(c.replicates is None for c in cells):
+            return "too_few_instances"
+        return None
+
+    draws = {m: {c.benchmark: c.replicates for c in cells if c.replicates is not None} for m, cells in used.items()}
+    everyone = [c for cells in used.values() for c in cells]
+    wins = intervals.win_rate_intervals(draws) if len(used) > 1 and blocked(everyone) is None else {}
+    out: dict[str, dict[str, Any]] = {}
+    for model, cells in used.items():
+        fields: dict[str, Any] = {"suppressed": []}
+        reason = blocked(everyone) if len(used) > 1 else None
+        if reason:
+            fields["suppressed"].append(f"win_rate_ci:{reason}")
+        fields["win_rate_ci_low"], fields["win_rate_ci_high"] = rounded(wins.get(model))
+        reason = blocked(cells)
+        if reason:
+            fields["suppressed"].append(f"macro_avg_ci:{reason}")
+        else:
+            fields["macro_avg_ci_low"], fields["macro_avg_ci_high"] = rounded(
+                intervals.mean_interval([c.replicates for c in cells if c.replicates is not None]))
+        by_category: dict[str, list[RawCell]] = {}
+        for cell in cells:
+            by_category.setdefault(cell.category, []).append(cell)
+        fields["category_n"] = {c: len(v) for c, v in sorted(by_category.items())}
+        fields["category_ci_low"], fields["category_ci_high"] = {}, {}
+        for category, members in sorted(by_category.items()):
+            reason = blocked(members)
+            low, high = (None, None) if reason else rounded(
+                intervals.mean_interval([c.replicates for c in members if c.replicates is not None]))
+            if reason:
+                fields["suppressed"].append(f"category_ci:{reason}")
+            fields["category_ci_low"][category], fields["category_ci_high"][category] = low, high
+        fields["suppressed"] = sorted(set(fields["suppressed"]))
+        out[model] = fields
     return out
 
 
@@ -305,25 +412,32 @@ def publish(raw: RawExport, policy: ExportPolicy, *, request_id: str, policy_sha
     cells = [publish_cell(c, policy) for c in raw.cells]
     decimals = policy.rounding.score_decimals
     # The leaderboard per model uses each benchmark's most recent requested run.
-    latest: dict[tuple[str, str], tuple[datetime, PublishedCell]] = {}
+    latest: dict[tuple[str, str], tuple[datetime, PublishedCell, RawCell]] = {}
     for rawcell, cell in zip(raw.cells, cells, strict=True):
         key = (cell.model, cell.benchmark)
         if key not in latest or rawcell.created_at >= latest[key][0]:
-            latest[key] = (rawcell.created_at, cell)
+            latest[key] = (rawcell.created_at, cell, rawcell)
     published: dict[str, dict[str, float]] = {}
     categories: dict[str, dict[str, list[float]]] = {}
     counts: dict[str, list[int]] = {}
-    for (model, benchmark), (_, cell) in latest.items():
+    used: dict[str, list[RawCell]] = {}  # the raw cells behind each model's published scores
+    for (model, benchmark), (_, cell, rawcell) in latest.items():
         published.setdefault(model, {})
         categories.setdefault(model, {})
         counts.setdefault(model, [0, 0])
+        used.setdefault(model, [])
         if cell.score is None:
             counts[model][1] += 1
             continue
         counts[model][0] += 1
         published[model][benchmark] = cell.score
         categories[model].setdefault(cell.category, []).append(cell.score)
-    rates = win_rates(published) if len(published) > 1 else dict.fromkeys(published)
+        used[model].append(rawcell)
+    for cell in cells:
+        cell.in_leaderboard = latest[(cell.model, cell.benchmark)][1] is cell
+    summary_ci = _summary_intervals(used, policy)
+    counted = win_counts(published) if len(published) > 1 else {}
+    rates = {m: (w / p if p else None) for m, (w, p) in counted.items()}
     usage = {u.model: u for u in raw.usage}
     models = []
     for model in published:
@@ -332,10 +446,12 @@ def publish(raw: RawExport, policy: ExportPolicy, *, request_id: str, policy_sha
         rate = rates.get(model)
         models.append(PublishedModel(
             model=model, rank=0, win_rate=None if rate is None else round(rate, decimals),
+            win_pairs=counted.get(model, (0, 0))[1],
             macro_avg=round(sum(values) / len(values), decimals) if values else None,
             category_scores={c: round(sum(v) / len(v), decimals) for c, v in sorted(categories[model].items())},
             benchmarks_published=counts[model][0], benchmarks_suppressed=counts[model][1],
             cost=None if raw_cost is None else round(raw_cost, policy.rounding.cost_decimals),
+            **summary_ci.get(model, {}),
         ))
     models.sort(key=lambda m: (-(m.win_rate or 0), -(m.macro_avg or 0), m.model))
     for rank, model_row in enumerate(models, start=1):
@@ -344,5 +460,6 @@ def publish(raw: RawExport, policy: ExportPolicy, *, request_id: str, policy_sha
         schema_id=EXPORT_SCHEMA, request_id=request_id,
         generated_at=generated_at or datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
         appliance_version=__version__, policy_sha256=policy_sha256, min_cell_size=policy.min_cell_size,
+        score_decimals=policy.rounding.score_decimals, cost_decimals=policy.rounding.cost_decimals,
         runs=[PublishedRun(**r.model_dump()) for r in raw.runs], cells=cells, models=models, notes=list(NOTES),
     )

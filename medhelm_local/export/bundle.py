@@ -209,6 +209,7 @@ def _data_values(data: agg.ExportAggregates) -> tuple[set[str], set[str]]:
                         *run.dataset_fingerprints})
     for model in data.models:
         allowed.update({model.model, *model.category_scores})
+        markers.update(model.suppressed)
     return allowed, markers
 
 
@@ -255,13 +256,33 @@ def _structural_checks(data: agg.ExportAggregates, raw: agg.RawExport, loaded: L
                 and agg.implied_small(cell.score, cell.n_scored, policy)):
             implied.append(Finding("aggregates.json", f"{where}.score", "the count the score implies is a small "
                                    "cell"))
-        if cell.score is not None and round(cell.score, policy.rounding.score_decimals) != cell.score:
-            rounding.append(Finding("aggregates.json", f"{where}.score", "not rounded"))
-    for index, model in enumerate(data.models):
-        for name in ("win_rate", "macro_avg"):
-            value = getattr(model, name)
+        ci = [(name, getattr(cell, name)) for name in ("ci_low", "ci_high") if getattr(cell, name) is not None]
+        if ci and cell.score is None:
+            lonely.append(Finding("aggregates.json", f"{where}.{ci[0][0]}", "a confidence interval beside a "
+                                  "suppressed score locates it"))
+        elif ci and not scored_enough:
+            small.append(Finding("aggregates.json", f"{where}.{ci[0][0]}", "interval on fewer instances than the "
+                                 "minimum"))
+        if ci and proportion and policy.rounding.count_multiple > 1:
+            implied.append(Finding("aggregates.json", f"{where}.{ci[0][0]}", "a proportion's interval (multiples "
+                                   "of 1/n) gives away the exact count that rounding hides"))
+        for name, value in [("score", cell.score), *ci]:
             if value is not None and round(value, policy.rounding.score_decimals) != value:
-                rounding.append(Finding("aggregates.json", f"$.models[{index}].{name}", "not rounded"))
+                rounding.append(Finding("aggregates.json", f"{where}.{name}", "not rounded"))
+    proportions = any(c.proportion for c in raw.cells)
+    for index, model in enumerate(data.models):
+        where = f"$.models[{index}]"
+        values = [(name, getattr(model, name)) for name in ("win_rate", "win_rate_ci_low", "win_rate_ci_high",
+                                                            "macro_avg", "macro_avg_ci_low", "macro_avg_ci_high")]
+        values += [(f"{name}{{key {i}}}", v) for name in ("category_scores", "category_ci_low", "category_ci_high")
+                   for i, v in enumerate(getattr(model, name).values())]
+        for name, value in values:
+            if value is not None and round(value, policy.rounding.score_decimals) != value:
+                rounding.append(Finding("aggregates.json", f"{where}.{name}", "not rounded"))
+        intervals = [name for name, value in values if "_ci_" in name and value is not None]
+        if intervals and proportions and policy.rounding.count_multiple > 1:
+            implied.append(Finding("aggregates.json", f"{where}.{intervals[0]}", "an interval over proportions "
+                                   "(multiples of 1/n) gives away the exact counts that rounding hides"))
     suppressed = sum(1 for c in data.cells if c.suppressed)
     return [
         Check(id="schema", description="only fields of the closed aggregate schema are present", result="pass",
@@ -273,13 +294,14 @@ def _structural_checks(data: agg.ExportAggregates, raw: agg.RawExport, loaded: L
                "applied" if policy.complementary_suppression else "disabled by policy"),
         _check("implied_counts", f"no published proportion implies a count (score x n, or n minus it) from 1 to "
                f"{policy.min_cell_size - 1}", implied, "applied"),
-        _check("rounding", f"scores rounded to {policy.rounding.score_decimals} decimals", rounding, "applied"),
+        _check("rounding", f"scores and their confidence intervals rounded to {policy.rounding.score_decimals} "
+               "decimals", rounding, "applied"),
     ]
 
 
 def _published(cell: agg.PublishedCell) -> bool:
-    return any(v is not None for v in (cell.score, cell.n_scored, cell.n_failed, cell.n_total, cell.n_gold_empty,
-                                       cell.score_nonempty_gold))
+    return any(v is not None for v in (cell.score, cell.ci_low, cell.ci_high, cell.n_scored, cell.n_failed,
+                                       cell.n_total, cell.n_gold_empty, cell.score_nonempty_gold))
 
 
 @dataclass

@@ -82,10 +82,6 @@ def fingerprint(key: Ed25519PublicKey) -> str:
     return "SHA256:" + base64.b64encode(hashlib.sha256(public_blob(key)).digest()).decode().rstrip("=")
 
 
-def openssh_line(key: Ed25519PublicKey) -> str:
-    return key.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH).decode()
-
-
 def _key_from_blob(blob: bytes) -> Ed25519PublicKey:
     reader = _Reader(blob)
     if reader.string() != KEY_TYPE:

@@ -207,21 +207,40 @@ class VllmProcess:
         self.stop()
         raise VllmError(f"vllm serve did not become healthy within {timeout_s:.0f}s")
 
-    def describe(self) -> dict[str, Any]:
-        root = server_root(self.spec.base_url)
-        version = None
-        models: list[str] = []
+    def _get_json(self, url: str, what: str, *, headers: dict[str, str] | None = None) -> Any:
+        """A small JSON document from the started server; VllmError (never a silent None) when it cannot be read."""
         try:
-            response = httpx.get(f"{root}/version", timeout=10.0, trust_env=False)
-            if response.status_code == 200:
-                version = str(response.json().get("version"))
-            response = httpx.get(f"{self.spec.base_url}/models", headers=self._headers(), timeout=10.0,
-                                 trust_env=False)
-            if response.status_code == 200:
-                models = sorted(str(m.get("id")) for m in response.json().get("data", []))
-        except (httpx.HTTPError, ValueError, AttributeError):
-            pass
-        if models and self.spec.served_model_name not in models:
+            response = httpx.get(url, headers=headers, timeout=10.0, trust_env=False)
+        except httpx.HTTPError as error:
+            raise VllmError(f"vLLM's {what} could not be read from {url} ({type(error).__name__}): its identity "
+                            "cannot be checked") from None
+        if response.status_code != 200:
+            hint = (" (is the API key the one vLLM was started with?)" if response.status_code in (401, 403)
+                    else "")
+            raise VllmError(f"vLLM's {what} at {url} answered HTTP {response.status_code}{hint}: its identity "
+                            "cannot be checked")
+        try:
+            return response.json()
+        except ValueError:
+            raise VllmError(f"vLLM's {what} at {url} is not JSON: its identity cannot be checked") from None
+
+    def describe(self) -> dict[str, Any]:
+        """What the started server reports: its version and the models it serves, which must include ours.
+
+        Both are its identity (recorded with the server and in the audit trail): a server that does not report
+        them is refused (VllmError), not described as if it had."""
+        root = server_root(self.spec.base_url)
+        body = self._get_json(f"{root}/version", "version")
+        version = body.get("version") if isinstance(body, dict) else None
+        if not isinstance(version, str) or not version:
+            raise VllmError(f"vLLM's version at {root}/version carries no version: its identity cannot be checked")
+        listing = self._get_json(f"{self.spec.base_url}/models", "model list", headers=self._headers())
+        data = listing.get("data") if isinstance(listing, dict) else None
+        if not isinstance(data, list):
+            raise VllmError(f"vLLM's model list at {self.spec.base_url}/models has no data: its identity cannot be "
+                            "checked")
+        models = sorted(str(m.get("id")) for m in data if isinstance(m, dict))
+        if self.spec.served_model_name not in models:
             raise ConfigError(f"vLLM serves {models}, not {self.spec.served_model_name!r}")
         return {"base_url": self.spec.base_url, "version": version, "models": models}
 

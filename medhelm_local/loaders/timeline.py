@@ -1,7 +1,11 @@
 """Token budgets for long patient records: keep the most recent events, say how many were left out.
 
-Token counts are estimated without a tokenizer (about four characters per token for English clinical text),
-so budgets are conservative approximations; the model's own context limit is enforced by the runner.
+Token counts here are estimated without a tokenizer (about four characters per token for English clinical
+text), so these budgets are approximations that keep a loader's fields to a sensible size, not the model's limit.
+That limit is applied later, per request, by the runner (:mod:`medhelm_local.runner.fitting`): it counts tokens
+as the serving engine does (its tokenizer, else a conservative estimate), cuts the spec's ``truncate`` field
+further if it must, and records a prompt that still cannot fit as ``prompt_too_long`` instead of sending it
+(runs created before prompt fitting excepted).
 """
 
 from __future__ import annotations

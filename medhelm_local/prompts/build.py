@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import json
 import string
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec
@@ -55,11 +54,3 @@ def judge_gold(spec: BenchmarkSpec, instance: Instance) -> str | None:
     """The jury's ``{gold_response}`` when the spec renders it from the instance's fields (MedHELM parity: the raw
     reference HELM's jury sees); None = the instance's references."""
     return None if spec.judge_gold is None else _fill(spec.judge_gold, instance.fields, spec.id)
-
-
-def request_hash(request: InferenceRequest) -> str:
-    dumped = request.model_dump(mode="json")
-    if dumped.get("stop") is None:
-        dumped.pop("stop", None)  # requests without stop sequences keep the hash they had before the field existed
-    payload = json.dumps(dumped, sort_keys=True, separators=(",", ":"))
-    return hashlib.sha256(payload.encode()).hexdigest()

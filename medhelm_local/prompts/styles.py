@@ -17,7 +17,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from medhelm_local.benchmarks.spec import BenchmarkSpec, JudgeRubric, PromptSpec, template_fields
+from medhelm_local.benchmarks.spec import BenchmarkSpec, JudgeRubric, PromptSpec, template_fields, upgrade_spec_data
 from medhelm_local.errors import BadInputError
 
 DEFAULT_STYLE = "default"
@@ -158,6 +158,7 @@ def spec_changes(benchmark: str, manifest: Mapping[str, Any] | None) -> list[str
         return []
     except ParityUnavailable:
         return ["medhelm (MedHELM parity is no longer available for it)"]
+    snapshot = upgrade_spec_data(snapshot)  # a run created before ``metrics:`` froze the older ``metric:``
     before = {k: v for k, v in snapshot.items() if k not in NOT_DECIDING}
     after = {k: v for k, v in current.items() if k not in NOT_DECIDING}
     return _diff(before, after, "")

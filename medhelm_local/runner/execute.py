@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.inference.client import ChatClient, RequestFailed
-from medhelm_local.prompts.build import build_request, request_hash
+from medhelm_local.prompts.build import build_request
 from medhelm_local.prompts.styles import spec_for_run
 from medhelm_local.records import InferenceRequest, InferenceResult, Instance, Truncated
 from medhelm_local.runner.concurrency import AdaptiveLimiter
@@ -244,7 +244,7 @@ async def execute_run(store: Store, client: ChatClient, run: RunInfo, *, setting
         await send(fitted, truncated, slot_held=False)  # the slot is taken once the prompt is ready
 
     async def record(request: InferenceRequest, result: InferenceResult, truncated: Truncated | None) -> None:
-        committer.submit(Outcome(request, request_hash(request), result, truncated))
+        committer.submit(Outcome(request, result, truncated))
         report.sent += 1
         report.ok += int(result.ok)
         report.errors += int(not result.ok)

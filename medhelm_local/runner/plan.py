@@ -55,6 +55,9 @@ class Plan:
     seed: int
     max_instances: int | None
     prompt_style: str = DEFAULT_STYLE
+    # Shard ``(index, count)`` of the run this invocation sends (``run --shard I/N``): slice ``index`` of the
+    # send order (``shard_range``). Not part of the plan key: every shard plans the same run.
+    shard: tuple[int, int] | None = None
 
 
 def prefix_key(request: InferenceRequest) -> str:
@@ -85,7 +88,8 @@ def validate_benchmarks(benchmarks: list[str]) -> None:
 
 
 def compute_plan(store: Store, model: str, benchmarks: list[str], *, max_instances: int | None, seed: int,
-                 order_mode: str = "prefix", prompt_style: str = DEFAULT_STYLE) -> Plan:
+                 order_mode: str = "prefix", prompt_style: str = DEFAULT_STYLE,
+                 shard: tuple[int, int] | None = None) -> Plan:
     validate_benchmarks(benchmarks)
     check_style(prompt_style)
     if order_mode not in ORDER_MODES:
@@ -121,7 +125,7 @@ def compute_plan(store: Store, model: str, benchmarks: list[str], *, max_instanc
         key_material["prompt_style"] = prompt_style
     plan_key = hashlib.sha256(canonical_json(key_material)).hexdigest()
     return Plan(benchmarks=list(benchmarks), datasets=datasets, plan_key=plan_key, order_mode=order_mode,
-                seed=seed, max_instances=max_instances, prompt_style=prompt_style)
+                seed=seed, max_instances=max_instances, prompt_style=prompt_style, shard=shard)
 
 
 def check_style_fields(store: Store, spec: BenchmarkSpec, fingerprint: str) -> None:

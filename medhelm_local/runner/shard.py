@@ -27,8 +27,9 @@ from pathlib import Path
 
 from medhelm_local.home import Home
 from medhelm_local.logs import get_logger
+from medhelm_local.runner.plan import shard_range
 from medhelm_local.store import runs as runs_db
-from medhelm_local.store.batch import ID_LIST_PARAM, id_list
+from medhelm_local.store import shards as shards_db
 from medhelm_local.store.connection import StoreError
 from medhelm_local.store.runs import PlannedItem
 from medhelm_local.store.store import RunInfo, Store
@@ -64,9 +65,13 @@ def open_main_store(home: Home, *, wait_s: float = 1800.0) -> Iterator[Store]:
         store.close()
 
 
-def answered_ids(store: Store, run_id: str) -> set[tuple[str, str]]:
-    rows = store.conn.execute("SELECT benchmark, instance_id FROM responses WHERE run_id = ?", [run_id]).fetchall()
-    return {(str(b), str(i)) for b, i in rows}
+def unanswered_slice(main: Store, run_id: str, index: int, count: int) -> list[PlannedItem]:
+    """Slice ``index`` of ``count`` of the run's send order (``plan.shard_range``), less the items ``main``
+    already has an outcome for."""
+    done = shards_db.answered_ids(main, run_id)
+    start, stop = shard_range(runs_db.count_items(main, run_id), index, count)
+    return [i for i in runs_db.items_in_rank_range(main, run_id, start, stop)
+            if (i.benchmark, i.instance_id) not in done]
 
 
 def build_shard_store(home: Home, main: Store, run: RunInfo, items: list[PlannedItem], path: Path) -> None:
@@ -79,14 +84,7 @@ def build_shard_store(home: Home, main: Store, run: RunInfo, items: list[Planned
     plan_key, order_mode, manifest_sha = meta
     shard = Store.open_file(home, tmp)
     try:
-        fingerprints = sorted({(i.benchmark, i.fingerprint) for i in items})
-        for benchmark, fingerprint in fingerprints:
-            runs_db.copy_rows(main, shard, "datasets", "benchmark = ? AND fingerprint = ?", [benchmark, fingerprint])
-            ids = [i.instance_id for i in items if i.benchmark == benchmark and i.fingerprint == fingerprint]
-            for start in range(0, len(ids), 20_000):
-                runs_db.copy_rows(main, shard, "instances",
-                                  f"benchmark = ? AND fingerprint = ? AND instance_id IN {ID_LIST_PARAM}",
-                                  [benchmark, fingerprint, id_list(ids[start:start + 20_000])])
+        shards_db.copy_inputs(main, shard, items)
         step = runs_db.ROWS_PER_TRANSACTION
         chunks = (items[start:start + step] for start in range(0, len(items), step))
         runs_db.insert_plan(shard, run, chunks, plan_key=plan_key, order_mode=order_mode,
@@ -100,29 +98,10 @@ def build_shard_store(home: Home, main: Store, run: RunInfo, items: list[Planned
 def merge_shard(main: Store, shard_path: Path, home: Home, run_id: str) -> int:
     """Merge one shard's outcomes into ``main`` in one transaction; returns the outcomes merged."""
     shard = Store.open_file(home, shard_path, read_only=True)
-    merged = 0
     try:
-        with main.transaction():
-            for table in ("requests", "responses", "runner_sessions", "runner_truncations"):
-                copied = runs_db.copy_rows(shard, main, table, "run_id = ?", [run_id])
-                if table == "responses":
-                    merged = copied
-            _merge_error_history(shard, main, run_id)
+        return shards_db.merge_outcomes(shard, main, run_id)
     finally:
         shard.close()
-    return merged
-
-
-def _merge_error_history(shard: Store, main: Store, run_id: str) -> None:
-    rows = shard.conn.execute(
-        "SELECT run_id, benchmark, instance_id, error, attempts, endpoint, replaced_at FROM runner_error_history "
-        "WHERE run_id = ?", [run_id]).fetchall()
-    for row in rows:
-        exists = main.conn.execute(
-            "SELECT 1 FROM runner_error_history WHERE run_id = ? AND benchmark = ? AND instance_id = ? "
-            "AND replaced_at = ?", [row[0], row[1], row[2], row[6]]).fetchone()
-        if not exists:
-            main.conn.execute("INSERT INTO runner_error_history VALUES (?, ?, ?, ?, ?, ?, ?)", list(row))
 
 
 def remove_shard_files(path: Path) -> None:
@@ -136,10 +115,3 @@ def remove_shard_files(path: Path) -> None:
 def pending_shard_files(home: Home, run_id: str) -> list[Path]:
     folder = shards_dir(home, run_id)
     return sorted(folder.glob("shard-*-of-*.duckdb")) if folder.is_dir() else []
-
-
-def unanswered(store: Store, run_id: str) -> int:
-    row = store.conn.execute(
-        "SELECT count(*) FROM run_items i LEFT JOIN responses r USING (run_id, benchmark, instance_id) "
-        "WHERE i.run_id = ? AND r.instance_id IS NULL", [run_id]).fetchone()
-    return int(row[0]) if row else 0

@@ -21,13 +21,15 @@ import importlib.util
 import re
 from functools import cache
 from pathlib import Path
-from typing import Any
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import MedhelmError
 from medhelm_local.records import Instance
+from medhelm_local.scoring.details import ScoreDetails
 from medhelm_local.scoring.extract import answer_text
-from medhelm_local.scoring.metrics import Aggregation, MetricInputError, f1_counts, register_metric
+from medhelm_local.scoring.metrics import Aggregation, MetricInputError, f1_counts
+from medhelm_local.scoring.registry import instance_scorer
+from medhelm_local.scoring.scorer import REFERENCES, Needs
 
 # ICD-10-CM: a letter, two characters (digit + digit/letter), then up to four more, the dot optional.
 _ICD10 = re.compile(r"(?<![A-Za-z0-9])([A-Za-z]\d[0-9A-Za-z])(?:\.?([0-9A-Za-z]{1,4}))?(?![A-Za-z0-9])")
@@ -85,12 +87,12 @@ def extract_codes(output: str, gold: set[str] | None = None) -> set[str]:
     return {code for code in candidate_codes(output) if (gold is not None and code in gold) or is_code(code)}
 
 
-@register_metric("billing_micro_f1", Aggregation.MICRO_F1)
-def billing_micro_f1(spec: BenchmarkSpec, instance: Instance, output: str) -> tuple[float, dict[str, Any]]:
+@instance_scorer("billing_micro_f1", Aggregation.MICRO_F1, needs=Needs(fields=((REFERENCES,),)))
+def billing_micro_f1(spec: BenchmarkSpec, instance: Instance, output: str) -> tuple[float, ScoreDetails]:
     gold = {normalise_code(code) for code in instance.references if code.strip()}
     if not gold:
         raise MetricInputError(f"benchmark {spec.id}: an instance has no billed codes (references)")
     predicted = extract_codes(output, gold)
-    value, details = f1_counts(predicted, gold)
+    value, counts = f1_counts(predicted, gold)
     strict = _STRICT_LIST.fullmatch(answer_text(output)) is not None
-    return value, {**details, "parsed": bool(predicted), "strict_format": strict}
+    return value, ScoreDetails(counts=counts, parsed=bool(predicted), strict_format=strict)

@@ -29,8 +29,11 @@ from typing import Any
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.records import Instance
+from medhelm_local.scoring.details import ScoreDetails
 from medhelm_local.scoring.extract import answer_text, strip_reasoning
-from medhelm_local.scoring.metrics import MetricInputError, Unscorable, register_metric, require_meta
+from medhelm_local.scoring.metrics import MetricInputError, Unscorable, require_meta
+from medhelm_local.scoring.registry import instance_scorer
+from medhelm_local.scoring.scorer import Needs, meta_field
 
 TIME_LIMIT_S = 5.0
 MAX_ROWS = 100_000
@@ -153,8 +156,14 @@ def _gold_result(db_path: str, sql: str) -> frozenset[tuple[Any, ...]]:
         raise GoldQueryFailed(f"gold_{failure.category}") from None
 
 
-@register_metric("ehrsql_execution_accuracy")
-def ehrsql_execution_accuracy(spec: BenchmarkSpec, instance: Instance, output: str) -> tuple[float, dict[str, Any]]:
+class EhrsqlDetails(ScoreDetails):
+    """``sql_error``: why the predicted query did not run (``sql_error``, ``timeout``, ``too_many_rows``)."""
+
+    sql_error: str | None = None
+
+
+@instance_scorer("ehrsql_execution_accuracy", needs=Needs(fields=((meta_field("db_path"),),)), details=EhrsqlDetails)
+def ehrsql_execution_accuracy(spec: BenchmarkSpec, instance: Instance, output: str) -> tuple[float, EhrsqlDetails]:
     db_path = str(require_meta(spec, instance, "db_path", "the path of the benchmark's SQLite database"))
     impossible = bool(instance.meta.get("is_impossible", False)) or not instance.references
     predicted = extract_sql(output)
@@ -162,15 +171,18 @@ def ehrsql_execution_accuracy(spec: BenchmarkSpec, instance: Instance, output: s
     raw = strip_reasoning(output).strip()
     strict = raw.lower() in ("null", "") if abstained else raw.rstrip(";").strip() == predicted
     if impossible:
-        return float(abstained), {"parsed": True, "strict_format": strict, "group": "unanswerable",
-                                  "sub": {"abstention": float(abstained)}}
+        return float(abstained), EhrsqlDetails(parsed=True, strict_format=strict, group="unanswerable",
+                                               sub={"abstention": float(abstained)})
     gold = _gold_result(db_path, instance.references[0])  # GoldQueryFailed: the engine records a failure
-    details: dict[str, Any] = {"parsed": not abstained, "strict_format": strict,
-                               "group": "answerable", "gold_empty": not gold}
+
+    def details(**more: Any) -> EhrsqlDetails:
+        return EhrsqlDetails(parsed=not abstained, strict_format=strict, group="answerable", gold_empty=not gold,
+                             **more)
+
     if abstained:
-        return 0.0, {**details, "sub": {"abstention": 1.0}}
+        return 0.0, details(sub={"abstention": 1.0})
     try:
         result = run_query(db_path, predicted)
     except QueryFailed as failure:
-        return 0.0, {**details, "sql_error": failure.category, "sub": {"valid_sql": 0.0, "abstention": 0.0}}
-    return float(result == gold), {**details, "sub": {"valid_sql": 1.0, "abstention": 0.0}}
+        return 0.0, details(sql_error=failure.category, sub={"valid_sql": 0.0, "abstention": 0.0})
+    return float(result == gold), details(sub={"valid_sql": 1.0, "abstention": 0.0})

@@ -1,7 +1,7 @@
-"""Score a run: each response becomes an :class:`InstanceScore`; failures stay failures (value None).
+"""Score a run: each response becomes :class:`InstanceScore` rows; failures stay failures (value None).
 
-One engine for every benchmark: the spec's ``metric`` names either an instance metric from the registry or the
-LLM jury (``jury``, which needs the appliance config's judges).
+One engine for every benchmark: the spec's ``metrics:`` name scorers of the registry (``scoring/registry.py``),
+each run once over the benchmark's items (the jury among them: it needs the appliance config's judges).
 """
 
 from __future__ import annotations
@@ -10,52 +10,47 @@ from collections import defaultdict
 from collections.abc import Iterable
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec
-from medhelm_local.errors import MedhelmError
 from medhelm_local.home.config import ApplianceConfig
 from medhelm_local.prompts.styles import spec_for_run
 from medhelm_local.records import Instance, InstanceScore
-from medhelm_local.scoring.jury import DEFAULT_JURY_CONCURRENCY, JuryItem, JuryStats, jury_scores
-from medhelm_local.scoring.metrics import JURY, Unscorable, get_metric
+from medhelm_local.scoring.jury import JURY, JuryStats
+from medhelm_local.scoring.registry import MetricNotAvailable, spec_scorers
+from medhelm_local.scoring.scorer import Item, ScoringContext, run_sync
 from medhelm_local.store.store import Store
 
+__all__ = ["MetricNotAvailable", "score_benchmark", "score_items", "score_items_async", "score_outputs"]
 
-class MetricNotAvailable(MedhelmError):
-    """The benchmark's metric is not implemented in this version."""
+
+async def score_items_async(spec: BenchmarkSpec, items: Iterable[tuple[Instance, str | None, str | None]],
+                            context: ScoringContext) -> list[InstanceScore]:
+    """Every metric of ``spec`` on ``(instance, output, error)`` triples: the rows of each item together, in the
+    order of the items (main metric first)."""
+    scorers = spec_scorers(spec)  # MetricNotAvailable before anything is scored
+    batch = [Item(instance, output, error) for instance, output, error in items]
+    position = {item.instance.id: n for n, item in enumerate(batch)}
+    rows: list[InstanceScore] = []
+    for scorer, roles in scorers:
+        rows += await scorer.score(spec, batch, context, roles)
+    return sorted(rows, key=lambda row: position[row.instance_id])  # stable: scorer order kept within an item
 
 
 def score_outputs(spec: BenchmarkSpec, items: Iterable[tuple[Instance, str | None, str | None]]
                   ) -> list[InstanceScore]:
-    """Score ``(instance, output, error)`` triples with the spec's instance metric (not the jury)."""
-    metric = get_metric(spec.metric)
-    if metric is None:
-        raise MetricNotAvailable(f"benchmark {spec.id}: metric {spec.metric!r} is not available")
-    scores = []
-    for instance, output, error in items:
-        if output is None:
-            scores.append(InstanceScore(benchmark=spec.id, instance_id=instance.id, metric=spec.metric,
-                                        value=None, details={"error": error or "no_response"}))
-            continue
-        try:
-            value, details = metric(spec, instance, output)
-        except Unscorable as unscorable:
-            value, details = None, {"error": unscorable.category}
-        scores.append(InstanceScore(benchmark=spec.id, instance_id=instance.id, metric=spec.metric,
-                                    value=value, details=details))
-    return scores
+    """Score ``(instance, output, error)`` triples with metrics that need no store or models (not the jury)."""
+    return run_sync(score_items_async(spec, items, ScoringContext()))
 
 
 def score_items(store: Store, spec: BenchmarkSpec, items: list[tuple[Instance, str | None, str | None]], *,
                 scope: str, config: ApplianceConfig | None, jury_concurrency: int | None = None,
                 only_failed: bool = False, jury_stats: JuryStats | None = None) -> list[InstanceScore]:
-    """Score items of one benchmark; jury judgements are recorded under ``scope`` (a run id).
+    """Score items of one benchmark; model judgements are recorded under ``scope`` (a run id).
     ``only_failed``: keep every valid judgement already stored, ask the judges only where one failed or is
-    missing (``jury rescore``)."""
-    if spec.metric == JURY:
-        jury_items = [JuryItem(instance, output, error) for instance, output, error in items]
-        return jury_scores(store, config, spec, jury_items, scope=scope,
-                           concurrency=jury_concurrency or DEFAULT_JURY_CONCURRENCY, only_failed=only_failed,
-                           stats=jury_stats)
-    return score_outputs(spec, items)
+    missing (``jury rescore``); ``jury_stats`` receives the jury's counts of this pass."""
+    context = ScoringContext(store=store, config=config, scope=scope, concurrency=jury_concurrency,
+                             only_failed=only_failed)
+    if jury_stats is not None:
+        context.reports[JURY] = jury_stats
+    return run_sync(score_items_async(spec, items, context))
 
 
 def score_benchmark(store: Store, run_id: str, benchmark: str, *, config: ApplianceConfig | None = None,
@@ -66,8 +61,7 @@ def score_benchmark(store: Store, run_id: str, benchmark: str, *, config: Applia
     The spec is the one the run used (its prompt style applied: MedHELM parity answers and judge prompt)."""
     run = store.get_run(run_id)
     spec = spec_for_run(benchmark, run.manifest if run is not None else None)
-    if spec.metric != JURY and get_metric(spec.metric) is None:
-        raise MetricNotAvailable(f"benchmark {benchmark}: metric {spec.metric!r} is not available")
+    spec_scorers(spec)  # an unknown metric fails before the responses are read
     responses = list(store.responses(run_id, benchmark))
     by_dataset: dict[str, list[str]] = defaultdict(list)
     fingerprints = dict(store.run_item_fingerprints(run_id, benchmark))

@@ -8,7 +8,11 @@ with anything but an integer 1-5 for every criterion gives *no* rating: its judg
 category and counted in the failure rate, never replaced by a default.
 
 An instance's jury score is the mean of all valid ratings (judges x criteria), normalised as (mean - 1) / 4 to
-0-1; an instance with no valid rating is not scored (value None) and counted as failed.
+0-1 (:func:`likert_unit`, also for the per-criterion values reported beside it); an instance with no valid rating
+is not scored (value None) and counted as failed.
+
+The jury is a scorer (:class:`JuryScorer`, metric ``jury``): async, it asks models; it needs a judge rubric in the
+spec and judges in ``appliance.yaml``, both checked before any inference.
 """
 
 from __future__ import annotations
@@ -18,7 +22,7 @@ import hashlib
 import json
 import re
 import string
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -29,9 +33,10 @@ from medhelm_local.inference.client import FORMAT_REJECTED, RequestFailed
 from medhelm_local.inference.structured import OutputShape, response_format_for, shapes_for
 from medhelm_local.prompts.build import judge_gold, judge_question
 from medhelm_local.records import ChatMessage, InferenceRequest, Instance, InstanceScore
+from medhelm_local.scoring.details import ScoreDetails
 from medhelm_local.scoring.extract import strip_reasoning
-from medhelm_local.scoring.metrics import JURY, ROUGE_L
-from medhelm_local.scoring.rouge import rouge_l
+from medhelm_local.scoring.registry import register_scorer
+from medhelm_local.scoring.scorer import Item, Metric, Scorer, ScoringContext, run_sync
 from medhelm_local.store.judgments import (
     Judgment,
     JudgmentStatus,
@@ -41,6 +46,7 @@ from medhelm_local.store.judgments import (
 )
 from medhelm_local.store.store import Store
 
+JURY = "jury"
 DEFAULT_JURY_CONCURRENCY = 4  # requests in flight per judge: judges are often shared, big models
 JUDGE_MAX_TOKENS = 1024
 LIKERT_MIN, LIKERT_MAX = 1, 5
@@ -88,12 +94,26 @@ def judge_names(config: ApplianceConfig | None, benchmark: str) -> list[str]:
 
 
 def require_judges(config: ApplianceConfig | None, benchmarks: Sequence[str]) -> None:
-    """Fail before any inference when a jury-scored benchmark is requested and no judges are configured."""
-    from medhelm_local.benchmarks.registry import get_spec
+    """The runner's pre-inference check, kept under its earlier name: every scorer of every benchmark checked
+    (judges configured, judge rubric, the instance fields the loader options give): see
+    :func:`medhelm_local.scoring.checks.check_benchmarks`."""
+    from medhelm_local.scoring.checks import check_benchmarks
 
-    for benchmark in benchmarks:
-        if get_spec(benchmark).metric == JURY:
-            judge_names(config, benchmark)
+    check_benchmarks(config, benchmarks)
+
+
+def is_jury_scored(spec: BenchmarkSpec) -> bool:
+    """The jury is one of the spec's metrics (its items are what clinicians rate and `jury` commands act on)."""
+    return JURY in spec.metric_names
+
+
+def jury_rows(scores: Sequence[InstanceScore]) -> list[InstanceScore]:
+    return [s for s in scores if s.metric == JURY]
+
+
+def likert_unit(rating: float) -> float:
+    """A rating (or a mean of ratings) on the 1-5 Likert scale as a 0-1 value."""
+    return (rating - LIKERT_MIN) / (LIKERT_MAX - LIKERT_MIN)
 
 
 def criteria_text(rubric: JudgeRubric) -> str:
@@ -342,62 +362,90 @@ def run_jury(store: Store, config: ApplianceConfig, spec: BenchmarkSpec, items: 
              scope: str, concurrency: int = DEFAULT_JURY_CONCURRENCY, only_failed: bool = False,
              stats: JuryStats | None = None) -> list[Judgment]:
     """Synchronous entry point; works inside or outside a running event loop."""
-    coroutine = run_jury_async(store, config, spec, items, scope=scope, concurrency=concurrency,
-                               only_failed=only_failed, stats=stats)
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return asyncio.run(coroutine)
-    from concurrent.futures import ThreadPoolExecutor
-
-    with ThreadPoolExecutor(max_workers=1) as pool:
-        return pool.submit(asyncio.run, coroutine).result()
+    return run_sync(run_jury_async(store, config, spec, items, scope=scope, concurrency=concurrency,
+                                   only_failed=only_failed, stats=stats))
 
 
-def jury_value(judgments: Sequence[Judgment]) -> tuple[float | None, dict[str, Any]]:
-    """Normalised jury score of one instance from its judgements, and safe details (numbers and names only)."""
+class JuryDetails(ScoreDetails):
+    """A jury score's details: judges asked and valid, each failed judge's category, the mean rating (1-5), its
+    mean per criterion and per judge, and the judges configured. Numbers and names only (explanations are kept in
+    the judgements, encrypted, never here)."""
+
+    judges: int | None = None
+    valid_judges: int | None = None
+    judge_errors: dict[str, str | None] | None = None
+    mean_rating: float | None = None
+    criteria: dict[str, float] | None = None
+    per_judge: dict[str, float] | None = None
+    judges_configured: int | None = None
+
+
+def jury_value(judgments: Sequence[Judgment], judges_configured: int) -> tuple[float | None, JuryDetails]:
+    """Normalised jury score of one instance from its judgements, and its details."""
     valid = [j for j in judgments if j.status == JudgmentStatus.OK]
     ratings = [score for j in valid for score in j.ratings.values()]
-    details: dict[str, Any] = {
-        "judges": len(judgments), "valid_judges": len(valid),
-        "judge_errors": {j.judge: j.error for j in judgments if j.status != JudgmentStatus.OK},
-    }
+    counts = {"judges": len(judgments), "valid_judges": len(valid),
+              "judge_errors": {j.judge: j.error for j in judgments if j.status != JudgmentStatus.OK}}
     if not ratings:
-        return None, {**details, "error": "no_valid_judgement"}
+        return None, JuryDetails(**counts, error="no_valid_judgement", judges_configured=judges_configured)
     mean = sum(ratings) / len(ratings)
     criteria: dict[str, list[int]] = {}
     for j in valid:
         for name, score in j.ratings.items():
             criteria.setdefault(name, []).append(score)
-    details["mean_rating"] = mean
-    details["criteria"] = {name: sum(v) / len(v) for name, v in criteria.items()}
-    details["per_judge"] = {j.judge: sum(j.ratings.values()) / len(j.ratings) for j in valid}
-    details["parsed"] = True
-    return (mean - LIKERT_MIN) / (LIKERT_MAX - LIKERT_MIN), details
+    return likert_unit(mean), JuryDetails(
+        **counts, mean_rating=mean, criteria={name: sum(v) / len(v) for name, v in criteria.items()},
+        per_judge={j.judge: sum(j.ratings.values()) / len(j.ratings) for j in valid}, parsed=True,
+        judges_configured=judges_configured)
 
 
-def jury_scores(store: Store, config: ApplianceConfig | None, spec: BenchmarkSpec, items: Sequence[JuryItem], *,
-                scope: str, concurrency: int = DEFAULT_JURY_CONCURRENCY, only_failed: bool = False,
-                stats: JuryStats | None = None) -> list[InstanceScore]:
-    """Jury and ROUGE-L instance scores for answered items; failed requests stay failures (value None)."""
-    judges = judge_names(config, spec.id)
-    assert config is not None
-    judgments = run_jury(store, config, spec, items, scope=scope, concurrency=concurrency, only_failed=only_failed,
-                         stats=stats)
-    by_instance: dict[str, list[Judgment]] = {}
-    for judgment in judgments:
-        by_instance.setdefault(judgment.instance_id, []).append(judgment)
-    scores: list[InstanceScore] = []
-    for item in items:
-        iid = item.instance.id
-        if item.output is None:
-            scores.append(InstanceScore(benchmark=spec.id, instance_id=iid, metric=JURY, value=None,
-                                        details={"error": item.error or "no_response"}))
-            continue
-        value, details = jury_value(by_instance.get(iid, []))
-        details["judges_configured"] = len(judges)
-        scores.append(InstanceScore(benchmark=spec.id, instance_id=iid, metric=JURY, value=value, details=details))
-        rouge = rouge_l(item.output, item.instance.references)
-        if rouge is not None:
-            scores.append(InstanceScore(benchmark=spec.id, instance_id=iid, metric=ROUGE_L, value=rouge))
-    return scores
+class JuryScorer(Scorer):
+    """The LLM jury as a scorer: every judge rates every answered item (``run_jury_async``); an item's value is its
+    normalised mean rating, None (counted as failed) where no judgement is valid."""
+
+    name = JURY
+    metrics = (Metric(JURY),)
+    details_model = JuryDetails
+    calls_models = True
+
+    def check(self, spec: BenchmarkSpec, config: ApplianceConfig | None, *, judges: bool) -> None:
+        if spec.judge is None:
+            raise RubricError(f"benchmark {spec.id}: a jury-scored benchmark needs a judge rubric (field judge)")
+        if judges:
+            judge_names(config, spec.id)
+
+    async def score(self, spec: BenchmarkSpec, items: Sequence[Item], context: ScoringContext,
+                    roles: Mapping[str, bool]) -> list[InstanceScore]:
+        judges = judge_names(context.config, spec.id)
+        assert context.config is not None
+        if context.store is None:
+            raise MedhelmError(f"benchmark {spec.id}: the jury records its judgements in the store; none was given")
+        stats = context.reports.setdefault(self.name, JuryStats())
+        judgments = await run_jury_async(
+            context.store, context.config, spec, [JuryItem(i.instance, i.output, i.error) for i in items],
+            scope=context.scope, concurrency=context.concurrency or DEFAULT_JURY_CONCURRENCY,
+            only_failed=context.only_failed, stats=stats)
+        by_instance: dict[str, list[Judgment]] = {}
+        for judgment in judgments:
+            by_instance.setdefault(judgment.instance_id, []).append(judgment)
+        main = roles.get(JURY, False)
+        rows: list[InstanceScore] = []
+        for item in items:
+            if item.output is None:
+                if main:
+                    rows.append(InstanceScore(benchmark=spec.id, instance_id=item.instance.id, metric=JURY,
+                                              value=None, details={"error": item.error or "no_response"}))
+                continue
+            value, details = jury_value(by_instance.get(item.instance.id, []), len(judges))
+            if value is not None or main:
+                rows.append(InstanceScore(benchmark=spec.id, instance_id=item.instance.id, metric=JURY, value=value,
+                                          details=details.stored()))
+        return rows
+
+    def secondary(self, details: ScoreDetails) -> dict[str, float]:
+        """Each criterion's mean rating, normalised like the score (``criterion:<name>``)."""
+        criteria = details.criteria if isinstance(details, JuryDetails) else None
+        return {f"criterion:{name}": likert_unit(float(value)) for name, value in (criteria or {}).items()}
+
+
+register_scorer(JuryScorer())

@@ -19,6 +19,7 @@ from typing import Any
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.records import Instance
+from medhelm_local.scoring.details import ScoreDetails
 from medhelm_local.scoring.extract import (
     extract_date,
     extract_number,
@@ -26,7 +27,9 @@ from medhelm_local.scoring.extract import (
     parse_date,
     parse_weeks_days,
 )
-from medhelm_local.scoring.metrics import MetricInputError, register_metric, require_meta
+from medhelm_local.scoring.metrics import MetricInputError, require_meta
+from medhelm_local.scoring.registry import instance_scorer
+from medhelm_local.scoring.scorer import REFERENCES, Needs, meta_field
 
 EXACT_CATEGORIES = frozenset({"risk", "severity", "diagnosis"})
 RANGE_CATEGORIES = frozenset({"lab", "physical", "dosage", "dosage conversion"})
@@ -47,22 +50,25 @@ def _gold_text(spec: BenchmarkSpec, instance: Instance) -> str:
     return instance.references[0].strip()
 
 
-@register_metric("medcalc_accuracy")
-def medcalc_accuracy(spec: BenchmarkSpec, instance: Instance, output: str) -> tuple[float, dict[str, Any]]:
+NEEDS = Needs(fields=((REFERENCES,), (meta_field("category"),), (meta_field("lower_limit"),),
+                      (meta_field("upper_limit"),)))
+
+
+@instance_scorer("medcalc_accuracy", needs=NEEDS)
+def medcalc_accuracy(spec: BenchmarkSpec, instance: Instance, output: str) -> tuple[float, ScoreDetails]:
     category = str(require_meta(spec, instance, "category", "the calculator category")).strip().lower()
     gold = _gold_text(spec, instance)
-    details: dict[str, Any] = {"group": category}
     if category in EXACT_CATEGORIES:
         number = extract_number(output)
         target = _number(spec, gold, "the ground-truth answer")
         correct = number.value is not None and abs(number.value - target) <= TOLERANCE
-        return float(correct), {**details, "parsed": number.parsed, "strict_format": number.strict}
+        return float(correct), ScoreDetails(group=category, parsed=number.parsed, strict_format=number.strict)
     if category in RANGE_CATEGORIES:
         lower = _number(spec, require_meta(spec, instance, "lower_limit", "the lower limit"), "the lower limit")
         upper = _number(spec, require_meta(spec, instance, "upper_limit", "the upper limit"), "the upper limit")
         number = extract_number(output)
         correct = number.value is not None and lower - TOLERANCE <= number.value <= upper + TOLERANCE
-        return float(correct), {**details, "parsed": number.parsed, "strict_format": number.strict}
+        return float(correct), ScoreDetails(group=category, parsed=number.parsed, strict_format=number.strict)
     if category == DATE_CATEGORY:
         gold_date = parse_date(gold)
         if gold_date is not None:
@@ -70,15 +76,14 @@ def medcalc_accuracy(spec: BenchmarkSpec, instance: Instance, output: str) -> tu
             upper_date = parse_date(str(instance.meta.get("upper_limit") or gold)) or gold_date
             found = extract_date(output)
             correct = found.value is not None and lower_date <= found.value <= upper_date
-            return float(correct), {**details, "parsed": found.parsed, "strict_format": found.strict}
+            return float(correct), ScoreDetails(group=category, parsed=found.parsed, strict_format=found.strict)
         gold_age = parse_weeks_days(gold)
         if gold_age is None:
             raise MetricInputError(
                 f"benchmark {spec.id}: a date-category answer is neither a date nor a (weeks, days) pair")
         age = extract_weeks_days(output)
         correct = age.value is not None and 7 * age.value[0] + age.value[1] == 7 * gold_age[0] + gold_age[1]
-        return float(correct), {**details, "group": "gestational age", "parsed": age.parsed,
-                                "strict_format": age.strict}
+        return float(correct), ScoreDetails(group="gestational age", parsed=age.parsed, strict_format=age.strict)
     raise MetricInputError(
         f"benchmark {spec.id}: an instance has an unknown calculator category in meta 'category' (expected one of "
         f"{', '.join(sorted(EXACT_CATEGORIES | RANGE_CATEGORIES | {DATE_CATEGORY}))})"

@@ -16,12 +16,14 @@ flagged notes.
 from __future__ import annotations
 
 import re
-from typing import Any
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.records import Instance
+from medhelm_local.scoring.details import ScoreDetails
 from medhelm_local.scoring.extract import answer_text
-from medhelm_local.scoring.metrics import MetricInputError, register_metric
+from medhelm_local.scoring.metrics import MetricInputError
+from medhelm_local.scoring.registry import instance_scorer
+from medhelm_local.scoring.scorer import LABEL, Needs, meta_field
 
 _SENTENCE_ID = re.compile(r"^\W*(?:sentence\s*(?:id)?\s*#?\s*)?(\d+)\s*[:.)\-]", re.IGNORECASE)
 # MEDEC's native answer: the sentence id, a space, the corrected sentence (which may itself start with a number,
@@ -55,8 +57,11 @@ def _gold_flag(spec: BenchmarkSpec, instance: Instance) -> int:
     return flag
 
 
-@register_metric("medec_flag_accuracy")
-def medec_flag_accuracy(spec: BenchmarkSpec, instance: Instance, output: str) -> tuple[float, dict[str, Any]]:
+NEEDS = Needs(fields=((meta_field("error_flag"), LABEL), (meta_field("error_sentence_id"),)))
+
+
+@instance_scorer("medec_flag_accuracy", needs=NEEDS)
+def medec_flag_accuracy(spec: BenchmarkSpec, instance: Instance, output: str) -> tuple[float, ScoreDetails]:
     gold_flag = _gold_flag(spec, instance)
     gold_sentence = -1
     if gold_flag == 1:
@@ -69,7 +74,7 @@ def medec_flag_accuracy(spec: BenchmarkSpec, instance: Instance, output: str) ->
     flag_correct = flag is not None and flag == gold_flag
     predicted_sentence = sentence if flag == 1 and sentence is not None else -1
     sentence_correct = flag is not None and predicted_sentence == gold_sentence
-    return float(flag_correct), {
-        "parsed": flag is not None, "strict_format": strict, "group": "error" if gold_flag else "correct",
-        "sub": {"error_sentence_accuracy": float(sentence_correct)},
-    }
+    return float(flag_correct), ScoreDetails(
+        parsed=flag is not None, strict_format=strict, group="error" if gold_flag else "correct",
+        sub={"error_sentence_accuracy": float(sentence_correct)},
+    )

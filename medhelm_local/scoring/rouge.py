@@ -1,18 +1,23 @@
 """ROUGE-L F-measure (``rouge-score``, Porter stemming, no downloads), best over the references.
 
-BERTScore is not part of the base install: it needs a local model directory and the optional ``bert-score``
-extra; see :func:`bertscore_f` (it never downloads: the model path must exist).
+A scorer of its own (metric ``rouge_l``): MedHELM reports it beside the jury for open-ended benchmarks. It is not
+defined for an instance without a reference (no row), and a failed request has no ROUGE-L row either (the failure
+is counted by the benchmark's main metric).
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from functools import lru_cache
-from pathlib import Path
 from typing import Any
 
-from medhelm_local.errors import BadInputError
+from medhelm_local.benchmarks.spec import BenchmarkSpec
+from medhelm_local.records import Instance
+from medhelm_local.scoring.details import ScoreDetails
 from medhelm_local.scoring.extract import strip_reasoning
+from medhelm_local.scoring.registry import instance_scorer
+
+ROUGE_L = "rouge_l"
 
 
 @lru_cache(maxsize=1)
@@ -31,20 +36,7 @@ def rouge_l(output: str, references: Sequence[str]) -> float | None:
     return max(float(_scorer().score(ref, text)["rougeL"].fmeasure) for ref in refs)
 
 
-def bertscore_f(outputs: Sequence[str], references: Sequence[str], model_path: Path, num_layers: int
-                ) -> list[float]:
-    """BERTScore F1 with a LOCAL model directory (optional extra ``bert-score``; ``num_layers``: the layer whose
-    embeddings are compared, as bert-score documents per model); never downloads. Not wired into scoring."""
-    if not model_path.is_dir():
-        raise BadInputError(f"{model_path}: BERTScore needs a local model directory (nothing is downloaded)")
-    try:
-        from bert_score import BERTScorer
-    except ImportError:
-        raise BadInputError("BERTScore is an optional extra: install the bert-score package") from None
-    import os
-
-    os.environ["HF_HUB_OFFLINE"] = "1"
-    os.environ["TRANSFORMERS_OFFLINE"] = "1"
-    scorer = BERTScorer(model_type=str(model_path), num_layers=num_layers)
-    _, _, f1 = scorer.score([strip_reasoning(o) for o in outputs], list(references))
-    return [float(v) for v in f1.tolist()]
+@instance_scorer(ROUGE_L)
+def rouge_l_metric(spec: BenchmarkSpec, instance: Instance, output: str) -> tuple[float | None, ScoreDetails]:
+    """The ``rouge_l`` metric: :func:`rouge_l` against the instance's references (None: it has none)."""
+    return rouge_l(output, instance.references), ScoreDetails()

@@ -39,7 +39,6 @@ class Outcome:
     """One request's outcome, ready to commit."""
 
     request: InferenceRequest
-    request_hash: str
     result: InferenceResult
     truncated: Truncated | None = None  # the prompt was cut to fit the model's context
 
@@ -217,8 +216,7 @@ def sessions(store: Store, run_id: str) -> list[dict[str, Any]]:
 # -- group commit -----------------------------------------------------------------------------------------
 
 
-OUTCOME_REQUESTS = ColumnBatch.of(benchmark="VARCHAR", instance_id="VARCHAR", request="VARCHAR",
-                                  request_hash="VARCHAR")
+OUTCOME_REQUESTS = ColumnBatch.of(benchmark="VARCHAR", instance_id="VARCHAR", request="VARCHAR")
 OUTCOME_TRUNCATIONS = ColumnBatch.of(
     benchmark="VARCHAR", instance_id="VARCHAR", field="VARCHAR", field_chars="INTEGER", removed_chars="INTEGER",
     removed_tokens="INTEGER", prompt_tokens="INTEGER")
@@ -242,7 +240,7 @@ def commit_outcomes(store: Store, run_id: str, session_id: str, wall_s: float, o
     now = utcnow()
     requests = OUTCOME_REQUESTS.bind(
         benchmark=[o.request.benchmark for o in outcomes], instance_id=[o.request.instance_id for o in outcomes],
-        request=[o.request.model_dump_json() for o in outcomes], request_hash=[o.request_hash for o in outcomes])
+        request=[o.request.model_dump_json() for o in outcomes])
     results = [o.result for o in outcomes]
     responses = OUTCOME_RESPONSES.bind(
         benchmark=[o.request.benchmark for o in outcomes], instance_id=[o.request.instance_id for o in outcomes],
@@ -256,8 +254,8 @@ def commit_outcomes(store: Store, run_id: str, session_id: str, wall_s: float, o
     request_s = sum(o.result.latency_s for o in outcomes)
     batch_items = f"(SELECT benchmark, instance_id FROM {OUTCOME_RESPONSES.source})"
     with store.transaction():
-        conn.execute(f"INSERT INTO requests SELECT $run_id, * FROM {OUTCOME_REQUESTS.source} "
-                     "ON CONFLICT DO NOTHING", {"run_id": run_id, "batch": requests})
+        conn.execute("INSERT INTO requests (run_id, benchmark, instance_id, request) SELECT $run_id, * "
+                     f"FROM {OUTCOME_REQUESTS.source} ON CONFLICT DO NOTHING", {"run_id": run_id, "batch": requests})
         if replace_errors:
             conn.execute(
                 "INSERT INTO runner_error_history SELECT r.run_id, r.benchmark, r.instance_id, r.error, "

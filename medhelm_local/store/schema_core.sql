@@ -48,9 +48,13 @@ CREATE TABLE IF NOT EXISTS requests (
     benchmark VARCHAR NOT NULL,
     instance_id VARCHAR NOT NULL,
     request JSON NOT NULL,
-    request_hash VARCHAR NOT NULL,
+    request_hash VARCHAR,
     PRIMARY KEY (run_id, benchmark, instance_id)
 );
+-- request_hash is no longer written (nothing ever read it, and it can be recomputed from ``request``). The column
+-- stays so that stores written before keep their schema and shards merge as before. Stores created before had it
+-- NOT NULL: lifted here (a catalog change, no rewrite).
+ALTER TABLE requests ALTER COLUMN request_hash DROP NOT NULL;
 -- One row per run item at most: a response or a recorded error, never both, never two.
 CREATE TABLE IF NOT EXISTS responses (
     run_id VARCHAR NOT NULL,

@@ -1,4 +1,4 @@
--- The runner's own tables (issue 4). Core tables (runs, run_items, requests, responses) are never altered.
+-- The runner's own tables (issue 4). Core tables (runs, run_items, requests, responses) are not altered here.
 -- How a run was planned: the key that lets the same command find and resume it, and the send order.
 CREATE TABLE IF NOT EXISTS runner_runs (
     run_id VARCHAR PRIMARY KEY,

@@ -17,7 +17,13 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from medhelm_local.analysis.aggregate import finished_runs_by_style, latest_runs, latest_scores, latest_series
+from medhelm_local.analysis.aggregate import (
+    InstanceSeries,
+    finished_runs_by_style,
+    latest_runs,
+    latest_scores,
+    latest_series,
+)
 from medhelm_local.analysis.cost_performance import model_costs
 from medhelm_local.analysis.leaderboard import (
     BenchmarkMDE,
@@ -129,6 +135,7 @@ class LeaderboardView:
     pairwise: list[PairwiseDifference] = field(default_factory=list)
     benchmarks: list[str] = field(default_factory=list)
     categories: list[str] = field(default_factory=list)
+    series: list[InstanceSeries] = field(default_factory=list)  # per-instance values: the summaries' CIs
 
 
 def leaderboard(home: Home, *, prompt_style: str, rule: WinRule, resamples: int = DEFAULT_RESAMPLES,
@@ -150,7 +157,7 @@ def leaderboard(home: Home, *, prompt_style: str, rule: WinRule, resamples: int 
     return LeaderboardView(rows=rows, mdes=benchmark_mdes(series), prompt_style=prompt_style, rule=rule,
                            other_styles=other, pairwise=pairwise,
                            benchmarks=sorted({b for r in rows for b in r.benchmarks}),
-                           categories=sorted({c for r in rows for c in r.categories}))
+                           categories=sorted({c for r in rows for c in r.categories}), series=series)
 
 
 @dataclass
@@ -327,7 +334,7 @@ class RatableResponse:
 
 def ratable_responses(home: Home) -> list[RatableResponse]:
     """Every answered item of a finished run on a jury-scored (open-ended) benchmark: the sampling frame."""
-    from medhelm_local.scoring.metrics import JURY
+    from medhelm_local.scoring.jury import is_jury_scored
 
     out = []
     with reading(home) as store:
@@ -336,7 +343,7 @@ def ratable_responses(home: Home) -> list[RatableResponse]:
                 continue
             for benchmark in run.benchmarks:
                 try:
-                    if get_spec(benchmark).metric != JURY:
+                    if not is_jury_scored(get_spec(benchmark)):
                         continue
                 except NotFoundError:
                     continue

@@ -1,6 +1,6 @@
 """Compliance: the audit trail (filters), its verification against the pinned key, the printable compliance
-report, and export requests (bundle preview, checks, approval state). Release stays with the approver's own
-key: the console shows what to sign and never holds an approver key."""
+report (HTML, and PDF to download), and export requests (bundle preview, checks, approval state). Release stays
+with the approver's own key: the console shows what to sign and never holds an approver key."""
 
 from __future__ import annotations
 
@@ -11,9 +11,10 @@ import importlib
 import importlib.util
 import io
 import os
-from datetime import UTC, datetime
+from datetime import datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -23,8 +24,8 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from medhelm_local.audit.report import filter_records, parse_time, summarize
-from medhelm_local.audit.trail import CHECKPOINT_ACTION, AuditTrail
+from medhelm_local.audit.report import ComplianceReport, compliance_report, filter_records, parse_time
+from medhelm_local.audit.trail import AuditTrail
 from medhelm_local.audit.verify import VerifyReport, verify_file
 from medhelm_local.errors import BadInputError, NotFoundError
 from medhelm_local.export import bundle as export_bundle
@@ -32,7 +33,6 @@ from medhelm_local.home import Home
 from medhelm_local.home.config import ConsoleRole
 from medhelm_local.home.keys import PUBLIC_KEY_FILE, load_public_key
 from medhelm_local.webconsole.app import check_csrf, console_of, identity_of, requires
-from medhelm_local.webconsole.data import last_record_time
 
 COMPLIANCE = ConsoleRole.COMPLIANCE
 MAX_RECORDS = 500
@@ -136,17 +136,31 @@ async def audit_verify(request: Request) -> Response:
                           status_code=200 if report.intact else 409)
 
 
+def _compliance_report(request: Request) -> ComplianceReport:
+    console = console_of(request)
+    return compliance_report(AuditTrail(console.home.audit_path).records(), since=_time(request, "since"),
+                             appliance=console.home.config.appliance_name)
+
+
 @requires(COMPLIANCE)
 def audit_report(request: Request) -> Response:
     console = console_of(request)
-    since = _time(request, "since")
-    records = AuditTrail(console.home.audit_path).records()
-    summary = summarize(filter_records(records, since=since), since)
-    checkpoint = last_record_time(records, CHECKPOINT_ACTION)
-    exported = last_record_time(records, "audit.checkpoint_export")
-    return console.render(request, "audit_report.html", summary=summary, since=request.query_params.get("since", ""),
-                          generated=datetime.now(UTC).isoformat(timespec="seconds"), last_checkpoint=checkpoint,
-                          last_export=exported)
+    report = _compliance_report(request)
+    since = request.query_params.get("since", "").strip()
+    pdf_link = "/audit/report.pdf" + (f"?{urlencode({'since': since})}" if since else "")
+    return console.render(request, "audit_report.html", report=report, since=since, pdf_link=pdf_link)
+
+
+@requires(COMPLIANCE)
+async def audit_report_pdf(request: Request) -> Response:
+    """The same report as a PDF file (drawn in Python: fpdf2), to download and file."""
+    report = _compliance_report(request)
+    from medhelm_local.audit.report_pdf import render_pdf
+
+    content = await run_in_threadpool(render_pdf, report)
+    stamp = report.generated[:10]
+    return Response(content, media_type="application/pdf",
+                    headers={"Content-Disposition": f'attachment; filename="compliance-report-{stamp}.pdf"'})
 
 
 def _request(home: Home, request_id: str) -> export_bundle.ExportRequest:
@@ -264,7 +278,8 @@ async def export_approve(request: Request) -> Response:
 def routes() -> list[Route]:
     return [
         Route("/audit", audit_trail), Route("/audit/verify", audit_verify, methods=["POST"]),
-        Route("/audit/report", audit_report), Route("/exports", exports),
+        Route("/audit/report", audit_report), Route("/audit/report.pdf", audit_report_pdf),
+        Route("/exports", exports),
         Route("/exports/{request_id}", export_detail), Route("/exports/{request_id}/report.html", export_report),
         Route("/exports/{request_id}/approve", export_approve, methods=["POST"]),
     ]

@@ -3,14 +3,17 @@ detail, and the per-instance view for error analysis (patient-level: every view 
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from medhelm_local.analysis.figures import category_bars_svg, cost_scatter_svg, heatmap_svg
-from medhelm_local.analysis.leaderboard import WinRule
+from medhelm_local.analysis.figures import LeaderboardFigures, leaderboard_figures
+from medhelm_local.analysis.leaderboard import WinRule, category_of
 from medhelm_local.benchmarks.registry import all_specs, get_spec
 from medhelm_local.errors import BadInputError, NotFoundError
+from medhelm_local.export import intervals
 from medhelm_local.home.config import ConsoleRole
 from medhelm_local.prompts.styles import DEFAULT_STYLE, PROMPT_STYLES
 from medhelm_local.webconsole import data
@@ -30,24 +33,65 @@ def _choice(request: Request, name: str, allowed: tuple[str, ...], default: str)
     return value
 
 
+@dataclass(frozen=True)
+class SummaryIntervals:
+    """95% CIs of a model's win rate, macro average and category means (``export.intervals``, as an export's)."""
+
+    win_rate: tuple[float, float] | None
+    macro_avg: tuple[float, float] | None
+    categories: dict[str, tuple[float, float] | None]
+
+
+def summary_intervals(view: data.LeaderboardView) -> dict[str, SummaryIntervals]:
+    """The summaries recomputed on bootstrap resamples of each benchmark's scored instances (the export's method);
+    none for a summary over a benchmark with fewer than two scored instances."""
+    draws: dict[str, dict[str, list[float] | None]] = {}
+    for series in view.series:
+        if len(series.values):
+            draws.setdefault(series.model, {})[series.benchmark] = intervals.replicates(series)
+    complete = {m: {b: v for b, v in own.items() if v is not None} for m, own in draws.items()
+                if all(v is not None for v in own.values())}
+    tie = 1.0 if view.rule == WinRule.PAPER else 0.5
+    wins = intervals.win_rate_intervals(complete, tie=tie) if len(view.rows) > 1 and len(complete) == len(draws) \
+        else {}
+    out = {}
+    for model, own in draws.items():
+        by_category: dict[str, list[list[float] | None]] = {}
+        for benchmark, values in own.items():
+            by_category.setdefault(category_of(benchmark), []).append(values)
+        categories = {c: None if any(v is None for v in vs) else intervals.mean_interval([v for v in vs if v])
+                      for c, vs in sorted(by_category.items())}
+        out[model] = SummaryIntervals(
+            win_rate=wins.get(model),
+            macro_avg=intervals.mean_interval(list(complete[model].values())) if model in complete else None,
+            categories=categories)
+    return out
+
+
+def console_figures(view: data.LeaderboardView,
+                    summaries: dict[str, SummaryIntervals] | None = None) -> LeaderboardFigures:
+    """The leaderboard's figures: the same function as the exported report's (``analysis.figures``)."""
+    summaries = summaries or {}
+    return leaderboard_figures(
+        [r.model for r in view.rows], view.benchmarks,
+        {(r.model, b): s.score for r in view.rows for b, s in r.benchmarks.items()},
+        {(r.model, c): v for r in view.rows for c, v in r.categories.items()},
+        {r.model: r.win_rate for r in view.rows}, {r.model: r.cost for r in view.rows},
+        macro_avgs={r.model: r.macro_avg for r in view.rows},
+        category_intervals={(m, c): i for m, found in summaries.items() for c, i in found.categories.items()
+                            if i is not None})
+
+
 @requires(INFORMATICS)
 def leaderboard(request: Request) -> Response:
     style = _choice(request, "style", PROMPT_STYLES, DEFAULT_STYLE)
     rule = WinRule(_choice(request, "rule", tuple(r.value for r in WinRule), WinRule.PAPER.value))
     console = console_of(request)
     view = data.leaderboard(console.home, prompt_style=style, rule=rule)
-    models = [r.model for r in view.rows]
-    scores = {(r.model, b): s.score for r in view.rows for b, s in r.benchmarks.items()}
-    means = {(r.model, c): v for r in view.rows for c, v in r.categories.items()}
-    points = [(r.model, r.cost, r.win_rate) for r in view.rows if r.cost is not None and r.win_rate is not None]
-    figures = {
-        "heatmap": heatmap_svg(models, view.benchmarks, scores, missing="no score"),
-        "categories": category_bars_svg(models, view.categories, means),
-        "scatter": cost_scatter_svg(points, pareto={r.model for r in view.rows if r.pareto},
-                                    empty="No cost available: configure pricing for the models in appliance.yaml."),
-    }
+    summaries = summary_intervals(view)
+    figures = console_figures(view, summaries)
     return console.render(request, "leaderboard.html", view=view, figures=figures, styles=PROMPT_STYLES,
-                          rules=WIN_RULES, rule_text=WIN_RULES[rule])
+                          rules=WIN_RULES, rule_text=WIN_RULES[rule], summaries=summaries)
 
 
 @requires(INFORMATICS)

@@ -1,24 +1,32 @@
-"""Cost-performance: measured tokens x configured pricing for the runs and the jury; unknown is never zero."""
+"""Cost-performance: measured tokens x configured pricing for the runs and the jury; unknown is never zero, and
+an error is an error, not an unknown cost."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from medhelm_local.analysis import cost
 from medhelm_local.analysis.aggregate import latest_runs
 from medhelm_local.analysis.cost_performance import model_costs, pareto_front
+from medhelm_local.errors import NotFoundError
+from medhelm_local.home import Home
 from medhelm_local.home.config import ModelEndpoint, Pricing
 from medhelm_local.records import Instance
 from medhelm_local.store import Store
 from medhelm_local.store.judgments import Judgment, JudgmentStatus, record_judgment
 from tests.scoring.helpers import add_run, make_home, register
 
-pytest.importorskip("medhelm_local.analysis.cost")
+DATA = [Instance(benchmark="medication_qa", id=f"m{i}", fields={"question": "q"}, references=["r"])
+        for i in range(10)]
 
 
-def test_model_costs_include_the_jury(tmp_path: Path) -> None:
-    home = make_home(tmp_path / "home")
+def _priced_home(root: Path) -> Home:
+    """A home with a priced model ``alpha``, an unpriced ``beta`` and a priced judge."""
+    home = make_home(root)
     config = home.config.model_copy(deep=True)
     config.models += [
         ModelEndpoint(name="alpha", base_urls=["http://127.0.0.1:9"],
@@ -28,18 +36,25 @@ def test_model_costs_include_the_jury(tmp_path: Path) -> None:
     ]
     config.judges = ["judge"]
     home.save_config(config)
-    data = [Instance(benchmark="medication_qa", id=f"m{i}", fields={"question": "q"}, references=["r"])
-            for i in range(10)]
+    return home
+
+
+def _judge_all(store: Store, run_id: str) -> None:
+    for inst in DATA:
+        record_judgment(store, Judgment(run_id=run_id, benchmark="medication_qa", instance_id=inst.id,
+                                        judge="judge", prompt_hash="h", status=JudgmentStatus.OK,
+                                        ratings={"accuracy": 3}, prompt_tokens=100, completion_tokens=10))
+
+
+def test_model_costs_include_the_jury(tmp_path: Path) -> None:
+    home = _priced_home(tmp_path / "home")
     with Store.open(home) as store:
-        fingerprint = register(store, "medication_qa", data)
-        alpha = add_run(store, "alpha", "medication_qa", fingerprint, data, {i.id: "a" for i in data},
+        fingerprint = register(store, "medication_qa", DATA)
+        alpha = add_run(store, "alpha", "medication_qa", fingerprint, DATA, {i.id: "a" for i in DATA},
                         prompt_tokens=100, completion_tokens=10)
-        add_run(store, "beta", "medication_qa", fingerprint, data, {i.id: "a" for i in data},
+        add_run(store, "beta", "medication_qa", fingerprint, DATA, {i.id: "a" for i in DATA},
                 prompt_tokens=100, completion_tokens=10)
-        for inst in data:
-            record_judgment(store, Judgment(run_id=alpha, benchmark="medication_qa", instance_id=inst.id,
-                                            judge="judge", prompt_hash="h", status=JudgmentStatus.OK,
-                                            ratings={"accuracy": 3}, prompt_tokens=100, completion_tokens=10))
+        _judge_all(store, alpha)
         costs = model_costs(store, home.config, latest_runs(store))
     # runs: (10 x 100 x 1.0 + 10 x 10 x 2.0) / 1e6; jury: 10 x 100 x 0.5 / 1e6
     assert costs["alpha"].benchmark_cost == pytest.approx(1200 / 1e6)
@@ -52,3 +67,56 @@ def test_pareto_front() -> None:
     points = {"cheap-weak": (1.0, 0.3), "dear-strong": (5.0, 0.8), "dear-weak": (6.0, 0.4),
               "mid": (3.0, 0.6), "unknown": (None, 0.9)}
     assert pareto_front(points) == {"cheap-weak", "mid", "dear-strong"}
+
+
+def test_a_model_or_judge_removed_from_the_config_has_an_unknown_cost(tmp_path: Path) -> None:
+    home = _priced_home(tmp_path / "home")
+    with Store.open(home) as store:
+        fingerprint = register(store, "medication_qa", DATA)
+        alpha = add_run(store, "alpha", "medication_qa", fingerprint, DATA, {i.id: "a" for i in DATA},
+                        prompt_tokens=100, completion_tokens=10)
+        add_run(store, "gone", "medication_qa", fingerprint, DATA, {i.id: "a" for i in DATA},
+                prompt_tokens=100, completion_tokens=10)
+        _judge_all(store, alpha)
+        costs = model_costs(store, home.config, latest_runs(store))
+        assert costs["gone"].benchmark_cost is None and costs["gone"].total is None
+        assert costs["gone"].note == "model no longer configured"
+        assert costs["alpha"].total == pytest.approx(1700 / 1e6)  # the others are still priced
+        config = home.config.model_copy(deep=True)
+        config.models = [m for m in config.models if m.name != "judge"]
+        costs = model_costs(store, config, latest_runs(store))
+    assert costs["alpha"].benchmark_cost == pytest.approx(1200 / 1e6)
+    assert costs["alpha"].jury_cost is None and costs["alpha"].total is None
+    assert "judge judge is no longer configured" in costs["alpha"].note
+
+
+def test_a_missing_run_is_an_error_not_an_unconfigured_model(tmp_path: Path) -> None:
+    home = _priced_home(tmp_path / "home")
+    with Store.open(home) as store, pytest.raises(NotFoundError, match="run 'run-nowhere' not found"):
+        model_costs(store, home.config, {("alpha", "medication_qa"): "run-nowhere"})
+
+
+def test_a_bug_in_cost_accounting_surfaces(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A programming error inside the cost stage is raised, never turned into an unknown cost with a note."""
+    home = _priced_home(tmp_path / "home")
+
+    def broken_price(*args: object, **kwargs: object) -> None:
+        raise TypeError("a bug in pricing")
+
+    monkeypatch.setattr(cost, "price", broken_price)
+    with Store.open(home) as store:
+        fingerprint = register(store, "medication_qa", DATA)
+        add_run(store, "alpha", "medication_qa", fingerprint, DATA, {i.id: "a" for i in DATA},
+                prompt_tokens=100, completion_tokens=10)
+        with pytest.raises(TypeError, match="a bug in pricing"):
+            model_costs(store, home.config, latest_runs(store))
+
+
+def test_a_broken_cost_module_fails_the_import() -> None:
+    """No fallback that reports "cost accounting is not available in this build": the cost stage is part of
+    every build, so failing to import it is an error at import time."""
+    code = ("import sys; sys.modules['medhelm_local.analysis.cost'] = None; "
+            "import medhelm_local.analysis.cost_performance")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
+    assert done.returncode != 0
+    assert "ModuleNotFoundError" in done.stderr and "medhelm_local.analysis.cost" in done.stderr

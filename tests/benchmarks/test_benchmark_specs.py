@@ -6,9 +6,11 @@ import string
 
 import pytest
 
-from medhelm_local.benchmarks.registry import METRICS, all_specs, get_spec
+from medhelm_local.benchmarks.registry import all_specs, get_spec
 from medhelm_local.benchmarks.spec import BenchmarkSpec, OutputType
 from medhelm_local.loaders.base import available_loaders
+from medhelm_local.scoring.checks import check_spec
+from medhelm_local.scoring.registry import known_metrics
 from medhelm_local.taxonomy import load_taxonomy
 
 CDS, CNG, PCE, MRA, AW = ("Clinical Decision Support", "Clinical Note Generation",
@@ -69,7 +71,8 @@ def test_subcategories_come_from_the_taxonomy_and_cover_all_22() -> None:
 
 @pytest.mark.parametrize("spec", list(SPECS.values()), ids=list(SPECS))
 def test_spec_is_runnable_data(spec: BenchmarkSpec) -> None:
-    assert spec.metric in METRICS
+    assert spec.metric in known_metrics()
+    check_spec(spec)  # its scorers' conditions and the instance fields they need, given by its loader options
     assert spec.input_format in available_loaders()
     fields = [f for _, f, _, _ in string.Formatter().parse(spec.prompt.template) if f]
     assert fields and all(f.isidentifier() for f in fields)

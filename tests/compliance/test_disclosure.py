@@ -123,7 +123,8 @@ def test_report_renders_several_models_with_suppressed_cells() -> None:
     assert data.models[0].win_rate == 1.0 and data.models[1].win_rate == 0.0  # b2 of beta is not published
     files = render_files(data)
     html = files["report.html"].decode()
-    assert html.count("<svg") == 3 and html.count("<circle") == 2 and "suppressed" in html
+    # two points, each ringed: both are on the cost / win-rate Pareto front (the paper's scatter)
+    assert html.count("<svg") == 3 and html.count("<circle") == 4 and "suppressed" in html
     _, external = strings_of("report.html", files["report.html"])
     assert external == []
     assert json.loads(files["aggregates.json"])["cells"][3]["score"] is None

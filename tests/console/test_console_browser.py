@@ -69,6 +69,11 @@ def test_informatics_pages(browser: Any, proxies: dict[str, HeaderProxy], consol
     assert heading(browser) == "Leaderboard"
     rows = browser.find_elements(By.CSS_SELECTOR, "#leaderboard tbody tr")
     assert sorted(r.find_elements(By.TAG_NAME, "td")[1].text for r in rows) == ["model-a", "model-b"]
+    for row in rows:  # the win rate's and the macro average's 95% CIs beside them
+        cells = [td.text for td in row.find_elements(By.TAG_NAME, "td")]
+        interval = r"\[\d\.\d{3}, \d\.\d{3}\]"
+        assert re.fullmatch(interval, cells[3]) and re.fullmatch(interval, cells[6]), cells
+        assert float(cells[6][1:6]) <= float(cells[5]) <= float(cells[6][8:13])
     assert "MedHELM rule" in body and "95% bootstrap confidence interval" in body
     scores = browser.find_element(By.ID, "scores").text
     assert "hospice_referral" in scores and "medication_qa" in scores
@@ -156,10 +161,13 @@ def test_compliance_pages(browser: Any, proxies: dict[str, HeaderProxy], console
     assert console_home.runs["model-a"] in browser.find_element(By.ID, "report-runs").text
     assert "carl.compliance" in browser.find_element(By.ID, "actors").text
     screenshot(browser, shots, "compliance-report")
-    # The printable report, printed to PDF by the browser itself (the print style sheet leaves navigation out).
+    # The printable report, printed to PDF by the browser itself (the print style sheet leaves navigation out);
+    # the appliance draws the same report as PDF itself: the download link (tests/console/test_compliance_pdf.py).
     pdf = base64.b64decode(browser.print_page(PrintOptions()))
     assert pdf.startswith(b"%PDF-") and len(pdf) > 10_000
     (shots / "compliance-report.pdf").write_bytes(pdf)
+    link = browser.find_element(By.ID, "report-pdf")
+    assert link.get_attribute("href").endswith("/audit/report.pdf") and "PDF" in link.text
 
     body = visit(browser, proxy, "/exports")
     assert console_home.export_request in body
@@ -187,6 +195,43 @@ def test_compliance_pages(browser: Any, proxies: dict[str, HeaderProxy], console
     screenshot(browser, shots, "compliance-denied")
     denied = records(console_home, "console.access_denied", "carl.compliance")
     assert {r["objects"]["page"] for r in denied} >= {"/rate"}
+
+
+def test_exported_report_reads_as_a_document(browser: Any, proxies: dict[str, HeaderProxy],
+                                             console_home: ConsoleHome, shots: Path) -> None:
+    """The export's report.html in the browser: human labels, every published score with its 95% CI and n (the
+    console leaderboard's own interval, rounded), a suppressed score with neither, the win-rate rule, the three
+    figures at full size, and nothing loaded from anywhere."""
+    visit(browser, proxies["ines.informatics"], "/leaderboard")
+    console_scores = browser.find_element(By.ID, "scores").text
+    body = visit(browser, proxies["carl.compliance"], f"/exports/{console_home.export_request}/report.html")
+    assert heading(browser) == "MedHELM-local evaluation export"
+    for raw in ("win_rate", "macro_avg", "n_scored", "n_failed", "ci_low", "small_cell", "benchmarks_published"):
+        assert raw not in body, raw
+    headings = {h.text for h in browser.find_elements(By.CSS_SELECTOR, "th, h2") if h.text}
+    assert {"Leaderboard", "Win rate", "n pairs", "Macro average", "n benchmarks", "Scores by benchmark", "Score",
+            "95% CI", "n", "Benchmark heatmap", "Category means", "Cost and performance"} <= headings
+    rows = {r.find_elements(By.TAG_NAME, "td")[0].text: [td.text for td in r.find_elements(By.TAG_NAME, "td")[2:]]
+            for r in browser.find_elements(By.CSS_SELECTOR, "#scores tbody tr")}
+    models = [th.text for th in browser.find_elements(By.CSS_SELECTOR, "#scores thead tr:first-child th")][2:]
+    assert sorted(models) == ["model-a", "model-b"]
+    for index, model in enumerate(models):
+        score, ci, n = rows["hospice_referral"][3 * index:3 * index + 3]
+        assert re.fullmatch(r"\d\.\d{3}", score) and re.fullmatch(r"\[\d\.\d{3}, \d\.\d{3}\]", ci) and n == "25"
+        # the same score and interval as the console's leaderboard (the CLI's bootstrap, same seed), rounded
+        assert f"{score} {ci} n=25" in console_scores, (model, console_scores)
+        assert rows["medication_qa"][3 * index:3 * index + 3] == ["suppressed", "-", "-"]  # 6 instances
+    assert "meets or beats" in browser.find_element(By.ID, "win-rule").text
+    for figure in ("fig-heatmap", "fig-categories", "fig-scatter"):
+        svg = browser.find_element(By.CSS_SELECTOR, f"#{figure} svg")
+        assert svg.size["width"] >= 450 and svg.size["height"] >= 150, (figure, svg.size)
+    heatmap = browser.find_element(By.ID, "fig-heatmap").get_attribute("innerHTML")
+    assert "hospice_referral" in heatmap and "suppressed" in heatmap
+    scatter = browser.find_element(By.ID, "fig-scatter").get_attribute("innerHTML")
+    assert "model-a" in scatter and "Win rate" in scatter and "<circle" in scatter
+    assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0
+    assert MEDICATION_SECRET not in body
+    screenshot(browser, shots, "export-report")
 
 
 def _approve_with_an_uploaded_signature(browser: Any, proxy: HeaderProxy, console_home: ConsoleHome,

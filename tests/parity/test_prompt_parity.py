@@ -117,7 +117,7 @@ def test_medhelm_style_answers_are_scored_against_the_same_gold(benchmark: str, 
     spec = styled_spec(get_spec(benchmark), MEDHELM_STYLE)
     instance = Instance(benchmark=benchmark, id="1", fields={}, references=[gold], label=gold)
     value, details = exact_match(spec, instance, answer)
-    assert value == expected and details["parsed"]
+    assert value == expected and details.parsed
 
 
 # ---- default-style golden prompts, all 37 specs ----

@@ -7,6 +7,7 @@ import inspect
 from pathlib import Path
 from typing import Any
 
+from medhelm_local.application.evaluation import EvaluationRequest, Mode, Selection, Sending
 from medhelm_local.context import AppContext
 from medhelm_local.home import Home
 from medhelm_local.home.config import ModelEndpoint, RunnerSettings
@@ -48,6 +49,15 @@ def register(home: Home, instances: list[Instance], benchmark: str = "pubmedqa")
             store.register_dataset(benchmark, source_sha, "synthetic-loader", "synthetic.json", instances, {})
         else:  # the store API before dataset versions carried the source hash
             store.register_dataset(benchmark, source_sha, "synthetic.json", instances, {})  # type: ignore[call-arg]
+
+
+FAKE_PUBMEDQA = Selection(model="fake", benchmarks=["pubmedqa"])
+
+
+def quiet(selection: Selection = FAKE_PUBMEDQA, mode: Mode | None = None, *, backoff_base_s: float = 0.5
+          ) -> EvaluationRequest:
+    """An evaluation request without progress bars: the fake model on PubMedQA unless told otherwise."""
+    return EvaluationRequest(selection, Sending(show_progress=False, backoff_base_s=backoff_base_s), mode or Mode())
 
 
 def app(home: Home) -> AppContext:

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 
 from medhelm_local.analysis.cost import run_cost
-from medhelm_local.runner.session import RunOptions, evaluate
+from medhelm_local.application.evaluation import Mode, Selection, evaluate
 from medhelm_local.store import Store
 from medhelm_local.testing.fake_openai import FakeOpenAIServer, Faults, hash_responder
-from tests.runner.helpers import app, make_home, outcomes, register, scores, synthetic_instances
+from tests.runner.helpers import app, make_home, outcomes, quiet, register, scores, synthetic_instances
 
 FAULTS = Faults(http_5xx=0.10, timeout=0.05, drop=0.02, invalid_json=0.01, hang_s=3.0)
 
@@ -20,8 +20,7 @@ def test_fault_injection_every_instance_answered_exactly_once(tmp_path: Path) ->
         home = make_home(tmp_path / "home", [server.base_url], timeout_s=0.5, max_retries=12)
         instances = synthetic_instances(200, contexts=20)
         register(home, instances)
-        outcome = evaluate(app(home), RunOptions(model="fake", benchmarks=["pubmedqa"], show_progress=False,
-                                                 backoff_base_s=0.02))
+        outcome = evaluate(app(home), quiet(backoff_base_s=0.02))
         seen = server.stats()
     rows = outcomes(home, outcome.run.run_id)
     assert sorted(r[1] for r in rows) == sorted(i.id for i in instances)  # one outcome per instance, no extra
@@ -46,8 +45,7 @@ def test_exhausted_retries_are_recorded_then_retry_errors_replaces_them(tmp_path
     with FakeOpenAIServer(responder=hash_responder(), faults=Faults(http_5xx=1.0)) as broken:
         home = make_home(tmp_path / "home", [broken.base_url], max_retries=1)
         register(home, synthetic_instances(30))
-        first = evaluate(app(home), RunOptions(model="fake", benchmarks=["pubmedqa"], show_progress=False,
-                                               backoff_base_s=0.01))
+        first = evaluate(app(home), quiet(backoff_base_s=0.01))
     run_id = first.run.run_id
     assert first.errors == {"pubmedqa": {"http_503": 30}}
     (result,) = first.results
@@ -58,7 +56,7 @@ def test_exhausted_retries_are_recorded_then_retry_errors_replaces_them(tmp_path
         config = home.config.model_copy(deep=True)
         config.models[-1].base_urls = [healthy.base_url]
         home.save_config(config)
-        again = evaluate(app(home), RunOptions(retry_errors=run_id, show_progress=False))
+        again = evaluate(app(home), quiet(Selection(), Mode.retry_errors(run_id)))
         assert healthy.stats()["requests_seen"] == 30
     assert again.run.run_id == run_id and again.errors == {}
     rows = outcomes(home, run_id)
@@ -75,6 +73,6 @@ def test_retry_errors_with_nothing_failed_sends_nothing(tmp_path: Path) -> None:
     with FakeOpenAIServer(responder=hash_responder()) as server:
         home = make_home(tmp_path / "home", [server.base_url])
         register(home, synthetic_instances(10))
-        first = evaluate(app(home), RunOptions(model="fake", benchmarks=["pubmedqa"], show_progress=False))
-        evaluate(app(home), RunOptions(retry_errors=first.run.run_id, show_progress=False))
+        first = evaluate(app(home), quiet())
+        evaluate(app(home), quiet(Selection(), Mode.retry_errors(first.run.run_id)))
         assert server.stats()["requests_seen"] == 10

@@ -10,16 +10,16 @@ from pathlib import Path
 
 import pytest
 
+from medhelm_local.application.evaluation import evaluate
 from medhelm_local.home.config import BackendKind
 from medhelm_local.inference.client import ChatClient
 from medhelm_local.inference.tokens import open_counter
 from medhelm_local.records import Instance
 from medhelm_local.runner.fitting import PromptFitter
-from medhelm_local.runner.session import RunOptions, evaluate
 from medhelm_local.store import Store
 from medhelm_local.testing.fake_openai import FakeOpenAIServer, fake_chat_tokens, hash_responder
 from tests.conftest import cli_env
-from tests.runner.helpers import app, make_home, outcomes, register, synthetic_instances
+from tests.runner.helpers import app, make_home, outcomes, quiet, register, synthetic_instances
 
 CONTEXT = 512
 
@@ -65,7 +65,7 @@ def test_long_prompts_are_cut_to_fit_and_recorded(tmp_path: Path, public_data: P
                           record_bodies=True) as server:
         home = make_home(tmp_path / "home", [server.base_url], extra={"context_length": CONTEXT})
         register(home, instances)
-        outcome = evaluate(app(home), RunOptions(model="fake", benchmarks=["pubmedqa"], show_progress=False))
+        outcome = evaluate(app(home), quiet())
     run_id = outcome.run.run_id
     # Every instance was answered: none was refused by the server for its length.
     assert server.context_rejections == 0
@@ -99,7 +99,7 @@ def test_leaderboard_reports_the_truncated_share(tmp_path: Path, public_data: Pa
     with FakeOpenAIServer(responder=hash_responder(), tokenizer="vllm", context_length=CONTEXT) as server:
         home = make_home(tmp_path / "home", [server.base_url], extra={"context_length": CONTEXT})
         register(home, instances)
-        evaluate(app(home), RunOptions(model="fake", benchmarks=["pubmedqa"], show_progress=False))
+        evaluate(app(home), quiet())
     base = [sys.executable, "-m", "medhelm_local.cli", "--home", str(home.root), "leaderboard"]
     as_json = subprocess.run([*base, "--json"], capture_output=True, text=True, env=cli_env(), timeout=300)
     assert as_json.returncode == 0, as_json.stderr
@@ -125,7 +125,7 @@ def test_without_a_tokenize_endpoint_the_estimate_fits_and_the_manifest_says_so(
     with FakeOpenAIServer(responder=hash_responder(), context_length=CONTEXT) as server:
         home = make_home(tmp_path / "home", [server.base_url], extra={"context_length": CONTEXT})
         register(home, instances)
-        outcome = evaluate(app(home), RunOptions(model="fake", benchmarks=["pubmedqa"], show_progress=False))
+        outcome = evaluate(app(home), quiet())
     assert outcome.run.manifest["context"]["source"] == "config"
     tokens = outcome.run.manifest["context"]["tokens"]
     assert tokens["method"] == "estimate" and tokens["exact"] is False and "no tokenize endpoint" in tokens["note"]
@@ -139,7 +139,7 @@ def test_server_limit_lowers_an_unset_context_length(tmp_path: Path) -> None:
     with FakeOpenAIServer(responder=hash_responder(), tokenizer="vllm", context_length=300) as server:
         home = make_home(tmp_path / "home", [server.base_url])
         register(home, synthetic_instances(6, context_chars=3000))
-        outcome = evaluate(app(home), RunOptions(model="fake", benchmarks=["pubmedqa"], show_progress=False))
+        outcome = evaluate(app(home), quiet())
     context = outcome.run.manifest["context"]
     assert context["context_length"] == 300 and context["source"] == "server" and context["configured"] is None
     assert server.context_rejections == 0

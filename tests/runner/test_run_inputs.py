@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
+from medhelm_local.application.evaluation import Mode, Selection, evaluate
 from medhelm_local.errors import BadInputError
 from medhelm_local.runner.plan import parse_shard
-from medhelm_local.runner.session import RunOptions, evaluate
 from medhelm_local.store import Store
 from medhelm_local.testing.fake_openai import FakeOpenAIServer, hash_responder
-from tests.runner.helpers import app, make_home, register, synthetic_instances
+from tests.runner.helpers import app, make_home, quiet, register, synthetic_instances
 
 
 @pytest.mark.parametrize("value", ["3/3", "a/b", "1", "-1/2", "0/0"])
@@ -31,7 +31,9 @@ def test_cli_bad_input_exits_2_and_writes_nothing(tmp_path: Path) -> None:
     for args in (["--benchmarks", "pubmedqa"], ["--model", "fake", "--benchmarks", "pubmedqa", "--shard", "9/2"],
                  ["--model", "fake", "--benchmarks", "pubmedqa", "--order", "random"],
                  ["--model", "fake", "--benchmarks", "pubmedqa", "--run-id", "bad id!"],
-                 ["--model", "fake", "--benchmarks", "nope"]):
+                 ["--model", "fake", "--benchmarks", "nope"],
+                 ["--resume", "run-a", "--retry-errors", "run-b"],
+                 ["--model", "fake", "--benchmarks", "pubmedqa", "--shard", "0/2", "--new-run"]):
         done = subprocess.run([*base, *args], capture_output=True, text=True, env=env, timeout=120)
         assert done.returncode == 2, (args, done.stderr)
         assert "error" in done.stderr and "Traceback" not in done.stderr
@@ -43,10 +45,10 @@ def test_resume_refuses_a_different_server_version(tmp_path: Path) -> None:
     with FakeOpenAIServer(responder=hash_responder(), version="1.0.0") as server:
         home = make_home(tmp_path / "home", [server.base_url])
         register(home, synthetic_instances(5))
-        first = evaluate(app(home), RunOptions(model="fake", benchmarks=["pubmedqa"], show_progress=False))
+        first = evaluate(app(home), quiet())
         server.version = "2.0.0"
         with pytest.raises(BadInputError, match="server_versions"):
-            evaluate(app(home), RunOptions(resume=first.run.run_id, show_progress=False))
+            evaluate(app(home), quiet(Selection(), Mode.resume(first.run.run_id)))
     with Store.open(home, read_only=True) as store:
         run = store.get_run(first.run.run_id)
     assert run is not None and run.status == "finished"  # a refused resume does not touch the run

@@ -10,12 +10,15 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+from medhelm_local.application.evaluation import Mode, evaluate, merge_shards
 from medhelm_local.home import Home
+from medhelm_local.runner import shard as sharding
 from medhelm_local.runner.plan import parse_shard, shard_range
-from medhelm_local.runner.session import RunOptions, evaluate
 from medhelm_local.store import Store
 from medhelm_local.testing.fake_openai import FakeOpenAIServer, hash_responder
-from tests.runner.helpers import app, make_home, outcomes, register, scores, synthetic_instances
+from tests.runner.helpers import app, make_home, outcomes, quiet, register, scores, synthetic_instances
 
 N = 150
 
@@ -46,7 +49,7 @@ def test_three_shards_merge_into_one_run_identical_to_unsharded(tmp_path: Path) 
     with FakeOpenAIServer(responder=hash_responder(), latency_s=0.02, slots=16) as server:
         reference = make_home(tmp_path / "reference", [server.base_url])
         register(reference, instances)
-        ref = evaluate(app(reference), RunOptions(model="fake", benchmarks=["pubmedqa"], show_progress=False))
+        ref = evaluate(app(reference), quiet())
 
         home = make_home(tmp_path / "home", [server.base_url])
         register(home, instances)
@@ -80,3 +83,39 @@ def test_three_shards_merge_into_one_run_identical_to_unsharded(tmp_path: Path) 
     assert outcomes(home, run_id) == outcomes(reference, ref.run.run_id)
     assert scores(home, run_id) == scores(reference, ref.run.run_id)
     assert not (home.store_path.parent / "shards" / run_id).exists(), "merged shard files are removed"
+
+
+def test_a_shard_left_unmerged_is_merged_by_runs_merge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two shards in-process; the second dies after its last request (before its merge): its file stays, a
+    failure record names the shard, and `runs merge` folds it in and finishes the run."""
+    instances = synthetic_instances(40)
+    with FakeOpenAIServer(responder=hash_responder()) as server:
+        home = make_home(tmp_path / "home", [server.base_url])
+        register(home, instances)
+        first = evaluate(app(home), quiet(mode=Mode.of_shard(0, 2)))
+        run_id = first.run.run_id
+        assert (first.mode, first.shard, first.merged, first.complete) == ("shard", "0/2", 20, False)
+        assert first.run.status == "running" and first.results == []
+
+        def pod_killed(*_args: object, **_kwargs: object) -> int:
+            raise RuntimeError("pod killed")
+
+        monkeypatch.setattr(sharding, "merge_shard", pod_killed)
+        with pytest.raises(RuntimeError, match="pod killed"):
+            evaluate(app(home), quiet(mode=Mode.of_shard(1, 2)))
+        monkeypatch.undo()
+        assert [p.name for p in sharding.pending_shard_files(home, run_id)] == ["shard-1-of-2.duckdb"]
+        assert server.stats()["requests_seen"] == 40
+
+    merged = merge_shards(app(home), run_id)
+    assert (merged.mode, merged.merged, merged.complete, merged.run.status) == ("merge", 20, True, "finished")
+    assert [(r.benchmark, r.n) for r in merged.results] == [("pubmedqa", 40)]
+    assert sharding.pending_shard_files(home, run_id) == []
+    assert sorted(r[1] for r in outcomes(home, run_id)) == sorted(i.id for i in instances)
+    again = merge_shards(app(home), run_id)  # nothing left: the finished run stays as it is
+    assert (again.merged, again.complete, again.results, again.run.status) == (0, True, [], "finished")
+    records = [json.loads(line) for line in home.audit_path.read_text().splitlines()]
+    failures = [r["objects"] for r in records if r["action"] == "run.finish" and r["outcome"] == "failure"]
+    assert failures == [{"shard": "1/2", "error_type": "RuntimeError"}]
+    assert [r["objects"]["merged"] for r in records if r["action"] == "run.merge"] == [20, 0]
+    assert [r["objects"]["shards"] for r in records if r["action"] == "run.start"] == [2]

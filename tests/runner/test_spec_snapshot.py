@@ -58,7 +58,7 @@ def test_changed_spec_refuses_resume_and_retry_and_the_run_keeps_its_snapshot(ho
         manifest = shown_first["manifest"]
         assert shown_first["manifest_sha256"] == manifest_sha256(manifest)
         snapshot = manifest["specs"]["followup_needed"]
-        assert snapshot["max_tokens"] == 8 and snapshot["metric"] == "exact_match"
+        assert snapshot["max_tokens"] == 8 and snapshot["metrics"] == [{"name": "exact_match", "main": True}]
         assert snapshot["prompt"]["template"].startswith("Discharge note:")
         assert manifest["spec_sha256"]["followup_needed"] == snapshot_sha256(snapshot)
         with Store.open(Home(home_cli.home), read_only=True) as store:

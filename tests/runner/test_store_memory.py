@@ -89,7 +89,7 @@ def test_paging_skips_answered_items_and_keeps_going_past_a_fully_answered_page(
             request = InferenceRequest(benchmark="pubmedqa", instance_id=instance_id, max_tokens=4,
                                        messages=[ChatMessage(role="user", content="q")])
             result = InferenceResult(text=None if error else "yes", error=error)
-            return runs_db.Outcome(request, "h", result)
+            return runs_db.Outcome(request, result)
 
         # ranks 0-11 answered (10 and 11 with errors), 12-29 still to send
         runs_db.commit_outcomes(store, run.run_id, "s", 1.0,

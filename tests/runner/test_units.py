@@ -10,17 +10,17 @@ from pathlib import Path
 import pytest
 
 from medhelm_local.analysis.cost import price, run_cost
+from medhelm_local.application.evaluation import evaluate
 from medhelm_local.home.config import ModelEndpoint, Pricing
 from medhelm_local.inference.client import EndpointPool
 from medhelm_local.runner import manifest as manifest_mod
 from medhelm_local.runner.concurrency import AdaptiveLimiter
 from medhelm_local.runner.plan import compute_plan, plan_items
-from medhelm_local.runner.session import RunOptions, evaluate
 from medhelm_local.store import Store
 from medhelm_local.store import runs as runs_db
 from medhelm_local.store.store import RunInfo, utcnow
 from medhelm_local.testing.fake_openai import FakeOpenAIServer, hash_responder
-from tests.runner.helpers import app, make_home, register, synthetic_instances
+from tests.runner.helpers import app, make_home, quiet, register, synthetic_instances
 
 
 class Clock:
@@ -88,8 +88,7 @@ def test_replicas_are_balanced_and_a_dead_one_is_avoided(tmp_path: Path) -> None
     with FakeOpenAIServer(responder=hash_responder()) as a, FakeOpenAIServer(responder=hash_responder()) as b:
         home = make_home(tmp_path / "home", [a.base_url, b.base_url, dead], max_retries=8)
         register(home, synthetic_instances(120))
-        outcome = evaluate(app(home), RunOptions(model="fake", benchmarks=["pubmedqa"], show_progress=False,
-                                                 backoff_base_s=0.01))
+        outcome = evaluate(app(home), quiet(backoff_base_s=0.01))
         assert a.stats()["completions_sent"] > 20 and b.stats()["completions_sent"] > 20
     assert outcome.errors == {}
     stats = {e["url"]: e for e in outcome.report.endpoints} if outcome.report else {}
@@ -160,7 +159,7 @@ def test_cost_methods_and_session_union(tmp_path: Path) -> None:
     with FakeOpenAIServer(responder=hash_responder()) as server:
         home = make_home(tmp_path / "home", [server.base_url], extra={"pricing": Pricing(gpu_hour_rate=3600.0)})
         register(home, synthetic_instances(10))
-        outcome = evaluate(app(home), RunOptions(model="fake", benchmarks=["pubmedqa"], show_progress=False))
+        outcome = evaluate(app(home), quiet())
     run_id = outcome.run.run_id
     with Store.open(home) as store:
         start = datetime(2026, 1, 1)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from medhelm_local.home import Home
 from medhelm_local.home.config import ModelEndpoint, RunnerSettings
-from medhelm_local.prompts.build import build_request, request_hash
+from medhelm_local.prompts.build import build_request
 from medhelm_local.records import InferenceResult, Instance
 from medhelm_local.store import Store
 from medhelm_local.store import runs as runs_db
@@ -63,7 +63,7 @@ def _write_run(store: Store, run: RunInfo,
             result = (InferenceResult(text=output, latency_s=0.1, prompt_tokens=prompt_tokens,
                                       completion_tokens=completion_tokens) if output is not None
                       else InferenceResult(error="http_503", latency_s=0.1))
-            outcomes.append(runs_db.Outcome(request, request_hash(request), result))
+            outcomes.append(runs_db.Outcome(request, result))
     runs_db.commit_outcomes(store, run.run_id, "test", 1.0, outcomes, replace_errors=False)
     return run.run_id
 

@@ -9,19 +9,25 @@ from typing import Any
 import pytest
 
 from medhelm_local.benchmarks.registry import get_spec
+from medhelm_local.benchmarks.spec import MetricChoice
 from medhelm_local.records import Instance
 from medhelm_local.scoring.billing import extract_codes
+from medhelm_local.scoring.details import ScoreDetails
 from medhelm_local.scoring.ehrsql import extract_sql
 from medhelm_local.scoring.engine import score_outputs
-from medhelm_local.scoring.metrics import MetricInputError, get_metric, known_metrics
+from medhelm_local.scoring.metrics import MetricInputError, known_metrics
+from medhelm_local.scoring.registry import scorer_for
+from medhelm_local.scoring.scorer import InstanceScorer
 from medhelm_local.scoring.summary import summarise
 
 
-def score(benchmark: str, instance: Instance, output: str) -> tuple[float, dict[str, Any]]:
+def score(benchmark: str, instance: Instance, output: str) -> tuple[float | None, Any]:
     spec = get_spec(benchmark)
-    metric = get_metric(spec.metric)
-    assert metric is not None
-    return metric(spec, instance, output)
+    scorer = scorer_for(spec.metric)
+    assert isinstance(scorer, InstanceScorer)
+    value, details = scorer.fn(spec, instance, output)
+    assert isinstance(details, ScoreDetails)
+    return value, details
 
 
 def test_every_spec_metric_is_known() -> None:
@@ -58,7 +64,8 @@ def test_failed_request_is_not_a_zero() -> None:
 # -- micro-F1 -------------------------------------------------------------------------------------------------
 
 def test_micro_f1_is_micro_not_mean_of_instance_f1() -> None:
-    spec = get_spec("pubmedqa").model_copy(update={"metric": "micro_f1", "labels": None})
+    spec = get_spec("pubmedqa").model_copy(update={"metrics": [MetricChoice(name="micro_f1", main=True)],
+                                                  "labels": None})
     a = Instance(benchmark="pubmedqa", id="a", fields={}, references=["x", "y"])
     b = Instance(benchmark="pubmedqa", id="b", fields={}, references=["z"])
     scores = score_outputs(spec, [(a, "x, y", None), (b, "w; v\nu", None)])
@@ -103,7 +110,7 @@ def medcalc(category: str, answer: str, lower: Any, upper: Any) -> Instance:
 def test_medcalc_categories(instance: Instance, output: str, correct: bool) -> None:
     value, details = score("medcalc_bench", instance, output)
     assert value == float(correct)
-    assert details["group"] in {"lab", "physical", "dosage", "risk", "severity", "diagnosis", "date",
+    assert details.group in {"lab", "physical", "dosage", "risk", "severity", "diagnosis", "date",
                                 "gestational age"}
 
 
@@ -137,7 +144,7 @@ def medec(flag: int, sentence: int | None = None) -> Instance:
 def test_medec(instance: Instance, output: str, flag_ok: bool, sentence_ok: bool) -> None:
     value, details = score("medec", instance, output)
     assert value == float(flag_ok)
-    assert details["sub"]["error_sentence_accuracy"] == float(sentence_ok)
+    assert details.sub["error_sentence_accuracy"] == float(sentence_ok)
 
 
 # -- EHRSQL ---------------------------------------------------------------------------------------------------
@@ -172,7 +179,7 @@ def test_ehrsql_execution(database: str) -> None:
     for output, value, valid in cases:
         got, details = score("ehrsql", ehrsql(database, gold), output)
         assert got == value, output
-        assert details["sub"].get("valid_sql") == valid, output
+        assert details.sub.get("valid_sql") == valid, output
 
 
 def test_ehrsql_unanswerable_expects_empty_answer(database: str) -> None:
@@ -186,7 +193,7 @@ def test_ehrsql_is_read_only_and_time_limited(database: str) -> None:
     for attack in ("delete from patient", "drop table patient", "insert into patient values (9, 1, 'x')",
                    "attach database ':memory:' as x", "pragma query_only = off"):
         value, details = score("ehrsql", ehrsql(database, gold), attack)
-        assert value == 0.0 and details["sql_error"] == "sql_error", attack
+        assert value == 0.0 and details.sql_error == "sql_error", attack
     assert sqlite3.connect(database).execute("select count(*) from patient").fetchone() == (3,)
     from medhelm_local.scoring.ehrsql import QueryFailed, run_query
 
@@ -215,9 +222,9 @@ def test_billing_keeps_seventh_character_suffixes() -> None:
     assert extract_codes("S72.001A, s72001d; I10 and E11.9") == {"S72001A", "S72001D", "I10", "E119"}
     inst = Instance(benchmark="mimic_iv_billing", id="1", fields={}, references=["S72001A", "I10", "E119"])
     value, details = score("mimic_iv_billing", inst, "S72.001A, I10, E11.9")
-    assert value == 1.0 and details["counts"] == {"tp": 3, "fp": 0, "fn": 0} and details["strict_format"]
+    assert value == 1.0 and details.counts.model_dump() == {"tp": 3, "fp": 0, "fn": 0} and details.strict_format
     value, details = score("mimic_iv_billing", inst, "S72.001D, I10")  # wrong encounter suffix
-    assert details["counts"] == {"tp": 1, "fp": 1, "fn": 2}
+    assert details.counts.model_dump() == {"tp": 1, "fp": 1, "fn": 2}
     assert value == pytest.approx(2 / (2 + 1 + 2))
     value, _ = score("mimic_iv_billing", inst, "S72.001, I10")  # truncated code is not the billed code
     assert value == pytest.approx(2 / (2 + 1 + 2))

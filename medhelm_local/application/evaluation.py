@@ -1,0 +1,231 @@
+"""The use cases ``evaluate`` (``run``, the demo, the bench) and ``merge shards`` (``runs merge``).
+
+One path for every mode (``runner.options.Mode``): a new run, a resume, a retry of the errors, one shard of a
+run split across pods. In order:
+
+1. refuse early what would fail later (prompt-style parity, judges of a jury-scored benchmark);
+2. open the main store (a shard waits, with jitter, while another pod holds it) and resolve the run and its
+   model (``runner.session.resolve``: the one place the model is resolved); take the run's lock (not a shard:
+   shards of one run send in parallel, each from its own store file);
+3. ask the model's servers who they are; create the run (audit ``run.start``, manifest and plan stored before
+   any request) or check that the model is the one the run started with (audit ``run.resume``);
+4. send: from the main store, or, for a shard, from its own store file holding its slice of the send order (the
+   main store is given back meanwhile);
+5. a shard merges its outcomes back; a run with every item answered is scored and finished (audit
+   ``run.finish``). A failure marks the run this invocation set running as failed (or interrupted) and leaves
+   a ``run.finish`` failure record.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager, nullcontext
+from dataclasses import dataclass, field
+from typing import Any
+
+from medhelm_local.analysis.aggregate import benchmark_score
+from medhelm_local.audit import audit_event
+from medhelm_local.context import AppContext
+from medhelm_local.errors import NotFoundError
+from medhelm_local.inference.backends import open_client
+from medhelm_local.inference.client import ChatClient
+from medhelm_local.inference.tokens import TokenCounter
+from medhelm_local.records import BenchmarkScore
+from medhelm_local.runner import session
+from medhelm_local.runner import shard as sharding
+from medhelm_local.runner.execute import ExecutionReport, ExecutionSettings
+from medhelm_local.runner.manifest import manifest_sha256
+from medhelm_local.runner.options import EvaluationRequest, Mode, Selection, Sending
+from medhelm_local.scoring.engine import score_benchmark
+from medhelm_local.store import Store
+from medhelm_local.store import runs as runs_db
+from medhelm_local.store import shards as shards_db
+from medhelm_local.store.runlock import run_lock
+from medhelm_local.store.store import RunInfo
+
+__all__ = ["EvaluationRequest", "Mode", "RunOutcome", "Selection", "Sending", "evaluate", "merge_shards"]
+
+
+@dataclass
+class RunOutcome:
+    run: RunInfo
+    mode: str  # new | resume | retry_errors | shard | merge
+    results: list[BenchmarkScore] = field(default_factory=list)
+    report: ExecutionReport | None = None
+    errors: dict[str, dict[str, int]] = field(default_factory=dict)
+    complete: bool = True
+    shard: str | None = None
+    merged: int | None = None
+
+
+def evaluate(app_ctx: AppContext, request: EvaluationRequest) -> RunOutcome:
+    """Run (or resume, or retry the errors of, or send one shard of) an evaluation; score it once complete."""
+    home = app_ctx.home
+    config = home.config
+    session.refuse_early(config, request.selection)
+    mode = request.mode
+    live: list[str] = []  # the run whose status this invocation set: only that one is marked on failure
+    with ExitStack() as main_scope:
+        try:
+            main = main_scope.enter_context(_open_main(app_ctx, mode))
+            target = session.resolve(main, config, request.selection, mode)
+            settings = session.execution_settings(config, request.sending, errors_only=mode.kind == "retry_errors")
+            exclusive = nullcontext() if target.shard else run_lock(home.store_path, target.run_id, config.store)
+            with exclusive:
+                run, report = asyncio.run(_infer(app_ctx, main, main_scope, target, request.sending, settings, live))
+                if target.shard is None:
+                    outcome = _finish(app_ctx, main, run, score=request.score, mode=target.mode)
+            if target.shard is not None:
+                outcome = _merge_back(app_ctx, target, score=request.score)
+        except BaseException as exc:
+            if live:
+                main.set_run_status(live[0], "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
+                audit_event(home, app_ctx.actor, "run.finish", outcome="failure", role="informatics",
+                            run_id=live[0], error_type=type(exc).__name__)
+            elif mode.shard is not None:
+                audit_event(home, app_ctx.actor, "run.finish", outcome="failure", role="informatics",
+                            shard=mode.shard_label, error_type=type(exc).__name__)
+            raise
+    outcome.report = report
+    return outcome
+
+
+def merge_shards(app_ctx: AppContext, run_id: str, *, score: bool = True) -> RunOutcome:
+    """``runs merge``: fold every shard file left for ``run_id`` into the main store; finish it if complete."""
+    home = app_ctx.home
+    with sharding.open_main_store(home) as main:
+        if main.get_run(run_id) is None:
+            raise NotFoundError(f"run {run_id!r} not found; see `medhelm-local runs list`")
+        merged = 0
+        for path in sharding.pending_shard_files(home, run_id):
+            merged += sharding.merge_shard(main, path, home, run_id)
+            sharding.remove_shard_files(path)
+        audit_event(home, app_ctx.actor, "run.merge", role="informatics", run_id=run_id, merged=merged)
+        return _conclude(app_ctx, main, run_id, score=score, mode="merge", merged=merged)
+
+
+# -- the steps ----------------------------------------------------------------------------------------------
+
+
+@contextmanager
+def _open_main(app_ctx: AppContext, mode: Mode) -> Iterator[Store]:
+    """The home's main store; a shard waits (with jitter) while another pod holds it."""
+    opened = sharding.open_main_store(app_ctx.home) if mode.shard is not None else Store.open(app_ctx.home)
+    with opened as store:
+        yield store
+
+
+async def _infer(app_ctx: AppContext, main: Store, main_scope: ExitStack, target: session.Target,
+                 sending: Sending, settings: ExecutionSettings, live: list[str]) -> tuple[RunInfo, ExecutionReport]:
+    config = app_ctx.home.config
+    async with open_client(config, target.endpoint, max_connections=settings.concurrency,
+                           timeout_s=sending.request_timeout_s) as client:
+        servers, weights = await session.describe(main, client, target.endpoint)
+        counter = await session.token_counter(client, target.endpoint)
+        run = _open_run(app_ctx, main, target, servers, weights, counter)
+        if target.shard is None:
+            live.append(run.run_id)
+        with _sending_store(app_ctx, main, main_scope, target, run) as store:
+            report = await _send(app_ctx, store, client, target, run, servers, settings, sending, counter)
+        return run, report
+
+
+def _open_run(app_ctx: AppContext, main: Store, target: session.Target, servers: list[dict[str, Any]],
+              weights: dict[str, Any] | None, counter: TokenCounter) -> RunInfo:
+    """Create the run (audit ``run.start``, then its plan), or check the model is the one the run started with;
+    the run is then ``running`` (a shard of an existing run leaves its status to the shard that created it)."""
+    home = app_ctx.home
+    if target.run is None:
+        assert target.plan is not None
+        run = session.new_run(home.config, target, servers, weights, counter)
+        digest = manifest_sha256(run.manifest)
+        audit_event(home, app_ctx.actor, "run.start", role="informatics", run_id=run.run_id, model=run.model,
+                    endpoints=[s["url"] for s in servers], datasets=target.plan.datasets, manifest_sha256=digest,
+                    shards=None if target.shard is None else target.shard[1])
+        session.record_plan(main, run, target.plan, digest)
+    else:
+        run = target.run
+        session.check_identity(run, target.endpoint, servers, weights)
+        if target.shard is not None:
+            return run
+        audit_event(home, app_ctx.actor, "run.resume", role="informatics", run_id=run.run_id, model=run.model,
+                    mode=target.mode)
+    main.set_run_status(run.run_id, "running")
+    return run
+
+
+@contextmanager
+def _sending_store(app_ctx: AppContext, main: Store, main_scope: ExitStack, target: session.Target, run: RunInfo
+                   ) -> Iterator[Store]:
+    """The store the items are sent from: the main store; for a shard, its own file with the part of its slice
+    still unanswered (built now unless a restarted pod finds it), while the main store is given back."""
+    if target.shard is None:
+        yield main
+        return
+    home = app_ctx.home
+    path = sharding.shard_store_path(home, run.run_id, *target.shard)
+    resumed = path.exists()
+    if not resumed:
+        todo = sharding.unanswered_slice(main, run.run_id, *target.shard)
+        sharding.build_shard_store(home, main, run, todo, path)
+    main_scope.close()  # other pods plan and merge meanwhile
+    if resumed:
+        audit_event(home, app_ctx.actor, "run.resume", role="informatics", run_id=run.run_id, model=run.model,
+                    mode="shard", shard=target.shard_label)
+    with Store.open_file(home, path) as store:
+        yield store
+
+
+async def _send(app_ctx: AppContext, store: Store, client: ChatClient, target: session.Target, run: RunInfo,
+                servers: list[dict[str, Any]], settings: ExecutionSettings, sending: Sending, counter: TokenCounter
+                ) -> ExecutionReport:
+    session_id = session.start_session(store, target, servers)
+    for server in servers:
+        audit_event(app_ctx.home, app_ctx.actor, "endpoint.use", role="informatics", run_id=run.run_id,
+                    session_id=session_id, url=server["url"], served_model=client.model_id,
+                    server_version=server.get("version"))
+    return await session.send(store, client, run, session_id, settings, sending,
+                              session.fitter(run, counter, settings))
+
+
+def _merge_back(app_ctx: AppContext, target: session.Target, *, score: bool) -> RunOutcome:
+    """A shard's outcomes into the main store; the shard that completes the run scores and finishes it."""
+    assert target.shard is not None
+    home = app_ctx.home
+    path = sharding.shard_store_path(home, target.run_id, *target.shard)
+    with sharding.open_main_store(home) as main:
+        merged = sharding.merge_shard(main, path, home, target.run_id)
+        sharding.remove_shard_files(path)
+        return _conclude(app_ctx, main, target.run_id, score=score, mode="shard", shard=target.shard_label,
+                         merged=merged)
+
+
+def _conclude(app_ctx: AppContext, main: Store, run_id: str, *, score: bool, mode: str, merged: int,
+              shard: str | None = None) -> RunOutcome:
+    """After a merge: finish the run if every item is answered (and it is not finished yet), else say so."""
+    run = main.get_run(run_id)
+    assert run is not None
+    complete = shards_db.unanswered(main, run_id) == 0
+    if complete and run.status not in ("finished", "inferred"):
+        return _finish(app_ctx, main, run, score=score, mode=mode, shard=shard, merged=merged)
+    return RunOutcome(run=run, mode=mode, errors=runs_db.errors_by_category(main, run_id), complete=complete,
+                      shard=shard, merged=merged)
+
+
+def _finish(app_ctx: AppContext, store: Store, run: RunInfo, *, score: bool, mode: str, shard: str | None = None,
+            merged: int | None = None) -> RunOutcome:
+    config = app_ctx.home.config
+    results = []
+    if score:
+        for benchmark in run.benchmarks:
+            score_benchmark(store, run.run_id, benchmark, config=config)
+            results.append(benchmark_score(store, run.run_id, run.model, benchmark))
+    store.set_run_status(run.run_id, "finished" if score else "inferred", finished=True)
+    errors = runs_db.errors_by_category(store, run.run_id)
+    audit_event(app_ctx.home, app_ctx.actor, "run.finish", role="informatics", run_id=run.run_id, model=run.model,
+                scored=sum(r.n for r in results), failed=sum(r.n_failed for r in results),
+                errors=sum(sum(v.values()) for v in errors.values()))
+    finished = store.get_run(run.run_id)
+    assert finished is not None
+    return RunOutcome(run=finished, mode=mode, results=results, errors=errors, shard=shard, merged=merged)

@@ -1,0 +1,214 @@
+"""Scoring as one abstraction: specs list metrics (one main; the older single ``metric:`` still loads), the
+registry is the one list of metrics, a scorer may be async and emit several values, and a spec whose loader
+options do not give what its scorers need is refused before any inference."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from medhelm_local.benchmarks.registry import all_specs, get_spec, load_custom_spec
+from medhelm_local.benchmarks.spec import BenchmarkSpec, MetricChoice
+from medhelm_local.errors import BadInputError
+from medhelm_local.prompts.styles import manifest_specs, spec_changes
+from medhelm_local.records import Instance, InstanceScore
+from medhelm_local.scoring import registry
+from medhelm_local.scoring.checks import ScorerInputMismatch, check_spec, provided_fields
+from medhelm_local.scoring.details import ScoreDetails
+from medhelm_local.scoring.engine import score_outputs
+from medhelm_local.scoring.jury import JuryDetails, likert_unit
+from medhelm_local.scoring.registry import known_metrics, register_scorer, scorer_for
+from medhelm_local.scoring.scorer import Item, Metric, Scorer, ScoringContext
+from medhelm_local.scoring.summary import summarise
+from medhelm_local.testing.fake_openai import FakeOpenAIServer
+from tests.conftest import Cli
+
+SAMPLES = Path(str(resources.files("medhelm_local.data") / "samples"))
+
+
+def _sample_spec(**changes: Any) -> dict[str, Any]:
+    data = yaml.safe_load((SAMPLES / "followup_needed.yaml").read_text(encoding="utf-8"))
+    data.update(changes)
+    return {k: v for k, v in data.items() if v is not None}
+
+
+def _write(path: Path, data: dict[str, Any]) -> Path:
+    path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+    return path
+
+
+# -- metrics: in a spec ------------------------------------------------------------------------------------------
+
+
+def test_a_custom_spec_with_the_older_single_metric_field_still_loads(tmp_path: Path) -> None:
+    spec = load_custom_spec(_write(tmp_path / "f.yaml", _sample_spec(metric="exact_match")))
+    assert spec.metrics == [MetricChoice(name="exact_match", main=True)] and spec.metric == "exact_match"
+    jury = BenchmarkSpec.model_validate({**get_spec("medication_qa").model_dump(exclude={"metrics"}),
+                                         "metric": "jury"})
+    # what the older field meant: the jury always came with ROUGE-L
+    assert jury.metric_names == ["jury", "rouge_l"] and jury.metrics == get_spec("medication_qa").metrics
+
+
+def test_metrics_list_with_one_main(tmp_path: Path) -> None:
+    spec = load_custom_spec(_write(tmp_path / "f.yaml", _sample_spec(
+        metric=None, metrics=["micro_f1", {"name": "exact_match", "main": True}])))
+    assert spec.metric == "exact_match" and spec.metric_names == ["exact_match", "micro_f1"]
+    assert load_custom_spec(_write(tmp_path / "g.yaml", _sample_spec(metric=None, metrics=["exact_match"]))
+                            ).metric == "exact_match"  # a single metric is the main one
+
+
+@pytest.mark.parametrize(("metrics", "message"), [
+    (["exact_match", "micro_f1"], "exactly one metric main"),
+    ([{"name": "exact_match", "main": True}, {"name": "micro_f1", "main": True}], "exactly one metric main"),
+    (["exact_match", "exact_match"], "lists a metric twice"),
+    ([], "field metrics"),
+    ([{"name": "exact_match", "main": True}, "bleu"], r"field metrics must be one of .* \(not 'bleu'\)"),
+])
+def test_bad_metrics_lists_name_the_field(tmp_path: Path, metrics: list[Any], message: str) -> None:
+    with pytest.raises(BadInputError, match=message):
+        load_custom_spec(_write(tmp_path / "f.yaml", _sample_spec(metric=None, metrics=metrics)))
+
+
+def test_metric_and_metrics_together_are_refused(tmp_path: Path) -> None:
+    with pytest.raises(BadInputError, match="not both"):
+        load_custom_spec(_write(tmp_path / "f.yaml", _sample_spec(metrics=["exact_match"])))
+
+
+def test_the_registry_is_the_one_list_of_metrics() -> None:
+    assert known_metrics() == ["billing_micro_f1", "ehrsql_execution_accuracy", "exact_match", "jury",
+                               "medcalc_accuracy", "medec_flag_accuracy", "micro_f1", "rouge_l"]
+    for spec in all_specs():
+        assert set(spec.metric_names) <= set(known_metrics()), spec.id
+        check_spec(spec)
+        if "jury" in spec.metric_names:
+            assert spec.metric_names == ["jury", "rouge_l"], spec.id
+
+
+def test_a_run_created_with_the_older_metric_field_is_not_a_changed_spec() -> None:
+    spec = get_spec("medication_qa")
+    old = manifest_specs({spec.id: spec})
+    snapshot = old["specs"][spec.id]
+    snapshot.pop("metrics")
+    snapshot["metric"] = "jury"  # what runs created before metrics: froze
+    assert spec_changes(spec.id, old) == []
+    snapshot["metric"] = "exact_match"
+    assert spec_changes(spec.id, old) == ["metrics"]
+
+
+# -- the scorer abstraction -----------------------------------------------------------------------------------
+
+
+class _LengthScorer(Scorer):
+    """A test scorer of two values, async: the share of words that are 'yes' and whether the output is short."""
+
+    name = "length_test"
+    metrics = (Metric("yes_share"), Metric("short"))
+
+    async def score(self, spec: BenchmarkSpec, items: Sequence[Item], context: ScoringContext,
+                    roles: Mapping[str, bool]) -> list[InstanceScore]:
+        rows = []
+        for item in items:
+            if item.output is None:
+                continue
+            words = item.output.split()
+            values = {"yes_share": sum(w == "yes" for w in words) / len(words), "short": float(len(words) < 3)}
+            rows += [InstanceScore(benchmark=spec.id, instance_id=item.instance.id, metric=name, value=value,
+                                   details=ScoreDetails(sub={"words": float(len(words))}).stored())
+                     for name, value in values.items() if name in roles]
+        return rows
+
+
+@pytest.fixture
+def length_scorer() -> Iterator[Scorer]:
+    scorer = register_scorer(_LengthScorer())
+    yield scorer
+    registry._SCORERS.pop(scorer.name)
+    for metric in scorer.metrics:
+        registry._BY_METRIC.pop(metric.name)
+
+
+def test_a_scorer_emits_several_named_values(length_scorer: Scorer) -> None:
+    spec = get_spec("pubmedqa").model_copy(update={"metrics": [
+        MetricChoice(name="yes_share", main=True), MetricChoice(name="short"), MetricChoice(name="exact_match")]})
+    a = Instance(benchmark="pubmedqa", id="a", fields={}, references=["yes"], label="yes")
+    b = Instance(benchmark="pubmedqa", id="b", fields={}, references=["no"], label="no")
+    scores = score_outputs(spec, [(a, "yes", None), (b, "yes no maybe no", None)])
+    assert [(s.instance_id, s.metric, s.value) for s in scores] == [
+        ("a", "yes_share", 1.0), ("a", "short", 1.0), ("a", "exact_match", 1.0),
+        ("b", "yes_share", 0.25), ("b", "short", 0.0), ("b", "exact_match", 0.0)]
+    breakdown = summarise("pubmedqa", spec.metric, scores)
+    assert breakdown.score == pytest.approx(0.625) and breakdown.n == 2
+    assert breakdown.secondary == {"exact_match": {"score": 0.5, "n": 2}, "short": {"score": 0.5, "n": 2},
+                                   "words": {"score": 2.5, "n": 2}}
+
+
+def test_details_are_typed_and_stored_as_set() -> None:
+    spec = get_spec("pubmedqa")
+    instance = Instance(benchmark="pubmedqa", id="a", fields={}, references=["yes"], label="yes")
+    (row,) = score_outputs(spec, [(instance, "yes", None)])
+    assert row.details == {"parsed": True, "strict_format": True}
+    with pytest.raises(ValueError, match="extra"):
+        ScoreDetails.model_validate({"parsed": True, "explanation": "free text"})
+
+
+def test_the_likert_normalisation_is_the_jurys_for_score_and_criteria() -> None:
+    details = JuryDetails(mean_rating=4.0, criteria={"accuracy": 5.0, "clarity": 2.0}, parsed=True)
+    scorer = scorer_for("jury")
+    assert scorer is not None and scorer.calls_models
+    assert scorer.secondary(details) == {"criterion:accuracy": 1.0, "criterion:clarity": 0.25}
+    assert likert_unit(1) == 0.0 and likert_unit(5) == 1.0 and likert_unit(4.0) == 0.75
+    rows = [InstanceScore(benchmark="b", instance_id="i", metric="jury", value=likert_unit(4.0),
+                          details=details.stored())]
+    assert summarise("b", "jury", rows).secondary == {"criterion:accuracy": {"score": 1.0, "n": 1},
+                                                      "criterion:clarity": {"score": 0.25, "n": 1}}
+
+
+# -- a spec checked against its scorers before any inference ------------------------------------------------
+
+
+def test_loader_options_give_the_fields_the_scorers_need(tmp_path: Path) -> None:
+    assert provided_fields(get_spec("medcalc_bench")) >= {"references", "meta.category", "meta.lower_limit"}
+    assert provided_fields(get_spec("ehrsql")) >= {"meta.db_path"}  # from sibling_files
+    assert provided_fields(get_spec("pubmedqa")) is None  # a native-format loader: its own fixed fields
+    medcalc = get_spec("medcalc_bench")
+    options = dict(medcalc.loader_options)
+    options["meta"] = {k: v for k, v in options["meta"].items() if k != "upper_limit"}
+    with pytest.raises(ScorerInputMismatch, match="metric medcalc_accuracy needs meta 'upper_limit'"):
+        check_spec(medcalc.model_copy(update={"loader_options": options}))
+
+
+def _unlabelled(tmp_path: Path) -> dict[str, Any]:
+    data = _sample_spec(id="followup_unlabelled")
+    data["loader_options"] = {k: v for k, v in data["loader_options"].items() if k != "label_column"}
+    return data
+
+
+def test_registration_refuses_a_spec_whose_loader_gives_no_gold(home_cli: Cli, tmp_path: Path) -> None:
+    spec = _write(tmp_path / "followup_unlabelled.yaml", _unlabelled(tmp_path))
+    result = home_cli("datasets", "register", "followup_unlabelled", str(SAMPLES / "followup_needed.csv"),
+                      "--spec", str(spec))
+    assert result.code == 2
+    assert "metric exact_match needs a label" in result.stderr and "followup_unlabelled.yaml" in result.stderr
+    assert not (home_cli.home / "benchmarks" / "followup_unlabelled.yaml").exists()
+
+
+def test_a_stored_spec_whose_loader_gives_no_gold_is_refused_before_any_inference(home_cli: Cli,
+                                                                                 tmp_path: Path) -> None:
+    # A spec stored by an earlier version, which did not check this at registration: before this check, the run
+    # sent every request and then failed in scoring ("an instance has neither a label nor a reference").
+    folder = home_cli.home / "benchmarks"
+    folder.mkdir(exist_ok=True)
+    _write(folder / "followup_unlabelled.yaml", {**_unlabelled(tmp_path), "category": None})
+    registered = home_cli("datasets", "register", "followup_unlabelled", str(SAMPLES / "followup_needed.csv"))
+    assert registered.code == 0, registered.stderr
+    with FakeOpenAIServer(responder=lambda _m: "A") as server:
+        assert home_cli("models", "add", "always-a", "--base-url", server.base_url).code == 0
+        result = home_cli("run", "--model", "always-a", "--benchmarks", "followup_unlabelled", "--json")
+        assert result.code == 2, result.stderr
+        assert "metric exact_match needs a label" in result.stderr
+        assert server.requests_seen == 0
