@@ -25,9 +25,9 @@ latencies pay for earlier ones.
 Printed per latency: both walls, runner/raw ratios (end to end, and send phase only), the runner's CPU per request
 in the send phase and end to end (``getrusage``), its peak concurrency and how many round trips (latencies) its
 adaptive limiter took to reach 256, where the runner's wall time went (process start and imports, planning,
-storing the plan, sending, scoring, the rest), and the load average before and after. Everything also goes to
-``bench/results/throughput-<UTC>.json``. This machine is shared: compare figures only with figures taken at a
-similar load average (the lead takes the final figures on an idle machine).
+the manifest, storing the plan, sending, scoring, the rest), and the load average before and after. Everything
+also goes to ``bench/results/throughput-<UTC>.json``. This machine is shared: compare figures only with figures
+taken at a similar load average (the lead takes the final figures on an idle machine).
 """
 
 from __future__ import annotations
@@ -156,8 +156,10 @@ def timed(name, fn):
                 record(t0, c0)
     return wrapper
 
-PHASES = ["require_judges", "compute_plan", "_prepare_client", "_token_counter", "insert_plan", "plan_items",
-          "execute_run", "score_benchmark", "benchmark_score", "_finish", "_new_run"]
+PHASES = ["refuse_early", "require_judges", "resolve", "compute_plan", "describe", "token_counter", "new_run",
+          "record_plan", "insert_plan", "execute_run", "score_benchmark", "benchmark_score", "_finish",
+          # names before the evaluation path was split (issue 16 §4), to measure older commits alike
+          "_prepare_client", "_token_counter", "_new_run"]
 for module_name in ["medhelm_local.runner.session", "medhelm_local.application.evaluation",
                     "medhelm_local.runner.plan", "medhelm_local.store.runs", "medhelm_local.runner.execute"]:
     try:
@@ -291,10 +293,13 @@ def phase_walls(measured: dict[str, Any]) -> dict[str, float]:
     phases = measured["phases"]
     wall = {k: v["wall_s"] for k, v in phases.get("phases", {}).items()}
     out = {"process start": phases.get("start_s", 0.0), "imports": phases.get("imports_s", 0.0),
-           "checks (specs, judges)": wall.get("require_judges", 0.0), "plan": wall.get("compute_plan", 0.0),
-           "server checks": wall.get("_prepare_client", 0.0) + wall.get("_token_counter", 0.0),
-           "store the plan": wall.get("_new_run", 0.0), "send": wall.get("execute_run", 0.0),
-           "score": wall.get("_finish", 0.0)}
+           "checks (specs, judges)": wall.get("refuse_early", wall.get("require_judges", 0.0)),
+           "plan": wall.get("compute_plan", 0.0),
+           "server checks": wall.get("describe", wall.get("_prepare_client", 0.0))
+           + wall.get("token_counter", wall.get("_token_counter", 0.0)),
+           "manifest": wall.get("new_run", 0.0),
+           "store the plan": wall.get("record_plan", wall.get("_new_run", 0.0)),
+           "send": wall.get("execute_run", 0.0), "score": wall.get("_finish", 0.0)}
     out["other"] = measured["wall_s"] - sum(out.values())
     return {k: round(v, 3) for k, v in out.items()}
 

@@ -64,13 +64,29 @@ def git_commit() -> str | None:
 
 
 def package_versions() -> dict[str, str]:
-    """Every installed distribution and its version, sorted by name."""
+    """Every installed distribution and its version, sorted by name.
+
+    Read from the top of each distribution's METADATA (or PKG-INFO) file, where ``Name`` and ``Version`` are
+    single-line headers: the same values as ``dist.metadata``, which parses every header of every file with the
+    email parser (a fifth of a second for the 118 distributions of this project's venv, once per run)."""
     versions: dict[str, str] = {}
     for dist in metadata.distributions():
-        name = dist.metadata["Name"]
-        if name:
-            versions[name.lower()] = dist.version
+        name, version = _name_and_version(dist.read_text("METADATA") or dist.read_text("PKG-INFO") or "")
+        if name and version is not None:
+            versions[name.lower()] = version
     return dict(sorted(versions.items()))
+
+
+def _name_and_version(text: str) -> tuple[str | None, str | None]:
+    name = version = None
+    for line in text.splitlines():
+        if not line:  # the end of the headers
+            break
+        if name is None and line.startswith("Name:"):
+            name = line[len("Name:"):].strip()
+        elif version is None and line.startswith("Version:"):
+            version = line[len("Version:"):].strip()
+    return name, version
 
 
 def _file_sha256(path: Path) -> str:
