@@ -9,7 +9,7 @@ import typer
 from medhelm_local.audit import audit_event
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import app_context
-from medhelm_local.errors import BadInputError, ConfigError
+from medhelm_local.errors import BadInputError, ConfigError, EgressDenied
 from medhelm_local.home.config import ApplianceConfig, BackendKind, ModelEndpoint
 
 NAME = "models"
@@ -46,7 +46,7 @@ def add(
     for url in endpoint.base_urls:
         try:
             app_ctx.egress.check(url)
-        except Exception:
+        except EgressDenied:
             audit_event(app_ctx.home, app_ctx.actor, "config.model_add", outcome="denied", model=name,
                         reason="endpoint_not_allowlisted")
             raise

@@ -145,6 +145,23 @@ def test_models_add_refuses_and_audits(tmp_path: Path) -> None:
                                                            "reason": "not_allowlisted"}]
 
 
+def test_models_add_records_a_denial_only_for_a_refused_endpoint(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another error while checking an endpoint is no "endpoint_not_allowlisted" refusal in the trail."""
+    cli = InProcessCli(home=tmp_path / "home")
+    assert cli("init").code == 0
+
+    def broken(self: EgressPolicy, url: str) -> None:
+        raise RuntimeError("allowlist unreadable")
+
+    monkeypatch.setattr(EgressPolicy, "check", broken)
+    result = cli("models", "add", "inside", "--base-url", "http://127.0.0.1:8000/v1")
+    assert result.code != 0
+    refusals = [r for r in AuditTrail(cli.home / "audit" / "audit.jsonl").records()
+                if r["action"] == "config.model_add" and r.get("outcome") == "denied"]
+    assert refusals == []
+
+
 def test_run_against_a_non_allowlisted_endpoint_never_connects(tmp_path: Path) -> None:
     """A model slipped into appliance.yaml by hand: the run is refused before any connection, and audited."""
     listener = socket.socket()
