@@ -212,3 +212,15 @@ def test_a_stored_spec_whose_loader_gives_no_gold_is_refused_before_any_inferenc
         assert result.code == 2, result.stderr
         assert "metric exact_match needs a label" in result.stderr
         assert server.requests_seen == 0
+
+
+def test_stored_details_read_back_typed_and_unknown_keys_are_left_out() -> None:
+    from medhelm_local.scoring.ehrsql import EhrsqlDetails
+    from medhelm_local.scoring.registry import read_details
+
+    details = read_details("ehrsql_execution_accuracy", {"parsed": True, "sql_error": "timeout", "gold_empty": False,
+                                                         "sub": {"valid_sql": 0}, "from_another_version": 1})
+    assert isinstance(details, EhrsqlDetails) and details.sql_error == "timeout" and details.sub == {"valid_sql": 0.0}
+    jury = read_details("jury", {"criteria": {"accuracy": 4}, "judges": 3})
+    assert isinstance(jury, JuryDetails) and jury.criteria == {"accuracy": 4.0}
+    assert read_details("no_such_metric", {"parsed": False}).parsed is False
