@@ -1,4 +1,7 @@
-"""Per-invocation state shared by CLI commands: which home, who is acting."""
+"""Per-invocation state shared by the front ends (CLI commands, the console, the demo, the bench) and the use
+cases in ``medhelm_local.application``: which home, who is acting, where their audit records and their refused
+connections go. Nothing here is process-wide: a library caller that makes an ``AppContext`` gets the same
+auditing as the CLI, and two contexts in one process share nothing."""
 
 from __future__ import annotations
 
@@ -6,10 +9,16 @@ import getpass
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import typer
 
 from medhelm_local.home import Home, resolve_home
+
+if TYPE_CHECKING:
+    from medhelm_local.audit.sink import TrailSink
+    from medhelm_local.inference.egress import EgressPolicy
+    from medhelm_local.store import Store
 
 
 @dataclass
@@ -17,11 +26,33 @@ class AppContext:
     home: Home
     actor: str
 
-    def __post_init__(self) -> None:
-        # Refused connections are audited in this home, as this actor (issue 6: zero egress).
-        from medhelm_local.inference.egress import audit_denials_to
+    @property
+    def audit(self) -> TrailSink:
+        """This actor's records in this home's audit trail."""
+        from medhelm_local.audit.sink import TrailSink
 
-        audit_denials_to(self.home, self.actor)
+        return TrailSink(self.home, self.actor)
+
+    @property
+    def system_audit(self) -> TrailSink:
+        """The appliance's own records in this home's trail (e.g. a key rotation finished after a crash)."""
+        from medhelm_local.audit.sink import system_audit
+
+        return system_audit(self.home)
+
+    @property
+    def egress(self) -> EgressPolicy:
+        """The home's endpoint allowlist; a refused connection is audited in this home, as this actor (issue 6:
+        zero egress). Read from the configuration each time, so an edited allowlist applies at once."""
+        from medhelm_local.inference.egress import EgressPolicy, audit_denials
+
+        return EgressPolicy(tuple(self.home.config.allowlist), on_denied=audit_denials(self.audit))
+
+    def open_store(self, *, read_only: bool = False) -> Store:
+        """The home's store, a rotation recovered on opening audited as the appliance."""
+        from medhelm_local.store import Store
+
+        return Store.open(self.home, read_only=read_only, audit=self.system_audit)
 
     @classmethod
     def create(cls, home_option: Path | None, actor_option: str | None) -> AppContext:

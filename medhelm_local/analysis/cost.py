@@ -21,6 +21,7 @@ from pydantic import BaseModel
 from medhelm_local.errors import NotFoundError
 from medhelm_local.home.config import ApplianceConfig, ModelEndpoint, Pricing
 from medhelm_local.store import runs as runs_db
+from medhelm_local.store.costs import response_totals
 from medhelm_local.store.store import Store
 
 CostMethod = Literal["tokens", "gpu_time", "none"]
@@ -87,19 +88,15 @@ def run_cost(store: Store, run_id: str, model: ModelEndpoint | ApplianceConfig) 
     if run is None:
         raise NotFoundError(f"run {run_id!r} not found")
     endpoint = model.model(run.model) if isinstance(model, ApplianceConfig) else model
-    row = store.conn.execute(
-        "SELECT count(*), count(output), coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0), "
-        "count(*) FILTER (WHERE output IS NOT NULL AND (prompt_tokens IS NULL OR completion_tokens IS NULL)), "
-        "coalesce(sum(latency_s), 0) FROM responses WHERE run_id = ?", [run_id]).fetchone()
-    assert row is not None
-    responses, ok, prompt_tokens, completion_tokens, without_usage, request_s = row
+    totals = response_totals(store, run_id)
     wall_s = _wall_seconds(store, run_id)
-    method, total, gpu_hours, note = price(endpoint.pricing, prompt_tokens=int(prompt_tokens),
-                                           completion_tokens=int(completion_tokens), wall_s=wall_s,
-                                           tokens_complete=int(without_usage) == 0)
+    method, total, gpu_hours, note = price(endpoint.pricing, prompt_tokens=totals.prompt_tokens,
+                                           completion_tokens=totals.completion_tokens, wall_s=wall_s,
+                                           tokens_complete=totals.without_usage == 0)
+    responses = totals.responses
     return CostSummary(
-        run_id=run_id, model=run.model, method=method, responses=int(responses), ok=int(ok),
-        errors=int(responses) - int(ok), prompt_tokens=int(prompt_tokens), completion_tokens=int(completion_tokens),
-        responses_without_usage=int(without_usage), wall_s=wall_s, request_s=float(request_s), gpu_hours=gpu_hours,
-        total=total, per_instance=(total / int(responses)) if total is not None and responses else None, note=note,
+        run_id=run_id, model=run.model, method=method, responses=responses, ok=totals.ok,
+        errors=responses - totals.ok, prompt_tokens=totals.prompt_tokens, completion_tokens=totals.completion_tokens,
+        responses_without_usage=totals.without_usage, wall_s=wall_s, request_s=totals.request_s, gpu_hours=gpu_hours,
+        total=total, per_instance=(total / responses) if total is not None and responses else None, note=note,
     )

@@ -3,7 +3,8 @@
 One path for every mode (``runner.options.Mode``): a new run, a resume, a retry of the errors, one shard of a
 run split across pods. In order:
 
-1. refuse early what would fail later (prompt-style parity, judges of a jury-scored benchmark);
+1. refuse early what would fail later (prompt-style parity; a benchmark its scorers cannot score: a jury
+   without judges, loader options giving no field a metric reads);
 2. open the main store (a shard waits, with jitter, while another pod holds it) and resolve the run and its
    model (``runner.session.resolve``: the one place the model is resolved); take the run's lock (not a shard:
    shards of one run send in parallel, each from its own store file);
@@ -111,7 +112,7 @@ def merge_shards(app_ctx: AppContext, run_id: str, *, score: bool = True) -> Run
 @contextmanager
 def _open_main(app_ctx: AppContext, mode: Mode) -> Iterator[Store]:
     """The home's main store; a shard waits (with jitter) while another pod holds it."""
-    opened = sharding.open_main_store(app_ctx.home) if mode.shard is not None else Store.open(app_ctx.home)
+    opened = sharding.open_main_store(app_ctx.home) if mode.shard is not None else app_ctx.open_store()
     with opened as store:
         yield store
 
@@ -120,7 +121,7 @@ async def _infer(app_ctx: AppContext, main: Store, main_scope: ExitStack, target
                  sending: Sending, settings: ExecutionSettings, live: list[str]) -> tuple[RunInfo, ExecutionReport]:
     config = app_ctx.home.config
     async with open_client(config, target.endpoint, max_connections=settings.concurrency,
-                           timeout_s=sending.request_timeout_s) as client:
+                           timeout_s=sending.request_timeout_s, egress=app_ctx.egress) as client:
         servers, weights = await session.describe(main, client, target.endpoint)
         counter = await session.token_counter(client, target.endpoint)
         run = _open_run(app_ctx, main, target, servers, weights, counter)
@@ -219,7 +220,7 @@ def _finish(app_ctx: AppContext, store: Store, run: RunInfo, *, score: bool, mod
     results = []
     if score:
         for benchmark in run.benchmarks:
-            score_benchmark(store, run.run_id, benchmark, config=config)
+            score_benchmark(store, run.run_id, benchmark, config=config, egress=app_ctx.egress)
             results.append(benchmark_score(store, run.run_id, run.model, benchmark))
     store.set_run_status(run.run_id, "finished" if score else "inferred", finished=True)
     errors = runs_db.errors_by_category(store, run.run_id)

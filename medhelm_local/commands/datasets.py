@@ -6,12 +6,9 @@ from pathlib import Path
 
 import typer
 
-from medhelm_local.benchmarks.registry import get_spec, load_custom_spec
+from medhelm_local.application.datasets import register_dataset
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import app_context
-from medhelm_local.errors import BadInputError
-from medhelm_local.store import Store
-from medhelm_local.store.datasets import register_file
 
 NAME = "datasets"
 HELP = "Register benchmark files and hospital extracts into the encrypted store."
@@ -29,14 +26,7 @@ def register(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Validate PATH for BENCHMARK and store its instances (all or nothing)."""
-    app_ctx = app_context(ctx)
-    if spec_file is not None:
-        spec = load_custom_spec(spec_file)
-        if spec.id != benchmark:
-            raise BadInputError(f"{spec_file}: defines benchmark {spec.id!r}, not {benchmark!r}")
-    else:
-        spec = get_spec(benchmark)
-    registration = register_file(app_ctx, spec, path, spec_file=spec_file)
+    registration = register_dataset(app_context(ctx), benchmark, path, spec_file=spec_file)
     if as_json:
         emit_json(registration.model_dump())
     else:
@@ -49,7 +39,7 @@ def register(
 @app.command("list")
 def list_datasets(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Machine-readable.")) -> None:
     """List registered datasets (ids and fingerprints only)."""
-    with Store.open(app_context(ctx).home, read_only=True) as store:  # works during a run
+    with app_context(ctx).open_store(read_only=True) as store:  # works during a run
         rows = store.list_datasets()
     if as_json:
         emit_json([r.model_dump(mode="json") for r in rows])

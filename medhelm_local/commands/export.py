@@ -10,48 +10,34 @@ audited request (see :mod:`medhelm_local.export.approval`).
 
 from __future__ import annotations
 
-import shutil
 import sys
 from pathlib import Path
 from typing import Any
 
 import typer
 
-from medhelm_local.audit.trail import AuditTrail, audit_event
+from medhelm_local.application.exports import (
+    approve_export,
+    deny_export,
+    release_approved,
+    release_export,
+    request_export,
+)
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import AppContext, app_context
 from medhelm_local.errors import BadInputError, MedhelmError
-from medhelm_local.export import sshsig
-from medhelm_local.export.approval import approve as approve_request
-from medhelm_local.export.approval import audited_approval
 from medhelm_local.export.bundle import (
     APPROVAL_NAMESPACE,
     MANIFEST,
-    REQUEST_NAMESPACE,
-    REQUEST_SIG,
     SIGNATURE,
-    ExportRefused,
     ExportRequest,
-    ManifestHead,
-    build_candidate,
-    build_manifest,
     list_requests,
     load_request,
-    new_request_id,
-    now_utc,
-    release,
     request_dir,
-    request_lock,
-    save_request,
-    sha256_bytes,
-    sign_appliance,
     verify_bundle,
-    write_candidate,
 )
-from medhelm_local.export.policy import POLICY_ENV, load_policy, load_policy_file
-from medhelm_local.home.keys import PUBLIC_KEY_FILE, load_public_key, load_signing_key
-from medhelm_local.home.layout import atomic_write
-from medhelm_local.store import Store
+from medhelm_local.export.policy import load_policy, load_policy_file
+from medhelm_local.home.keys import PUBLIC_KEY_FILE, load_public_key
 
 NAME = "export"
 HELP = "Request, approve and verify aggregate-only export bundles (compliance)."
@@ -91,59 +77,13 @@ def request(
     run_ids = [r.strip() for r in runs.split(",") if r.strip()]
     if not run_ids or len(set(run_ids)) != len(run_ids):
         raise BadInputError("--runs: expected a comma-separated list of distinct run ids")
-    loaded = load_policy(home.root)
-    private = sshsig.load_private_key(key)
-    requester_key = sshsig.fingerprint(private.public_key())
-    requester = loaded.policy.approval.requester(requester_key)
-    if requester is None:
-        audit_event(home, app_ctx.actor, "export.request", outcome="refused", role="informatics",
-                    runs=run_ids, requester_key=requester_key, reason="not_a_requester")
-        hint = (f" (no site policy: set {POLICY_ENV} to the export policy file compliance gave you)"
-                if loaded.source.startswith("packaged default") else "")
-        raise ExportRefused(f"--key: the key {requester_key} is not listed under approval.requesters in "
-                            f"{loaded.source}{hint}")
-    request_id, requested_at = new_request_id(), now_utc()
-    trail = AuditTrail(home.audit_path, home.keys_dir)
-    trail.append(actor=app_ctx.actor, action="export.request", outcome="started", role="informatics",
-                 objects={"request_id": request_id, "runs": run_ids, "requester_key": requester_key})
-    assert trail.last_checkpoint is not None
-    signing_key = load_signing_key(home.keys_dir)
-    head: ManifestHead = {
-        "request_id": request_id, "appliance": home.config.appliance_name, "policy_sha256": loaded.sha256,
-        "requested_by": requester.name, "requester_key": requester_key, "requested_at": requested_at,
-        "checkpoint": trail.last_checkpoint, "appliance_key": signing_key.public_key()}
-    with Store.open(home, read_only=False) as store:
-        candidate = build_candidate(store, home.config, run_ids, loaded, request_id=request_id,
-                                    generated_at=requested_at, manifest_head=head)
-    manifest = build_manifest(files=candidate.hashes, run_manifests=candidate.run_manifests,
-                              checks={c.id: c.result for c in candidate.checks}, **head)
-    digest = sha256_bytes(manifest)
-    status = candidate.status
-    req = ExportRequest(
-        request_id=request_id, runs=run_ids, requested_by=requester.name, requester_key=requester_key,
-        requested_actor=app_ctx.actor, requested_at=requested_at, policy_sha256=loaded.sha256,
-        policy_source=loaded.source, status=status, checks=candidate.checks, files=candidate.hashes,
-        run_manifests=candidate.run_manifests, manifest_sha256=digest,
-    )
-    home.exports_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = write_candidate(home.exports_dir, req, candidate.files)
-    try:
-        sign_appliance(tmp / "bundle", manifest, signing_key)
-        atomic_write(tmp / "bundle" / REQUEST_SIG,
-                     sshsig.sign(private, digest.encode("ascii"), REQUEST_NAMESPACE).encode("ascii"), mode=0o600)
-        audit_event(home, app_ctx.actor, "export.request", outcome=status, role="informatics",
-                    request_id=request_id, runs=run_ids, policy_sha256=loaded.sha256, files=req.files,
-                    run_manifests=candidate.run_manifests, requester_key=requester_key, requested_at=requested_at,
-                    manifest_sha256=digest, failed_checks=[c.id for c in candidate.checks if c.result == "fail"])
-        tmp.rename(request_dir(home.exports_dir, request_id))
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    req = request_export(app_ctx, run_ids, key)
+    status = req.status
     if as_json:
         emit_json(req.model_dump())
     else:
         _print_checks(req)
-        info(f"candidate bundle: {request_dir(home.exports_dir, request_id) / 'bundle'} (inside the home; nothing "
+        info(f"candidate bundle: {request_dir(home.exports_dir, req.request_id) / 'bundle'} (inside the home; nothing "
              "leaves it before an approver signs)")
     if status != "ready":
         raise typer.Exit(1)
@@ -171,32 +111,10 @@ def show(ctx: typer.Context, request_id: str = typer.Argument(..., metavar="REQU
         _print_checks(req)
 
 
-def _release(app_ctx: AppContext, req: ExportRequest, out: Path) -> Path:
-    home = app_ctx.home
-    bundle = request_dir(home.exports_dir, req.request_id) / "bundle"
-    check = verify_bundle(bundle, load_policy(home.root), same_policy=True,
-                          appliance_key=load_public_key(home.keys_dir / PUBLIC_KEY_FILE))
-    approved = audited_approval(home, req.request_id)
-    problems = list(check.problems)
-    if approved is None or approved != check.manifest_sha256:
-        problems.append("the audit trail records no approval of this manifest")
-    if problems:
-        raise ExportRefused(f"bundle {req.request_id} does not verify ({'; '.join(problems)}); not released")
-    audit_event(home, app_ctx.actor, "export.release", outcome="started", role="compliance",
-                request_id=req.request_id, manifest_sha256=check.manifest_sha256, destination=str(out.resolve()))
-    target = release(bundle, out, req.request_id)
-    audit_event(home, app_ctx.actor, "export.release", outcome="success", role="compliance",
-                request_id=req.request_id, manifest_sha256=check.manifest_sha256, destination=str(target.resolve()))
-    req.released_to.append(str(target.resolve()))
-    save_request(home.exports_dir, req)
-    return target
-
-
 def _approve_and_report(app_ctx: AppContext, request_id: str, *, signature: str | None, key: Path | None,
                         out: Path | None, as_json: bool) -> None:
-    with request_lock(app_ctx.home.exports_dir, request_id):
-        req, bundle = approve_request(app_ctx, request_id, signature=signature, key_file=key)
-    target = _release(app_ctx, req, out) if out is not None else None
+    req, bundle = approve_export(app_ctx, request_id, signature=signature, key=key)
+    target = release_export(app_ctx, req, out) if out is not None else None
     payload: dict[str, Any] = {"request_id": request_id, "status": req.status, "approver": req.approver,
                                "approver_key": req.approver_key, "manifest_sha256": req.manifest_sha256,
                                "bundle": str(bundle), "released_to": str(target) if target else None}
@@ -245,15 +163,7 @@ def deny(
 ) -> None:
     """Deny (withdraw) a pending request: its candidate files stay inside the home and can never be released.
     Needs no key (it can only stop a release); audited with the acting identity."""
-    app_ctx = app_context(ctx)
-    with request_lock(app_ctx.home.exports_dir, request_id):
-        req = load_request(app_ctx.home.exports_dir, request_id)
-        if req.status in ("approved", "denied"):
-            raise ExportRefused(f"export request {request_id} was already {req.status}")
-        audit_event(app_ctx.home, app_ctx.actor, "export.deny", outcome="denied", role="compliance",
-                    request_id=request_id)
-        req.status, req.decided_by, req.decided_at = "denied", app_ctx.actor, now_utc()
-        save_request(app_ctx.home.exports_dir, req)
+    deny_export(app_context(ctx), request_id)
     if as_json:
         emit_json({"request_id": request_id, "status": "denied"})
     else:
@@ -278,10 +188,7 @@ def release_(
         _approve_and_report(app_ctx, request_id, signature=_read_signature(signature), key=None, out=out,
                             as_json=as_json)
         return
-    if req.status != "approved":
-        raise ExportRefused(f"export request {request_id} is {req.status}; only a bundle an approver signed leaves "
-                            "the home (--signature FILE)")
-    target = _release(app_ctx, req, out)
+    target = release_approved(app_ctx, request_id, out)
     if as_json:
         emit_json({"request_id": request_id, "released_to": str(target)})
     else:

@@ -101,7 +101,7 @@ def doctor(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", hel
         # Read only, with the bounded lock wait: a health check never takes the write lock (a run keeps it only
         # for short write transactions).
         with Store.open_file(app.home, path, read_only=True) as opened:
-            opened.conn.execute("SELECT count(*) FROM meta").fetchone()
+            opened.probe()
         return f"{path} (opened read-only)"
 
     if all(c["status"] != "fail" for c in checks):

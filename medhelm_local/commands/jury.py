@@ -24,7 +24,6 @@ from medhelm_local.scoring.engine import score_benchmark
 from medhelm_local.scoring.jury import JuryStats, is_jury_scored, jury_rows
 from medhelm_local.scoring.jury_hints import failure_hint
 from medhelm_local.scoring.rouge import ROUGE_L
-from medhelm_local.store import Store
 from medhelm_local.store.judgments import JudgmentStatus, get_judgments, judge_failure_rates, score_rows
 from medhelm_local.store.ratings import list_ratings
 
@@ -43,7 +42,7 @@ def failures(
     """Failed and invalid judgements per judge and benchmark (they are never replaced by a score), each failure
     category with a hint of what it means; `jury rescore` asks again once the cause is fixed."""
     app_ctx = app_context(ctx)
-    with Store.open(app_ctx.home) as store:
+    with app_ctx.open_store() as store:
         rates = judge_failure_rates(store, run_id, benchmark)
     payload = [{"judge": r.judge, "benchmark": r.benchmark, "total": r.total, "ok": r.ok,
                 "request_failed": r.request_failed, "invalid_reply": r.invalid_reply,
@@ -76,7 +75,7 @@ def rescore(
     """Ask the judges again only where a judgement failed or is missing; every valid judgement is kept."""
     app_ctx = app_context(ctx)
     config = app_ctx.home.config
-    with Store.open(app_ctx.home) as store:
+    with app_ctx.open_store() as store:
         run = store.get_run(run_id)
         if run is None:
             raise NotFoundError(f"no run {run_id!r} in the store")
@@ -90,7 +89,7 @@ def rescore(
         for target in targets:
             stats = JuryStats()
             scores = score_benchmark(store, run_id, target, config=config, jury_concurrency=concurrency,
-                                     only_failed=True, jury_stats=stats)
+                                     only_failed=True, jury_stats=stats, egress=app_ctx.egress)
             main = jury_rows(scores)
             results.append({"benchmark": target, "reasked": stats.asked, "kept": stats.kept,
                             "scored": sum(s.value is not None for s in main),
@@ -134,7 +133,7 @@ def validate(
     jury: dict[str, dict[str, float]] = {}
     rouge: dict[str, float] = {}
     known: set[str] = set()
-    with Store.open(app_ctx.home) as store:
+    with app_ctx.open_store() as store:
         run = store.get_run(run_id)
         if run is None:
             raise NotFoundError(f"no run {run_id!r} in the store")

@@ -2,22 +2,25 @@
 
 from __future__ import annotations
 
-import contextlib
 import sys
 from pathlib import Path
 
 import typer
 
+from medhelm_local.application.keys import (
+    export_public_key,
+    recover_lost_data_key,
+    recover_lost_signing_key,
+    rotate_store_key,
+)
 from medhelm_local.audit.anchor import FINGERPRINT_ENV
-from medhelm_local.audit.trail import AuditWriteError, audit_event, key_id
+from medhelm_local.audit.trail import key_id
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import app_context
 from medhelm_local.errors import BadInputError
 from medhelm_local.home.keys import PUBLIC_KEY_FILE, load_data_key, load_public_key
-from medhelm_local.home.layout import atomic_write
-from medhelm_local.home.recover import recover_data_key, recover_signing_key
 from medhelm_local.store.connection import StoreError
-from medhelm_local.store.rekey import check_new_data_key, data_key_id, rotate_data_key
+from medhelm_local.store.rekey import check_new_data_key, data_key_id
 
 NAME = "keys"
 HELP = "Manage the appliance's keys (rotation re-encrypts the store; recovery replaces a lost key, audited)."
@@ -43,15 +46,8 @@ def export_public(
     out: Path = typer.Option(..., "--out", help="Where to write the Ed25519 public key (PEM) for verifiers."),
 ) -> None:
     """Write the signing public key, for `audit verify --public-key` and `export verify` elsewhere."""
-    app_ctx = app_context(ctx)
-    source = app_ctx.home.keys_dir / PUBLIC_KEY_FILE
-    public = load_public_key(source)
-    if out.is_dir():
-        raise BadInputError(f"--out: {out} is a directory; give a file name")
-    audit_event(app_ctx.home, app_ctx.actor, "keys.export_public", role="compliance", key_id=key_id(public),
-                destination=out.name)
-    atomic_write(out, source.read_bytes(), mode=0o644)
-    info(f"public key {key_id(public)[:16]} written to {out}")
+    public_id = export_public_key(app_context(ctx), out)
+    info(f"public key {public_id[:16]} written to {out}")
 
 
 @app.command("rotate")
@@ -65,7 +61,6 @@ def rotate(
 ) -> None:
     """Rotate the store's data key: re-encrypt the whole store under a new key, then retire the old one."""
     app_ctx = app_context(ctx)
-    home = app_ctx.home
     new_key: str | None = None
     if new_key_file is not None:
         source = "--new-key-file"
@@ -77,22 +72,7 @@ def rotate(
             new_key = check_new_data_key(raw, source)
         except StoreError as exc:
             raise BadInputError(str(exc)) from None
-
-    def intent(old_id: str, new_id: str) -> None:
-        # Fail closed: without this record the swap does not happen.
-        audit_event(home, app_ctx.actor, "keys.rotate", outcome="started", role="it-admin", key="store-data",
-                    old_key_id=old_id, new_key_id=new_id)
-
-    try:
-        result = rotate_data_key(home.store_path, home.keys_dir, on_point_of_no_return=intent, new_key=new_key)
-    except BaseException as exc:
-        with contextlib.suppress(AuditWriteError):
-            audit_event(home, app_ctx.actor, "keys.rotate", outcome="failure", role="it-admin", key="store-data",
-                        error_type=type(exc).__name__)
-        raise
-    audit_event(home, app_ctx.actor, "keys.rotate", role="it-admin", key="store-data",
-                old_key_id=result.old_key_id, new_key_id=result.new_key_id, tables=len(result.tables),
-                rows=sum(result.tables.values()))
+    result = rotate_store_key(app_ctx, new_key)
     if as_json:
         emit_json(result.model_dump())
     else:
@@ -115,7 +95,7 @@ def recover(
     if signing_key == data_key:
         raise BadInputError("give exactly one of --signing-key or --data-key")
     if signing_key:
-        signing = recover_signing_key(app_ctx.home, app_ctx.actor)
+        signing = recover_lost_signing_key(app_ctx)
         payload = signing.model_dump()
         if not as_json:
             info(f"the old trail ({signing.archived_records} records, key {signing.old_key_fingerprint}) was moved "
@@ -125,7 +105,7 @@ def recover(
             info(f"  the compliance officer must re-pin it: {FINGERPRINT_ENV}={signing.new_key_fingerprint}; "
                  "until then `doctor` and `audit verify` report the key as not the pinned one")
     else:
-        data = recover_data_key(app_ctx.home, app_ctx.actor)
+        data = recover_lost_data_key(app_ctx)
         payload = data.model_dump()
         if not as_json:
             info(f"the unreadable store was set aside as {data.moved_store}; a new data key ({data.new_key_id}) "

@@ -152,7 +152,7 @@ def leaderboard(
     app_ctx = app_context(ctx)
     resolved = resolve_category(category) if category else None
     check_style(prompt_style)
-    with Store.open(app_ctx.home, read_only=True) as store:  # works during a run (issue 12 §6)
+    with app_ctx.open_store(read_only=True) as store:  # works during a run (issue 12 §6)
         chosen = latest_runs(store, prompt_style)
         results = latest_scores(store, prompt_style)
         series = latest_series(store, prompt_style)

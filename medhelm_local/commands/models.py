@@ -9,9 +9,8 @@ import typer
 from medhelm_local.audit import audit_event
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import app_context
-from medhelm_local.errors import BadInputError, ConfigError
+from medhelm_local.errors import BadInputError, ConfigError, EgressDenied
 from medhelm_local.home.config import ApplianceConfig, BackendKind, ModelEndpoint
-from medhelm_local.inference.egress import check_egress
 
 NAME = "models"
 HELP = "Models under test and judges: add and list endpoints."
@@ -46,8 +45,8 @@ def add(
         raise BadInputError(f"models add: {exc}") from None
     for url in endpoint.base_urls:
         try:
-            check_egress(url, config.allowlist)
-        except Exception:
+            app_ctx.egress.check(url)
+        except EgressDenied:
             audit_event(app_ctx.home, app_ctx.actor, "config.model_add", outcome="denied", model=name,
                         reason="endpoint_not_allowlisted")
             raise
@@ -101,11 +100,12 @@ def wait(
     """
     from medhelm_local.inference.readiness import probed_endpoints, wait_for_models
 
-    config = app_context(ctx).home.config
+    app_ctx = app_context(ctx)
+    config = app_ctx.home.config
     # An unknown name exits 2, naming the configured ones.
     selected = [config.model(n) for n in dict.fromkeys(names)] if names else list(config.models)
     probed = probed_endpoints(selected)
-    results = wait_for_models(probed, config.allowlist, timeout_s=timeout, interval_s=interval)
+    results = wait_for_models(probed, app_ctx.egress, timeout_s=timeout, interval_s=interval)
     ok = all(r.ok for r in results)
     skipped = [e.name for e in selected if e not in probed]
     if as_json:

@@ -46,7 +46,7 @@ def _get(store: Store, run_id: str) -> RunInfo:
 def list_runs(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")
               ) -> None:
     """Every run: status, planned and answered items, recorded errors."""
-    with Store.open(app_context(ctx).home, read_only=True) as store:
+    with app_context(ctx).open_store(read_only=True) as store:
         rows = [_summary(store, r) for r in store.list_runs()]
     if as_json:
         emit_json(rows)
@@ -62,7 +62,7 @@ def show(ctx: typer.Context, run_id: str = typer.Argument(..., help="Run id."),
          as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """One run: progress, errors by category, sessions (time, tokens, endpoints) and cost."""
     app_ctx = app_context(ctx)
-    with Store.open(app_ctx.home, read_only=True) as store:
+    with app_ctx.open_store(read_only=True) as store:
         run = _get(store, run_id)
         payload = _summary(store, run)
         payload["errors_by_category"] = runs_db.errors_by_category(store, run_id)
@@ -94,7 +94,7 @@ def show(ctx: typer.Context, run_id: str = typer.Argument(..., help="Run id."),
 @app.command("manifest")
 def manifest(ctx: typer.Context, run_id: str = typer.Argument(..., help="Run id.")) -> None:
     """The run's reproducibility manifest (JSON) and its sha256."""
-    with Store.open(app_context(ctx).home, read_only=True) as store:
+    with app_context(ctx).open_store(read_only=True) as store:
         run = _get(store, run_id)
     emit_json({"run_id": run_id, "manifest_sha256": manifest_sha256(run.manifest), "manifest": run.manifest})
 

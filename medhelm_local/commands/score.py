@@ -23,7 +23,6 @@ from medhelm_local.scoring.helm_outputs import FAILED as HELM_FAILED
 from medhelm_local.scoring.helm_outputs import is_helm_source, match_instances, read_helm_outputs
 from medhelm_local.scoring.registry import calls_models
 from medhelm_local.scoring.summary import Breakdown, summarise
-from medhelm_local.store import Store
 from medhelm_local.store.judgments import judge_failure_rates
 
 EXPECTED_LINE = 'a JSON object {"id": "<instance id>", "output": "<model output>"} ("output" may be null)'
@@ -150,7 +149,7 @@ def score(
         source, source_format = predictions, "jsonl"
     asks_models = calls_models(spec)  # the jury: judges from appliance.yaml, their failure rates reported
     config = app_ctx.home.config if asks_models else None
-    with Store.open(app_ctx.home) as store:
+    with app_ctx.open_store() as store:
         dataset = store.current_dataset(benchmark)
         if dataset is None:
             raise NotFoundError(f"no dataset is registered for {benchmark}; see `datasets register`")
@@ -171,7 +170,8 @@ def score(
         if helm:  # HELM's failed requests: excluded and counted under their own name
             items = [(i, o, None if o is not None else HELM_FAILED) for i, o, _ in items]
         scope = f"predictions:{file_sha256}" + ("" if prompt_style == DEFAULT_STYLE else f":{prompt_style}")
-        scores = score_items(store, spec, items, scope=scope, config=config, jury_concurrency=jury_concurrency)
+        scores = score_items(store, spec, items, scope=scope, config=config, jury_concurrency=jury_concurrency,
+                             egress=app_ctx.egress)
         judges = None
         if asks_models:
             judges = [{"judge": r.judge, "total": r.total, "ok": r.ok, "request_failed": r.request_failed,

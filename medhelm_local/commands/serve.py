@@ -17,7 +17,6 @@ from medhelm_local.context import app_context
 from medhelm_local.errors import BadInputError
 from medhelm_local.inference import vllm as v
 from medhelm_local.inference.backends import resolve_api_key
-from medhelm_local.store import Store
 from medhelm_local.store import runs as runs_db
 
 NAME = "serve"
@@ -102,7 +101,7 @@ def vllm(
         process.start()
         process.wait_healthy(startup_timeout)
         described = process.describe()
-        with Store.open(app_ctx.home) as store:
+        with app_ctx.open_store() as store:
             runs_db.record_model_server(store, server_id, endpoint.name if endpoint else spec.served_model_name,
                                         spec.base_url, described["version"], described["models"],
                                         digest)

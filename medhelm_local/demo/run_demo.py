@@ -14,6 +14,7 @@ from typing import Any
 
 from medhelm_local.analysis.aggregate import latest_scores, latest_series
 from medhelm_local.analysis.leaderboard import ModelRow, build_leaderboard
+from medhelm_local.application.datasets import register_file
 from medhelm_local.application.evaluation import EvaluationRequest, Mode, RunOutcome, Selection, Sending, evaluate
 from medhelm_local.audit import audit_event
 from medhelm_local.benchmarks.registry import get_spec
@@ -24,8 +25,6 @@ from medhelm_local.export.report import aggregate_report, write_report
 from medhelm_local.home import Home
 from medhelm_local.home.config import EMBEDDED_MODEL_NAME
 from medhelm_local.home.layout import atomic_write
-from medhelm_local.store import Store
-from medhelm_local.store.datasets import register_file
 from medhelm_local.store.judgments import judge_failure_rates
 
 DEMO_BENCHMARKS = ("pubmedqa", "hospice_referral", "medication_qa")
@@ -78,7 +77,7 @@ def evaluate_demo(app_ctx: AppContext, instances: int, *, show_progress: bool = 
 def jury_summary(app_ctx: AppContext, run_id: str) -> list[dict[str, Any]]:
     """Per judge of the run's jury-scored benchmark: judgements, valid ones, failed requests, the structured-output
     shape sent (counts and names only)."""
-    with Store.open(app_ctx.home) as store:
+    with app_ctx.open_store() as store:
         rates = judge_failure_rates(store, run_id, JURY_BENCHMARK)
     return [{"judge": r.judge, "benchmark": r.benchmark, "judgments": r.total, "valid": r.ok,
              "request_failed": r.request_failed, "invalid_reply": r.invalid_reply,
@@ -87,7 +86,7 @@ def jury_summary(app_ctx: AppContext, run_id: str) -> list[dict[str, Any]]:
 
 def finish(app_ctx: AppContext) -> tuple[list[ModelRow], Path]:
     home = app_ctx.home
-    with Store.open(home) as store:
+    with app_ctx.open_store() as store:
         # the series add each score's bootstrap CI and, for the jury-scored benchmark, its judges' failure rates
         rows = build_leaderboard(latest_scores(store), series=latest_series(store))
     report_path = write_report(aggregate_report(rows, note=SMOKE_TEST_NOTE),

@@ -45,7 +45,6 @@ from medhelm_local.export.differencing import record_released
 from medhelm_local.export.policy import LoadedPolicy, load_policy
 from medhelm_local.home.keys import PUBLIC_KEY_FILE, load_public_key, load_signing_key
 from medhelm_local.home.layout import atomic_write
-from medhelm_local.store import Store
 
 
 class ApprovalRefused(MedhelmError):
@@ -133,7 +132,7 @@ def check_against_audit(app_ctx: AppContext, request_id: str, loaded: LoadedPoli
         "requested_by": str(manifest.get("requested_by")), "requester_key": str(want.get("requester_key")),
         "requested_at": str(want.get("requested_at")), "checkpoint": manifest.get("audit_checkpoint") or {},
         "appliance_key": load_signing_key(home.keys_dir).public_key()}
-    with Store.open(home, read_only=False) as store:
+    with app_ctx.open_store() as store:
         candidate = build_candidate(store, home.config, runs, loaded, request_id=request_id,
                                     generated_at=str(want.get("requested_at")), manifest_head=head)
     rebuilt = build_manifest(files=candidate.hashes, run_manifests=candidate.run_manifests,
@@ -213,7 +212,7 @@ def approve(app_ctx: AppContext, request_id: str, *, signature: str | None, key_
     trail.append(actor=app_ctx.actor, action="export.approve", outcome="started", role="compliance",
                  objects={"request_id": request_id, "approver_key": signer.fingerprint, "manifest_sha256": digest})
     atomic_write(bundle / APPROVAL_SIG, signature.encode("ascii"), mode=0o600)
-    with Store.open(home, read_only=False) as store:
+    with app_ctx.open_store() as store:
         record_released(store, request_id, candidate.released_cells)
     audit_event(home, app_ctx.actor, "export.approve", outcome="approved", role="compliance", request_id=request_id,
                 approver=approver.name, approver_key=signer.fingerprint, requester_key=requester_key,

@@ -9,19 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
+from medhelm_local.store.exports import KINDS, cell_instance_keys, record_released_cells, released_cells
 from medhelm_local.store.store import Store
-
-KINDS = ("planned", "scored")
-
-
-_KEY = "sha256(sha256(r.instance_id) || sha256(CAST(i.payload AS VARCHAR)))"
-_FROM = ("FROM run_items r JOIN instances i ON i.benchmark = r.benchmark AND i.fingerprint = r.fingerprint "
-         "AND i.instance_id = r.instance_id")
-_SCORED = (" JOIN scores s ON s.run_id = r.run_id AND s.benchmark = r.benchmark AND s.instance_id = r.instance_id "
-           "AND s.metric = ? AND s.value IS NOT NULL")
-_WHERE = " WHERE r.run_id = ? AND r.benchmark = ?"
 
 
 @dataclass(frozen=True)
@@ -38,31 +28,15 @@ class CellInstances:
         return self.planned if name == "planned" else self.scored
 
 
-def _source(kind: str, run_id: str, benchmark: str, metric: str) -> tuple[str, list[str]]:
-    """``FROM ... WHERE ...`` selecting one cell's planned or scored instances, and its parameters."""
-    if kind == "planned":
-        return _FROM + _WHERE, [run_id, benchmark]
-    return _FROM + _SCORED + _WHERE, [metric, run_id, benchmark]
-
-
 def cell_instances(store: Store, index: int, run_id: str, model: str, benchmark: str, metric: str) -> CellInstances:
-    sets = {}
-    for kind in KINDS:
-        source, params = _source(kind, run_id, benchmark, metric)
-        sets[kind] = frozenset(r[0] for r in store.conn.execute(f"SELECT {_KEY} {source}", params).fetchall())
+    sets = cell_instance_keys(store, run_id, benchmark, metric)
     return CellInstances(index=index, run_id=run_id, model=model, benchmark=benchmark, metric=metric,
                          planned=sets["planned"], scored=sets["scored"])
 
 
 def released(store: Store, model: str, benchmark: str) -> dict[tuple[str, str], dict[str, frozenset[str]]]:
     """``{(request id, run id): {kind: instance keys}}`` of the released cells of one benchmark and model."""
-    rows = store.conn.execute(
-        "SELECT request_id, run_id, kind, instance_key FROM export_released_cells WHERE model = ? AND benchmark = ?",
-        [model, benchmark]).fetchall()
-    out: dict[tuple[str, str], dict[str, set[str]]] = {}
-    for request_id, run_id, kind, instance_key in rows:
-        out.setdefault((request_id, run_id), {k: set() for k in KINDS})[kind].add(instance_key)
-    return {key: {k: frozenset(v) for k, v in sets.items()} for key, sets in out.items()}
+    return released_cells(store, model, benchmark)
 
 
 def close_pairs(cells: list[CellInstances], store: Store, min_cell_size: int) -> list[tuple[int, str]]:
@@ -89,13 +63,6 @@ def close_pairs(cells: list[CellInstances], store: Store, min_cell_size: int) ->
 
 
 def record_released(store: Store, request_id: str, cells: Iterable[CellInstances]) -> None:
-    """Record the instance sets of every released cell (the same queries as :func:`cell_instances`, run inside
-    the store: no instance key passes through Python)."""
-    now = datetime.now(UTC).replace(tzinfo=None)
-    with store.transaction():
-        store.conn.execute("DELETE FROM export_released_cells WHERE request_id = ?", [request_id])
-        for cell in cells:
-            for kind in KINDS:
-                source, params = _source(kind, cell.run_id, cell.benchmark, cell.metric)
-                store.conn.execute(f"INSERT INTO export_released_cells SELECT ?, ?, ?, ?, ?, {_KEY}, ? {source}",
-                                   [request_id, cell.model, cell.benchmark, cell.run_id, kind, now, *params])
+    """Record the instance sets of every released cell (computed inside the store: no instance key passes
+    through Python)."""
+    record_released_cells(store, request_id, [(c.model, c.benchmark, c.run_id, c.metric) for c in cells])

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from typing import Any
 
+from medhelm_local.store.exports import instance_payloads
 from medhelm_local.store.store import Store
 
 PATTERNS: dict[str, re.Pattern[str]] = {
@@ -141,19 +142,11 @@ def extract_terms(store: Store, datasets: Iterable[tuple[str, str]], *, min_leng
             terms.update(t.lower() for t in _TOKEN.findall(ident) if len(t) >= min_length)
 
     for benchmark, fingerprint in sorted(set(datasets)):
-        cursor = store.conn.cursor()
-        try:
-            cursor.execute("USE store")
-            cursor.execute("SELECT instance_id, payload FROM instances WHERE benchmark = ? AND fingerprint = ?",
-                           [benchmark, fingerprint])
-            while batch := cursor.fetchmany(1000):
-                for instance_id, payload in batch:
-                    terms.update(t.lower() for t in _TOKEN.findall(str(instance_id))
-                                 if len(t) >= 5 or (len(t) >= min_length and re.search(r"[A-Za-z]", t)))
-                    for value in _walk_json(json.loads(payload)):
-                        add_text(value[1])
-        finally:
-            cursor.close()
+        for instance_id, payload in instance_payloads(store, benchmark, fingerprint):
+            terms.update(t.lower() for t in _TOKEN.findall(instance_id)
+                         if len(t) >= 5 or (len(t) >= min_length and re.search(r"[A-Za-z]", t)))
+            for value in _walk_json(json.loads(payload)):
+                add_text(value[1])
     return {t for t in terms if t not in vocabulary and len(t) >= min_length}
 
 

@@ -11,6 +11,7 @@ from typing import Any
 from medhelm_local.errors import ConfigError
 from medhelm_local.home.config import ApplianceConfig, BackendKind, ModelEndpoint
 from medhelm_local.inference.client import ChatClient
+from medhelm_local.inference.egress import EgressPolicy
 from medhelm_local.inference.embedded import EMBEDDED_SERVED_MODEL, EmbeddedServer
 
 
@@ -62,9 +63,13 @@ def _package_version(dist: str, label: str) -> str | None:
 
 @asynccontextmanager
 async def open_client(
-    config: ApplianceConfig, endpoint: ModelEndpoint, *, max_connections: int = 256, timeout_s: float | None = None
+    config: ApplianceConfig, endpoint: ModelEndpoint, *, max_connections: int = 256, timeout_s: float | None = None,
+    egress: EgressPolicy | None = None,
 ) -> AsyncIterator[ChatClient]:
-    """Yield a client for ``endpoint``; an embedded model's server lives exactly as long as the client."""
+    """Yield a client for ``endpoint``; an embedded model's server lives exactly as long as the client.
+
+    ``egress``: the caller's policy (``AppContext.egress``: the allowlist, a refusal audited); without one, the
+    configuration's allowlist, a refusal raised but recorded nowhere."""
     if endpoint.kind == BackendKind.EMBEDDED:
         with EmbeddedServer(n_ctx=endpoint.context_tokens) as server:
             client = ChatClient(
@@ -75,7 +80,7 @@ async def open_client(
                 yield client
         return
     client = ChatClient(
-        endpoint.base_urls, endpoint.model_id, config.allowlist, api_key=resolve_api_key(endpoint),
+        endpoint.base_urls, endpoint.model_id, egress or config.allowlist, api_key=resolve_api_key(endpoint),
         timeout_s=timeout_s or endpoint.timeout_s, max_connections=max_connections,
     )
     async with client:

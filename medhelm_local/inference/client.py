@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import httpcore
 import httpx
 
-from medhelm_local.inference.egress import check_egress
+from medhelm_local.inference.egress import EgressPolicy
 from medhelm_local.inference.netio import AsyncioBackend
 from medhelm_local.inference.structured import is_format_rejection
 from medhelm_local.records import InferenceRequest, InferenceResult
@@ -202,7 +202,7 @@ class ChatClient:
         self,
         base_urls: Sequence[str],
         model_id: str,
-        allowlist: Sequence[str],
+        allowlist: Sequence[str] | EgressPolicy,
         *,
         api_key: str | None = None,
         timeout_s: float = 120.0,
@@ -210,11 +210,12 @@ class ChatClient:
     ) -> None:
         if not base_urls:
             raise ValueError("at least one base URL")
+        self.egress = EgressPolicy.of(allowlist)  # a bare allowlist: refusals are raised, recorded nowhere
         for url in base_urls:
-            check_egress(url, allowlist)
+            self.egress.check(url)
         self.base_urls = list(base_urls)
         self.model_id = model_id
-        self.allowlist = list(allowlist)
+        self.allowlist = list(self.egress.allowlist)
         self.timeout_s = timeout_s
         self.max_connections = max(1, max_connections)
         self.pool = EndpointPool(self.base_urls)
@@ -293,7 +294,7 @@ class ChatClient:
     async def get_json(self, base_url: str, path: str, *, timeout_s: float = 10.0) -> Any:
         """GET a small JSON document (``/v1/models``, ``/version``); None when unavailable."""
         url = f"{base_url}{path}"
-        check_egress(url, self.allowlist)
+        self.egress.check(url)
         try:
             response = await self._client.get(url, timeout=timeout_s)
             if response.status_code != 200:
@@ -309,7 +310,7 @@ class ChatClient:
         Raises RequestFailed (a category, never a body) when no HTTP reply came back.
         """
         url = f"{base_url}{path}"
-        check_egress(url, self.allowlist)
+        self.egress.check(url)
         try:
             response = await self._client.post(url, json=payload, timeout=timeout_s)
         except httpx.TimeoutException:
@@ -327,7 +328,7 @@ class ChatClient:
         url = self._urls.get(base)
         if url is None:
             text = f"{base}/chat/completions"
-            check_egress(text, self.allowlist)
+            self.egress.check(text)
             url = self._urls[base] = httpx.URL(text)
         return url
 

@@ -9,14 +9,14 @@ connection opens. Nothing here reads or sends prompts.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 import httpx
 
 from medhelm_local.home.config import BackendKind, ModelEndpoint
 from medhelm_local.inference.backends import resolve_api_key, server_root
-from medhelm_local.inference.egress import check_egress
+from medhelm_local.inference.egress import EgressPolicy
 
 
 @dataclass
@@ -49,7 +49,7 @@ def probed_endpoints(endpoints: Iterable[ModelEndpoint]) -> list[ModelEndpoint]:
 
 def wait_for_models(
     endpoints: Iterable[ModelEndpoint],
-    allowlist: list[str],
+    egress: EgressPolicy | Sequence[str],
     *,
     timeout_s: float,
     interval_s: float = 5.0,
@@ -61,6 +61,7 @@ def wait_for_models(
 
     Replicas that answered stay answered (a later failure shows in the run's own per-replica health).
     """
+    policy = EgressPolicy.of(egress)  # the caller's (AppContext.egress: refusals audited), or a bare allowlist
     targets: list[tuple[ModelEndpoint, ReplicaHealth, dict[str, str]]] = []
     for endpoint in probed_endpoints(endpoints):
         headers: dict[str, str] = {}
@@ -70,7 +71,7 @@ def wait_for_models(
                 headers["Authorization"] = f"Bearer {key}"
         for base in endpoint.base_urls:
             url = health_url(endpoint, base)
-            check_egress(url, allowlist)  # refused before any connection opens
+            policy.check(url)  # refused before any connection opens
             targets.append((endpoint, ReplicaHealth(model=endpoint.name, url=url), headers))
     start = clock()
     deadline = start + timeout_s

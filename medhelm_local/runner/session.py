@@ -1,6 +1,6 @@
 """The steps of one evaluation session, in the order ``application.evaluation.evaluate`` drives them:
 
-1. :func:`refuse_early`: a benchmark without parity for the prompt style, or jury-scored without judges, is
+1. :func:`refuse_early`: a benchmark without parity for the prompt style, or that its scorers cannot score, is
    refused before anything else;
 2. :func:`resolve`: which run (planned now, or an existing one) against which model: the ONE place the model is
    resolved (``--model`` for a new run or a shard, the run's own on resume or retry);
@@ -48,7 +48,7 @@ from medhelm_local.runner.manifest import build_manifest, model_identity, weight
 from medhelm_local.runner.options import Mode, ModeKind, Selection, Sending
 from medhelm_local.runner.plan import Plan, compute_plan, derived_run_id, new_run_id, plan_items, validate_benchmarks
 from medhelm_local.runner.progress import RunProgress
-from medhelm_local.scoring.jury import require_judges
+from medhelm_local.scoring.checks import check_benchmarks
 from medhelm_local.store import Store
 from medhelm_local.store import runs as runs_db
 from medhelm_local.store.store import RunInfo, utcnow
@@ -80,12 +80,13 @@ class Target:
 
 def refuse_early(config: ApplianceConfig, selection: Selection) -> None:
     """What would fail only later, refused before anything else: a benchmark without parity for the asked prompt
-    style; a jury-scored benchmark without judges (it would fail only after all inference)."""
+    style; a benchmark its scorers cannot score (no judges for the jury, loader options that give no field a
+    metric reads): it would fail only after all inference."""
     if selection.prompt_style and selection.benchmarks:
         validate_benchmarks(selection.benchmarks)
         for benchmark in selection.benchmarks:
             styled_spec(get_spec(benchmark), selection.prompt_style)
-    require_judges(config, selection.benchmarks or [])
+    check_benchmarks(config, selection.benchmarks or [])
 
 
 def _check_run_id(run_id: str) -> str:

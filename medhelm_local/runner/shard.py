@@ -25,6 +25,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from medhelm_local.audit.sink import system_audit
 from medhelm_local.home import Home
 from medhelm_local.logs import get_logger
 from medhelm_local.runner.plan import shard_range
@@ -52,7 +53,7 @@ def open_main_store(home: Home, *, wait_s: float = 1800.0) -> Iterator[Store]:
     delay = 0.05
     while True:
         try:
-            store = Store.open(home)
+            store = Store.open(home, audit=system_audit(home))
             break
         except StoreError as exc:
             if "lock" not in str(exc) or time.monotonic() > deadline:

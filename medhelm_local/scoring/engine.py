@@ -11,6 +11,7 @@ from collections.abc import Iterable
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.home.config import ApplianceConfig
+from medhelm_local.inference.egress import EgressPolicy
 from medhelm_local.prompts.styles import spec_for_run
 from medhelm_local.records import Instance, InstanceScore
 from medhelm_local.scoring.jury import JURY, JuryStats
@@ -42,12 +43,13 @@ def score_outputs(spec: BenchmarkSpec, items: Iterable[tuple[Instance, str | Non
 
 def score_items(store: Store, spec: BenchmarkSpec, items: list[tuple[Instance, str | None, str | None]], *,
                 scope: str, config: ApplianceConfig | None, jury_concurrency: int | None = None,
-                only_failed: bool = False, jury_stats: JuryStats | None = None) -> list[InstanceScore]:
+                only_failed: bool = False, jury_stats: JuryStats | None = None,
+                egress: EgressPolicy | None = None) -> list[InstanceScore]:
     """Score items of one benchmark; model judgements are recorded under ``scope`` (a run id).
     ``only_failed``: keep every valid judgement already stored, ask the judges only where one failed or is
     missing (``jury rescore``); ``jury_stats`` receives the jury's counts of this pass."""
     context = ScoringContext(store=store, config=config, scope=scope, concurrency=jury_concurrency,
-                             only_failed=only_failed)
+                             only_failed=only_failed, egress=egress)
     if jury_stats is not None:
         context.reports[JURY] = jury_stats
     return run_sync(score_items_async(spec, items, context))
@@ -55,8 +57,10 @@ def score_items(store: Store, spec: BenchmarkSpec, items: list[tuple[Instance, s
 
 def score_benchmark(store: Store, run_id: str, benchmark: str, *, config: ApplianceConfig | None = None,
                     jury_concurrency: int | None = None, only_failed: bool = False,
-                    jury_stats: JuryStats | None = None) -> list[InstanceScore]:
-    """Score one benchmark of a run. ``config`` gives the jury's judge models for open-ended benchmarks.
+                    jury_stats: JuryStats | None = None, egress: EgressPolicy | None = None
+                    ) -> list[InstanceScore]:
+    """Score one benchmark of a run. ``config`` gives the jury's judge models for open-ended benchmarks;
+    ``egress`` the caller's policy for reaching them (``AppContext.egress``: a refusal is audited).
 
     The spec is the one the run used (its prompt style applied: MedHELM parity answers and judge prompt)."""
     run = store.get_run(run_id)
@@ -72,6 +76,6 @@ def score_benchmark(store: Store, run_id: str, benchmark: str, *, config: Applia
         instances.update(store.get_instances(benchmark, fingerprint, ids))
     items = [(instances[row.instance_id], row.output, row.error) for row in responses]
     scores = score_items(store, spec, items, scope=run_id, config=config, jury_concurrency=jury_concurrency,
-                         only_failed=only_failed, jury_stats=jury_stats)
+                         only_failed=only_failed, jury_stats=jury_stats, egress=egress)
     store.replace_scores(run_id, benchmark, scores)
     return scores

@@ -30,6 +30,7 @@ from medhelm_local.benchmarks.spec import BenchmarkSpec, JudgeRubric
 from medhelm_local.errors import ConfigError, MedhelmError
 from medhelm_local.home.config import ApplianceConfig, ModelEndpoint
 from medhelm_local.inference.client import FORMAT_REJECTED, RequestFailed
+from medhelm_local.inference.egress import EgressPolicy
 from medhelm_local.inference.structured import OutputShape, response_format_for, shapes_for
 from medhelm_local.prompts.build import judge_gold, judge_question
 from medhelm_local.records import ChatMessage, InferenceRequest, Instance, InstanceScore
@@ -269,7 +270,8 @@ async def _judge_one(client: Any, semaphore: asyncio.Semaphore, *, scope: str, s
 
 
 async def _run_judge(store: Store, config: ApplianceConfig, spec: BenchmarkSpec, judge: str,
-                     work: list[JudgeWork], *, scope: str, concurrency: int) -> JudgeShape:
+                     work: list[JudgeWork], *, scope: str, concurrency: int,
+                     egress: EgressPolicy | None = None) -> JudgeShape:
     """Ask one judge about ``work``. Each prompt is first fitted into the judge's context, with room for its
     reply, by its server's own tokenizer (``jury_fit``). The first item settles the structured-output shape: on a
     refusal of the shape (a request-validation error) it is asked again in the backend's next shape, if there is
@@ -306,7 +308,7 @@ async def _run_judge(store: Store, config: ApplianceConfig, spec: BenchmarkSpec,
         store.release()  # the lock is given back while the judges think: readers (doctor, the console) get in
 
     store.release()  # nothing is held across the network waits below
-    async with open_client(config, endpoint, max_connections=concurrency) as client:
+    async with open_client(config, endpoint, max_connections=concurrency, egress=egress) as client:
         counter = await open_counter(client, endpoint.kind, context_length=endpoint.context_length)
         outcome.context_length = counter.server_context_length or endpoint.context_tokens
         outcome.token_counting = counter.describe()
@@ -324,7 +326,7 @@ async def _run_judge(store: Store, config: ApplianceConfig, spec: BenchmarkSpec,
 
 async def run_jury_async(store: Store, config: ApplianceConfig, spec: BenchmarkSpec, items: Sequence[JuryItem],
                          *, scope: str, concurrency: int = DEFAULT_JURY_CONCURRENCY, only_failed: bool = False,
-                         stats: JuryStats | None = None) -> list[Judgment]:
+                         stats: JuryStats | None = None, egress: EgressPolicy | None = None) -> list[Judgment]:
     """Ask every judge about every answered item; reuse valid judgements already stored for the same prompt
     (``only_failed``: every valid judgement already stored, whatever its prompt: only failed or missing ones are
     asked again). The structured-output shape each judge was sent, its context and how its prompts were counted
@@ -348,7 +350,7 @@ async def run_jury_async(store: Store, config: ApplianceConfig, spec: BenchmarkS
             plans[judge].append(JudgeWork(item.instance.id, values, digest))
     stats.asked += sum(len(work) for work in plans.values())
     outcomes = await asyncio.gather(*(_run_judge(store, config, spec, judge, work, scope=scope,
-                                                 concurrency=concurrency)
+                                                 concurrency=concurrency, egress=egress)
                                       for judge, work in plans.items() if work))
     for outcome in outcomes:
         stats.shapes[outcome.judge] = outcome
@@ -360,10 +362,10 @@ async def run_jury_async(store: Store, config: ApplianceConfig, spec: BenchmarkS
 
 def run_jury(store: Store, config: ApplianceConfig, spec: BenchmarkSpec, items: Sequence[JuryItem], *,
              scope: str, concurrency: int = DEFAULT_JURY_CONCURRENCY, only_failed: bool = False,
-             stats: JuryStats | None = None) -> list[Judgment]:
+             stats: JuryStats | None = None, egress: EgressPolicy | None = None) -> list[Judgment]:
     """Synchronous entry point; works inside or outside a running event loop."""
     return run_sync(run_jury_async(store, config, spec, items, scope=scope, concurrency=concurrency,
-                                   only_failed=only_failed, stats=stats))
+                                   only_failed=only_failed, stats=stats, egress=egress))
 
 
 class JuryDetails(ScoreDetails):
@@ -424,7 +426,7 @@ class JuryScorer(Scorer):
         judgments = await run_jury_async(
             context.store, context.config, spec, [JuryItem(i.instance, i.output, i.error) for i in items],
             scope=context.scope, concurrency=context.concurrency or DEFAULT_JURY_CONCURRENCY,
-            only_failed=context.only_failed, stats=stats)
+            only_failed=context.only_failed, stats=stats, egress=context.egress)
         by_instance: dict[str, list[Judgment]] = {}
         for judgment in judgments:
             by_instance.setdefault(judgment.instance_id, []).append(judgment)

@@ -34,6 +34,7 @@ from medhelm_local.scoring.details import ScoreDetails
 
 if TYPE_CHECKING:
     from medhelm_local.home.config import ApplianceConfig
+    from medhelm_local.inference.egress import EgressPolicy
     from medhelm_local.store.store import Store
 
 T = TypeVar("T")
@@ -101,7 +102,8 @@ class ScoringContext:
     ``scope``: where model judgements are recorded (a run id, or ``predictions:<sha256>``); ``concurrency``:
     requests in flight per model; ``only_failed``: keep every valid judgement already stored, ask again only where
     one failed or is missing; ``reports``: what a scorer reports of its pass, by scorer name (the jury's
-    :class:`~medhelm_local.scoring.jury.JuryStats`)."""
+    :class:`~medhelm_local.scoring.jury.JuryStats`); ``egress``: the caller's policy for reaching models
+    (``AppContext.egress``: a refused judge is audited; None: the config's allowlist, a refusal unaudited)."""
 
     store: Store | None = None
     config: ApplianceConfig | None = None
@@ -109,6 +111,7 @@ class ScoringContext:
     concurrency: int | None = None
     only_failed: bool = False
     reports: dict[str, Any] = field(default_factory=dict)
+    egress: EgressPolicy | None = None
 
 
 class Scorer(ABC):

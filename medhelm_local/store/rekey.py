@@ -30,6 +30,7 @@ import duckdb
 from pydantic import BaseModel
 
 from medhelm_local.home.keys import DATA_KEY_FILE, load_data_key
+from medhelm_local.sinks import AuditSink
 from medhelm_local.store.connection import StoreError, connect_engine, sql_literal
 
 # Fault injection for the crash tests: called with the name of each step; production leaves it None.
@@ -239,11 +240,9 @@ def rotate_data_key(store: Path, keys_dir: Path, on_point_of_no_return: Callable
         return RotationResult(old_key_id=old_id, new_key_id=new_id, tables=new_counts)
 
 
-def recover_and_audit(home: Any) -> None:
-    """``Store.open``'s hook: finish an interrupted rotation and record that it did."""
-    journal = recover_interrupted_rotation(home.store_path, home.keys_dir)
-    if journal is not None:
-        from medhelm_local.audit.trail import SYSTEM_ACTOR, audit_event
-
-        audit_event(home, SYSTEM_ACTOR, "keys.rotate", outcome="recovered", role="system", key="store-data",
-                    old_key_id=journal.get("old_key_id"), new_key_id=journal.get("new_key_id"))
+def recover_and_audit(store: Path, keys_dir: Path, audit: AuditSink | None) -> None:
+    """``Store.open``'s hook: finish an interrupted rotation and record that it did in ``audit``."""
+    journal = recover_interrupted_rotation(store, keys_dir)
+    if journal is not None and audit is not None:
+        audit("keys.rotate", outcome="recovered", role="system", key="store-data",
+              old_key_id=journal.get("old_key_id"), new_key_id=journal.get("new_key_id"))

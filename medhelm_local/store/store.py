@@ -17,6 +17,7 @@ from pydantic import BaseModel
 from medhelm_local.home import Home
 from medhelm_local.home.keys import load_data_key
 from medhelm_local.records import Instance, InstanceScore
+from medhelm_local.sinks import AuditSink
 from medhelm_local.store.batch import ID_LIST_PARAM, ColumnBatch, id_list
 from medhelm_local.store.connection import (
     REACQUIRE_WAIT_S,
@@ -89,6 +90,12 @@ class Store:
             self._db.attach(wait_s=max(REACQUIRE_WAIT_S, lock_timeout_s(self._db.settings)))
         return self._db.conn
 
+    def probe(self) -> int:
+        """A health check: read the store's ``meta`` table (the key opens the store, its schema is there); how
+        many rows it has."""
+        row = self._conn.execute("SELECT count(*) FROM meta").fetchone()
+        return int(row[0]) if row else 0
+
     def release(self) -> None:
         """Give the store's file lock back until the next query (between transactions only)."""
         self._db.detach()
@@ -98,10 +105,12 @@ class Store:
         return self._db.attached
 
     @classmethod
-    def open(cls, home: Home, *, read_only: bool = False) -> Store:
+    def open(cls, home: Home, *, read_only: bool = False, audit: AuditSink | None = None) -> Store:
+        """Open the home's store. ``audit``: where a data-key rotation that crashed after its point of no
+        return, finished here, is recorded (the caller's sink, bound to the appliance's system actor)."""
         from medhelm_local.store.rekey import recover_and_audit
 
-        recover_and_audit(home)  # finish a data-key rotation that crashed after its point of no return
+        recover_and_audit(home.store_path, home.keys_dir, audit)
         return cls.open_file(home, home.store_path, read_only=read_only)
 
     @classmethod

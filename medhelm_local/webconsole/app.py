@@ -32,6 +32,7 @@ from medhelm_local.audit.trail import AuditWriteError
 from medhelm_local.errors import MedhelmError, NotFoundError
 from medhelm_local.home import Home
 from medhelm_local.home.config import ConsoleRole
+from medhelm_local.inference.egress import EgressPolicy
 from medhelm_local.webconsole.data import NoStoreYet, RunInProgress
 from medhelm_local.webconsole.identity import (
     SESSION_COOKIE,
@@ -83,6 +84,13 @@ class Console:
     @property
     def standalone(self) -> bool:
         return self.sessions is not None
+
+    @property
+    def egress(self) -> EgressPolicy:
+        """The allowlist for the console's own probes; a refusal is audited as the console's service actor."""
+        from medhelm_local.context import AppContext
+
+        return AppContext(home=self.home, actor=self.service_actor).egress
 
     def identify(self, request: Request) -> Identity | None:
         if self.sessions is not None:

@@ -42,6 +42,7 @@ from medhelm_local.home.keys import load_data_key
 from medhelm_local.prompts.styles import run_prompt_style
 from medhelm_local.runner.manifest import manifest_sha256
 from medhelm_local.store import connection
+from medhelm_local.store import console as console_db
 from medhelm_local.store import runs as runs_db
 from medhelm_local.store.connection import StoreError
 from medhelm_local.store.judgments import get_judgments
@@ -220,11 +221,7 @@ def run_detail(home: Home, run_id: str) -> RunDetail:
         run = store.get_run(run_id)
         if run is None:
             raise NotFoundError(f"no run {run_id!r}")
-        truncated = {}
-        for benchmark, cut, total in store.conn.execute(
-                "SELECT benchmark, count(*) FILTER (WHERE finish_reason = 'length'), count(output) FROM responses "
-                "WHERE run_id = ? GROUP BY benchmark ORDER BY benchmark", [run_id]).fetchall():
-            truncated[str(benchmark)] = (int(cut), int(total))
+        truncated = console_db.truncation_by_benchmark(store, run_id)
         scores = {}
         for benchmark in run.benchmarks:
             s = benchmark_score(store, run_id, run.model, benchmark)
@@ -294,17 +291,8 @@ def instances(home: Home, run_id: str, benchmark: str, *, page: int = 0, failure
         run = store.get_run(run_id)
         if run is None or benchmark not in run.benchmarks:
             raise NotFoundError(f"run {run_id!r} has no benchmark {benchmark!r}")
-        condition = ("AND (r.error IS NOT NULL OR s.value IS NULL OR s.value < 1)" if failures_only else "")
-        base = ("FROM run_items i LEFT JOIN requests q USING (run_id, benchmark, instance_id) "
-                "LEFT JOIN responses r USING (run_id, benchmark, instance_id) "
-                "LEFT JOIN scores s ON s.run_id = i.run_id AND s.benchmark = i.benchmark "
-                "AND s.instance_id = i.instance_id AND s.metric = ? "
-                f"WHERE i.run_id = ? AND i.benchmark = ? {condition}")
-        params = [metric, run_id, benchmark]
-        total_row = store.conn.execute(f"SELECT count(*) {base}", params).fetchone()
-        rows = store.conn.execute(
-            f"SELECT i.instance_id, q.request, r.output, r.error, r.finish_reason, s.value {base} "
-            "ORDER BY i.position LIMIT ? OFFSET ?", [*params, PAGE_SIZE, page * PAGE_SIZE]).fetchall()
+        rows, total = console_db.item_page(store, run_id, benchmark, metric, failures_only=failures_only,
+                                           limit=PAGE_SIZE, offset=page * PAGE_SIZE)
         judgments: dict[str, dict[str, Any]] = {}
         for j in get_judgments(store, run_id, benchmark):
             judgments.setdefault(j.instance_id, {})[j.judge] = j
@@ -318,7 +306,7 @@ def instances(home: Home, run_id: str, benchmark: str, *, page: int = 0, failure
                                                                for m in messages],
                                output=output, error=error, finish_reason=finish, score=value,
                                judge_ratings=ratings, judge_errors=errors))
-    return out, int(total_row[0]) if total_row else 0
+    return out, total
 
 
 # -- clinicians ----------------------------------------------------------------------------------------------
@@ -347,10 +335,8 @@ def ratable_responses(home: Home) -> list[RatableResponse]:
                         continue
                 except NotFoundError:
                     continue
-                for (iid,) in store.conn.execute(
-                        "SELECT instance_id FROM responses WHERE run_id = ? AND benchmark = ? AND output IS NOT NULL "
-                        "ORDER BY instance_id", [run.run_id, benchmark]).fetchall():
-                    out.append(RatableResponse(run.run_id, run.model, benchmark, str(iid)))
+                for iid in console_db.answered_instance_ids(store, run.run_id, benchmark):
+                    out.append(RatableResponse(run.run_id, run.model, benchmark, iid))
     return out
 
 
@@ -371,16 +357,14 @@ def item_text(home: Home, run_id: str, benchmark: str, instance_id: str) -> Item
 
     spec = get_spec(benchmark)
     with reading(home) as store:
-        row = store.conn.execute(
-            "SELECT i.fingerprint, r.output FROM run_items i JOIN responses r USING (run_id, benchmark, instance_id) "
-            "WHERE i.run_id = ? AND i.benchmark = ? AND i.instance_id = ?", [run_id, benchmark, instance_id]
-        ).fetchone()
-        if row is None or row[1] is None:
+        item = console_db.answered_item(store, run_id, benchmark, instance_id)
+        if item is None:
             raise NotFoundError("item not found")
-        instance = store.get_instances(benchmark, str(row[0]), [instance_id]).get(instance_id)
+        fingerprint, output = item
+        instance = store.get_instances(benchmark, fingerprint, [instance_id]).get(instance_id)
     if instance is None:
         raise NotFoundError("item not found")
-    return ItemText(question=judge_question(spec, instance), response=str(row[1]))
+    return ItemText(question=judge_question(spec, instance), response=output)
 
 
 def save_rating(home: Home, rating: ClinicianRating) -> bool:
@@ -418,12 +402,7 @@ def system(home: Home) -> SystemView:
                       last_runs=[])
     try:
         with reading(home) as store:
-            rows = store.conn.execute(
-                "SELECT server_id, model, base_url, started_at, server_version, served_models, command_sha256 "
-                "FROM model_servers ORDER BY started_at DESC LIMIT 20").fetchall()
-            view.model_servers = [{"server_id": r[0], "model": r[1], "base_url": r[2], "started_at": r[3],
-                                   "server_version": r[4], "served_models": json.loads(r[5]),
-                                   "command_sha256": r[6]} for r in rows]
+            view.model_servers = console_db.model_servers(store, limit=20)
             view.last_runs = [_summary(store, r) for r in list(reversed(store.list_runs()))[:10]]
     except (RunInProgress, NoStoreYet) as exc:
         view.store_error = str(exc)

@@ -261,15 +261,11 @@ async def export_approve(request: Request) -> Response:
 
     def approve() -> None:
         from medhelm_local.context import AppContext
-        from medhelm_local.inference.egress import audit_denials_to
 
         approval = importlib.import_module(APPROVAL_MODULE)
-        try:
-            with export_bundle.request_lock(console.home.exports_dir, request_id):
-                approval.approve(AppContext(home=console.home, actor=identity.user), request_id,
-                                 signature=signature, key_file=None)
-        finally:
-            audit_denials_to(console.home, console.service_actor)  # AppContext pointed it at this user
+        with export_bundle.request_lock(console.home.exports_dir, request_id):
+            approval.approve(AppContext(home=console.home, actor=identity.user), request_id,
+                             signature=signature, key_file=None)
 
     await run_in_threadpool(approve)
     return RedirectResponse(f"/exports/{request_id}?approved=1", status_code=303)

@@ -16,7 +16,7 @@ from medhelm_local.audit.trail import CHECKPOINT_ACTION, AuditTrail
 from medhelm_local.errors import MedhelmError
 from medhelm_local.home.config import ApplianceConfig, BackendKind, ConsoleRole
 from medhelm_local.inference.backends import resolve_api_key
-from medhelm_local.inference.egress import check_egress
+from medhelm_local.inference.egress import EgressPolicy
 from medhelm_local.webconsole import data
 from medhelm_local.webconsole.app import console_of, requires
 
@@ -34,7 +34,7 @@ class Probe:
     version: str | None
 
 
-def probe_servers(config: ApplianceConfig) -> list[Probe]:
+def probe_servers(config: ApplianceConfig, egress: EgressPolicy) -> list[Probe]:
     """GET /v1/models (and /version, which vLLM serves) of every configured endpoint: up, and which model."""
     out = []
     for endpoint in config.models:
@@ -43,13 +43,13 @@ def probe_servers(config: ApplianceConfig) -> list[Probe]:
                              "between runs", [], None))
             continue
         for base in endpoint.base_urls:
-            out.append(_probe(config, endpoint.name, base, endpoint))
+            out.append(_probe(egress, endpoint.name, base, endpoint))
     return out
 
 
-def _probe(config: ApplianceConfig, name: str, base: str, endpoint: Any) -> Probe:
+def _probe(egress: EgressPolicy, name: str, base: str, endpoint: Any) -> Probe:
     try:
-        check_egress(base, config.allowlist)
+        egress.check(base)
         key = resolve_api_key(endpoint)
     except MedhelmError as exc:
         return Probe(name, base, False, str(exc), [], None)
@@ -95,7 +95,7 @@ def system(request: Request) -> Response:
     records = AuditTrail(console.home.audit_path).records()
     checkpoint = data.last_record_time(records, CHECKPOINT_ACTION)
     exported = data.last_record_time(records, "audit.checkpoint_export")
-    return console.render(request, "system.html", view=view, probes=probe_servers(console.home.config),
+    return console.render(request, "system.html", view=view, probes=probe_servers(console.home.config, console.egress),
                           checkpoint=checkpoint, checkpoint_age=_age(checkpoint), exported=exported,
                           exported_age=_age(exported), records=len(records))
 

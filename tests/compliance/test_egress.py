@@ -3,6 +3,7 @@ runs in a network namespace that has nothing but loopback."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
@@ -15,11 +16,18 @@ from pathlib import Path
 import pytest
 
 from medhelm_local.audit.trail import AuditTrail
+from medhelm_local.context import AppContext
 from medhelm_local.errors import EgressDenied
-from medhelm_local.home import ModelEndpoint
-from medhelm_local.inference.egress import check_egress, is_allowed, set_denial_auditor
+from medhelm_local.home import Home, ModelEndpoint
+from medhelm_local.home.config import ApplianceConfig
+from medhelm_local.inference.backends import open_client
+from medhelm_local.inference.client import ChatClient
+from medhelm_local.inference.egress import EgressPolicy, check_egress, is_allowed
+from medhelm_local.records import Instance
+from medhelm_local.scoring.engine import score_benchmark
 from tests.compliance.conftest import add_models, hospice_csv
 from tests.compliance.inproc import InProcessCli
+from tests.scoring.helpers import add_run, make_home, register
 
 REPO = Path(__file__).resolve().parents[2]
 ALLOW = ["http://127.0.0.1", "https://*.svc.cluster.local", "http://judge.internal:8000"]
@@ -37,13 +45,89 @@ def test_allowlist_rules() -> None:
 
 def test_denial_is_reported_to_the_auditor_with_target_only() -> None:
     seen: list[str] = []
-    set_denial_auditor(seen.append)
-    try:
-        with pytest.raises(EgressDenied, match="not on the allowlist"):
-            check_egress("https://api.example.com:8443/v1/chat/completions?key=secret", ALLOW)
-    finally:
-        set_denial_auditor(None)
+    with pytest.raises(EgressDenied, match="not on the allowlist"):
+        check_egress("https://api.example.com:8443/v1/chat/completions?key=secret", ALLOW, on_denied=seen.append)
     assert seen == ["https://api.example.com:8443"]
+    policy = EgressPolicy(tuple(ALLOW), on_denied=seen.append)
+    policy.check("http://judge.internal:8000/v1/models")  # allowed: nothing recorded
+    with pytest.raises(EgressDenied):
+        policy.check("http://judge.internal:8001/v1?token=x")
+    assert seen == ["https://api.example.com:8443", "http://judge.internal:8001"]
+
+
+def test_a_library_made_context_audits_a_denial_with_no_global_set_up(tmp_path: Path) -> None:
+    """The bench, the demo or a test makes an AppContext and a client from it: the refusal is audited in that
+    home, as that actor, with nothing process-wide installed first (issue 16 §3)."""
+    home = Home(tmp_path / "home")
+    home.init()
+    ctx = AppContext(home=home, actor="library-caller")
+    with pytest.raises(EgressDenied, match="refused before connecting"):
+        ChatClient(["http://203.0.113.9:8000/v1"], "m", ctx.egress)
+    (denial,) = _denials(home.root)
+    assert denial["actor"] == "library-caller" and denial["outcome"] == "denied"
+    assert denial["objects"] == {"target": "http://203.0.113.9:8000", "reason": "not_allowlisted"}
+
+
+def test_open_client_takes_the_callers_policy(tmp_path: Path) -> None:
+    """What the runner and the jury open their clients with: the context's policy, so a judge or candidate slipped
+    into appliance.yaml by hand is refused and audited as the acting user."""
+    home = Home(tmp_path / "home")
+    home.init()
+    ctx = AppContext(home=home, actor="judge-runner")
+    endpoint = ModelEndpoint(name="judge-outside", base_urls=["http://203.0.113.20:8000/v1"])
+
+    async def opened() -> None:
+        async with open_client(home.config, endpoint, egress=ctx.egress):
+            pytest.fail("a client was opened to a non-allowlisted endpoint")
+
+    with pytest.raises(EgressDenied):
+        asyncio.run(opened())
+    assert [(d["actor"], d["objects"]["target"]) for d in _denials(home.root)] == [
+        ("judge-runner", "http://203.0.113.20:8000")]
+
+
+def test_a_judge_outside_the_allowlist_is_refused_and_audited_when_scoring(tmp_path: Path) -> None:
+    """The jury reaches its judges with the caller's policy (ScoringContext.egress): a judge slipped into
+    appliance.yaml by hand is refused before any connection, and the refusal is in the trail as the scorer."""
+    home = make_home(tmp_path / "home", {"judge-outside": "http://192.0.2.50:8000/v1"}, max_retries=0)
+    data = [Instance(benchmark="medication_qa", id=f"m{i}", fields={"question": f"Drug {i}?"},
+                     references=[f"Answer {i}."]) for i in range(2)]
+    ctx = AppContext(home=home, actor="scorer")
+    with ctx.open_store() as store:
+        fingerprint = register(store, "medication_qa", data)
+        run_id = add_run(store, "model-x", "medication_qa", fingerprint, data, {i.id: "an answer" for i in data})
+        with pytest.raises(EgressDenied, match="refused before connecting"):
+            score_benchmark(store, run_id, "medication_qa", config=home.config, egress=ctx.egress)
+    assert [(d["actor"], d["objects"]["target"]) for d in _denials(home.root)] == [
+        ("scorer", "http://192.0.2.50:8000")]
+
+
+def test_two_contexts_in_one_process_do_not_share_egress_state(tmp_path: Path) -> None:
+    """Each context's refusals land in its own home, as its own actor; making the second context changes
+    nothing for the first (no process-wide auditor that the last one made wins)."""
+    first, second = Home(tmp_path / "first"), Home(tmp_path / "second")
+    first.init()
+    second.init()
+    data = second.config.model_dump()
+    data["allowlist"] = [*data["allowlist"], "http://198.51.100.4:8000"]
+    second.save_config(ApplianceConfig.model_validate(data))
+    ctx_a = AppContext(home=first, actor="alice")
+    ctx_b = AppContext(home=second, actor="bob")
+    with pytest.raises(EgressDenied):
+        ctx_a.egress.check("http://198.51.100.4:8000/v1")  # on bob's allowlist, not on alice's
+    ctx_b.egress.check("http://198.51.100.4:8000/v1")
+    with pytest.raises(EgressDenied):
+        ctx_b.egress.check("http://203.0.113.9:8000/v1")
+    with pytest.raises(EgressDenied):
+        ctx_a.egress.check("http://192.0.2.77/v1")
+    assert [(d["actor"], d["objects"]["target"]) for d in _denials(first.root)] == [
+        ("alice", "http://198.51.100.4:8000"), ("alice", "http://192.0.2.77")]
+    assert [(d["actor"], d["objects"]["target"]) for d in _denials(second.root)] == [
+        ("bob", "http://203.0.113.9:8000")]
+    # A bare allowlist audits nowhere (and says nothing about either home).
+    with pytest.raises(EgressDenied):
+        check_egress("http://192.0.2.78/v1", ALLOW)
+    assert len(_denials(first.root)) == 2 and len(_denials(second.root)) == 1
 
 
 def _denials(home: Path) -> list[dict[str, object]]:
@@ -59,6 +143,23 @@ def test_models_add_refuses_and_audits(tmp_path: Path) -> None:
     assert (cli.home / "appliance.yaml").read_bytes() == config_before
     assert [d["objects"] for d in _denials(cli.home)] == [{"target": "http://203.0.113.7:8000",
                                                            "reason": "not_allowlisted"}]
+
+
+def test_models_add_records_a_denial_only_for_a_refused_endpoint(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """Another error while checking an endpoint is no "endpoint_not_allowlisted" refusal in the trail."""
+    cli = InProcessCli(home=tmp_path / "home")
+    assert cli("init").code == 0
+
+    def broken(self: EgressPolicy, url: str) -> None:
+        raise RuntimeError("allowlist unreadable")
+
+    monkeypatch.setattr(EgressPolicy, "check", broken)
+    result = cli("models", "add", "inside", "--base-url", "http://127.0.0.1:8000/v1")
+    assert result.code != 0
+    refusals = [r for r in AuditTrail(cli.home / "audit" / "audit.jsonl").records()
+                if r["action"] == "config.model_add" and r.get("outcome") == "denied"]
+    assert refusals == []
 
 
 def test_run_against_a_non_allowlisted_endpoint_never_connects(tmp_path: Path) -> None:

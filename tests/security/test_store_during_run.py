@@ -136,9 +136,9 @@ def test_a_registration_that_cannot_take_the_lock_leaves_no_spec(tmp_path: Path)
 
 
 def test_a_registration_whose_commit_fails_restores_the_previous_spec(tmp_path: Path) -> None:
+    from medhelm_local.application.datasets import register_file
     from medhelm_local.benchmarks.registry import load_custom_spec
     from medhelm_local.context import AppContext
-    from medhelm_local.store.datasets import register_file
 
     home = make_home(tmp_path / "home", ["http://127.0.0.1:9/v1"])
     app_ctx = AppContext(home=home, actor="tester")

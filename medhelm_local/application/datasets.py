@@ -1,4 +1,5 @@
-"""Registering a validated dataset: one function for the CLI and the demo."""
+"""Use case: register a dataset. Validate a file (or an extract) for a benchmark, store its instances (all or
+nothing), install a custom spec with them, and audit the intent and the outcome. The CLI and the demo call it."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from medhelm_local.audit import audit_event
-from medhelm_local.benchmarks.registry import custom_dir, register_custom_spec
+from medhelm_local.benchmarks.registry import custom_dir, get_spec, load_custom_spec, register_custom_spec
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.context import AppContext
 from medhelm_local.errors import BadInputError
@@ -118,7 +119,7 @@ def register_file(app_ctx: AppContext, spec: BenchmarkSpec, path: Path, *, spec_
     # The store first (waiting, bounded, for its lock): a registration that cannot take it writes nothing. The
     # custom spec is validated into a staging folder and moved into place as the data's transaction commits;
     # any failure leaves the home's spec as it was (issue 12 §6).
-    with Store.open(home) as store, _staged_spec(spec_file, home.root) as staged:
+    with app_ctx.open_store() as store, _staged_spec(spec_file, home.root) as staged:
         if staged is not None:
             spec = staged.spec
         registration = store_dataset(store, spec, path, result,
@@ -129,3 +130,16 @@ def register_file(app_ctx: AppContext, spec: BenchmarkSpec, path: Path, *, spec_
                 fingerprint=registration.fingerprint, version=registration.version,
                 instances=registration.instances, skipped=sum(registration.skipped.values()))
     return registration
+
+
+def register_dataset(app_ctx: AppContext, benchmark: str, path: Path, *, spec_file: Path | None = None
+                     ) -> Registration:
+    """``datasets register``: the benchmark's spec (built in, or the custom ``spec_file`` that must define
+    ``benchmark``), then :func:`register_file`."""
+    if spec_file is not None:
+        spec = load_custom_spec(spec_file)
+        if spec.id != benchmark:
+            raise BadInputError(f"{spec_file}: defines benchmark {spec.id!r}, not {benchmark!r}")
+    else:
+        spec = get_spec(benchmark)
+    return register_file(app_ctx, spec, path, spec_file=spec_file)
