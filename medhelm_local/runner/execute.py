@@ -263,8 +263,9 @@ async def execute_run(store: Store, client: ChatClient, run: RunInfo, *, specs: 
 
     # Pages are read ahead (``prefetch_pages``, across benchmarks) by their own task: a page read queued behind a
     # commit round (and its checkpoint) on the store thread must not leave the limiter's slots empty.
+    # The reader holds one read page while the queue is full: ``prefetch_pages`` ahead in all (memory: a page each).
     pages: asyncio.Queue[tuple[str, list[tuple[PendingItem, Instance]]] | BaseException | None] = asyncio.Queue(
-        maxsize=max(1, settings.prefetch_pages))
+        maxsize=max(1, settings.prefetch_pages - 1))
 
     async def read_pages() -> None:
         try:
