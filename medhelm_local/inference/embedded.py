@@ -61,7 +61,8 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def server_command(model_path: Path, port: int, api_key: str, n_ctx: int, n_threads: int) -> list[str]:
+def server_command(model_path: Path, port: int, n_ctx: int, n_threads: int) -> list[str]:
+    """The server's command line. The API key is not on it (see :func:`server_env`)."""
     return [
         sys.executable, "-m", "llama_cpp.server",
         "--model", str(model_path),
@@ -70,15 +71,18 @@ def server_command(model_path: Path, port: int, api_key: str, n_ctx: int, n_thre
         "--port", str(port),
         "--n_ctx", str(n_ctx),
         "--n_threads", str(n_threads),
-        "--api_key", api_key,
         "--verbose", "False",
     ]
 
 
-def server_env() -> dict[str, str]:
+def server_env(api_key: str) -> dict[str, str]:
+    """The server's environment. Its API key travels here, read by the server's settings (``API_KEY``): on the
+    command line it would be visible to every local user (``ps``), and a key starting with ``-`` was taken by the
+    argument parser for an option (about one start in 64 failed)."""
     keep = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "PYTHONPATH", "VIRTUAL_ENV", "LD_LIBRARY_PATH")
     env = {k: v for k, v in os.environ.items() if k in keep}
     env.update(OFFLINE_ENV)
+    env["API_KEY"] = api_key
     # No proxy variables: the server only listens on loopback and never needs one.
     return env
 
@@ -110,8 +114,8 @@ class EmbeddedServer:
         log_path = self._workdir / "server.log"
         with log_path.open("wb") as out:
             self._proc = subprocess.Popen(
-                server_command(model_path, self.port, self.api_key, self.n_ctx, self.n_threads),
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=server_env(),
+                server_command(model_path, self.port, self.n_ctx, self.n_threads),
+                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=server_env(self.api_key),
                 cwd=self._workdir, start_new_session=True,
             )
         log.info("embedded.starting", port=self.port, model_file=model_path.name)
