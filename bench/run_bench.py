@@ -41,7 +41,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from medhelm_local.application.evaluation import EvaluationRequest, Mode, Selection, Sending, evaluate  # noqa: E402
-from medhelm_local.benchmarks.registry import get_spec  # noqa: E402
+from medhelm_local.benchmarks.registry import shipped_spec  # noqa: E402
 from medhelm_local.context import AppContext  # noqa: E402
 from medhelm_local.home import Home  # noqa: E402
 from medhelm_local.home.config import ModelEndpoint, RunnerSettings  # noqa: E402
@@ -128,7 +128,7 @@ def register(home: Home, items: list[Instance]) -> None:
 
 
 def bodies(items: list[Instance]) -> list[dict[str, Any]]:
-    spec = get_spec("pubmedqa")
+    spec = shipped_spec("pubmedqa")
     return [request_body("fake-model", build_request(spec, i, seed=0)) for i in items]
 
 

@@ -230,7 +230,7 @@ def setup_home(root: Path) -> Path:
 
 def write_bodies(home: Path, path: Path) -> int:
     """The request bodies the runner will send, built the same way (spec, prompt, seed) from the stored data."""
-    from medhelm_local.benchmarks.registry import get_spec
+    from medhelm_local.benchmarks.registry import shipped_spec
     from medhelm_local.home import Home
     from medhelm_local.inference.client import request_body
     from medhelm_local.prompts.build import build_request
@@ -239,7 +239,7 @@ def write_bodies(home: Path, path: Path) -> int:
     n = 0
     with Store.open(Home(home), read_only=True) as store, path.open("w", encoding="utf-8") as out:
         for benchmark in FILES:
-            spec = get_spec(benchmark)
+            spec = shipped_spec(benchmark)
             dataset = store.current_dataset(benchmark)
             assert dataset is not None
             for chunk in store.iter_instances(benchmark, dataset.fingerprint, chunk=2000):

@@ -15,7 +15,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from medhelm_local.benchmarks.registry import get_spec
+from medhelm_local.benchmarks.registry import shipped_spec
 from medhelm_local.inference.embedded import smollm2_gguf_path
 from medhelm_local.inference.tokens import ESTIMATE_BYTES_PER_TOKEN
 from medhelm_local.loaders import load_dataset
@@ -41,7 +41,7 @@ def main() -> int:
     llm = Llama(model_path=str(smollm2_gguf_path()), vocab_only=True, verbose=False)
     report = {}
     for benchmark, rel in FILES.items():
-        spec = get_spec(benchmark)
+        spec = shipped_spec(benchmark)
         try:
             instances = load_dataset(spec, PUBLIC / rel).instances
         except Exception as exc:  # a loader that needs other files: say so, go on

@@ -10,7 +10,6 @@ from pathlib import Path
 import typer
 
 from medhelm_local import __version__
-from medhelm_local.benchmarks.registry import set_active_home
 from medhelm_local.console import error
 from medhelm_local.context import AppContext
 from medhelm_local.errors import MedhelmError
@@ -47,8 +46,6 @@ def root(
     os.umask(PRIVATE_UMASK)
     configure_logging()
     ctx.obj = AppContext.create(home, actor)
-    # Benchmarks a team defined in this home (bring-your-own-extract YAML) resolve like built-in ones.
-    set_active_home(ctx.obj.home.root)
 
 
 # Command name -> module in medhelm_local.commands, in the order `--help` lists them. Modules with

@@ -1,7 +1,7 @@
 """Per-invocation state shared by the front ends (CLI commands, the console, the demo, the bench) and the use
-cases in ``medhelm_local.application``: which home, who is acting, where their audit records and their refused
-connections go. Nothing here is process-wide: a library caller that makes an ``AppContext`` gets the same
-auditing as the CLI, and two contexts in one process share nothing."""
+cases in ``medhelm_local.application``: which home, who is acting, which benchmark specs they see, where their
+audit records and their refused connections go. Nothing here is process-wide: a library caller that makes an
+``AppContext`` gets the same specs and auditing as the CLI, and two contexts in one process share nothing."""
 
 from __future__ import annotations
 
@@ -17,6 +17,7 @@ from medhelm_local.home import Home, resolve_home
 
 if TYPE_CHECKING:
     from medhelm_local.audit.sink import TrailSink
+    from medhelm_local.benchmarks.registry import SpecRegistry
     from medhelm_local.inference.egress import EgressPolicy
     from medhelm_local.store import Store
 
@@ -39,6 +40,13 @@ class AppContext:
         from medhelm_local.audit.sink import system_audit
 
         return system_audit(self.home)
+
+    @property
+    def specs(self) -> SpecRegistry:
+        """The shipped benchmark specs and this home's own (read from the home each time they are asked for)."""
+        from medhelm_local.benchmarks.registry import SpecRegistry
+
+        return SpecRegistry(self.home.root)
 
     @property
     def egress(self) -> EgressPolicy:

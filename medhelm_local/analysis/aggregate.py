@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from medhelm_local.benchmarks.registry import SpecRegistry
 from medhelm_local.prompts.styles import DEFAULT_STYLE, run_prompt_style, spec_for_run
 from medhelm_local.records import BenchmarkScore
 from medhelm_local.scoring.registry import metric_aggregation, read_details, scorer_for
@@ -46,10 +47,10 @@ def statistic(values: np.ndarray, counts: np.ndarray | None, aggregation: Aggreg
     return float(values.mean())
 
 
-def run_metric(store: Store, run_id: str, benchmark: str) -> str:
+def run_metric(store: Store, specs: SpecRegistry, run_id: str, benchmark: str) -> str:
     """The metric the run scored ``benchmark`` with (its frozen spec's, not the current file's)."""
     run = store.get_run(run_id)
-    return spec_for_run(benchmark, run.manifest if run is not None else None).metric
+    return spec_for_run(benchmark, run.manifest if run is not None else None, specs).metric
 
 
 def truncated_share(store: Store, run_id: str, benchmark: str) -> float | None:
@@ -64,8 +65,8 @@ def truncated_share(store: Store, run_id: str, benchmark: str) -> float | None:
     return cut / total if total else None
 
 
-def instance_series(store: Store, run_id: str, model: str, benchmark: str) -> InstanceSeries:
-    metric = run_metric(store, run_id, benchmark)
+def instance_series(store: Store, specs: SpecRegistry, run_id: str, model: str, benchmark: str) -> InstanceSeries:
+    metric = run_metric(store, specs, run_id, benchmark)
     aggregation = metric_aggregation(metric)
     rows = score_rows(store, run_id, benchmark, metric)
     scored = [(iid, value, read_details(metric, details)) for iid, _, value, details in rows if value is not None]
@@ -93,10 +94,10 @@ def instance_series(store: Store, run_id: str, model: str, benchmark: str) -> In
     )
 
 
-def benchmark_score(store: Store, run_id: str, model: str, benchmark: str) -> BenchmarkScore:
+def benchmark_score(store: Store, specs: SpecRegistry, run_id: str, model: str, benchmark: str) -> BenchmarkScore:
     """The benchmark's score over its scored instances (mean, or micro-F1 for multi-label metrics); failed
     ones are counted apart, never scored as zero."""
-    metric = run_metric(store, run_id, benchmark)
+    metric = run_metric(store, specs, run_id, benchmark)
     rows = score_rows(store, run_id, benchmark, metric)
     scored = [(float(value), read_details(metric, details)) for _, _, value, details in rows if value is not None]
     score = aggregate_values([v for v, _ in scored], [d for _, d in scored], metric_aggregation(metric))
@@ -118,15 +119,15 @@ def latest_runs(store: Store, prompt_style: str = DEFAULT_STYLE) -> dict[tuple[s
     return dict(sorted(chosen.items()))
 
 
-def latest_scores(store: Store, prompt_style: str = DEFAULT_STYLE) -> list[BenchmarkScore]:
+def latest_scores(store: Store, specs: SpecRegistry, prompt_style: str = DEFAULT_STYLE) -> list[BenchmarkScore]:
     """For each (model, benchmark), the score of the most recent finished run of ``prompt_style`` covering it."""
-    return [benchmark_score(store, run_id, model, benchmark) for (model, benchmark), run_id in
+    return [benchmark_score(store, specs, run_id, model, benchmark) for (model, benchmark), run_id in
             latest_runs(store, prompt_style).items()]
 
 
-def latest_series(store: Store, prompt_style: str = DEFAULT_STYLE) -> list[InstanceSeries]:
+def latest_series(store: Store, specs: SpecRegistry, prompt_style: str = DEFAULT_STYLE) -> list[InstanceSeries]:
     """Per-instance values behind :func:`latest_scores`, for bootstrap CIs, paired differences and MDE."""
-    return [instance_series(store, run_id, model, benchmark) for (model, benchmark), run_id in
+    return [instance_series(store, specs, run_id, model, benchmark) for (model, benchmark), run_id in
             latest_runs(store, prompt_style).items()]
 
 

@@ -25,7 +25,7 @@ from medhelm_local.analysis.stats import (
     paired_bootstrap_diff,
     percentile_interval,
 )
-from medhelm_local.benchmarks.registry import get_spec
+from medhelm_local.benchmarks.registry import SpecRegistry
 from medhelm_local.errors import NotFoundError
 from medhelm_local.records import BenchmarkScore
 
@@ -114,38 +114,31 @@ def win_sd(scores: dict[str, dict[str, float]], model: str, rule: WinRule = WinR
     return float(np.std(fractions)) if fractions else None
 
 
-def category_of(benchmark: str) -> str:
-    try:
-        return get_spec(benchmark).category
-    except NotFoundError:
-        return "Uncategorised"
+def known_categories(specs: SpecRegistry) -> list[str]:
+    return sorted({spec.category for spec in specs.all()})
 
 
-def known_categories() -> list[str]:
-    from medhelm_local.benchmarks.registry import all_specs
-
-    return sorted({spec.category for spec in all_specs()})
-
-
-def resolve_category(name: str) -> str:
+def resolve_category(name: str, specs: SpecRegistry) -> str:
     """A category name as given on the command line (case and '&'/'and' insensitive) -> the spec category."""
     def fold(text: str) -> str:
         return " ".join(text.lower().replace("&", "and").split())
 
-    for category in known_categories():
+    for category in known_categories(specs):
         if fold(category) == fold(name):
             return category
-    raise NotFoundError(f"unknown category {name!r}; expected one of: {', '.join(known_categories())}")
+    raise NotFoundError(f"unknown category {name!r}; expected one of: {', '.join(known_categories(specs))}")
 
 
-def build_leaderboard(results: list[BenchmarkScore], *, series: list[InstanceSeries] | None = None,
+def build_leaderboard(results: list[BenchmarkScore], *, specs: SpecRegistry,
+                      series: list[InstanceSeries] | None = None,
                       rule: WinRule = WinRule.PAPER, category: str | None = None,
                       resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
                       costs: dict[str, float | None] | None = None) -> list[ModelRow]:
     """Rows sorted by win-rate, then macro-average. ``series`` (per-instance values) adds bootstrap CIs;
-    ``category`` keeps only that category's benchmarks; ``costs`` maps model -> cost (None: unavailable)."""
+    ``category`` keeps only that category's benchmarks (categories from ``specs``); ``costs`` maps model -> cost
+    (None: unavailable)."""
     if category is not None:
-        results = [r for r in results if category_of(r.benchmark) == category]
+        results = [r for r in results if specs.category_of(r.benchmark) == category]
     per_model: dict[str, dict[str, BenchmarkScore]] = defaultdict(dict)
     numeric: dict[str, dict[str, float]] = defaultdict(dict)
     for result in results:
@@ -160,7 +153,7 @@ def build_leaderboard(results: list[BenchmarkScore], *, series: list[InstanceSer
         values = list(numeric[model].values())
         by_category: dict[str, list[float]] = defaultdict(list)
         for benchmark, value in numeric[model].items():
-            by_category[category_of(benchmark)].append(value)
+            by_category[specs.category_of(benchmark)].append(value)
         ci: dict[str, Interval | None] = {}
         format_rates: dict[str, dict[str, float]] = {}
         judge_failures: dict[str, dict[str, float]] = {}
@@ -202,7 +195,7 @@ def score_intervals(series: list[InstanceSeries], *, resamples: int = DEFAULT_RE
                     ) -> dict[tuple[str, str], Interval | None]:
     """Bootstrap 95% CI of every (model, benchmark) score (None: fewer than two instances or no resamples)."""
     out: dict[tuple[str, str], Interval | None] = {}
-    for members in _by_benchmark(series, None).values():
+    for members in _by_benchmark(series).values():
         if resamples >= 1 and _shared_ids(members):
             stats = bootstrap_matrix(np.stack([m.values for m in members]), _stack_counts(members),
                                      members[0].aggregation, resamples=resamples, seed=seed)
@@ -217,11 +210,10 @@ def score_intervals(series: list[InstanceSeries], *, resamples: int = DEFAULT_RE
     return out
 
 
-def _by_benchmark(series: list[InstanceSeries], category: str | None) -> dict[str, list[InstanceSeries]]:
+def _by_benchmark(series: list[InstanceSeries]) -> dict[str, list[InstanceSeries]]:
     grouped: dict[str, list[InstanceSeries]] = defaultdict(list)
     for s in series:
-        if category is None or category_of(s.benchmark) == category:
-            grouped[s.benchmark].append(s)
+        grouped[s.benchmark].append(s)
     return dict(sorted(grouped.items()))
 
 
@@ -233,11 +225,11 @@ def _common(a: InstanceSeries, b: InstanceSeries) -> tuple[np.ndarray, np.ndarra
     return ia, ib
 
 
-def pairwise_differences(series: list[InstanceSeries], *, category: str | None = None,
-                         resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> list[PairwiseDifference]:
+def pairwise_differences(series: list[InstanceSeries], *, resamples: int = DEFAULT_RESAMPLES, seed: int = 0
+                         ) -> list[PairwiseDifference]:
     """Every ordered pair of models on every benchmark both were scored on, with a paired bootstrap CI."""
     out = []
-    for benchmark, members in _by_benchmark(series, category).items():
+    for benchmark, members in _by_benchmark(series).items():
         table = None
         if resamples >= 1 and _shared_ids(members):
             table = bootstrap_matrix(np.stack([m.values for m in members]), _stack_counts(members),
@@ -270,10 +262,10 @@ def pairwise_differences(series: list[InstanceSeries], *, category: str | None =
     return out
 
 
-def benchmark_mdes(series: list[InstanceSeries], *, category: str | None = None) -> dict[str, BenchmarkMDE]:
+def benchmark_mdes(series: list[InstanceSeries]) -> dict[str, BenchmarkMDE]:
     """Appendix E MDE per benchmark, over unordered model pairs and their common instances' differences."""
     out = {}
-    for benchmark, members in _by_benchmark(series, category).items():
+    for benchmark, members in _by_benchmark(series).items():
         differences = []
         for i, a in enumerate(members):
             for b in members[i + 1:]:

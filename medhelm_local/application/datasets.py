@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from medhelm_local.audit import audit_event
-from medhelm_local.benchmarks.registry import custom_dir, get_spec, load_custom_spec, register_custom_spec
+from medhelm_local.benchmarks.registry import custom_dir, load_custom_spec, register_custom_spec
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.context import AppContext
 from medhelm_local.errors import BadInputError
@@ -141,5 +141,5 @@ def register_dataset(app_ctx: AppContext, benchmark: str, path: Path, *, spec_fi
         if spec.id != benchmark:
             raise BadInputError(f"{spec_file}: defines benchmark {spec.id!r}, not {benchmark!r}")
     else:
-        spec = get_spec(benchmark)
+        spec = app_ctx.specs.get(benchmark)
     return register_file(app_ctx, spec, path, spec_file=spec_file)

@@ -64,13 +64,13 @@ def evaluate(app_ctx: AppContext, request: EvaluationRequest) -> RunOutcome:
     """Run (or resume, or retry the errors of, or send one shard of) an evaluation; score it once complete."""
     home = app_ctx.home
     config = home.config
-    session.refuse_early(config, request.selection)
+    session.refuse_early(config, app_ctx.specs, request.selection)
     mode = request.mode
     live: list[str] = []  # the run whose status this invocation set: only that one is marked on failure
     with ExitStack() as main_scope:
         try:
             main = main_scope.enter_context(_open_main(app_ctx, mode))
-            target = session.resolve(main, config, request.selection, mode)
+            target = session.resolve(main, config, app_ctx.specs, request.selection, mode)
             settings = session.execution_settings(config, request.sending, errors_only=mode.kind == "retry_errors")
             exclusive = nullcontext() if target.shard else run_lock(home.store_path, target.run_id, config.store)
             with exclusive:
@@ -139,7 +139,7 @@ def _open_run(app_ctx: AppContext, main: Store, target: session.Target, servers:
     home = app_ctx.home
     if target.run is None:
         assert target.plan is not None
-        run = session.new_run(home.config, target, servers, weights, counter)
+        run = session.new_run(home.config, app_ctx.specs, target, servers, weights, counter)
         digest = manifest_sha256(run.manifest)
         audit_event(home, app_ctx.actor, "run.start", role="informatics", run_id=run.run_id, model=run.model,
                     endpoints=[s["url"] for s in servers], datasets=target.plan.datasets, manifest_sha256=digest,
@@ -187,7 +187,7 @@ async def _send(app_ctx: AppContext, store: Store, client: ChatClient, target: s
                     session_id=session_id, url=server["url"], served_model=client.model_id,
                     server_version=server.get("version"))
     return await session.send(store, client, run, session_id, settings, sending,
-                              session.fitter(run, counter, settings))
+                              session.fitter(run, counter, settings), app_ctx.specs)
 
 
 def _merge_back(app_ctx: AppContext, target: session.Target, *, score: bool) -> RunOutcome:
@@ -220,8 +220,8 @@ def _finish(app_ctx: AppContext, store: Store, run: RunInfo, *, score: bool, mod
     results = []
     if score:
         for benchmark in run.benchmarks:
-            score_benchmark(store, run.run_id, benchmark, config=config, egress=app_ctx.egress)
-            results.append(benchmark_score(store, run.run_id, run.model, benchmark))
+            score_benchmark(store, app_ctx.specs, run.run_id, benchmark, config=config, egress=app_ctx.egress)
+            results.append(benchmark_score(store, app_ctx.specs, run.run_id, run.model, benchmark))
     store.set_run_status(run.run_id, "finished" if score else "inferred", finished=True)
     errors = runs_db.errors_by_category(store, run.run_id)
     audit_event(app_ctx.home, app_ctx.actor, "run.finish", role="informatics", run_id=run.run_id, model=run.model,

@@ -67,7 +67,7 @@ def request_export(app_ctx: AppContext, run_ids: list[str], key: Path) -> Export
         "requested_by": requester.name, "requester_key": requester_key, "requested_at": requested_at,
         "checkpoint": trail.last_checkpoint, "appliance_key": signing_key.public_key()}
     with app_ctx.open_store() as store:
-        candidate = build_candidate(store, home.config, run_ids, loaded, request_id=request_id,
+        candidate = build_candidate(store, app_ctx.specs, home.config, run_ids, loaded, request_id=request_id,
                                     generated_at=requested_at, manifest_head=head)
     manifest = build_manifest(files=candidate.hashes, run_manifests=candidate.run_manifests,
                               checks={c.id: c.result for c in candidate.checks}, **head)

@@ -3,8 +3,9 @@
 A custom benchmark is one YAML file in the :class:`~medhelm_local.benchmarks.spec.BenchmarkSpec` schema
 (``access``, ``curation`` and ``input_format`` default to ``private``, ``new`` and ``private_table``).
 :func:`register_custom_spec` validates it (schema, taxonomy placement, loader, metric, prompt template) and
-stores it as ``<home>/benchmarks/<id>.yaml``, so it persists across invocations; :func:`all_specs` and
-:func:`get_spec` include a home's custom specs when given the home directory.
+stores it as ``<home>/benchmarks/<id>.yaml``, so it persists across invocations. A home's
+:class:`SpecRegistry` (``AppContext.specs``) sees the shipped specs and that home's custom ones;
+:func:`shipped_spec` and :func:`shipped_specs` see the shipped ones only.
 """
 
 from __future__ import annotations
@@ -27,21 +28,6 @@ CUSTOM_DIR = "benchmarks"
 MAX_SPEC_BYTES = 256 * 1024
 MAX_SPEC_DEPTH = 64
 CUSTOM_DEFAULTS = {"access": "private", "curation": "new", "input_format": "private_table"}
-
-
-# The appliance home whose custom specs `all_specs()` / `get_spec()` include when no home is passed. The CLI
-# sets it once per invocation (`set_active_home(app_ctx.home.root)`), so every call site sees custom specs.
-_active_home: Path | None = None
-
-
-def set_active_home(home: Path | None) -> None:
-    """Make ``home``'s custom specs visible to every ``all_specs()`` / ``get_spec()`` call without a home."""
-    global _active_home
-    _active_home = home
-
-
-def active_home() -> Path | None:
-    return _active_home
 
 
 # libyaml's safe loader where PyYAML was built with it (the same safe constructors; the 39 shipped specs parse in
@@ -94,25 +80,58 @@ def custom_specs(home: Path | None) -> dict[str, BenchmarkSpec]:
     return specs
 
 
-def all_specs(home: Path | None = None) -> list[BenchmarkSpec]:
-    """The shipped specs, then the custom specs of ``home`` (default: the active home, if one is set)."""
-    return [*_builtin_specs().values(), *custom_specs(home or _active_home).values()]
+class SpecRegistry:
+    """The benchmark specs one appliance home sees: the shipped ones, then the home's own ("bring your own
+    extract") specs under ``<home>/benchmarks``. A front end gets its registry from its context
+    (``AppContext.specs``) and hands it down; nothing in the process remembers a home."""
+
+    def __init__(self, home: Path | None = None) -> None:
+        self.home = home
+
+    def get(self, benchmark_id: str) -> BenchmarkSpec:
+        """A shipped spec, else one of the home's custom specs."""
+        spec = _builtin_specs().get(benchmark_id)
+        if spec is None and self.home is not None:
+            file = custom_dir(self.home) / f"{benchmark_id}.yaml"
+            if file.is_file():
+                spec = load_custom_spec(file, check_clash=False)
+        if spec is None:
+            raise NotFoundError(f"unknown benchmark {benchmark_id!r}; see `medhelm-local benchmarks list`")
+        return spec
+
+    def all(self) -> list[BenchmarkSpec]:
+        """The shipped specs, then the home's custom specs."""
+        return [*_builtin_specs().values(), *custom_specs(self.home).values()]
+
+    def category_of(self, benchmark_id: str) -> str:
+        """The benchmark's taxonomy category ("Uncategorised" for a benchmark no longer defined)."""
+        try:
+            return self.get(benchmark_id).category
+        except NotFoundError:
+            return "Uncategorised"
+
+    def register(self, path: Path) -> BenchmarkSpec:
+        """Validate the spec file ``path`` and store it in the home (see :func:`register_custom_spec`)."""
+        if self.home is None:
+            raise NotFoundError("no appliance home to register a benchmark in")
+        return register_custom_spec(path, self.home)
 
 
-def get_spec(benchmark_id: str, home: Path | None = None) -> BenchmarkSpec:
-    """A shipped spec, else a custom one of ``home`` (default: the active home, if one is set)."""
-    home = home or _active_home
-    spec = _builtin_specs().get(benchmark_id)
-    if spec is None and home is not None:
-        file = custom_dir(home) / f"{benchmark_id}.yaml"
-        if file.is_file():
-            spec = load_custom_spec(file, check_clash=False)
-    if spec is None:
-        raise NotFoundError(f"unknown benchmark {benchmark_id!r}; see `medhelm-local benchmarks list`")
-    return spec
+SHIPPED = SpecRegistry()
+
+
+def shipped_spec(benchmark_id: str) -> BenchmarkSpec:
+    """A spec shipped in this package (a home's custom specs come from its :class:`SpecRegistry`)."""
+    return SHIPPED.get(benchmark_id)
+
+
+def shipped_specs() -> list[BenchmarkSpec]:
+    """The specs shipped in this package, without any home's custom specs."""
+    return list(_builtin_specs().values())
 
 
 def is_custom(benchmark_id: str) -> bool:
+    """Not one of the shipped specs."""
     return benchmark_id not in _builtin_specs()
 
 

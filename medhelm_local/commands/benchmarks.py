@@ -9,10 +9,7 @@ import typer
 
 from medhelm_local.audit import audit_event
 from medhelm_local.benchmarks.registry import (
-    all_specs,
-    get_spec,
     is_custom,
-    register_custom_spec,
     remove_custom_spec,
 )
 from medhelm_local.benchmarks.spec import BenchmarkSpec
@@ -43,10 +40,6 @@ def summary(spec: BenchmarkSpec) -> dict[str, Any]:
     }
 
 
-def _home(ctx: typer.Context) -> Path:
-    return app_context(ctx).home.root
-
-
 @app.command("list")
 def list_benchmarks(
     ctx: typer.Context,
@@ -55,7 +48,7 @@ def list_benchmarks(
     access: str | None = typer.Option(None, "--access", help="Only public, gated or private benchmarks."),
 ) -> None:
     """List every benchmark spec (the 37 MedHELM ones, then this home's custom ones)."""
-    rows = [summary(s) for s in all_specs(_home(ctx))]
+    rows = [summary(s) for s in app_context(ctx).specs.all()]
     if category:
         rows = [r for r in rows if r["category"].casefold() == category.casefold()]
     if access:
@@ -83,7 +76,7 @@ def show(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Show one benchmark's full spec (prompt, loader options, metric, judge rubric)."""
-    spec = get_spec(benchmark_id, _home(ctx))
+    spec = app_context(ctx).specs.get(benchmark_id)
     data = spec.model_dump(mode="json", exclude_none=True)
     if as_json:
         emit_json({**data, "metric": spec.metric})  # the main metric, as scripts read it before ``metrics:``
@@ -102,7 +95,7 @@ def add(
     """Validate a custom benchmark YAML and keep it in this home (then `datasets register ID PATH`)."""
     app_ctx = app_context(ctx)
     try:
-        spec = register_custom_spec(spec_file, app_ctx.home.root)
+        spec = app_ctx.specs.register(spec_file)
     except BadInputError:
         audit_event(
             app_ctx.home,

@@ -16,7 +16,6 @@ from medhelm_local.analysis.agreement import (
 )
 from medhelm_local.analysis.stats import DEFAULT_RESAMPLES
 from medhelm_local.audit import audit_event
-from medhelm_local.benchmarks.registry import get_spec
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import app_context
 from medhelm_local.errors import BadInputError, NotFoundError
@@ -79,16 +78,17 @@ def rescore(
         run = store.get_run(run_id)
         if run is None:
             raise NotFoundError(f"no run {run_id!r} in the store")
-        targets = [benchmark] if benchmark else [b for b in run.benchmarks if is_jury_scored(get_spec(b))]
+        specs = app_ctx.specs
+        targets = [benchmark] if benchmark else [b for b in run.benchmarks if is_jury_scored(specs.get(b))]
         for target in targets:
             if target not in run.benchmarks:
                 raise BadInputError(f"run {run_id} did not evaluate {target}")
-            if not is_jury_scored(get_spec(target)):
-                raise BadInputError(f"benchmark {target} is not scored by the jury (metric {get_spec(target).metric})")
+            if not is_jury_scored(specs.get(target)):
+                raise BadInputError(f"benchmark {target} is not scored by the jury (metric {specs.get(target).metric})")
         results: list[dict[str, Any]] = []
         for target in targets:
             stats = JuryStats()
-            scores = score_benchmark(store, run_id, target, config=config, jury_concurrency=concurrency,
+            scores = score_benchmark(store, specs, run_id, target, config=config, jury_concurrency=concurrency,
                                      only_failed=True, jury_stats=stats, egress=app_ctx.egress)
             main = jury_rows(scores)
             results.append({"benchmark": target, "reasked": stats.asked, "kept": stats.kept,
@@ -123,7 +123,7 @@ def validate(
     the average clinician-clinician ICC, with bootstrap 95% CIs (MedHELM Table 2)."""
     app_ctx = app_context(ctx)
     names = list(dict.fromkeys(benchmarks))
-    specs = [get_spec(b) for b in names]
+    specs = [app_ctx.specs.get(b) for b in names]
     for spec in specs:
         if not is_jury_scored(spec):
             raise BadInputError(f"benchmark {spec.id} is not scored by the jury (metric {spec.metric})")

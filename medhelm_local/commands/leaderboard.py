@@ -150,22 +150,26 @@ def leaderboard(
 ) -> None:
     """Show the leaderboard over the latest finished run of each model and benchmark (of one prompt style)."""
     app_ctx = app_context(ctx)
-    resolved = resolve_category(category) if category else None
+    specs = app_ctx.specs
+    resolved = resolve_category(category, specs) if category else None
     check_style(prompt_style)
     with app_ctx.open_store(read_only=True) as store:  # works during a run (issue 12 §6)
         chosen = latest_runs(store, prompt_style)
-        results = latest_scores(store, prompt_style)
-        series = latest_series(store, prompt_style)
+        results = latest_scores(store, specs, prompt_style)
+        series = latest_series(store, specs, prompt_style)
         costs = model_costs(store, app_ctx.home.config, chosen)
         hashes = _prompt_hashes(store, chosen)
         other_styles = {s: n for s, n in finished_runs_by_style(store).items() if s != prompt_style}
-    rows = build_leaderboard(results, series=series, rule=ties, category=resolved, resamples=resamples, seed=seed)
+    if resolved is not None:
+        series = [s for s in series if specs.category_of(s.benchmark) == resolved]
+    rows = build_leaderboard(results, specs=specs, series=series, rule=ties, category=resolved, resamples=resamples,
+                             seed=seed)
     for row in rows:
         row.prompt_style = prompt_style
         row.prompt_sha256 = {b: h for (m, b), h in hashes.items() if m == row.model and b in row.benchmarks}
     apply_costs(rows, costs)
-    pairwise = pairwise_differences(series, category=resolved, resamples=resamples, seed=seed)
-    mdes = benchmark_mdes(series, category=resolved)
+    pairwise = pairwise_differences(series, resamples=resamples, seed=seed)
+    mdes = benchmark_mdes(series)
     audit_event(app_ctx.home, app_ctx.actor, "leaderboard.view", role="informatics", models=len(rows),
                 category=resolved)
     if as_json:

@@ -10,7 +10,6 @@ from typing import Any
 import typer
 
 from medhelm_local.audit import audit_event
-from medhelm_local.benchmarks.registry import get_spec
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import app_context
 from medhelm_local.errors import BadInputError, NotFoundError
@@ -136,10 +135,11 @@ def score(
 ) -> None:
     """Score a predictions file against the registered dataset (the benchmark's current dataset version)."""
     app_ctx = app_context(ctx)
+    written = app_ctx.specs.get(benchmark)
     helm = is_helm_source(predictions)
     if prompt_style is None:  # HELM's outputs answer HELM's prompts
-        prompt_style = MEDHELM_STYLE if helm and parity_status(get_spec(benchmark)) == "identical" else DEFAULT_STYLE
-    spec = styled_spec(get_spec(benchmark), check_style(prompt_style))  # exit 2 where parity is impossible
+        prompt_style = MEDHELM_STYLE if helm and parity_status(written) == "identical" else DEFAULT_STYLE
+    spec = styled_spec(written, check_style(prompt_style))  # exit 2 where parity is impossible
     if helm:
         helm_predictions, source = read_helm_outputs(predictions)
         file_sha256 = hashlib.sha256(source.read_bytes()).hexdigest()

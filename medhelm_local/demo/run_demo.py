@@ -17,7 +17,6 @@ from medhelm_local.analysis.leaderboard import ModelRow, build_leaderboard
 from medhelm_local.application.datasets import register_file
 from medhelm_local.application.evaluation import EvaluationRequest, Mode, RunOutcome, Selection, Sending, evaluate
 from medhelm_local.audit import audit_event
-from medhelm_local.benchmarks.registry import get_spec
 from medhelm_local.context import AppContext
 from medhelm_local.demo.medicationqa import write_sample_xlsx
 from medhelm_local.demo.synthetic import hospice_extract_csv
@@ -62,7 +61,8 @@ def prepare(app_ctx: AppContext) -> dict[str, int]:
     atomic_write(extract, hospice_extract_csv().encode("utf-8"))
     medication_qa = write_sample_xlsx(home.root / "extracts" / "medicationqa_sample.xlsx")
     sources = (("pubmedqa", pubmedqa_sample_path()), ("hospice_referral", extract), (JURY_BENCHMARK, medication_qa))
-    return {benchmark: register_file(app_ctx, get_spec(benchmark), path).instances for benchmark, path in sources}
+    specs = app_ctx.specs
+    return {benchmark: register_file(app_ctx, specs.get(benchmark), path).instances for benchmark, path in sources}
 
 
 def evaluate_demo(app_ctx: AppContext, instances: int, *, show_progress: bool = True) -> RunOutcome:
@@ -88,7 +88,8 @@ def finish(app_ctx: AppContext) -> tuple[list[ModelRow], Path]:
     home = app_ctx.home
     with app_ctx.open_store() as store:
         # the series add each score's bootstrap CI and, for the jury-scored benchmark, its judges' failure rates
-        rows = build_leaderboard(latest_scores(store), series=latest_series(store))
+        specs = app_ctx.specs
+        rows = build_leaderboard(latest_scores(store, specs), specs=specs, series=latest_series(store, specs))
     report_path = write_report(aggregate_report(rows, note=SMOKE_TEST_NOTE),
                                home.reports_dir / "demo-aggregate-report.json")
     audit_event(home, app_ctx.actor, "report.write", role="informatics", report=report_path.name,

@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from medhelm_local import __version__
 from medhelm_local.analysis.aggregate import benchmark_score, instance_series
 from medhelm_local.analysis.stats import DEFAULT_RESAMPLES, bootstrap_ci
-from medhelm_local.benchmarks.registry import get_spec
+from medhelm_local.benchmarks.registry import SpecRegistry
 from medhelm_local.errors import BadInputError, NotFoundError
 from medhelm_local.export import intervals
 from medhelm_local.export.policy import ExportPolicy
@@ -139,7 +139,7 @@ def _run_cost(config: ApplianceConfig, store: Store, run: RunInfo) -> float | No
         return None
 
 
-def collect(store: Store, config: ApplianceConfig, run_ids: list[str]) -> RawExport:
+def collect(store: Store, specs: SpecRegistry, config: ApplianceConfig, run_ids: list[str]) -> RawExport:
     runs = load_runs(store, run_ids)
     styles = sorted({run_prompt_style(run.manifest) for run in runs})
     if len(styles) > 1:
@@ -155,15 +155,15 @@ def collect(store: Store, config: ApplianceConfig, run_ids: list[str]) -> RawExp
                                prompt_style=run_prompt_style(run.manifest)))
         n_run = 0
         for benchmark in run.benchmarks:
-            result = benchmark_score(store, run.run_id, run.model, benchmark)
-            series = instance_series(store, run.run_id, run.model, benchmark)
+            result = benchmark_score(store, specs, run.run_id, run.model, benchmark)
+            series = instance_series(store, specs, run.run_id, run.model, benchmark)
             proportion = set(series.values.tolist()) <= {0.0, 1.0} and series.aggregation == Aggregation.MEAN
             ci = bootstrap_ci(series.values, series.counts, series.aggregation, resamples=CI_RESAMPLES,
                               seed=CI_SEED)
             n_total = store.count_items(run.run_id, benchmark)
             n_run += n_total
             cells.append(RawCell(
-                run_id=run.run_id, model=run.model, benchmark=benchmark, category=get_spec(benchmark).category,
+                run_id=run.run_id, model=run.model, benchmark=benchmark, category=specs.get(benchmark).category,
                 metric=result.metric, score=result.score, n_scored=result.n, n_failed=result.n_failed,
                 n_total=n_total, created_at=run.created_at, n_gold_empty=result.n_gold_empty,
                 score_nonempty_gold=result.score_nonempty_gold, proportion=proportion,

@@ -133,7 +133,7 @@ def check_against_audit(app_ctx: AppContext, request_id: str, loaded: LoadedPoli
         "requested_at": str(want.get("requested_at")), "checkpoint": manifest.get("audit_checkpoint") or {},
         "appliance_key": load_signing_key(home.keys_dir).public_key()}
     with app_ctx.open_store() as store:
-        candidate = build_candidate(store, home.config, runs, loaded, request_id=request_id,
+        candidate = build_candidate(store, app_ctx.specs, home.config, runs, loaded, request_id=request_id,
                                     generated_at=str(want.get("requested_at")), manifest_head=head)
     rebuilt = build_manifest(files=candidate.hashes, run_manifests=candidate.run_manifests,
                              checks={c.id: c.result for c in candidate.checks}, **head)

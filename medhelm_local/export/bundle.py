@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 
 from medhelm_local import __version__
 from medhelm_local.audit.trail import CHECKPOINT_SCHEMA, key_id
-from medhelm_local.benchmarks.registry import all_specs, is_custom
+from medhelm_local.benchmarks.registry import SpecRegistry, shipped_specs
 from medhelm_local.errors import BadInputError, MedhelmError, NotFoundError
 from medhelm_local.export import aggregates as agg
 from medhelm_local.export import sshsig
@@ -191,7 +191,7 @@ def fixed_vocabulary() -> set[str]:
     for model_cls in (agg.ExportAggregates, agg.PublishedRun, agg.PublishedCell, agg.PublishedModel):
         words.update(model_cls.model_fields)
     words.update({agg.EXPORT_SCHEMA, MANIFEST_SCHEMA, __version__, *PROMPT_STYLES, *known_metrics()})
-    words.update(spec.id for spec in all_specs() if not is_custom(spec.id))
+    words.update(spec.id for spec in shipped_specs())
     words.update(c.name for c in load_taxonomy().categories)
     words.update({"tree_size", "root", "chain_head", "key_id", "signature", CHECKPOINT_SCHEMA, *BUNDLE_FILES})
     return words
@@ -323,12 +323,12 @@ class Candidate:
 ManifestHead = dict[str, Any]  # build_manifest's keyword arguments other than files, run_manifests and checks
 
 
-def build_candidate(store: Store, config: Any, run_ids: list[str], loaded: LoadedPolicy, *, request_id: str,
-                    generated_at: str, manifest_head: ManifestHead) -> Candidate:
+def build_candidate(store: Store, specs: SpecRegistry, config: Any, run_ids: list[str], loaded: LoadedPolicy, *,
+                    request_id: str, generated_at: str, manifest_head: ManifestHead) -> Candidate:
     """The candidate files and every check's result, computed from the store (deterministic for the same store,
     runs, policy, request id and time). The manifest that will leave with them (``manifest_head`` plus the
     files' hashes, run manifests and check results) is scanned like every other file that leaves."""
-    raw = agg.collect(store, config, run_ids)
+    raw = agg.collect(store, specs, config, run_ids)
     data = agg.publish(raw, loaded.policy, request_id=request_id, policy_sha256=loaded.sha256,
                        generated_at=generated_at)
     files = render_files(data)

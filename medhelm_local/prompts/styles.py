@@ -15,10 +15,13 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec, JudgeRubric, PromptSpec, template_fields, upgrade_spec_data
 from medhelm_local.errors import BadInputError
+
+if TYPE_CHECKING:
+    from medhelm_local.benchmarks.registry import SpecRegistry
 
 DEFAULT_STYLE = "default"
 MEDHELM_STYLE = "medhelm"
@@ -120,15 +123,13 @@ def run_snapshot(benchmark: str, manifest: Mapping[str, Any] | None) -> dict[str
     return dict(snapshot) if isinstance(snapshot, Mapping) else None
 
 
-def spec_for_run(benchmark: str, manifest: Mapping[str, Any] | None) -> BenchmarkSpec:
+def spec_for_run(benchmark: str, manifest: Mapping[str, Any] | None, specs: SpecRegistry) -> BenchmarkSpec:
     """The spec of ``benchmark`` as the run with this manifest used it: its snapshot; for a run created before
-    snapshots, the current file with the run's prompt style applied."""
+    snapshots, the current file (from ``specs``) with the run's prompt style applied."""
     snapshot = run_snapshot(benchmark, manifest)
     if snapshot is not None:
         return BenchmarkSpec.model_validate(snapshot)
-    from medhelm_local.benchmarks.registry import get_spec
-
-    return styled_spec(get_spec(benchmark), run_prompt_style(manifest))
+    return styled_spec(specs.get(benchmark), run_prompt_style(manifest))
 
 
 def _diff(before: Any, after: Any, path: str) -> list[str]:
@@ -142,18 +143,17 @@ def _diff(before: Any, after: Any, path: str) -> list[str]:
     return [] if before == after else [path]
 
 
-def spec_changes(benchmark: str, manifest: Mapping[str, Any] | None) -> list[str]:
+def spec_changes(benchmark: str, manifest: Mapping[str, Any] | None, specs: SpecRegistry) -> list[str]:
     """The fields (dotted paths, e.g. ``max_tokens``, ``prompt.template``, ``judge.criteria[1].description``) in
     which the current spec file, styled as the run was, differs from the run's snapshot. Empty when they agree,
     when the run has no snapshot, or when the benchmark's file is gone (the run continues from its snapshot)."""
-    from medhelm_local.benchmarks.registry import get_spec
     from medhelm_local.errors import NotFoundError
 
     snapshot = run_snapshot(benchmark, manifest)
     if snapshot is None:
         return []
     try:
-        current = spec_snapshot(styled_spec(get_spec(benchmark), run_prompt_style(manifest)))
+        current = spec_snapshot(styled_spec(specs.get(benchmark), run_prompt_style(manifest)))
     except NotFoundError:
         return []
     except ParityUnavailable:
@@ -164,8 +164,7 @@ def spec_changes(benchmark: str, manifest: Mapping[str, Any] | None) -> list[str
     return _diff(before, after, "")
 
 
-def manifest_entry(style: str, benchmarks: list[str]) -> dict[str, Any]:
-    """``manifest["prompt_style"]``: the style's name and, per benchmark, the hash of what it decided."""
-    from medhelm_local.benchmarks.registry import get_spec
-
-    return {"name": style, "sha256": {b: style_sha256(get_spec(b), style) for b in benchmarks}}
+def manifest_entry(style: str, specs: Mapping[str, BenchmarkSpec]) -> dict[str, Any]:
+    """``manifest["prompt_style"]``: the style's name and, per benchmark (its spec as written, before the style),
+    the hash of what the style decided."""
+    return {"name": style, "sha256": {b: style_sha256(spec, style) for b, spec in specs.items()}}

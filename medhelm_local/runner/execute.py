@@ -22,7 +22,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -30,7 +30,6 @@ from typing import Any, TypeVar
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.inference.client import ChatClient, RequestFailed
 from medhelm_local.prompts.build import build_request
-from medhelm_local.prompts.styles import spec_for_run
 from medhelm_local.records import InferenceRequest, InferenceResult, Instance, Truncated
 from medhelm_local.runner.concurrency import AdaptiveLimiter
 from medhelm_local.runner.fitting import PromptFitter
@@ -202,12 +201,13 @@ def _load_page(store: Store, run_id: str, benchmark: str, after_rank: int, limit
     return [(item, instances[item.instance_id]) for item in page], last_rank
 
 
-async def execute_run(store: Store, client: ChatClient, run: RunInfo, *, settings: ExecutionSettings,
-                      progress: RunProgress, session_id: str | None = None, fitter: PromptFitter | None = None
-                      ) -> ExecutionReport:
+async def execute_run(store: Store, client: ChatClient, run: RunInfo, *, specs: Mapping[str, BenchmarkSpec],
+                      settings: ExecutionSettings, progress: RunProgress, session_id: str | None = None,
+                      fitter: PromptFitter | None = None) -> ExecutionReport:
     """Send every pending item of ``run`` (or, with ``errors_only``, every failed one) and commit the outcomes.
 
-    ``fitter``: fits prompts into the model's context (None: every prompt is sent as built)."""
+    ``specs``: each benchmark's spec as the run uses it (``spec_for_run``); ``fitter``: fits prompts into the
+    model's context (None: every prompt is sent as built)."""
     report = ExecutionReport(session_id=session_id or uuid.uuid4().hex[:12])
     for benchmark in run.benchmarks:
         total, answered, errors = runs_db.item_counts(store, run.run_id, benchmark)
@@ -282,14 +282,14 @@ async def execute_run(store: Store, client: ChatClient, run: RunInfo, *, setting
 
     reader = asyncio.create_task(read_pages())
     try:
-        specs: dict[str, BenchmarkSpec] = {}
+        first_of: dict[str, BenchmarkSpec] = {}
         while (next_page := await pages.get()) is not None:
             if isinstance(next_page, BaseException):
                 raise next_page
             benchmark, page = next_page
-            spec = specs.get(benchmark)
+            spec = first_of.get(benchmark)
             if spec is None:
-                spec = specs[benchmark] = spec_for_run(benchmark, run.manifest)
+                spec = first_of[benchmark] = specs[benchmark]
                 progress.start(benchmark)
             for _, instance in page:
                 request = build_request(spec, instance, seed=run.seed)

@@ -14,11 +14,11 @@ import hashlib
 import secrets
 import string
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from medhelm_local.benchmarks.registry import get_spec
+from medhelm_local.benchmarks.registry import SpecRegistry
 from medhelm_local.benchmarks.sampling import sample_ids
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import BadInputError
@@ -55,6 +55,8 @@ class Plan:
     seed: int
     max_instances: int | None
     prompt_style: str = DEFAULT_STYLE
+    # Each benchmark's spec as this run uses it (the prompt style applied), read once from the caller's registry.
+    specs: dict[str, BenchmarkSpec] = field(default_factory=dict)
     # Shard ``(index, count)`` of the run this invocation sends (``run --shard I/N``): slice ``index`` of the
     # send order (``shard_range``). Not part of the plan key: every shard plans the same run.
     shard: tuple[int, int] | None = None
@@ -78,25 +80,27 @@ def _shuffle_key(seed: int, instance_id: str) -> str:
     return hashlib.sha256(f"shuffle:{seed}:{instance_id}".encode()).hexdigest()
 
 
-def validate_benchmarks(benchmarks: list[str]) -> None:
+def validate_benchmarks(benchmarks: list[str], specs: SpecRegistry) -> None:
     if not benchmarks:
         raise BadInputError("--benchmarks: name at least one benchmark")
     if len(set(benchmarks)) != len(benchmarks):
         raise BadInputError("--benchmarks: a benchmark is named twice")
     for benchmark in benchmarks:
-        get_spec(benchmark)
+        specs.get(benchmark)
 
 
-def compute_plan(store: Store, model: str, benchmarks: list[str], *, max_instances: int | None, seed: int,
+def compute_plan(store: Store, specs: SpecRegistry, model: str, benchmarks: list[str], *,
+                 max_instances: int | None, seed: int,
                  order_mode: str = "prefix", prompt_style: str = DEFAULT_STYLE,
                  shard: tuple[int, int] | None = None) -> Plan:
-    validate_benchmarks(benchmarks)
+    validate_benchmarks(benchmarks, specs)
     check_style(prompt_style)
     if order_mode not in ORDER_MODES:
         raise BadInputError(f"--order: expected one of {', '.join(ORDER_MODES)}")
     datasets: dict[str, dict[str, Any]] = {}
+    styled: dict[str, BenchmarkSpec] = {}
     for benchmark in benchmarks:
-        spec = styled_spec(get_spec(benchmark), prompt_style)  # refuses (exit 2) where parity is impossible
+        spec = styled[benchmark] = styled_spec(specs.get(benchmark), prompt_style)  # exit 2 where no parity
         dataset = store.current_dataset(benchmark)
         if dataset is None:
             raise BadInputError(
@@ -125,7 +129,7 @@ def compute_plan(store: Store, model: str, benchmarks: list[str], *, max_instanc
         key_material["prompt_style"] = prompt_style
     plan_key = hashlib.sha256(canonical_json(key_material)).hexdigest()
     return Plan(benchmarks=list(benchmarks), datasets=datasets, plan_key=plan_key, order_mode=order_mode,
-                seed=seed, max_instances=max_instances, prompt_style=prompt_style, shard=shard)
+                seed=seed, max_instances=max_instances, prompt_style=prompt_style, specs=styled, shard=shard)
 
 
 def check_style_fields(store: Store, spec: BenchmarkSpec, fingerprint: str) -> None:
@@ -179,7 +183,7 @@ def plan_items(store: Store, plan: Plan) -> Iterator[list[PlannedItem]]:
     Send order: benchmarks in the order named, then the mode's key, then dataset order.
     """
     for index, benchmark in enumerate(plan.benchmarks):
-        spec = styled_spec(get_spec(benchmark), plan.prompt_style)
+        spec = plan.specs[benchmark]
         fingerprint = plan.datasets[benchmark]["fingerprint"]
         position = 0
         for chunk in _chosen_chunks(store, spec, fingerprint, plan.max_instances, plan.seed):

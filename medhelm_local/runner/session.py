@@ -27,7 +27,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any
 
-from medhelm_local.benchmarks.registry import get_spec
+from medhelm_local.benchmarks.registry import SpecRegistry
 from medhelm_local.errors import BadInputError, NotFoundError
 from medhelm_local.home.config import ApplianceConfig, ModelEndpoint
 from medhelm_local.inference.backends import describe_servers
@@ -40,6 +40,7 @@ from medhelm_local.prompts.styles import (
     manifest_specs,
     run_prompt_style,
     spec_changes,
+    spec_for_run,
     styled_spec,
 )
 from medhelm_local.runner.execute import ExecutionReport, ExecutionSettings, execute_run
@@ -78,15 +79,15 @@ class Target:
         return None if self.shard is None else f"{self.shard[0]}/{self.shard[1]}"
 
 
-def refuse_early(config: ApplianceConfig, selection: Selection) -> None:
+def refuse_early(config: ApplianceConfig, specs: SpecRegistry, selection: Selection) -> None:
     """What would fail only later, refused before anything else: a benchmark without parity for the asked prompt
     style; a benchmark its scorers cannot score (no judges for the jury, loader options that give no field a
     metric reads): it would fail only after all inference."""
     if selection.prompt_style and selection.benchmarks:
-        validate_benchmarks(selection.benchmarks)
+        validate_benchmarks(selection.benchmarks, specs)
         for benchmark in selection.benchmarks:
-            styled_spec(get_spec(benchmark), selection.prompt_style)
-    check_benchmarks(config, selection.benchmarks or [])
+            styled_spec(specs.get(benchmark), selection.prompt_style)
+    check_benchmarks(config, [specs.get(b) for b in selection.benchmarks or []])
 
 
 def _check_run_id(run_id: str) -> str:
@@ -102,10 +103,10 @@ def _check_style_of(run: RunInfo, selection: Selection) -> None:
                             f"{selection.prompt_style!r}; a run never mixes styles (start a new run)")
 
 
-def _check_specs_frozen(run: RunInfo) -> None:
+def _check_specs_frozen(run: RunInfo, specs: SpecRegistry) -> None:
     """Refuse to add to a run whose benchmarks' spec files changed since it was created: one run never mixes
     prompts or decoding. (The run itself always uses its snapshot; this says why it cannot go on.)"""
-    changed = {b: fields for b in run.benchmarks if (fields := spec_changes(b, run.manifest))}
+    changed = {b: fields for b in run.benchmarks if (fields := spec_changes(b, run.manifest, specs))}
     if changed:
         detail = "; ".join(f"benchmark {b}: {', '.join(fields[:6])}{' ...' if len(fields) > 6 else ''}"
                            for b, fields in changed.items())
@@ -115,7 +116,7 @@ def _check_specs_frozen(run: RunInfo) -> None:
         )
 
 
-def _named_run(store: Store, selection: Selection, mode: Mode) -> RunInfo | None:
+def _named_run(store: Store, specs: SpecRegistry, selection: Selection, mode: Mode) -> RunInfo | None:
     """The existing run ``--resume`` / ``--retry-errors`` names, checked against the selection; else None."""
     if mode.kind not in ("resume", "retry_errors"):
         return None
@@ -126,7 +127,7 @@ def _named_run(store: Store, selection: Selection, mode: Mode) -> RunInfo | None
     if selection.model and selection.model != run.model:
         raise BadInputError(f"--model: run {mode.run_id} evaluates {run.model!r}, not {selection.model!r}")
     _check_style_of(run, selection)
-    _check_specs_frozen(run)
+    _check_specs_frozen(run, specs)
     return run
 
 
@@ -136,19 +137,19 @@ def _planned_model(selection: Selection) -> tuple[str, list[str]]:
     return selection.model, selection.benchmarks
 
 
-def resolve(store: Store, config: ApplianceConfig, selection: Selection, mode: Mode) -> Target:
+def resolve(store: Store, config: ApplianceConfig, specs: SpecRegistry, selection: Selection, mode: Mode) -> Target:
     """The run this invocation adds to, and its model's endpoint (the one place a model name is resolved).
 
     Resume / retry: the named run, with its own model and seed. New: the plan, then the unfinished run with the
     same plan key (or ``--run-id``'s) if there is one, else a run to create. Shard: the plan and the run every
     shard of it agrees on (``--run-id``, or derived from the plan key), created by the first shard there."""
-    run = _named_run(store, selection, mode)
+    run = _named_run(store, specs, selection, mode)
     model, benchmarks = (run.model, run.benchmarks) if run is not None else _planned_model(selection)
     endpoint = config.model(model)
     if run is not None:
         return Target(endpoint=endpoint, mode=mode.kind, run=run, run_id=run.run_id, seed=run.seed)
     seed = config.runner.seed if selection.seed is None else selection.seed
-    plan = compute_plan(store, model, benchmarks, max_instances=selection.max_instances, seed=seed,
+    plan = compute_plan(store, specs, model, benchmarks, max_instances=selection.max_instances, seed=seed,
                         order_mode=selection.order, prompt_style=selection.prompt_style or DEFAULT_STYLE,
                         shard=mode.shard)
     run_id = _check_run_id(mode.run_id) if mode.run_id else None
@@ -164,7 +165,7 @@ def resolve(store: Store, config: ApplianceConfig, selection: Selection, mode: M
             raise BadInputError(f"--run-id: run {run_id} exists with a different plan" + (
                 "" if plan.shard is not None else
                 " (model, benchmarks, seed, sample size, order, prompt style or dataset versions)"))
-        _check_specs_frozen(existing)
+        _check_specs_frozen(existing, specs)
         return Target(endpoint=endpoint, mode="shard" if plan.shard is not None else "resume", run=existing,
                       plan=plan, run_id=run_id, seed=seed, shard=plan.shard)
     return Target(endpoint=endpoint, mode=mode.kind, plan=plan, run_id=run_id or new_run_id(), seed=seed,
@@ -223,12 +224,13 @@ def check_identity(run: RunInfo, endpoint: ModelEndpoint, servers: list[dict[str
         )
 
 
-def new_run(config: ApplianceConfig, target: Target, servers: list[dict[str, Any]], weights: dict[str, Any] | None,
-            counter: TokenCounter) -> RunInfo:
+def new_run(config: ApplianceConfig, registry: SpecRegistry, target: Target, servers: list[dict[str, Any]],
+            weights: dict[str, Any] | None, counter: TokenCounter) -> RunInfo:
     """The run to create from ``target.plan``, with its manifest (nothing is written yet)."""
     assert target.plan is not None
     plan = target.plan
-    specs = {b: styled_spec(get_spec(b), plan.prompt_style) for b in plan.benchmarks}
+    specs = plan.specs
+    written = {b: registry.get(b) for b in plan.benchmarks}  # the style's hash is of the spec as written
     decoding: dict[str, Any] = {"temperature": 0.0, "seed": target.seed,
                                 "max_tokens": {b: s.max_tokens for b, s in specs.items()}}
     if any(s.stop for s in specs.values()):
@@ -236,7 +238,7 @@ def new_run(config: ApplianceConfig, target: Target, servers: list[dict[str, Any
     manifest = build_manifest(config=config, endpoint=target.endpoint, servers=servers, weights=weights,
                               datasets=plan.datasets, seed=target.seed, max_instances=plan.max_instances,
                               order_mode=plan.order_mode, decoding=decoding,
-                              prompt_style=manifest_entry(plan.prompt_style, plan.benchmarks),
+                              prompt_style=manifest_entry(plan.prompt_style, written),
                               specs=manifest_specs(specs), context=context_entry(target.endpoint, counter))
     if manifest["context"]["source"] == "default":
         log.warning("run.context_length_default", model=target.endpoint.name,
@@ -271,8 +273,9 @@ def start_session(store: Store, target: Target, servers: list[dict[str, Any]]) -
 
 
 async def send(store: Store, client: ChatClient, run: RunInfo, session_id: str, settings: ExecutionSettings,
-               sending: Sending, fit: PromptFitter | None) -> ExecutionReport:
+               sending: Sending, fit: PromptFitter | None, specs: SpecRegistry) -> ExecutionReport:
     """Send the run's pending items (or its errors) from ``store``, committing each outcome as it arrives."""
+    frozen = {b: spec_for_run(b, run.manifest, specs) for b in run.benchmarks}
     with RunProgress(run.run_id, enabled=sending.show_progress) as progress:
-        return await execute_run(store, client, run, settings=settings, progress=progress, session_id=session_id,
-                                 fitter=fit)
+        return await execute_run(store, client, run, specs=frozen, settings=settings, progress=progress,
+                                 session_id=session_id, fitter=fit)

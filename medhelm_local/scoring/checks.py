@@ -12,7 +12,7 @@ and covered by their tests, so a spec of theirs is not checked field by field.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import BadInputError
@@ -83,9 +83,7 @@ def check_spec(spec: BenchmarkSpec, config: ApplianceConfig | None = None, *, ju
                     "another metric")
 
 
-def check_benchmarks(config: ApplianceConfig | None, benchmarks: Sequence[str]) -> None:
+def check_benchmarks(config: ApplianceConfig | None, specs: Iterable[BenchmarkSpec]) -> None:
     """Before any inference: every benchmark of a run can be scored (:func:`check_spec`, judges included)."""
-    from medhelm_local.benchmarks.registry import get_spec
-
-    for benchmark in benchmarks:
-        check_spec(get_spec(benchmark), config, judges=True)
+    for spec in specs:
+        check_spec(spec, config, judges=True)

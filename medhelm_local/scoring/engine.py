@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
+from medhelm_local.benchmarks.registry import SpecRegistry
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.home.config import ApplianceConfig
 from medhelm_local.inference.egress import EgressPolicy
@@ -55,7 +56,8 @@ def score_items(store: Store, spec: BenchmarkSpec, items: list[tuple[Instance, s
     return run_sync(score_items_async(spec, items, context))
 
 
-def score_benchmark(store: Store, run_id: str, benchmark: str, *, config: ApplianceConfig | None = None,
+def score_benchmark(store: Store, specs: SpecRegistry, run_id: str, benchmark: str, *,
+                    config: ApplianceConfig | None = None,
                     jury_concurrency: int | None = None, only_failed: bool = False,
                     jury_stats: JuryStats | None = None, egress: EgressPolicy | None = None
                     ) -> list[InstanceScore]:
@@ -64,7 +66,7 @@ def score_benchmark(store: Store, run_id: str, benchmark: str, *, config: Applia
 
     The spec is the one the run used (its prompt style applied: MedHELM parity answers and judge prompt)."""
     run = store.get_run(run_id)
-    spec = spec_for_run(benchmark, run.manifest if run is not None else None)
+    spec = spec_for_run(benchmark, run.manifest if run is not None else None, specs)
     spec_scorers(spec)  # an unknown metric fails before the responses are read
     responses = list(store.responses(run_id, benchmark))
     by_dataset: dict[str, list[str]] = defaultdict(list)

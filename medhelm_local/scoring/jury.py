@@ -94,15 +94,6 @@ def judge_names(config: ApplianceConfig | None, benchmark: str) -> list[str]:
     return list(config.judges)
 
 
-def require_judges(config: ApplianceConfig | None, benchmarks: Sequence[str]) -> None:
-    """The runner's pre-inference check, kept under its earlier name: every scorer of every benchmark checked
-    (judges configured, judge rubric, the instance fields the loader options give): see
-    :func:`medhelm_local.scoring.checks.check_benchmarks`."""
-    from medhelm_local.scoring.checks import check_benchmarks
-
-    check_benchmarks(config, benchmarks)
-
-
 def is_jury_scored(spec: BenchmarkSpec) -> bool:
     """The jury is one of the spec's metrics (its items are what clinicians rate and `jury` commands act on)."""
     return JURY in spec.metric_names

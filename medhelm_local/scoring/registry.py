@@ -97,9 +97,10 @@ def metric_aggregation(metric: str) -> Aggregation:
 
 
 def read_details(metric: str, stored: dict[str, Any]) -> ScoreDetails:
-    """Stored details (JSON) back into the typed model of the scorer that wrote them."""
-    scorer = scorer_for(metric)
-    return (scorer.details_model if scorer is not None else ScoreDetails).model_validate(stored)
+    """Stored details (JSON) back into the typed model of the scorer that wrote them. A key the model does not know
+    (written by another version) is left out: a store is read as it was written, never refused for it."""
+    model = scorer.details_model if (scorer := scorer_for(metric)) is not None else ScoreDetails
+    return model.model_validate({k: v for k, v in stored.items() if k in model.model_fields})
 
 
 def secondary_values(metric: str, details: ScoreDetails) -> dict[str, float]:

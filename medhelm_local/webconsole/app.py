@@ -29,6 +29,7 @@ from medhelm_local import __version__
 from medhelm_local.analysis.figures import fmt, money
 from medhelm_local.audit import audit_event
 from medhelm_local.audit.trail import AuditWriteError
+from medhelm_local.benchmarks.registry import SpecRegistry
 from medhelm_local.errors import MedhelmError, NotFoundError
 from medhelm_local.home import Home
 from medhelm_local.home.config import ConsoleRole
@@ -84,6 +85,11 @@ class Console:
     @property
     def standalone(self) -> bool:
         return self.sessions is not None
+
+    @property
+    def specs(self) -> SpecRegistry:
+        """The shipped benchmark specs and this home's own."""
+        return SpecRegistry(self.home.root)
 
     @property
     def egress(self) -> EgressPolicy:

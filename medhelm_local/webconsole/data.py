@@ -35,7 +35,7 @@ from medhelm_local.analysis.leaderboard import (
     pairwise_differences,
 )
 from medhelm_local.analysis.stats import DEFAULT_RESAMPLES
-from medhelm_local.benchmarks.registry import get_spec
+from medhelm_local.benchmarks.registry import SpecRegistry
 from medhelm_local.errors import MedhelmError, NotFoundError
 from medhelm_local.home import Home
 from medhelm_local.home.keys import load_data_key
@@ -144,13 +144,14 @@ def leaderboard(home: Home, *, prompt_style: str, rule: WinRule, resamples: int 
     """The CLI leaderboard's numbers (same functions, same bootstrap seed)."""
     from medhelm_local.commands.leaderboard import apply_costs
 
+    specs = SpecRegistry(home.root)
     with reading(home) as store:
         chosen = latest_runs(store, prompt_style)
-        results = latest_scores(store, prompt_style)
-        series = latest_series(store, prompt_style)
+        results = latest_scores(store, specs, prompt_style)
+        series = latest_series(store, specs, prompt_style)
         costs = model_costs(store, home.config, chosen)
         other = {s: n for s, n in finished_runs_by_style(store).items() if s != prompt_style}
-    rows = build_leaderboard(results, series=series, rule=rule, resamples=resamples, seed=seed)
+    rows = build_leaderboard(results, specs=specs, series=series, rule=rule, resamples=resamples, seed=seed)
     for row in rows:
         row.prompt_style = prompt_style
     apply_costs(rows, costs)
@@ -217,6 +218,7 @@ class RunDetail:
 def run_detail(home: Home, run_id: str) -> RunDetail:
     from medhelm_local.analysis.aggregate import benchmark_score
 
+    specs = SpecRegistry(home.root)
     with reading(home) as store:
         run = store.get_run(run_id)
         if run is None:
@@ -224,7 +226,7 @@ def run_detail(home: Home, run_id: str) -> RunDetail:
         truncated = console_db.truncation_by_benchmark(store, run_id)
         scores = {}
         for benchmark in run.benchmarks:
-            s = benchmark_score(store, run_id, run.model, benchmark)
+            s = benchmark_score(store, specs, run_id, run.model, benchmark)
             scores[benchmark] = {"metric": s.metric, "score": s.score, "n": s.n, "n_failed": s.n_failed}
         return RunDetail(summary=_summary(store, run), manifest_sha256=manifest_sha256(run.manifest),
                          sessions=runs_db.sessions(store, run_id), truncated=truncated, scores=scores)
@@ -240,13 +242,14 @@ class BenchmarkDetail:
 def benchmark_detail(home: Home, benchmark: str) -> BenchmarkDetail:
     from medhelm_local.analysis.aggregate import benchmark_score
 
-    get_spec(benchmark)  # unknown benchmark: NotFoundError
+    specs = SpecRegistry(home.root)
+    specs.get(benchmark)  # unknown benchmark: NotFoundError
     with reading(home) as store:
         datasets = [d for d in store.list_datasets() if d.benchmark == benchmark]
         results = []
         for run in reversed(store.list_runs()):
             if benchmark in run.benchmarks and run.status == "finished":
-                s = benchmark_score(store, run.run_id, run.model, benchmark)
+                s = benchmark_score(store, specs, run.run_id, run.model, benchmark)
                 results.append({"model": run.model, "run_id": run.run_id, "metric": s.metric, "score": s.score,
                                 "n": s.n, "n_failed": s.n_failed, "prompt_style": run_prompt_style(run.manifest)})
     return BenchmarkDetail(benchmark=benchmark, datasets=datasets, results=results)
@@ -286,7 +289,8 @@ PAGE_SIZE = 20
 def instances(home: Home, run_id: str, benchmark: str, *, page: int = 0, failures_only: bool = False
               ) -> tuple[list[InstanceRow], int]:
     """One page of a run's items on one benchmark (prompt, response, score, judge ratings) and the item count."""
-    metric = get_spec(benchmark).metric
+    specs = SpecRegistry(home.root)
+    metric = specs.get(benchmark).metric
     with reading(home) as store:
         run = store.get_run(run_id)
         if run is None or benchmark not in run.benchmarks:
@@ -324,6 +328,7 @@ def ratable_responses(home: Home) -> list[RatableResponse]:
     """Every answered item of a finished run on a jury-scored (open-ended) benchmark: the sampling frame."""
     from medhelm_local.scoring.jury import is_jury_scored
 
+    specs = SpecRegistry(home.root)
     out = []
     with reading(home) as store:
         for run in store.list_runs():
@@ -331,7 +336,7 @@ def ratable_responses(home: Home) -> list[RatableResponse]:
                 continue
             for benchmark in run.benchmarks:
                 try:
-                    if not is_jury_scored(get_spec(benchmark)):
+                    if not is_jury_scored(specs.get(benchmark)):
                         continue
                 except NotFoundError:
                     continue
@@ -355,7 +360,8 @@ def item_text(home: Home, run_id: str, benchmark: str, instance_id: str) -> Item
     """What the jury saw of one item: the question and the model's response (patient-level: audit the view)."""
     from medhelm_local.prompts.build import judge_question
 
-    spec = get_spec(benchmark)
+    specs = SpecRegistry(home.root)
+    spec = specs.get(benchmark)
     with reading(home) as store:
         item = console_db.answered_item(store, run_id, benchmark, instance_id)
         if item is None:

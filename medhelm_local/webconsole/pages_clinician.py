@@ -9,7 +9,6 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
 
-from medhelm_local.benchmarks.registry import get_spec
 from medhelm_local.home.config import ConsoleRole
 from medhelm_local.store.ratings import ClinicianRating
 from medhelm_local.store.store import utcnow
@@ -39,7 +38,7 @@ def rate(request: Request) -> Response:
     text = data.item_text(console.home, item.run_id, item.benchmark, item.instance_id)
     console.audit(identity, "console.rating.view", role="clinician", run_id=item.run_id, benchmark=item.benchmark,
                   instance_id=item.instance_id)
-    spec = get_spec(item.benchmark)
+    spec = console.specs.get(item.benchmark)
     return console.render(request, "rate.html", text=text, spec=spec, criteria=spec.judge.criteria if spec.judge
                           else [], token=console.csrf.opaque(rating.item_key(item)), progress=done,
                           remaining=len(todo), raters_per_item=settings.raters_per_item,
@@ -64,7 +63,7 @@ async def submit(request: Request) -> Response:
                                           "rated already). Your rating was not saved; open the next item.",
                                   retry=False)
         item = found[0]
-        spec = get_spec(item.benchmark)
+        spec = console.specs.get(item.benchmark)
         criteria = [c.name for c in spec.judge.criteria] if spec.judge else []
         values: dict[str, int] = {}
         for name in criteria:

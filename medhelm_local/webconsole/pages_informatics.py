@@ -10,8 +10,8 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from medhelm_local.analysis.figures import LeaderboardFigures, leaderboard_figures
-from medhelm_local.analysis.leaderboard import WinRule, category_of
-from medhelm_local.benchmarks.registry import all_specs, get_spec
+from medhelm_local.analysis.leaderboard import WinRule
+from medhelm_local.benchmarks.registry import SpecRegistry
 from medhelm_local.errors import BadInputError, NotFoundError
 from medhelm_local.export import intervals
 from medhelm_local.home.config import ConsoleRole
@@ -42,7 +42,7 @@ class SummaryIntervals:
     categories: dict[str, tuple[float, float] | None]
 
 
-def summary_intervals(view: data.LeaderboardView) -> dict[str, SummaryIntervals]:
+def summary_intervals(view: data.LeaderboardView, specs: SpecRegistry) -> dict[str, SummaryIntervals]:
     """The summaries recomputed on bootstrap resamples of each benchmark's scored instances (the export's method);
     none for a summary over a benchmark with fewer than two scored instances."""
     draws: dict[str, dict[str, list[float] | None]] = {}
@@ -58,7 +58,7 @@ def summary_intervals(view: data.LeaderboardView) -> dict[str, SummaryIntervals]
     for model, own in draws.items():
         by_category: dict[str, list[list[float] | None]] = {}
         for benchmark, values in own.items():
-            by_category.setdefault(category_of(benchmark), []).append(values)
+            by_category.setdefault(specs.category_of(benchmark), []).append(values)
         categories = {c: None if any(v is None for v in vs) else intervals.mean_interval([v for v in vs if v])
                       for c, vs in sorted(by_category.items())}
         out[model] = SummaryIntervals(
@@ -88,7 +88,7 @@ def leaderboard(request: Request) -> Response:
     rule = WinRule(_choice(request, "rule", tuple(r.value for r in WinRule), WinRule.PAPER.value))
     console = console_of(request)
     view = data.leaderboard(console.home, prompt_style=style, rule=rule)
-    summaries = summary_intervals(view)
+    summaries = summary_intervals(view, console.specs)
     figures = console_figures(view, summaries)
     return console.render(request, "leaderboard.html", view=view, figures=figures, styles=PROMPT_STYLES,
                           rules=WIN_RULES, rule_text=WIN_RULES[rule], summaries=summaries)
@@ -115,7 +115,7 @@ def run_detail(request: Request) -> Response:
 def benchmarks(request: Request) -> Response:
     console = console_of(request)
     registered = data.registered_datasets(console.home)
-    specs = sorted(all_specs(), key=lambda s: (s.category, s.id))
+    specs = sorted(console.specs.all(), key=lambda s: (s.category, s.id))
     return console.render(request, "benchmarks.html", specs=specs, registered=registered)
 
 
@@ -124,7 +124,7 @@ def benchmark_detail(request: Request) -> Response:
     console = console_of(request)
     name = request.path_params["benchmark"]
     detail = data.benchmark_detail(console.home, name)
-    return console.render(request, "benchmark.html", detail=detail, spec=get_spec(name))
+    return console.render(request, "benchmark.html", detail=detail, spec=console.specs.get(name))
 
 
 @requires(INFORMATICS)
@@ -138,7 +138,7 @@ def instances(request: Request) -> Response:
         raise BadInputError("page: expected a number") from None
     failures = request.query_params.get("failures") == "1"
     try:
-        get_spec(benchmark)
+        console.specs.get(benchmark)
     except NotFoundError:
         raise NotFoundError(f"no benchmark {benchmark!r}") from None
     rows, total = data.instances(console.home, run_id, benchmark, page=page, failures_only=failures)
@@ -147,7 +147,7 @@ def instances(request: Request) -> Response:
                   instances=[r.instance_id for r in rows])
     pages = max(1, -(-total // data.PAGE_SIZE))
     return console.render(request, "instances.html", rows=rows, total=total, page=page, pages=pages,
-                          failures=failures, run_id=run_id, benchmark=benchmark, spec=get_spec(benchmark))
+                          failures=failures, run_id=run_id, benchmark=benchmark, spec=console.specs.get(benchmark))
 
 
 def routes() -> list[Route]:

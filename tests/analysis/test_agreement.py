@@ -9,7 +9,7 @@ import pytest
 
 from medhelm_local.analysis.agreement import read_clinician_ratings, validate_jury
 from medhelm_local.analysis.stats import icc3k, zscore
-from medhelm_local.benchmarks.registry import get_spec
+from medhelm_local.benchmarks.registry import shipped_spec
 from medhelm_local.errors import ExtractError
 from medhelm_local.records import Instance, InstanceScore
 from medhelm_local.store import Store
@@ -17,7 +17,7 @@ from medhelm_local.store.judgments import Judgment, JudgmentStatus, record_judgm
 from tests.conftest import Cli, cli_env
 from tests.scoring.helpers import add_run, make_home, register
 
-SPEC = get_spec("medication_qa")
+SPEC = shipped_spec("medication_qa")
 IDS = [f"m{i}" for i in range(8)]
 QUALITY = [1.0, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0]  # the "true" quality of each response
 

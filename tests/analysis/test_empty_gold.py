@@ -11,6 +11,7 @@ import pytest
 
 from medhelm_local.analysis.aggregate import latest_scores, latest_series
 from medhelm_local.analysis.leaderboard import build_leaderboard
+from medhelm_local.benchmarks.registry import SHIPPED
 from medhelm_local.commands.leaderboard import leaderboard_payload
 from medhelm_local.export.aggregates import RawCell, collect, publish, publish_cell
 from medhelm_local.export.policy import ExportPolicy
@@ -52,15 +53,15 @@ def test_leaderboard_and_export_carry_empty_gold(public_data: Path, tmp_path: Pa
         nonempty = data[30:]
         outputs = {i.id: (i.references[0] if i in nonempty[:10] else EMPTY_QUERY) for i in data}
         run_id = add_run(store, "model-a", "ehrsql", fingerprint, data, outputs)
-        score_benchmark(store, run_id, "ehrsql")
-        results = latest_scores(store)
-        series = latest_series(store)
-        raw = collect(store, home.config, [run_id])
+        score_benchmark(store, SHIPPED, run_id, "ehrsql")
+        results = latest_scores(store, SHIPPED)
+        series = latest_series(store, SHIPPED)
+        raw = collect(store, SHIPPED, home.config, [run_id])
 
     (result,) = results
     assert (result.score, result.n, result.n_gold_empty, result.score_nonempty_gold) == (40 / 50, 50, 30, 0.5)
 
-    rows = build_leaderboard(results, series=series, resamples=0)
+    rows = build_leaderboard(results, specs=SHIPPED, series=series, resamples=0)
     entry = leaderboard_payload(rows)[0]["benchmarks"]["ehrsql"]
     assert entry["score"] == 0.8 and entry["n_gold_empty"] == 30 and entry["score_nonempty_gold"] == 0.5
 

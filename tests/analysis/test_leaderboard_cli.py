@@ -6,6 +6,7 @@ import pytest
 
 from medhelm_local.analysis.aggregate import latest_scores
 from medhelm_local.analysis.leaderboard import build_leaderboard
+from medhelm_local.benchmarks.registry import SHIPPED
 from medhelm_local.commands.leaderboard import leaderboard_payload
 from medhelm_local.home import Home
 from medhelm_local.records import Instance
@@ -54,10 +55,10 @@ def store_home(tmp_path_factory: pytest.TempPathFactory) -> Home:
             for benchmark, data, fingerprint, right, failed in (
                     ("pubmedqa", p_data, p_fp, p_right, p_failed), ("medqa", m_data, m_fp, m_right, m_failed)):
                 run_id = add_run(store, model, benchmark, fingerprint, data, answers(data, right, failed))
-                score_benchmark(store, run_id, benchmark)
+                score_benchmark(store, SHIPPED, run_id, benchmark)
         # an unfinished later run does not replace the finished one
         run_id = add_run(store, "alpha", "pubmedqa", p_fp, p_data, answers(p_data, 0), status="running")
-        score_benchmark(store, run_id, "pubmedqa")
+        score_benchmark(store, SHIPPED, run_id, "pubmedqa")
     return home
 
 
@@ -115,7 +116,7 @@ def test_leaderboard_plain_output_and_shared_names(store_home: Home) -> None:
     assert "win rule: paper" in result.stdout and "minimum detectable effect" in result.stdout
     # the names the demo and the export use keep working without the store-level statistics
     with Store.open(store_home) as store:
-        rows = build_leaderboard(latest_scores(store))
+        rows = build_leaderboard(latest_scores(store, SHIPPED), specs=SHIPPED)
     payload = leaderboard_payload(rows)
     assert {r["model"] for r in payload} == {"alpha", "beta", "gamma"}
     assert all({"win_rate", "win_sd", "macro_avg", "sd", "categories", "benchmarks"} <= set(r) for r in payload)

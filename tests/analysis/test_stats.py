@@ -17,6 +17,7 @@ from medhelm_local.analysis.leaderboard import (
     win_sd,
 )
 from medhelm_local.analysis.stats import bootstrap_ci, icc3k, mde, mde_multiplier, pair_mde, paired_bootstrap_diff
+from medhelm_local.benchmarks.registry import SHIPPED
 from medhelm_local.records import BenchmarkScore
 from medhelm_local.scoring.metrics import Aggregation
 
@@ -52,15 +53,15 @@ def test_win_rate_only_over_shared_benchmarks() -> None:
 def test_build_leaderboard_rows() -> None:
     results = [BenchmarkScore(model=m, benchmark=b, metric="exact_match", score=s, n=10)
                for m, per in SCORES.items() for b, s in per.items()]
-    rows = build_leaderboard(results)
+    rows = build_leaderboard(results, specs=SHIPPED)
     assert [r.model for r in rows] == ["M1", "M2", "M3"]  # M2 and M3 tie on win-rate; macro 0.55 > 0.5
     first = rows[0]
     assert (first.win_rate, first.win_sd, first.macro_avg) == (1.0, 0.0, pytest.approx(0.65))
     assert first.sd == pytest.approx(0.15)  # population SD of [0.8, 0.5]
     assert first.win_rule == WinRule.PAPER
-    helm = build_leaderboard(results, rule=WinRule.HELM)
+    helm = build_leaderboard(results, specs=SHIPPED, rule=WinRule.HELM)
     assert helm[0].win_rate == 0.75
-    single = build_leaderboard([results[0]])
+    single = build_leaderboard([results[0]], specs=SHIPPED)
     assert single[0].win_rate is None and single[0].macro_avg == 0.8
 
 

@@ -9,12 +9,13 @@ import pytest
 import yaml
 
 from medhelm_local.benchmarks.registry import (
-    all_specs,
+    SpecRegistry,
     custom_specs,
-    get_spec,
     load_custom_spec,
     register_custom_spec,
     remove_custom_spec,
+    shipped_spec,
+    shipped_specs,
 )
 from medhelm_local.errors import BadInputError, NotFoundError
 
@@ -86,29 +87,37 @@ def test_register_persists_under_the_home_and_joins_the_registry(tmp_path: Path)
     spec = register_custom_spec(_write(tmp_path), home)
     stored = home / "benchmarks" / "wound_followup.yaml"
     assert stored.is_file() and (stored.stat().st_mode & 0o777) == 0o600
-    assert get_spec("wound_followup", home) == spec
-    ids = [s.id for s in all_specs(home)]
+    assert SpecRegistry(home).get("wound_followup") == spec
+    ids = [s.id for s in SpecRegistry(home).all()]
     assert len(ids) == 38 and ids[-1] == "wound_followup"
-    assert "wound_followup" not in [s.id for s in all_specs()]
+    assert "wound_followup" not in [s.id for s in shipped_specs()]
     with pytest.raises(NotFoundError):
-        get_spec("wound_followup")
+        shipped_spec("wound_followup")
     register_custom_spec(_write(tmp_path, name="Wound Follow-up v2"), home)
-    assert get_spec("wound_followup", home).name == "Wound Follow-up v2"
+    assert SpecRegistry(home).get("wound_followup").name == "Wound Follow-up v2"
     remove_custom_spec("wound_followup", home)
     with pytest.raises(NotFoundError):
-        get_spec("wound_followup", home)
+        SpecRegistry(home).get("wound_followup")
 
 
-def test_active_home_makes_custom_specs_visible_everywhere(tmp_path: Path) -> None:
-    from medhelm_local.benchmarks.registry import active_home, set_active_home
+def test_each_context_sees_its_own_homes_specs_and_nothing_is_process_wide(tmp_path: Path) -> None:
+    """The registry rides on the context: a library caller needs no set-up the CLI does, and two homes in one
+    process never see each other's benchmarks."""
+    import medhelm_local.benchmarks.registry as registry
+    from medhelm_local.context import AppContext
+    from medhelm_local.home import Home
 
-    home = tmp_path / "home"
-    register_custom_spec(_write(tmp_path), home)
-    assert active_home() is None
-    set_active_home(home)
-    try:
-        assert get_spec("wound_followup").id == "wound_followup"
-        assert len(all_specs()) == 38
-    finally:
-        set_active_home(None)
-    assert len(all_specs()) == 37
+    with_custom = AppContext(home=Home(tmp_path / "a"), actor="tester")
+    without = AppContext(home=Home(tmp_path / "b"), actor="tester")
+    register_custom_spec(_write(tmp_path), with_custom.home.root)
+    assert with_custom.specs.get("wound_followup").id == "wound_followup"
+    assert len(with_custom.specs.all()) == 38 and registry.is_custom("wound_followup")
+    assert with_custom.specs.category_of("wound_followup") == with_custom.specs.get("wound_followup").category
+    with pytest.raises(NotFoundError):
+        without.specs.get("wound_followup")
+    assert len(without.specs.all()) == 37
+    with pytest.raises(NotFoundError):
+        shipped_spec("wound_followup")
+    assert not hasattr(registry, "set_active_home") and not hasattr(registry, "_active_home")
+
+

@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from medhelm_local.audit.trail import AuditTrail
+from medhelm_local.benchmarks.registry import SHIPPED
 from medhelm_local.context import AppContext
 from medhelm_local.errors import EgressDenied
 from medhelm_local.home import Home, ModelEndpoint
@@ -97,7 +98,7 @@ def test_a_judge_outside_the_allowlist_is_refused_and_audited_when_scoring(tmp_p
         fingerprint = register(store, "medication_qa", data)
         run_id = add_run(store, "model-x", "medication_qa", fingerprint, data, {i.id: "an answer" for i in data})
         with pytest.raises(EgressDenied, match="refused before connecting"):
-            score_benchmark(store, run_id, "medication_qa", config=home.config, egress=ctx.egress)
+            score_benchmark(store, SHIPPED, run_id, "medication_qa", config=home.config, egress=ctx.egress)
     assert [(d["actor"], d["objects"]["target"]) for d in _denials(home.root)] == [
         ("scorer", "http://192.0.2.50:8000")]
 

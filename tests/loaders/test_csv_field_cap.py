@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from medhelm_local.benchmarks.registry import get_spec
+from medhelm_local.benchmarks.registry import shipped_spec
 from medhelm_local.errors import ConfigError, ExtractError
 from medhelm_local.loaders import load_dataset
 from medhelm_local.loaders.io import DEFAULT_CSV_FIELD_MIB, csv_field_cap
@@ -46,7 +46,7 @@ def test_a_field_past_the_env_cap_names_the_file_row_and_setting(tmp_path: Path,
     monkeypatch.setenv("MEDHELM_CSV_FIELD_MAX_MIB", "1")
     data = _hospice_csv(tmp_path / "hospice.csv", (1 << 20) + 10, rows=4, long_row=2)
     with pytest.raises(ExtractError) as caught:
-        load_dataset(get_spec("hospice_referral"), data)
+        load_dataset(shipped_spec("hospice_referral"), data)
     error = caught.value
     assert error.file == str(data) and error.row == 2
     assert "at most 1 MiB" in str(error) and "MEDHELM_CSV_FIELD_MAX_MIB" in str(error)
@@ -68,8 +68,8 @@ def test_the_cap_from_appliance_yaml_applies_to_registration(home_cli: Cli, tmp_
 def test_the_block_cap_and_a_bad_env_value(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     data = _hospice_csv(tmp_path / "hospice.csv", (1 << 20) + 10)
     with csv_field_cap(1), pytest.raises(ExtractError, match="at most 1 MiB"):
-        load_dataset(get_spec("hospice_referral"), data)
-    assert len(load_dataset(get_spec("hospice_referral"), data).instances) == 3  # the default cap again
+        load_dataset(shipped_spec("hospice_referral"), data)
+    assert len(load_dataset(shipped_spec("hospice_referral"), data).instances) == 3  # the default cap again
     monkeypatch.setenv("MEDHELM_CSV_FIELD_MAX_MIB", "lots")
     with pytest.raises(ConfigError, match="MEDHELM_CSV_FIELD_MAX_MIB"):
-        load_dataset(get_spec("hospice_referral"), data)
+        load_dataset(shipped_spec("hospice_referral"), data)

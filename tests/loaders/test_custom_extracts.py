@@ -10,7 +10,7 @@ import duckdb
 import pytest
 import yaml
 
-from medhelm_local.benchmarks.registry import get_spec, register_custom_spec
+from medhelm_local.benchmarks.registry import SpecRegistry, register_custom_spec, shipped_spec
 from medhelm_local.benchmarks.sampling import sample_ids
 from medhelm_local.errors import BadInputError, ExtractError
 from medhelm_local.loaders import load_dataset
@@ -35,7 +35,7 @@ def test_csv_extract_end_to_end(tmp_path: Path) -> None:
     home = tmp_path / "home"
     spec = register_custom_spec(SAMPLES / "followup_needed.yaml", home)
     assert (home / "benchmarks" / "followup_needed.yaml").is_file()
-    spec = get_spec("followup_needed", home)  # a later invocation reads it back from the home
+    spec = SpecRegistry(home).get("followup_needed")  # a later invocation reads it back from the home
     assert spec.category == "Administration and Workflow" and spec.access.value == "private"
     result = load_dataset(spec, SAMPLES / "followup_needed.csv")
     assert [i.id for i in result.instances] == ["101", "102", "103", "104", "105", "106"]
@@ -58,7 +58,7 @@ def test_duckdb_table_or_query_extract(tmp_path: Path, source: str) -> None:
     con.close()
     options = {"id_column": "ref_id", "fields": {"context": "note", "question": "prompt"}, "label_column": "outcome"}
     options |= {"table": "referrals"} if source == "table" else {"query": "select * from referrals where ref_id < 3"}
-    spec = get_spec("ent_referral").model_copy(update={"loader_options": options})
+    spec = shipped_spec("ent_referral").model_copy(update={"loader_options": options})
     result = load_dataset(spec, db)
     assert [(i.id, i.label) for i in result.instances][:2] == [("1", "A"), ("2", "B")]
     assert len(result.instances) == (3 if source == "table" else 2)
@@ -67,7 +67,7 @@ def test_duckdb_table_or_query_extract(tmp_path: Path, source: str) -> None:
 def test_duckdb_missing_table(tmp_path: Path) -> None:
     db = tmp_path / "extract.duckdb"
     duckdb.connect(str(db)).close()
-    spec = get_spec("ent_referral").model_copy(update={"loader_options": {"table": "referrals"}})
+    spec = shipped_spec("ent_referral").model_copy(update={"loader_options": {"table": "referrals"}})
     with pytest.raises(ExtractError, match="a table or view named 'referrals'"):
         load_dataset(spec, db)
 
@@ -75,7 +75,7 @@ def test_duckdb_missing_table(tmp_path: Path) -> None:
 def test_omop_eunomia_end_to_end(tmp_path: Path, eunomia_db: Path) -> None:
     home = tmp_path / "home"
     register_custom_spec(SAMPLES / "omop_gi_bleed.yaml", home)
-    spec = get_spec("omop_gi_bleed", home)
+    spec = SpecRegistry(home).get("omop_gi_bleed")
     result = load_dataset(spec, eunomia_db)
     assert len(result.instances) == 2694
     assert Counter(i.label for i in result.instances) == {"no": 2215, "yes": 479}
@@ -97,7 +97,7 @@ def test_omop_eunomia_end_to_end(tmp_path: Path, eunomia_db: Path) -> None:
 def test_omop_timeline_keeps_the_most_recent_events(tmp_path: Path, eunomia_db: Path) -> None:
     path = _custom(tmp_path, "omop_gi_bleed.yaml", loader_options={"max_context_tokens": 120})
     spec = register_custom_spec(path, tmp_path / "home")
-    full = load_dataset(get_spec("omop_gi_bleed", tmp_path / "home").model_copy(
+    full = load_dataset(SpecRegistry(tmp_path / "home").get("omop_gi_bleed").model_copy(
         update={"loader_options": {**spec.loader_options, "max_context_tokens": 100000}}), eunomia_db)
     short = load_dataset(spec, eunomia_db)
     long_one = next(i for i in full.instances if i.meta["n_events"] > 20)

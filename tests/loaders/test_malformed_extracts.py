@@ -9,20 +9,20 @@ from pathlib import Path
 
 import pytest
 
-from medhelm_local.benchmarks.registry import get_spec
+from medhelm_local.benchmarks.registry import shipped_spec
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import BadInputError, ExtractError
 from medhelm_local.loaders import load_dataset
 
 
 def spec_with(benchmark: str, **changes: object) -> BenchmarkSpec:
-    return get_spec(benchmark).model_copy(update=changes)
+    return shipped_spec(benchmark).model_copy(update=changes)
 
 SECRET = "Jane Q. Patient MRN 0042"
 
 
 def _hospice() -> BenchmarkSpec:
-    return get_spec("hospice_referral")
+    return shipped_spec("hospice_referral")
 
 
 def _fail(spec: BenchmarkSpec, path: Path) -> ExtractError:
@@ -49,7 +49,7 @@ def test_wrong_type(tmp_path: Path) -> None:
     bad = f'2,2,CrCl,lab,decimal,n2,Extracted,"A note.",What is CrCl?,{{}},"{SECRET}",24,26,x'
     path = tmp_path / "test_data.csv"
     path.write_text(f"{header}\n{good}\n{bad}\n", encoding="utf-8")
-    error = _fail(get_spec("medcalc_bench"), path)
+    error = _fail(shipped_spec("medcalc_bench"), path)
     assert (error.row, error.column) == (1, "Ground Truth Answer")
     assert error.expected.startswith("a number, a date")
 
@@ -88,7 +88,7 @@ def test_empty_id(tmp_path: Path) -> None:
                                  "db_id": "eicu"}]), encoding="utf-8")
     (tmp_path / "eicu.sqlite").write_bytes(b"")
     (tmp_path / "eicu.sql").write_text("CREATE TABLE patient (x int);", encoding="utf-8")
-    error = _fail(get_spec("ehrsql"), tmp_path)
+    error = _fail(shipped_spec("ehrsql"), tmp_path)
     assert (error.row, error.column, error.expected) == (0, "id", "a non-empty value")
 
 
@@ -128,7 +128,7 @@ def test_truncated_gzip(tmp_path: Path) -> None:
 def test_truncated_gzip_in_dischargeme_set(tmp_path: Path) -> None:
     for name in ("discharge", "radiology", "discharge_target"):
         (tmp_path / f"{name}.csv.gz").write_bytes(gzip.compress(b"hadm_id,text\n1,x\n")[:12])
-    error = _fail(get_spec("dischargeme"), tmp_path)
+    error = _fail(shipped_spec("dischargeme"), tmp_path)
     assert error.file.endswith("discharge.csv.gz") and "gzip" in error.expected
 
 
@@ -136,7 +136,7 @@ def test_invalid_json(tmp_path: Path) -> None:
     path = tmp_path / "data.jsonl"
     path.write_text('{"question": "q", "options": {"A": "a"}, "answer_idx": "A", "meta_info": "step1"}\n'
                     '{"question": \n', encoding="utf-8")
-    error = _fail(get_spec("medqa"), path)
+    error = _fail(shipped_spec("medqa"), path)
     assert error.row == 1 and "line 2 is not JSON" in error.expected
 
 
@@ -144,20 +144,20 @@ def test_answer_outside_the_options(tmp_path: Path) -> None:
     path = tmp_path / "data.jsonl"
     row = {"question": SECRET, "options": {"A": "a", "B": "b"}, "answer_idx": "F", "meta_info": "step1"}
     path.write_text(json.dumps(row) + "\n", encoding="utf-8")
-    error = _fail(get_spec("medqa"), path)
+    error = _fail(shipped_spec("medqa"), path)
     assert (error.row, error.column) == (0, "answer_idx") and "A, B" in error.expected
 
 
 def test_damaged_parquet(tmp_path: Path) -> None:
     path = tmp_path / "billing.parquet"
     path.write_bytes(b"PAR1 this is not really parquet")
-    assert _fail(get_spec("mimic_iv_billing"), path).expected == "a readable Parquet file"
+    assert _fail(shipped_spec("mimic_iv_billing"), path).expected == "a readable Parquet file"
 
 
 def test_line_pairs_must_align(tmp_path: Path) -> None:
     (tmp_path / "test.findings.tok").write_text("a\nb\n", encoding="utf-8")
     (tmp_path / "test.impression.tok").write_text("a\n", encoding="utf-8")
-    error = _fail(get_spec("mimic_rrs"), tmp_path)
+    error = _fail(shipped_spec("mimic_rrs"), tmp_path)
     assert error.file.endswith("test.impression.tok") and "as many lines as test.findings.tok" in error.expected
 
 
@@ -165,14 +165,14 @@ def test_n2c2_unknown_met_value(tmp_path: Path) -> None:
     (tmp_path / "101.xml").write_text(
         f'<PatientMatching><TEXT>{SECRET}</TEXT><TAGS><ENGLISH met="perhaps"/></TAGS></PatientMatching>',
         encoding="utf-8")
-    error = _fail(get_spec("n2c2_ct"), tmp_path)
+    error = _fail(shipped_spec("n2c2_ct"), tmp_path)
     assert (error.row, error.column) == (0, "ENGLISH")
 
 
 def test_malformed_xml_names_the_line(tmp_path: Path) -> None:
     path = tmp_path / "qa.xml"
     path.write_text("<Questions>\n<Question QID='1'>\n</Questions>", encoding="utf-8")
-    assert "well-formed XML (error at line 3" in _fail(get_spec("mediqa_qa"), path).expected
+    assert "well-formed XML (error at line 3" in _fail(shipped_spec("mediqa_qa"), path).expected
 
 
 def test_unknown_loader_option_is_reported(tmp_path: Path) -> None:

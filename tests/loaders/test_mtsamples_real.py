@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from medhelm_local.benchmarks.registry import get_spec
+from medhelm_local.benchmarks.registry import shipped_spec
 from medhelm_local.loaders import load_dataset
 from medhelm_local.loaders.mtsamples import extract_reference
 from medhelm_local.records import Instance
@@ -35,7 +35,7 @@ def helm_reference(text: str) -> str | None:
 
 
 def load(public_data: Path, benchmark: str) -> dict[str, Instance]:
-    result = load_dataset(get_spec(benchmark), public_data / "mtsamples_sample" / FOLDERS[benchmark])
+    result = load_dataset(shipped_spec(benchmark), public_data / "mtsamples_sample" / FOLDERS[benchmark])
     return {i.id: i for i in result.instances}
 
 

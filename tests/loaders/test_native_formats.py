@@ -13,13 +13,13 @@ import pyarrow.parquet as pq
 import pytest
 from openpyxl import Workbook
 
-from medhelm_local.benchmarks.registry import get_spec
+from medhelm_local.benchmarks.registry import shipped_spec
 from medhelm_local.loaders import load_dataset
 from medhelm_local.prompts import build_request
 
 
 def _check_prompts(benchmark: str, result_instances: list) -> None:
-    spec = get_spec(benchmark)
+    spec = shipped_spec(benchmark)
     for instance in result_instances:
         assert build_request(spec, instance).messages[-1].content
 
@@ -44,7 +44,7 @@ def test_headqa_json(tmp_path: Path) -> None:
          "answers": [{"aid": 1, "atext": "Yes"}, {"aid": 2, "atext": "No"}]},
     ]}}}
     (tmp_path / "HEAD_EN.json").write_text(json.dumps(data), encoding="utf-8")
-    result = load_dataset(get_spec("head_qa"), tmp_path)
+    result = load_dataset(shipped_spec("head_qa"), tmp_path)
     first = result.instances[0]
     assert first.id == "cuaderno_2013_1_B:1"
     assert first.label == "D"
@@ -59,7 +59,7 @@ def test_medbullets_csv(tmp_path: Path) -> None:
                       ["question", "opa", "opb", "opc", "opd", "ope", "answer_idx", "explanation"],
                       [["A 45-year-old man ...?", "a", "b", "c", "d", "e", "C", "Because c."],
                        ["A 3-year-old girl ...?", "v", "w", "x", "y", "z", "E", "Because z."]])
-    result = load_dataset(get_spec("medbullets"), path)
+    result = load_dataset(shipped_spec("medbullets"), path)
     assert [i.id for i in result.instances] == ["0", "1"]
     assert [i.label for i in result.instances] == ["C", "E"]
     assert result.instances[0].fields["options"].endswith("E. e")
@@ -73,7 +73,7 @@ def test_medmcqa_jsonl_one_based_cop(tmp_path: Path) -> None:
              "subject_name": "Surgery", "exp": None}]
     path = tmp_path / "dev.json"
     path.write_text("\n".join(json.dumps(r) for r in rows) + "\n", encoding="utf-8")
-    result = load_dataset(get_spec("medmcqa"), path)
+    result = load_dataset(shipped_spec("medmcqa"), path)
     assert [(i.id, i.label) for i in result.instances] == [("e9ad821a", "A"), ("5e7ca1b2", "D")]
     assert result.instances[1].meta["explanation"] is None
 
@@ -89,7 +89,7 @@ def test_medication_qa_xlsx(tmp_path: Path) -> None:
                   None, None])
     path = tmp_path / "MedInfo2019-QA-Medications.xlsx"
     book.save(path)
-    result = load_dataset(get_spec("medication_qa"), path)
+    result = load_dataset(shipped_spec("medication_qa"), path)
     assert len(result.instances) == 2
     assert result.instances[0].references[0].startswith("tell your doctor")
     assert result.instances[1].meta == {"focus": "amoxicillin", "question_type": "Dose"}
@@ -114,7 +114,7 @@ def test_mediqa_xml_reference_is_rank_one(tmp_path: Path) -> None:
 </MEDIQA2019-Task3-QA-TestSet>"""
     path = tmp_path / "MEDIQA2019-Task3-QA-TestSet-wLabels.xml"
     path.write_text(xml, encoding="utf-8")
-    result = load_dataset(get_spec("mediqa_qa"), path)
+    result = load_dataset(shipped_spec("mediqa_qa"), path)
     assert [i.id for i in result.instances] == ["1"]
     assert result.instances[0].references == ["A lump in the neck."]
     assert result.skipped == {"no answer with ReferenceRank 1": 1}
@@ -125,7 +125,7 @@ def test_med_dialog_json(tmp_path: Path, wrapped: bool) -> None:
     records = [{"src": "Patient: I have pain in my left arm.\nDoctor: Please see a doctor.",
                 "tgt": "Arm pain that needs examination."}]
     (tmp_path / "test.json").write_text(json.dumps({"data": records} if wrapped else records), encoding="utf-8")
-    spec = get_spec("med_dialog")
+    spec = shipped_spec("med_dialog")
     if wrapped:
         spec = spec.model_copy(update={"loader_options": {**spec.loader_options, "records_key": "data"}})
     result = load_dataset(spec, tmp_path / "test.json")
@@ -141,7 +141,7 @@ def test_mtsamples_folder_reference_section_removed_and_skips_counted(tmp_path: 
     (tmp_path / "summary.txt").write_text("DIAGNOSIS: Cough.\n\nSUMMARY: Viral bronchitis, supportive care.\n",
                                           encoding="utf-8")
     (tmp_path / "no_plan.txt").write_text("HISTORY: Something.\n\nEXAM: Normal.\n", encoding="utf-8")
-    result = load_dataset(get_spec("mtsamples"), tmp_path)
+    result = load_dataset(shipped_spec("mtsamples"), tmp_path)
     by_id = {i.id: i for i in result.instances}
     assert set(by_id) == {"cardio/chest pain", "summary"}
     plan = by_id["cardio/chest pain"]
@@ -151,14 +151,14 @@ def test_mtsamples_folder_reference_section_removed_and_skips_counted(tmp_path: 
     assert by_id["summary"].meta["section"] == "SUMMARY"
     assert result.skipped == {"no PLAN, SUMMARY or FINDINGS section": 1}
     _check_prompts("mtsamples", result.instances)
-    _check_prompts("mtsamples_procedures", load_dataset(get_spec("mtsamples_procedures"), tmp_path).instances)
+    _check_prompts("mtsamples_procedures", load_dataset(shipped_spec("mtsamples_procedures"), tmp_path).instances)
 
 
 def test_race_bias_csv(tmp_path: Path) -> None:
     path = _write_csv(tmp_path / "race_based.csv", ["Category", "Question", "Response", "True/False"],
                       [["eGFR", "How do I calculate eGFR?", "Multiply by 1.159 for Black patients.", "True"],
                        ["Skin", "Is skin thickness different?", "No, there is no difference.", "False"]])
-    result = load_dataset(get_spec("race_bias"), path)
+    result = load_dataset(shipped_spec("race_bias"), path)
     assert [i.label for i in result.instances] == ["yes", "no"]
 
 
@@ -183,7 +183,7 @@ def test_dischargeme_csv_gz_set(tmp_path: Path) -> None:
              ["1-RR-2", 1, 2001, "RR", "CXR: improving consolidation."]])
     _gz_csv(tmp_path / "discharge_target.csv.gz", ["note_id", "hadm_id", "discharge_instructions",
                                                    "brief_hospital_course"], [["1-DS-1", 2001, di, bhc]])
-    result = load_dataset(get_spec("dischargeme"), tmp_path)
+    result = load_dataset(shipped_spec("dischargeme"), tmp_path)
     by_id = {i.id: i for i in result.instances}
     assert set(by_id) == {"2001:brief_hospital_course", "2001:discharge_instructions"}
     course = by_id["2001:brief_hospital_course"]
@@ -198,7 +198,7 @@ def test_mimic_rrs_line_aligned(tmp_path: Path) -> None:
     (tmp_path / "mimic_iii_test.findings.tok").write_text("no acute process .\nlungs are clear .\n\n",
                                                          encoding="utf-8")
     (tmp_path / "mimic_iii_test.impression.tok").write_text("normal chest .\nno pneumonia .\n\n", encoding="utf-8")
-    result = load_dataset(get_spec("mimic_rrs"), tmp_path)
+    result = load_dataset(shipped_spec("mimic_rrs"), tmp_path)
     assert [(i.id, i.fields["findings"], i.references) for i in result.instances] == [
         ("0", "no acute process .", ["normal chest ."]), ("1", "lungs are clear .", ["no pneumonia ."])]
     assert result.skipped == {"blank line pair": 1}
@@ -208,7 +208,7 @@ def test_mimic_bhc_jsonl(tmp_path: Path) -> None:
     path = tmp_path / "mimic-iv-bhc.jsonl"
     path.write_text(json.dumps({"input": "<SEX> F <SERVICE> MEDICINE ... note", "target": "Brief course."}) + "\n",
                     encoding="utf-8")
-    result = load_dataset(get_spec("mimic_bhc"), path)
+    result = load_dataset(shipped_spec("mimic_bhc"), path)
     assert result.instances[0].references == ["Brief course."]
 
 
@@ -222,7 +222,7 @@ def test_medalign_tsv_and_ehr_xml(tmp_path: Path) -> None:
                ["instruction_id", "question", "clinician_response", "person_id", "filename"],
                [[7, "Summarize the blood pressure history.", "Hypertension since 2020.", 11, "JC1.xml"],
                 [8, "What is the last visit?", "", 11, "JC1.xml"]], delimiter="\t")
-    spec = get_spec("medalign")
+    spec = shipped_spec("medalign")
     result = load_dataset(spec, tmp_path)
     assert [i.id for i in result.instances] == ["7"]
     assert result.skipped == {"no clinician response": 1}
@@ -265,7 +265,7 @@ def _meds_folder(root: Path) -> Path:
 
 def test_ehrshot_meds_parquet(tmp_path: Path) -> None:
     root = _meds_folder(tmp_path / "ehrshot")
-    result = load_dataset(get_spec("ehrshot"), root)
+    result = load_dataset(shipped_spec("ehrshot"), root)
     by_id = {i.id: i for i in result.instances}
     assert set(by_id) == {"new_acutemi:1:2020-12-31T00:00", "new_acutemi:2:2019-12-31T00:00"}
     first = by_id["new_acutemi:1:2020-12-31T00:00"]
@@ -293,7 +293,7 @@ Patient with diabetes, HbA1c 7.2%. Speaks English.
 </TAGS>
 </PatientMatching>"""
     (tmp_path / "100.xml").write_text(xml, encoding="utf-8")
-    result = load_dataset(get_spec("n2c2_ct"), tmp_path)
+    result = load_dataset(shipped_spec("n2c2_ct"), tmp_path)
     assert [(i.id, i.label) for i in result.instances] == [("100:ABDOMINAL", "no"), ("100:ENGLISH", "yes"),
                                                            ("100:HBA1C", "yes")]
     assert "HbA1c" in result.instances[2].fields["criterion"]
@@ -309,6 +309,6 @@ def test_mimic_iv_billing_codes(tmp_path: Path, kind: str) -> None:
         pq.write_table(table, path)
     else:
         feather.write_feather(table, path)
-    result = load_dataset(get_spec("mimic_iv_billing"), path)
+    result = load_dataset(shipped_spec("mimic_iv_billing"), path)
     assert [i.references for i in result.instances] == [["I50.9", "E11.9"], ["J18.9"]]
     _check_prompts("mimic_iv_billing", result.instances)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from medhelm_local.benchmarks.registry import get_spec
+from medhelm_local.benchmarks.registry import shipped_spec
 from medhelm_local.loaders import load_dataset
 from medhelm_local.prompts import build_request
 
@@ -24,7 +24,7 @@ EXPECTED = {
 @pytest.mark.parametrize("benchmark", sorted(EXPECTED))
 def test_public_file_counts_and_prompts(public_data: Path, benchmark: str) -> None:
     folder, count = EXPECTED[benchmark]
-    spec = get_spec(benchmark)
+    spec = shipped_spec(benchmark)
     result = load_dataset(spec, public_data / folder)
     assert len(result.instances) == count
     assert len({i.id for i in result.instances}) == count
@@ -40,13 +40,13 @@ def test_public_file_counts_and_prompts(public_data: Path, benchmark: str) -> No
 
 
 def test_pubmedqa_ids_are_pmids(public_data: Path) -> None:
-    result = load_dataset(get_spec("pubmedqa"), public_data / "pubmedqa")
+    result = load_dataset(shipped_spec("pubmedqa"), public_data / "pubmedqa")
     assert result.instances[0].id == "21645374"
     assert all(i.id.isdigit() for i in result.instances)
 
 
 def test_medcalc_row_numbers_limits_and_categories(public_data: Path) -> None:
-    result = load_dataset(get_spec("medcalc_bench"), public_data / "medcalc_bench")
+    result = load_dataset(shipped_spec("medcalc_bench"), public_data / "medcalc_bench")
     by_id = {i.id: i for i in result.instances}
     first = by_id["1"]
     assert first.references == ["25.238"]
@@ -61,7 +61,7 @@ def test_medcalc_row_numbers_limits_and_categories(public_data: Path) -> None:
 
 
 def test_aci_bench_folder_of_three_files(public_data: Path) -> None:
-    result = load_dataset(get_spec("aci_bench"), public_data / "aci_bench")
+    result = load_dataset(shipped_spec("aci_bench"), public_data / "aci_bench")
     assert len(result.files) == 3
     instance = next(i for i in result.instances if i.id == "D2N168-virtassist")
     assert instance.fields["conversation"].startswith("[doctor]")
@@ -69,7 +69,7 @@ def test_aci_bench_folder_of_three_files(public_data: Path) -> None:
 
 
 def test_medec_text_ids_flags_and_blank_rows(public_data: Path) -> None:
-    result = load_dataset(get_spec("medec"), public_data / "medec")
+    result = load_dataset(shipped_spec("medec"), public_data / "medec")
     assert result.skipped["blank row"] > 0
     first = next(i for i in result.instances if i.id == "ms-test-0")
     assert first.label == "1"
@@ -82,7 +82,7 @@ def test_medec_text_ids_flags_and_blank_rows(public_data: Path) -> None:
 
 
 def test_ehrsql_ids_impossible_flag_and_database(public_data: Path) -> None:
-    result = load_dataset(get_spec("ehrsql"), public_data / "ehrsql")
+    result = load_dataset(shipped_spec("ehrsql"), public_data / "ehrsql")
     impossible = [i for i in result.instances if i.meta["is_impossible"]]
     assert len(impossible) == 588
     assert all(i.references == [] for i in impossible)
@@ -96,7 +96,7 @@ def test_ehrsql_ids_impossible_flag_and_database(public_data: Path) -> None:
 
 
 def test_medqa_options_and_answer_letters(public_data: Path) -> None:
-    result = load_dataset(get_spec("medqa"), public_data / "medqa" / "phrases_no_exclude_test.jsonl")
+    result = load_dataset(shipped_spec("medqa"), public_data / "medqa" / "phrases_no_exclude_test.jsonl")
     first = result.instances[0]
     assert first.id == "0" and first.label == "B" and first.references == ["B"]
     assert first.fields["options"].splitlines()[0].startswith("A. Disclose the error")
@@ -108,15 +108,15 @@ def test_medhallu_parquet_gives_the_same_instances(public_data: Path, tmp_path: 
 
     source = public_data / "medhallu" / "medhallu_pqa_labeled.jsonl"
     pq.write_table(pajson.read_json(source), tmp_path / "pqa_labeled.parquet")
-    from_parquet = load_dataset(get_spec("medhallu"), tmp_path / "pqa_labeled.parquet")
-    from_jsonl = load_dataset(get_spec("medhallu"), source)
+    from_parquet = load_dataset(shipped_spec("medhallu"), tmp_path / "pqa_labeled.parquet")
+    from_jsonl = load_dataset(shipped_spec("medhallu"), source)
     assert len(from_parquet.instances) == 2000
     assert [i.id for i in from_parquet.instances] == [i.id for i in from_jsonl.instances]
     assert from_parquet.instances[5].fields == from_jsonl.instances[5].fields
 
 
 def test_medhallu_two_instances_per_row(public_data: Path) -> None:
-    result = load_dataset(get_spec("medhallu"), public_data / "medhallu")
+    result = load_dataset(shipped_spec("medhallu"), public_data / "medhallu")
     ids = {i.id: i for i in result.instances}
     truth, fake = ids["0:ground_truth"], ids["0:hallucinated"]
     assert truth.label == "no" and fake.label == "yes"

@@ -6,7 +6,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from medhelm_local.benchmarks.registry import get_spec
+from medhelm_local.benchmarks.registry import shipped_spec
 from medhelm_local.loaders import load_dataset
 from medhelm_local.records import Instance
 
@@ -33,6 +33,6 @@ def source_path(golden: dict[str, Any]) -> Path:
 
 
 def load_case_instance(golden: dict[str, Any]) -> Instance:
-    spec = get_spec(golden["benchmark"])
+    spec = shipped_spec(golden["benchmark"])
     by_id = {i.id: i for i in load_dataset(spec, source_path(golden)).instances}
     return by_id[golden["instance_id"]]

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from medhelm_local.benchmarks.registry import get_spec
+from medhelm_local.benchmarks.registry import SHIPPED, shipped_spec
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.loaders import load_dataset
 from medhelm_local.loaders.mtsamples import helm_input, helm_reference, helm_text
@@ -34,12 +34,12 @@ BENCHMARKS = sorted(FOLDERS)
 
 
 def parity_spec(benchmark: str) -> BenchmarkSpec:
-    return styled_spec(get_spec(benchmark), MEDHELM_STYLE)
+    return styled_spec(shipped_spec(benchmark), MEDHELM_STYLE)
 
 
 def loaded(public_data: Path, benchmark: str) -> dict[str, Instance]:
     folder = public_data / "mtsamples_sample" / FOLDERS[benchmark]
-    return {i.id: i for i in load_dataset(get_spec(benchmark), folder).instances}
+    return {i.id: i for i in load_dataset(shipped_spec(benchmark), folder).instances}
 
 
 @pytest.mark.parametrize(("benchmark", "reports", "helm_kept"), [
@@ -112,7 +112,7 @@ def test_helms_input_rule_and_text() -> None:
 
 def test_a_report_helm_keeps_is_kept_even_when_its_heading_is_glued_to_a_word(tmp_path: Path) -> None:
     (tmp_path / "glued.txt").write_text("HISTORY: Cough.\nTREATMENTPLAN: Rest and fluids.\nKeywords: cough\n")
-    (instance,) = load_dataset(get_spec("mtsamples"), tmp_path).instances
+    (instance,) = load_dataset(shipped_spec("mtsamples"), tmp_path).instances
     assert instance.references == ["Rest and fluids."] and instance.meta["medhelm_kept"] is True
     assert instance.fields["context"] == "HISTORY: Cough.\nTREATMENT"  # the Keywords line left out, as always
     assert instance.fields["report_medhelm"] == "HISTORY: Cough.\nTREATMENT"
@@ -133,16 +133,18 @@ def sample_with_a_report_helm_drops(public_data: Path, tmp_path: Path) -> Path:
 
 def test_a_parity_run_plans_only_the_reports_helm_keeps(public_data: Path, tmp_path: Path) -> None:
     folder = sample_with_a_report_helm_drops(public_data, tmp_path)
-    result = load_dataset(get_spec("mtsamples"), folder)
+    result = load_dataset(shipped_spec("mtsamples"), folder)
     assert len(result.instances) == 8
     dropped = {i.id for i in result.instances if not i.meta["medhelm_kept"]}
     assert dropped == {"Gen Med Consult - 5 (plan on its own line)"}
     home = make_home(tmp_path / "home", ["http://127.0.0.1:9/v1"])
     with Store.open(home) as store:
         store.register_dataset("mtsamples", "sha", "mtsamples_txt", str(folder), result.instances, {})
-        default = compute_plan(store, "fake", ["mtsamples"], max_instances=None, seed=0)
-        parity = compute_plan(store, "fake", ["mtsamples"], max_instances=None, seed=0, prompt_style=MEDHELM_STYLE)
-        sampled = compute_plan(store, "fake", ["mtsamples"], max_instances=3, seed=0, prompt_style=MEDHELM_STYLE)
+        default = compute_plan(store, SHIPPED, "fake", ["mtsamples"], max_instances=None, seed=0)
+        parity = compute_plan(store, SHIPPED, "fake", ["mtsamples"], max_instances=None, seed=0,
+                              prompt_style=MEDHELM_STYLE)
+        sampled = compute_plan(store, SHIPPED, "fake", ["mtsamples"], max_instances=3, seed=0,
+                               prompt_style=MEDHELM_STYLE)
         planned = {name: {i.instance_id for chunk in plan_items(store, plan) for i in chunk}
                    for name, plan in (("default", default), ("parity", parity), ("sampled", sampled))}
     assert default.prompt_style == DEFAULT_STYLE and len(planned["default"]) == 8
@@ -157,15 +159,15 @@ def test_a_parity_run_of_reports_helm_keeps_none_of_is_refused(public_data: Path
     from medhelm_local.errors import BadInputError
 
     folder = sample_with_a_report_helm_drops(public_data, tmp_path)
-    result = load_dataset(get_spec("mtsamples"), folder)
+    result = load_dataset(shipped_spec("mtsamples"), folder)
     dropped = [i for i in result.instances if not i.meta["medhelm_kept"]]
     home = make_home(tmp_path / "home", ["http://127.0.0.1:9/v1"])
     with Store.open(home) as store:
         store.register_dataset("mtsamples", "sha", "mtsamples_txt", str(folder), dropped, {})
-        assert compute_plan(store, "fake", ["mtsamples"], max_instances=None, seed=0).datasets["mtsamples"][
+        assert compute_plan(store, SHIPPED, "fake", ["mtsamples"], max_instances=None, seed=0).datasets["mtsamples"][
             "planned"] == 1
         with pytest.raises(BadInputError) as caught:
-            compute_plan(store, "fake", ["mtsamples"], max_instances=None, seed=0, prompt_style=MEDHELM_STYLE)
+            compute_plan(store, SHIPPED, "fake", ["mtsamples"], max_instances=None, seed=0, prompt_style=MEDHELM_STYLE)
     assert caught.value.exit_code == 2 and "medhelm_kept" in str(caught.value)
 
 

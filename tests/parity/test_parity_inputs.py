@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from medhelm_local.benchmarks.registry import get_spec
+from medhelm_local.benchmarks.registry import SHIPPED, shipped_spec
 from medhelm_local.errors import BadInputError, ExtractError
 from medhelm_local.loaders import load_dataset
 from medhelm_local.loaders.tabular import create_table_statements
@@ -21,9 +21,9 @@ def test_a_dataset_registered_without_the_fields_a_parity_prompt_needs_is_refuse
     home = make_home(tmp_path / "home", ["http://127.0.0.1:9/v1"])
     register(home, synthetic_instances(5))  # PubMedQA-shaped, as an older loader stored them: no labelled_context
     with Store.open(home) as store:
-        compute_plan(store, "fake", ["pubmedqa"], max_instances=None, seed=0)  # the default style needs none
+        compute_plan(store, SHIPPED, "fake", ["pubmedqa"], max_instances=None, seed=0)  # the default style needs none
         with pytest.raises(BadInputError) as caught:
-            compute_plan(store, "fake", ["pubmedqa"], max_instances=None, seed=0, prompt_style="medhelm")
+            compute_plan(store, SHIPPED, "fake", ["pubmedqa"], max_instances=None, seed=0, prompt_style="medhelm")
     assert "labelled_context" in str(caught.value) and "datasets register pubmedqa" in str(caught.value)
     assert caught.value.exit_code == 2
 
@@ -32,7 +32,7 @@ def test_an_unknown_sibling_text_view_is_a_clear_error(tmp_path: Path) -> None:
     (tmp_path / "test.json").write_text(json.dumps([{"id": 1, "question": "q?", "query": "select 1"}]))
     (tmp_path / "db.sql").write_text("CREATE TABLE t\\n(\\n  a INT\\n);\\n")
     (tmp_path / "db.sqlite").write_bytes(b"")
-    spec = get_spec("ehrsql")
+    spec = shipped_spec("ehrsql")
     options = dict(spec.loader_options)
     options["sibling_text"] = {"schema": "*.sql", "create_tables": {"glob": "*.sql", "view": "everything"}}
     with pytest.raises(ExtractError) as caught:
@@ -54,7 +54,7 @@ def test_field_views_render_the_cell_as_helm_does(tmp_path: Path) -> None:
     row = {"Question": "Q?", "Knowledge": ["It's one.", 'Say "two".'], "Ground Truth": "a", "Hallucinated Answer": "b",
            "Difficulty Level": "easy", "Category of Hallucination": "x"}
     (tmp_path / "medhallu.jsonl").write_text(json.dumps(row) + "\n")
-    instance = load_dataset(get_spec("medhallu"), tmp_path).instances[0]
+    instance = load_dataset(shipped_spec("medhallu"), tmp_path).instances[0]
     assert instance.fields["knowledge_pylist"] == str(row["Knowledge"]) == """["It's one.", 'Say "two".']"""
     assert instance.fields["knowledge"] == "It's one.\nSay \"two\"."
 
@@ -63,7 +63,7 @@ def test_medqa_options_lose_stray_quotes_like_helm(tmp_path: Path) -> None:
     item = {"question": "Q?", "answer_idx": "A", "meta_info": "step1",
             "options": {"A": 'Pulmonary embolism\n"', "B": "Pneumonia  ", "C": 'Say "x"', "D": "Asthma"}}
     (tmp_path / "test.jsonl").write_text(json.dumps(item) + "\n")
-    instance = load_dataset(get_spec("medqa"), tmp_path).instances[0]
+    instance = load_dataset(shipped_spec("medqa"), tmp_path).instances[0]
     assert instance.fields["options"] == 'A. Pulmonary embolism\nB. Pneumonia\nC. Say "x\nD. Asthma'
 
 

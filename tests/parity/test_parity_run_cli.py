@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from medhelm_local.benchmarks.registry import SHIPPED
 from medhelm_local.export.aggregates import collect
 from medhelm_local.home import Home
 from medhelm_local.store import Store
@@ -134,7 +135,7 @@ def test_parity_run_sends_helms_prompts_records_the_style_and_keeps_leaderboards
     assert mixed.code == 2 and "prompt styles" in mixed.stderr
     home = Home(home_cli.home)
     with Store.open(home, read_only=True) as store:
-        raw = collect(store, home.config, [run["run_id"]])
+        raw = collect(store, SHIPPED, home.config, [run["run_id"]])
     assert [r.prompt_style for r in raw.runs] == ["medhelm"]
     published = home_cli("export", "request", "--runs", run["run_id"], *key, "--json")
     assert published.code in (0, 1), published.stderr  # 1: held back by the disclosure policy (small cells)

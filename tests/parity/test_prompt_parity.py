@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from medhelm_local.benchmarks.registry import all_specs, get_spec
+from medhelm_local.benchmarks.registry import shipped_spec, shipped_specs
 from medhelm_local.benchmarks.spec import Access, BenchmarkSpec
 from medhelm_local.prompts.build import build_request
 from medhelm_local.prompts.styles import (
@@ -37,7 +37,7 @@ from tests.parity.helm_cases import helm_goldens, load_case_instance
 GOLDEN_DEFAULT = Path(__file__).parent / "golden" / "default"
 HELM_GOLDENS = {g["benchmark"]: g for g in helm_goldens()}
 JUDGE_RESPONSE = "<<model response>>"  # what tools/helm_golden.py rendered HELM's judge prompt with
-SPECS = sorted(all_specs(), key=lambda s: s.id)
+SPECS = sorted(shipped_specs(), key=lambda s: s.id)
 
 
 def test_there_are_37_specs_and_a_golden_for_every_public_benchmark() -> None:
@@ -51,7 +51,7 @@ def test_there_are_37_specs_and_a_golden_for_every_public_benchmark() -> None:
 def test_medhelm_style_renders_helms_own_prompt_byte_for_byte(benchmark: str) -> None:
     golden = HELM_GOLDENS[benchmark]
     instance = load_case_instance(golden)
-    spec = styled_spec(get_spec(benchmark), MEDHELM_STYLE)
+    spec = styled_spec(shipped_spec(benchmark), MEDHELM_STYLE)
     request = build_request(spec, instance)
     # HELM's chat clients send the whole prompt as one user message, no system message.
     assert [m.role for m in request.messages] == ["user"]
@@ -66,18 +66,18 @@ def test_medhelm_style_renders_helms_own_prompt_byte_for_byte(benchmark: str) ->
 def test_medhelm_style_judge_prompt_is_helms_annotator_prompt(benchmark: str) -> None:
     golden = HELM_GOLDENS[benchmark]
     instance = load_case_instance(golden)
-    spec = styled_spec(get_spec(benchmark), MEDHELM_STYLE)
+    spec = styled_spec(shipped_spec(benchmark), MEDHELM_STYLE)
     assert judge_prompt(spec, instance, JUDGE_RESPONSE) == golden["judge"]["prompt"]
     assert sorted(golden["judge"]["criteria"]) == sorted(c.name for c in spec.judge.criteria)  # type: ignore[union-attr]
     # The default style's jury sees the whole filled prompt as {question}; HELM's sees the instance input only.
-    default_prompt = judge_prompt(get_spec(benchmark), instance, JUDGE_RESPONSE)
-    assert build_request(get_spec(benchmark), instance).messages[-1].content in default_prompt
+    default_prompt = judge_prompt(shipped_spec(benchmark), instance, JUDGE_RESPONSE)
+    assert build_request(shipped_spec(benchmark), instance).messages[-1].content in default_prompt
 
 
 @pytest.mark.parametrize("benchmark", sorted(HELM_GOLDENS))
 def test_default_style_differs_from_helm_and_the_table_says_so(benchmark: str) -> None:
     golden = HELM_GOLDENS[benchmark]
-    request = build_request(get_spec(benchmark), load_case_instance(golden))
+    request = build_request(shipped_spec(benchmark), load_case_instance(golden))
     assert request.messages[-1].content != golden["prompt"]
     parity_doc = (Path(__file__).parents[2] / "medhelm_local" / "benchmarks" / "PARITY.md").read_text()
     assert f"| {benchmark} |" in parity_doc
@@ -99,7 +99,7 @@ def test_every_spec_states_its_parity_and_names_helms_run_spec() -> None:
 
 
 def test_style_hash_separates_styles_and_follows_the_template() -> None:
-    spec = get_spec("pubmedqa")
+    spec = shipped_spec("pubmedqa")
     assert style_sha256(spec, DEFAULT_STYLE) != style_sha256(spec, MEDHELM_STYLE)
     assert spec.medhelm is not None and spec.medhelm.template is not None
     changed = spec.model_copy(update={"medhelm": spec.medhelm.model_copy(
@@ -114,7 +114,7 @@ def test_style_hash_separates_styles_and_follows_the_template() -> None:
 ])
 def test_medhelm_style_answers_are_scored_against_the_same_gold(benchmark: str, answer: str, gold: str,
                                                               expected: float) -> None:
-    spec = styled_spec(get_spec(benchmark), MEDHELM_STYLE)
+    spec = styled_spec(shipped_spec(benchmark), MEDHELM_STYLE)
     instance = Instance(benchmark=benchmark, id="1", fields={}, references=[gold], label=gold)
     value, details = exact_match(spec, instance, answer)
     assert value == expected and details.parsed

@@ -40,10 +40,10 @@ def _instances(public_data: Path) -> list[Instance]:
 
 def _too_long(instances: list[Instance]) -> set[str]:
     """The instances whose whole prompt does not fit (as the fake server counts it)."""
-    from medhelm_local.benchmarks.registry import get_spec
+    from medhelm_local.benchmarks.registry import shipped_spec
     from medhelm_local.prompts.build import build_request
 
-    spec = get_spec("pubmedqa")
+    spec = shipped_spec("pubmedqa")
     return {i.id for i in instances
             if fake_chat_tokens([m.model_dump() for m in build_request(spec, i).messages]) + 8 > CONTEXT}
 
@@ -147,11 +147,11 @@ def test_server_limit_lowers_an_unset_context_length(tmp_path: Path) -> None:
 
 
 async def test_prompt_without_a_designated_field_is_prompt_too_long() -> None:
-    from medhelm_local.benchmarks.registry import get_spec
+    from medhelm_local.benchmarks.registry import shipped_spec
     from medhelm_local.inference.client import RequestFailed
     from medhelm_local.prompts.build import build_request
 
-    spec = get_spec("medqa")
+    spec = shipped_spec("medqa")
     assert spec.truncate is None
     instance = Instance(benchmark="medqa", id="1", fields={"question": "A 45-year-old man " * 400,
                                                            "options": "A. x\nB. y\nC. z\nD. w"})

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from medhelm_local.benchmarks.registry import get_spec
+from medhelm_local.benchmarks.registry import SHIPPED, shipped_spec
 from medhelm_local.home import Home
 from medhelm_local.prompts.styles import (
     manifest_specs,
@@ -95,26 +95,26 @@ def test_changed_spec_refuses_resume_and_retry_and_the_run_keeps_its_snapshot(ho
 
 
 def test_spec_for_run_reads_the_snapshot_not_the_current_file() -> None:
-    spec = get_spec("pubmedqa")
+    spec = shipped_spec("pubmedqa")
     manifest = {"prompt_style": {"name": "default"}, **manifest_specs({"pubmedqa": spec})}
-    assert spec_for_run("pubmedqa", manifest) == spec
-    assert spec_changes("pubmedqa", manifest) == []
+    assert spec_for_run("pubmedqa", manifest, SHIPPED) == spec
+    assert spec_changes("pubmedqa", manifest, SHIPPED) == []
     # Tamper with the snapshot as if the file had changed after the run was created.
     changed = json.loads(json.dumps(manifest))
     changed["specs"]["pubmedqa"]["max_tokens"] = spec.max_tokens + 1
     changed["specs"]["pubmedqa"]["judge"] = None
-    assert spec_for_run("pubmedqa", changed).max_tokens == spec.max_tokens + 1
-    assert spec_changes("pubmedqa", changed) == ["max_tokens"]
+    assert spec_for_run("pubmedqa", changed, SHIPPED).max_tokens == spec.max_tokens + 1
+    assert spec_changes("pubmedqa", changed, SHIPPED) == ["max_tokens"]
     changed["specs"]["pubmedqa"]["labels"] = ["yes", "no"]
     changed["specs"]["pubmedqa"]["description"] = "not deciding"
-    assert spec_changes("pubmedqa", changed) == ["labels", "max_tokens"]
+    assert spec_changes("pubmedqa", changed, SHIPPED) == ["labels", "max_tokens"]
     # The manifest hash covers the snapshot.
     assert manifest_sha256(manifest) != manifest_sha256(changed)
 
 
 def test_medhelm_style_snapshot_is_the_styled_spec() -> None:
-    spec = styled_spec(get_spec("pubmedqa"), "medhelm")
+    spec = styled_spec(shipped_spec("pubmedqa"), "medhelm")
     manifest = {"prompt_style": {"name": "medhelm"}, **manifest_specs({"pubmedqa": spec})}
-    assert spec_snapshot(spec_for_run("pubmedqa", manifest)) == spec_snapshot(spec)
-    assert spec_changes("pubmedqa", manifest) == []
-    assert spec_for_run("pubmedqa", manifest).prompt.template == get_spec("pubmedqa").medhelm.template  # type: ignore[union-attr]
+    assert spec_snapshot(spec_for_run("pubmedqa", manifest, SHIPPED)) == spec_snapshot(spec)
+    assert spec_changes("pubmedqa", manifest, SHIPPED) == []
+    assert spec_for_run("pubmedqa", manifest, SHIPPED).prompt.template == shipped_spec("pubmedqa").medhelm.template  # type: ignore[union-attr]

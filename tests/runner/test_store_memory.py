@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from medhelm_local.benchmarks.registry import SHIPPED
 from medhelm_local.home import Home
 from medhelm_local.runner.plan import compute_plan, plan_items
 from medhelm_local.store import Store
@@ -56,7 +57,7 @@ def test_a_planning_killed_midway_is_invisible_and_cleaned_up(tmp_path: Path) ->
         raise KeyboardInterrupt  # the process dies while planning
 
     with Store.open(home) as store:
-        plan = compute_plan(store, "fake", ["pubmedqa"], max_instances=None, seed=0)
+        plan = compute_plan(store, SHIPPED, "fake", ["pubmedqa"], max_instances=None, seed=0)
         with pytest.raises(KeyboardInterrupt):
             runs_db.insert_plan(store, run, killed_after_first_chunk(store), plan_key=plan.plan_key,  # type: ignore[arg-type]
                                 order_mode="prefix", manifest_sha256="0" * 64)
@@ -78,7 +79,7 @@ def test_paging_skips_answered_items_and_keeps_going_past_a_fully_answered_page(
     run = RunInfo(run_id="run-paging", model="fake", benchmarks=["pubmedqa"], created_at=utcnow(), finished_at=None,
                   status="planned", max_instances=None, seed=0, manifest={})
     with Store.open(home) as store:
-        plan = compute_plan(store, "fake", ["pubmedqa"], max_instances=None, seed=0, order_mode="plan")
+        plan = compute_plan(store, SHIPPED, "fake", ["pubmedqa"], max_instances=None, seed=0, order_mode="plan")
         runs_db.insert_plan(store, run, plan_items(store, plan), plan_key=plan.plan_key, order_mode="plan",
                             manifest_sha256="0" * 64)
         in_order = [str(r[0]) for r in store.conn.execute(

@@ -11,6 +11,7 @@ import pytest
 
 from medhelm_local.analysis.cost import price, run_cost
 from medhelm_local.application.evaluation import evaluate
+from medhelm_local.benchmarks.registry import SHIPPED
 from medhelm_local.home.config import ModelEndpoint, Pricing
 from medhelm_local.inference.client import EndpointPool
 from medhelm_local.runner import manifest as manifest_mod
@@ -102,9 +103,9 @@ def test_prefix_order_groups_shared_contexts(tmp_path: Path) -> None:
     register(home, instances)
     context_of = {i.id: i.fields["context"] for i in instances}
     with Store.open(home) as store:
-        plans = {mode: compute_plan(store, "fake", ["pubmedqa"], max_instances=None, seed=0, order_mode=mode)
+        plans = {mode: compute_plan(store, SHIPPED, "fake", ["pubmedqa"], max_instances=None, seed=0, order_mode=mode)
                  for mode in ("prefix", "shuffle")}
-        again = compute_plan(store, "fake", ["pubmedqa"], max_instances=None, seed=0, order_mode="prefix")
+        again = compute_plan(store, SHIPPED, "fake", ["pubmedqa"], max_instances=None, seed=0, order_mode="prefix")
         sent: dict[str, list[str]] = {}
         for mode, plan in plans.items():
             run = RunInfo(run_id=f"run-{mode}", model="fake", benchmarks=plan.benchmarks, created_at=utcnow(),

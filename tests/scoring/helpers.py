@@ -46,7 +46,7 @@ def _write_run(store: Store, run: RunInfo,
                plan: dict[str, tuple[str, list[Instance], dict[str, str | None]]], *,
                prompt_tokens: int | None = None, completion_tokens: int | None = None) -> str:
     """Plan ``run`` and commit its outcomes through the runner's own write path (None output: a failed request)."""
-    from medhelm_local.benchmarks.registry import get_spec
+    from medhelm_local.benchmarks.registry import shipped_spec
 
     items = [PlannedItem(benchmark, inst.id, fingerprint, pos, f"{index:04d}")
              for index, (benchmark, (fingerprint, instances, _)) in enumerate(plan.items())
@@ -56,7 +56,7 @@ def _write_run(store: Store, run: RunInfo,
     runs_db.start_session(store, run.run_id, "test", mode="new", shard=None, endpoints=[])
     outcomes = []
     for benchmark, (_, instances, outputs) in plan.items():
-        spec = get_spec(benchmark)
+        spec = shipped_spec(benchmark)
         for inst in instances:
             request = build_request(spec, inst)
             output = outputs.get(inst.id)

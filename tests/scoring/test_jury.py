@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from medhelm_local.benchmarks.registry import get_spec
+from medhelm_local.benchmarks.registry import SHIPPED, shipped_spec
 from medhelm_local.records import Instance
 from medhelm_local.scoring.engine import score_benchmark
 from medhelm_local.scoring.jury import (
@@ -78,7 +78,7 @@ def test_jury_records_failures_and_never_defaults(tmp_path: Path, judges: tuple[
     with Store.open(home) as store:
         fingerprint = register(store, BENCHMARK, data)
         run_id = add_run(store, "model-x", BENCHMARK, fingerprint, data, outputs)
-        scores = score_benchmark(store, run_id, BENCHMARK, config=home.config, jury_concurrency=2)
+        scores = score_benchmark(store, SHIPPED, run_id, BENCHMARK, config=home.config, jury_concurrency=2)
         judgments = get_judgments(store, run_id, BENCHMARK)
         rates = {r.judge: r for r in judge_failure_rates(store, run_id, BENCHMARK)}
 
@@ -124,7 +124,7 @@ def test_instance_without_valid_rating_is_excluded(tmp_path: Path) -> None:
         with Store.open(home) as store:
             fingerprint = register(store, BENCHMARK, data)
             run_id = add_run(store, "model-x", BENCHMARK, fingerprint, data, {i.id: "an answer" for i in data})
-            scores = score_benchmark(store, run_id, BENCHMARK, config=home.config)
+            scores = score_benchmark(store, SHIPPED, run_id, BENCHMARK, config=home.config)
     jury = [s for s in scores if s.metric == "jury"]
     assert all(s.value is None and s.details["error"] == "no_valid_judgement" for s in jury)
     breakdown = summarise(BENCHMARK, "jury", scores)
@@ -140,13 +140,13 @@ def test_rescoring_reuses_valid_judgements_and_retries_failed_ones(tmp_path: Pat
             fingerprint = register(store, BENCHMARK, data)
             run_id = add_run(store, "model-x", BENCHMARK, fingerprint, data, {i.id: "an answer" for i in data})
             server.faults = Faults(http_5xx=1.0)
-            first = score_benchmark(store, run_id, BENCHMARK, config=home.config)
+            first = score_benchmark(store, SHIPPED, run_id, BENCHMARK, config=home.config)
             assert all(s.value is None for s in first if s.metric == "jury")
             server.faults = Faults()
             seen = server.requests_seen
-            second = score_benchmark(store, run_id, BENCHMARK, config=home.config)
+            second = score_benchmark(store, SHIPPED, run_id, BENCHMARK, config=home.config)
             assert server.requests_seen == seen + 4
-            third = score_benchmark(store, run_id, BENCHMARK, config=home.config)
+            third = score_benchmark(store, SHIPPED, run_id, BENCHMARK, config=home.config)
             assert server.requests_seen == seen + 4  # nothing asked again: all judgements valid
     assert [s.value for s in second if s.metric == "jury"] == [0.75] * 4
     assert [s.value for s in third if s.metric == "jury"] == [0.75] * 4
@@ -159,14 +159,14 @@ def test_no_judges_configured_is_a_clear_error(tmp_path: Path) -> None:
         fingerprint = register(store, BENCHMARK, data)
         run_id = add_run(store, "model-x", BENCHMARK, fingerprint, data, {i.id: "x" for i in data})
         with pytest.raises(JudgesNotConfigured, match="no judges are configured"):
-            score_benchmark(store, run_id, BENCHMARK, config=home.config)
+            score_benchmark(store, SHIPPED, run_id, BENCHMARK, config=home.config)
         with pytest.raises(JudgesNotConfigured):
-            score_benchmark(store, run_id, BENCHMARK, config=None)
+            score_benchmark(store, SHIPPED, run_id, BENCHMARK, config=None)
     assert JudgesNotConfigured.exit_code == 2
 
 
 def test_parse_judgement_validates_every_criterion() -> None:
-    rubric = get_spec(BENCHMARK).judge
+    rubric = shipped_spec(BENCHMARK).judge
     assert rubric is not None
     assert parse_judgement(rating(5, 4, 3), rubric)[0] == {"accuracy": 5, "completeness": 4, "clarity": 3}
     assert parse_judgement('{"Accuracy": 2, "Completeness": {"score": 3.0}, "clarity": {"score": 1}}',
@@ -186,7 +186,7 @@ def test_parse_judgement_validates_every_criterion() -> None:
 
 
 def test_note_extract_rubric_uses_structure_and_no_gold() -> None:
-    spec = get_spec("note_extract")
+    spec = shipped_spec("note_extract")
     assert spec.judge is not None
     schema = response_format(spec.judge)["json_schema"]["schema"]
     assert schema["required"] == ["accuracy", "structure", "clarity"]
@@ -194,7 +194,7 @@ def test_note_extract_rubric_uses_structure_and_no_gold() -> None:
                         references=["GOLD-TEXT"])
     prompt = judge_prompt(spec, instance, "restructured")
     assert "GOLD-TEXT" not in prompt and "restructured" in prompt
-    medqa_prompt = judge_prompt(get_spec(BENCHMARK), instances(1)[0], "resp")
+    medqa_prompt = judge_prompt(shipped_spec(BENCHMARK), instances(1)[0], "resp")
     assert "Reference answer 0." in medqa_prompt
     assert "Accuracy (1-5)" in medqa_prompt
 

@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from medhelm_local.benchmarks.registry import SHIPPED
 from medhelm_local.home import Home
 from medhelm_local.home.config import BackendKind, ModelEndpoint, RunnerSettings
 from medhelm_local.inference.tokens import TokenCounter
@@ -103,7 +104,7 @@ def test_judge_prompt_is_fitted_with_the_judges_tokenizer(tmp_path: Path) -> Non
         with Store.open(home) as store:
             fingerprint = register(store, BENCHMARK, data)
             run_id = add_run(store, "m", BENCHMARK, fingerprint, data, {i.id: f"ANSWER-{i.id}" for i in data})
-            scores = score_benchmark(store, run_id, BENCHMARK, config=home.config)
+            scores = score_benchmark(store, SHIPPED, run_id, BENCHMARK, config=home.config)
             judgments = {j.instance_id: j for j in get_judgments(store, run_id, BENCHMARK)}
             run = store.get_run(run_id)
     assert server.context_rejections == 0  # every judge request fitted the judge's context
@@ -149,7 +150,7 @@ def test_prompt_that_cannot_fit_is_a_recorded_failure(tmp_path: Path) -> None:
         with Store.open(home) as store:
             fingerprint = register(store, BENCHMARK, data)
             run_id = add_run(store, "m", BENCHMARK, fingerprint, data, {i.id: "answer" for i in data})
-            scores = score_benchmark(store, run_id, BENCHMARK, config=home.config)
+            scores = score_benchmark(store, SHIPPED, run_id, BENCHMARK, config=home.config)
             judgments = get_judgments(store, run_id, BENCHMARK)
     assert server.requests_seen == 0  # nothing was sent: the rubric alone exceeds the room
     assert {j.error for j in judgments} == {"prompt_too_long"}

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from medhelm_local.benchmarks.registry import SHIPPED
 from medhelm_local.home import Home
 from medhelm_local.home.config import BackendKind, ModelEndpoint, RunnerSettings
 from medhelm_local.inference.client import FORMAT_REJECTED, ChatClient
@@ -61,7 +62,7 @@ def judged_run(home: Home, n: int = 4) -> tuple[str, list[Any], dict[str, Any]]:
     with Store.open(home) as store:
         fingerprint = register(store, BENCHMARK, data)
         run_id = add_run(store, "model-x", BENCHMARK, fingerprint, data, {i.id: f"answer {i.id}" for i in data})
-        scores = score_benchmark(store, run_id, BENCHMARK, config=home.config, jury_concurrency=2)
+        scores = score_benchmark(store, SHIPPED, run_id, BENCHMARK, config=home.config, jury_concurrency=2)
         judgments = get_judgments(store, run_id, BENCHMARK)
         run = store.get_run(run_id)
     assert run is not None
@@ -73,9 +74,9 @@ def test_backend_shapes() -> None:
     assert shapes_for(BackendKind.VLLM) == (OutputShape.JSON_SCHEMA,)
     assert shapes_for(BackendKind.OPENAI_COMPATIBLE) == (
         OutputShape.JSON_SCHEMA, OutputShape.JSON_OBJECT_SCHEMA, OutputShape.PROMPT_ONLY)
-    from medhelm_local.benchmarks.registry import get_spec
+    from medhelm_local.benchmarks.registry import shipped_spec
 
-    rubric = get_spec(BENCHMARK).judge
+    rubric = shipped_spec(BENCHMARK).judge
     assert rubric is not None
     schema = rating_schema(rubric)
     assert response_format(rubric, OutputShape.JSON_OBJECT_SCHEMA) == {"type": "json_object", "schema": schema}
@@ -212,16 +213,16 @@ def test_rescore_keeps_valid_judgements_even_when_the_prompt_changed(tmp_path: P
         with Store.open(home) as store:
             fingerprint = register(store, BENCHMARK, data)
             run_id = add_run(store, "model-x", BENCHMARK, fingerprint, data, {i.id: "answer" for i in data})
-            score_benchmark(store, run_id, BENCHMARK, config=home.config)
+            score_benchmark(store, SHIPPED, run_id, BENCHMARK, config=home.config)
             store.conn.execute("UPDATE judgments SET prompt_hash = 'older' WHERE instance_id = 'q0'")
             store.conn.execute("UPDATE judgments SET status = 'request_failed', error = 'timeout', ratings = '{}' "
                                "WHERE instance_id = 'q1'")
             seen = server.requests_seen
             stats = JuryStats()
-            score_benchmark(store, run_id, BENCHMARK, config=home.config, only_failed=True, jury_stats=stats)
+            score_benchmark(store, SHIPPED, run_id, BENCHMARK, config=home.config, only_failed=True, jury_stats=stats)
             assert (stats.asked, stats.kept) == (1, 2) and server.requests_seen == seen + 1
             # a plain re-score asks again where the prompt changed
-            score_benchmark(store, run_id, BENCHMARK, config=home.config)
+            score_benchmark(store, SHIPPED, run_id, BENCHMARK, config=home.config)
             assert server.requests_seen == seen + 2
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from medhelm_local.benchmarks.registry import get_spec
+from medhelm_local.benchmarks.registry import shipped_spec
 from medhelm_local.benchmarks.spec import MetricChoice
 from medhelm_local.records import Instance
 from medhelm_local.scoring.billing import extract_codes
@@ -22,7 +22,7 @@ from medhelm_local.scoring.summary import summarise
 
 
 def score(benchmark: str, instance: Instance, output: str) -> tuple[float | None, Any]:
-    spec = get_spec(benchmark)
+    spec = shipped_spec(benchmark)
     scorer = scorer_for(spec.metric)
     assert isinstance(scorer, InstanceScorer)
     value, details = scorer.fn(spec, instance, output)
@@ -31,16 +31,16 @@ def score(benchmark: str, instance: Instance, output: str) -> tuple[float | None
 
 
 def test_every_spec_metric_is_known() -> None:
-    from medhelm_local.benchmarks.registry import all_specs
+    from medhelm_local.benchmarks.registry import shipped_specs
 
-    missing = {spec.id: spec.metric for spec in all_specs() if spec.metric not in known_metrics()}
+    missing = {spec.id: spec.metric for spec in shipped_specs() if spec.metric not in known_metrics()}
     assert missing == {}
 
 
 # -- exact match ----------------------------------------------------------------------------------------------
 
 def test_exact_match_choice_and_strict_rate() -> None:
-    spec = get_spec("medqa")
+    spec = shipped_spec("medqa")
     inst = Instance(benchmark="medqa", id="1", fields={}, references=["B"], label="B")
     outputs = ["B", "The answer is (B).", "C", "I am not sure"]
     scores = score_outputs(spec, [(inst.model_copy(update={"id": str(i)}), o, None) for i, o in enumerate(outputs)])
@@ -53,7 +53,7 @@ def test_exact_match_choice_and_strict_rate() -> None:
 
 
 def test_failed_request_is_not_a_zero() -> None:
-    spec = get_spec("pubmedqa")
+    spec = shipped_spec("pubmedqa")
     inst = Instance(benchmark="pubmedqa", id="1", fields={}, references=["yes"], label="yes")
     scores = score_outputs(spec, [(inst, None, "timeout"), (inst.model_copy(update={"id": "2"}), "yes", None)])
     assert scores[0].value is None and scores[0].details == {"error": "timeout"}
@@ -64,7 +64,7 @@ def test_failed_request_is_not_a_zero() -> None:
 # -- micro-F1 -------------------------------------------------------------------------------------------------
 
 def test_micro_f1_is_micro_not_mean_of_instance_f1() -> None:
-    spec = get_spec("pubmedqa").model_copy(update={"metrics": [MetricChoice(name="micro_f1", main=True)],
+    spec = shipped_spec("pubmedqa").model_copy(update={"metrics": [MetricChoice(name="micro_f1", main=True)],
                                                   "labels": None})
     a = Instance(benchmark="pubmedqa", id="a", fields={}, references=["x", "y"])
     b = Instance(benchmark="pubmedqa", id="b", fields={}, references=["z"])
@@ -204,7 +204,7 @@ def test_ehrsql_is_read_only_and_time_limited(database: str) -> None:
 
 
 def test_ehrsql_gold_that_fails_is_unscorable(database: str) -> None:
-    spec = get_spec("ehrsql")
+    spec = shipped_spec("ehrsql")
     [result] = score_outputs(spec, [(ehrsql(database, "select missing_column from patient"), "select 1", None)])
     assert result.value is None and result.details == {"error": "gold_sql_error"}
 
@@ -231,7 +231,7 @@ def test_billing_keeps_seventh_character_suffixes() -> None:
 
 
 def test_billing_benchmark_score_is_micro_f1() -> None:
-    spec = get_spec("mimic_iv_billing")
+    spec = shipped_spec("mimic_iv_billing")
     a = Instance(benchmark="mimic_iv_billing", id="a", fields={}, references=["I10"])
     b = Instance(benchmark="mimic_iv_billing", id="b", fields={}, references=["E119", "Z794", "S72001A"])
     scores = score_outputs(spec, [(a, "I10, E119", None), (b, "E11.9", None)])

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from medhelm_local.benchmarks.registry import get_spec
+from medhelm_local.benchmarks.registry import shipped_spec
 from medhelm_local.loaders import load_dataset
 from medhelm_local.records import Instance
 from medhelm_local.scoring.engine import score_outputs
@@ -20,7 +20,7 @@ FOLDERS = {"pubmedqa": "pubmedqa", "medcalc_bench": "medcalc_bench", "medec": "m
 
 @cache
 def instances(benchmark: str) -> list[Instance]:
-    return load_dataset(get_spec(benchmark), SHARED_DATA / FOLDERS[benchmark]).instances
+    return load_dataset(shipped_spec(benchmark), SHARED_DATA / FOLDERS[benchmark]).instances
 
 
 def gold_output(benchmark: str, instance: Instance) -> str:
@@ -36,7 +36,7 @@ def gold_output(benchmark: str, instance: Instance) -> str:
 
 
 def score_with(benchmark: str, make_output: object) -> Breakdown:
-    spec = get_spec(benchmark)
+    spec = shipped_spec(benchmark)
     data = instances(benchmark)
     scores = score_outputs(spec, [(i, make_output(benchmark, i), None) for i in data])  # type: ignore[operator]
     return summarise(benchmark, spec.metric, scores)

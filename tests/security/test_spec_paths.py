@@ -290,16 +290,16 @@ def test_a_meds_file_symlinked_out_of_the_folder_is_refused(tmp_path: Path) -> N
     pq.write_table(pa.table({"subject_id": pa.array([1], pa.int64()),
                              "prediction_time": pa.array([None], pa.timestamp("us")), "boolean_value": [True]}),
                    root / "labels" / "task.parquet")
-    from medhelm_local.benchmarks.registry import get_spec
+    from medhelm_local.benchmarks.registry import shipped_spec
 
     with pytest.raises(BadInputError, match="resolves outside"):
-        load_dataset(get_spec("ehrshot"), root)
+        load_dataset(shipped_spec("ehrshot"), root)
 
 
 def test_a_fixed_name_file_symlinked_out_of_the_folder_is_refused(tmp_path: Path) -> None:
     """Loaders that read files by fixed names (PubMedQA's ori_pqal.json, DischargeMe's CSVs, MTSamples' reports) are
     held to the same rule: what a registration reads resolves inside the extract's folder."""
-    from medhelm_local.benchmarks.registry import get_spec
+    from medhelm_local.benchmarks.registry import shipped_spec
     from medhelm_local.errors import BadInputError
     from medhelm_local.loaders.base import load_dataset
 
@@ -310,11 +310,11 @@ def test_a_fixed_name_file_symlinked_out_of_the_folder_is_refused(tmp_path: Path
     folder.mkdir()
     (folder / "ori_pqal.json").symlink_to(outside)
     with pytest.raises(BadInputError, match="resolves outside"):
-        load_dataset(get_spec("pubmedqa"), folder)
+        load_dataset(shipped_spec("pubmedqa"), folder)
     reports = tmp_path / "mtsamples"
     reports.mkdir()
     report = tmp_path / "other" / "report.txt"
     report.write_text("HISTORY OF PRESENT ILLNESS: x\n\nASSESSMENT: y\n", encoding="utf-8")
     (reports / "a.txt").symlink_to(report)
     with pytest.raises(BadInputError, match="resolves outside"):
-        load_dataset(get_spec("mtsamples"), reports)
+        load_dataset(shipped_spec("mtsamples"), reports)

@@ -14,7 +14,7 @@ import sys
 from collections import defaultdict
 from pathlib import Path
 
-from medhelm_local.benchmarks.registry import get_spec
+from medhelm_local.benchmarks.registry import shipped_spec
 from medhelm_local.loaders import load_dataset
 from medhelm_local.prompts.build import build_request
 from medhelm_local.prompts.styles import MEDHELM_STYLE, styled_spec
@@ -42,7 +42,7 @@ def main(path: Path) -> int:
         if benchmark not in SOURCES:  # a one-item fixture benchmark: its golden test is the check
             print(f"{benchmark}: fixture only, skipped")
             continue
-        spec = styled_spec(get_spec(benchmark), MEDHELM_STYLE)
+        spec = styled_spec(shipped_spec(benchmark), MEDHELM_STYLE)
         ours = {i.id: i for i in load_dataset(spec, SHARED_DATA / SOURCES[benchmark]).instances}
         same = 0
         first_diff = None
