@@ -416,10 +416,6 @@ def write_candidate(exports_dir: Path, request: ExportRequest, files: dict[str, 
     return tmp
 
 
-def bundle_hashes(bundle: Path) -> dict[str, str]:
-    return {p.name: sha256_bytes(p.read_bytes()) for p in sorted(bundle.iterdir()) if p.is_file()}
-
-
 def sign_appliance(bundle: Path, manifest: bytes, key: Ed25519PrivateKey) -> None:
     atomic_write(bundle / MANIFEST, manifest, mode=0o600)
     atomic_write(bundle / SIGNATURE, base64.b64encode(key.sign(manifest)) + b"\n", mode=0o600)

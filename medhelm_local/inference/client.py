@@ -24,7 +24,6 @@ from medhelm_local.inference.structured import is_format_rejection
 from medhelm_local.records import InferenceRequest, InferenceResult
 
 POOL_CONNECTIONS = 16  # connections of the client for small requests (see ChatClient)
-JSON_HEADERS = {"Content-Type": "application/json"}
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 # The server refused the request's structured-output shape (``response_format``): a request-validation error,
 # the same for every retry (see inference/structured.py).

@@ -37,7 +37,7 @@ from medhelm_local.records import ChatMessage, InferenceRequest, Instance, Insta
 from medhelm_local.scoring.details import ScoreDetails
 from medhelm_local.scoring.extract import strip_reasoning
 from medhelm_local.scoring.registry import register_scorer
-from medhelm_local.scoring.scorer import Item, Metric, Scorer, ScoringContext, run_sync
+from medhelm_local.scoring.scorer import Item, Metric, Scorer, ScoringContext
 from medhelm_local.store.judgments import (
     Judgment,
     JudgmentStatus,
@@ -349,14 +349,6 @@ async def run_jury_async(store: Store, config: ApplianceConfig, spec: BenchmarkS
         record_judge_manifest(store, scope, {o.judge: o.manifest_entry() for o in outcomes})
     wanted = {item.instance.id for item in items if item.output is not None}
     return [j for j in get_judgments(store, scope, spec.id) if j.instance_id in wanted and j.judge in judges]
-
-
-def run_jury(store: Store, config: ApplianceConfig, spec: BenchmarkSpec, items: Sequence[JuryItem], *,
-             scope: str, concurrency: int = DEFAULT_JURY_CONCURRENCY, only_failed: bool = False,
-             stats: JuryStats | None = None, egress: EgressPolicy | None = None) -> list[Judgment]:
-    """Synchronous entry point; works inside or outside a running event loop."""
-    return run_sync(run_jury_async(store, config, spec, items, scope=scope, concurrency=concurrency,
-                                   only_failed=only_failed, stats=stats, egress=egress))
 
 
 class JuryDetails(ScoreDetails):

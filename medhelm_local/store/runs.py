@@ -334,14 +334,6 @@ def record_model_server(store: Store, server_id: str, model: str, base_url: str,
 
 # -- shards -----------------------------------------------------------------------------------------------
 
-SHARD_TABLES = {
-    # table: key columns that identify a row for "insert if absent"
-    "requests": ("run_id", "benchmark", "instance_id"),
-    "responses": ("run_id", "benchmark", "instance_id"),
-    "runner_sessions": ("run_id", "session_id"),
-}
-
-
 def copy_rows(source: Store, target: Store, table: str, where: str, params: list[Any], *,
               batch_rows: int = 20_000) -> int:
     """Copy ``table`` rows matching ``where`` from one store to another, keeping existing target rows.

@@ -100,10 +100,6 @@ class Store:
         """Give the store's file lock back until the next query (between transactions only)."""
         self._db.detach()
 
-    @property
-    def holds_lock(self) -> bool:
-        return self._db.attached
-
     @classmethod
     def open(cls, home: Home, *, read_only: bool = False, audit: AuditSink | None = None) -> Store:
         """Open the home's store. ``audit``: where a data-key rotation that crashed after its point of no

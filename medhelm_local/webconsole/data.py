@@ -169,10 +169,6 @@ class BenchmarkProgress:
     answered: int
     errors: int
 
-    @property
-    def done_share(self) -> float:
-        return self.answered / self.planned if self.planned else 0.0
-
 
 @dataclass
 class RunSummary:
