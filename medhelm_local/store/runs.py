@@ -232,7 +232,8 @@ def commit_outcomes(store: Store, run_id: str, session_id: str, wall_s: float, o
 
     Normal mode never overwrites: a second outcome for an item is dropped (the primary key keeps the first).
     ``replace_errors``: an item's stored *error* is moved to ``runner_error_history`` and replaced by the new
-    outcome atomically; a stored success is never replaced.
+    outcome atomically, with the request (and its truncation record) the retry sent; a stored success is never
+    replaced.
     """
     if not outcomes:
         return
@@ -254,6 +255,15 @@ def commit_outcomes(store: Store, run_id: str, session_id: str, wall_s: float, o
     request_s = sum(o.result.latency_s for o in outcomes)
     batch_items = f"(SELECT benchmark, instance_id FROM {OUTCOME_RESPONSES.source})"
     with store.transaction():
+        if replace_errors:  # the retry's request replaces the failed one's (it may differ: a prompt cut to fit)
+            stale = ("EXISTS (SELECT 1 FROM responses r WHERE r.run_id = q.run_id AND r.benchmark = q.benchmark "
+                     "AND r.instance_id = q.instance_id AND r.error IS NOT NULL)")
+            conn.execute(f"DELETE FROM runner_truncations q USING {batch_items} s WHERE q.run_id = $run_id "
+                         f"AND q.benchmark = s.benchmark AND q.instance_id = s.instance_id AND {stale}",
+                         {"run_id": run_id, "batch": responses})
+            conn.execute(f"DELETE FROM requests q USING {batch_items} s WHERE q.run_id = $run_id "
+                         f"AND q.benchmark = s.benchmark AND q.instance_id = s.instance_id AND {stale}",
+                         {"run_id": run_id, "batch": responses})
         conn.execute("INSERT INTO requests (run_id, benchmark, instance_id, request) SELECT $run_id, * "
                      f"FROM {OUTCOME_REQUESTS.source} ON CONFLICT DO NOTHING", {"run_id": run_id, "batch": requests})
         if replace_errors:
