@@ -147,11 +147,12 @@ def _open_run(app_ctx: AppContext, main: Store, target: session.Target, servers:
         session.record_plan(main, run, target.plan, digest)
     else:
         run = target.run
-        session.check_identity(run, target.endpoint, servers, weights)
+        unverified = session.check_identity(run, target.endpoint, servers, weights)
         if target.shard is not None:
             return run
+        unverified_fields: dict[str, Any] = {"identity_unverified": unverified} if unverified else {}
         audit_event(home, app_ctx.actor, "run.resume", role="informatics", run_id=run.run_id, model=run.model,
-                    mode=target.mode)
+                    mode=target.mode, **unverified_fields)
     main.set_run_status(run.run_id, "running")
     return run
 

@@ -210,8 +210,11 @@ async def token_counter(client: ChatClient, endpoint: ModelEndpoint) -> TokenCou
 
 
 def check_identity(run: RunInfo, endpoint: ModelEndpoint, servers: list[dict[str, Any]],
-                   weights: dict[str, Any] | None) -> None:
-    """Refuse to add to ``run`` from a model whose identity (served model, weights, server versions) changed."""
+                   weights: dict[str, Any] | None) -> list[str]:
+    """Refuse to add to ``run`` from a model whose identity (served model, weights, server versions) changed.
+
+    Returns what the run recorded but cannot be read now (e.g. the weights' hash of an endpoint configured
+    without its weights file): unverified, never silently taken as unchanged (the caller records it)."""
     before = model_identity(run.manifest)
     now = model_identity({"model": {"served_model": endpoint.model_id, "weights": weights, "servers": servers}})
     changed = [k for k in before if before[k] is not None and now[k] is not None and before[k] != now[k]
@@ -222,6 +225,10 @@ def check_identity(run: RunInfo, endpoint: ModelEndpoint, servers: list[dict[str
             f"{ {k: before[k] for k in changed} } -> { {k: now[k] for k in changed} }); it cannot be resumed "
             "with this one. Start a new run (--new-run)"
         )
+    unverified = [k for k in before if before[k] not in (None, []) and now[k] is None]
+    if unverified:
+        log.warning("run.identity_unverified", run_id=run.run_id, fields=unverified)
+    return unverified
 
 
 def new_run(config: ApplianceConfig, registry: SpecRegistry, target: Target, servers: list[dict[str, Any]],

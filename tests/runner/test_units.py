@@ -173,3 +173,18 @@ def test_cost_methods_and_session_union(tmp_path: Path) -> None:
         assert run_cost(store, run_id, endpoint).total == cost.total
     assert cost.method == "gpu_time" and cost.wall_s == pytest.approx(16.0) and cost.total == pytest.approx(16.0)
     assert cost.prompt_tokens > 0 and cost.completion_tokens == 10
+
+
+def test_identity_a_resume_cannot_read_is_returned_unverified_and_a_change_is_refused() -> None:
+    from medhelm_local.errors import BadInputError
+    from medhelm_local.runner.session import check_identity
+
+    endpoint = ModelEndpoint(name="m", base_urls=["http://127.0.0.1:9/v1"], served_model="m-served")
+    servers = [{"url": "http://127.0.0.1:9/v1", "version": "0.31.0"}]
+    manifest = {"model": {"served_model": "m-served", "weights": {"sha256": "ab" * 32}, "servers": servers}}
+    run = RunInfo(run_id="run-x", model="m", benchmarks=["pubmedqa"], created_at=utcnow(), finished_at=None,
+                  status="running", max_instances=None, seed=0, manifest=manifest)
+    assert check_identity(run, endpoint, servers, {"sha256": "ab" * 32}) == []
+    assert check_identity(run, endpoint, servers, None) == ["weights_sha256"]  # not silently "unchanged"
+    with pytest.raises(BadInputError, match="weights_sha256"):
+        check_identity(run, endpoint, servers, {"sha256": "cd" * 32})
