@@ -355,7 +355,7 @@ def copy_rows(source: Store, target: Store, table: str, where: str, params: list
     copied = 0
     try:
         cursor.execute(f"USE {_catalog(source)}")
-        reader = cursor.execute(f"SELECT * FROM {table} WHERE {where}", params).fetch_record_batch(batch_rows)
+        reader = cursor.execute(f"SELECT * FROM {table} WHERE {where}", params).to_arrow_reader(batch_rows)
         for batch in reader:
             if batch.num_rows == 0:
                 continue
