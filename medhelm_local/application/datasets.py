@@ -16,6 +16,7 @@ from medhelm_local.benchmarks.registry import custom_dir, load_custom_spec, regi
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.context import AppContext
 from medhelm_local.errors import BadInputError
+from medhelm_local.home.layout import atomic_write
 from medhelm_local.loaders.base import LoadResult, load_dataset
 from medhelm_local.loaders.io import csv_field_cap
 from medhelm_local.loaders.paths import refuse_appliance_files
@@ -70,14 +71,7 @@ class _StagedSpec:
         if self.previous is None:
             self.target.unlink(missing_ok=True)
         else:
-            tmp = self.target.with_name(f".{self.target.name}.restore-{os.getpid()}")
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-            try:
-                os.write(fd, self.previous)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.target)
+            atomic_write(self.target, self.previous)
 
 
 @contextmanager

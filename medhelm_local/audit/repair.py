@@ -27,6 +27,7 @@ from pydantic import BaseModel
 
 from medhelm_local.audit.trail import CHECKPOINT_ACTION, AuditTrail, AuditWriteError, read_state, state_path_for
 from medhelm_local.errors import BadInputError, MedhelmError
+from medhelm_local.home.keys import write_secret_file
 
 
 class RepairResult(BaseModel):
@@ -81,12 +82,8 @@ def repair_trail(path: Path, keys_dir: Path) -> RepairResult:
         removed = data[cut:]
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
         saved = path.with_name(f"{path.name}.repair-{stamp}")
-        out = os.open(saved, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        try:
-            os.write(out, removed)
-            os.fsync(out)
-        finally:
-            os.close(out)
+        if not write_secret_file(saved, removed):
+            raise AuditWriteError(f"cannot repair the audit trail {path} ({saved.name} exists); nothing was removed")
         os.ftruncate(fd, cut)
         os.fsync(fd)
     except MedhelmError:

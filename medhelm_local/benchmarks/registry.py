@@ -10,7 +10,6 @@ stores it as ``<home>/benchmarks/<id>.yaml``, so it persists across invocations.
 
 from __future__ import annotations
 
-import os
 import string
 from functools import cache
 from importlib import resources
@@ -22,6 +21,7 @@ from pydantic import ValidationError
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import BadInputError, MedhelmError, NotFoundError
+from medhelm_local.home.layout import atomic_write
 
 CUSTOM_DIR = "benchmarks"
 # A custom spec file is read only up to this size: specs are a page of YAML, never data.
@@ -263,14 +263,7 @@ def register_custom_spec(path: Path, home: Path) -> BenchmarkSpec:
     data = spec.model_dump(mode="json", exclude_none=True)
     text = "# Custom benchmark registered with medhelm-local (bring your own extract).\n"
     text += yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=110)
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    try:
-        os.write(fd, text.encode("utf-8"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, target)
+    atomic_write(target, text.encode("utf-8"))
     return spec
 
 

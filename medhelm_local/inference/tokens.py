@@ -112,16 +112,20 @@ def _int_field(payload: Any, key: str) -> int:
     return value
 
 
-class VllmCounter(TokenCounter):
-    """vLLM's ``POST /tokenize`` with chat messages: exact, chat template included."""
-
-    method: Method = "vllm"
-    exact = True
+class _EngineCounter(TokenCounter):
+    """A counter that asks the serving engine's own tokenizer endpoint (at ``root_url``, for ``model_id``)."""
 
     def __init__(self, client: ChatClient, root_url: str, model_id: str) -> None:
         self._client = client
         self._root = root_url
         self._model = model_id
+
+
+class VllmCounter(_EngineCounter):
+    """vLLM's ``POST /tokenize`` with chat messages: exact, chat template included."""
+
+    method: Method = "vllm"
+    exact = True
 
     async def count(self, messages: Sequence[ChatMessage]) -> int:
         payload = {"model": self._model, "messages": [m.model_dump() for m in messages],
@@ -132,16 +136,11 @@ class VllmCounter(TokenCounter):
         return _int_field(reply, "count")
 
 
-class LlamaCppCounter(TokenCounter):
+class LlamaCppCounter(_EngineCounter):
     """llama-cpp-python's ``POST /extras/tokenize/count`` over the contents, plus the chat-template margins."""
 
     method: Method = "llama.cpp"
     exact = False
-
-    def __init__(self, client: ChatClient, root_url: str, model_id: str) -> None:
-        self._client = client
-        self._root = root_url
-        self._model = model_id
 
     async def count_text(self, text: str) -> int:
         status, reply = await self._client.post_json(self._root, "/extras/tokenize/count",
