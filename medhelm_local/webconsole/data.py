@@ -67,29 +67,17 @@ BUSY = "another medhelm-local process holds it"  # the store's own message when 
 
 def _open(home: Home, path: Path, *, read_only: bool) -> Store:
     """Open the store with the console's own, short lock wait (``console.read_wait_s``): a run holding the store
-    for longer is said, not waited for.
-
-    Where the store attaches and detaches its file around each write transaction (``EncryptedDatabase``), the
-    console attaches between a run's writes, with exactly its own wait. Before that, a run holds the store from
-    start to end (the page says so), and MEDHELM_LOCK_TIMEOUT_S, where set, still overrides the wait."""
+    for longer is said, not waited for. The store attaches its file around each write transaction, so the console
+    gets in between a run's writes, with exactly its own wait."""
     key = load_data_key(home.keys_dir)
-    wait = home.config.console.read_wait_s
-    database_type = getattr(connection, "EncryptedDatabase", None)
     try:
-        if database_type is not None:
-            database = database_type(path, key, read_only=read_only, settings=home.config.store)
-            try:
-                database.attach(wait_s=wait)
-            except BaseException:
-                database.close()
-                raise
-            return Store(lambda: database, path)
-        settings = home.config.store.model_copy(update={"lock_timeout_s": wait})
-
-        def connect() -> Any:
-            return connection.open_encrypted(path, key, read_only=read_only, settings=settings)
-
-        return Store(connect, path)
+        database = connection.EncryptedDatabase(path, key, read_only=read_only, settings=home.config.store)
+        try:
+            database.attach(wait_s=home.config.console.read_wait_s)
+        except BaseException:
+            database.close()
+            raise
+        return Store(lambda: database, path)
     except StoreError as exc:
         if BUSY in str(exc):
             raise RunInProgress("a run (or a registration) is writing to the store right now") from None
