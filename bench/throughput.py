@@ -371,8 +371,10 @@ def main() -> int:
         bodies = tmp / "bodies.jsonl"
         n = write_bodies(home, bodies)
         port = free_port()
-        cli(home, "models", "add", "fake", "--base-url", f"http://127.0.0.1:{port}/v1", "--served-model",
-            "fake-model")
+        # Registered as what it stands in for: a vLLM server (it answers /version, /health and /tokenize as vLLM
+        # does), whose scheduler queues what exceeds its batch, so the limiter starts at the cap.
+        cli(home, "models", "add", "fake", "--kind", "vllm", "--base-url", f"http://127.0.0.1:{port}/v1",
+            "--served-model", "fake-model")
         home_mb = sum(f.stat().st_size for f in home.rglob("*") if f.is_file()) / 2**20
         print(f"setup: {n} requests from the real PubMedQA, MedQA and MedCalc-Bench files "
               f"({time.perf_counter() - t:.0f}s; home {home_mb:.0f} MB, copied afresh for each runner process); "

@@ -71,7 +71,8 @@ def evaluate(app_ctx: AppContext, request: EvaluationRequest) -> RunOutcome:
         try:
             main = main_scope.enter_context(_open_main(app_ctx, mode))
             target = session.resolve(main, config, app_ctx.specs, request.selection, mode)
-            settings = session.execution_settings(config, request.sending, errors_only=mode.kind == "retry_errors")
+            settings = session.execution_settings(config, request.sending, target.endpoint,
+                                                  errors_only=mode.kind == "retry_errors")
             exclusive = nullcontext() if target.shard else run_lock(home.store_path, target.run_id, config.store)
             with exclusive:
                 run, report = asyncio.run(_infer(app_ctx, main, main_scope, target, request.sending, settings, live))

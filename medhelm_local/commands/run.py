@@ -93,6 +93,10 @@ def run(
     seed: int | None = typer.Option(None, "--seed", help="Sampling and decoding seed [default: config]."),
     concurrency: int | None = typer.Option(None, "--concurrency", min=1,
                                            help="Cap on requests in flight (adaptive below it) [default: config]."),
+    initial_concurrency: int | None = typer.Option(
+        None, "--initial-concurrency", min=1,
+        help="Requests in flight at the start; the limiter adapts from there [default: the cap for vllm and "
+             "embedded models, which queue; half the cap for other servers]."),
     resume: str | None = typer.Option(None, "--resume", help="Resume this run: send only what is missing."),
     retry_errors: str | None = typer.Option(None, "--retry-errors", help="Re-send only the failed requests of "
                                             "this run; each new outcome replaces the error atomically."),
@@ -121,7 +125,8 @@ def run(
         selection=Selection(model=model, benchmarks=parse_benchmarks(benchmarks) if benchmarks is not None else None,
                             max_instances=max_instances, seed=seed, order=order,
                             prompt_style=check_style(prompt_style) if prompt_style is not None else None),
-        sending=Sending(concurrency=concurrency, request_timeout_s=request_timeout, max_retries=max_retries,
+        sending=Sending(concurrency=concurrency, initial_concurrency=initial_concurrency,
+                        request_timeout_s=request_timeout, max_retries=max_retries,
                         show_progress=not as_json),
         mode=Mode.from_flags(resume=resume, retry_errors=retry_errors, run_id=run_id,
                              shard=parse_shard(shard) if shard else None, new_run=new_run),

@@ -19,7 +19,7 @@ import httpcore
 import httpx
 
 from medhelm_local.inference.egress import EgressPolicy
-from medhelm_local.inference.netio import AsyncioBackend
+from medhelm_local.inference.lane import Lane, UnsupportedEncoding
 from medhelm_local.inference.structured import is_format_rejection
 from medhelm_local.records import InferenceRequest, InferenceResult
 
@@ -30,6 +30,8 @@ RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 FORMAT_REJECTED = "format_rejected"
 # Failures that say "this replica is unreachable or wedged", as opposed to "this request went wrong".
 ENDPOINT_FAILURES = frozenset({"connect_error", "connection_dropped", "timeout", "http_502", "http_503", "http_504"})
+USER_AGENT = f"python-httpx/{httpx.__version__}".encode()  # the small-request client's, on every request alike
+DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 class AttemptGate(Protocol):
@@ -48,6 +50,15 @@ class RequestFailed(Exception):
         self.category = category
         self.retryable = retryable
         self.status = status
+
+
+@dataclass(frozen=True)
+class _Target:
+    """A replica's completion URL, parsed once: where a lane connects and the headers every completion carries."""
+
+    url: httpcore.URL
+    origin: httpcore.Origin
+    headers: list[tuple[bytes, bytes]]
 
 
 @dataclass
@@ -183,18 +194,14 @@ class EndpointPool:
 class ChatClient:
     """Sends chat completions to one model served at one or more allowlisted base URLs (replicas).
 
-    Each completion borrows a *lane*: an httpx transport holding a single keep-alive connection to one replica,
-    returned when the reply has been read. httpcore's pool scans all of its connections for every request (and
-    checks each one's socket), which at hundreds in flight cost the runner more CPU than everything else it does
-    per request; a lane's pool holds one connection, so the scan is one check. Lanes are made on demand (at most
-    ``max_connections`` per replica) and reused most recent first, so only as many connections stay open as
-    requests were in flight at once.
-
-    A completion goes to its lane's transport as a prepared ``httpx.Request`` (URL parsed once, headers fixed,
-    body serialised once): what ``AsyncClient.post`` adds on top (merging defaults, auth and redirect flows,
-    cookie extraction) is work the runner never needs, and was about a fifth of the client's CPU per request.
-    The lanes' connections do their I/O on plain asyncio (``inference.netio``) instead of through anyio.
-    Small requests (``get_json``, ``post_json``) share one ordinary client.
+    Each completion borrows a :class:`Lane`: one keep-alive connection to one replica, returned when the reply has
+    been read. Lanes are made on demand (at most ``max_connections`` per replica) and reused most recent first, so
+    only as many connections stay open as requests were in flight at once. A lane is httpcore's HTTP/1.1
+    connection (the engine httpx itself sends through) used directly, its I/O on plain asyncio
+    (``inference.netio``): what httpx's transport and models add on top of it for every request (a connection
+    pool's scan and locks, request and response objects, content decoders) was about a third of the runner's
+    CPU per request at hundreds in flight (bench/README.md, "Line rate"). Small requests (``get_json``,
+    ``post_json``) share one ordinary httpx client.
     """
 
     def __init__(
@@ -222,13 +229,11 @@ class ChatClient:
         self._tls = httpx.create_ssl_context()  # loading the CA bundle is slow: once, shared by every client
         self._timeout = httpx.Timeout(timeout_s, connect=min(10.0, timeout_s))
         self._client = self._make_client(POOL_CONNECTIONS)
-        # A completion's headers: the small-request client's (user agent, accept, keep-alive, the API key).
-        self._lane_headers = [*self._client.headers.raw, (b"content-type", b"application/json")]
         self._lane_extensions = {"timeout": self._timeout.as_dict()}
-        self._urls: dict[str, httpx.URL] = {}  # completion URLs, parsed once and checked against the allowlist
-        self._lanes: dict[str, list[httpx.AsyncHTTPTransport]] = {}  # base URL -> every lane made for it
-        self._idle: dict[str, list[httpx.AsyncHTTPTransport]] = {}  # base URL -> idle lanes, most recent last
-        self._lane_waiters: dict[str, deque[asyncio.Future[httpx.AsyncHTTPTransport]]] = {}
+        self._targets: dict[str, _Target] = {}  # completion URLs, parsed once and checked against the allowlist
+        self._lanes: dict[str, list[Lane]] = {}  # base URL -> every lane made for it
+        self._idle: dict[str, list[Lane]] = {}  # base URL -> idle lanes, most recent last
+        self._lane_waiters: dict[str, deque[asyncio.Future[Lane]]] = {}
 
     def _make_client(self, connections: int) -> httpx.AsyncClient:
         return httpx.AsyncClient(
@@ -240,33 +245,21 @@ class ChatClient:
             follow_redirects=False,
         )
 
-    def _make_lane(self) -> httpx.AsyncHTTPTransport:
-        """A transport with one keep-alive connection whose I/O runs on plain asyncio (see ``inference.netio``).
-        No proxy (``trust_env=False``): egress is the allowlist's alone."""
-        lane = httpx.AsyncHTTPTransport(verify=self._tls, trust_env=False,
-                                        limits=httpx.Limits(max_connections=1, max_keepalive_connections=1))
-        pool = getattr(lane, "_pool", None)
-        if isinstance(pool, httpcore.AsyncConnectionPool):  # httpx's own layout; else its default I/O (slower)
-            lane._pool = httpcore.AsyncConnectionPool(
-                ssl_context=self._tls, max_connections=1, max_keepalive_connections=1,
-                keepalive_expiry=pool._keepalive_expiry, network_backend=AsyncioBackend())
-        return lane
-
-    async def _lease(self, base_url: str) -> httpx.AsyncHTTPTransport:
+    async def _lease(self, base_url: str, target: _Target) -> Lane:
         idle = self._idle.setdefault(base_url, [])
         if idle:
             return idle.pop()
         lanes = self._lanes.setdefault(base_url, [])
         if len(lanes) < self.max_connections:
-            lane = self._make_lane()
+            lane = Lane(target.origin, self._tls)
             lanes.append(lane)
             return lane
         # Every lane is busy (more attempts than max_connections, e.g. without a gate): wait for one.
-        future: asyncio.Future[httpx.AsyncHTTPTransport] = asyncio.get_running_loop().create_future()
+        future: asyncio.Future[Lane] = asyncio.get_running_loop().create_future()
         self._lane_waiters.setdefault(base_url, deque()).append(future)
         return await future
 
-    def _give_back(self, base_url: str, lane: httpx.AsyncHTTPTransport) -> None:
+    def _give_back(self, base_url: str, lane: Lane) -> None:
         waiters = self._lane_waiters.get(base_url)
         while waiters:
             future = waiters.popleft()
@@ -323,42 +316,54 @@ class ChatClient:
         except ValueError:
             return response.status_code, None
 
-    def _completion_url(self, base: str) -> httpx.URL:
-        url = self._urls.get(base)
-        if url is None:
+    def _target(self, base: str) -> _Target:
+        target = self._targets.get(base)
+        if target is None:
             text = f"{base}/chat/completions"
             self.egress.check(text)
-            url = self._urls[base] = httpx.URL(text)
-        return url
+            url = httpx.URL(text)
+            headers = [(b"host", url.netloc), (b"accept", b"application/json"),
+                       (b"accept-encoding", b"identity"),  # nothing to decode: a lane has no decoders
+                       (b"connection", b"keep-alive"), (b"user-agent", USER_AGENT),
+                       (b"content-type", b"application/json")]
+            headers += [(k.lower().encode(), v.encode()) for k, v in self._headers.items()]
+            target = self._targets[base] = _Target(
+                url=httpcore.URL(scheme=url.raw_scheme, host=url.raw_host, port=url.port, target=url.raw_path),
+                origin=httpcore.Origin(url.raw_scheme, url.raw_host, url.port or DEFAULT_PORTS[url.scheme]),
+                headers=headers)
+        return target
 
     async def complete_once(self, request: InferenceRequest, base_url: str | None = None) -> Completion:
         base = base_url or self.pick_endpoint()
+        target = self._target(base)
         body = json.dumps(request_body(self.model_id, request), separators=(",", ":")).encode()
-        prepared = httpx.Request("POST", self._completion_url(base), headers=self._lane_headers, content=body,
-                                 extensions=self._lane_extensions)
-        lane = await self._lease(base)
+        prepared = httpcore.Request(b"POST", target.url,
+                                    headers=[*target.headers, (b"content-length", str(len(body)).encode())],
+                                    content=body, extensions=self._lane_extensions)
+        lane = await self._lease(base, target)
         try:
-            response = await lane.handle_async_request(prepared)
-            try:
-                await response.aread()
-            finally:
-                await response.aclose()
-        except httpx.TimeoutException:
+            status, content = await lane.post(prepared)
+        except UnsupportedEncoding:
+            raise RequestFailed("invalid_encoding", retryable=False) from None
+        except httpcore.TimeoutException:
             raise RequestFailed("timeout", retryable=True) from None
-        except httpx.ConnectError:
+        except httpcore.ConnectError:
             raise RequestFailed("connect_error", retryable=True) from None
-        except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
+        except (httpcore.RemoteProtocolError, httpcore.ReadError, httpcore.WriteError):
             raise RequestFailed("connection_dropped", retryable=True) from None
-        except httpx.HTTPError:
+        except httpcore.ProtocolError:  # the connection layer itself refused (a local protocol error)
             raise RequestFailed("http_error", retryable=True) from None
+        except httpcore.NetworkError:
+            raise RequestFailed("connection_dropped", retryable=True) from None
+        except httpcore.UnsupportedProtocol:
+            raise RequestFailed("http_error", retryable=False) from None
         finally:
             self._give_back(base, lane)
-        if response.status_code != 200:
-            status = response.status_code
-            if request.response_format is not None and is_format_rejection(status, response.content):
+        if status != 200:
+            if request.response_format is not None and is_format_rejection(status, content):
                 raise RequestFailed(FORMAT_REJECTED, retryable=False, status=status)
             raise RequestFailed(f"http_{status}", retryable=status in RETRYABLE_STATUS, status=status)
-        return parse_completion(response.content)
+        return parse_completion(content)
 
     async def complete(
         self, request: InferenceRequest, *, max_retries: int = 4, backoff_base_s: float = 0.5,

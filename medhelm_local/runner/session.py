@@ -29,7 +29,7 @@ from typing import Any
 
 from medhelm_local.benchmarks.registry import SpecRegistry
 from medhelm_local.errors import BadInputError, NotFoundError
-from medhelm_local.home.config import ApplianceConfig, ModelEndpoint
+from medhelm_local.home.config import ApplianceConfig, BackendKind, ModelEndpoint
 from medhelm_local.inference.backends import describe_servers
 from medhelm_local.inference.client import ChatClient
 from medhelm_local.inference.tokens import TokenCounter, open_counter
@@ -172,15 +172,25 @@ def resolve(store: Store, config: ApplianceConfig, specs: SpecRegistry, selectio
                   shard=plan.shard)
 
 
-def execution_settings(config: ApplianceConfig, sending: Sending, *, errors_only: bool) -> ExecutionSettings:
+# Servers that queue what exceeds their batch instead of refusing it (vLLM's scheduler, llama.cpp's slots): the
+# limiter may start at the cap, as a full queue costs such a server nothing; a round trip spent below capacity
+# costs the run one latency. Other OpenAI-compatible servers may be rate-limited gateways: start at half the cap.
+QUEUEING_KINDS = frozenset({BackendKind.VLLM, BackendKind.EMBEDDED})
+
+
+def execution_settings(config: ApplianceConfig, sending: Sending, endpoint: ModelEndpoint, *,
+                       errors_only: bool) -> ExecutionSettings:
     ceiling = config.runner.max_concurrency
     cap = min(sending.concurrency or ceiling, ceiling)
     if sending.concurrency and sending.concurrency > ceiling:  # say so: a silent cap looks like a slow server
         log.warning("run.concurrency_capped", requested=sending.concurrency, ceiling=ceiling,
                     setting="runner.max_concurrency")
+    initial = sending.initial_concurrency
+    if initial is None and endpoint.kind in QUEUEING_KINDS:
+        initial = cap
     return ExecutionSettings(
         concurrency=cap, max_retries=config.runner.max_retries if sending.max_retries is None else sending.max_retries,
-        initial_concurrency=sending.initial_concurrency, backoff_base_s=sending.backoff_base_s,
+        initial_concurrency=None if initial is None else min(initial, cap), backoff_base_s=sending.backoff_base_s,
         errors_only=errors_only,
     )
 

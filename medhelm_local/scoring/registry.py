@@ -55,9 +55,15 @@ def instance_scorer(name: str, aggregation: Aggregation = Aggregation.MEAN, *,
     return decorate
 
 
+_loaded: list[bool] = []
+
+
 def _ensure_loaded() -> None:
+    if _loaded:  # asked once per scored item: import_module, even of a loaded module, is not free
+        return
     for module in _SCORER_MODULES:
         importlib.import_module(module)
+    _loaded.append(True)
 
 
 def known_metrics() -> list[str]:

@@ -1,10 +1,11 @@
-"""The completion lanes' I/O (inference/netio.py under httpx): keep-alive, a connection the server closed while
-idle, timeouts, and TLS with certificate verification."""
+"""The completion lanes (inference/lane.py, their I/O in inference/netio.py): keep-alive, a connection the server
+closed while idle, timeouts, TLS with certificate verification, and content codings."""
 
 from __future__ import annotations
 
 import asyncio
 import datetime
+import gzip
 import ipaddress
 import json
 from pathlib import Path
@@ -36,11 +37,15 @@ class RawServer:
     the connection without saying so (as a server with a short keep-alive timeout does); ``silent``: never
     answers."""
 
-    def __init__(self, *, close_after: int | None = None, silent: bool = False) -> None:
+    def __init__(self, *, close_after: int | None = None, silent: bool = False, encoding: bytes | None = None,
+                 reply: bytes = REPLY) -> None:
         self.close_after = close_after
         self.silent = silent
+        self.encoding = encoding  # a content-encoding header to send with ``reply``
+        self.reply = reply
         self.connections = 0
         self.requests = 0
+        self.heads: list[bytes] = []
         self.port = 0
 
     async def start(self) -> asyncio.Server:
@@ -58,10 +63,12 @@ class RawServer:
                               if line.lower().startswith(b"content-length:"))
                 await reader.readexactly(length)
                 self.requests += 1
+                self.heads.append(head)
                 if self.silent:
                     await asyncio.sleep(3600)
-                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
-                             + str(len(REPLY)).encode() + b"\r\n\r\n" + REPLY)
+                coding = b"content-encoding: " + self.encoding + b"\r\n" if self.encoding else b""
+                writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n" + coding
+                             + b"content-length: " + str(len(self.reply)).encode() + b"\r\n\r\n" + self.reply)
                 await writer.drain()
                 served += 1
                 if self.close_after is not None and served >= self.close_after:
@@ -86,8 +93,9 @@ def test_lanes_keep_connections_alive_and_run_on_the_asyncio_backend() -> None:
 
             texts = await asyncio.gather(*(one(i) for i in range(40)))
             lanes = [lane for lanes in client._lanes.values() for lane in lanes]
-            assert all(isinstance(lane._pool._network_backend, AsyncioBackend)  # type: ignore[attr-defined]
-                       for lane in lanes), "the lanes fell back to httpx's default I/O (an httpx upgrade?)"
+            connections = [lane._connection for lane in lanes if lane._connection is not None]
+            assert connections and all(isinstance(c._network_backend, AsyncioBackend) for c in connections), \
+                "the lanes fell back to httpcore's default I/O (an httpcore upgrade?)"
             return raw.connections, raw.requests, texts
 
     connections, requests, texts = asyncio.run(scenario())
@@ -168,3 +176,26 @@ def test_https_replica_is_verified_and_served(tmp_path: Path, monkeypatch: pytes
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+@pytest.mark.parametrize(("encoding", "reply", "expected"), [
+    (None, REPLY, "yes"),
+    (b"gzip", gzip.compress(REPLY), "yes"),  # a proxy that compresses although identity was asked for
+    (b"br", REPLY, "invalid_encoding"),  # never passed on undecoded, never retried
+])
+def test_a_lane_asks_for_identity_and_decodes_or_refuses_what_a_server_compresses(
+        encoding: bytes | None, reply: bytes, expected: str) -> None:
+    async def scenario() -> tuple[str | None, list[bytes], int]:
+        raw = RawServer(encoding=encoding, reply=reply)
+        server = await raw.start()
+        async with server, ChatClient([f"http://127.0.0.1:{raw.port}/v1"], "m", LOCAL, api_key="k-1") as client:
+            result = await client.complete(_request(0), max_retries=2, backoff_base_s=0.01)
+            return (result.text if result.ok else result.error), raw.heads, raw.requests
+
+    text, heads, requests = asyncio.run(scenario())
+    assert text == expected
+    assert requests == 1
+    head = heads[0].lower()
+    assert b"accept-encoding: identity\r\n" in head
+    assert b"host: 127.0.0.1:" in head and b"authorization: bearer k-1\r\n" in head
+    assert head.startswith(b"post /v1/chat/completions http/1.1\r\n")

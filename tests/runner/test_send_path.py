@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -13,6 +14,7 @@ from medhelm_local.records import ChatMessage, InferenceRequest, InferenceResult
 from medhelm_local.runner import execute
 from medhelm_local.runner.concurrency import AdaptiveLimiter
 from medhelm_local.store.runs import Outcome
+from tests.conftest import Cli
 
 
 class Clock:
@@ -54,7 +56,7 @@ def test_limiter_reaches_the_servers_capacity_within_three_round_trips(cap: int,
 def _outcome(i: int) -> Outcome:
     request = InferenceRequest(benchmark="b", instance_id=str(i), max_tokens=1,
                                messages=[ChatMessage(role="user", content="q")])
-    return Outcome(request, "h", InferenceResult(text="yes"))
+    return Outcome(request, InferenceResult(text="yes"), None)
 
 
 def test_closing_the_committer_commits_at_once_not_after_the_interval(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -84,3 +86,40 @@ def test_closing_the_committer_commits_at_once_not_after_the_interval(monkeypatc
     waited = asyncio.run(scenario())
     assert [n for _, n in rounds] == [1, 1]
     assert waited < 2.0
+
+
+@pytest.mark.parametrize(("kind", "requested", "expected"), [
+    ("vllm", None, 256),  # vLLM queues what exceeds its batch: no round trip is spent below the cap
+    ("embedded", None, 256),
+    ("openai-compatible", None, None),  # maybe a rate-limited gateway: the limiter's own start (half the cap)
+    ("openai-compatible", 32, 32),
+    ("vllm", 1000, 256),  # never above the cap
+])
+def test_the_limiter_starts_at_the_cap_only_for_servers_that_queue(kind: str, requested: int | None,
+                                                                   expected: int | None) -> None:
+    from medhelm_local.home.config import ApplianceConfig, BackendKind, ModelEndpoint, RunnerSettings
+    from medhelm_local.runner.options import Sending
+    from medhelm_local.runner.session import execution_settings
+
+    endpoint = ModelEndpoint(name="m", kind=BackendKind(kind),
+                             base_urls=[] if kind == "embedded" else ["http://127.0.0.1:9/v1"])
+    config = ApplianceConfig(runner=RunnerSettings(max_concurrency=256))
+    settings = execution_settings(config, Sending(initial_concurrency=requested), endpoint, errors_only=False)
+    assert settings.concurrency == 256
+    assert settings.initial_concurrency == expected
+    limiter = AdaptiveLimiter(settings.concurrency, initial=settings.initial_concurrency)
+    assert limiter.limit == (expected or 128)
+
+
+def test_run_initial_concurrency_flag_sets_where_the_limiter_starts(home_cli: Cli, tmp_path: Path) -> None:
+    from medhelm_local.testing.fake_openai import FakeOpenAIServer
+    from tests.test_pipeline import write_extract
+
+    extract = write_extract(tmp_path / "extract.csv", n=12)
+    assert home_cli("datasets", "register", "hospice_referral", str(extract)).code == 0
+    with FakeOpenAIServer(responder=lambda _m: "A") as server:
+        assert home_cli("models", "add", "fake", "--base-url", server.base_url).code == 0
+        run = home_cli("run", "--model", "fake", "--benchmarks", "hospice_referral", "--initial-concurrency", "3",
+                       "--concurrency", "8", "--json")
+    assert run.code == 0, run.stderr
+    assert run.json()["session"]["concurrency_steps"][0] == [0.0, 3, "start"]  # type: ignore[index]
