@@ -9,8 +9,10 @@ Needs the ``bench`` extra (aiohttp) and ../shared/data/public. PubMedQA (1,000),
 OpenAI-compatible server in its own process with 256 concurrent slots (server limit: 3,320 / 256 x latency):
 
 * raw: a plain aiohttp client, in its own process, posting the very request bodies the runner sends (built
-  beforehand and read from a file) over 256 connections; timed from its first request to its last reply.
-* raw httpx: the same generator on httpx with the runner's connection layout: the HTTP library's own cost.
+  beforehand and read from a file) over 256 connections; timed from its first request to its last reply, and
+  as a process from spawn to exit (its own start: interpreter, aiohttp, reading the bodies).
+* raw httpx: the same generator on httpx's own transports, one single-connection pool per slot: what httpx's
+  layers cost beyond aiohttp (the runner's lanes use httpcore's connection directly, under them).
 * runner without HTTP: the same command with ``ChatClient.complete_once`` replaced by a wait of the latency
   (no sockets): the runner's own cost per request, beyond the HTTP library.
 * runner: ``medhelm-local run --model fake --benchmarks pubmedqa,medqa,medcalc_bench --concurrency 256 --json``
@@ -22,7 +24,9 @@ latency measures a first run: DuckDB's checkpoint, when the runner releases the 
 with the rows already in the store (see bench/README.md), and a home reused across the runs would make later
 latencies pay for earlier ones.
 
-Printed per latency: both walls, runner/raw ratios (end to end, and send phase only), the runner's CPU per request
+Printed per latency: both walls, runner/raw ratios (end to end against the generator's first-request-to-last-reply
+time and, both as processes, spawn to exit; and send phase only), the runner's fixed cost (end to end minus its
+send phase), the runner's CPU per request
 in the send phase and end to end (``getrusage``), its peak concurrency and how many round trips (latencies) its
 adaptive limiter took to reach 256, where the runner's wall time went (process start and imports, planning,
 the manifest, storing the plan, sending, scoring, the rest), and the load average before and after. Everything
@@ -313,11 +317,13 @@ def measure(clean: Path, work: Path, port: int, bodies: Path, n: int, latency: f
                         context_length=32768)
     try:
         url = f"{server.base_url}/chat/completions"
+        spawned = time.perf_counter()
         raw_done = subprocess.run([sys.executable, "-c", RAW, url, str(bodies), str(SLOTS)], capture_output=True,
                                   text=True, env=env())
+        raw_process_s = time.perf_counter() - spawned
         if raw_done.returncode != 0:
             raise RuntimeError(f"raw generator failed: {raw_done.stderr[-2000:]}")
-        raw = json.loads(raw_done.stdout)
+        raw = json.loads(raw_done.stdout) | {"process_s": raw_process_s}
         httpx_done = subprocess.run([sys.executable, "-c", RAW_HTTPX, url, str(bodies), str(SLOTS)],
                                     capture_output=True, text=True, env=env())
         if httpx_done.returncode != 0:
@@ -334,7 +340,8 @@ def measure(clean: Path, work: Path, port: int, bodies: Path, n: int, latency: f
     stub_session = stubbed["report"]["session"]
     return {
         "latency_s": latency, "requests": n, "server_limit_s": n / SLOTS * latency,
-        "raw": {"wall_s": raw["wall_s"], "cpu_s": raw["cpu_s"], "cpu_ms_per_request": 1000 * raw["cpu_s"] / n},
+        "raw": {"wall_s": raw["wall_s"], "process_s": raw["process_s"], "cpu_s": raw["cpu_s"],
+                "cpu_ms_per_request": 1000 * raw["cpu_s"] / n},
         "raw_httpx": {"wall_s": raw_httpx["wall_s"], "cpu_s": raw_httpx["cpu_s"],
                       "cpu_ms_per_request": 1000 * raw_httpx["cpu_s"] / n},
         "runner": {"end_to_end_s": measured["wall_s"], "send_s": session["wall_s"],
@@ -349,6 +356,10 @@ def measure(clean: Path, work: Path, port: int, bodies: Path, n: int, latency: f
                                 "send_cpu_ms_per_request": 1000 * stub_session["cpu_s"] / n,
                                 "phases_s": phase_walls(stubbed)},
         "ratio_end_to_end": raw["wall_s"] / measured["wall_s"],
+        # both as processes, spawn to exit: the generator's own start (interpreter, aiohttp, reading the bodies)
+        "ratio_process_to_process": raw["process_s"] / measured["wall_s"],
+        # what the runner costs beyond its send phase, whatever the server's latency
+        "fixed_s": measured["wall_s"] - session["wall_s"],
         "ratio_send_phase": raw["wall_s"] / session["wall_s"],
         "load_average_before": load_start, "load_average_after": os.getloadavg(),
     }
@@ -408,11 +419,14 @@ def print_run(r: dict[str, Any]) -> None:
     print(f"\nlatency {r['latency_s']}s, {SLOTS} slots, {r['requests']} requests "
           f"(server limit {r['server_limit_s']:.1f}s); load average {r['load_average_before'][0]:.2f} -> "
           f"{r['load_average_after'][0]:.2f}")
-    print(f"  raw aiohttp generator: {r['raw']['wall_s']:.2f}s ({r['raw']['cpu_ms_per_request']:.2f} ms CPU/request)")
+    print(f"  raw aiohttp generator: {r['raw']['wall_s']:.2f}s first request to last reply, "
+          f"{r['raw']['process_s']:.2f}s spawn to exit ({r['raw']['cpu_ms_per_request']:.2f} ms CPU/request)")
     print(f"  raw httpx generator:   {r['raw_httpx']['wall_s']:.2f}s "
           f"({r['raw_httpx']['cpu_ms_per_request']:.2f} ms CPU/request; the HTTP library alone)")
     print(f"  runner end to end:     {runner['end_to_end_s']:.2f}s  ratio raw/runner {r['ratio_end_to_end']:.3f}"
+          f" (both spawn to exit: {r['ratio_process_to_process']:.3f})"
           f"  ({runner['cpu_ms_per_request']:.2f} ms CPU/request, peak RSS {runner['max_rss_mb']:.0f} MB)")
+    print(f"  runner fixed cost:     {r['fixed_s']:.2f}s beyond the send phase (start-up, planning, scoring, ...)")
     if send_cpu is not None:
         print(f"  runner send phase:     {runner['send_s']:.2f}s  ratio raw/runner {r['ratio_send_phase']:.3f}"
               f"  ({send_cpu:.2f} ms CPU/request)")
@@ -426,19 +440,18 @@ def print_run(r: dict[str, Any]) -> None:
 
 def print_table(runs: list[dict[str, Any]]) -> None:
     """The rows of bench/README.md's "Line rate" table, in its column order."""
-    print("\n| server latency (limit) | raw aiohttp | raw httpx | runner end to end (ratio) "
-          "| runner send phase (ratio) | runner CPU/request: send phase, end to end | same, HTTP stubbed "
-          "| httpx alone | aiohttp alone "
-          "| round trips to 256 | load average |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("\n| server latency (limit) | raw aiohttp (spawn to exit) | raw httpx | runner end to end (ratio; both "
+          "spawn to exit) | runner send phase (ratio) | runner fixed cost | runner CPU/request: send phase, end to end "
+          "| same, HTTP stubbed | httpx alone | aiohttp alone | round trips to 256 | load average |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in runs:
         runner, stub = r["runner"], r["runner_without_http"]
         latency = f"{r['latency_s'] * 1000:.0f} ms" if r["latency_s"] < 1 else f"{r['latency_s']:g} s"
         send_cpu = runner["send_cpu_ms_per_request"]
-        print(f"| {latency} ({r['server_limit_s']:.1f} s) | {r['raw']['wall_s']:.1f} s "
-              f"| {r['raw_httpx']['wall_s']:.1f} s "
-              f"| {runner['end_to_end_s']:.1f} s ({r['ratio_end_to_end']:.3f}) "
-              f"| {runner['send_s']:.1f} s ({r['ratio_send_phase']:.3f}) "
+        print(f"| {latency} ({r['server_limit_s']:.1f} s) | {r['raw']['wall_s']:.2f} s ({r['raw']['process_s']:.2f} s) "
+              f"| {r['raw_httpx']['wall_s']:.2f} s "
+              f"| {runner['end_to_end_s']:.2f} s ({r['ratio_end_to_end']:.3f}; {r['ratio_process_to_process']:.3f}) "
+              f"| {runner['send_s']:.2f} s ({r['ratio_send_phase']:.3f}) | {r['fixed_s']:.2f} s "
               f"| {send_cpu:.2f} ms, {runner['cpu_ms_per_request']:.2f} ms | {stub['send_cpu_ms_per_request']:.2f} ms "
               f"| {r['raw_httpx']['cpu_ms_per_request']:.2f} ms | {r['raw']['cpu_ms_per_request']:.2f} ms "
               f"| {runner['round_trips_to_cap']} "

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-import numpy as np
+from typing import TYPE_CHECKING
 
 from medhelm_local.benchmarks.registry import SpecRegistry
 from medhelm_local.prompts.styles import DEFAULT_STYLE, run_prompt_style, spec_for_run
@@ -14,6 +13,9 @@ from medhelm_local.scoring.scorer import Aggregation
 from medhelm_local.scoring.summary import aggregate_values, gold_empty_stats
 from medhelm_local.store.judgments import judge_failure_rates, score_rows
 from medhelm_local.store.store import Store
+
+if TYPE_CHECKING:  # numpy is imported where a series is built: a `run` (benchmark_score) needs none of it
+    import numpy as np
 
 
 @dataclass
@@ -66,6 +68,8 @@ def truncated_share(store: Store, run_id: str, benchmark: str) -> float | None:
 
 
 def instance_series(store: Store, specs: SpecRegistry, run_id: str, model: str, benchmark: str) -> InstanceSeries:
+    import numpy as np
+
     metric = run_metric(store, specs, run_id, benchmark)
     aggregation = metric_aggregation(metric)
     rows = score_rows(store, run_id, benchmark, metric)
