@@ -3,6 +3,7 @@
     .venv/bin/python bench/throughput.py                      # 2 s, 400 ms and 250 ms server latency
     .venv/bin/python bench/throughput.py --latencies 0.4      # one latency
     .venv/bin/python bench/throughput.py --profile 0.4        # cProfile the runner at 400 ms (file in $TMPDIR)
+    .venv/bin/python bench/throughput.py --history 7          # in a home that already holds 7 runs of them
 
 Needs the ``bench`` extra (aiohttp) and ../shared/data/public. PubMedQA (1,000), MedQA (1,273) and MedCalc-Bench
 (1,047) are registered from their real files: 3,320 requests. For each latency, against the fake
@@ -19,10 +20,9 @@ OpenAI-compatible server in its own process with 256 concurrent slots (server li
   as a subprocess, timed from spawn to exit (start-up, planning, sending, scoring): end to end; its send phase
   and the CPU the runner process spent in it (all threads, ``time.process_time``) come from its JSON report.
 
-Each runner process gets its own copy of the freshly set-up home (datasets registered, no run yet), so every
-latency measures a first run: DuckDB's checkpoint, when the runner releases the store between commit rounds, grows
-with the rows already in the store (see bench/README.md), and a home reused across the runs would make later
-latencies pay for earlier ones.
+Each runner process gets its own copy of the set-up home (datasets registered; with ``--history N``, N earlier
+runs of the same requests, sent to a 1 ms server), so every latency measures the same home: one reused across the
+measurements would make later latencies pay for the rows the earlier ones stored.
 
 Printed per latency: both walls, runner/raw ratios (end to end against the generator's first-request-to-last-reply
 time and, both as processes, spawn to exit; and send phase only), the runner's fixed cost (end to end minus its
@@ -232,6 +232,27 @@ def setup_home(root: Path) -> Path:
     return home
 
 
+def add_history(home: Path, runs: int) -> None:
+    """``runs`` earlier runs of the same requests in the home (against a 1 ms server): a home in use, whose
+    tables hold what those runs stored, as a hospital's does after a few evaluations."""
+    server = FakeServer(latency=0.001, slots=SLOTS, responder="hash", port=_port_of(home), tokenizer="vllm",
+                        context_length=32768)
+    try:
+        for _ in range(runs):
+            cli(home, "run", "--model", "fake", "--benchmarks", BENCHMARKS, "--concurrency", str(SLOTS),
+                "--new-run", "--json")
+    finally:
+        server.stop()
+
+
+def _port_of(home: Path) -> int:
+    import yaml
+
+    config = yaml.safe_load((home / "appliance.yaml").read_text())
+    url = next(m for m in config["models"] if m["name"] == "fake")["base_urls"][0]
+    return int(url.rsplit(":", 1)[1].split("/")[0])
+
+
 def write_bodies(home: Path, path: Path) -> int:
     """The request bodies the runner will send, built the same way (spec, prompt, seed) from the stored data."""
     from medhelm_local.benchmarks.registry import shipped_spec
@@ -369,6 +390,9 @@ def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--latencies", default="2,0.4,0.25", help="server latencies in seconds, comma-separated")
     parser.add_argument("--profile", type=float, default=None, help="cProfile the runner at this latency too")
+    parser.add_argument("--history", type=int, default=0,
+                        help="earlier runs of the same requests in the home before each measured run (a home in "
+                             "use; default 0: a fresh home)")
     args = parser.parse_args()
     latencies = [float(x) for x in args.latencies.split(",")]
     results: dict[str, Any] = {"when": datetime.now(UTC).isoformat(timespec="seconds"), "commit": git_commit(),
@@ -386,9 +410,13 @@ def main() -> int:
         # does), whose scheduler queues what exceeds its batch, so the limiter starts at the cap.
         cli(home, "models", "add", "fake", "--kind", "vllm", "--base-url", f"http://127.0.0.1:{port}/v1",
             "--served-model", "fake-model")
+        if args.history:
+            add_history(home, args.history)
+        results["history_runs"] = args.history
         home_mb = sum(f.stat().st_size for f in home.rglob("*") if f.is_file()) / 2**20
         print(f"setup: {n} requests from the real PubMedQA, MedQA and MedCalc-Bench files "
-              f"({time.perf_counter() - t:.0f}s; home {home_mb:.0f} MB, copied afresh for each runner process); "
+              f"({time.perf_counter() - t:.0f}s; home {home_mb:.0f} MB with {args.history} earlier runs, copied "
+              "afresh for each runner process); "
               f"{os.cpu_count()} CPUs, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
         for latency in latencies:
             profile = Path(tempfile.gettempdir()) / f"medhelm-throughput-{latency}.prof" \

@@ -264,8 +264,14 @@ def commit_outcomes(store: Store, run_id: str, session_id: str, wall_s: float, o
             conn.execute(f"DELETE FROM requests q USING {batch_items} s WHERE q.run_id = $run_id "
                          f"AND q.benchmark = s.benchmark AND q.instance_id = s.instance_id AND {stale}",
                          {"run_id": run_id, "batch": responses})
-        conn.execute("INSERT INTO requests (run_id, benchmark, instance_id, request) SELECT $run_id, * "
-                     f"FROM {OUTCOME_REQUESTS.source} ON CONFLICT DO NOTHING", {"run_id": run_id, "batch": requests})
+        # ``requests`` has no key (schema_core.sql): a request is stored only for an item without a stored outcome
+        # (with replace_errors: or with an error, whose request was deleted above), exactly those whose outcome the
+        # insert into ``responses`` below keeps.
+        replaceable = " AND r.error IS NULL" if replace_errors else ""
+        conn.execute("INSERT INTO requests (run_id, benchmark, instance_id, request) SELECT $run_id, b.* "
+                     f"FROM {OUTCOME_REQUESTS.source} b WHERE NOT EXISTS (SELECT 1 FROM responses r "
+                     "WHERE r.run_id = $run_id AND r.benchmark = b.benchmark AND r.instance_id = b.instance_id"
+                     f"{replaceable})", {"run_id": run_id, "batch": requests})
         if replace_errors:
             conn.execute(
                 "INSERT INTO runner_error_history SELECT r.run_id, r.benchmark, r.instance_id, r.error, "
@@ -345,12 +351,15 @@ def record_model_server(store: Store, server_id: str, model: str, base_url: str,
 # -- shards -----------------------------------------------------------------------------------------------
 
 def copy_rows(source: Store, target: Store, table: str, where: str, params: list[Any], *,
-              batch_rows: int = 20_000) -> int:
-    """Copy ``table`` rows matching ``where`` from one store to another, keeping existing target rows.
+              batch_rows: int = 20_000, key: Sequence[str] | None = None) -> int:
+    """Copy ``table`` rows matching ``where`` from one store to another, keeping existing target rows: by the
+    table's primary key, or, for a table without one, by ``key`` (its columns that identify a row).
 
     Both stores are encrypted DuckDB files opened by this process; rows move as Arrow batches, never through a
     plain file.
     """
+    keep = ("ON CONFLICT DO NOTHING" if key is None else "s WHERE NOT EXISTS (SELECT 1 FROM " + table + " t WHERE "
+            + " AND ".join(f"t.{column} = s.{column}" for column in key) + ")")
     cursor = source.conn.cursor()
     copied = 0
     try:
@@ -361,7 +370,7 @@ def copy_rows(source: Store, target: Store, table: str, where: str, params: list
                 continue
             target.conn.register("shard_copy_src", batch)
             try:
-                target.conn.execute(f"INSERT INTO {table} SELECT * FROM shard_copy_src ON CONFLICT DO NOTHING")
+                target.conn.execute(f"INSERT INTO {table} SELECT * FROM shard_copy_src {keep}")
             finally:
                 target.conn.unregister("shard_copy_src")
             copied += batch.num_rows

@@ -43,13 +43,17 @@ CREATE TABLE IF NOT EXISTS run_items (
     position INTEGER NOT NULL,
     PRIMARY KEY (run_id, benchmark, instance_id)
 );
+-- The request each outcome was sent with (its JSON, about 3 KB), written in the outcome's transaction and only for
+-- an item that has no stored outcome yet (store/runs.py): one per item, kept by ``responses``' key. No key of its
+-- own: with an index on these wide rows, every checkpoint (one per commit round while a run sends) cost time
+-- growing with the table (1.5 s at 100,000 requests against 0.03 s without, bench/checkpoint_cost.py). Stores
+-- created with the key lose it when opened for writing (store/store.py ``_unkey_requests``).
 CREATE TABLE IF NOT EXISTS requests (
     run_id VARCHAR NOT NULL,
     benchmark VARCHAR NOT NULL,
     instance_id VARCHAR NOT NULL,
     request JSON NOT NULL,
-    request_hash VARCHAR,
-    PRIMARY KEY (run_id, benchmark, instance_id)
+    request_hash VARCHAR
 );
 -- request_hash is no longer written (nothing ever read it, and it can be recomputed from ``request``). The column
 -- stays so that stores written before keep their schema and shards merge as before. Stores created before had it

@@ -16,6 +16,7 @@ from medhelm_local.store.store import Store
 
 _IDS_PER_COPY = 20_000
 OUTCOME_TABLES = ("requests", "responses", "runner_sessions", "runner_truncations")
+ROW_KEYS = {"requests": ("run_id", "benchmark", "instance_id")}  # outcome tables without a primary key
 
 
 def answered_ids(store: Store, run_id: str) -> set[tuple[str, str]]:
@@ -45,11 +46,12 @@ def copy_inputs(main: Store, shard: Store, items: Sequence[PlannedItem]) -> None
 
 def merge_outcomes(shard: Store, main: Store, run_id: str) -> int:
     """Merge a shard's outcomes of ``run_id`` (requests, responses, sessions, truncations, replaced errors) into
-    ``main`` in one transaction; the primary keys keep one outcome per item. Returns the responses merged."""
+    ``main`` in one transaction; the primary keys (``ROW_KEYS`` for ``requests``) keep one outcome per item, so a
+    merge repeated after a crash adds nothing. Returns the responses merged."""
     merged = 0
     with main.transaction():
         for table in OUTCOME_TABLES:
-            copied = runs_db.copy_rows(shard, main, table, "run_id = ?", [run_id])
+            copied = runs_db.copy_rows(shard, main, table, "run_id = ?", [run_id], key=ROW_KEYS.get(table))
             if table == "responses":
                 merged = copied
         _merge_error_history(shard, main, run_id)

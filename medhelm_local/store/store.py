@@ -134,6 +134,22 @@ class Store:
             self._conn.execute(
                 "INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT (key) DO NOTHING", [SCHEMA_VERSION]
             )
+            self._unkey_requests()
+
+    def _unkey_requests(self) -> None:
+        """A store created with a primary key on ``requests`` gets the table rebuilt without it (see
+        schema_core.sql), once, in the migration's transaction: all or nothing."""
+        keyed = self._conn.execute(
+            "SELECT count(*) FROM duckdb_constraints() WHERE database_name = current_database() "
+            "AND table_name = 'requests' AND constraint_type = 'PRIMARY KEY'").fetchone()
+        if not keyed or not keyed[0]:
+            return
+        self._conn.execute("CREATE TABLE requests_unkeyed (run_id VARCHAR NOT NULL, benchmark VARCHAR NOT NULL, "
+                           "instance_id VARCHAR NOT NULL, request JSON NOT NULL, request_hash VARCHAR)")
+        self._conn.execute("INSERT INTO requests_unkeyed SELECT run_id, benchmark, instance_id, request, "
+                           "request_hash FROM requests")
+        self._conn.execute("DROP TABLE requests")
+        self._conn.execute("ALTER TABLE requests_unkeyed RENAME TO requests")
 
     @property
     def conn(self) -> duckdb.DuckDBPyConnection:
