@@ -5,6 +5,7 @@ extract -> Instance -> InferenceRequest -> InferenceResult -> InstanceScore -> B
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -40,6 +41,11 @@ class InferenceRequest(BaseModel):
     seed: int | None = None
     response_format: dict[str, Any] | None = None
     stop: list[str] | None = None  # stop sequences (MedHELM parity prompts); None = the server's default
+
+    def digest(self) -> str:
+        """SHA-256 of the request as sent: what the store keeps of it (the prompt is rebuilt from the run's spec,
+        the instance and its recorded cut, ``runner.fitting.sent_request``, and checked against this)."""
+        return hashlib.sha256(self.model_dump_json().encode()).hexdigest()
 
 
 @dataclass(frozen=True, slots=True)

@@ -251,7 +251,8 @@ def _snap(text: str, k: int, keep: Keep) -> int:
     return k
 
 
-def _piece(text: str, k: int, keep: Keep) -> str:
+def kept_piece(text: str, k: int, keep: Keep) -> str:
+    """The ``k`` characters of ``text`` a cut keeps: its start (``keep="start"``) or its end."""
     return text[:k] if keep == "start" else text[len(text) - k:]
 
 
@@ -284,7 +285,7 @@ async def fit_field(counter: TokenCounter, render: Callable[[str], list[ChatMess
         guess = _snap(text, min(max(guess, lo + 1), hi - 1), keep)
         if guess <= lo:  # the snap fell back onto a fitting cut: bisect without snapping
             guess = (lo + hi) // 2
-        messages = render(_piece(text, guess, keep))
+        messages = render(kept_piece(text, guess, keep))
         tokens = await counter.count(messages)
         counts += 1
         if tokens <= budget:

@@ -22,7 +22,7 @@ from typing import Any
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.home.config import ModelEndpoint
 from medhelm_local.inference.client import RequestFailed
-from medhelm_local.inference.tokens import PromptTooLong, TokenCounter, byte_bound, fit_field
+from medhelm_local.inference.tokens import PromptTooLong, TokenCounter, byte_bound, fit_field, kept_piece
 from medhelm_local.prompts.build import build_request
 from medhelm_local.records import ChatMessage, InferenceRequest, Instance, Truncated
 
@@ -96,9 +96,7 @@ class PromptFitter:
         field = truncate.field
 
         def render(piece: str) -> list[ChatMessage]:
-            fields = {**instance.fields, field: piece}
-            return build_request(spec, instance.model_copy(update={"fields": fields}), seed=request.seed,
-                                 max_tokens=request.max_tokens).messages
+            return with_field(spec, instance, request, field, piece).messages
 
         text = instance.fields[field]
         fit = await fit_field(self.counter, render, text, budget, keep=truncate.keep)
@@ -108,3 +106,26 @@ class PromptFitter:
         fitted = request.model_copy(update={"messages": fit.messages})
         return fitted, Truncated(field=field, field_chars=fit.field_chars, removed_chars=fit.removed_chars,
                                  removed_tokens=fit.removed_tokens, prompt_tokens=fit.tokens or 0)
+
+
+def with_field(spec: BenchmarkSpec, instance: Instance, request: InferenceRequest, field: str, piece: str
+               ) -> InferenceRequest:
+    """``request`` with the instance's ``field`` replaced by ``piece`` in its prompt (a cut of the long field)."""
+    fields = {**instance.fields, field: piece}
+    messages = build_request(spec, instance.model_copy(update={"fields": fields}), seed=request.seed,
+                             max_tokens=request.max_tokens).messages
+    return request.model_copy(update={"messages": messages})
+
+
+def sent_request(spec: BenchmarkSpec, instance: Instance, seed: int | None, truncated: Truncated | None
+                 ) -> InferenceRequest:
+    """The request an item was sent with, built again: from the run's frozen spec, the instance and the cut
+    recorded for it (if its prompt was cut to fit). The store keeps this instead of a copy of each prompt (only
+    its digest, ``InferenceRequest.digest``, to check the rebuild against): a run adds no copy of patient text."""
+    request = build_request(spec, instance, seed=seed)
+    if truncated is None:
+        return request
+    text = instance.fields[truncated.field]
+    keep = spec.truncate.keep if spec.truncate is not None else "start"
+    return with_field(spec, instance, request, truncated.field,
+                      kept_piece(text, len(text) - truncated.removed_chars, keep))

@@ -4,11 +4,27 @@ model servers started by the appliance."""
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
 from typing import Any
 
+from medhelm_local.records import Truncated
 from medhelm_local.store.store import Store
 
-ItemRow = tuple[str, str | None, str | None, str | None, str | None, float | None]
+
+@dataclass(frozen=True)
+class ItemRow:
+    """One item of a run as the console lists it. ``request``: the JSON of a request stored before requests were
+    kept as hashes only (None since); ``cut``: the recorded cut of its prompt, if it was cut to fit."""
+
+    instance_id: str
+    fingerprint: str
+    request: str | None
+    request_hash: str | None
+    cut: Truncated | None
+    output: str | None
+    error: str | None
+    finish_reason: str | None
+    score: float | None
 
 
 def truncation_by_benchmark(store: Store, run_id: str) -> dict[str, tuple[int, int]]:
@@ -21,11 +37,11 @@ def truncation_by_benchmark(store: Store, run_id: str) -> dict[str, tuple[int, i
 
 def item_page(store: Store, run_id: str, benchmark: str, metric: str, *, failures_only: bool, limit: int,
               offset: int) -> tuple[list[ItemRow], int]:
-    """One page of a run's items on one benchmark, in plan order: ``(instance id, request JSON, output, error,
-    finish reason, score under metric)``, and how many items there are (failures only: an error, no score, or a
-    score below 1)."""
+    """One page of a run's items on one benchmark, in plan order (their score under ``metric``), and how many
+    items there are (failures only: an error, no score, or a score below 1)."""
     condition = ("AND (r.error IS NOT NULL OR s.value IS NULL OR s.value < 1)" if failures_only else "")
     base = ("FROM run_items i LEFT JOIN requests q USING (run_id, benchmark, instance_id) "
+            "LEFT JOIN runner_truncations t USING (run_id, benchmark, instance_id) "
             "LEFT JOIN responses r USING (run_id, benchmark, instance_id) "
             "LEFT JOIN scores s ON s.run_id = i.run_id AND s.benchmark = i.benchmark "
             "AND s.instance_id = i.instance_id AND s.metric = ? "
@@ -33,9 +49,13 @@ def item_page(store: Store, run_id: str, benchmark: str, metric: str, *, failure
     params = [metric, run_id, benchmark]
     total_row = store.conn.execute(f"SELECT count(*) {base}", params).fetchone()
     rows = store.conn.execute(
-        f"SELECT i.instance_id, q.request, r.output, r.error, r.finish_reason, s.value {base} "
+        f"SELECT i.instance_id, i.fingerprint, q.request, q.request_hash, t.field, t.field_chars, t.removed_chars, "
+        f"t.removed_tokens, t.prompt_tokens, r.output, r.error, r.finish_reason, s.value {base} "
         "ORDER BY i.position LIMIT ? OFFSET ?", [*params, limit, offset]).fetchall()
-    return [tuple(row) for row in rows], int(total_row[0]) if total_row else 0
+    items = [ItemRow(instance_id=str(row[0]), fingerprint=str(row[1]), request=row[2], request_hash=row[3],
+                     cut=None if row[4] is None else Truncated(*row[4:9]), output=row[9], error=row[10],
+                     finish_reason=row[11], score=row[12]) for row in rows]
+    return items, int(total_row[0]) if total_row else 0
 
 
 def answered_instance_ids(store: Store, run_id: str, benchmark: str) -> list[str]:

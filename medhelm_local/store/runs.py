@@ -216,7 +216,7 @@ def sessions(store: Store, run_id: str) -> list[dict[str, Any]]:
 # -- group commit -----------------------------------------------------------------------------------------
 
 
-OUTCOME_REQUESTS = ColumnBatch.of(benchmark="VARCHAR", instance_id="VARCHAR", request="VARCHAR")
+OUTCOME_REQUESTS = ColumnBatch.of(benchmark="VARCHAR", instance_id="VARCHAR", request_hash="VARCHAR")
 OUTCOME_TRUNCATIONS = ColumnBatch.of(
     benchmark="VARCHAR", instance_id="VARCHAR", field="VARCHAR", field_chars="INTEGER", removed_chars="INTEGER",
     removed_tokens="INTEGER", prompt_tokens="INTEGER")
@@ -241,7 +241,7 @@ def commit_outcomes(store: Store, run_id: str, session_id: str, wall_s: float, o
     now = utcnow()
     requests = OUTCOME_REQUESTS.bind(
         benchmark=[o.request.benchmark for o in outcomes], instance_id=[o.request.instance_id for o in outcomes],
-        request=[o.request.model_dump_json() for o in outcomes])
+        request_hash=[o.request.digest() for o in outcomes])
     results = [o.result for o in outcomes]
     responses = OUTCOME_RESPONSES.bind(
         benchmark=[o.request.benchmark for o in outcomes], instance_id=[o.request.instance_id for o in outcomes],
@@ -268,7 +268,7 @@ def commit_outcomes(store: Store, run_id: str, session_id: str, wall_s: float, o
         # (with replace_errors: or with an error, whose request was deleted above), exactly those whose outcome the
         # insert into ``responses`` below keeps.
         replaceable = " AND r.error IS NULL" if replace_errors else ""
-        conn.execute("INSERT INTO requests (run_id, benchmark, instance_id, request) SELECT $run_id, b.* "
+        conn.execute("INSERT INTO requests (run_id, benchmark, instance_id, request_hash) SELECT $run_id, b.* "
                      f"FROM {OUTCOME_REQUESTS.source} b WHERE NOT EXISTS (SELECT 1 FROM responses r "
                      "WHERE r.run_id = $run_id AND r.benchmark = b.benchmark AND r.instance_id = b.instance_id"
                      f"{replaceable})", {"run_id": run_id, "batch": requests})

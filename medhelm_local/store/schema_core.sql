@@ -43,21 +43,23 @@ CREATE TABLE IF NOT EXISTS run_items (
     position INTEGER NOT NULL,
     PRIMARY KEY (run_id, benchmark, instance_id)
 );
--- The request each outcome was sent with (its JSON, about 3 KB), written in the outcome's transaction and only for
--- an item that has no stored outcome yet (store/runs.py): one per item, kept by ``responses``' key. No key of its
--- own: with an index on these wide rows, every checkpoint (one per commit round while a run sends) cost time
--- growing with the table (1.5 s at 100,000 requests against 0.03 s without, bench/checkpoint_cost.py). Stores
--- created with the key lose it when opened for writing (store/store.py ``_unkey_requests``).
+-- The request each outcome was sent with, as its SHA-256 (``request_hash``), written in the outcome's transaction
+-- and only for an item without a stored outcome (store/runs.py): one per item, kept by ``responses``' key. The
+-- prompt itself is not stored again (it would be a copy of the instance's text per run): the console rebuilds it
+-- from the run's frozen spec, the instance and its recorded cut, and checks it against the hash. ``request`` holds
+-- the JSON of requests stored before (about 3 KB each), NULL for new ones. No primary key: with an index on those
+-- wide rows, every checkpoint (one per commit round while a run sends) cost time growing with the table (1.5 s at
+-- 100,000 requests against 0.03 s without, bench/checkpoint_cost.py). Stores created with the key lose it when
+-- opened for writing (store/store.py ``_unkey_requests``).
 CREATE TABLE IF NOT EXISTS requests (
     run_id VARCHAR NOT NULL,
     benchmark VARCHAR NOT NULL,
     instance_id VARCHAR NOT NULL,
-    request JSON NOT NULL,
+    request JSON,
     request_hash VARCHAR
 );
--- request_hash is no longer written (nothing ever read it, and it can be recomputed from ``request``). The column
--- stays so that stores written before keep their schema and shards merge as before. Stores created before had it
--- NOT NULL: lifted here (a catalog change, no rewrite).
+-- Stores created before had both columns NOT NULL: lifted here (catalog changes, no rewrite).
+ALTER TABLE requests ALTER COLUMN request DROP NOT NULL;
 ALTER TABLE requests ALTER COLUMN request_hash DROP NOT NULL;
 -- One row per run item at most: a response or a recorded error, never both, never two.
 CREATE TABLE IF NOT EXISTS responses (

@@ -145,7 +145,7 @@ class Store:
         if not keyed or not keyed[0]:
             return
         self._conn.execute("CREATE TABLE requests_unkeyed (run_id VARCHAR NOT NULL, benchmark VARCHAR NOT NULL, "
-                           "instance_id VARCHAR NOT NULL, request JSON NOT NULL, request_hash VARCHAR)")
+                           "instance_id VARCHAR NOT NULL, request JSON, request_hash VARCHAR)")
         self._conn.execute("INSERT INTO requests_unkeyed SELECT run_id, benchmark, instance_id, request, "
                            "request_hash FROM requests")
         self._conn.execute("DROP TABLE requests")

@@ -265,6 +265,11 @@ class InstanceRow:
     score: float | None
     judge_ratings: dict[str, dict[str, int]]  # judge -> criterion -> rating
     judge_errors: dict[str, str]  # judge -> failure category
+    # How the prompt shown was obtained: "stored" (a request stored whole, before hashes only), "rebuilt" (from the
+    # run's spec, the instance and its recorded cut; its hash is the one sent), "differs" (rebuilt, but not what
+    # was sent: the prompt-building code changed since the run), "none" (not sent yet)
+    prompt_source: str = "none"
+    cut: dict[str, Any] | None = None  # the long field cut to fit the model's context: field, removed_chars
 
 
 PAGE_SIZE = 20
@@ -273,27 +278,46 @@ PAGE_SIZE = 20
 def instances(home: Home, run_id: str, benchmark: str, *, page: int = 0, failures_only: bool = False
               ) -> tuple[list[InstanceRow], int]:
     """One page of a run's items on one benchmark (prompt, response, score, judge ratings) and the item count."""
+    from medhelm_local.prompts.styles import spec_for_run
+    from medhelm_local.runner.fitting import sent_request
+
     specs = SpecRegistry(home.root)
-    metric = specs.get(benchmark).metric
     with reading(home) as store:
         run = store.get_run(run_id)
         if run is None or benchmark not in run.benchmarks:
             raise NotFoundError(f"run {run_id!r} has no benchmark {benchmark!r}")
-        rows, total = console_db.item_page(store, run_id, benchmark, metric, failures_only=failures_only,
+        spec = spec_for_run(benchmark, run.manifest, specs)  # the run's own, frozen when it was created
+        rows, total = console_db.item_page(store, run_id, benchmark, spec.metric, failures_only=failures_only,
                                            limit=PAGE_SIZE, offset=page * PAGE_SIZE)
+        rebuild: dict[str, list[str]] = {}
+        for row in rows:
+            if row.request is None and row.request_hash is not None:
+                rebuild.setdefault(row.fingerprint, []).append(row.instance_id)
+        by_id = {iid: instance for fingerprint, ids in rebuild.items()
+                 for iid, instance in store.get_instances(benchmark, fingerprint, ids).items()}
         judgments: dict[str, dict[str, Any]] = {}
         for j in get_judgments(store, run_id, benchmark):
             judgments.setdefault(j.instance_id, {})[j.judge] = j
     out = []
-    for iid, request, output, error, finish, value in rows:
-        messages = (json.loads(request) or {}).get("messages", []) if request else []
+    for row in rows:
+        messages: list[dict[str, Any]] = []
+        source = "none"
+        if row.request is not None:
+            messages, source = (json.loads(row.request) or {}).get("messages", []), "stored"
+        elif row.instance_id in by_id:
+            request = sent_request(spec, by_id[row.instance_id], run.seed, row.cut)
+            messages = [m.model_dump() for m in request.messages]
+            source = "rebuilt" if request.digest() == row.request_hash else "differs"
+        iid = row.instance_id
         ratings = {judge: dict(j.ratings) for judge, j in judgments.get(iid, {}).items() if j.ratings}
         errors = {judge: str(j.error or j.status) for judge, j in judgments.get(iid, {}).items() if not j.ratings}
-        out.append(InstanceRow(instance_id=str(iid), messages=[{"role": str(m.get("role")),
-                                                                "content": str(m.get("content"))}
-                                                               for m in messages],
-                               output=output, error=error, finish_reason=finish, score=value,
-                               judge_ratings=ratings, judge_errors=errors))
+        out.append(InstanceRow(instance_id=iid, messages=[{"role": str(m.get("role")),
+                                                           "content": str(m.get("content"))} for m in messages],
+                               output=row.output, error=row.error, finish_reason=row.finish_reason,
+                               score=row.score, judge_ratings=ratings, judge_errors=errors,
+                               prompt_source=source,
+                               cut=None if row.cut is None else {"field": row.cut.field,
+                                                                 "removed_chars": row.cut.removed_chars}))
     return out, total
 
 

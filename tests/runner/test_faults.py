@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from medhelm_local.analysis.cost import run_cost
 from medhelm_local.application.evaluation import Mode, Selection, evaluate
+from medhelm_local.benchmarks.registry import SpecRegistry
+from medhelm_local.runner.fitting import sent_request
 from medhelm_local.store import Store
 from medhelm_local.testing.fake_openai import FakeOpenAIServer, Faults, hash_responder
 from tests.runner.helpers import app, make_home, outcomes, quiet, register, scores, synthetic_instances
@@ -25,14 +26,20 @@ def test_fault_injection_every_instance_answered_exactly_once(tmp_path: Path) ->
     rows = outcomes(home, outcome.run.run_id)
     assert sorted(r[1] for r in rows) == sorted(i.id for i in instances)  # one outcome per instance, no extra
     assert all(r[3] is None for r in rows), "every request eventually succeeded"
-    # Each output is the answer to its own prompt, not to another instance's.
+    # Each output is the answer to its own prompt, not to another instance's; the store keeps each request's hash
+    # only (no copy of the prompt), and the prompt rebuilt from the spec and the instance is the one sent.
     with Store.open(home, read_only=True) as store:
-        stored = store.conn.execute("SELECT instance_id, request FROM requests WHERE run_id = ?",
+        stored = store.conn.execute("SELECT instance_id, request, request_hash FROM requests WHERE run_id = ?",
                                     [outcome.run.run_id]).fetchall()
     by_id = {r[1]: r[2] for r in rows}
-    for instance_id, request in stored:
-        messages = json.loads(request)["messages"]
-        assert by_id[instance_id] == responder(messages)
+    spec = SpecRegistry(home.root).get("pubmedqa")
+    instance_of = {i.id: i for i in instances}
+    assert len(stored) == len(instances)
+    for instance_id, request, digest in stored:
+        assert request is None
+        sent = sent_request(spec, instance_of[instance_id], outcome.run.seed, None)
+        assert sent.digest() == digest
+        assert by_id[instance_id] == responder([m.model_dump() for m in sent.messages])
     categories = outcome.report.endpoints[0]["failure_categories"] if outcome.report else {}
     assert {"http_503", "timeout", "connection_dropped", "invalid_json"} <= set(categories)
     assert seen["requests_seen"] > 200 and seen["completions_sent"] >= 200

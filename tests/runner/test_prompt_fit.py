@@ -89,6 +89,23 @@ def test_long_prompts_are_cut_to_fit_and_recorded(tmp_path: Path, public_data: P
     assert manifest["context"]["context_length"] == CONTEXT
     assert manifest["context"]["tokens"]["method"] == tokenizer
     assert outcome.report is not None and outcome.report.truncated == len(long_ids)
+    # The store keeps no copy of the prompts, only their hashes: the console rebuilds each prompt from the run's
+    # spec, the instance and its recorded cut, and what it shows is exactly what the server received.
+    from medhelm_local.webconsole.data import instances as console_instances
+
+    rows, total = console_instances(home, run_id, "pubmedqa")
+    assert total == len(instances) and {r.prompt_source for r in rows} == {"rebuilt"}
+    shown = sorted(json.dumps(r.messages) for r in rows)
+    received = sorted(json.dumps([{"role": m["role"], "content": m["content"]} for m in b["messages"]])
+                      for b in server.bodies)
+    assert shown == received
+    assert {r.instance_id for r in rows if r.cut} == long_ids
+    # A prompt rebuilt differently from what was sent (the prompt code changed since the run) is flagged.
+    with Store.open(home) as store:
+        store.conn.execute("UPDATE requests SET request_hash = 'not-what-was-sent' WHERE run_id = ? "
+                           "AND instance_id = ?", [run_id, rows[0].instance_id])
+    flagged = {r.instance_id: r.prompt_source for r in console_instances(home, run_id, "pubmedqa")[0]}
+    assert flagged.pop(rows[0].instance_id) == "differs" and set(flagged.values()) == {"rebuilt"}
 
 
 def test_leaderboard_reports_the_truncated_share(tmp_path: Path, public_data: Path) -> None:

@@ -1,5 +1,7 @@
-"""``requests.request_hash`` is no longer written (nothing read it; it can be recomputed from ``request``): stores
-created before, where the column is NOT NULL, still open, keep their hashes and take new outcomes."""
+"""A run's requests are kept as their SHA-256 only (``request_hash``; ``request`` is NULL): the prompt is rebuilt
+from the run's spec and the instance, so a run adds no copy of patient text to the store. Stores created before,
+where both columns are NOT NULL and ``request`` holds each request's JSON, still open, keep their rows and take
+new outcomes."""
 
 from __future__ import annotations
 
@@ -9,22 +11,23 @@ from medhelm_local.records import Instance
 from medhelm_local.store import Store
 from tests.scoring.helpers import add_run, make_home, register
 
-NULLABLE = ("SELECT is_nullable FROM information_schema.columns WHERE table_name = 'requests' "
-            "AND column_name = 'request_hash'")
+NULLABLE = ("SELECT column_name, is_nullable FROM information_schema.columns WHERE table_name = 'requests' "
+            "AND column_name IN ('request', 'request_hash') ORDER BY column_name")
 
 
-def test_a_store_with_the_old_not_null_column_takes_new_outcomes(tmp_path: Path) -> None:
+def test_a_store_with_the_old_not_null_columns_takes_new_outcomes_as_hashes(tmp_path: Path) -> None:
     home = make_home(tmp_path / "home")
-    with Store.open(home) as store:  # as a store created before: the column NOT NULL, a row with its hash
+    with Store.open(home) as store:  # as a store created before: both columns NOT NULL, a request stored whole
+        store.conn.execute("ALTER TABLE requests ALTER COLUMN request SET NOT NULL")
         store.conn.execute("ALTER TABLE requests ALTER COLUMN request_hash SET NOT NULL")
         store.conn.execute("INSERT INTO requests VALUES ('run-old', 'pubmedqa', 'p0', '{}', 'ab12')")
-        assert store.conn.execute(NULLABLE).fetchone() == ("NO",)
+        assert store.conn.execute(NULLABLE).fetchall() == [("request", "NO"), ("request_hash", "NO")]
     data = [Instance(benchmark="pubmedqa", id=f"p{i}", fields={"question": "q", "context": "c"},
                      references=["yes"]) for i in range(3)]
     with Store.open(home) as store:
-        assert store.conn.execute(NULLABLE).fetchone() == ("YES",)
+        assert store.conn.execute(NULLABLE).fetchall() == [("request", "YES"), ("request_hash", "YES")]
         fingerprint = register(store, "pubmedqa", data)
         run_id = add_run(store, "m", "pubmedqa", fingerprint, data, {i.id: "yes" for i in data})
-        rows = store.conn.execute("SELECT run_id, instance_id, request_hash, request IS NOT NULL FROM requests "
+        rows = store.conn.execute("SELECT run_id, instance_id, length(request_hash), request FROM requests "
                                   "ORDER BY run_id, instance_id").fetchall()
-    assert sorted(rows) == sorted([("run-old", "p0", "ab12", True)] + [(run_id, f"p{i}", None, True) for i in range(3)])
+    assert sorted(rows) == sorted([("run-old", "p0", 4, "{}")] + [(run_id, f"p{i}", 64, None) for i in range(3)])

@@ -24,9 +24,10 @@ def _outcome(content: str, text: str | None) -> runs_db.Outcome:
 
 
 def _rows(store: Store, run_id: str) -> list[tuple[str, str]]:
-    return [(r[0], r[1]) for r in store.conn.execute(
-        "SELECT instance_id, request->>'$.messages[0].content' FROM requests WHERE run_id = ? ORDER BY 1",
-        [run_id]).fetchall()]
+    """(instance id, which request: its prompt, found by the hash the store keeps) of each request row."""
+    known = {_outcome(c, None).request.digest(): c for c in ("again", "retried", "later")}
+    return [(r[0], known.get(r[1], "first")) for r in store.conn.execute(
+        "SELECT instance_id, request_hash FROM requests WHERE run_id = ? ORDER BY 1", [run_id]).fetchall()]
 
 
 DATA = [Instance(benchmark="pubmedqa", id="p0", fields={"question": "q", "context": "c"}, references=["yes"])]
