@@ -95,8 +95,8 @@ def run(
                                            help="Cap on requests in flight (adaptive below it) [default: config]."),
     initial_concurrency: int | None = typer.Option(
         None, "--initial-concurrency", min=1,
-        help="Requests in flight at the start; the limiter adapts from there [default: the cap for vllm and "
-             "embedded models, which queue; half the cap for other servers]."),
+        help="Requests in flight at the start; the limiter adapts from there [default: the cap for vllm models, "
+             "which batch up to it; half the cap for other servers]."),
     resume: str | None = typer.Option(None, "--resume", help="Resume this run: send only what is missing."),
     retry_errors: str | None = typer.Option(None, "--retry-errors", help="Re-send only the failed requests of "
                                             "this run; each new outcome replaces the error atomically."),

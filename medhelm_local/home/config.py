@@ -117,8 +117,9 @@ class LoaderSettings(BaseModel):
 class RunnerSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    # The ceiling of `run --concurrency` (the adaptive limiter starts at 64 and finds the server's capacity below
-    # it). 256 is vLLM's default number of concurrent sequences (--max-num-seqs) for one replica.
+    # The ceiling of `run --concurrency` (the adaptive limiter starts at half of the cap, or at the cap for vLLM,
+    # and finds the server's capacity below it). 256 is vLLM's default number of concurrent sequences
+    # (--max-num-seqs) for one replica.
     max_concurrency: int = Field(default=256, ge=1, le=4096)
     max_retries: int = Field(default=4, ge=0, le=20)
     seed: int = 0

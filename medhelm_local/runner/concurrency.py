@@ -2,8 +2,8 @@
 
 The limit grows while measured throughput rises, shrinks by half on HTTP 429, and stops growing for a while
 after 5xx answers and timeouts. ``cap`` (``--concurrency``) is never exceeded. It starts at ``initial``: the
-cap for servers that queue (``runner.session.QUEUEING_KINDS``), else half of ``cap`` (at least 64, at most
-``cap``): at 2 s server latency every round trip spent below capacity costs seconds.
+cap for servers that batch up to it (``runner.session.QUEUEING_KINDS``: vLLM), else half of ``cap`` (at least
+64, at most ``cap``): at 2 s server latency every round trip spent below capacity costs seconds.
 
 * Slow start, as in TCP: each success while the limit is in use adds one slot, so the limit doubles every round
   trip without waiting for a measurement (within 1/32 of ``cap`` it goes to ``cap``: 64 -> 256 in two round

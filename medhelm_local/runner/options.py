@@ -37,8 +37,8 @@ class Sending:
     """How to send: caps and timing of the requests, and whether progress bars are shown."""
 
     concurrency: int | None = None  # None: the config's runner.max_concurrency (also the ceiling)
-    # where the adaptive limiter starts (None: the cap for servers that queue, vLLM and the embedded model; half
-    # the cap, at least 64, for other OpenAI-compatible servers)
+    # where the adaptive limiter starts (None: the cap for vLLM, which batches up to it; half the cap, at least
+    # 64, for other servers)
     initial_concurrency: int | None = None
     request_timeout_s: float | None = None  # None: the model's timeout_s
     max_retries: int | None = None  # None: the config's runner.max_retries

@@ -172,10 +172,12 @@ def resolve(store: Store, config: ApplianceConfig, specs: SpecRegistry, selectio
                   shard=plan.shard)
 
 
-# Servers that queue what exceeds their batch instead of refusing it (vLLM's scheduler, llama.cpp's slots): the
-# limiter may start at the cap, as a full queue costs such a server nothing; a round trip spent below capacity
-# costs the run one latency. Other OpenAI-compatible servers may be rate-limited gateways: start at half the cap.
-QUEUEING_KINDS = frozenset({BackendKind.VLLM, BackendKind.EMBEDDED})
+# Servers that batch up to their capacity (vLLM: --max-num-seqs, 256 by default, like the cap) and queue the rest
+# instead of refusing it: the limiter starts at the cap, as a round trip spent below capacity costs the run one
+# latency. Not the embedded llama.cpp server, which answers one request at a time (a full queue there only
+# lengthens every wait towards the timeout), nor other OpenAI-compatible servers, which may be rate-limited
+# gateways: they start at half the cap.
+QUEUEING_KINDS = frozenset({BackendKind.VLLM})
 
 
 def execution_settings(config: ApplianceConfig, sending: Sending, endpoint: ModelEndpoint, *,

@@ -90,7 +90,7 @@ def test_closing_the_committer_commits_at_once_not_after_the_interval(monkeypatc
 
 @pytest.mark.parametrize(("kind", "requested", "expected"), [
     ("vllm", None, 256),  # vLLM queues what exceeds its batch: no round trip is spent below the cap
-    ("embedded", None, 256),
+    ("embedded", None, None),  # answers one request at a time: a queue of the cap's size only waits
     ("openai-compatible", None, None),  # maybe a rate-limited gateway: the limiter's own start (half the cap)
     ("openai-compatible", 32, 32),
     ("vllm", 1000, 256),  # never above the cap
