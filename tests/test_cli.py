@@ -37,3 +37,11 @@ def test_version(cli: Cli) -> None:
     result = cli("--version")
     assert result.code == 0
     assert result.stdout.startswith("medhelm-local ")
+
+
+def test_help_shows_the_defaults_in_brackets(cli: Cli) -> None:
+    # "[default: ...]" in an option's help is rich markup unless escaped: it vanished, leaving "seed ."
+    result = cli("run", "--help")
+    assert result.code == 0, result.stderr
+    text = " ".join(result.stdout.replace("│", " ").split())
+    assert "[default: config]" in text and " ." not in text.replace("...", "")
