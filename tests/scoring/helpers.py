@@ -58,7 +58,7 @@ def _write_run(store: Store, run: RunInfo,
     for benchmark, (_, instances, outputs) in plan.items():
         spec = shipped_spec(benchmark)
         for inst in instances:
-            request = build_request(spec, inst)
+            request = build_request(spec, inst, seed=run.seed)  # as the runner builds it
             output = outputs.get(inst.id)
             result = (InferenceResult(text=output, latency_s=0.1, prompt_tokens=prompt_tokens,
                                       completion_tokens=completion_tokens) if output is not None
