@@ -24,10 +24,12 @@ from __future__ import annotations
 
 import re
 import uuid
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from medhelm_local.benchmarks.registry import SpecRegistry
+from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import BadInputError, NotFoundError
 from medhelm_local.home.config import ApplianceConfig, BackendKind, ModelEndpoint
 from medhelm_local.inference.backends import describe_servers
@@ -262,9 +264,23 @@ def new_run(config: ApplianceConfig, registry: SpecRegistry, target: Target, ser
     if manifest["context"]["source"] == "default":
         log.warning("run.context_length_default", model=target.endpoint.name,
                     context_length=manifest["context"]["context_length"], setting="context_length")
+    _refuse_no_room(target.endpoint.name, manifest["context"]["context_length"], specs)
     return RunInfo(run_id=target.run_id, model=target.endpoint.name, benchmarks=plan.benchmarks, created_at=utcnow(),
                    finished_at=None, status="planned", max_instances=plan.max_instances, seed=target.seed,
                    manifest=manifest)
+
+
+def _refuse_no_room(model: str, context_length: int, specs: Mapping[str, BenchmarkSpec]) -> None:
+    """A benchmark whose reply alone (``max_tokens``) takes the model's whole context leaves no room for any
+    prompt: every item would only be recorded ``prompt_too_long``. Refused before the run is created."""
+    full = {b: s.max_tokens for b, s in specs.items() if s.max_tokens >= context_length}
+    if full:
+        detail = ", ".join(f"{b} (max_tokens {n})" for b, n in full.items())
+        raise BadInputError(
+            f"model {model} has a context of {context_length} tokens, which the reply alone fills for {detail}: no "
+            "prompt would fit. Evaluate these benchmarks on a model with a larger context (its context_length, "
+            "`models add --context-length`), or leave them out"
+        )
 
 
 def record_plan(store: Store, run: RunInfo, plan: Plan, manifest_sha256: str) -> None:

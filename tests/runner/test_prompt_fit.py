@@ -210,3 +210,19 @@ def test_models_add_without_context_length_leaves_it_to_the_server(tmp_path: Pat
     config = Home(tmp_path / "home").config
     assert config.model("big").context_length is None and config.model("big").context_tokens == 2048
     assert config.model("small").context_length == 4096
+
+
+def test_a_benchmark_whose_reply_fills_the_context_is_refused_before_the_run(tmp_path: Path) -> None:
+    from medhelm_local.benchmarks.registry import shipped_spec
+    from medhelm_local.errors import BadInputError
+
+    max_tokens = shipped_spec("pubmedqa").max_tokens
+    with FakeOpenAIServer(responder=hash_responder(), tokenizer="vllm", context_length=max_tokens) as server:
+        home = make_home(tmp_path / "home", [server.base_url])
+        register(home, synthetic_instances(5))
+        with pytest.raises(BadInputError, match=rf"pubmedqa \(max_tokens {max_tokens}\).*no prompt would fit"):
+            evaluate(app(home), quiet())
+        sent = server.stats()["completions_sent"]
+    assert sent == 0
+    with Store.open(home, read_only=True) as store:
+        assert store.list_runs() == []  # nothing created: no run, no plan, no audit of a start
