@@ -323,7 +323,7 @@ class ChatClient:
             self.egress.check(text)
             url = httpx.URL(text)
             headers = [(b"host", url.netloc), (b"accept", b"application/json"),
-                       (b"accept-encoding", b"identity"),  # nothing to decode: a lane has no decoders
+                       (b"accept-encoding", b"identity"),  # a lane undoes gzip or deflate only (inference/lane.py)
                        (b"connection", b"keep-alive"), (b"user-agent", USER_AGENT),
                        (b"content-type", b"application/json")]
             headers += [(k.lower().encode(), v.encode()) for k, v in self._headers.items()]
