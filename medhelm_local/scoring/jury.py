@@ -72,13 +72,6 @@ class InvalidJudgement(Exception):
         self.category = category
 
 
-@dataclass(frozen=True)
-class JuryItem:
-    instance: Instance
-    output: str | None  # None: the model's own request failed; nothing to judge
-    error: str | None = None
-
-
 def rubric_of(spec: BenchmarkSpec) -> JudgeRubric:
     if spec.judge is None:
         raise RubricError(f"benchmark {spec.id}: metric 'jury' needs a judge rubric in its spec")
@@ -315,7 +308,7 @@ async def _run_judge(store: Store, config: ApplianceConfig, spec: BenchmarkSpec,
     return outcome
 
 
-async def run_jury_async(store: Store, config: ApplianceConfig, spec: BenchmarkSpec, items: Sequence[JuryItem],
+async def run_jury_async(store: Store, config: ApplianceConfig, spec: BenchmarkSpec, items: Sequence[Item],
                          *, scope: str, concurrency: int = DEFAULT_JURY_CONCURRENCY, only_failed: bool = False,
                          stats: JuryStats | None = None, egress: EgressPolicy | None = None) -> list[Judgment]:
     """Ask every judge about every answered item; reuse valid judgements already stored for the same prompt
@@ -407,7 +400,7 @@ class JuryScorer(Scorer):
             raise MedhelmError(f"benchmark {spec.id}: the jury records its judgements in the store; none was given")
         stats = context.reports.setdefault(self.name, JuryStats())
         judgments = await run_jury_async(
-            context.store, context.config, spec, [JuryItem(i.instance, i.output, i.error) for i in items],
+            context.store, context.config, spec, items,
             scope=context.scope, concurrency=context.concurrency or DEFAULT_JURY_CONCURRENCY,
             only_failed=context.only_failed, stats=stats, egress=context.egress)
         by_instance: dict[str, list[Judgment]] = {}

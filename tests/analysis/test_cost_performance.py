@@ -46,15 +46,20 @@ def _judge_all(store: Store, run_id: str) -> None:
                                         ratings={"accuracy": 3}, prompt_tokens=100, completion_tokens=10))
 
 
+def _judged_alpha_and(store: Store, other: str) -> None:
+    """Runs of ``alpha`` (judged by the jury) and ``other`` on the same items, with the same measured tokens."""
+    fingerprint = register(store, "medication_qa", DATA)
+    alpha = add_run(store, "alpha", "medication_qa", fingerprint, DATA, {i.id: "a" for i in DATA},
+                    prompt_tokens=100, completion_tokens=10)
+    add_run(store, other, "medication_qa", fingerprint, DATA, {i.id: "a" for i in DATA},
+            prompt_tokens=100, completion_tokens=10)
+    _judge_all(store, alpha)
+
+
 def test_model_costs_include_the_jury(tmp_path: Path) -> None:
     home = _priced_home(tmp_path / "home")
     with Store.open(home) as store:
-        fingerprint = register(store, "medication_qa", DATA)
-        alpha = add_run(store, "alpha", "medication_qa", fingerprint, DATA, {i.id: "a" for i in DATA},
-                        prompt_tokens=100, completion_tokens=10)
-        add_run(store, "beta", "medication_qa", fingerprint, DATA, {i.id: "a" for i in DATA},
-                prompt_tokens=100, completion_tokens=10)
-        _judge_all(store, alpha)
+        _judged_alpha_and(store, "beta")
         costs = model_costs(store, home.config, latest_runs(store))
     # runs: (10 x 100 x 1.0 + 10 x 10 x 2.0) / 1e6; jury: 10 x 100 x 0.5 / 1e6
     assert costs["alpha"].benchmark_cost == pytest.approx(1200 / 1e6)
@@ -72,12 +77,7 @@ def test_pareto_front() -> None:
 def test_a_model_or_judge_removed_from_the_config_has_an_unknown_cost(tmp_path: Path) -> None:
     home = _priced_home(tmp_path / "home")
     with Store.open(home) as store:
-        fingerprint = register(store, "medication_qa", DATA)
-        alpha = add_run(store, "alpha", "medication_qa", fingerprint, DATA, {i.id: "a" for i in DATA},
-                        prompt_tokens=100, completion_tokens=10)
-        add_run(store, "gone", "medication_qa", fingerprint, DATA, {i.id: "a" for i in DATA},
-                prompt_tokens=100, completion_tokens=10)
-        _judge_all(store, alpha)
+        _judged_alpha_and(store, "gone")
         costs = model_costs(store, home.config, latest_runs(store))
         assert costs["gone"].benchmark_cost is None and costs["gone"].total is None
         assert costs["gone"].note == "model no longer configured"

@@ -78,3 +78,13 @@ def scores(home: Home, run_id: str) -> list[tuple[str, str, float | None]]:
             "SELECT benchmark, instance_id, value FROM scores WHERE run_id = ? ORDER BY benchmark, instance_id",
             [run_id]).fetchall()
     return [(str(r[0]), str(r[1]), r[2]) for r in rows]
+
+
+class Clock:
+    """A settable clock for the limiter's tests: ``now`` is what it reads."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now

@@ -15,14 +15,7 @@ from medhelm_local.runner import execute
 from medhelm_local.runner.concurrency import AdaptiveLimiter
 from medhelm_local.store.runs import Outcome
 from tests.conftest import Cli
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.runner.helpers import Clock
 
 
 async def _round_trips_to(limiter: AdaptiveLimiter, clock: Clock, *, slots: int, latency: float, target: int,

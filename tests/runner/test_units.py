@@ -21,15 +21,7 @@ from medhelm_local.store import Store
 from medhelm_local.store import runs as runs_db
 from medhelm_local.store.store import RunInfo, utcnow
 from medhelm_local.testing.fake_openai import FakeOpenAIServer, hash_responder
-from tests.runner.helpers import app, make_home, quiet, register, synthetic_instances
-
-
-class Clock:
-    def __init__(self) -> None:
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
+from tests.runner.helpers import Clock, app, make_home, quiet, register, synthetic_instances
 
 
 async def _simulate(limiter: AdaptiveLimiter, clock: Clock, *, slots: int, latency: float, ticks: int,
