@@ -232,10 +232,10 @@ def setup_home(root: Path) -> Path:
     return home
 
 
-def add_history(home: Path, runs: int) -> None:
-    """``runs`` earlier runs of the same requests in the home (against a 1 ms server): a home in use, whose
-    tables hold what those runs stored, as a hospital's does after a few evaluations."""
-    server = FakeServer(latency=0.001, slots=SLOTS, responder="hash", port=_port_of(home), tokenizer="vllm",
+def add_history(home: Path, port: int, runs: int) -> None:
+    """``runs`` earlier runs of the same requests in the home (against a 1 ms server on the model's ``port``): a
+    home in use, whose tables hold what those runs stored, as a hospital's does after a few evaluations."""
+    server = FakeServer(latency=0.001, slots=SLOTS, responder="hash", port=port, tokenizer="vllm",
                         context_length=32768)
     try:
         for _ in range(runs):
@@ -243,14 +243,6 @@ def add_history(home: Path, runs: int) -> None:
                 "--new-run", "--json")
     finally:
         server.stop()
-
-
-def _port_of(home: Path) -> int:
-    import yaml
-
-    config = yaml.safe_load((home / "appliance.yaml").read_text())
-    url = next(m for m in config["models"] if m["name"] == "fake")["base_urls"][0]
-    return int(url.rsplit(":", 1)[1].split("/")[0])
 
 
 def write_bodies(home: Path, path: Path) -> int:
@@ -414,7 +406,7 @@ def main() -> int:
         cli(home, "models", "add", "fake", "--kind", "vllm", "--base-url", f"http://127.0.0.1:{port}/v1",
             "--served-model", "fake-model")
         if args.history:
-            add_history(home, args.history)
+            add_history(home, port, args.history)
         results["history_runs"] = args.history
         home_mb = sum(f.stat().st_size for f in home.rglob("*") if f.is_file()) / 2**20
         print(f"setup: {n} requests from the real PubMedQA, MedQA and MedCalc-Bench files "

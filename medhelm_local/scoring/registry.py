@@ -6,6 +6,7 @@ one instance, :func:`register_scorer` any :class:`~medhelm_local.scoring.scorer.
 
 from __future__ import annotations
 
+import functools
 import importlib
 from collections.abc import Callable
 from typing import Any
@@ -55,15 +56,10 @@ def instance_scorer(name: str, aggregation: Aggregation = Aggregation.MEAN, *,
     return decorate
 
 
-_loaded: list[bool] = []
-
-
+@functools.cache  # asked once per scored item: import_module, even of a loaded module, is not free
 def _ensure_loaded() -> None:
-    if _loaded:  # asked once per scored item: import_module, even of a loaded module, is not free
-        return
     for module in _SCORER_MODULES:
         importlib.import_module(module)
-    _loaded.append(True)
 
 
 def known_metrics() -> list[str]:

@@ -39,7 +39,9 @@ from medhelm_local.benchmarks.registry import SpecRegistry
 from medhelm_local.errors import MedhelmError, NotFoundError
 from medhelm_local.home import Home
 from medhelm_local.home.keys import load_data_key
-from medhelm_local.prompts.styles import run_prompt_style
+from medhelm_local.prompts.styles import run_prompt_style, spec_for_run
+from medhelm_local.records import Truncated
+from medhelm_local.runner.fitting import sent_request
 from medhelm_local.runner.manifest import manifest_sha256
 from medhelm_local.store import connection
 from medhelm_local.store import console as console_db
@@ -269,7 +271,7 @@ class InstanceRow:
     # run's spec, the instance and its recorded cut; its hash is the one sent), "differs" (rebuilt, but not what
     # was sent: the prompt-building code changed since the run), "none" (not sent yet)
     prompt_source: str = "none"
-    cut: dict[str, Any] | None = None  # the long field cut to fit the model's context: field, removed_chars
+    cut: Truncated | None = None  # how the long field was cut to fit the model's context (counts, no text)
 
 
 PAGE_SIZE = 20
@@ -278,9 +280,6 @@ PAGE_SIZE = 20
 def instances(home: Home, run_id: str, benchmark: str, *, page: int = 0, failures_only: bool = False
               ) -> tuple[list[InstanceRow], int]:
     """One page of a run's items on one benchmark (prompt, response, score, judge ratings) and the item count."""
-    from medhelm_local.prompts.styles import spec_for_run
-    from medhelm_local.runner.fitting import sent_request
-
     specs = SpecRegistry(home.root)
     with reading(home) as store:
         run = store.get_run(run_id)
@@ -315,9 +314,7 @@ def instances(home: Home, run_id: str, benchmark: str, *, page: int = 0, failure
                                                            "content": str(m.get("content"))} for m in messages],
                                output=row.output, error=row.error, finish_reason=row.finish_reason,
                                score=row.score, judge_ratings=ratings, judge_errors=errors,
-                               prompt_source=source,
-                               cut=None if row.cut is None else {"field": row.cut.field,
-                                                                 "removed_chars": row.cut.removed_chars}))
+                               prompt_source=source, cut=row.cut))
     return out, total
 
 
