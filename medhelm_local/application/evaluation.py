@@ -20,7 +20,7 @@ run split across pods. In order:
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
@@ -32,6 +32,7 @@ from medhelm_local.errors import NotFoundError
 from medhelm_local.inference.backends import open_client
 from medhelm_local.inference.client import ChatClient
 from medhelm_local.inference.tokens import TokenCounter
+from medhelm_local.prompts.styles import spec_for_run
 from medhelm_local.records import BenchmarkScore
 from medhelm_local.runner import session
 from medhelm_local.runner import shard as sharding
@@ -75,9 +76,11 @@ def evaluate(app_ctx: AppContext, request: EvaluationRequest) -> RunOutcome:
                                                   errors_only=mode.kind == "retry_errors")
             exclusive = nullcontext() if target.shard else run_lock(home.store_path, target.run_id, config.store)
             with exclusive:
-                run, report = asyncio.run(_infer(app_ctx, main, main_scope, target, request.sending, settings, live))
+                run, report = asyncio.run(_infer(app_ctx, main, main_scope, target, request.sending, settings, live,
+                                                 score=request.score))
                 if target.shard is None:
-                    outcome = _finish(app_ctx, main, run, score=request.score, mode=target.mode)
+                    outcome = _finish(app_ctx, main, run, score=request.score, mode=target.mode,
+                                      scored=report.scored)
             if target.shard is not None:
                 outcome = _merge_back(app_ctx, target, score=request.score)
         except BaseException as exc:
@@ -119,7 +122,8 @@ def _open_main(app_ctx: AppContext, mode: Mode) -> Iterator[Store]:
 
 
 async def _infer(app_ctx: AppContext, main: Store, main_scope: ExitStack, target: session.Target,
-                 sending: Sending, settings: ExecutionSettings, live: list[str]) -> tuple[RunInfo, ExecutionReport]:
+                 sending: Sending, settings: ExecutionSettings, live: list[str], *, score: bool
+                 ) -> tuple[RunInfo, ExecutionReport]:
     config = app_ctx.home.config
     async with open_client(config, target.endpoint, max_connections=settings.concurrency,
                            timeout_s=sending.request_timeout_s, egress=app_ctx.egress) as client:
@@ -129,7 +133,8 @@ async def _infer(app_ctx: AppContext, main: Store, main_scope: ExitStack, target
         if target.shard is None:
             live.append(run.run_id)
         with _sending_store(app_ctx, main, main_scope, target, run) as store:
-            report = await _send(app_ctx, store, client, target, run, servers, settings, sending, counter)
+            report = await _send(app_ctx, store, client, target, run, servers, settings, sending, counter,
+                                 score=score)
         return run, report
 
 
@@ -181,15 +186,18 @@ def _sending_store(app_ctx: AppContext, main: Store, main_scope: ExitStack, targ
 
 
 async def _send(app_ctx: AppContext, store: Store, client: ChatClient, target: session.Target, run: RunInfo,
-                servers: list[dict[str, Any]], settings: ExecutionSettings, sending: Sending, counter: TokenCounter
-                ) -> ExecutionReport:
+                servers: list[dict[str, Any]], settings: ExecutionSettings, sending: Sending, counter: TokenCounter,
+                *, score: bool) -> ExecutionReport:
     session_id = session.start_session(store, target, servers)
     for server in servers:
         audit_event(app_ctx.home, app_ctx.actor, "endpoint.use", role="informatics", run_id=run.run_id,
                     session_id=session_id, url=server["url"], served_model=client.model_id,
                     server_version=server.get("version"))
+    # A run created now is scored as it is answered, where no judge is needed; one resumed or retried is scored
+    # whole at the end, so that a run's scores never mix two versions of a scorer.
     return await session.send(store, client, run, session_id, settings, sending,
-                              session.fitter(run, counter, settings), app_ctx.specs)
+                              session.fitter(run, counter, settings), app_ctx.specs,
+                              score_as_answered=score and target.run is None and target.shard is None)
 
 
 def _merge_back(app_ctx: AppContext, target: session.Target, *, score: bool) -> RunOutcome:
@@ -217,12 +225,15 @@ def _conclude(app_ctx: AppContext, main: Store, run_id: str, *, score: bool, mod
 
 
 def _finish(app_ctx: AppContext, store: Store, run: RunInfo, *, score: bool, mode: str, shard: str | None = None,
-            merged: int | None = None) -> RunOutcome:
+            merged: int | None = None, scored: Mapping[str, int] | None = None) -> RunOutcome:
+    """Score the run (``scored``: answers this invocation scored as they were committed, per benchmark: a benchmark
+    it answered and scored whole is not scored again) and mark it finished."""
     config = app_ctx.home.config
     results = []
     if score:
         for benchmark in run.benchmarks:
-            score_benchmark(store, app_ctx.specs, run.run_id, benchmark, config=config, egress=app_ctx.egress)
+            if not _scored_whole(store, app_ctx, run, benchmark, (scored or {}).get(benchmark, 0)):
+                score_benchmark(store, app_ctx.specs, run.run_id, benchmark, config=config, egress=app_ctx.egress)
             results.append(benchmark_score(store, app_ctx.specs, run.run_id, run.model, benchmark))
     store.set_run_status(run.run_id, "finished" if score else "inferred", finished=True)
     errors = runs_db.errors_by_category(store, run.run_id)
@@ -232,3 +243,13 @@ def _finish(app_ctx: AppContext, store: Store, run: RunInfo, *, score: bool, mod
     finished = store.get_run(run.run_id)
     assert finished is not None
     return RunOutcome(run=finished, mode=mode, results=results, errors=errors, shard=shard, merged=merged)
+
+
+def _scored_whole(store: Store, app_ctx: AppContext, run: RunInfo, benchmark: str, scored: int) -> bool:
+    """Whether this invocation scored every answer of ``benchmark`` as it was committed: as many as the run has, each
+    with its main metric's row (committed with the answer, in one transaction)."""
+    if not scored:
+        return False
+    metric = spec_for_run(benchmark, run.manifest, app_ctx.specs).metric
+    answered, unscored = runs_db.unscored(store, run.run_id, benchmark, metric)
+    return answered == scored and unscored == 0

@@ -34,6 +34,7 @@ from medhelm_local.records import InferenceRequest, InferenceResult, Instance, T
 from medhelm_local.runner.concurrency import AdaptiveLimiter
 from medhelm_local.runner.fitting import PromptFitter
 from medhelm_local.runner.progress import RunProgress
+from medhelm_local.scoring.engine import ScoreAsAnswered
 from medhelm_local.store import runs as runs_db
 from medhelm_local.store.runs import Outcome, PendingItem
 from medhelm_local.store.store import RunInfo, Store
@@ -73,6 +74,7 @@ class ExecutionReport:
     cpu_s: float = 0.0  # this process's CPU time (all threads) during the send phase
     counted: int = 0  # prompts that needed the tokenizer to fit the model's context
     truncated: int = 0  # prompts cut to fit
+    scored: dict[str, int] = field(default_factory=dict)  # per benchmark: answers scored as they were committed
 
 
 class StoreThread:
@@ -117,7 +119,8 @@ class GroupCommitter:
     next ``submit`` / ``check`` and by ``close``, which commits what is left."""
 
     def __init__(self, db: StoreThread, store: Store, run_id: str, session_id: str, *, replace_errors: bool,
-                 max_batch: int, started: float, interval_s: float = 0.0, duty: float = 1.0) -> None:
+                 max_batch: int, started: float, interval_s: float = 0.0, duty: float = 1.0,
+                 scoring: ScoreAsAnswered | None = None) -> None:
         self._db = db
         self._store = store
         self._run_id = run_id
@@ -127,7 +130,8 @@ class GroupCommitter:
         self._started = started
         self._interval_s = interval_s
         self._duty = duty
-        self._queue: list[Outcome] = []
+        self._scoring = scoring
+        self._queue: list[tuple[Outcome, Instance]] = []
         self._wakeup = asyncio.Event()
         self._closing = False
         self._closed = asyncio.Event()  # ends a pause between rounds at once: the last round never waits
@@ -139,9 +143,9 @@ class GroupCommitter:
         if self._task.done() and not self._task.cancelled() and self._task.exception() is not None:
             raise self._task.exception()  # type: ignore[misc]
 
-    def submit(self, outcome: Outcome) -> None:
+    def submit(self, outcome: Outcome, instance: Instance) -> None:
         self.check()
-        self._queue.append(outcome)
+        self._queue.append((outcome, instance))
         self._wakeup.set()
 
     def drain(self) -> None:
@@ -149,7 +153,14 @@ class GroupCommitter:
         (or the longest gap) and the last one commits it all, with one checkpoint instead of two."""
         self._draining = True
 
-    def _commit_round(self, outcomes: list[Outcome], wall_s: float) -> None:
+    def _commit_round(self, answered: list[tuple[Outcome, Instance]], wall_s: float) -> None:
+        scoring = self._scoring
+        if scoring is not None:  # on the store thread: the event loop keeps sending meanwhile
+            for outcome, instance in answered:
+                result = outcome.result
+                outcome.scores = scoring.rows(outcome.request.benchmark, instance, result.text if result.ok else None,
+                                              result.error)
+        outcomes = [outcome for outcome, _ in answered]
         for start in range(0, len(outcomes), self._max_batch):
             runs_db.commit_outcomes(self._store, self._run_id, self._session_id, wall_s,
                                     outcomes[start:start + self._max_batch], replace_errors=self._replace)
@@ -203,11 +214,12 @@ def _load_page(store: Store, run_id: str, benchmark: str, after_rank: int, limit
 
 async def execute_run(store: Store, client: ChatClient, run: RunInfo, *, specs: Mapping[str, BenchmarkSpec],
                       settings: ExecutionSettings, progress: RunProgress, session_id: str | None = None,
-                      fitter: PromptFitter | None = None) -> ExecutionReport:
+                      fitter: PromptFitter | None = None, scoring: ScoreAsAnswered | None = None) -> ExecutionReport:
     """Send every pending item of ``run`` (or, with ``errors_only``, every failed one) and commit the outcomes.
 
     ``specs``: each benchmark's spec as the run uses it (``spec_for_run``); ``fitter``: fits prompts into the
-    model's context (None: every prompt is sent as built)."""
+    model's context (None: every prompt is sent as built); ``scoring``: scores the answers it can as they are
+    committed (``report.scored``)."""
     report = ExecutionReport(session_id=session_id or uuid.uuid4().hex[:12])
     for benchmark in run.benchmarks:
         total, answered, errors = runs_db.item_counts(store, run.run_id, benchmark)
@@ -223,28 +235,31 @@ async def execute_run(store: Store, client: ChatClient, run: RunInfo, *, specs: 
     cpu_started = time.process_time()
     committer = GroupCommitter(db, store, run.run_id, report.session_id, replace_errors=settings.errors_only,
                                max_batch=settings.commit_batch, started=started,
-                               interval_s=settings.commit_interval_s, duty=settings.commit_duty)
+                               interval_s=settings.commit_interval_s, duty=settings.commit_duty,
+                               scoring=scoring)
     tasks: set[asyncio.Task[None]] = set()
     max_alive = 2 * settings.concurrency + 64  # requests backing off hold no slot; bound them anyway
     room = asyncio.Event()
 
-    async def send(request: InferenceRequest, truncated: Truncated | None = None, *, slot_held: bool = True) -> None:
+    async def send(instance: Instance, request: InferenceRequest, truncated: Truncated | None = None, *,
+                   slot_held: bool = True) -> None:
         result = await client.complete(request, max_retries=settings.max_retries, gate=limiter,
                                        slot_held=slot_held, backoff_base_s=settings.backoff_base_s,
                                        backoff_cap_s=settings.backoff_cap_s)
-        await record(request, result, truncated)
+        record(instance, request, result, truncated)
 
     async def fit_and_send(spec: BenchmarkSpec, instance: Instance, request: InferenceRequest) -> None:
         assert fitter is not None
         try:
             fitted, truncated = await fitter.fit(spec, instance, request)
         except RequestFailed as failure:  # prompt_too_long, or the tokenizer failed: recorded, never sent
-            await record(request, InferenceResult(error=failure.category, attempts=0), None)
+            record(instance, request, InferenceResult(error=failure.category, attempts=0), None)
             return
-        await send(fitted, truncated, slot_held=False)  # the slot is taken once the prompt is ready
+        await send(instance, fitted, truncated, slot_held=False)  # the slot is taken once the prompt is ready
 
-    async def record(request: InferenceRequest, result: InferenceResult, truncated: Truncated | None) -> None:
-        committer.submit(Outcome(request, result, truncated))
+    def record(instance: Instance, request: InferenceRequest, result: InferenceResult,
+               truncated: Truncated | None) -> None:
+        committer.submit(Outcome(request, result, truncated), instance)
         report.sent += 1
         report.ok += int(result.ok)
         report.errors += int(not result.ok)
@@ -300,7 +315,7 @@ async def execute_run(store: Store, client: ChatClient, run: RunInfo, *, specs: 
                     task = asyncio.create_task(fit_and_send(spec, instance, request))
                 else:
                     await limiter.acquire()
-                    task = asyncio.create_task(send(request))
+                    task = asyncio.create_task(send(instance, request))
                 tasks.add(task)
                 task.add_done_callback(done)
                 if failures:  # a failed commit stops the run at once, not after the last page
@@ -333,4 +348,6 @@ async def execute_run(store: Store, client: ChatClient, run: RunInfo, *, specs: 
         report.endpoints = client.pool.summaries()
         if fitter is not None:
             report.counted, report.truncated = fitter.counted, fitter.truncated
+        if scoring is not None:
+            report.scored = scoring.scored()
     return report

@@ -52,6 +52,7 @@ from medhelm_local.runner.options import Mode, ModeKind, Selection, Sending
 from medhelm_local.runner.plan import Plan, compute_plan, derived_run_id, new_run_id, plan_items, validate_benchmarks
 from medhelm_local.runner.progress import RunProgress
 from medhelm_local.scoring.checks import check_benchmarks
+from medhelm_local.scoring.engine import ScoreAsAnswered
 from medhelm_local.store import Store
 from medhelm_local.store import runs as runs_db
 from medhelm_local.store.store import RunInfo, utcnow
@@ -308,9 +309,12 @@ def start_session(store: Store, target: Target, servers: list[dict[str, Any]]) -
 
 
 async def send(store: Store, client: ChatClient, run: RunInfo, session_id: str, settings: ExecutionSettings,
-               sending: Sending, fit: PromptFitter | None, specs: SpecRegistry) -> ExecutionReport:
-    """Send the run's pending items (or its errors) from ``store``, committing each outcome as it arrives."""
+               sending: Sending, fit: PromptFitter | None, specs: SpecRegistry, *, score_as_answered: bool = False
+               ) -> ExecutionReport:
+    """Send the run's pending items (or its errors) from ``store``, committing each outcome as it arrives (with
+    ``score_as_answered``, its score rows too, where no judge is needed: ``ScoreAsAnswered``)."""
     frozen = {b: spec_for_run(b, run.manifest, specs) for b in run.benchmarks}
+    scoring = ScoreAsAnswered(frozen) if score_as_answered else None
     with RunProgress(run.run_id, enabled=sending.show_progress) as progress:
         return await execute_run(store, client, run, specs=frozen, settings=settings, progress=progress,
-                                 session_id=session_id, fitter=fit)
+                                 session_id=session_id, fitter=fit, scoring=scoring)

@@ -6,8 +6,8 @@ each run once over the benchmark's items (the jury among them: it needs the appl
 
 from __future__ import annotations
 
-from collections import defaultdict
-from collections.abc import Iterable
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
 
 from medhelm_local.benchmarks.registry import SpecRegistry
 from medhelm_local.benchmarks.spec import BenchmarkSpec
@@ -17,10 +17,11 @@ from medhelm_local.prompts.styles import spec_for_run
 from medhelm_local.records import Instance, InstanceScore
 from medhelm_local.scoring.jury import JURY, JuryStats
 from medhelm_local.scoring.registry import MetricNotAvailable, spec_scorers
-from medhelm_local.scoring.scorer import Item, ScoringContext, run_sync
+from medhelm_local.scoring.scorer import InstanceScorer, Item, ScoringContext, run_sync
 from medhelm_local.store.store import Store
 
-__all__ = ["MetricNotAvailable", "score_benchmark", "score_items", "score_items_async", "score_outputs"]
+__all__ = ["MetricNotAvailable", "ScoreAsAnswered", "score_benchmark", "score_items", "score_items_async",
+           "score_outputs"]
 
 
 async def score_items_async(spec: BenchmarkSpec, items: Iterable[tuple[Instance, str | None, str | None]],
@@ -81,3 +82,42 @@ def score_benchmark(store: Store, specs: SpecRegistry, run_id: str, benchmark: s
                          only_failed=only_failed, jury_stats=jury_stats, egress=egress)
     store.replace_scores(run_id, benchmark, scores)
     return scores
+
+
+class ScoreAsAnswered:
+    """Scores a new run's answers as they are committed, for the benchmarks whose every metric is a function of one
+    instance's output (no judges, no store): the run's last step then only checks and aggregates them.
+
+    The rows are the ones :func:`score_benchmark` writes for the same items (the same scorers, in the same order,
+    on the run's frozen spec). A scorer that raises stops this for its benchmark: the run's last step scores it
+    whole, as for a benchmark with a jury, and reports the error there."""
+
+    def __init__(self, specs: Mapping[str, BenchmarkSpec]) -> None:
+        self._specs = dict(specs)
+        self._scorers: dict[str, list[tuple[InstanceScorer, bool]]] = {}
+        for benchmark, spec in specs.items():
+            scorers = spec_scorers(spec)
+            if all(isinstance(scorer, InstanceScorer) for scorer, _ in scorers):
+                self._scorers[benchmark] = [(scorer, roles.get(scorer.name, False))  # type: ignore[misc]
+                                            for scorer, roles in scorers]
+        self._scored: Counter[str] = Counter()
+        self._stopped: set[str] = set()
+
+    def rows(self, benchmark: str, instance: Instance, output: str | None, error: str | None
+             ) -> list[InstanceScore]:
+        """The score rows of one answered (or failed) item; none where its benchmark is scored at the end."""
+        scorers = self._scorers.get(benchmark)
+        if scorers is None or benchmark in self._stopped:
+            return []
+        spec, item = self._specs[benchmark], Item(instance, output, error)
+        try:
+            rows = [row for scorer, main in scorers for row in scorer.score_now(spec, [item], main=main)]
+        except Exception:  # the last step scores the benchmark again, and raises this there
+            self._stopped.add(benchmark)
+            return []
+        self._scored[benchmark] += 1
+        return rows
+
+    def scored(self) -> dict[str, int]:
+        """Items scored as answered, per benchmark still scored this way."""
+        return {b: n for b, n in self._scored.items() if b not in self._stopped}

@@ -10,9 +10,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from medhelm_local.records import InferenceRequest, InferenceResult, Truncated
+from medhelm_local.records import InferenceRequest, InferenceResult, InstanceScore, Truncated
 from medhelm_local.store.batch import ColumnBatch
-from medhelm_local.store.store import RunInfo, Store, utcnow
+from medhelm_local.store.store import NEW_SCORES, RunInfo, Store, scores_batch, utcnow
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +41,7 @@ class Outcome:
     request: InferenceRequest
     result: InferenceResult
     truncated: Truncated | None = None  # the prompt was cut to fit the model's context
+    scores: Sequence[InstanceScore] = ()  # its score rows, where it is scored as answered (ScoreAsAnswered)
 
 
 ROWS_PER_TRANSACTION = 10_000  # send-order rows per transaction; callers chunk their plan rows alike
@@ -254,6 +255,7 @@ def commit_outcomes(store: Store, run_id: str, session_id: str, wall_s: float, o
     completion_tokens = sum(o.result.completion_tokens or 0 for o in outcomes)
     request_s = sum(o.result.latency_s for o in outcomes)
     batch_items = f"(SELECT benchmark, instance_id FROM {OUTCOME_RESPONSES.source})"
+    scores = [row for o in outcomes for row in o.scores]
     with store.transaction():
         if replace_errors:  # the retry's request replaces the failed one's (it may differ: a prompt cut to fit)
             stale = ("EXISTS (SELECT 1 FROM responses r WHERE r.run_id = q.run_id AND r.benchmark = q.benchmark "
@@ -264,14 +266,21 @@ def commit_outcomes(store: Store, run_id: str, session_id: str, wall_s: float, o
             conn.execute(f"DELETE FROM requests q USING {batch_items} s WHERE q.run_id = $run_id "
                          f"AND q.benchmark = s.benchmark AND q.instance_id = s.instance_id AND {stale}",
                          {"run_id": run_id, "batch": responses})
+            if scores:
+                conn.execute(f"DELETE FROM scores q USING {batch_items} s WHERE q.run_id = $run_id "
+                             f"AND q.benchmark = s.benchmark AND q.instance_id = s.instance_id AND {stale}",
+                             {"run_id": run_id, "batch": responses})
         # ``requests`` has no key (schema_core.sql): a request is stored only for an item without a stored outcome
         # (with replace_errors: or with an error, whose request was deleted above), exactly those whose outcome the
-        # insert into ``responses`` below keeps.
+        # insert into ``responses`` below keeps; so are the scores of an item scored as answered.
         replaceable = " AND r.error IS NULL" if replace_errors else ""
+        kept = ("NOT EXISTS (SELECT 1 FROM responses r WHERE r.run_id = $run_id AND r.benchmark = b.benchmark "
+                f"AND r.instance_id = b.instance_id{replaceable})")
         conn.execute("INSERT INTO requests (run_id, benchmark, instance_id, request_hash) SELECT $run_id, b.* "
-                     f"FROM {OUTCOME_REQUESTS.source} b WHERE NOT EXISTS (SELECT 1 FROM responses r "
-                     "WHERE r.run_id = $run_id AND r.benchmark = b.benchmark AND r.instance_id = b.instance_id"
-                     f"{replaceable})", {"run_id": run_id, "batch": requests})
+                     f"FROM {OUTCOME_REQUESTS.source} b WHERE {kept}", {"run_id": run_id, "batch": requests})
+        if scores:
+            conn.execute(f"INSERT INTO scores SELECT $run_id, b.* FROM {NEW_SCORES.source} b WHERE {kept}",
+                         {"run_id": run_id, "batch": scores_batch(scores)})
         if replace_errors:
             conn.execute(
                 "INSERT INTO runner_error_history SELECT r.run_id, r.benchmark, r.instance_id, r.error, "
@@ -301,6 +310,15 @@ def commit_outcomes(store: Store, run_id: str, session_id: str, wall_s: float, o
             [now, wall_s, len(outcomes), errors, prompt_tokens, completion_tokens, request_s, run_id,
              session_id],
         )
+
+
+def unscored(store: Store, run_id: str, benchmark: str, metric: str) -> tuple[int, int]:
+    """``(answers, answers without a row of metric)`` of one benchmark of a run."""
+    row = store.conn.execute(
+        "SELECT count(*), count(*) FILTER (WHERE s.instance_id IS NULL) FROM responses r LEFT JOIN scores s "
+        "ON s.run_id = r.run_id AND s.benchmark = r.benchmark AND s.instance_id = r.instance_id AND s.metric = ? "
+        "WHERE r.run_id = ? AND r.benchmark = ?", [metric, run_id, benchmark]).fetchone()
+    return (int(row[0]), int(row[1])) if row else (0, 0)
 
 
 def truncation_counts(store: Store, run_id: str) -> dict[str, tuple[int, int]]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
@@ -71,6 +71,14 @@ NEW_INSTANCES = ColumnBatch.of(instance_id="VARCHAR", position="INTEGER", label=
 INSTANCES_PER_BATCH = 5000
 NEW_SCORES = ColumnBatch.of(benchmark="VARCHAR", instance_id="VARCHAR", metric="VARCHAR", value="DOUBLE",
                             details="VARCHAR")
+
+
+def scores_batch(scores: Sequence[InstanceScore]) -> str:
+    """Score rows bound as one parameter of ``NEW_SCORES.source``."""
+    return NEW_SCORES.bind(
+        benchmark=[s.benchmark for s in scores], instance_id=[s.instance_id for s in scores],
+        metric=[s.metric for s in scores], value=[s.value for s in scores],
+        details=[json.dumps(s.details) for s in scores])
 
 
 class Store:
@@ -353,8 +361,5 @@ class Store:
             # value (issue 14's profile of a 3,320-item run: 5.9 s in it, mostly failed module imports per value).
             for start in range(0, len(scores), INSTANCES_PER_BATCH):
                 chunk = scores[start:start + INSTANCES_PER_BATCH]
-                self._conn.execute(f"INSERT INTO scores SELECT $run_id, * FROM {NEW_SCORES.source}", {
-                    "run_id": run_id, "batch": NEW_SCORES.bind(
-                        benchmark=[s.benchmark for s in chunk], instance_id=[s.instance_id for s in chunk],
-                        metric=[s.metric for s in chunk], value=[s.value for s in chunk],
-                        details=[json.dumps(s.details) for s in chunk])})
+                self._conn.execute(f"INSERT INTO scores SELECT $run_id, * FROM {NEW_SCORES.source}",
+                                   {"run_id": run_id, "batch": scores_batch(chunk)})
