@@ -119,8 +119,7 @@ class GroupCommitter:
     next ``submit`` / ``check`` and by ``close``, which commits what is left."""
 
     def __init__(self, db: StoreThread, store: Store, run_id: str, session_id: str, *, replace_errors: bool,
-                 max_batch: int, started: float, interval_s: float = 0.0, duty: float = 1.0,
-                 scoring: ScoreAsAnswered | None = None) -> None:
+                 max_batch: int, started: float, interval_s: float = 0.0, duty: float = 1.0) -> None:
         self._db = db
         self._store = store
         self._run_id = run_id
@@ -130,8 +129,7 @@ class GroupCommitter:
         self._started = started
         self._interval_s = interval_s
         self._duty = duty
-        self._scoring = scoring
-        self._queue: list[tuple[Outcome, Instance]] = []
+        self._queue: list[Outcome] = []
         self._wakeup = asyncio.Event()
         self._closing = False
         self._closed = asyncio.Event()  # ends a pause between rounds at once: the last round never waits
@@ -143,9 +141,9 @@ class GroupCommitter:
         if self._task.done() and not self._task.cancelled() and self._task.exception() is not None:
             raise self._task.exception()  # type: ignore[misc]
 
-    def submit(self, outcome: Outcome, instance: Instance) -> None:
+    def submit(self, outcome: Outcome) -> None:
         self.check()
-        self._queue.append((outcome, instance))
+        self._queue.append(outcome)
         self._wakeup.set()
 
     def drain(self) -> None:
@@ -153,14 +151,7 @@ class GroupCommitter:
         (or the longest gap) and the last one commits it all, with one checkpoint instead of two."""
         self._draining = True
 
-    def _commit_round(self, answered: list[tuple[Outcome, Instance]], wall_s: float) -> None:
-        scoring = self._scoring
-        if scoring is not None:  # on the store thread: the event loop keeps sending meanwhile
-            for outcome, instance in answered:
-                result = outcome.result
-                outcome.scores = scoring.rows(outcome.request.benchmark, instance, result.text if result.ok else None,
-                                              result.error)
-        outcomes = [outcome for outcome, _ in answered]
+    def _commit_round(self, outcomes: list[Outcome], wall_s: float) -> None:
         for start in range(0, len(outcomes), self._max_batch):
             runs_db.commit_outcomes(self._store, self._run_id, self._session_id, wall_s,
                                     outcomes[start:start + self._max_batch], replace_errors=self._replace)
@@ -235,8 +226,7 @@ async def execute_run(store: Store, client: ChatClient, run: RunInfo, *, specs: 
     cpu_started = time.process_time()
     committer = GroupCommitter(db, store, run.run_id, report.session_id, replace_errors=settings.errors_only,
                                max_batch=settings.commit_batch, started=started,
-                               interval_s=settings.commit_interval_s, duty=settings.commit_duty,
-                               scoring=scoring)
+                               interval_s=settings.commit_interval_s, duty=settings.commit_duty)
     tasks: set[asyncio.Task[None]] = set()
     max_alive = 2 * settings.concurrency + 64  # requests backing off hold no slot; bound them anyway
     room = asyncio.Event()
@@ -259,7 +249,11 @@ async def execute_run(store: Store, client: ChatClient, run: RunInfo, *, specs: 
 
     def record(instance: Instance, request: InferenceRequest, result: InferenceResult,
                truncated: Truncated | None) -> None:
-        committer.submit(Outcome(request, result, truncated), instance)
+        # Scored here, while the instance is at hand (a few tens of microseconds for these metrics), and committed
+        # with the answer in one transaction.
+        scores = () if scoring is None else scoring.rows(request.benchmark, instance,
+                                                         result.text if result.ok else None, result.error)
+        committer.submit(Outcome(request, result, truncated, scores))
         report.sent += 1
         report.ok += int(result.ok)
         report.errors += int(not result.ok)

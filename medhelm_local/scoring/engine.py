@@ -85,8 +85,9 @@ def score_benchmark(store: Store, specs: SpecRegistry, run_id: str, benchmark: s
 
 
 class ScoreAsAnswered:
-    """Scores a new run's answers as they are committed, for the benchmarks whose every metric is a function of one
-    instance's output (no judges, no store): the run's last step then only checks and aggregates them.
+    """Scores a new run's answers as they arrive (each committed with its answer, in one transaction), for the
+    benchmarks whose every metric is a function of one instance's output (no judges, no store): the run's last step
+    then only checks and aggregates them.
 
     The rows are the ones :func:`score_benchmark` writes for the same items (the same scorers, in the same order,
     on the run's frozen spec). A scorer that raises stops this for its benchmark: the run's last step scores it

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from medhelm_local.records import ChatMessage, InferenceRequest, InferenceResult, Instance
+from medhelm_local.records import ChatMessage, InferenceRequest, InferenceResult
 from medhelm_local.runner import execute
 from medhelm_local.runner.concurrency import AdaptiveLimiter
 from medhelm_local.store.runs import Outcome
@@ -46,11 +46,10 @@ def test_limiter_reaches_the_servers_capacity_within_three_round_trips(cap: int,
     assert limiter.peak_limit == cap
 
 
-def _outcome(i: int) -> tuple[Outcome, Instance]:
+def _outcome(i: int) -> Outcome:
     request = InferenceRequest(benchmark="b", instance_id=str(i), max_tokens=1,
                                messages=[ChatMessage(role="user", content="q")])
-    instance = Instance(benchmark="b", id=str(i), fields={"question": "q"})
-    return Outcome(request, InferenceResult(text="yes"), None), instance
+    return Outcome(request, InferenceResult(text="yes"), None)
 
 
 def test_closing_the_committer_commits_at_once_not_after_the_interval(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -66,10 +65,10 @@ def test_closing_the_committer_commits_at_once_not_after_the_interval(monkeypatc
         db = execute.StoreThread()
         committer = execute.GroupCommitter(db, None, "run", "session", replace_errors=False,  # type: ignore[arg-type]
                                            max_batch=512, started=time.monotonic(), interval_s=30.0)
-        committer.submit(*_outcome(0))
+        committer.submit(_outcome(0))
         while not rounds:  # the first round goes at once
             await asyncio.sleep(0.01)
-        committer.submit(*_outcome(1))  # the next round would wait 30 s ...
+        committer.submit(_outcome(1))  # the next round would wait 30 s ...
         await asyncio.sleep(0.1)
         assert len(rounds) == 1
         started = time.monotonic()
