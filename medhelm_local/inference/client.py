@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import ssl
 import time
 from collections import deque
 from collections.abc import Callable, Sequence
@@ -191,6 +192,15 @@ class EndpointPool:
         return [e.summary() for e in self.endpoints]
 
 
+def _tls_context(base_urls: Sequence[str]) -> ssl.SSLContext:
+    """The TLS context shared by an endpoint's connections: the CA bundle where one of its URLs is https (loading
+    it takes tens of milliseconds: once per client); for plain-http endpoints, a context that trusts no
+    certificate at all, so that nothing could ever be verified against it."""
+    if any(url.lower().startswith("https://") for url in base_urls):
+        return httpx.create_ssl_context()
+    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies certificates and host names, against no CA
+
+
 class ChatClient:
     """Sends chat completions to one model served at one or more allowlisted base URLs (replicas).
 
@@ -226,7 +236,7 @@ class ChatClient:
         self.max_connections = max(1, max_connections)
         self.pool = EndpointPool(self.base_urls)
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._tls = httpx.create_ssl_context()  # loading the CA bundle is slow: once, shared by every client
+        self._tls = _tls_context(self.base_urls)
         self._timeout = httpx.Timeout(timeout_s, connect=min(10.0, timeout_s))
         self._client = self._make_client(POOL_CONNECTIONS)
         self._lane_extensions = {"timeout": self._timeout.as_dict()}

@@ -8,6 +8,7 @@ import datetime
 import gzip
 import ipaddress
 import json
+import ssl
 from pathlib import Path
 
 import pytest
@@ -176,6 +177,17 @@ def test_https_replica_is_verified_and_served(tmp_path: Path, monkeypatch: pytes
     finally:
         server.should_exit = True
         thread.join(timeout=10)
+
+
+def test_a_plain_http_endpoint_gets_a_tls_context_that_trusts_nothing() -> None:
+    from medhelm_local.inference.client import _tls_context
+
+    plain = _tls_context(["http://127.0.0.1:8000/v1"])
+    assert plain.verify_mode == ssl.CERT_REQUIRED and plain.check_hostname
+    assert plain.cert_store_stats()["x509_ca"] == 0  # no CA bundle loaded: nothing could ever verify
+    tls = _tls_context(["http://127.0.0.1:8000/v1", "HTTPS://vllm.svc.cluster.local/v1"])
+    assert tls.verify_mode == ssl.CERT_REQUIRED and tls.check_hostname
+    assert tls.cert_store_stats()["x509_ca"] > 0
 
 
 @pytest.mark.parametrize(("encoding", "reply", "expected"), [
