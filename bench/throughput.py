@@ -88,7 +88,9 @@ print(json.dumps({"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime}))
 # The same generator on httpx with the runner's connection layout (ChatClient: one single-connection transport per
 # slot, its I/O on plain asyncio, prepared requests): what the HTTP client library alone costs per request.
 RAW_HTTPX = r"""
-import asyncio, json, sys, time, resource
+import asyncio, json, os, sys, time, resource
+for absent in filter(None, os.environ.get("MEDHELM_BENCH_ABSENT", "").split(",")):
+    sys.modules[absent] = None
 import httpcore, httpx
 from medhelm_local.inference.netio import AsyncioBackend
 
@@ -128,10 +130,12 @@ RUNNER = r"""
 import time
 started = time.time()
 import atexit, functools, importlib, inspect, json, os, sys
+for absent in filter(None, os.environ.get("MEDHELM_BENCH_ABSENT", "").split(",")):
+    sys.modules[absent] = None  # importing it raises ImportError, as where it is not installed
 spawned = float(os.environ.get("MEDHELM_BENCH_SPAWNED", started))
 stub = sys.argv.pop(1)
 t_imports = time.perf_counter()
-from medhelm_local.cli import main, register_commands
+from medhelm_local.cli import entry, register_commands
 register_commands("run")
 imported = time.perf_counter()
 phases = {}
@@ -194,7 +198,7 @@ def report():
 
 atexit.register(report)
 sys.argv[0] = "medhelm-local"
-main()
+entry()  # as the installed command does (its quick exit included)
 """
 
 CHILD = r"""
@@ -209,10 +213,66 @@ print(json.dumps({"code": done.returncode, "stderr_tail": done.stderr[-3000:] if
 """
 
 
+# Packages that libraries the runner uses import when they are installed, and that only this checkout's dev and
+# test extras bring: httpcore and anyio import trio at start if it is there (selenium's dependency, the test
+# extra's: about 0.1 s of imports and 0.03 s of teardown per process on this machine).
+OPTIONAL_IMPORTS = ("trio",)
+
+
+def image_packages() -> set[str]:
+    """The distributions the image installs: medhelm-local with its ``embedded`` extra (Dockerfile) and everything
+    they require, read from this venv's metadata (markers evaluated here)."""
+    from importlib import metadata
+
+    from packaging.requirements import Requirement
+
+    def canonical(name: str) -> str:
+        return name.lower().replace("_", "-").replace(".", "-")
+
+    seen: set[str] = set()
+    todo: list[tuple[str, tuple[str, ...]]] = [("medhelm-local", ("embedded",))]
+    while todo:
+        name, extras = todo.pop()
+        if canonical(name) in seen:
+            continue
+        seen.add(canonical(name))
+        try:
+            requirements = metadata.requires(name) or []
+        except metadata.PackageNotFoundError:
+            continue
+        for line in requirements:
+            requirement = Requirement(line)
+            environments = [{"extra": extra} for extra in extras] or [{"extra": ""}]
+            if requirement.marker is None or any(requirement.marker.evaluate(e) for e in environments):
+                todo.append((requirement.name, tuple(requirement.extras)))
+    return seen
+
+
+def absent_from_image() -> list[str]:
+    """The optional imports installed here that the image does not install: hidden from the measured processes
+    (importing them fails, as in the image), so that the runner is measured with the packages it ships with."""
+    from importlib import metadata
+    from importlib.util import find_spec
+
+    image = image_packages()
+    absent = []
+    for module in OPTIONAL_IMPORTS:
+        if find_spec(module) is None:
+            continue
+        owners = {d.lower().replace("_", "-") for d in metadata.packages_distributions().get(module, [module])}
+        if not owners & image:
+            absent.append(module)
+    return absent
+
+
+ABSENT = absent_from_image()
+
+
 def env() -> dict[str, str]:
     out = {k: v for k, v in os.environ.items() if not k.startswith("MEDHELM_")}
     out["MEDHELM_LOG_LEVEL"] = "WARNING"
     out["PYTHONPATH"] = str(REPO)  # this checkout's code, whatever the venv's editable install points at
+    out["MEDHELM_BENCH_ABSENT"] = ",".join(ABSENT)
     return out
 
 
@@ -391,6 +451,7 @@ def main() -> int:
                                "host": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
                                "slots": SLOTS, "runs": []}
     results["load_average_start"] = os.getloadavg()
+    results["hidden_not_in_image"] = ABSENT
     with tempfile.TemporaryDirectory(prefix="medhelm-throughput-") as tmp_s:
         tmp = Path(tmp_s)
         t = time.perf_counter()
@@ -413,6 +474,9 @@ def main() -> int:
               f"({time.perf_counter() - t:.0f}s; home {home_mb:.0f} MB with {args.history} earlier runs, copied "
               "afresh for each runner process); "
               f"{os.cpu_count()} CPUs, load average {' '.join(f'{x:.2f}' for x in os.getloadavg())}", flush=True)
+        if ABSENT:
+            print(f"installed here but not in the image, so hidden from the measured processes: {', '.join(ABSENT)}",
+                  flush=True)
         for latency in latencies:
             profile = Path(tempfile.gettempdir()) / f"medhelm-throughput-{latency}.prof" \
                 if args.profile == latency else None
