@@ -86,8 +86,8 @@ def score_benchmark(store: Store, specs: SpecRegistry, run_id: str, benchmark: s
 
 class ScoreAsAnswered:
     """Scores a new run's answers as they arrive (each committed with its answer, in one transaction), for the
-    benchmarks whose every metric is a function of one instance's output (no judges, no store): the run's last step
-    then only checks and aggregates them.
+    benchmarks whose every metric is a quick function of one instance's output (``InstanceScorer.as_answered``: no
+    judges, no store, no database, microseconds): the run's last step then only checks and aggregates them.
 
     The rows are the ones :func:`score_benchmark` writes for the same items (the same scorers, in the same order,
     on the run's frozen spec). A scorer that raises stops this for its benchmark: the run's last step scores it
@@ -98,7 +98,7 @@ class ScoreAsAnswered:
         self._scorers: dict[str, list[tuple[InstanceScorer, bool]]] = {}
         for benchmark, spec in specs.items():
             scorers = spec_scorers(spec)
-            if all(isinstance(scorer, InstanceScorer) for scorer, _ in scorers):
+            if all(isinstance(scorer, InstanceScorer) and scorer.as_answered for scorer, _ in scorers):
                 self._scorers[benchmark] = [(scorer, roles.get(scorer.name, False))  # type: ignore[misc]
                                             for scorer, roles in scorers]
         self._scored: Counter[str] = Counter()

@@ -54,7 +54,7 @@ NEEDS = Needs(fields=((REFERENCES,), (meta_field("category"),), (meta_field("low
                       (meta_field("upper_limit"),)))
 
 
-@instance_scorer("medcalc_accuracy", needs=NEEDS)
+@instance_scorer("medcalc_accuracy", needs=NEEDS, as_answered=True)
 def medcalc_accuracy(spec: BenchmarkSpec, instance: Instance, output: str) -> tuple[float, ScoreDetails]:
     category = str(require_meta(spec, instance, "category", "the calculator category")).strip().lower()
     gold = _gold_text(spec, instance)

@@ -60,7 +60,7 @@ def _gold_flag(spec: BenchmarkSpec, instance: Instance) -> int:
 NEEDS = Needs(fields=((meta_field("error_flag"), LABEL), (meta_field("error_sentence_id"),)))
 
 
-@instance_scorer("medec_flag_accuracy", needs=NEEDS)
+@instance_scorer("medec_flag_accuracy", needs=NEEDS, as_answered=True)
 def medec_flag_accuracy(spec: BenchmarkSpec, instance: Instance, output: str) -> tuple[float, ScoreDetails]:
     gold_flag = _gold_flag(spec, instance)
     gold_sentence = -1

@@ -50,7 +50,7 @@ def _exact_match_needs(spec: BenchmarkSpec) -> Needs:
     return Needs(fields=((LABEL, REFERENCES),) if spec.labels else ((REFERENCES,),))
 
 
-@instance_scorer("exact_match", needs=_exact_match_needs)
+@instance_scorer("exact_match", needs=_exact_match_needs, as_answered=True)
 def exact_match(spec: BenchmarkSpec, instance: Instance, output: str) -> tuple[float, ScoreDetails]:
     """Closed answers: the extracted label equals the gold label. Free answers: normalised string equality
     (whitespace and case folded, reasoning blocks dropped) with any reference."""
@@ -76,7 +76,7 @@ def f1_counts(predicted: set[str], gold: set[str]) -> tuple[float, Counts]:
 _LIST_SPLIT = re.compile(r"[,;\n]+")
 
 
-@instance_scorer("micro_f1", Aggregation.MICRO_F1, needs=Needs(fields=((REFERENCES,),)))
+@instance_scorer("micro_f1", Aggregation.MICRO_F1, needs=Needs(fields=((REFERENCES,),)), as_answered=True)
 def micro_f1(spec: BenchmarkSpec, instance: Instance, output: str) -> tuple[float, ScoreDetails]:
     """Multi-label output: items separated by commas, semicolons or lines, compared case-insensitively with the
     references (the gold label set). The benchmark score is micro-F1 over all instances."""

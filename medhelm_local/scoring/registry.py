@@ -46,11 +46,14 @@ def register_scorer(scorer: Scorer) -> Scorer:
 
 def instance_scorer(name: str, aggregation: Aggregation = Aggregation.MEAN, *,
                     needs: Needs | Callable[[BenchmarkSpec], Needs] | None = None,
-                    details: type[ScoreDetails] = ScoreDetails) -> Callable[[InstanceFn], InstanceFn]:
-    """Register ``fn(spec, instance, output) -> (value, details)`` as the scorer of metric ``name``."""
+                    details: type[ScoreDetails] = ScoreDetails,
+                    as_answered: bool = False) -> Callable[[InstanceFn], InstanceFn]:
+    """Register ``fn(spec, instance, output) -> (value, details)`` as the scorer of metric ``name``
+    (``as_answered``: see :class:`~medhelm_local.scoring.scorer.InstanceScorer`)."""
 
     def decorate(fn: InstanceFn) -> InstanceFn:
-        register_scorer(InstanceScorer(name, fn, aggregation=aggregation, needs=needs, details_model=details))
+        register_scorer(InstanceScorer(name, fn, aggregation=aggregation, needs=needs, details_model=details,
+                                       as_answered=as_answered))
         return fn
 
     return decorate

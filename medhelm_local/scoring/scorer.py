@@ -155,9 +155,14 @@ class InstanceScorer(Scorer):
 
     def __init__(self, name: str, fn: InstanceFn, *, aggregation: Aggregation = Aggregation.MEAN,
                  needs: Needs | Callable[[BenchmarkSpec], Needs] | None = None,
-                 details_model: type[ScoreDetails] = ScoreDetails) -> None:
+                 details_model: type[ScoreDetails] = ScoreDetails, as_answered: bool = False) -> None:
         self.name = name
         self.fn = fn
+        # ``fn`` takes microseconds and no I/O: a new run scores each answer with it as the answer arrives, in the
+        # runner's event loop (``scoring.engine.ScoreAsAnswered``). Not for a scorer that queries a database
+        # (EHRSQL: up to seconds per query), loads data on first use, or takes milliseconds (ROUGE on long notes):
+        # those score at the end of the run.
+        self.as_answered = as_answered
         self.metrics = (Metric(name, aggregation),)
         self.details_model = details_model
         self._needs = needs if needs is not None else Needs()

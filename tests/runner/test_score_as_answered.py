@@ -114,11 +114,30 @@ def test_a_scorer_that_raises_leaves_its_benchmark_to_the_end_and_loses_no_answe
     assert len(outcomes(home, run.run_id)) == 60, "every answer was committed"
 
 
-def test_benchmarks_judged_by_the_jury_are_not_scored_as_answered() -> None:
+@pytest.mark.parametrize("benchmark", [
+    "aci_bench",  # the jury: judge models
+    "ehrsql",  # runs the predicted SQL on the database, up to seconds per answer
+    "mimic_iv_billing",  # loads the ICD-10-CM tables on first use
+])
+def test_slow_or_judged_metrics_are_scored_at_the_end_not_in_the_send_loop(benchmark: str) -> None:
     from medhelm_local.benchmarks.registry import shipped_spec
 
-    spec = shipped_spec("aci_bench")
-    scoring = ScoreAsAnswered({"aci_bench": spec})
-    instance = Instance(benchmark="aci_bench", id="1", fields={"dialogue": "x"}, references=["a note"])
-    assert scoring.rows("aci_bench", instance, "a note", None) == []
+    scoring = ScoreAsAnswered({benchmark: shipped_spec(benchmark)})
+    instance = Instance(benchmark=benchmark, id="1", fields={"text": "x"}, references=["a"], label="a",
+                        meta={"db_path": "/nonexistent.db"})
+    assert scoring.rows(benchmark, instance, "a", None) == []
     assert scoring.scored() == {}
+
+
+@pytest.mark.parametrize("benchmark", ["pubmedqa", "medqa", "medcalc_bench", "medec"])
+def test_quick_metrics_are_scored_as_answered(benchmark: str) -> None:
+    from medhelm_local.benchmarks.registry import shipped_spec
+
+    spec = shipped_spec(benchmark)
+    scoring = ScoreAsAnswered({benchmark: spec})
+    instance = Instance(benchmark=benchmark, id="1", fields={}, references=["yes"], label="yes",
+                        meta={"lower_limit": "1", "upper_limit": "2", "error_flag": "0", "error_sentence_id": "-1",
+                              "error_sentence": "", "corrected_sentence": ""})
+    rows = scoring.rows(benchmark, instance, None, "timeout")  # a failed request: the main metric's failure row
+    assert [(r.metric, r.value, r.details.get("error")) for r in rows] == [(spec.metric, None, "timeout")]
+    assert scoring.scored() == {benchmark: 1}
