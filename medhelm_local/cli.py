@@ -138,7 +138,8 @@ def entry() -> NoReturn:
     rich ...): 0.1 to 0.17 s per command on this project's machine (bench/README.md), freeing nothing the operating
     system does not. Everything the command wrote is committed and closed by then (the store, the audit trail,
     exports); exit handlers (logging's flush, temporary files' cleanup) still run, and the output is flushed. A
-    command that leaves a worker thread running, or ``MEDHELM_DEBUG=1``, exits the usual way."""
+    command that leaves a worker thread running, ``MEDHELM_DEBUG=1``, or a process under a profiler or tracer
+    (``python -m cProfile`` writes its file after the command returns) exits the usual way."""
     try:
         main()
         code = 0
@@ -147,7 +148,7 @@ def entry() -> NoReturn:
             sys.stderr.write(exc.code + "\n")
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     workers = [t for t in threading.enumerate() if t is not threading.main_thread() and not t.daemon]
-    if workers or _debug():
+    if workers or _debug() or sys.getprofile() is not None or sys.gettrace() is not None:
         sys.exit(code)
     atexit._run_exitfuncs()
     try:

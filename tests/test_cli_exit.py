@@ -61,6 +61,16 @@ def test_a_thread_still_working_is_waited_for(tmp_path: Path) -> None:
     assert (tmp_path / "worker").read_text() == "done"  # the usual exit joined it; a quick exit would have killed it
 
 
+def test_a_profiled_command_exits_the_usual_way_so_the_profile_is_written(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "MEDHELM_DEBUG"} | {"PYTHONPATH": str(REPO)}
+    profile = tmp_path / "cli.prof"
+    done = subprocess.run([sys.executable, "-m", "cProfile", "-o", str(profile), "-m", "medhelm_local.cli",
+                           "--version"], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("medhelm-local ")
+    assert profile.stat().st_size > 0
+
+
 def test_the_console_script_is_the_quick_exit() -> None:
     text = (REPO / "pyproject.toml").read_text()
     assert 'medhelm-local = "medhelm_local.cli:entry"' in text
