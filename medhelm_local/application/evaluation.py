@@ -226,8 +226,8 @@ def _conclude(app_ctx: AppContext, main: Store, run_id: str, *, score: bool, mod
 
 def _finish(app_ctx: AppContext, store: Store, run: RunInfo, *, score: bool, mode: str, shard: str | None = None,
             merged: int | None = None, scored: Mapping[str, int] | None = None) -> RunOutcome:
-    """Score the run (``scored``: answers this invocation scored as they were committed, per benchmark: a benchmark
-    it answered and scored whole is not scored again) and mark it finished."""
+    """Score the run (``scored``: answers this invocation scored as they arrived, per benchmark: a benchmark it
+    answered and scored whole is not scored again) and mark it finished."""
     config = app_ctx.home.config
     results = []
     if score:
@@ -246,8 +246,8 @@ def _finish(app_ctx: AppContext, store: Store, run: RunInfo, *, score: bool, mod
 
 
 def _scored_whole(store: Store, app_ctx: AppContext, run: RunInfo, benchmark: str, scored: int) -> bool:
-    """Whether this invocation scored every answer of ``benchmark`` as it was committed: as many as the run has, each
-    with its main metric's row (committed with the answer, in one transaction)."""
+    """Whether this invocation scored every answer of ``benchmark`` as it arrived: as many as the run has, each with
+    its main metric's row (committed with the answer, in one transaction)."""
     if not scored:
         return False
     metric = spec_for_run(benchmark, run.manifest, app_ctx.specs).metric

@@ -74,7 +74,7 @@ class ExecutionReport:
     cpu_s: float = 0.0  # this process's CPU time (all threads) during the send phase
     counted: int = 0  # prompts that needed the tokenizer to fit the model's context
     truncated: int = 0  # prompts cut to fit
-    scored: dict[str, int] = field(default_factory=dict)  # per benchmark: answers scored as they were committed
+    scored: dict[str, int] = field(default_factory=dict)  # per benchmark: answers scored as they arrived
 
 
 class StoreThread:
@@ -209,8 +209,8 @@ async def execute_run(store: Store, client: ChatClient, run: RunInfo, *, specs: 
     """Send every pending item of ``run`` (or, with ``errors_only``, every failed one) and commit the outcomes.
 
     ``specs``: each benchmark's spec as the run uses it (``spec_for_run``); ``fitter``: fits prompts into the
-    model's context (None: every prompt is sent as built); ``scoring``: scores the answers it can as they are
-    committed (``report.scored``)."""
+    model's context (None: every prompt is sent as built); ``scoring``: scores the answers it can as they arrive,
+    each committed with its answer (``report.scored``)."""
     report = ExecutionReport(session_id=session_id or uuid.uuid4().hex[:12])
     for benchmark in run.benchmarks:
         total, answered, errors = runs_db.item_counts(store, run.run_id, benchmark)
