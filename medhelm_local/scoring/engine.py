@@ -98,9 +98,10 @@ class ScoreAsAnswered:
         self._scorers: dict[str, list[tuple[InstanceScorer, bool]]] = {}
         for benchmark, spec in specs.items():
             scorers = spec_scorers(spec)
-            if all(isinstance(scorer, InstanceScorer) and scorer.as_answered for scorer, _ in scorers):
-                self._scorers[benchmark] = [(scorer, roles.get(scorer.name, False))  # type: ignore[misc]
-                                            for scorer, roles in scorers]
+            quick = [(scorer, roles.get(scorer.name, False)) for scorer, roles in scorers
+                     if isinstance(scorer, InstanceScorer) and scorer.as_answered]
+            if len(quick) == len(scorers):
+                self._scorers[benchmark] = quick
         self._scored: Counter[str] = Counter()
         self._stopped: set[str] = set()
 
