@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -37,21 +38,23 @@ def server_root(base_url: str) -> str:
 
 
 async def describe_servers(client: ChatClient, endpoint: ModelEndpoint) -> list[dict[str, Any]]:
-    """What each replica says about itself: served model ids (``/v1/models``) and version (``/version``)."""
-    servers = []
-    for url in client.base_urls:
-        models = await client.get_json(url, "/models")
-        ids = sorted(str(m.get("id")) for m in (models or {}).get("data", []) if isinstance(m, dict))
-        version: str | None = None
+    """What each replica says about itself: served model ids (``/v1/models``) and version (``/version``), in the
+    order of the endpoint's URLs. Every replica is asked at once: a fleet costs one round trip, not two per
+    replica."""
+
+    async def version_of(url: str) -> str | None:
         if endpoint.kind == BackendKind.EMBEDDED:
-            version = _package_version("llama-cpp-python", "llama-cpp")
-        else:
-            info = await client.get_json(server_root(url), "/version")
-            if isinstance(info, dict) and info.get("version") is not None:
-                version = str(info["version"])
-        servers.append({"url": url if endpoint.kind != BackendKind.EMBEDDED else "embedded:127.0.0.1",
-                        "version": version, "models": ids, "reachable": models is not None})
-    return servers
+            return _package_version("llama-cpp-python", "llama-cpp")
+        info = await client.get_json(server_root(url), "/version")
+        return str(info["version"]) if isinstance(info, dict) and info.get("version") is not None else None
+
+    async def describe(url: str) -> dict[str, Any]:
+        models, version = await asyncio.gather(client.get_json(url, "/models"), version_of(url))
+        ids = sorted(str(m.get("id")) for m in (models or {}).get("data", []) if isinstance(m, dict))
+        return {"url": url if endpoint.kind != BackendKind.EMBEDDED else "embedded:127.0.0.1",
+                "version": version, "models": ids, "reachable": models is not None}
+
+    return list(await asyncio.gather(*(describe(url) for url in client.base_urls)))
 
 
 def _package_version(dist: str, label: str) -> str | None:
