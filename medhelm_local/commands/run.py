@@ -52,6 +52,7 @@ def outcome_payload(outcome: RunOutcome) -> dict[str, Any]:
             "peak_concurrency": report.peak_concurrency,
             "concurrency_steps": [list(step) for step in report.concurrency_history[:32]],
             "prompts_counted": report.counted, "prompts_truncated": report.truncated,
+            "scored_as_answered": report.scored,
             "endpoints": report.endpoints,
         },
     })

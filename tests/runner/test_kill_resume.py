@@ -50,6 +50,8 @@ def test_sigkill_at_random_points_then_resume_is_identical(tmp_path: Path) -> No
         done = subprocess.run(_run_cmd(reference), capture_output=True, text=True, env=_env(), timeout=300)
         assert done.returncode == 0, done.stderr
         (reference_run,) = _run_ids(reference)
+        # Uninterrupted, the run scored every answer as it arrived; the resumed one below is scored whole at the end.
+        assert json.loads(done.stdout)["session"]["scored_as_answered"] == {"pubmedqa": N}
 
         home = make_home(tmp_path / "home", [server.base_url])
         register(home, instances)
@@ -82,6 +84,7 @@ def test_sigkill_at_random_points_then_resume_is_identical(tmp_path: Path) -> No
     (run_id,) = _run_ids(home)  # the same command resumed the same run every time
     payload = json.loads(final.stdout)
     assert payload["run_id"] == run_id and payload["status"] == "finished"
+    assert payload["session"]["scored_as_answered"] == {}
     strip = [(b, i, o, e) for b, i, o, e in outcomes(home, run_id)]
     assert strip == outcomes(reference, reference_run)
     assert scores(home, run_id) == scores(reference, reference_run)
