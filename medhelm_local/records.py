@@ -78,6 +78,11 @@ class InferenceResult(BaseModel):
     def ok(self) -> bool:
         return self.error is None and self.text is not None
 
+    @property
+    def output(self) -> str | None:
+        """The answer as stored and scored: the text of a successful request, None for a failed one."""
+        return self.text if self.ok else None
+
 
 class InstanceScore(BaseModel):
     benchmark: str

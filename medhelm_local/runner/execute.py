@@ -251,8 +251,7 @@ async def execute_run(store: Store, client: ChatClient, run: RunInfo, *, specs: 
                truncated: Truncated | None) -> None:
         # Scored here, while the instance is at hand (a few tens of microseconds for these metrics), and committed
         # with the answer in one transaction.
-        scores = () if scoring is None else scoring.rows(request.benchmark, instance,
-                                                         result.text if result.ok else None, result.error)
+        scores = () if scoring is None else scoring.rows(request.benchmark, instance, result.output, result.error)
         committer.submit(Outcome(request, result, truncated, scores))
         report.sent += 1
         report.ok += int(result.ok)

@@ -246,7 +246,7 @@ def commit_outcomes(store: Store, run_id: str, session_id: str, wall_s: float, o
     results = [o.result for o in outcomes]
     responses = OUTCOME_RESPONSES.bind(
         benchmark=[o.request.benchmark for o in outcomes], instance_id=[o.request.instance_id for o in outcomes],
-        output=[r.text if r.ok else None for r in results], error=[r.error for r in results],
+        output=[r.output for r in results], error=[r.error for r in results],
         prompt_tokens=[r.prompt_tokens for r in results], completion_tokens=[r.completion_tokens for r in results],
         latency_s=[r.latency_s for r in results], attempts=[r.attempts for r in results],
         finish_reason=[r.finish_reason for r in results], endpoint=[r.endpoint for r in results])
