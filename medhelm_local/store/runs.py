@@ -260,14 +260,8 @@ def commit_outcomes(store: Store, run_id: str, session_id: str, wall_s: float, o
         if replace_errors:  # the retry's request replaces the failed one's (it may differ: a prompt cut to fit)
             stale = ("EXISTS (SELECT 1 FROM responses r WHERE r.run_id = q.run_id AND r.benchmark = q.benchmark "
                      "AND r.instance_id = q.instance_id AND r.error IS NOT NULL)")
-            conn.execute(f"DELETE FROM runner_truncations q USING {batch_items} s WHERE q.run_id = $run_id "
-                         f"AND q.benchmark = s.benchmark AND q.instance_id = s.instance_id AND {stale}",
-                         {"run_id": run_id, "batch": responses})
-            conn.execute(f"DELETE FROM requests q USING {batch_items} s WHERE q.run_id = $run_id "
-                         f"AND q.benchmark = s.benchmark AND q.instance_id = s.instance_id AND {stale}",
-                         {"run_id": run_id, "batch": responses})
-            if scores:
-                conn.execute(f"DELETE FROM scores q USING {batch_items} s WHERE q.run_id = $run_id "
+            for table in ("runner_truncations", "requests", "scores"):  # a replaced error's rows go with it
+                conn.execute(f"DELETE FROM {table} q USING {batch_items} s WHERE q.run_id = $run_id "
                              f"AND q.benchmark = s.benchmark AND q.instance_id = s.instance_id AND {stale}",
                              {"run_id": run_id, "batch": responses})
         # ``requests`` has no key (schema_core.sql): a request is stored only for an item without a stored outcome
