@@ -85,8 +85,8 @@ usage = resource.getrusage(resource.RUSAGE_SELF)
 print(json.dumps({"wall_s": wall, "cpu_s": usage.ru_utime + usage.ru_stime}))
 """
 
-# The same generator on httpx with the runner's connection layout (ChatClient: one single-connection transport per
-# slot, its I/O on plain asyncio, prepared requests): what the HTTP client library alone costs per request.
+# The same generator on httpx's own transports, one single-connection pool per slot (I/O on plain asyncio, prepared
+# requests): what httpx's layers cost per request. The runner's lanes use httpcore's connection directly, under them.
 RAW_HTTPX = r"""
 import asyncio, json, os, sys, time, resource
 for absent in filter(None, os.environ.get("MEDHELM_BENCH_ABSENT", "").split(",")):
@@ -225,17 +225,15 @@ def image_packages() -> set[str]:
     from importlib import metadata
 
     from packaging.requirements import Requirement
-
-    def canonical(name: str) -> str:
-        return name.lower().replace("_", "-").replace(".", "-")
+    from packaging.utils import canonicalize_name
 
     seen: set[str] = set()
     todo: list[tuple[str, tuple[str, ...]]] = [("medhelm-local", ("embedded",))]
     while todo:
         name, extras = todo.pop()
-        if canonical(name) in seen:
+        if canonicalize_name(name) in seen:
             continue
-        seen.add(canonical(name))
+        seen.add(canonicalize_name(name))
         try:
             requirements = metadata.requires(name) or []
         except metadata.PackageNotFoundError:
@@ -254,12 +252,14 @@ def absent_from_image() -> list[str]:
     from importlib import metadata
     from importlib.util import find_spec
 
+    from packaging.utils import canonicalize_name
+
     image = image_packages()
     absent = []
     for module in OPTIONAL_IMPORTS:
         if find_spec(module) is None:
             continue
-        owners = {d.lower().replace("_", "-") for d in metadata.packages_distributions().get(module, [module])}
+        owners = {canonicalize_name(d) for d in metadata.packages_distributions().get(module, [module])}
         if not owners & image:
             absent.append(module)
     return absent
