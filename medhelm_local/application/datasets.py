@@ -20,6 +20,7 @@ from medhelm_local.home.layout import atomic_write
 from medhelm_local.loaders.base import LoadResult, load_dataset
 from medhelm_local.loaders.io import csv_field_cap
 from medhelm_local.loaders.paths import refuse_appliance_files
+from medhelm_local.runner.plan import store_prefix_keys
 from medhelm_local.store.store import Store
 
 
@@ -113,13 +114,16 @@ def register_file(app_ctx: AppContext, spec: BenchmarkSpec, path: Path, *, spec_
     # The store first (waiting, bounded, for its lock): a registration that cannot take it writes nothing. The
     # custom spec is validated into a staging folder and moved into place as the data's transaction commits;
     # any failure leaves the home's spec as it was (issue 12 §6).
-    with app_ctx.open_store() as store, _staged_spec(spec_file, home.root) as staged:
-        if staged is not None:
-            spec = staged.spec
-        registration = store_dataset(store, spec, path, result,
-                                     before_commit=staged.install if staged is not None else None)
-        if staged is not None:
-            staged.installed_and_committed()
+    with app_ctx.open_store() as store:
+        with _staged_spec(spec_file, home.root) as staged:
+            if staged is not None:
+                spec = staged.spec
+            registration = store_dataset(store, spec, path, result,
+                                         before_commit=staged.install if staged is not None else None)
+            if staged is not None:
+                staged.installed_and_committed()
+        # Each prompt's send-order key, once, so that planning a run reads them instead of building every prompt.
+        store_prefix_keys(store, spec, registration.version, result.instances)
     audit_event(home, app_ctx.actor, "dataset.register", role="informatics", benchmark=spec.id,
                 fingerprint=registration.fingerprint, version=registration.version,
                 instances=registration.instances, skipped=sum(registration.skipped.values()))

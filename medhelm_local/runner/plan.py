@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import secrets
 import string
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -22,10 +22,11 @@ from medhelm_local.benchmarks.registry import SpecRegistry
 from medhelm_local.benchmarks.sampling import sample_ids
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import BadInputError
-from medhelm_local.prompts.build import build_request, template_hash
+from medhelm_local.prompts.build import TemplateError, build_request, template_hash
 from medhelm_local.prompts.styles import DEFAULT_STYLE, check_style, styled_spec
 from medhelm_local.records import InferenceRequest, Instance
 from medhelm_local.runner.manifest import canonical_json
+from medhelm_local.store import runs as runs_db
 from medhelm_local.store.runs import PlannedItem
 from medhelm_local.store.store import Store
 
@@ -168,13 +169,59 @@ def _chosen_chunks(store: Store, spec: BenchmarkSpec, fingerprint: str, max_inst
             if kept:
                 yield kept
         return
-    labels = (store.instance_labels(benchmark, fingerprint) if spec.instances_where is None
+    for ids in _sampled_id_chunks(store, spec, fingerprint, max_instances, seed):
+        by_id = store.get_instances(benchmark, fingerprint, ids)
+        yield [by_id[i] for i in ids]
+
+
+def _sampled_id_chunks(store: Store, spec: BenchmarkSpec, fingerprint: str, max_instances: int, seed: int
+                       ) -> Iterator[list[str]]:
+    labels = (store.instance_labels(spec.id, fingerprint) if spec.instances_where is None
               else _eligible_labels(store, spec, fingerprint))
     chosen = sample_ids(labels, max_instances, seed)
     for start in range(0, len(chosen), _CHUNK):
-        ids = chosen[start:start + _CHUNK]
-        by_id = store.get_instances(benchmark, fingerprint, ids)
-        yield [by_id[i] for i in ids]
+        yield chosen[start:start + _CHUNK]
+
+
+def _stored_key_chunks(store: Store, spec: BenchmarkSpec, fingerprint: str, max_instances: int | None, seed: int
+                       ) -> Iterator[list[tuple[str, str]]] | None:
+    """``(instance_id, prefix key)`` of the chosen instances from the keys stored at registration
+    (:func:`store_prefix_keys`), in dataset order, a chunk at a time; None where they are not stored for this
+    template (or the spec keeps only some instances, which needs them read)."""
+    template = template_hash(spec)
+    if spec.instances_where is not None or not runs_db.has_prefix_keys(store, spec.id, fingerprint, template):
+        return None
+
+    def chunks() -> Iterator[list[tuple[str, str]]]:
+        if max_instances is None:
+            start = 0
+            while keyed := runs_db.prefix_keys_in_order(store, spec.id, fingerprint, template, start=start,
+                                                        stop=start + _CHUNK):
+                yield keyed
+                start += _CHUNK
+            return
+        for ids in _sampled_id_chunks(store, spec, fingerprint, max_instances, seed):
+            keys = runs_db.prefix_keys_of(store, spec.id, fingerprint, template, ids)
+            yield [(i, keys[i]) for i in ids]
+
+    return chunks()
+
+
+def _keyed_chunks(store: Store, plan: Plan, spec: BenchmarkSpec, fingerprint: str
+                  ) -> Iterator[list[tuple[str, str]]]:
+    """``(instance_id, sort key)`` of the chosen instances in dataset order, a chunk at a time."""
+    if plan.order_mode == "prefix":
+        stored = _stored_key_chunks(store, spec, fingerprint, plan.max_instances, plan.seed)
+        if stored is not None:
+            yield from stored
+            return
+    for chunk in _chosen_chunks(store, spec, fingerprint, plan.max_instances, plan.seed):
+        if plan.order_mode == "prefix":
+            yield [(i.id, prefix_key(build_request(spec, i))) for i in chunk]
+        elif plan.order_mode == "shuffle":
+            yield [(i.id, _shuffle_key(plan.seed, i.id)) for i in chunk]
+        else:
+            yield [(i.id, "") for i in chunk]
 
 
 def plan_items(store: Store, plan: Plan) -> Iterator[list[PlannedItem]]:
@@ -183,21 +230,34 @@ def plan_items(store: Store, plan: Plan) -> Iterator[list[PlannedItem]]:
     Send order: benchmarks in the order named, then the mode's key, then dataset order.
     """
     for index, benchmark in enumerate(plan.benchmarks):
-        spec = plan.specs[benchmark]
         fingerprint = plan.datasets[benchmark]["fingerprint"]
         position = 0
-        for chunk in _chosen_chunks(store, spec, fingerprint, plan.max_instances, plan.seed):
-            items = []
-            for instance in chunk:
-                if plan.order_mode == "prefix":
-                    key = prefix_key(build_request(spec, instance, seed=plan.seed))
-                elif plan.order_mode == "shuffle":
-                    key = _shuffle_key(plan.seed, instance.id)
-                else:
-                    key = ""
-                items.append(PlannedItem(benchmark, instance.id, fingerprint, position, f"{index:04d}:{key}"))
-                position += 1
-            yield items
+        for chunk in _keyed_chunks(store, plan, plan.specs[benchmark], fingerprint):
+            yield [PlannedItem(benchmark, instance_id, fingerprint, position + n, f"{index:04d}:{key}")
+                   for n, (instance_id, key) in enumerate(chunk)]
+            position += len(chunk)
+
+
+def prefix_keys(spec: BenchmarkSpec, instances: Iterable[Instance]) -> list[tuple[str, str]]:
+    """``(instance_id, prefix key)`` of each instance's prompt under ``spec`` (the seed is not in the prompt)."""
+    return [(i.id, prefix_key(build_request(spec, i))) for i in instances]
+
+
+def store_prefix_keys(store: Store, spec: BenchmarkSpec, fingerprint: str, instances: Sequence[Instance]) -> bool:
+    """Compute and store a dataset version's send-order keys under ``spec``'s prompt, unless already stored.
+
+    Returns whether they are stored. Prompts the template cannot fill (a field the loader did not provide) are
+    not keyed: planning builds them and reports that error to whoever runs the benchmark, as it always has.
+    """
+    template = template_hash(spec)
+    if runs_db.has_prefix_keys(store, spec.id, fingerprint, template):
+        return True
+    try:
+        keys = prefix_keys(spec, instances)
+    except TemplateError:
+        return False
+    runs_db.store_prefix_keys(store, spec.id, fingerprint, template, keys)
+    return True
 
 
 def shard_range(count_items: int, index: int, count: int) -> tuple[int, int]:

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from medhelm_local.records import InferenceRequest, InferenceResult, InstanceScore, Truncated
-from medhelm_local.store.batch import ColumnBatch
+from medhelm_local.store.batch import ID_LIST_PARAM, ColumnBatch, id_list
 from medhelm_local.store.store import NEW_SCORES, RunInfo, Store, scores_batch, utcnow
 
 
@@ -104,6 +104,56 @@ def _insert_items(store: Store, run_id: str, items: Sequence[PlannedItem]) -> No
                  f"FROM {PLANNED_ITEMS.source}", {"run_id": run_id, "batch": batch})
     conn.execute("INSERT INTO temp.plan_keys SELECT benchmark, instance_id, position, order_key "
                  f"FROM {PLANNED_ITEMS.source}", {"batch": batch})
+
+
+PREFIX_KEYS = ColumnBatch.of(instance_id="VARCHAR", prefix_key="VARCHAR")
+KEYS_PER_BATCH = 10_000
+
+
+def store_prefix_keys(store: Store, benchmark: str, fingerprint: str, template_sha256: str,
+                      keys: Sequence[tuple[str, str]]) -> None:
+    """Record a dataset version's send-order keys under one prompt template (``(instance_id, key)`` for every
+    instance), replacing any earlier set, in one transaction: a set is whole or absent."""
+    conn = store.conn
+    with store.transaction():
+        conn.execute("DELETE FROM prefix_keys WHERE benchmark = ? AND fingerprint = ? AND template_sha256 = ?",
+                     [benchmark, fingerprint, template_sha256])
+        for start in range(0, len(keys), KEYS_PER_BATCH):
+            chunk = keys[start:start + KEYS_PER_BATCH]
+            batch = PREFIX_KEYS.bind(instance_id=[i for i, _ in chunk], prefix_key=[k for _, k in chunk])
+            conn.execute(f"INSERT INTO prefix_keys SELECT $benchmark, $fingerprint, $template, * FROM "
+                         f"{PREFIX_KEYS.source}", {"benchmark": benchmark, "fingerprint": fingerprint,
+                                                   "template": template_sha256, "batch": batch})
+
+
+def has_prefix_keys(store: Store, benchmark: str, fingerprint: str, template_sha256: str) -> bool:
+    """Whether the version's every instance has its key under this template."""
+    row = store.conn.execute(
+        "SELECT (SELECT count(*) FROM prefix_keys WHERE benchmark = $b AND fingerprint = $f "
+        "AND template_sha256 = $t) = (SELECT count(*) FROM instances WHERE benchmark = $b AND fingerprint = $f)",
+        {"b": benchmark, "f": fingerprint, "t": template_sha256}).fetchone()
+    return bool(row and row[0])
+
+
+def prefix_keys_in_order(store: Store, benchmark: str, fingerprint: str, template_sha256: str, *, start: int,
+                         stop: int) -> list[tuple[str, str]]:
+    """``(instance_id, key)`` of the instances at dataset positions ``[start, stop)``, in dataset order."""
+    rows = store.conn.execute(
+        "SELECT i.instance_id, k.prefix_key FROM instances i JOIN prefix_keys k USING (benchmark, fingerprint, "
+        "instance_id) WHERE i.benchmark = $b AND i.fingerprint = $f AND k.template_sha256 = $t "
+        "AND i.position >= $start AND i.position < $stop ORDER BY i.position",
+        {"b": benchmark, "f": fingerprint, "t": template_sha256, "start": start, "stop": stop}).fetchall()
+    return [(str(i), str(k)) for i, k in rows]
+
+
+def prefix_keys_of(store: Store, benchmark: str, fingerprint: str, template_sha256: str, ids: Sequence[str]
+                   ) -> dict[str, str]:
+    """``{instance_id: key}`` of the given instances."""
+    rows = store.conn.execute(
+        "SELECT instance_id, prefix_key FROM prefix_keys WHERE benchmark = ? AND fingerprint = ? "
+        f"AND template_sha256 = ? AND instance_id IN {ID_LIST_PARAM}",
+        [benchmark, fingerprint, template_sha256, id_list(ids)]).fetchall()
+    return {str(i): str(k) for i, k in rows}
 
 
 def count_items(store: Store, run_id: str) -> int:

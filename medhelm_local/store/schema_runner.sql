@@ -73,3 +73,14 @@ CREATE TABLE IF NOT EXISTS model_servers (
     served_models JSON NOT NULL,
     command_sha256 VARCHAR NOT NULL
 );
+-- Send-order keys (runner/plan.py: prefix_key) of a dataset version's prompts under one prompt template,
+-- computed when the dataset is registered, so planning a run reads them instead of building every prompt
+-- again. Chained hashes of 256-character blocks of the prompt, kept in the encrypted store with the instances
+-- they come from. A set is complete (one row per instance) or absent: it is written in one transaction.
+CREATE TABLE IF NOT EXISTS prefix_keys (
+    benchmark VARCHAR NOT NULL,
+    fingerprint VARCHAR NOT NULL,
+    template_sha256 VARCHAR NOT NULL,
+    instance_id VARCHAR NOT NULL,
+    prefix_key VARCHAR NOT NULL
+);
