@@ -18,6 +18,7 @@ NULLABLE = ("SELECT column_name, is_nullable FROM information_schema.columns WHE
 def test_a_store_with_the_old_not_null_columns_takes_new_outcomes_as_hashes(tmp_path: Path) -> None:
     home = make_home(tmp_path / "home")
     with Store.open(home) as store:  # as a store created before: both columns NOT NULL, a request stored whole
+        store.conn.execute("DELETE FROM meta WHERE key = 'schema_digest'")  # stores before it had none
         store.conn.execute("ALTER TABLE requests ALTER COLUMN request SET NOT NULL")
         store.conn.execute("ALTER TABLE requests ALTER COLUMN request_hash SET NOT NULL")
         store.conn.execute("INSERT INTO requests VALUES ('run-old', 'pubmedqa', 'p0', '{}', 'ab12')")
