@@ -12,7 +12,6 @@ or DuckDB could not spill and a large query would fail with out-of-memory instea
 from __future__ import annotations
 
 import os
-import sys
 import time
 from importlib import util
 from pathlib import Path
@@ -23,18 +22,6 @@ from medhelm_local.errors import MedhelmError
 from medhelm_local.home.config import StoreSettings
 
 STORE_ALIAS = "store"
-
-
-def _remember_pandas_absent() -> None:
-    """DuckDB's Python client tries ``import pandas`` for each parameter it binds (to recognise a DataFrame), and
-    Python does not remember a failed import: every attempt searches ``sys.path`` again, about 75 us each, on
-    every query the appliance runs. Where pandas is not installed, it is recorded as absent once, so that those
-    imports fail at once, as they would anyway. Where it is installed, nothing changes."""
-    if "pandas" not in sys.modules and util.find_spec("pandas") is None:
-        sys.modules["pandas"] = None  # type: ignore[assignment]
-
-
-_remember_pandas_absent()
 
 
 class StoreError(MedhelmError):
