@@ -3,10 +3,7 @@ Python) only where the store was not already migrated by these very files: their
 
 from __future__ import annotations
 
-import sys
-from importlib import util
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -49,26 +46,3 @@ def test_a_store_from_before_digests_is_migrated(tmp_path: Path) -> None:
     with Store.open(home) as store:
         assert store.conn.execute(TABLES).fetchone() == (1,)
         assert _digest(store) == first
-
-
-@pytest.mark.skipif(util.find_spec("pandas") is not None, reason="pandas is installed here")
-def test_binding_parameters_does_not_search_for_pandas_where_it_is_absent(tmp_path: Path) -> None:
-    """DuckDB's client tries to import pandas for each parameter it binds; a failed import is searched again
-    on every attempt unless recorded as absent."""
-    searched: list[str] = []
-
-    class Spy:
-        def find_spec(self, name: str, path: Any = None, target: Any = None) -> None:
-            searched.append(name)
-
-    home = make_home(tmp_path / "home")
-    with Store.open(home) as store:
-        sys.meta_path.insert(0, Spy())  # type: ignore[arg-type]
-        try:
-            for _ in range(5):
-                store.conn.execute("SELECT count(*) FROM meta WHERE key = ? AND value <> ?", ["a", "b"]).fetchall()
-        finally:
-            sys.meta_path.pop(0)
-    assert "pandas" not in searched
-    with pytest.raises(ImportError):
-        import pandas  # noqa: F401
