@@ -48,6 +48,7 @@ from medhelm_local.home.config import ModelEndpoint, RunnerSettings  # noqa: E40
 from medhelm_local.inference.client import POOL_CONNECTIONS, request_body  # noqa: E402
 from medhelm_local.prompts.build import build_request  # noqa: E402
 from medhelm_local.records import Instance  # noqa: E402
+from medhelm_local.runner.plan import store_prefix_keys  # noqa: E402
 from medhelm_local.store import Store  # noqa: E402
 
 RESULTS = REPO / "bench" / "results"
@@ -104,7 +105,8 @@ def make_home(root: Path, base_url: str, *, concurrency: int) -> Home:
 
 def register(home: Home, items: list[Instance]) -> None:
     """Register through the store's API; beyond a few thousand rows, its row-by-row insert is slow, so the
-    remaining instances are appended in one columnar insert with the same row layout (bench setup only)."""
+    remaining instances are appended in one columnar insert with the same row layout (bench setup only). Then the
+    send-order keys, as ``datasets register`` stores them, so that planning reads them as it does for a user."""
     import pyarrow as pa
 
     source = hashlib.sha256("".join(i.id for i in items[:1000]).encode() + str(len(items)).encode()).hexdigest()
@@ -125,6 +127,7 @@ def register(home: Home, items: list[Instance]) -> None:
                 store.conn.execute("UPDATE datasets SET n_instances = ? WHERE fingerprint = ?",
                                    [len(items), fingerprint])
             store.conn.unregister("bench_instances")
+        store_prefix_keys(store, shipped_spec("pubmedqa"), fingerprint, items)
 
 
 def bodies(items: list[Instance]) -> list[dict[str, Any]]:
