@@ -2,8 +2,9 @@
 
 A store module once recorded pandas as absent (``sys.modules["pandas"] = None``) to spare DuckDB a failed import per
 bound parameter; Cython-compiled modules such as pyarrow's pandas shim read that entry as a module and crashed
-(``'NoneType' object has no attribute '__version__'``) in every later ``pyarrow.array``. The Parquet and Feather
-loaders run in the same process as the store."""
+(``'NoneType' object has no attribute '__version__'``) in every later ``pyarrow.array`` or ``Table.from_pylist``.
+The extract loaders use pyarrow in the same process as the store; the child reads its Parquet file back through
+them too."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ CHILD = r"""
 import sys
 from pathlib import Path
 from medhelm_local.home import Home
+from medhelm_local.loaders.io import read_table_file
 from medhelm_local.store import Store
 import pyarrow as pa, pyarrow.parquet as pq
 
@@ -27,6 +29,7 @@ table = pa.Table.from_pylist([{"mrn": "synthetic-1", "age": 41}, {"mrn": "synthe
 assert pa.array(range(3)).to_pylist() == [0, 1, 2]
 pq.write_table(table, sys.argv[2])
 assert pq.read_table(sys.argv[2]).to_pylist() == table.to_pylist()
+assert read_table_file(Path(sys.argv[2])) == (["mrn", "age"], table.to_pylist())
 print("ok")
 """
 
