@@ -5,8 +5,8 @@ audit records and their refused connections go. Nothing here is process-wide: a 
 
 from __future__ import annotations
 
-import getpass
 import os
+import pwd
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -71,10 +71,14 @@ class AppContext:
 
 
 def _os_user() -> str:
+    """The account the process runs as, looked up from its real uid: never from ``LOGNAME`` / ``USER`` (what
+    ``getpass.getuser`` reads first), which the caller sets at will and would let them act in the audit trail
+    under a colleague's name. A uid with no account (a container's arbitrary ``runAsUser``) is ``uid<N>``."""
+    uid = os.getuid()
     try:
-        return getpass.getuser()
-    except (KeyError, OSError):
-        return f"uid{os.getuid()}"
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid{uid}"
 
 
 def app_context(ctx: typer.Context) -> AppContext:
