@@ -62,9 +62,11 @@ def _legend_bar(x: float, y: float, width: float, low: float, high: float, digit
 
 def heatmap_svg(models: Sequence[str], benchmarks: Sequence[str],
                 scores: Mapping[tuple[str, str], float | None], *, title: str = "Benchmark heatmap",
-                missing: str = "suppressed", empty: str = "No scores.", digits: int = 3) -> str:
+                missing: str = "suppressed", empty: str = "No scores.", digits: int = 3,
+                cell_digits: Mapping[tuple[str, str], int] | None = None) -> str:
     """Models (rows) x benchmarks (columns), each cell coloured on the score scale (0-1 for scores in 0-1) and
-    labelled with its value, a colour legend below; a cell with a None score is drawn grey with ``missing``."""
+    labelled with its value (with ``digits`` decimals, or the cell's own in ``cell_digits``), a colour legend
+    below; a cell with a None score is drawn grey with ``missing``."""
     if not models or not benchmarks:
         return f"<p>{escape(empty)}</p>"
     values = [v for v in scores.values() if v is not None]
@@ -93,7 +95,8 @@ def heatmap_svg(models: Sequence[str], benchmarks: Sequence[str],
             dark = (score - low) / ((high - low) or 1) > 0.55
             parts.append(f'<rect x="{x}" y="{y}" width="{cw - 2}" height="{ch - 2}" '
                          f'fill="{_color(score, low, high)}"/>')
-            parts.append(_text(x + cw / 2, y + ch / 2 + 5, fmt(score, digits), anchor="middle", size=13,
+            label = fmt(score, (cell_digits or {}).get((model, benchmark), digits))
+            parts.append(_text(x + cw / 2, y + ch / 2 + 5, label, anchor="middle", size=13,
                                fill="#ffffff" if dark else "#111111"))
     parts.append(_legend_bar(left, top + ch * len(models) + 16, 220, low, high, digits))
     parts.append("</svg>")
@@ -227,8 +230,8 @@ def leaderboard_figures(models: Sequence[str], benchmarks: Sequence[str],
                         win_rates: Mapping[str, float | None], costs: Mapping[str, float | None], *,
                         macro_avgs: Mapping[str, float | None] | None = None, digits: int = 3,
                         text: FigureText | None = None,
-                        category_intervals: Mapping[tuple[str, str], tuple[float, float]] | None = None
-                        ) -> LeaderboardFigures:
+                        category_intervals: Mapping[tuple[str, str], tuple[float, float]] | None = None,
+                        cell_digits: Mapping[tuple[str, str], int] | None = None) -> LeaderboardFigures:
     """The leaderboard's three figures from its values: the benchmark heatmap (models in ``models`` order x
     ``benchmarks``), category means (with their 95% CIs as whiskers where ``category_intervals`` has them), and
     cost against win rate with the Pareto front (MedHELM's figures). With a
@@ -248,7 +251,7 @@ def leaderboard_figures(models: Sequence[str], benchmarks: Sequence[str],
     front = pareto_front({m: (c, r) for m, c, r in points})
     return LeaderboardFigures(
         heatmap=heatmap_svg(models, benchmarks, scores, title=text.heatmap, missing=text.missing,
-                            empty=text.no_scores, digits=digits),
+                            empty=text.no_scores, digits=digits, cell_digits=cell_digits),
         categories=category_bars_svg(models, categories, category_means, title=text.categories,
                                      empty=text.no_scores, digits=digits, intervals=category_intervals),
         scatter=cost_scatter_svg(points, pareto=front, score_label=axis, cost_label=text.cost_axis,

@@ -19,6 +19,12 @@ score) would misread. The interval is a function of the scored values and the fi
 count of patients, k = score x n, is published (and checked) with the score. Where the policy rounds counts
 (``count_multiple`` > 1) the 1/n lattice would give the exact n away: a proportion's CI is then withheld
 (``ci:count_rounding``; tests/export shows an n the score alone leaves open that the interval pins down).
+
+Under count rounding the score itself is on that lattice too: k/n to 3 decimals singles out the exact n among
+the counts that round alike in about two cases out of three (n from 20 to 200, multiples of 5). So a cell's
+scores are then published with no more decimals than its instance count supports (``count_rounding_decimals``:
+one unit of the last decimal at least 1/n for every n the published counts leave open, so that every such n has
+a count giving the same rounded score); the cell says so (``score_decimals``, ``score:coarsened``).
 """
 
 from __future__ import annotations
@@ -54,6 +60,8 @@ NOTES = (
     "resamples, seed 0, as the appliance's leaderboard), rounded as the scores; a suppressed score's interval is "
     "suppressed with it.",
     "Cost is estimated from the pricing configured on the appliance; empty when none is configured.",
+    "Where the policy rounds counts, a score and its interval are published with no more decimals than the "
+    "cell's instance count supports, so that they cannot give away the exact count the rounding hides.",
 )
 
 
@@ -208,6 +216,7 @@ class PublishedCell(_Closed):
     suppressed: list[str]
     n_gold_empty: int | None = None
     score_nonempty_gold: float | None = None
+    score_decimals: int | None = None  # fewer decimals than the policy's for this cell's scores (count rounding)
     in_leaderboard: bool = True  # the model's latest cell of this benchmark: the one its averages and win rate use
 
 
@@ -253,6 +262,27 @@ def _count(value: int, policy: ExportPolicy) -> int | None:
     return value if multiple == 1 else int(round(value / multiple) * multiple)
 
 
+def count_rounding_decimals(n: int, policy: ExportPolicy) -> int:
+    """The decimals a mean over ``n`` instances may be published with where counts are rounded to multiples of
+    m: every n' the published counts leave open (within m of n: a count, or a difference of two, each off by at
+    most m/2) then has some k' with k'/n' rounding to the same value, as long as one unit of the last decimal is
+    at least 1/n'. Means of values on a coarser lattice than 0/1 (a judge's 1-5) are covered alike."""
+    decimals = policy.rounding.score_decimals
+    multiple = policy.rounding.count_multiple
+    if multiple == 1:
+        return decimals
+    lowest = max(1, n - multiple)
+    return min(decimals, len(str(lowest)) - 1)  # 10**d <= lowest
+
+
+def cell_decimals(cell: RawCell, policy: ExportPolicy) -> int:
+    """The decimals every score of ``cell`` (its score, CI and score on non-empty gold) is published with."""
+    decimals = count_rounding_decimals(cell.n_scored, policy)
+    if cell.n_gold_empty is not None and cell.score_nonempty_gold is not None:
+        decimals = min(decimals, count_rounding_decimals(cell.n_scored - cell.n_gold_empty, policy))
+    return decimals
+
+
 def implied_small(score: float, n: int, policy: ExportPolicy) -> bool:
     """Whether a proportion over ``n`` instances implies a count (k = score x n, or n - k) from 1 to
     ``min_cell_size - 1``."""
@@ -271,6 +301,7 @@ def publish_cell(cell: RawCell, policy: ExportPolicy) -> PublishedCell:
                              metric=cell.metric, score=None, ci_low=None, ci_high=None, n_scored=None,
                              n_failed=None, n_total=None, suppressed=["cell:small_cell"])
     score: float | None = None
+    decimals = cell_decimals(cell, policy)
     if cell.score is not None:
         if cell.n_scored < policy.min_cell_size:
             suppressed.append("score:small_cell")
@@ -279,7 +310,7 @@ def publish_cell(cell: RawCell, policy: ExportPolicy) -> PublishedCell:
         elif 0 < cell.n_failed < policy.min_cell_size:
             suppressed.append("score:complementary")  # score x n_total would reveal n_scored, so n_failed
         else:
-            score = round(cell.score, policy.rounding.score_decimals)
+            score = round(cell.score, decimals)
     n_scored, n_failed, n_total = (_count(cell.n_scored, policy), _count(cell.n_failed, policy),
                                    _count(cell.n_total, policy))
     if n_scored is None:
@@ -293,18 +324,22 @@ def publish_cell(cell: RawCell, policy: ExportPolicy) -> PublishedCell:
         else:
             n_scored = None
             suppressed.append("n_scored:complementary")
-    n_gold_empty, score_nonempty_gold = _publish_gold_empty(cell, n_scored, score, policy, suppressed)
-    ci_low, ci_high = publish_ci(cell, score, policy, suppressed)
+    n_gold_empty, score_nonempty_gold = _publish_gold_empty(cell, n_scored, score, policy, suppressed, decimals)
+    ci_low, ci_high = publish_ci(cell, score, policy, suppressed, decimals)
+    coarsened = decimals < policy.rounding.score_decimals and (score is not None or score_nonempty_gold is not None)
+    if coarsened:
+        suppressed.append("score:coarsened")
     return PublishedCell(run_id=cell.run_id, model=cell.model, benchmark=cell.benchmark, category=cell.category,
                          metric=cell.metric, score=score, ci_low=ci_low, ci_high=ci_high, n_scored=n_scored,
                          n_failed=n_failed, n_total=n_total, suppressed=suppressed, n_gold_empty=n_gold_empty,
-                         score_nonempty_gold=score_nonempty_gold)
+                         score_nonempty_gold=score_nonempty_gold, score_decimals=decimals if coarsened else None)
 
 
-def publish_ci(cell: RawCell, score: float | None, policy: ExportPolicy,
-               suppressed: list[str]) -> tuple[float | None, float | None]:
-    """The score's CI under the score's own rules: only beside a published score, rounded as the scores are; a
-    proportion's CI is withheld where counts are rounded (its endpoints, multiples of 1/n, would give n away)."""
+def publish_ci(cell: RawCell, score: float | None, policy: ExportPolicy, suppressed: list[str],
+               decimals: int | None = None) -> tuple[float | None, float | None]:
+    """The score's CI under the score's own rules: only beside a published score, rounded as the score is
+    (``decimals``: the cell's, default the policy's); a proportion's CI is withheld where counts are rounded (its
+    endpoints, multiples of 1/n, would give n away)."""
     if cell.ci_low is None or cell.ci_high is None:
         return None, None
     if score is None:
@@ -313,12 +348,13 @@ def publish_ci(cell: RawCell, score: float | None, policy: ExportPolicy,
     if cell.proportion and policy.rounding.count_multiple > 1:
         suppressed.append("ci:count_rounding")
         return None, None
-    decimals = policy.rounding.score_decimals
+    if decimals is None:
+        decimals = policy.rounding.score_decimals
     return round(cell.ci_low, decimals), round(cell.ci_high, decimals)
 
 
 def _publish_gold_empty(cell: RawCell, n_scored: int | None, score: float | None, policy: ExportPolicy,
-                        suppressed: list[str]) -> tuple[int | None, float | None]:
+                        suppressed: list[str], decimals: int) -> tuple[int | None, float | None]:
     """The empty-gold count and the score on non-empty gold, under the same small-cell rule as the rest: the
     count is withheld when it, or the non-empty count it reveals beside ``n_scored``, is a small cell."""
     if cell.n_gold_empty is None:
@@ -339,7 +375,7 @@ def _publish_gold_empty(cell: RawCell, n_scored: int | None, score: float | None
         elif score is None:
             suppressed.append("score_nonempty_gold:complementary")  # with the empty-gold part, it reveals the score
         else:
-            score_nonempty_gold = round(cell.score_nonempty_gold, policy.rounding.score_decimals)
+            score_nonempty_gold = round(cell.score_nonempty_gold, decimals)
     return n_gold_empty, score_nonempty_gold
 
 

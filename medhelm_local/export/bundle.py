@@ -266,6 +266,12 @@ def _structural_checks(data: agg.ExportAggregates, raw: agg.RawExport, loaded: L
         if ci and proportion and policy.rounding.count_multiple > 1:
             implied.append(Finding("aggregates.json", f"{where}.{ci[0][0]}", "a proportion's interval (multiples "
                                    "of 1/n) gives away the exact count that rounding hides"))
+        allowed = agg.cell_decimals(raw.cells[index], policy)
+        finer = [name for name, value in [("score", cell.score), *ci, ("score_nonempty_gold", cell.score_nonempty_gold)]
+                 if value is not None and round(value, allowed) != value]
+        if finer:
+            implied.append(Finding("aggregates.json", f"{where}.{finer[0]}", "more decimals than the cell's instance "
+                                   "count supports: gives away the exact count that rounding hides"))
         for name, value in [("score", cell.score), *ci]:
             if value is not None and round(value, policy.rounding.score_decimals) != value:
                 rounding.append(Finding("aggregates.json", f"{where}.{name}", "not rounded"))
@@ -293,7 +299,8 @@ def _structural_checks(data: agg.ExportAggregates, raw: agg.RawExport, loaded: L
                "score; averages use published scores only", lonely,
                "applied" if policy.complementary_suppression else "disabled by policy"),
         _check("implied_counts", f"no published proportion implies a count (score x n, or n minus it) from 1 to "
-               f"{policy.min_cell_size - 1}", implied, "applied"),
+               f"{policy.min_cell_size - 1}; where counts are rounded, no score or interval gives the exact count "
+               "away", implied, "applied"),
         _check("rounding", f"scores and their confidence intervals rounded to {policy.rounding.score_decimals} "
                "decimals", rounding, "applied"),
     ]

@@ -63,6 +63,7 @@ SUPPRESSED_FIELDS = {"cell": "Cell", "score": "Score", "ci": "95% CI", "n_scored
 SUPPRESSED_REASONS = {"small_cell": "below the minimum cell size", "complementary": "complementary suppression",
                       "implied_count": "implies a small count", "score_suppressed": "withheld with its score",
                       "count_rounding": "withheld where counts are rounded",
+                      "coarsened": "fewer decimals where counts are rounded",
                       "too_few_instances": "a score behind it has fewer than two instances"}
 LEADERBOARD_COLUMNS = ["rank", "model", "win_rate", "win_rate_ci_low", "win_rate_ci_high", "win_pairs", "macro_avg",
                        "macro_avg_ci_low", "macro_avg_ci_high", "cost", "benchmarks_published", "benchmarks_suppressed"]
@@ -129,6 +130,12 @@ def score_digits(data: ExportAggregates) -> int:
     return data.score_decimals
 
 
+def cell_digits(cell: PublishedCell, digits: int) -> int:
+    """The decimals ``cell``'s scores are printed with: the policy's, or fewer where the cell was published with
+    fewer (count rounding): "0.4", never "0.400", for a score known to one decimal."""
+    return digits if cell.score_decimals is None else cell.score_decimals
+
+
 def _latest_cells(data: ExportAggregates) -> dict[tuple[str, str], PublishedCell]:
     """Each model's cell of each benchmark that its averages and win rate use (its latest run)."""
     return {(cell.model, cell.benchmark): cell for cell in data.cells if cell.in_leaderboard}
@@ -150,6 +157,7 @@ def report_figures(data: ExportAggregates) -> figures.LeaderboardFigures:
         {(m.model, c): v for m in models for c, v in m.category_scores.items()},
         {m.model: m.win_rate for m in models}, {m.model: m.cost for m in models},
         macro_avgs={m.model: m.macro_avg for m in models}, digits=score_digits(data), text=text,
+        cell_digits={k: c.score_decimals for k, c in latest.items() if c.score_decimals is not None},
         category_intervals={(m.model, c): (low, high) for m in models for c, low in m.category_ci_low.items()
                             if low is not None and (high := m.category_ci_high.get(c)) is not None})
 
@@ -249,8 +257,9 @@ def _scores_table(data: ExportAggregates, digits: int) -> str:
             elif cell.score is None:  # a suppressed score: its CI and n are not shown beside it either
                 tds += f'<td class="num">{escape(LABELS["suppressed"])}</td><td class="ci">-</td><td class="n">-</td>'
             else:
-                tds += (f'<td class="num">{escape(figures.fmt(cell.score, digits))}</td>'
-                        + _ci(cell.ci_low, cell.ci_high, digits)
+                own = cell_digits(cell, digits)
+                tds += (f'<td class="num">{escape(figures.fmt(cell.score, own))}</td>'
+                        + _ci(cell.ci_low, cell.ci_high, own)
                         + f'<td class="n">{escape(_value(cell.n_scored, digits))}</td>')
         rows.append(f"<tr><td>{escape(benchmark)}</td><td>{escape(metric)}</td>{tds}</tr>")
     return f'<table id="scores"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
@@ -266,14 +275,15 @@ def _cells_table(data: ExportAggregates, digits: int) -> str:
     rows = []
     for cell in data.cells:
         tds = []
+        own = cell_digits(cell, digits)
         for key in CELL_HTML:
             if key == "ci":
-                tds.append(_ci(cell.ci_low, cell.ci_high, digits))
+                tds.append(_ci(cell.ci_low, cell.ci_high, own))
             elif key == "suppressed":
                 phrases = [escape(suppression_phrase(m)) for m in cell.suppressed]
                 tds.append("<td>" + ("".join(f"<div>{p}</div>" for p in phrases) or "-") + "</td>")
             elif key in CELL_NUMERIC:
-                tds.append(f'<td class="num">{escape(_value(getattr(cell, key), digits))}</td>')
+                tds.append(f'<td class="num">{escape(_value(getattr(cell, key), own))}</td>')
             else:
                 tds.append(f"<td>{escape(_value(getattr(cell, key), digits))}</td>")
         rows.append("<tr>" + "".join(tds) + "</tr>")

@@ -53,7 +53,8 @@ def test_count_rounding_withholds_a_proportions_ci_only() -> None:
     assert proportion.score == 0.5 and proportion.n_scored == 40  # published n rounded
     assert proportion.ci_low is None and "ci:count_rounding" in proportion.suppressed
     mean = publish_cell(_cell(n_scored=41, score=0.61234, proportion=False), rounded)
-    assert (mean.ci_low, mean.ci_high) == (0.346, 0.654)
+    assert (mean.score, mean.ci_low, mean.ci_high) == (0.6, 0.3, 0.7)  # one decimal: n is 36 to 46 (see below)
+    assert mean.score_decimals == 1 and "score:coarsened" in mean.suppressed
 
 
 def test_fewer_than_two_instances_have_no_ci_and_no_marker() -> None:
@@ -87,7 +88,8 @@ def test_structural_checks_catch_a_ci_that_breaks_the_rules() -> None:
     leaky = publish(raw, rounded, request_id="exp-x", policy_sha256="0" * 64).model_copy(deep=True)
     assert leaky.cells[0].ci_low is None
     leaky.cells[0].ci_low, leaky.cells[0].ci_high = 0.346, 0.654
-    assert [f["location"] for f in _checks(leaky, raw, rounded)["implied_counts"]] == ["$.cells[0].ci_low"]
+    # a proportion's interval, and one with more decimals than 40 instances support under rounding
+    assert [f["location"] for f in _checks(leaky, raw, rounded)["implied_counts"]] == ["$.cells[0].ci_low"] * 2
 
 
 def test_differencing_covers_a_cell_that_publishes_only_a_ci() -> None:
