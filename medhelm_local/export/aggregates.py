@@ -393,14 +393,22 @@ def win_counts(scores: dict[str, dict[str, float]]) -> dict[str, tuple[int, int]
     return out
 
 
+def summary_decimals(cells: list[RawCell], policy: ExportPolicy) -> int:
+    """The decimals of an interval over the means of ``cells``: the fewest any of them is published with."""
+    return min([policy.rounding.score_decimals, *(cell_decimals(c, policy) for c in cells)])
+
+
 def _summary_intervals(used: dict[str, list[RawCell]], policy: ExportPolicy) -> dict[str, dict[str, Any]]:
     """Per model, the 95% CIs of its win rate, macro average and category means (``PublishedModel`` fields), over
     its published scores only, rounded as the scores. Withheld where a score behind it has no resamples (fewer than
     two instances), or where counts are rounded and a proportion takes part (its resamples, multiples of 1/n,
-    would give the exact n away, as its own CI would)."""
-    decimals = policy.rounding.score_decimals
+    would give the exact n away, as its own CI would). The mean of one benchmark's resamples is on that benchmark's
+    lattice (a judge's 1-5 over n): a macro average's or category mean's interval takes the fewest decimals of
+    the cells behind it (``summary_decimals``), as those cells' own intervals do."""
 
-    def rounded(interval: tuple[float, float] | None) -> tuple[float | None, float | None]:
+    def rounded(interval: tuple[float, float] | None, cells: list[RawCell] | None = None
+                ) -> tuple[float | None, float | None]:
+        decimals = summary_decimals(cells or [], policy)
         return (None, None) if interval is None else (round(interval[0], decimals), round(interval[1], decimals))
 
     def blocked(cells: list[RawCell]) -> str | None:
@@ -425,7 +433,7 @@ def _summary_intervals(used: dict[str, list[RawCell]], policy: ExportPolicy) -> 
             fields["suppressed"].append(f"macro_avg_ci:{reason}")
         else:
             fields["macro_avg_ci_low"], fields["macro_avg_ci_high"] = rounded(
-                intervals.mean_interval([c.replicates for c in cells if c.replicates is not None]))
+                intervals.mean_interval([c.replicates for c in cells if c.replicates is not None]), cells)
         by_category: dict[str, list[RawCell]] = {}
         for cell in cells:
             by_category.setdefault(cell.category, []).append(cell)
@@ -434,7 +442,7 @@ def _summary_intervals(used: dict[str, list[RawCell]], policy: ExportPolicy) -> 
         for category, members in sorted(by_category.items()):
             reason = blocked(members)
             low, high = (None, None) if reason else rounded(
-                intervals.mean_interval([c.replicates for c in members if c.replicates is not None]))
+                intervals.mean_interval([c.replicates for c in members if c.replicates is not None]), members)
             if reason:
                 fields["suppressed"].append(f"category_ci:{reason}")
             fields["category_ci_low"][category], fields["category_ci_high"][category] = low, high

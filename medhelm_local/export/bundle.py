@@ -289,6 +289,18 @@ def _structural_checks(data: agg.ExportAggregates, raw: agg.RawExport, loaded: L
         if intervals and proportions and policy.rounding.count_multiple > 1:
             implied.append(Finding("aggregates.json", f"{where}.{intervals[0]}", "an interval over proportions "
                                    "(multiples of 1/n) gives away the exact counts that rounding hides"))
+        behind = [(c.category, raw.cells[i]) for i, c in enumerate(data.cells)
+                  if c.model == model.model and c.in_leaderboard and c.score is not None]
+        summaries = [(name, value, [r for _, r in behind]) for name, value in values
+                     if name.startswith("macro_avg_ci")]
+        summaries += [(f"{name}{{key {i}}}", value, [r for c, r in behind if c == category])
+                      for name in ("category_ci_low", "category_ci_high")
+                      for i, (category, value) in enumerate(getattr(model, name).items())]
+        finer = [name for name, value, cells in summaries
+                 if value is not None and round(value, agg.summary_decimals(cells, policy)) != value]
+        if finer:
+            implied.append(Finding("aggregates.json", f"{where}.{finer[0]}", "an interval with more decimals than "
+                                   "the instance counts behind it support: gives away the counts rounding hides"))
     suppressed = sum(1 for c in data.cells if c.suppressed)
     return [
         Check(id="schema", description="only fields of the closed aggregate schema are present", result="pass",

@@ -113,3 +113,26 @@ def test_the_checks_refuse_a_score_finer_than_its_count_supports() -> None:
     tampered.cells[0].score = round(13 / 36, 3)  # what the policy's decimals alone would print: 0.361
     failed = {c.id: c.findings for c in bundle._structural_checks(tampered, raw, loaded) if c.result == "fail"}
     assert [f["location"] for f in failed["implied_counts"]] == ["$.cells[0].score"]
+
+
+def test_summary_intervals_take_the_fewest_decimals_of_the_cells_behind_them() -> None:
+    """A category of one benchmark has that benchmark's interval: it must not print what the cell's own CI may
+    not (the resample means of a judge's ratings over n are on the same 1/(3n) lattice)."""
+    small = _cell(0.61234, 36, proportion=False)
+    small.replicates = [0.5 + (i % 97) / 970 for i in range(1000)]
+    large = _cell(0.43219, 1200, proportion=False, benchmark="b2")
+    large.replicates = [0.4 + (i % 89) / 2890 for i in range(1000)]
+    large.category = "Cat B"
+    raw = _raw(small, large)
+    data = publish(raw, ROUNDED, request_id="exp-x", policy_sha256="0" * 64)
+    model = data.models[0]
+    low_a, low_b = model.category_ci_low["Cat A"], model.category_ci_low["Cat B"]
+    assert low_a is not None and low_b is not None and model.macro_avg_ci_low is not None
+    assert round(low_a, 1) == low_a and round(low_b, 3) == low_b and round(low_b, 1) != low_b
+    assert round(model.macro_avg_ci_low, 1) == model.macro_avg_ci_low  # over both: the fewer decimals
+    loaded = LoadedPolicy(policy=ROUNDED, sha256="0" * 64, source="test")
+    assert all(c.result == "pass" for c in bundle._structural_checks(data, raw, loaded))
+    tampered = data.model_copy(deep=True)
+    tampered.models[0].category_ci_low = {"Cat A": 0.513, "Cat B": low_b}
+    failed = {c.id: c.findings for c in bundle._structural_checks(tampered, raw, loaded) if c.result == "fail"}
+    assert [f["location"] for f in failed["implied_counts"]] == ["$.models[0].category_ci_low{key 0}"]

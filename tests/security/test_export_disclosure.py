@@ -148,6 +148,23 @@ def test_small_counts_never_leave_end_to_end(tmp_path: Path) -> None:
     assert not any("0.467" in p.read_text() for p in bundle.iterdir() if p.suffix in (".json", ".csv", ".html"))
 
 
+def test_a_score_does_not_give_back_the_count_that_rounding_hides_end_to_end(tmp_path: Path) -> None:
+    """17 of 33 right is 0.515 at 3 decimals: beside n = 35 (rounded to 5), of the n from 33 to 37 only 33 gives
+    0.515, so the score would undo the rounding. Published to one decimal, any of them fits."""
+    cli = site(tmp_path, rounding={"score_decimals": 3, "cost_decimals": 2, "count_multiple": 5})
+    run_id = evaluate(cli, notes(tmp_path / "notes.csv", 33))
+    request = request_export(cli, run_id)
+    assert request["status"] == "ready", failed(request)
+    cell = _aggregates(cli.home, request)["cells"][0]  # type: ignore[index]
+    assert (cell["score"], cell["score_decimals"], cell["n_scored"]) == (0.5, 1, 35)
+    assert "score:coarsened" in cell["suppressed"] and cell["ci_low"] is None
+    bundle = cli.home / "exports" / str(request["request_id"]) / "bundle"
+    assert not any("0.515" in p.read_text() for p in bundle.iterdir() if p.suffix in (".json", ".csv", ".html"))
+    out = tmp_path / "outbox"
+    assert cli("export", "approve", str(request["request_id"]), *approve_args(cli.home), "--out", str(out)).code == 0
+    assert cli("export", "verify", str(out / str(request["request_id"]))).code == 0
+
+
 def test_differencing_across_exports_is_refused(tmp_path: Path) -> None:
     """Export 15 of 30, add one patient, export 16 of 31: the new patient's label is the difference."""
     cli = site(tmp_path)
