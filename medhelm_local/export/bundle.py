@@ -252,8 +252,12 @@ def _structural_checks(data: agg.ExportAggregates, raw: agg.RawExport, loaded: L
             lonely.append(Finding("aggregates.json", f"{where}.score", "a score beside a suppressed failure count "
                                   "reveals it (score x n_total)"))
         proportion = raw.cells[index].proportion
-        if (proportion and cell.score is not None and cell.n_scored is not None
-                and agg.implied_small(cell.score, cell.n_scored, policy)):
+        # Where counts are rounded, the published score times the published n is no count (0.05 x 205 = 10.25 for
+        # 11 of 203): the exact count is checked, and what the published values could pin is the decimals rule.
+        implied_score, implied_n = ((raw.cells[index].score, raw.cells[index].n_scored)
+                                    if policy.rounding.count_multiple > 1 else (cell.score, cell.n_scored))
+        if (proportion and cell.score is not None and implied_score is not None and implied_n is not None
+                and agg.implied_small(implied_score, implied_n, policy)):
             implied.append(Finding("aggregates.json", f"{where}.score", "the count the score implies is a small "
                                    "cell"))
         ci = [(name, getattr(cell, name)) for name in ("ci_low", "ci_high") if getattr(cell, name) is not None]

@@ -25,23 +25,41 @@ def _answer(messages: list[dict[str, Any]]) -> str:
     return f"The answer is {ANSWERS[digest[0] % len(ANSWERS)]}."
 
 
-def test_three_models_on_four_public_benchmarks_give_a_ready_request(public_data: Path, tmp_path: Path) -> None:
+def _request(public_data: Path, tmp_path: Path, max_instances: int, **policy: Any) -> tuple[dict[str, Any], Path]:
+    """Three models on the four public benchmarks, exported under the site policy (``policy``: its overrides)."""
     cli = InProcessCli(home=tmp_path / "home")
     assert cli("init").code == 0
-    write_policy(cli.home)
+    write_policy(cli.home, **policy)
     for benchmark, source in SOURCES.items():
         assert cli("datasets", "register", benchmark, str(public_data / source)).code == 0, benchmark
     run_ids = []
     with FakeOpenAIServer(responder=_answer) as server:
         add_models(cli.home, [ModelEndpoint(name=m, base_urls=[server.base_url]) for m in MODELS])
         for model in MODELS:
-            run = run_json(cli, "run", "--model", model, "--benchmarks", ",".join(SOURCES), "--max-instances", "200")
+            run = run_json(cli, "run", "--model", model, "--benchmarks", ",".join(SOURCES), "--max-instances",
+                           str(max_instances))
             run_ids.append(str(run["run_id"]))
     request = request_export(cli, *run_ids)
     failed = {c["id"]: c["findings"][:5] for c in request["checks"] if c["result"] == "fail"}
     assert request["status"] == "ready", failed
-    data = json.loads((cli.home / "exports" / request["request_id"] / "bundle" / "aggregates.json").read_text())
+    return request, cli.home / "exports" / request["request_id"] / "bundle"
+
+
+def test_three_models_on_four_public_benchmarks_give_a_ready_request(public_data: Path, tmp_path: Path) -> None:
+    request, bundle = _request(public_data, tmp_path, 200)
+    data = json.loads((bundle / "aggregates.json").read_text())
     assert len(data["cells"]) == 12 and {c["n_total"] for c in data["cells"]} == {200}
     assert [c for c in data["cells"] if c["score"] is not None]  # scores are published, not all suppressed
     extract_terms = next(c for c in request["checks"] if c["id"] == "extract_terms")
     assert not extract_terms["detail"].startswith("0 term")  # the public extracts' terms were really checked
+
+
+def test_counts_rounded_on_public_benchmarks_give_a_ready_request(public_data: Path, tmp_path: Path) -> None:
+    """Counts rounded to 5: n = 203 is published as 205 beside scores to 2 decimals. The checks once multiplied
+    the published score by the published n (MEDEC's 0.05 x 205 = 10.25, "a small count") and blocked it."""
+    _, bundle = _request(public_data, tmp_path, 203,
+                         rounding={"score_decimals": 3, "cost_decimals": 2, "count_multiple": 5})
+    cells = json.loads((bundle / "aggregates.json").read_text())["cells"]
+    assert len(cells) == 12 and {c["n_scored"] for c in cells} == {205}
+    published = [c for c in cells if c["score"] is not None]
+    assert published and all(c["score_decimals"] == 2 and round(c["score"], 2) == c["score"] for c in published)
