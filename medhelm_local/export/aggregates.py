@@ -336,10 +336,10 @@ def publish_cell(cell: RawCell, policy: ExportPolicy) -> PublishedCell:
 
 
 def publish_ci(cell: RawCell, score: float | None, policy: ExportPolicy, suppressed: list[str],
-               decimals: int | None = None) -> tuple[float | None, float | None]:
-    """The score's CI under the score's own rules: only beside a published score, rounded as the score is
-    (``decimals``: the cell's, default the policy's); a proportion's CI is withheld where counts are rounded (its
-    endpoints, multiples of 1/n, would give n away)."""
+               decimals: int) -> tuple[float | None, float | None]:
+    """The score's CI under the score's own rules: only beside a published score, rounded as the score is (to the
+    cell's ``decimals``); a proportion's CI is withheld where counts are rounded (its endpoints, multiples of 1/n,
+    would give n away)."""
     if cell.ci_low is None or cell.ci_high is None:
         return None, None
     if score is None:
@@ -348,8 +348,6 @@ def publish_ci(cell: RawCell, score: float | None, policy: ExportPolicy, suppres
     if cell.proportion and policy.rounding.count_multiple > 1:
         suppressed.append("ci:count_rounding")
         return None, None
-    if decimals is None:
-        decimals = policy.rounding.score_decimals
     return round(cell.ci_low, decimals), round(cell.ci_high, decimals)
 
 
