@@ -19,11 +19,13 @@ from typing import Any
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware, RequestResponseEndpoint
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from medhelm_local import __version__
 from medhelm_local.analysis.figures import fmt, money
@@ -58,6 +60,10 @@ SECURITY_HEADERS = {
     "Cross-Origin-Resource-Policy": "same-origin",
 }
 PUBLIC_PATHS = {"/healthz", "/login"}
+# The largest form the console takes is an approval signature (pages_compliance.MAX_SIGNATURE_BYTES, 16 KiB) pasted
+# or uploaded; anything much larger is refused before it is parsed (the form parser would hold up to a thousand
+# 1 MiB fields in memory and spool uploaded files to disk without limit).
+MAX_BODY_BYTES = 64 * 1024
 ROLE_LABELS = {ConsoleRole.INFORMATICS: "Clinical informatics", ConsoleRole.COMPLIANCE: "Compliance",
                ConsoleRole.CLINICIAN: "Clinician", ConsoleRole.IT: "IT"}
 NAV = [  # (role, path, label)
@@ -201,6 +207,35 @@ class SecurityMiddleware(BaseHTTPMiddleware):
         return response
 
 
+class BodyLimitMiddleware:
+    """Refuse a request body over :data:`MAX_BODY_BYTES` with 413: by its Content-Length before any of it is read,
+    and while it is read when it comes without one (chunked)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        declared = next((v for k, v in scope["headers"] if k == b"content-length"), None)
+        if declared is not None and (not declared.strip().isdigit() or int(declared) > MAX_BODY_BYTES):
+            await PlainTextResponse("Request body too large.\n", status_code=413)(scope, receive, send)
+            return
+        received = 0
+
+        async def limited() -> Message:
+            nonlocal received
+            message = await receive()
+            if message["type"] == "http.request":
+                received += len(message.get("body", b""))
+                if received > MAX_BODY_BYTES:
+                    raise HTTPException(413, "Request body too large.")
+            return message
+
+        await self.app(scope, limited, send)
+
+
 def _unauthenticated(console: Console) -> Response:
     """Nothing about the appliance: no page, no data, no hint beyond how to sign in."""
     if console.standalone:
@@ -334,7 +369,7 @@ def create_app(home: Home, sessions: StandaloneSessions | None, *, service_actor
         RunInProgress: on_run_in_progress, NoStoreYet: on_no_store, NotFoundError: on_not_found,
         AuditWriteError: on_audit_failure, MedhelmError: on_medhelm_error, 404: on_http_404,
     }
-    app = Starlette(routes=routes, middleware=[Middleware(SecurityMiddleware)],
+    app = Starlette(routes=routes, middleware=[Middleware(SecurityMiddleware), Middleware(BodyLimitMiddleware)],
                     exception_handlers=handlers)
     app.state.console = Console(home=home, sessions=sessions, templates=templates(), csrf=CsrfTokens(),
                                 service_actor=service_actor)

@@ -187,6 +187,48 @@ def test_an_unexpected_error_shows_its_type_only(console_home: ConsoleHome, monk
     assert reply.headers["content-security-policy"].startswith("default-src 'none'")
 
 
+def test_an_oversized_form_is_refused_before_it_is_parsed(console_home: ConsoleHome,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """Any signed-in user, even one without a role, could post a form of any size: the form parser holds up to a
+    thousand 1 MiB fields in memory and spools an uploaded file to disk without limit. A body over the console's
+    limit is refused (413) before anything of it is parsed, declared or chunked; an ordinary form still works."""
+    import starlette.formparsers
+    from starlette.testclient import TestClient
+
+    from medhelm_local.webconsole.app import create_app
+
+    MAX_BODY_BYTES = 64 * 1024  # the console's limit; the largest form, a pasted signature, is 16 KiB at most
+    spooled: list[int] = []
+    real_spool = starlette.formparsers.SpooledTemporaryFile
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        spooled.append(1)
+        return real_spool(*args, **kwargs)
+
+    monkeypatch.setattr(starlette.formparsers, "SpooledTemporaryFile", spy)
+    sessions = StandaloneSessions(user="nora", roles=frozenset())
+    client = TestClient(create_app(Home(console_home.home), sessions), raise_server_exceptions=False,
+                        follow_redirects=False)
+    assert client.get(f"/login?token={sessions.new_login_token()}").status_code == 303
+    token = re.search(r'name="csrf" value="([0-9a-f]+)"', client.get("/").text)
+    assert token is not None
+    big = b"A" * (4 * MAX_BODY_BYTES)
+    upload = client.post("/logout", data={"csrf": token.group(1)}, files={"signature_file": ("approval.sig", big)})
+    assert upload.status_code == 413 and not spooled
+    assert upload.headers["content-security-policy"].startswith("default-src 'none'")
+    fields = client.post("/logout", data={"csrf": token.group(1), "filler": "x" * (4 * MAX_BODY_BYTES)})
+    assert fields.status_code == 413
+
+    def chunks() -> Any:  # no Content-Length: cut off while it is read
+        for _ in range(8):
+            yield b"A" * MAX_BODY_BYTES
+
+    chunked = client.post("/logout", content=chunks(),
+                          headers={"content-type": "application/x-www-form-urlencoded"})
+    assert chunked.status_code == 413
+    assert client.post("/logout", data={"csrf": token.group(1)}).status_code == 303
+
+
 def _home_fingerprint(home: Path) -> str:
     import base64
     import hashlib
