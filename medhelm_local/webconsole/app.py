@@ -177,7 +177,13 @@ def requires(*roles: ConsoleRole) -> Callable[[Endpoint], Endpoint]:
 
 
 def check_csrf(request: Request, form: Any) -> bool:
-    return console_of(request).csrf.valid(identity_of(request).user, form.get("csrf"))
+    """Whether the form carries this user's token; a form without it (a request forged by another site) is refused,
+    and the refusal is audited, as every refusal is."""
+    console, identity = console_of(request), identity_of(request)
+    if console.csrf.valid(identity.user, form.get("csrf")):
+        return True
+    console.audit(identity, "console.bad_form_token", outcome="denied", page=request.url.path)
+    return False
 
 
 class SecurityMiddleware(BaseHTTPMiddleware):

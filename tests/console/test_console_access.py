@@ -229,6 +229,28 @@ def test_an_oversized_form_is_refused_before_it_is_parsed(console_home: ConsoleH
     assert client.post("/logout", data={"csrf": token.group(1)}).status_code == 303
 
 
+def test_a_form_without_the_users_token_is_refused_and_audited(console_home: ConsoleHome) -> None:
+    """A POST forged by another site (a page the signed-in user visits) carries no valid form token: it is refused,
+    and the refusal is an audit record naming the user, as every refusal is."""
+    from starlette.testclient import TestClient
+
+    from medhelm_local.webconsole.app import create_app
+
+    sessions = StandaloneSessions(user="carl", roles=frozenset({ConsoleRole.COMPLIANCE, ConsoleRole.CLINICIAN}))
+    client = TestClient(create_app(Home(console_home.home), sessions), raise_server_exceptions=False,
+                        follow_redirects=False)
+    assert client.get(f"/login?token={sessions.new_login_token()}").status_code == 303
+    for path in ("/audit/verify", "/rate", f"/exports/{console_home.export_request}/approve", "/logout"):
+        before = len(console_home.audit_records())
+        reply = client.post(path, data={"csrf": "forged", "signature": "-----BEGIN SSH SIGNATURE-----"})
+        assert reply.status_code == 400 and "Bad form token" in reply.text, path
+        refused = [r for r in console_home.audit_records()[before:] if r["action"] == "console.bad_form_token"]
+        assert len(refused) == 1, path
+        assert refused[0]["outcome"] == "denied" and refused[0]["actor"].endswith("carl")
+        assert refused[0]["objects"]["page"] == path
+    assert client.get("/audit").status_code == 200  # still signed in: the forged logout ended nothing
+
+
 def _home_fingerprint(home: Path) -> str:
     import base64
     import hashlib
