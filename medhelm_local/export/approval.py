@@ -211,7 +211,9 @@ def approve(app_ctx: AppContext, request_id: str, *, signature: str | None, key_
     trail = AuditTrail(home.audit_path, home.keys_dir)
     trail.append(actor=app_ctx.actor, action="export.approve", outcome="started", role="compliance",
                  objects={"request_id": request_id, "approver_key": signer.fingerprint, "manifest_sha256": digest})
-    atomic_write(bundle / APPROVAL_SIG, signature.encode("ascii"), mode=0o600)
+    # As the appliance writes signatures (no padding, no CRLF): a bundle's signature files carry nothing else.
+    canonical = sshsig.armor(sshsig.unarmor(signature))
+    atomic_write(bundle / APPROVAL_SIG, canonical.encode("ascii"), mode=0o600)
     with app_ctx.open_store() as store:
         record_released(store, request_id, candidate.released_cells)
     audit_event(home, app_ctx.actor, "export.approve", outcome="approved", role="compliance", request_id=request_id,

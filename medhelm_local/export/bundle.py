@@ -454,6 +454,17 @@ def _read_sig(bundle: Path, name: str) -> str | None:
         return None
 
 
+def _appliance_signature(written: bytes | None) -> bytes | None:
+    """The 64-byte signature of ``manifest.sig`` written as :func:`sign_appliance` writes it, else None."""
+    if written is None:
+        return None
+    try:
+        raw = base64.b64decode(written.strip(), validate=True)
+    except ValueError:
+        return None
+    return raw if len(raw) == 64 and written == base64.b64encode(raw) + b"\n" else None
+
+
 def verify_bundle(bundle: Path, loaded: LoadedPolicy, *, appliance_key: Ed25519PublicKey | None = None,
                   pending: bool = False, same_policy: bool = False) -> BundleVerification:
     """Every file against the manifest; the requester's and an approver's SSH signatures over the manifest
@@ -506,6 +517,8 @@ def verify_bundle(bundle: Path, loaded: LoadedPolicy, *, appliance_key: Ed25519P
         except sshsig.SignatureError as exc:
             problems.append(f"{REQUEST_SIG}: {exc}")
         else:
+            if not sshsig.is_canonical(request_sig):
+                problems.append(f"{REQUEST_SIG}: holds bytes beside the signature (not as the appliance wrote it)")
             if requester_print != requester_key:
                 problems.append(f"{REQUEST_SIG}: signed by another key than the manifest's requester_key")
             requester = approval.requester(requester_print)
@@ -526,6 +539,8 @@ def verify_bundle(bundle: Path, loaded: LoadedPolicy, *, appliance_key: Ed25519P
         except sshsig.SignatureError as exc:
             problems.append(f"{APPROVAL_SIG}: {exc}")
         else:
+            if not sshsig.is_canonical(approval_sig):
+                problems.append(f"{APPROVAL_SIG}: holds bytes beside the signature (not as the appliance wrote it)")
             person = approval.approver(signer.fingerprint)
             result["approver_key"] = signer.fingerprint
             if person is None:
@@ -535,14 +550,22 @@ def verify_bundle(bundle: Path, loaded: LoadedPolicy, *, appliance_key: Ed25519P
                 result["approved_by"] = person.name
                 if signer.fingerprint in (requester_print, requester_key) or person.name == result["requested_by"]:
                     problems.append(f"{APPROVAL_SIG}: the approver is the requester (two people are required)")
+    try:
+        written: bytes | None = (bundle / SIGNATURE).read_bytes()
+    except FileNotFoundError:
+        written = None
+    raw_signature = _appliance_signature(written)
+    if written is not None and raw_signature is None:  # checked with or without the key: nothing rides in it
+        problems.append(f"{SIGNATURE}: not one base64 Ed25519 signature line (holds bytes beside the signature)")
     if appliance_key is not None:
-        try:
-            appliance_key.verify(base64.b64decode((bundle / SIGNATURE).read_bytes().strip(), validate=True),
-                                 manifest_bytes)
-        except FileNotFoundError:
+        if written is None:
             problems.append(f"{SIGNATURE} is missing")
-        except (InvalidSignature, ValueError):
-            problems.append(f"{MANIFEST}: the appliance signature is invalid for key {key_id(appliance_key)[:16]}")
+        elif raw_signature is not None:
+            try:
+                appliance_key.verify(raw_signature, manifest_bytes)
+            except InvalidSignature:
+                problems.append(f"{MANIFEST}: the appliance signature is invalid for key "
+                                f"{key_id(appliance_key)[:16]}")
         if result["key_id"] not in (None, key_id(appliance_key)):
             problems.append("the manifest names a different appliance key")
         checkpoint = manifest.get("audit_checkpoint")

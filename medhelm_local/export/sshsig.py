@@ -130,6 +130,15 @@ def unarmor(text: str) -> bytes:
         raise SignatureError("the SSH signature is not valid base64") from None
 
 
+def is_canonical(armored: str) -> bool:
+    """``armored`` is exactly what :func:`armor` writes for its blob (70-column lines, one final newline): no
+    padding or other bytes beside the signature, which a bundle's signature files must not carry."""
+    try:
+        return armored == armor(unarmor(armored))
+    except SignatureError:
+        return False
+
+
 def sign(key: Ed25519PrivateKey, message: bytes, namespace: str, hash_algorithm: str = "sha512") -> str:
     """The armored SSHSIG ``ssh-keygen -Y sign -n NAMESPACE`` would write for ``message``."""
     signature = key.sign(_signed_data(namespace, hash_algorithm, message))
@@ -149,7 +158,8 @@ def verify(armored: str, messages: list[bytes], namespace: str) -> Verified:
         raise SignatureError("unsupported SSHSIG version")
     public_key = _key_from_blob(reader.string())
     signed_namespace = reader.string().decode("utf-8", "replace")
-    reader.string()  # reserved
+    if reader.string():  # reserved: empty as OpenSSH writes it, and not covered by the signature
+        raise SignatureError("the SSHSIG reserved field is not empty (it is not signed: nothing may ride in it)")
     hash_algorithm = reader.string().decode("ascii", "replace")
     signature_blob = reader.string()
     if not reader.done():

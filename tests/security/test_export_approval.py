@@ -221,3 +221,45 @@ def test_a_home_key_that_is_not_the_pinned_key_approves_nothing(tmp_path: Path, 
     assert refused.code == 1, refused.stderr
     assert not (tmp_path / "outbox").exists()
     assert not (_bundle(cli, request) / "approval.sig").exists()
+
+
+def _stuffed(armored: str, hidden: bytes) -> str:
+    """The same SSHSIG with ``hidden`` in its reserved field (not covered by the signature) and whitespace padding."""
+    import struct
+
+    blob = sshsig.unarmor(armored)
+    at = 6 + 4  # magic, version
+    for _ in range(2):  # public key, namespace
+        at += 4 + struct.unpack(">I", blob[at:at + 4])[0]
+    (length,) = struct.unpack(">I", blob[at:at + 4])
+    assert length == 0
+    return sshsig.armor(blob[:at] + struct.pack(">I", len(hidden)) + hidden + blob[at + 4:])
+
+
+def test_nothing_rides_out_in_the_signature_files(tmp_path: Path) -> None:
+    """The signature files are not in the manifest: after approval the insider hides extract text in them (the
+    SSHSIG reserved field, padding around the armor, around manifest.sig's base64). It must not verify or leave."""
+    cli = site(tmp_path)
+    request = request_export(cli, evaluate(cli, notes(tmp_path / "notes.csv", 24)))
+    request_id = str(request["request_id"])
+    assert cli("export", "approve", request_id, *approve_args(cli.home)).code == 0
+    bundle = _bundle(cli, request)
+    hidden = b"MRN 7730019942 Ada Quillonby 1970-03-14 " * 100
+    original = {name: (bundle / name).read_bytes() for name in ("approval.sig", "request.sig", "manifest.sig")}
+    tampered = [
+        ("approval.sig", _stuffed(original["approval.sig"].decode(), hidden).encode()),
+        ("request.sig", _stuffed(original["request.sig"].decode(), hidden).encode()),
+        ("approval.sig", b"\n" * 3000 + original["approval.sig"] + b" \t\n" * 3000),
+        ("approval.sig", original["approval.sig"].replace(b"\n", b"\n \t", 3)),
+        ("manifest.sig", original["manifest.sig"] + b" \t" * 4000 + b"\n"),
+    ]
+    for number, (name, content) in enumerate(tampered):
+        (bundle / name).write_bytes(content)
+        out = tmp_path / f"outbox-{number}"
+        released = cli("export", "release", request_id, "--out", str(out))
+        assert released.code == 2 and not out.exists(), (number, released.stderr)
+        copy = tmp_path / f"copy-{number}"
+        shutil.copytree(bundle, copy)
+        assert cli("export", "verify", str(copy)).code == 1, number
+        (bundle / name).write_bytes(original[name])
+    assert cli("export", "release", request_id, "--out", str(tmp_path / "outbox")).code == 0
