@@ -41,6 +41,8 @@ OFFLINE_ENV = {
 DROPPED_ENV = ("VLLM_DEBUG_LOG_API_SERVER_REQUEST_PROMPT", "HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy",
                "https_proxy", "all_proxy", "VLLM_API_KEY")
 FORBIDDEN_ARGS = ("--enable-log-requests", "--enable-log-outputs", "--api-key")
+# `--config FILE` reads any flag (a forbidden one included) from a YAML file: refused too.
+FORBIDDEN_ANYWHERE = (*FORBIDDEN_ARGS, "--config")
 LOG_REQUESTS_DEFAULT_OFF = (0, 10, 1)  # vllm-project/vllm#21739
 
 
@@ -108,11 +110,23 @@ def log_request_flags(version: str | None) -> list[str]:
     return []
 
 
+def forbidden_arg(arg: str) -> str | None:
+    """The forbidden flag ``arg`` stands for, as vLLM's parser reads it: underscores as dashes
+    (``--enable_log_requests``) and an unambiguous abbreviation (``--enable-log-req``) included."""
+    name = arg.split("=", 1)[0]
+    if not name.startswith("--") or len(name) <= 2:
+        return None
+    name = name.replace("_", "-")
+    return next((flag for flag in FORBIDDEN_ANYWHERE if flag.startswith(name)), None)
+
+
 def build_command(spec: VllmSpec, *, version: str | None, executable: str = "vllm") -> list[str]:
     for arg in spec.extra_args:
-        if arg.split("=", 1)[0] in FORBIDDEN_ARGS:
-            raise BadInputError(f"extra vLLM argument {arg.split('=', 1)[0]} is refused: it would log prompts or "
-                                "outputs, or put the API key on the command line")
+        flag = forbidden_arg(arg)
+        if flag is not None:
+            raise BadInputError(f"extra vLLM argument {arg.split('=', 1)[0]} ({flag}) is refused: it would log "
+                                "prompts or outputs, put the API key on the command line, or read other flags "
+                                "from a file")
     command = [
         executable, "serve", str(spec.weights),
         "--served-model-name", spec.served_model_name,

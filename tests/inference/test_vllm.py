@@ -61,10 +61,19 @@ def test_old_vllm_gets_disable_log_requests() -> None:
     assert v.log_request_flags(None) == []
 
 
-@pytest.mark.parametrize("arg", ["--enable-log-requests", "--enable-log-outputs", "--api-key=abc"])
+@pytest.mark.parametrize("arg", ["--enable-log-requests", "--enable-log-outputs", "--api-key=abc",
+                                 # vLLM's parser reads underscores as dashes, takes abbreviations and --config files
+                                 "--enable_log_requests", "--enable-log_outputs=true", "--api_key=abc",
+                                 "--enable-log-req", "--config=vllm.yaml", "--config"])
 def test_flags_that_would_log_prompts_or_leak_the_key_are_refused(arg: str) -> None:
     with pytest.raises(BadInputError):
         v.build_command(_spec(extra_args=[arg]), version="0.11.0")
+
+
+def test_other_extra_flags_pass() -> None:
+    command = v.build_command(_spec(extra_args=["--enable-prefix-caching", "--max_num_seqs=8", "-tp", "2"]),
+                              version="0.11.0")
+    assert command[-4:] == ["--enable-prefix-caching", "--max_num_seqs=8", "-tp", "2"]
 
 
 def test_environment_is_offline_and_carries_the_key() -> None:
