@@ -110,19 +110,24 @@ def release_export(app_ctx: AppContext, req: ExportRequest, out: Path) -> Path:
     trail's approval record; audited before and after the copy."""
     home = app_ctx.home
     bundle = request_dir(home.exports_dir, req.request_id) / "bundle"
-    check = verify_bundle(bundle, load_policy(home.root), same_policy=True,
-                          appliance_key=load_public_key(home.keys_dir / PUBLIC_KEY_FILE))
+    policy, appliance_key = load_policy(home.root), load_public_key(home.keys_dir / PUBLIC_KEY_FILE)
     approved = audited_approval(home, req.request_id)
-    problems = list(check.problems)
-    if approved is None or approved != check.manifest_sha256:
-        problems.append("the audit trail records no approval of this manifest")
+
+    def problems_of(folder: Path) -> list[str]:
+        check = verify_bundle(folder, policy, same_policy=True, appliance_key=appliance_key)
+        problems = list(check.problems)
+        if approved is None or approved != check.manifest_sha256:
+            problems.append("the audit trail records no approval of this manifest")
+        return problems
+
+    problems = problems_of(bundle)
     if problems:
         raise ExportRefused(f"bundle {req.request_id} does not verify ({'; '.join(problems)}); not released")
     audit_event(home, app_ctx.actor, "export.release", outcome="started", role="compliance",
-                request_id=req.request_id, manifest_sha256=check.manifest_sha256, destination=str(out.resolve()))
-    target = release(bundle, out, req.request_id)
+                request_id=req.request_id, manifest_sha256=approved, destination=str(out.resolve()))
+    target = release(bundle, out, req.request_id, check_copy=problems_of)  # the copy is what is checked last
     audit_event(home, app_ctx.actor, "export.release", outcome="success", role="compliance",
-                request_id=req.request_id, manifest_sha256=check.manifest_sha256, destination=str(target.resolve()))
+                request_id=req.request_id, manifest_sha256=approved, destination=str(target.resolve()))
     req.released_to.append(str(target.resolve()))
     save_request(home.exports_dir, req)
     return target

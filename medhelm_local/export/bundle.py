@@ -20,7 +20,7 @@ import os
 import re
 import secrets
 import shutil
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -587,8 +587,11 @@ def verify_bundle(bundle: Path, loaded: LoadedPolicy, *, appliance_key: Ed25519P
                               same_policy=matches, notes=notes, **result)
 
 
-def release(bundle: Path, destination: Path, request_id: str) -> Path:
-    """Copy a verified bundle to ``destination/<request id>`` (all or nothing)."""
+def release(bundle: Path, destination: Path, request_id: str,
+            check_copy: Callable[[Path], list[str]] | None = None) -> Path:
+    """Copy a verified bundle to ``destination/<request id>`` (all or nothing). ``check_copy``: the problems of the
+    copy itself, checked before it is put in place (the bundle in the home can change between its check and the
+    copy: what leaves is what was checked)."""
     target = destination / request_id
     if target.exists():
         raise ExportRefused(f"--out: {target} already exists; choose another directory")
@@ -602,5 +605,9 @@ def release(bundle: Path, destination: Path, request_id: str) -> Path:
             os.fsync(fd)
         finally:
             os.close(fd)
+    problems = check_copy(tmp) if check_copy is not None else []
+    if problems:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise ExportRefused(f"bundle {request_id} changed while it was copied ({'; '.join(problems)}); not released")
     os.replace(tmp, target)
     return target

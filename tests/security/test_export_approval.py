@@ -263,3 +263,29 @@ def test_nothing_rides_out_in_the_signature_files(tmp_path: Path) -> None:
         assert cli("export", "verify", str(copy)).code == 1, number
         (bundle / name).write_bytes(original[name])
     assert cli("export", "release", request_id, "--out", str(tmp_path / "outbox")).code == 0
+
+
+def test_a_bundle_changed_between_its_check_and_the_copy_is_not_released(tmp_path: Path, monkeypatch: Any) -> None:
+    """The insider rewrites approval.sig (a file the manifest does not list) while `export release` runs, after
+    the bundle in the home was checked and before it is copied (a loop of os.replace wins this race within a few
+    hundred releases): what leaves must be what was checked."""
+    cli = site(tmp_path)
+    request = request_export(cli, evaluate(cli, notes(tmp_path / "notes.csv", 24)))
+    request_id = str(request["request_id"])
+    assert cli("export", "approve", request_id, *approve_args(cli.home)).code == 0
+    bundle = _bundle(cli, request)
+    original = (bundle / "approval.sig").read_bytes()
+    copytree = shutil.copytree
+
+    def insider_writes_first(source: Path, target: Path, *args: Any, **kwargs: Any) -> Any:
+        (Path(source) / "approval.sig").write_bytes(b"MRN 7730019942 Ada Quillonby\n" * 1000)
+        return copytree(source, target, *args, **kwargs)
+
+    monkeypatch.setattr("medhelm_local.export.bundle.shutil.copytree", insider_writes_first)
+    out = tmp_path / "outbox"
+    refused = cli("export", "release", request_id, "--out", str(out))
+    assert refused.code == 2 and "changed while it was copied" in refused.stderr, refused.stderr
+    assert not (out / request_id).exists() and not any(out.iterdir())
+    monkeypatch.setattr("medhelm_local.export.bundle.shutil.copytree", copytree)
+    (bundle / "approval.sig").write_bytes(original)
+    assert cli("export", "release", request_id, "--out", str(out)).code == 0
