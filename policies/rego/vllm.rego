@@ -13,8 +13,9 @@ required_env := {
 	"TRANSFORMERS_OFFLINE": "1",
 }
 
-# Flags that would write prompts to logs or put the API key in argv (visible in `ps` and events).
-forbidden_flags := {"--enable-log-requests", "--api-key"}
+# Flags that would write prompts or outputs to logs, put the API key in argv (visible in `ps` and events), or read
+# any other flag from a file. vLLM's parser reads underscores as dashes: so are they read here.
+forbidden_flags := {"--enable-log-requests", "--enable-log-outputs", "--api-key", "--config"}
 
 vllm_containers contains [obj, spec, c] if {
 	some obj in lib.workloads
@@ -31,7 +32,7 @@ deny contains msg if {
 	argv := array.concat(object.get(c, "command", []), object.get(c, "args", []))
 	some word in argv
 	flag := split(word, "=")[0]
-	flag in forbidden_flags
+	replace(flag, "_", "-") in forbidden_flags
 	msg := sprintf("%s: container %s: flag %s is not allowed", [lib.id(obj), c.name, flag])
 }
 

@@ -771,6 +771,9 @@ REJECTION_REASONS = {
     "root-uid": r"/securityContext/\w+': minimum",
     "request-logging": r"/models/0/extraArgs/0",
     "api-key-in-argv": r"/models/0/extraArgs/0",
+    "output-logging": r"/models/0/extraArgs/0",
+    "request-logging-underscores": r"/models/0/extraArgs/0",
+    "flags-from-a-file": r"/models/0/extraArgs/0",
     "latest-tag": r"/image/appliance/tag",
     "bad-digest": r"/image/vllm/digest",
     "weights-path-escape": r"/models/0/weights/subPath",
@@ -802,6 +805,18 @@ REJECTION_REASONS = {
         ),
         pytest.param(
             {"models": [_SERVED | {"extraArgs": ["--api-key=abc"]}], "runner": {"model": "m"}}, id="api-key-in-argv"
+        ),
+        pytest.param(
+            {"models": [_SERVED | {"extraArgs": ["--enable-log-outputs"]}], "runner": {"model": "m"}},
+            id="output-logging",
+        ),
+        pytest.param(  # vLLM's parser reads underscores as dashes
+            {"models": [_SERVED | {"extraArgs": ["--enable_log_requests"]}], "runner": {"model": "m"}},
+            id="request-logging-underscores",
+        ),
+        pytest.param(  # any flag, a refused one included, from a YAML file
+            {"models": [_SERVED | {"extraArgs": ["--config=/weights/flags.yaml"]}], "runner": {"model": "m"}},
+            id="flags-from-a-file",
         ),
         pytest.param({"image": {"appliance": {"tag": "latest"}}}, id="latest-tag"),
         pytest.param({"image": {"vllm": {"digest": "sha256:abc"}}}, id="bad-digest"),

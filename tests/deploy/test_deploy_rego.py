@@ -226,6 +226,18 @@ def _m_api_key_argv(docs):
     _vllm(docs)["args"].append("--api-key=abc")
 
 
+def _m_log_outputs(docs):
+    _vllm(docs)["args"].append("--enable-log-outputs")
+
+
+def _m_log_requests_underscores(docs):  # vLLM's parser reads underscores as dashes
+    _vllm(docs)["args"].append("--enable_log_requests")
+
+
+def _m_flags_from_a_file(docs):  # any flag, a refused one included, from a YAML file
+    _vllm(docs)["args"] += ["--config", "/weights/flags.yaml"]
+
+
 def _m_usage_stats(docs):
     c = _vllm(docs)
     c["env"] = [e for e in c["env"] if e["name"] != "VLLM_NO_USAGE_STATS"]
@@ -306,6 +318,9 @@ MUTATIONS: dict[str, tuple[Mutation, str, str]] = {
     "ingress-object": (_m_ingress_object, "network", "not exposed through an Ingress"),
     "log-requests": (_m_log_requests, "vllm", "flag --enable-log-requests is not allowed"),
     "api-key-argv": (_m_api_key_argv, "vllm", "flag --api-key is not allowed"),
+    "log-outputs": (_m_log_outputs, "vllm", "flag --enable-log-outputs is not allowed"),
+    "log-requests-underscores": (_m_log_requests_underscores, "vllm", "flag --enable_log_requests is not allowed"),
+    "flags-from-a-file": (_m_flags_from_a_file, "vllm", "flag --config is not allowed"),
     "usage-stats": (_m_usage_stats, "vllm", "env VLLM_NO_USAGE_STATS must be 1"),
     "hub-online": (_m_hub_online, "vllm", "env HF_HUB_OFFLINE must be 1"),
     "literal-api-key": (_m_literal_api_key, "vllm", "VLLM_API_KEY must come from a Secret"),
