@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field
 from medhelm_local.analysis.stats import DEFAULT_RESAMPLES, icc3k, icc3k_with_ci, mean_with_ci, zscore
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import BadInputError, ExtractError
+from medhelm_local.loaders.records import header_summary
 
 INSTANCE_COLUMN = "instance_id"
 RATER_COLUMN = "rater"
@@ -83,7 +84,9 @@ def read_clinician_ratings(path: Path, specs: BenchmarkSpec | Sequence[Benchmark
     required = [INSTANCE_COLUMN, RATER_COLUMN, *([BENCHMARK_COLUMN] if combined else [])]
     for column in required:
         if column not in header:
-            raise ExtractError(path, f"a column named {column!r} (found: {', '.join(header) or 'none'})",
+            # A header-less file's "header" is its first rating row: name only the columns expected.
+            known = [*required, SCORE_COLUMN, *(c.name for s in spec_list if s.judge for c in s.judge.criteria)]
+            raise ExtractError(path, f"a column named {column!r} ({header_summary(header, known)})",
                                column=column)
 
     def rating_columns(spec: BenchmarkSpec) -> list[str]:

@@ -101,6 +101,22 @@ def test_bad_ratings_csv(tmp_path: Path, text: str, message: str) -> None:
     assert caught.value.exit_code == 2
 
 
+def test_headerless_ratings_csv_does_not_echo_its_first_row(tmp_path: Path) -> None:
+    # Without a header the first rating row is read as the header: it must not come back as "found: ...".
+    path = tmp_path / "ratings.csv"
+    path.write_text("MRN8812-PHIMARKER,Dr Roe: patient Jane PHIMARKER,4,5,3\nm2,b,3,3,3\n")
+    with pytest.raises(ExtractError) as caught:
+        read_clinician_ratings(path, SPEC)
+    assert "column named 'instance_id'" in str(caught.value)
+    assert "PHIMARKER" not in str(caught.value)
+    assert "5 other column name(s) not shown" in str(caught.value)
+    # A real header still names the expected columns it holds.
+    path.write_text("instance_id,reviewer,accuracy\nm1,a,3\n")
+    with pytest.raises(ExtractError) as caught:
+        read_clinician_ratings(path, SPEC)
+    assert "found: instance_id, accuracy" in str(caught.value)
+
+
 def test_jury_validate_cli(tmp_path: Path) -> None:
     home = make_home(tmp_path / "home")
     data = [Instance(benchmark="medication_qa", id=i, fields={"question": f"q {i}"}, references=["ref"]) for i in IDS]
