@@ -200,6 +200,9 @@ def _task_rows(
             order by e.subject_id, e.prediction_time, e.time nulls first, e.code
             """
         ).fetchall()
+    except duckdb.OutOfMemoryException:
+        raise ExtractError(where, "label and event files that fit in DuckDB's memory limit (extracts are read in "
+                                  "memory, never spilled to disk; give the appliance more memory)") from None
     except duckdb.Error as exc:
         raise ExtractError(where, f"label and event columns of the MEDS types ({type(exc).__name__})") from None
     timelines: dict[tuple[Any, Any], tuple[list[str], list[str]]] = {}

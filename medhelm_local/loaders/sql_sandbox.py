@@ -39,6 +39,10 @@ SEALED_CONFIG: dict[str, str | bool | int | float | list[str]] = {
     "allow_persistent_secrets": False,
     # DuckDB's Python client otherwise resolves an unknown table name to a DataFrame/Arrow variable of the caller.
     "python_enable_replacements": False,
+    # No spilling: above its memory limit DuckDB would otherwise write the extract's rows, unencrypted, to ".tmp" in
+    # the working directory (the container's is the appliance's home) or beside the extract, and a crash leaves
+    # them there. A query that does not fit fails with an out-of-memory error instead.
+    "temp_directory": "",
 }
 # Table functions that only generate values from their arguments; every other one is refused.
 ALLOWED_TABLE_FUNCTIONS = frozenset({"range", "generate_series", "unnest", "json_each", "json_tree"})
@@ -102,6 +106,9 @@ def query_failure(exc: duckdb.Error, where: Path | str, option: str, expected: s
     if isinstance(exc, duckdb.PermissionException):
         return SqlRefused(where, option, "it reaches a file, URL or extension (through a view or macro of the "
                                          "extract?) and the sealed connection refused it")
+    if isinstance(exc, duckdb.OutOfMemoryException):
+        return ExtractError(where, f"{expected} within DuckDB's memory limit (extracts are read in memory, never "
+                                   "spilled to disk; give the appliance more memory)")
     return ExtractError(where, f"{expected} ({type(exc).__name__})")
 
 
