@@ -25,6 +25,7 @@ class ItemRow:
     error: str | None
     finish_reason: str | None
     score: float | None
+    position: int  # the instance's place in its registered dataset: what the audit trail names (never the id)
 
 
 def truncation_by_benchmark(store: Store, run_id: str) -> dict[str, tuple[int, int]]:
@@ -50,19 +51,20 @@ def item_page(store: Store, run_id: str, benchmark: str, metric: str, *, failure
     total_row = store.conn.execute(f"SELECT count(*) {base}", params).fetchone()
     rows = store.conn.execute(
         f"SELECT i.instance_id, i.fingerprint, q.request, q.request_hash, t.field, t.field_chars, t.removed_chars, "
-        f"t.removed_tokens, t.prompt_tokens, r.output, r.error, r.finish_reason, s.value {base} "
+        f"t.removed_tokens, t.prompt_tokens, r.output, r.error, r.finish_reason, s.value, i.position {base} "
         "ORDER BY i.position LIMIT ? OFFSET ?", [*params, limit, offset]).fetchall()
     items = [ItemRow(instance_id=str(row[0]), fingerprint=str(row[1]), request=row[2], request_hash=row[3],
                      cut=None if row[4] is None else Truncated(*row[4:9]), output=row[9], error=row[10],
-                     finish_reason=row[11], score=row[12]) for row in rows]
+                     finish_reason=row[11], score=row[12], position=int(row[13])) for row in rows]
     return items, int(total_row[0]) if total_row else 0
 
 
-def answered_instance_ids(store: Store, run_id: str, benchmark: str) -> list[str]:
-    """The run's items on ``benchmark`` that have an output, by instance id."""
-    return [str(iid) for (iid,) in store.conn.execute(
-        "SELECT instance_id FROM responses WHERE run_id = ? AND benchmark = ? AND output IS NOT NULL "
-        "ORDER BY instance_id", [run_id, benchmark]).fetchall()]
+def answered_items(store: Store, run_id: str, benchmark: str) -> list[tuple[str, int]]:
+    """The run's items on ``benchmark`` that have an output: ``(instance id, position in its dataset)``, by id."""
+    return [(str(iid), int(position)) for iid, position in store.conn.execute(
+        "SELECT r.instance_id, i.position FROM responses r JOIN run_items i USING (run_id, benchmark, instance_id) "
+        "WHERE r.run_id = ? AND r.benchmark = ? AND r.output IS NOT NULL ORDER BY r.instance_id",
+        [run_id, benchmark]).fetchall()]
 
 
 def answered_item(store: Store, run_id: str, benchmark: str, instance_id: str) -> tuple[str, str] | None:

@@ -267,6 +267,7 @@ class InstanceRow:
     score: float | None
     judge_ratings: dict[str, dict[str, int]]  # judge -> criterion -> rating
     judge_errors: dict[str, str]  # judge -> failure category
+    position: int  # its place in its registered dataset: what the audit trail names (an id may be PHI)
     # How the prompt shown was obtained: "stored" (a request stored whole, before hashes only), "rebuilt" (from the
     # run's spec, the instance and its recorded cut; its hash is the one sent), "differs" (rebuilt, but not what
     # was sent: the prompt-building code changed since the run), "none" (not sent yet)
@@ -314,7 +315,7 @@ def instances(home: Home, run_id: str, benchmark: str, *, page: int = 0, failure
                                                            "content": str(m.get("content"))} for m in messages],
                                output=row.output, error=row.error, finish_reason=row.finish_reason,
                                score=row.score, judge_ratings=ratings, judge_errors=errors,
-                               prompt_source=source, cut=row.cut))
+                               prompt_source=source, cut=row.cut, position=row.position))
     return out, total
 
 
@@ -327,6 +328,7 @@ class RatableResponse:
     model: str
     benchmark: str
     instance_id: str
+    position: int  # its place in its registered dataset: what the audit trail names (an id may be PHI)
 
 
 def ratable_responses(home: Home) -> list[RatableResponse]:
@@ -345,8 +347,8 @@ def ratable_responses(home: Home) -> list[RatableResponse]:
                         continue
                 except NotFoundError:
                     continue
-                for iid in console_db.answered_instance_ids(store, run.run_id, benchmark):
-                    out.append(RatableResponse(run.run_id, run.model, benchmark, iid))
+                for iid, position in console_db.answered_items(store, run.run_id, benchmark):
+                    out.append(RatableResponse(run.run_id, run.model, benchmark, iid, position))
     return out
 
 

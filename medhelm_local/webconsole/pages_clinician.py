@@ -37,7 +37,7 @@ def rate(request: Request) -> Response:
     item = todo[0]
     text = data.item_text(console.home, item.run_id, item.benchmark, item.instance_id)
     console.audit(identity, "console.rating.view", role="clinician", run_id=item.run_id, benchmark=item.benchmark,
-                  instance_id=item.instance_id)
+                  position=item.position)  # never the id: an id may be PHI (person and date)
     spec = console.specs.get(item.benchmark)
     return console.render(request, "rate.html", text=text, spec=spec, criteria=spec.judge.criteria if spec.judge
                           else [], token=console.csrf.opaque(rating.item_key(item)), progress=done,
@@ -77,7 +77,7 @@ async def submit(request: Request) -> Response:
             run_id=item.run_id, benchmark=item.benchmark, instance_id=item.instance_id, rater=identity.user,
             ratings=values, rated_at=utcnow()))
         console.audit(identity, "console.rating.submit", outcome="success" if saved else "duplicate",
-                      role="clinician", run_id=item.run_id, benchmark=item.benchmark, instance_id=item.instance_id)
+                      role="clinician", run_id=item.run_id, benchmark=item.benchmark, position=item.position)
         return RedirectResponse("/rate?saved=1", status_code=303)
 
     return await run_in_threadpool(save)

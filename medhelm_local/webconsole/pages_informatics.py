@@ -144,7 +144,7 @@ def instances(request: Request) -> Response:
     rows, total = data.instances(console.home, run_id, benchmark, page=page, failures_only=failures)
     console.audit(identity_of(request), "console.view_instances", role="informatics", run_id=run_id,
                   benchmark=benchmark, page=page, failures_only=failures,
-                  instances=[r.instance_id for r in rows])
+                  positions=[r.position for r in rows])  # never the ids: an id may be PHI (person and date)
     pages = max(1, -(-total // data.PAGE_SIZE))
     return console.render(request, "instances.html", rows=rows, total=total, page=page, pages=pages,
                           failures=failures, run_id=run_id, benchmark=benchmark, spec=console.specs.get(benchmark))

@@ -65,7 +65,7 @@ def test_login_tokens_work_once() -> None:
 
 
 def _items(run: str, n: int) -> list[RatableResponse]:
-    return [RatableResponse(run, f"model-{run}", "medication_qa", f"q{i}") for i in range(n)]
+    return [RatableResponse(run, f"model-{run}", "medication_qa", f"q{i}", i) for i in range(n)]
 
 
 def test_rating_sample_is_stratified_blind_ordered_per_rater_and_reaches_two_raters() -> None:
@@ -343,3 +343,34 @@ def test_runs_page_during_a_run(tmp_path: Path) -> None:
         assert 200 in seen  # readers got in between the run's writes
     else:
         assert 503 in seen  # the run held the store from start to end, and the page said so
+
+
+def test_patient_level_views_are_audited_by_position_never_by_instance_id(console_home: ConsoleHome) -> None:
+    """An instance id may be PHI (OMOP's is ``<person_id>:<prediction_date>``; a CSV's, the hospital's own id
+    column): the audit trail records which items a user saw by their place in the dataset, never by their id."""
+    from starlette.testclient import TestClient
+
+    from medhelm_local.webconsole import data
+    from medhelm_local.webconsole.app import create_app
+
+    home = Home(console_home.home)
+    run = console_home.runs["model-a"]
+    shown, _ = data.instances(home, run, "medication_qa")
+    ratable = data.ratable_responses(home)
+    assert shown and ratable
+    before = len(console_home.audit_records())
+    for user, roles, path in (("ivy", ConsoleRole.INFORMATICS, f"/runs/{run}/medication_qa/instances"),
+                              ("rhea", ConsoleRole.CLINICIAN, "/rate")):
+        sessions = StandaloneSessions(user=user, roles=frozenset({roles}))
+        client = TestClient(create_app(home, sessions), raise_server_exceptions=False, follow_redirects=False)
+        assert client.get(f"/login?token={sessions.new_login_token()}").status_code == 303
+        assert client.get(path).status_code == 200, path
+    new = console_home.audit_records()[before:]
+    viewed = [r for r in new if r["action"] == "console.view_instances"]
+    rated = [r for r in new if r["action"] == "console.rating.view"]
+    assert len(viewed) == 1 and len(rated) == 1
+    # Exactly these objects: nothing else (an id) rides along.
+    assert viewed[0]["objects"] == {"run_id": run, "benchmark": "medication_qa", "page": 0, "failures_only": False,
+                                    "positions": [row.position for row in shown], "via": "console-standalone"}
+    assert set(rated[0]["objects"]) == {"run_id", "benchmark", "position", "via"}
+    assert rated[0]["objects"]["position"] in {item.position for item in ratable}

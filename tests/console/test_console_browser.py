@@ -291,6 +291,9 @@ def test_clinician_rating_is_blinded_stored_and_used_by_jury_validate(
     views = records(console_home, "console.rating.view", "cleo.clinician")
     submits = records(console_home, "console.rating.submit", "cleo.clinician")
     assert len(submits) == 6 and len(views) >= 6
+    # By the item's place in its dataset, never its id (an id may be PHI: OMOP's is person and date).
+    assert all("instance_id" not in r["objects"] and isinstance(r["objects"]["position"], int)
+               for r in views + submits)
     assert not any(MEDICATION_SECRET in json.dumps(r) for r in console_home.audit_records())
 
     # A clinician cannot open the audit trail.
