@@ -25,6 +25,7 @@ _ANSWER_MARKER = re.compile(
     r"(?:final\s+answer|answer|correct\s+(?:option|choice)|option|choice)\s*(?:is|would\s+be|:|=|-)?\s*[:\-]?\s*",
     re.IGNORECASE,
 )
+_STATED_ANSWER = re.compile(r"(?:final\s+answer|answer|correct\s+(?:option|choice))", re.IGNORECASE)
 # A number standing on its own: not glued to a word, and not part of a unit ("mL/min/1.73 m²", "kg/m^2",
 # "10^9/L": a number right after "/" or "^" belongs to the unit before it).
 _NUMBER = re.compile(
@@ -104,8 +105,12 @@ def extract_label(output: str, labels: Sequence[str]) -> tuple[str | None, bool]
         found = re.compile(pattern).match(text, at)
         return found is not None and found.group(1).lower() != found.group(2).lower()
 
-    # The last explicit answer marker wins: reasoning models restate their final choice at the end.
+    # The last explicit answer marker wins: reasoning models restate their final choice at the end. An answer
+    # marker ("Answer: C", "the correct option is C") outranks a bare "option A" / "choice A", which is as often
+    # an explanation discussing an option ("Answer: C. Option A is wrong because ...").
     hits = list(re.finditer(marker + token, text))
+    stated = [hit for hit in hits if _STATED_ANSWER.match(hit.group(0))]
+    hits = stated or hits
     if hits:
         last = hits[-1]
         if hedged(marker + hedge, last.start()):

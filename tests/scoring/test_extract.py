@@ -52,6 +52,16 @@ def test_yes_no_maybe(output: str, expected: str | None, strict: bool) -> None:
     assert extract_label(output, YES_NO) == (expected, strict)
 
 
+@pytest.mark.parametrize(("output", "expected"), [
+    ("Answer: C\n\nExplanation: Option A is wrong because the drug is contraindicated.", "C"),
+    ("The answer is (B), since option A ignores the renal function.", "B"),
+    ("Final answer: D. Choice C would be right only in pregnancy.", "D"),
+    ("Option A is unlikely. Option C fits the findings.", "C"),  # no answer marker: the last option stated
+])
+def test_an_answer_marker_outranks_an_option_discussed_after_it(output: str, expected: str) -> None:
+    assert extract_label(output, LETTERS) == (expected, False)
+
+
 def test_strip_reasoning() -> None:
     assert strip_reasoning("<think>x</think>B").strip() == "B"
     assert strip_reasoning("<reasoning>x</reasoning> yes <think>y</think>").strip() == "yes"
