@@ -31,6 +31,8 @@ _SENTENCE_ID = re.compile(r"^\W*(?:sentence\s*(?:id)?\s*#?\s*)?(\d+)\s*[:.)\-]",
 _NATIVE_ANSWER = re.compile(r"^[\s*]*(\d+)\**[ \t]+\S")
 _SENTENCE_ANYWHERE = re.compile(r"\bsentence\s*(?:id)?\s*#?\s*(\d+)\b", re.IGNORECASE)
 _CORRECT = re.compile(r"\b(?:correct|no\s+(?:medical\s+)?errors?)\b", re.IGNORECASE)
+# "The note is not correct", "isn't entirely correct": a negated "correct" says the opposite of CORRECT.
+_NEGATION_BEFORE = re.compile(r"(?:\bnot|n't|\bnever)\s+(?:\w+\s+)?$", re.IGNORECASE)
 _STRICT_CORRECT = re.compile(r"CORRECT")
 _STRICT_ERROR = re.compile(r"\d+(?::\s*|[ \t]+)\S.*", re.DOTALL)
 
@@ -41,7 +43,7 @@ def parse_medec(output: str) -> tuple[int | None, int | None, bool]:
     match = _SENTENCE_ID.match(text) or _NATIVE_ANSWER.match(text) or _SENTENCE_ANYWHERE.search(text)
     if match:
         return 1, int(match.group(1)), _STRICT_ERROR.fullmatch(text) is not None
-    if _CORRECT.search(text):
+    if any(not _NEGATION_BEFORE.search(text[:m.start()]) for m in _CORRECT.finditer(text)):
         return 0, None, _STRICT_CORRECT.fullmatch(text.strip(" .")) is not None
     return None, None, False
 

@@ -140,6 +140,9 @@ def medec(flag: int, sentence: int | None = None) -> Instance:
     (medec(1, 8), "3: fixed", True, False),  # right flag, wrong sentence
     (medec(1, 8), "CORRECT", False, False),
     (medec(1, 8), "The text is incorrect", False, False),  # unreadable: wrong, not credited
+    (medec(0), "The note is not correct.", False, False),  # a negated "correct" is not CORRECT
+    (medec(0), "This text isn't entirely correct.", False, False),
+    (medec(0), "The text is correct, not erroneous.", True, True),
 ])
 def test_medec(instance: Instance, output: str, flag_ok: bool, sentence_ok: bool) -> None:
     value, details = score("medec", instance, output)
