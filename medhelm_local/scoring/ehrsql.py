@@ -1,12 +1,15 @@
 """EHRSQL execution accuracy: gold and predicted SQL run read-only on the benchmark's SQLite database.
 
 - answerable question: correct when the predicted query runs and returns the same result set as the gold query
-  (rows compared as a set, floats rounded to 6 decimals, order ignored);
+  (rows compared as a set, floats rounded to 6 decimals, order ignored); both queries are first rewritten as the
+  benchmark's official ``evaluate.py`` (``post_process_sql``) does: lower-cased, ``current_time`` set to the
+  dataset's "now" ``'2105-12-31 23:59:00'`` (SQLite's own ``current_time`` is today's clock time), the vital-sign
+  placeholders (``temperature_lower`` ...) replaced by their normal ranges, ``%y``/``%j`` read as ``%Y``/``%J``;
 - unanswerable question (``meta.is_impossible``): correct when the model abstains (empty answer or ``null``);
 - ``sub.valid_sql``: for answerable questions where the model wrote SQL, whether it ran (the valid-SQL rate);
 - ``sub.abstention``: whether the model abstained, for the unanswerable-question breakdown;
 - ``gold_empty`` (answerable questions): the gold query returns no rows. On the benchmark's small eICU database
-  674 of the 1,204 answerable gold queries do, and any wrong query that returns nothing matches them, so the
+  651 of the 1,204 answerable gold queries do, and any wrong query that returns nothing matches them, so the
   summary reports the count of such items and the accuracy on the others beside the execution accuracy.
 
 A gold query that fails or times out cannot be scored: :class:`GoldQueryFailed` makes the instance a recorded
@@ -97,6 +100,31 @@ def extract_sql(output: str) -> str:
     return (sql[:prose.start()] if prose else sql).strip()
 
 
+# EHRSQL's official evaluation (glee4810/EHRSQL evaluate.py, post_process_sql): the dataset's "now" and the normal
+# ranges its gold queries name as placeholders.
+CURRENT_TIME = "2105-12-31 23:59:00"
+_VITAL_RANGES = {"temperature": (35.5, 38.1), "sao2": (95.0, 100.0), "heart rate": (60.0, 100.0),
+                 "respiration": (12.0, 18.0), "systolic bp": (90.0, 120.0), "diastolic bp": (60.0, 90.0),
+                 "mean bp": (60.0, 110.0)}
+_VITAL_LOWER = re.compile(r"[ \n]+([a-zA-Z0-9_]+_lower)")
+_VITAL_UPPER = re.compile(r"[ \n]+([a-zA-Z0-9_]+_upper)")
+
+
+def post_process_sql(query: str) -> str:
+    """A query as EHRSQL's official evaluation runs it (its ``post_process_sql``, gold and predicted alike)."""
+    query = query.lower().replace("current_time", f"'{CURRENT_TIME}'")
+    lower, upper = _VITAL_LOWER.search(query), _VITAL_UPPER.search(query)
+    if lower and upper:
+        lower_expr, upper_expr = lower.group(1), upper.group(1)
+        names = {lower_expr[:-len("_lower")], upper_expr[:-len("_upper")]}
+        if len(names) == 1:
+            bounds = _VITAL_RANGES.get(names.pop().replace("_", " "))
+            if bounds is not None:
+                query = query.replace(lower_expr, f"{bounds[0]}").replace(upper_expr, f"{bounds[1]}")
+    query = query.replace("''", "'").replace("< =", "<=")
+    return query.replace("%y", "%Y").replace("%j", "%J")
+
+
 def _authorize(action: int, *_args: Any) -> int:
     return sqlite3.SQLITE_OK if action in _ALLOWED_ACTIONS else sqlite3.SQLITE_DENY
 
@@ -173,7 +201,7 @@ def ehrsql_execution_accuracy(spec: BenchmarkSpec, instance: Instance, output: s
     if impossible:
         return float(abstained), EhrsqlDetails(parsed=True, strict_format=strict, group="unanswerable",
                                                sub={"abstention": float(abstained)})
-    gold = _gold_result(db_path, instance.references[0])  # GoldQueryFailed: the engine records a failure
+    gold = _gold_result(db_path, post_process_sql(instance.references[0]))  # GoldQueryFailed: a recorded failure
 
     def details(**more: Any) -> EhrsqlDetails:
         return EhrsqlDetails(parsed=not abstained, strict_format=strict, group="answerable", gold_empty=not gold,
@@ -182,7 +210,7 @@ def ehrsql_execution_accuracy(spec: BenchmarkSpec, instance: Instance, output: s
     if abstained:
         return 0.0, details(sub={"abstention": 1.0})
     try:
-        result = run_query(db_path, predicted)
+        result = run_query(db_path, post_process_sql(predicted))
     except QueryFailed as failure:
         return 0.0, details(sql_error=failure.category, sub={"valid_sql": 0.0, "abstention": 0.0})
     return float(result == gold), details(sub={"valid_sql": 1.0, "abstention": 0.0})

@@ -48,9 +48,9 @@ def test_gold_answers_score_one(public_data: Path, benchmark: str) -> None:
     assert summary.score == 1.0
     assert summary.strict_format_rate == 1.0
     if benchmark == "ehrsql":
-        # Four gold queries of the public test set name columns the database lacks ("heart_rate_lower"): they
-        # cannot be scored, and are counted as such rather than credited or penalised.
-        assert summary.n_failed == 4 and summary.failures == {"gold_sql_error": 4}
+        # Four gold queries name vital-sign placeholders ("heart_rate_lower"): run as the official evaluation
+        # runs them (their normal ranges filled in), every gold query is scored.
+        assert summary.n_failed == 0
         assert summary.groups["unanswerable"]["n"] == 588
         assert summary.secondary["valid_sql"]["score"] == 1.0
     else:
@@ -93,4 +93,4 @@ def test_ehrsql_abstaining_everywhere(public_data: Path) -> None:
     summary = score_with("ehrsql", lambda _b, _i: "null")
     assert summary.groups["unanswerable"]["score"] == 1.0
     assert summary.groups["answerable"]["score"] == 0.0
-    assert summary.score == pytest.approx(588 / 1788)
+    assert summary.score == pytest.approx(588 / 1792)

@@ -9,7 +9,7 @@ import pytest
 
 from medhelm_local.benchmarks.registry import shipped_spec
 from medhelm_local.records import Instance
-from medhelm_local.scoring.ehrsql import extract_sql, run_query
+from medhelm_local.scoring.ehrsql import extract_sql, post_process_sql, run_query
 from medhelm_local.scoring.engine import score_outputs
 from medhelm_local.scoring.medec import parse_medec
 from medhelm_local.scoring.summary import Breakdown, summarise
@@ -100,21 +100,33 @@ def test_ehrsql_empty_gold_reported_beside_execution_accuracy(public_data: Path)
     assert len(answerable) == 1204
     empty = 0
     for instance in answerable:
-        try:
-            empty += not run_query(db, instance.references[0])
-        except Exception:  # the 4 gold queries naming absent columns
-            continue
-    assert empty == 674
+        empty += not run_query(db, post_process_sql(instance.references[0]))
+    assert empty == 651
 
     # A model that answers every answerable question with a query returning nothing.
     nothing = [(i, "SELECT patientunitstayid FROM patient WHERE 0" if i.references else "null") for i in data]
     summary = score_all("ehrsql", nothing)
-    assert summary.n_gold_empty == 674
-    assert summary.score == pytest.approx((674 + 588) / 1788)  # the main score still credits those
-    assert summary.score_nonempty_gold == 0.0  # the 526 answerable items with rows: none right
+    assert summary.n_gold_empty == 651
+    assert summary.score == pytest.approx((651 + 588) / 1792)  # the main score still credits those
+    assert summary.score_nonempty_gold == 0.0  # the 553 answerable items with rows: none right
 
     gold = score_all("ehrsql", [(i, i.references[0] if i.references else "null") for i in data])
-    assert (gold.n_gold_empty, gold.score_nonempty_gold, gold.score) == (674, 1.0, 1.0)
+    assert (gold.n_gold_empty, gold.score_nonempty_gold, gold.score) == (651, 1.0, 1.0)
+
+
+def test_ehrsql_gold_queries_run_as_the_official_evaluation_runs_them(public_data: Path) -> None:
+    """EHRSQL's evaluate.py (post_process_sql) sets the dataset's "now" for current_time, fills the vital-sign
+    placeholders and reads %y/%j as %Y/%J, in gold and predicted queries alike."""
+    data = instances("ehrsql")
+    three_years = next(i for i in data if i.references and "datetime(current_time,'-3 year')" in i.references[0]
+                       and i.references[0].startswith("select count( distinct patient.uniquepid ) from patient"))
+    dated = three_years.references[0].replace("current_time", "'2105-12-31 23:59:00'")
+    placeholders = [i for i in data if i.references and "heart_rate_lower" in i.references[0]]
+    assert placeholders
+    summary = score_all("ehrsql", [(three_years, dated), (three_years, three_years.references[0])]
+                        + [(i, i.references[0]) for i in placeholders])
+    # the query stating the dataset's "now" is right; SQLite's own current_time (today's clock) is rewritten too
+    assert summary.score == 1.0 and summary.n_failed == 0  # the placeholder gold queries run (no longer failures)
 
 
 def test_score_command_reports_empty_gold_on_the_real_files(home_cli: Cli, public_data: Path,
@@ -132,10 +144,10 @@ def test_score_command_reports_empty_gold_on_the_real_files(home_cli: Cli, publi
     assert scored.code == 0, scored.stderr
     payload = scored.json()
     assert isinstance(payload, dict)
-    assert (payload["n"], payload["n_failed"], payload["n_gold_empty"]) == (1788, 4, 674)
-    assert payload["score"] == pytest.approx((674 + 588) / 1788) and payload["score_nonempty_gold"] == 0.0
+    assert (payload["n"], payload["n_failed"], payload["n_gold_empty"]) == (1792, 0, 651)
+    assert payload["score"] == pytest.approx((651 + 588) / 1792) and payload["score_nonempty_gold"] == 0.0
     table = home_cli("score", "ehrsql", "--predictions", str(predictions))
-    assert "empty gold\tscore on non-empty gold" in table.stdout and "\t674\t0.000" in table.stdout
+    assert "empty gold\tscore on non-empty gold" in table.stdout and "\t651\t0.000" in table.stdout
 
 
 def test_other_metrics_have_no_empty_gold_figures(public_data: Path) -> None:
