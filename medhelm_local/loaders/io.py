@@ -270,12 +270,13 @@ def _xlsx_rows(path: Path, sheet: str | None) -> tuple[list[str], list[dict[str,
     import zipfile
 
     from openpyxl import load_workbook
+    from openpyxl.utils.exceptions import InvalidFileException
 
     if path.stat().st_size == 0:
         raise ExtractError(path, "a non-empty file")
     try:
         workbook = load_workbook(path, read_only=True, data_only=True)
-    except (zipfile.BadZipFile, OSError, KeyError, ValueError):
+    except (zipfile.BadZipFile, OSError, KeyError, ValueError, InvalidFileException):  # the last: not named .xlsx
         raise ExtractError(path, "a readable Excel .xlsx workbook") from None
     try:
         if sheet is not None and sheet not in workbook.sheetnames:

@@ -154,6 +154,13 @@ def test_damaged_parquet(tmp_path: Path) -> None:
     assert _fail(shipped_spec("mimic_iv_billing"), path).expected == "a readable Parquet file"
 
 
+@pytest.mark.parametrize("name", ["medicationqa.json", "medicationqa.csv"])
+def test_a_workbook_spec_given_another_file_is_bad_input(tmp_path: Path, name: str) -> None:
+    path = tmp_path / name  # MedicationQA reads .xlsx; openpyxl refuses any other file name with its own error
+    path.write_text('[{"Question": "q", "Answer": "a"}]\n', encoding="utf-8")
+    assert _fail(shipped_spec("medication_qa"), path).expected == "a readable Excel .xlsx workbook"
+
+
 def test_line_pairs_must_align(tmp_path: Path) -> None:
     (tmp_path / "test.findings.tok").write_text("a\nb\n", encoding="utf-8")
     (tmp_path / "test.impression.tok").write_text("a\n", encoding="utf-8")
