@@ -80,6 +80,9 @@ def print_outcome(outcome: RunOutcome) -> None:
         detail = ", ".join(f"{c}: {n}" for c, n in categories.items())
         info(f"{benchmark}: recorded failures ({detail}); `medhelm-local run --retry-errors {outcome.run.run_id}` "
              "re-sends only those")
+    if outcome.run.status == "inferred":
+        info(f"run {outcome.run.run_id}: inference done, not scored; `medhelm-local run --resume "
+             f"{outcome.run.run_id}` scores it")
     if outcome.shard is not None and not outcome.complete:
         info(f"shard {outcome.shard} merged {outcome.merged} outcome(s) into run {outcome.run.run_id}; the run "
              "finishes when its last shard merges")
@@ -116,8 +119,8 @@ def run(
                                                  help="Seconds per request attempt \\[default: model's timeout_s]."),
     max_retries: int | None = typer.Option(None, "--max-retries", min=0, max=20,
                                            help="Retries per request \\[default: config]."),
-    skip_scoring: bool = typer.Option(False, "--skip-scoring", help="Only run inference; score later with "
-                                      "`medhelm-local score`."),
+    skip_scoring: bool = typer.Option(False, "--skip-scoring", help="Only run inference (the run ends 'inferred'); "
+                                      "score it later with `run --resume RUN_ID`."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Evaluate MODEL on BENCHMARKS and score the results."""

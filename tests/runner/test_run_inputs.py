@@ -52,3 +52,20 @@ def test_resume_refuses_a_different_server_version(tmp_path: Path) -> None:
     with Store.open(home, read_only=True) as store:
         run = store.get_run(first.run.run_id)
     assert run is not None and run.status == "finished"  # a refused resume does not touch the run
+
+
+def test_skip_scoring_says_how_to_score_the_run_later(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEDHELM_")}
+    base = [sys.executable, "-m", "medhelm_local.cli"]
+    helped = subprocess.run([*base, "run", "--help"], capture_output=True, text=True, env=env, timeout=120)
+    assert "medhelm-local score`" not in helped.stdout  # `score` reads a predictions file, never a run
+    with FakeOpenAIServer(responder=hash_responder()) as server:
+        home = make_home(tmp_path / "home", [server.base_url])
+        register(home, synthetic_instances(5))
+        done = subprocess.run([*base, "--home", str(home.root), "run", "--model", "fake", "--benchmarks", "pubmedqa",
+                               "--skip-scoring"], capture_output=True, text=True, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    with Store.open(home, read_only=True) as store:
+        (run,) = store.list_runs()
+    assert run.status == "inferred"
+    assert f"`medhelm-local run --resume {run.run_id}` scores it" in done.stderr
