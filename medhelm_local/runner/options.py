@@ -90,6 +90,10 @@ class Mode:
             return cls.of_shard(*shard, run_id=run_id)
         if resume and retry_errors:
             raise BadInputError("--resume and --retry-errors: give one of them")
+        named = resume or retry_errors
+        if named and (new_run or (run_id is not None and run_id != named)):
+            raise BadInputError("--resume/--retry-errors name the run: --new-run and a different --run-id "
+                                "do not apply")
         if resume:
             return cls.resume(resume)
         if retry_errors:

@@ -19,6 +19,7 @@ def test_flags_map_to_one_mode() -> None:
     shard = Mode.from_flags(shard=(1, 3), run_id="r1")
     assert (shard.kind, shard.run_id, shard.shard_label) == ("shard", "r1", "1/3")
     assert Mode.from_flags(resume="r1").shard_label is None
+    assert Mode.from_flags(resume="r1", run_id="r1") == Mode("resume", "r1")
 
 
 @pytest.mark.parametrize(("flags", "message"), [
@@ -26,6 +27,9 @@ def test_flags_map_to_one_mode() -> None:
     ({"shard": (0, 2), "resume": "a"}, "--shard: use --run-id"),
     ({"shard": (0, 2), "retry_errors": "a"}, "--shard: use --run-id"),
     ({"shard": (0, 2), "new_run": True}, "--shard: use --run-id"),
+    ({"resume": "a", "new_run": True}, "--new-run and a different --run-id do not apply"),
+    ({"retry_errors": "a", "new_run": True}, "--new-run and a different --run-id do not apply"),
+    ({"resume": "a", "run_id": "b"}, "--new-run and a different --run-id do not apply"),
 ])
 def test_contradictory_flags_are_refused(flags: dict[str, object], message: str) -> None:
     with pytest.raises(BadInputError, match=re.escape(message)):
