@@ -41,7 +41,11 @@ def failures(
     """Failed and invalid judgements per judge and benchmark (they are never replaced by a score), each failure
     category with a hint of what it means; `jury rescore` asks again once the cause is fixed."""
     app_ctx = app_context(ctx)
+    if benchmark is not None:
+        app_ctx.specs.get(benchmark)  # an unknown id is bad input, not an empty table
     with app_ctx.open_store() as store:
+        if run_id is not None and store.get_run(run_id) is None:
+            raise NotFoundError(f"no run {run_id!r} in the store")
         rates = judge_failure_rates(store, run_id, benchmark)
     payload = [{"judge": r.judge, "benchmark": r.benchmark, "total": r.total, "ok": r.ok,
                 "request_failed": r.request_failed, "invalid_reply": r.invalid_reply,

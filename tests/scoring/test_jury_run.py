@@ -92,3 +92,13 @@ def test_readers_get_the_store_while_the_judges_think(tmp_path: Path) -> None:
                                                  "--json")
     assert run.code == 0, run.stderr
     assert readers == [0]
+
+
+def test_jury_failures_of_an_unknown_run_or_benchmark_is_bad_input(home_cli: Cli) -> None:
+    # a mistyped run id must not read as "no failures" (an empty table, exit 0)
+    for args, message in ((("--run", "run-typo"), "no run 'run-typo'"), (("--benchmark", "medication_q"),
+                                                                        "unknown benchmark 'medication_q'")):
+        result = home_cli("jury", "failures", *args, "--json")
+        assert result.code == 2 and message in result.stderr, result.stderr
+        assert result.stdout == "" and "Traceback" not in result.stderr
+    assert home_cli("jury", "failures", "--json").code == 0
