@@ -63,6 +63,16 @@ def test_unknown_field_and_bad_judge_are_rejected(tmp_path: Path) -> None:
         load_config(path)
 
 
+def test_a_config_path_that_is_a_folder_is_bad_input(cli: Cli) -> None:
+    assert cli("init").code == 0
+    config_path = cli.home / "appliance.yaml"
+    config_path.unlink()
+    config_path.mkdir()  # what `docker run -v ./appliance.yaml:...` leaves when the host file is missing
+    result = cli("models", "list")
+    assert result.code == 2, result.stderr
+    assert f"{config_path}: expected a readable file" in result.stderr and "internal error" not in result.stderr
+
+
 def test_keys_readable_by_others_are_refused(home_cli: Cli) -> None:
     key = home_cli.home / "keys" / "store-data.key"
     key.chmod(0o644)

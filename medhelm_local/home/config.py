@@ -230,6 +230,8 @@ def load_config(path: Path) -> ApplianceConfig:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError as exc:
         raise ConfigError(f"{path}: not found; run `medhelm-local init` first") from exc
+    except OSError as exc:  # a folder where the file should be (a bind mount of a missing file makes one)
+        raise ConfigError(f"{path}: expected a readable file ({exc.strerror})") from None
     except (yaml.YAMLError, UnicodeDecodeError) as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark is not None else ""
