@@ -595,7 +595,12 @@ def release(bundle: Path, destination: Path, request_id: str,
     target = destination / request_id
     if target.exists():
         raise ExportRefused(f"--out: {target} already exists; choose another directory")
-    destination.mkdir(parents=True, exist_ok=True)
+    if destination.exists() and not destination.is_dir():
+        raise ExportRefused(f"--out: {destination} is not a directory")
+    try:
+        destination.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file on the way to it, no permission
+        raise ExportRefused(f"--out: cannot create the directory {destination} ({exc.strerror})") from None
     tmp = destination / f".{request_id}.partial-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(bundle, tmp)

@@ -5,7 +5,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
+
 from medhelm_local.audit.trail import AuditTrail
+from medhelm_local.export.bundle import ExportRefused, release
 from tests.compliance.conftest import (
     APPROVER,
     REQUESTER,
@@ -161,3 +164,15 @@ def test_export_verify_rejects_any_changed_byte(evaluated: EvaluatedHome, tmp_pa
     other.write_bytes(Ed25519PrivateKey.generate().public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
     assert cli("export", "verify", str(out / request_id), "--public-key", str(other)).code == 1
+
+
+@pytest.mark.parametrize(("out", "message"), [("report.pdf", "is not a directory"),
+                                              ("report.pdf/sub", "cannot create the directory")])
+def test_release_to_a_file_is_refused_naming_out(tmp_path: Path, out: str, message: str) -> None:
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    (bundle / "manifest.json").write_text("{}")
+    (tmp_path / "report.pdf").write_text("not a folder")
+    with pytest.raises(ExportRefused, match=f"^--out: .*{message}"):
+        release(bundle, tmp_path / out, "exp-20260101T000000Z-abcdef")
+    assert (tmp_path / "report.pdf").read_text() == "not a folder"
