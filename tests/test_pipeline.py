@@ -150,6 +150,17 @@ def test_endpoint_outside_allowlist_is_refused(home_cli: Cli) -> None:
     assert "outside" not in home_cli("models", "list").stdout
 
 
+@pytest.mark.parametrize(("args", "message"), [
+    (["sp ace", "--base-url", "http://127.0.0.1:9/v1"], "models add: NAME: String should match pattern"),
+    (["local", "--base-url", "127.0.0.1:8000"], "models add: --base-url: '127.0.0.1:8000' is not an http(s) URL"),
+    (["served", "--kind", "vllm"], "models add: base_urls: a vllm model needs at least one base URL"),
+])
+def test_a_bad_model_endpoint_names_the_option(home_cli: Cli, args: list[str], message: str) -> None:
+    result = home_cli("models", "add", *args)
+    assert result.code == 2 and message in result.stderr, result.stderr
+    assert "pydantic" not in result.stderr and "input_value" not in result.stderr
+
+
 def test_jury_benchmark_without_judges_is_refused_before_inference(home_cli: Cli, tmp_path: Path) -> None:
     notes = tmp_path / "bhc.jsonl"
     notes.write_text("".join(json.dumps({"input": f"Discharge note {i}.", "target": f"Course {i}."}) + "\n"

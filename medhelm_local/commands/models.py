@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import typer
+from pydantic import ValidationError
 
 from medhelm_local.audit import audit_event
 from medhelm_local.console import emit_json, emit_table, info
@@ -15,6 +16,8 @@ from medhelm_local.home.config import ApplianceConfig, BackendKind, ModelEndpoin
 NAME = "models"
 HELP = "Models under test and judges: add and list endpoints."
 app = typer.Typer(no_args_is_help=True)
+_OPTIONS = {"name": "NAME", "kind": "--kind", "base_urls": "--base-url", "served_model": "--served-model",
+            "api_key_env": "--api-key-env", "context_length": "--context-length"}
 
 
 @app.command("add")
@@ -41,8 +44,12 @@ def add(
     try:
         endpoint = ModelEndpoint(name=name, kind=kind, base_urls=base_url, served_model=served_model,
                                  api_key_env=api_key_env, context_length=context_length)
-    except ValueError as exc:
-        raise BadInputError(f"models add: {exc}") from None
+    except ValidationError as exc:  # the option and what was wrong, not pydantic's report (input dump, doc URL)
+        problems = "; ".join(
+            (f"{_OPTIONS.get(str(e['loc'][0]), e['loc'][0])}: " if e["loc"] else "")
+            + e["msg"].removeprefix("Value error, ").removeprefix(f"{e['loc'][0]}: " if e["loc"] else "")
+            for e in exc.errors())
+        raise BadInputError(f"models add: {problems}") from None
     for url in endpoint.base_urls:
         try:
             app_ctx.egress.check(url)
