@@ -115,11 +115,12 @@ def _cell(row: ModelRow, benchmark: str) -> str:
 
 
 def print_leaderboard(rows: list[ModelRow], *, mdes: dict[str, BenchmarkMDE] | None = None,
-                      pairwise: list[PairwiseDifference] | None = None) -> None:
+                      pairwise: list[PairwiseDifference] | None = None, prompt_style: str = DEFAULT_STYLE,
+                      win_rule: WinRule = WinRule.PAPER) -> None:
     benchmarks = sorted({b for r in rows for b in r.benchmarks})
     categories = sorted({c for r in rows for c in r.categories})
-    rule = rows[0].win_rule.value if rows else WinRule.PAPER.value
-    style = rows[0].prompt_style if rows else "default"
+    rule = rows[0].win_rule.value if rows else win_rule.value  # an empty board still names what was asked
+    style = rows[0].prompt_style if rows else prompt_style
     emit_table(f"leaderboard (prompt style: {style}; win rule: {rule})",
                ["model", "win rate", "win sd", "macro avg", "sd", "cost", "pareto", *categories, *benchmarks],
                [[r.model, r.win_rate, r.win_sd, r.macro_avg, r.sd, r.cost, r.pareto,
@@ -175,7 +176,7 @@ def leaderboard(
     if as_json:
         emit_json(leaderboard_payload(rows, pairwise=pairwise, mdes=mdes))
     else:
-        print_leaderboard(rows, mdes=mdes, pairwise=pairwise)
+        print_leaderboard(rows, mdes=mdes, pairwise=pairwise, prompt_style=prompt_style, win_rule=ties)
         for style, count in other_styles.items():
             info(f"{count} finished run(s) of prompt style {style!r} not shown: "
                  f"`medhelm-local leaderboard --prompt-style {style}`")

@@ -120,3 +120,10 @@ def test_leaderboard_plain_output_and_shared_names(store_home: Home) -> None:
     payload = leaderboard_payload(rows)
     assert {r["model"] for r in payload} == {"alpha", "beta", "gamma"}
     assert all({"win_rate", "win_sd", "macro_avg", "sd", "categories", "benchmarks"} <= set(r) for r in payload)
+
+
+def test_an_empty_leaderboard_names_the_style_and_rule_asked_for(home_cli: Cli) -> None:
+    # no run of that style yet: the title must not claim the default style (or rule) it was not asked for
+    result = home_cli("leaderboard", "--prompt-style", "medhelm", "--win-rule", "helm")
+    assert result.code == 0, result.stderr
+    assert "# leaderboard (prompt style: medhelm; win rule: helm)" in result.stdout
