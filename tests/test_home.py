@@ -10,7 +10,7 @@ import pytest
 from medhelm_local.errors import ConfigError
 from medhelm_local.home import Home, resolve_home
 from medhelm_local.home.config import load_config
-from tests.conftest import Cli
+from tests.conftest import Cli, cli_env
 
 
 def _mode(path: Path) -> int:
@@ -71,6 +71,14 @@ def test_a_config_path_that_is_a_folder_is_bad_input(cli: Cli) -> None:
     result = cli("models", "list")
     assert result.code == 2, result.stderr
     assert f"{config_path}: expected a readable file" in result.stderr and "internal error" not in result.stderr
+
+
+@pytest.mark.parametrize("home", ["appliance.yaml", "appliance.yaml/home"])
+def test_init_with_a_file_for_home_is_bad_input(tmp_path: Path, home: str) -> None:
+    (tmp_path / "appliance.yaml").write_text("version: 1\n")
+    result = Cli(home=tmp_path / home, env=cli_env())("init")
+    assert result.code == 2, result.stderr
+    assert "not a directory" in result.stderr and "internal error" not in result.stderr
 
 
 def test_keys_readable_by_others_are_refused(home_cli: Cli) -> None:

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from medhelm_local.errors import BadInputError, MedhelmError
 from medhelm_local.home.config import ApplianceConfig, default_config, dump_config, load_config
 from medhelm_local.home.keys import ensure_keys
 
@@ -87,7 +88,13 @@ class Home:
 
     def init(self) -> InitResult:
         result = InitResult(home=self.root)
-        self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        try:
+            self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+        except (FileExistsError, NotADirectoryError):  # the path, or a folder on it, is a file
+            raise BadInputError(f"{self.root}: not a directory; --home (or $MEDHELM_HOME) names the appliance's "
+                                "home folder") from None
+        except OSError as exc:
+            raise MedhelmError(f"cannot create the home {self.root} ({exc.strerror})") from None
         if self.config_path.exists():
             result.kept.append(CONFIG_FILE)
             _ = self.config  # validate the existing file: a bad one must fail init loudly
