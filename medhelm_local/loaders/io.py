@@ -151,12 +151,21 @@ def csv_field_cap(mib: int) -> Iterator[None]:
 def _csv_rows(path: Path, text: str, delimiter: str) -> tuple[list[str], list[dict[str, Any]]]:
     kind = "CSV" if delimiter == "," else "TSV"
     cap_mib = csv_field_max_mib()
-    reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter)
     records: list[list[str]] = []
     previous = csv.field_size_limit(cap_mib << 20)
     try:
-        for record in reader:
-            records.append(record)
+        try:  # strict first: the lenient reader reads a quote left open into one field to the end of the file
+            for record in csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True):
+                records.append(record)
+        except csv.Error as exc:
+            if "unexpected end of data" in str(exc):
+                raise ExtractError(path, f"well-formed {kind} (a quoted field is never closed: the rest of the file "
+                                         "would be read into it)", row=max(len(records) - 1, 0)) from None
+            if "field larger than field limit" in str(exc):
+                raise
+            records = []  # a quirk the lenient reader accepts ('"a"b'): read the file as before
+            for record in csv.reader(io.StringIO(text, newline=""), delimiter=delimiter):
+                records.append(record)
     except csv.Error as exc:
         row = max(len(records) - 1, 0)  # the data row being read (the header is records[0])
         if "field larger than field limit" in str(exc):

@@ -161,6 +161,20 @@ def test_a_workbook_spec_given_another_file_is_bad_input(tmp_path: Path, name: s
     assert _fail(shipped_spec("medication_qa"), path).expected == "a readable Excel .xlsx workbook"
 
 
+def test_a_quote_left_open_is_refused_not_read_to_the_end_of_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "hospice.csv"  # three rows; the lenient reader made one instance of them, silently
+    path.write_text(f'label,prompt,context\nA,q,"{SECRET} open\nB,q,second note\nA,q,third note\n', encoding="utf-8")
+    error = _fail(shipped_spec("hospice_referral"), path)
+    assert error.row == 0 and "never closed" in error.expected and SECRET not in str(error)
+
+
+def test_quirks_the_lenient_reader_accepts_still_load(tmp_path: Path) -> None:
+    path = tmp_path / "hospice.csv"
+    path.write_text('prompt,context,label\nq,"a note" with a tail,A\nq,"closed",B\n', encoding="utf-8")
+    assert [i.fields["context"] for i in load_dataset(shipped_spec("hospice_referral"), path).instances] == [
+        "a note with a tail", "closed"]
+
+
 def test_line_pairs_must_align(tmp_path: Path) -> None:
     (tmp_path / "test.findings.tok").write_text("a\nb\n", encoding="utf-8")
     (tmp_path / "test.impression.tok").write_text("a\n", encoding="utf-8")
