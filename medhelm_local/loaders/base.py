@@ -75,6 +75,9 @@ def load_dataset(spec: BenchmarkSpec, path: Path) -> LoadResult:
     _ensure_registered()
     if not path.exists():
         raise BadInputError(f"{path}: no such file or directory")
+    if not (path.is_file() or path.is_dir()):  # a pipe (`<(...)`) is read once: the recorded sha256 would be of nothing
+        raise BadInputError(f"{path}: expected a regular file or a folder (a pipe or device can be read only once; "
+                            "copy it to a file first)")
     loader = _LOADERS.get(spec.input_format)
     if loader is None:
         raise BadInputError(f"benchmark {spec.id}: no loader for input format {spec.input_format!r}")

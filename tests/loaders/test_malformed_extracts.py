@@ -213,3 +213,14 @@ def test_unknown_option_of_a_native_loader_is_reported(tmp_path: Path) -> None:
     spec = spec_with("n2c2_ct", loader_options={"max_context_token": 10})
     with pytest.raises(BadInputError, match=r"unknown loader_options \['max_context_token'\]"):
         load_dataset(spec, tmp_path)
+
+
+def test_a_pipe_is_refused_before_it_is_read(tmp_path: Path) -> None:
+    """A pipe (`datasets register X <(zcat notes.csv.gz)`) can be read once: the loader would consume it and the
+    recorded source sha256 be that of nothing, so the registration's provenance would be wrong."""
+    import os
+
+    fifo = tmp_path / "notes.csv"
+    os.mkfifo(fifo)
+    with pytest.raises(BadInputError, match="expected a regular file or a folder"):
+        load_dataset(_hospice(), fifo)  # refused without opening it (opening a FIFO with no writer would block)
