@@ -305,6 +305,10 @@ async def _run_judge(store: Store, config: ApplianceConfig, spec: BenchmarkSpec,
         done(first)
         for finished in asyncio.as_completed([asyncio.create_task(ask(item)) for item in work[1:]]):
             done(await finished)
+    # Recorded as soon as this judge is done, not after every judge: a run killed while a slower judge still
+    # judges resumes with nothing to ask this one, and would otherwise never record its entry.
+    record_judge_manifest(store, scope, {judge: outcome.manifest_entry()})
+    store.release()
     return outcome
 
 

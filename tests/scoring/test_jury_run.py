@@ -102,3 +102,54 @@ def test_jury_failures_of_an_unknown_run_or_benchmark_is_bad_input(home_cli: Cli
         assert result.code == 2 and message in result.stderr, result.stderr
         assert result.stdout == "" and "Traceback" not in result.stderr
     assert home_cli("jury", "failures", "--json").code == 0
+
+
+def test_a_judge_done_before_a_kill_keeps_its_manifest_entry(tmp_path: Path) -> None:
+    """kill -9 while a slow judge is still judging, after a fast one has judged everything: the resumed run's
+    manifest names both judges (``jury.judges``), as an uninterrupted run's does; the fast judge, with nothing
+    left to ask, must not lose its entry."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    n = 6
+    valid = json.dumps({c: {"score": 4, "explanation": "fine"} for c in ("accuracy", "completeness", "clarity")})
+
+    def answer(messages: list[dict[str, Any]]) -> str:
+        return valid if "Evaluation Criteria" in messages[-1]["content"] else "Take it with food."
+
+    with FakeOpenAIServer(responder=answer) as fast, \
+            FakeOpenAIServer(responder=answer, latency_s=0.5, slots=1) as slow:
+        home = make_home(tmp_path / "home", {"j1": fast.base_url, "j2": slow.base_url}, max_retries=0)
+        config = home.config.model_copy(deep=True)
+        config.models.append(ModelEndpoint(name="candidate", base_urls=[fast.base_url], timeout_s=5.0))
+        home.save_config(config)
+        data = [Instance(benchmark="medication_qa", id=f"m{i}", fields={"question": f"Can I take drug {i}?"},
+                         references=["Yes, with food."]) for i in range(n)]
+        with Store.open(home) as store:
+            register(store, "medication_qa", data)
+        command = [sys.executable, "-m", "medhelm_local.cli", "--home", str(home.root), "run", "--model",
+                   "candidate", "--benchmarks", "medication_qa", "--json"]
+        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=cli_env())
+        deadline = time.monotonic() + 120
+        # every answer and every j1 judgement done; j2 part-way
+        while (fast.stats()["completions_sent"] < 2 * n or slow.stats()["completions_sent"] < 2) \
+                and proc.poll() is None:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        time.sleep(0.1)  # j1's last judgement committed
+        assert proc.poll() is None and slow.stats()["completions_sent"] < n
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        resumed = Cli(home=home.root, env=cli_env())("run", "--model", "candidate", "--benchmarks", "medication_qa",
+                                                     "--json")
+        assert resumed.code == 0, resumed.stderr
+    run_id = resumed.json()["run_id"]  # type: ignore[index]
+    with Store.open(home, read_only=True) as store:
+        run = store.get_run(run_id)
+        statuses = store.conn.execute("SELECT judge, count(*) FROM judgments WHERE run_id = ? AND status = 'ok' "
+                                      "GROUP BY judge ORDER BY judge", [run_id]).fetchall()
+    assert statuses == [("j1", n), ("j2", n)]
+    assert run is not None
+    assert sorted(run.manifest["jury"]["judges"]) == ["j1", "j2"]
