@@ -5,6 +5,7 @@ from __future__ import annotations
 import atexit
 import importlib
 import os
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -97,6 +98,10 @@ def main() -> None:
     # Everything the appliance writes (store, WAL, spill files, audit state, exports, reports, keys) is
     # 0600/0700, whatever the caller's umask; DuckDB creates its files with 0666 & ~umask.
     os.umask(PRIVATE_UMASK)
+    # SIGTERM (what Kubernetes and `docker stop` send first) ends a command as Ctrl-C does: a run commits the
+    # answers it holds, is marked interrupted and audited. Python's default would end the process at once, like
+    # kill -9 (`serve` commands install their own handlers).
+    signal.signal(signal.SIGTERM, signal.default_int_handler)
     register_commands(_requested_command(sys.argv[1:]))
     try:
         # Without standalone mode, click returns (not raises) the code of a typer.Exit.

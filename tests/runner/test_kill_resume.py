@@ -107,3 +107,38 @@ def test_resume_by_id_sends_nothing_when_complete(tmp_path: Path) -> None:
         missing = subprocess.run([sys.executable, "-m", "medhelm_local.cli", "--home", str(home.root), "run",
                                   "--resume", "run-nope"], capture_output=True, text=True, env=_env(), timeout=300)
         assert missing.returncode == 2 and "not found" in missing.stderr
+
+
+def test_sigterm_mid_run_saves_the_answers_and_marks_the_run_interrupted(tmp_path: Path) -> None:
+    """SIGTERM (Kubernetes, `docker stop`) ends a run as Ctrl-C does: the answers it holds are committed, the run is
+    marked interrupted and a run.finish failure is audited; the same command then finishes it identically."""
+    instances = synthetic_instances(300)
+    with FakeOpenAIServer(responder=hash_responder(), latency_s=0.05, slots=4) as server:
+        reference = make_home(tmp_path / "reference", [server.base_url])
+        register(reference, instances)
+        done = subprocess.run(_run_cmd(reference), capture_output=True, text=True, env=_env(), timeout=300)
+        assert done.returncode == 0, done.stderr
+        (reference_run,) = _run_ids(reference)
+
+        home = make_home(tmp_path / "home", [server.base_url])
+        register(home, instances)
+        start = server.stats()["requests_seen"]
+        proc = subprocess.Popen(_run_cmd(home), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env())
+        deadline = time.monotonic() + 120
+        while server.stats()["requests_seen"] < start + 40 and proc.poll() is None:
+            assert time.monotonic() < deadline, "the runner never started sending"
+            time.sleep(0.005)
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        (run_id,) = _run_ids(home)
+        with Store.open(home, read_only=True) as store:
+            run = store.get_run(run_id)
+        assert run is not None and run.status == "interrupted"
+        assert 0 < _answered(home) < len(instances)
+        records = [json.loads(line) for line in home.audit_path.read_text().splitlines()]
+        assert any(r["action"] == "run.finish" and r["outcome"] == "failure" for r in records)
+        final = subprocess.run(_run_cmd(home), capture_output=True, text=True, env=_env(), timeout=300)
+        assert final.returncode == 0, final.stderr
+    assert json.loads(final.stdout)["run_id"] == run_id
+    assert outcomes(home, run_id) == outcomes(reference, reference_run)
+    assert scores(home, run_id) == scores(reference, reference_run)
