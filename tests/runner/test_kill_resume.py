@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 from medhelm_local.home import Home
 from medhelm_local.store import Store
@@ -41,15 +42,21 @@ def _run_ids(home: Home) -> list[str]:
         return [r.run_id for r in store.list_runs()]
 
 
+def _uninterrupted(tmp_path: Path, base_url: str, instances: list[Any]) -> tuple[Home, str, Any]:
+    """The reference: the same instances run once without interruption (its home, run id, finished process)."""
+    reference = make_home(tmp_path / "reference", [base_url])
+    register(reference, instances)
+    done = subprocess.run(_run_cmd(reference), capture_output=True, text=True, env=_env(), timeout=300)
+    assert done.returncode == 0, done.stderr
+    (reference_run,) = _run_ids(reference)
+    return reference, reference_run, done
+
+
 def test_sigkill_at_random_points_then_resume_is_identical(tmp_path: Path) -> None:
     rng = random.Random(20261121)
     instances = synthetic_instances(N, contexts=40)
     with FakeOpenAIServer(responder=hash_responder(), latency_s=0.04, slots=8) as server:
-        reference = make_home(tmp_path / "reference", [server.base_url])
-        register(reference, instances)
-        done = subprocess.run(_run_cmd(reference), capture_output=True, text=True, env=_env(), timeout=300)
-        assert done.returncode == 0, done.stderr
-        (reference_run,) = _run_ids(reference)
+        reference, reference_run, done = _uninterrupted(tmp_path, server.base_url, instances)
         # Uninterrupted, the run scored every answer as it arrived; the resumed one below is scored whole at the end.
         assert json.loads(done.stdout)["session"]["scored_as_answered"] == {"pubmedqa": N}
 
@@ -114,11 +121,7 @@ def test_sigterm_mid_run_saves_the_answers_and_marks_the_run_interrupted(tmp_pat
     marked interrupted and a run.finish failure is audited; the same command then finishes it identically."""
     instances = synthetic_instances(300)
     with FakeOpenAIServer(responder=hash_responder(), latency_s=0.05, slots=4) as server:
-        reference = make_home(tmp_path / "reference", [server.base_url])
-        register(reference, instances)
-        done = subprocess.run(_run_cmd(reference), capture_output=True, text=True, env=_env(), timeout=300)
-        assert done.returncode == 0, done.stderr
-        (reference_run,) = _run_ids(reference)
+        reference, reference_run, _ = _uninterrupted(tmp_path, server.base_url, instances)
 
         home = make_home(tmp_path / "home", [server.base_url])
         register(home, instances)
