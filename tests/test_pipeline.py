@@ -72,7 +72,12 @@ def test_register_run_leaderboard(home_cli: Cli, public_data: Path, tmp_path: Pa
     payload = registered.json()
     assert isinstance(payload, dict)
     assert payload["instances"] == 1000
-    assert payload["fingerprint"] == hashlib.sha256(pubmedqa_file.read_bytes()).hexdigest()
+    assert payload["source_sha256"] == hashlib.sha256(pubmedqa_file.read_bytes()).hexdigest()
+    # The same keys mean the same thing in `datasets list` (a script matches registrations by them).
+    listed = home_cli("datasets", "list", "--json").json()
+    assert isinstance(listed, list)
+    assert [(d["fingerprint"], d["source_sha256"]) for d in listed] == [(payload["fingerprint"],
+                                                                       payload["source_sha256"])]
 
     extract = write_extract(tmp_path / "extract.csv")
     registered = home_cli("datasets", "register", "hospice_referral", str(extract), "--json")

@@ -28,8 +28,11 @@ class Registration(BaseModel):
     benchmark: str
     instances: int
     skipped: dict[str, int]
-    fingerprint: str  # sha256 of the source bytes
-    version: str  # the stored dataset version (source bytes + loader configuration)
+    source_sha256: str  # sha256 of the source bytes (several files: of their sorted hashes)
+    # The stored dataset version (source bytes + loader configuration): what `datasets list` and run manifests
+    # call the dataset's fingerprint. ``version`` is the same value under its earlier name.
+    fingerprint: str
+    version: str
     new: bool
 
 
@@ -42,7 +45,7 @@ def store_dataset(store: Store, spec: BenchmarkSpec, path: Path, result: LoadRes
         before_commit=before_commit,
     )
     return Registration(benchmark=spec.id, instances=len(result.instances), skipped=skipped,
-                        fingerprint=source_sha256, version=version, new=new)
+                        source_sha256=source_sha256, fingerprint=version, version=version, new=new)
 
 
 class _StagedSpec:
@@ -123,9 +126,10 @@ def register_file(app_ctx: AppContext, spec: BenchmarkSpec, path: Path, *, spec_
             if staged is not None:
                 staged.installed_and_committed()
         # Each prompt's send-order key, once, so that planning a run reads them instead of building every prompt.
-        store_prefix_keys(store, spec, registration.version, result.instances)
+        store_prefix_keys(store, spec, registration.fingerprint, result.instances)
     audit_event(home, app_ctx.actor, "dataset.register", role="informatics", benchmark=spec.id,
-                fingerprint=registration.fingerprint, version=registration.version,
+                # the audit trail's keys keep their meaning: fingerprint is the source's sha256
+                fingerprint=registration.source_sha256, version=registration.fingerprint,
                 instances=registration.instances, skipped=sum(registration.skipped.values()))
     return registration
 

@@ -31,7 +31,7 @@ def register(
         emit_json(registration.model_dump())
     else:
         info(f"registered {benchmark}: {registration.instances} instances, "
-             f"fingerprint {registration.fingerprint[:16]}…"
+             f"source sha256 {registration.source_sha256[:16]}…"
              + (f", skipped {registration.skipped}" if registration.skipped else "")
              + ("" if registration.new else " (already registered)"))
 
