@@ -81,3 +81,29 @@ def test_spec_id_must_match(home_cli: Cli) -> None:
     result = home_cli("datasets", "register", "other_id", str(data), "--spec", str(spec))
     assert result.code == 2
     assert "followup_needed" in result.stderr
+
+
+def test_a_spec_installed_without_its_data_is_not_run(home_cli: Cli, always_a: FakeOpenAIServer,
+                                                      tmp_path: Path) -> None:
+    """`datasets register --spec` installs the spec just before the data's transaction commits: a registration
+    killed in between leaves the new spec beside the old data. A run then refuses (exit 2, saying what to do)
+    rather than prompting and scoring instances the spec did not load; registering again mends it."""
+    spec, data = SAMPLES / "followup_needed.yaml", SAMPLES / "followup_needed.csv"
+    assert home_cli("datasets", "register", "followup_needed", str(data), "--spec", str(spec)).code == 0
+    assert home_cli("models", "add", "always-a", "--base-url", always_a.base_url).code == 0
+    changed = tmp_path / "followup_needed.yaml"  # the same benchmark, its labels mapped otherwise
+    changed.write_text(spec.read_text().replace('"yes": "A", "no": "B"', '"yes": "B", "no": "A"'))
+    assert changed.read_text() != spec.read_text()
+    shutil.copyfile(changed, home_cli.home / "benchmarks" / "followup_needed.yaml")  # what the kill leaves
+
+    refused = home_cli("run", "--model", "always-a", "--benchmarks", "followup_needed", "--json")
+    assert refused.code == 2 and "was a registration interrupted?" in refused.stderr, refused.stderr
+    assert always_a.completions_sent == 0
+
+    again = home_cli("datasets", "register", "followup_needed", str(data), "--spec", str(changed))
+    assert again.code == 0, again.stderr
+    result = _run(home_cli, "always-a", "followup_needed")
+    import csv
+
+    rows = list(csv.DictReader(data.open()))
+    assert result["score"] == sum(r["followup"] == "no" for r in rows) / len(rows)  # "no" is A now

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from medhelm_local.benchmarks.registry import SpecRegistry
+from medhelm_local.benchmarks.registry import SpecRegistry, is_custom
 from medhelm_local.benchmarks.sampling import sample_ids
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import BadInputError
@@ -28,7 +28,7 @@ from medhelm_local.records import InferenceRequest, Instance
 from medhelm_local.runner.manifest import canonical_json
 from medhelm_local.store import runs as runs_db
 from medhelm_local.store.runs import PlannedItem
-from medhelm_local.store.store import Store
+from medhelm_local.store.store import Store, dataset_version
 
 ORDER_MODES = ("prefix", "plan", "shuffle")
 PREFIX_BLOCK_CHARS = 256
@@ -108,6 +108,14 @@ def compute_plan(store: Store, specs: SpecRegistry, model: str, benchmarks: list
                 f"benchmark {benchmark} has no registered dataset; run `medhelm-local datasets register "
                 f"{benchmark} PATH` first"
             )
+        loader_sha256 = specs.get(benchmark).loader_sha256
+        if is_custom(benchmark) and dataset_version(dataset.source_sha256, loader_sha256) != dataset.fingerprint:
+            # A custom spec is installed with its data, in one step; a registration killed between the two leaves
+            # a spec that did not load the data it would be run on.
+            raise BadInputError(
+                f"benchmark {benchmark}: its spec's loader settings (input format, loader options, labels, label "
+                "map) are not the ones its current dataset was registered with (was a registration interrupted?); "
+                f"run `medhelm-local datasets register {benchmark} PATH --spec FILE` again")
         if prompt_style != DEFAULT_STYLE:
             check_style_fields(store, spec, dataset.fingerprint)
         eligible = dataset.n_instances

@@ -37,6 +37,11 @@ def utcnow() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
+def dataset_version(source_sha256: str, loader_sha256: str) -> str:
+    """A dataset version's fingerprint: its source bytes read with one loader configuration."""
+    return hashlib.sha256(f"{source_sha256}:{loader_sha256}".encode()).hexdigest()
+
+
 class DatasetInfo(BaseModel):
     benchmark: str
     fingerprint: str  # the dataset version: source bytes + loader configuration
@@ -232,7 +237,7 @@ class Store:
         Returns the version fingerprint and whether it is new (False: the same version was already stored).
         ``before_commit`` runs inside the transaction, last: if it raises, nothing is stored.
         """
-        fingerprint = hashlib.sha256(f"{source_sha256}:{loader_sha256}".encode()).hexdigest()
+        fingerprint = dataset_version(source_sha256, loader_sha256)
         now = utcnow()
         with self.transaction():
             exists = self._conn.execute(
