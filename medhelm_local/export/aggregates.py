@@ -101,6 +101,9 @@ class RawCell(_Closed):
     n_gold_empty: int | None = None  # EHRSQL: scored items whose gold query returns no rows
     score_nonempty_gold: float | None = None  # the score on the other scored items
     proportion: bool = True  # every scored instance is 0 or 1 and the score is their mean: score x n is a count
+    # micro-F1: the summed true positives, false positives and false negatives the score is computed from (2 TP /
+    # (2 TP + FP + FN)); with one label per instance it is k / n, whatever the instances' own values
+    f1_counts: list[int] | None = None
 
 
 class RawModelUsage(_Closed):
@@ -170,11 +173,13 @@ def collect(store: Store, specs: SpecRegistry, config: ApplianceConfig, run_ids:
                               seed=CI_SEED)
             n_total = store.count_items(run.run_id, benchmark)
             n_run += n_total
+            f1_counts = ([round(float(v)) for v in series.counts.sum(axis=0)]
+                         if series.aggregation == Aggregation.MICRO_F1 and series.counts is not None else None)
             cells.append(RawCell(
                 run_id=run.run_id, model=run.model, benchmark=benchmark, category=specs.get(benchmark).category,
                 metric=result.metric, score=result.score, n_scored=result.n, n_failed=result.n_failed,
                 n_total=n_total, created_at=run.created_at, n_gold_empty=result.n_gold_empty,
-                score_nonempty_gold=result.score_nonempty_gold, proportion=proportion,
+                score_nonempty_gold=result.score_nonempty_gold, proportion=proportion, f1_counts=f1_counts,
                 ci_low=None if ci is None else ci[0], ci_high=None if ci is None else ci[1],
                 replicates=intervals.replicates(series),
             ))
@@ -294,6 +299,12 @@ def implied_small(score: float, n: int, policy: ExportPolicy) -> bool:
     return any(1e-9 < k < policy.min_cell_size - 1e-9 for k in (implied, n - implied))
 
 
+def f1_small(cell: RawCell, policy: ExportPolicy) -> bool:
+    """Whether a micro-F1 score is computed from a summed TP, FP or FN from 1 to ``min_cell_size - 1``: with one
+    label per instance, micro-F1 is k / n (k right, FP = FN = n - k) although the cell is no proportion."""
+    return cell.f1_counts is not None and any(0 < c < policy.min_cell_size for c in cell.f1_counts)
+
+
 def publish_cell(cell: RawCell, policy: ExportPolicy) -> PublishedCell:
     suppressed: list[str] = []
     if 0 < cell.n_total < policy.min_cell_size:
@@ -307,6 +318,8 @@ def publish_cell(cell: RawCell, policy: ExportPolicy) -> PublishedCell:
             suppressed.append("score:small_cell")
         elif cell.proportion and implied_small(cell.score, cell.n_scored, policy):
             suppressed.append("score:implied_count")
+        elif f1_small(cell, policy):
+            suppressed.append("score:implied_count")  # micro-F1 of one label per instance is k / n
         elif 0 < cell.n_failed < policy.min_cell_size:
             suppressed.append("score:complementary")  # score x n_total would reveal n_scored, so n_failed
         else:

@@ -260,6 +260,9 @@ def _structural_checks(data: agg.ExportAggregates, raw: agg.RawExport, loaded: L
                 and agg.implied_small(implied_score, implied_n, policy)):
             implied.append(Finding("aggregates.json", f"{where}.score", "the count the score implies is a small "
                                    "cell"))
+        if cell.score is not None and agg.f1_small(raw.cells[index], policy):
+            implied.append(Finding("aggregates.json", f"{where}.score", "a micro-F1 computed from a small count "
+                                   "(TP, FP or FN)"))
         ci = [(name, getattr(cell, name)) for name in ("ci_low", "ci_high") if getattr(cell, name) is not None]
         if ci and cell.score is None:
             lonely.append(Finding("aggregates.json", f"{where}.{ci[0][0]}", "a confidence interval beside a "

@@ -197,3 +197,46 @@ def test_approval_re_runs_differencing_against_what_was_released_since(tmp_path:
     assert cli("export", "approve", str(first["request_id"]), *approve_args(cli.home)).code == 0
     refused = cli("export", "approve", str(second["request_id"]), *approve_args(cli.home))
     assert refused.code == 1 and "differencing" in refused.stderr
+
+
+def test_a_micro_f1_score_that_implies_a_small_count_is_suppressed(tmp_path: Path) -> None:
+    """A custom spec scored by micro_f1 (one label per instance) and a model that always answers A: micro-F1 is
+    2 TP / (2 TP + FP + FN) = 3 / 30 = 0.1, so 0.1 x 30 gave away the 3 patients labelled yes. The cell was no
+    'proportion' (not a mean), so the implied-count rule never looked at it."""
+    cli = site(tmp_path)
+    spec = yaml.safe_load((Path(__file__).parents[2] / "medhelm_local" / "data" / "samples" /
+                           "followup_needed.yaml").read_text())
+    spec.pop("metric", None)
+    spec.update(id="followup_f1", name="Follow-up F1", metric="micro_f1")
+    spec_path = tmp_path / "followup_f1.yaml"
+    spec_path.write_text(yaml.safe_dump(spec))
+    extract = tmp_path / "followup.csv"
+    extract.write_text("\n".join(["note_id,note_text,question,followup"] + [
+        f'{i},"Discharge day {i}, stable.",Does the patient need follow-up?,{"yes" if i < 3 else "no"}'
+        for i in range(30)]) + "\n")
+    request = request_export(cli, evaluate(cli, extract, spec=spec_path, benchmark="followup_f1"))
+    assert request["status"] == "ready", failed(request)
+    cell = _aggregates(cli.home, request)["cells"][0]  # type: ignore[index]
+    assert cell["metric"] == "micro_f1" and cell["n_scored"] == 30
+    assert cell["score"] is None and cell["ci_low"] is None and "score:implied_count" in cell["suppressed"]
+    bundle = cli.home / "exports" / str(request["request_id"]) / "bundle"
+    assert not any(">0.100<" in p.read_text() or ",0.1," in p.read_text() for p in bundle.iterdir()
+                   if p.suffix in (".json", ".csv", ".html"))
+    # The structural check refuses such a score if publishing ever let one through.
+    from medhelm_local.export import bundle as bundle_module
+    from medhelm_local.export.aggregates import RawExport, RawModelUsage, RawRun, publish
+    from medhelm_local.export.policy import LoadedPolicy
+
+    raw = RawCell(run_id="run-x", model="m", benchmark="b", category="Cat", metric="micro_f1", score=0.1,
+                  n_scored=30, n_failed=0, n_total=30, created_at=datetime(2026, 1, 1), proportion=False,
+                  f1_counts=[3, 27, 27])
+    assert publish_cell(raw.model_copy(update={"f1_counts": [15, 15, 15], "score": 0.5}), ExportPolicy()).score == 0.5
+    export = RawExport(runs=[RawRun(run_id="run-x", model="m", status="finished", benchmarks=["b"],
+                                    manifest_sha256="0" * 64, dataset_fingerprints={})],
+                       cells=[raw], usage=[RawModelUsage(model="m", cost=None, n_total=30)])
+    data = publish(export, ExportPolicy(), request_id="exp-x", policy_sha256="0" * 64)
+    assert data.cells[0].score is None
+    data.cells[0].score = 0.1
+    checks = bundle_module._structural_checks(data, export, LoadedPolicy(policy=ExportPolicy(), sha256="0" * 64,
+                                                                         source="test"))
+    assert {c.id for c in checks if c.result == "fail"} == {"implied_counts"}
