@@ -385,6 +385,9 @@ def _publish_gold_empty(cell: RawCell, n_scored: int | None, score: float | None
             suppressed.append("score_nonempty_gold:implied_count")
         elif score is None:
             suppressed.append("score_nonempty_gold:complementary")  # with the empty-gold part, it reveals the score
+        elif n_gold_empty is None:
+            # beside the score and n, its decimals pin the withheld empty-gold count (0.541 fits 20 of 37 only)
+            suppressed.append("score_nonempty_gold:complementary")
         else:
             score_nonempty_gold = round(cell.score_nonempty_gold, decimals)
     return n_gold_empty, score_nonempty_gold

@@ -263,6 +263,9 @@ def _structural_checks(data: agg.ExportAggregates, raw: agg.RawExport, loaded: L
         if cell.score is not None and agg.f1_small(raw.cells[index], policy):
             implied.append(Finding("aggregates.json", f"{where}.score", "a micro-F1 computed from a small count "
                                    "(TP, FP or FN)"))
+        if cell.score_nonempty_gold is not None and cell.n_gold_empty is None:
+            lonely.append(Finding("aggregates.json", f"{where}.score_nonempty_gold", "a score on non-empty gold beside "
+                                  "a suppressed empty-gold count reveals it (its decimals pin the count)"))
         ci = [(name, getattr(cell, name)) for name in ("ci_low", "ci_high") if getattr(cell, name) is not None]
         if ci and cell.score is None:
             lonely.append(Finding("aggregates.json", f"{where}.{ci[0][0]}", "a confidence interval beside a "

@@ -86,7 +86,8 @@ def _cell(n_scored: int, n_gold_empty: int) -> RawCell:
 
 @pytest.mark.parametrize(("n_scored", "n_gold_empty", "published", "reasons"), [
     (100, 40, (40, 0.25), []),
-    (100, 5, (None, 0.25), ["n_gold_empty:small_cell"]),
+    # the score on the 95 others, beside the score and n, would pin the withheld 5 by its decimals
+    (100, 5, (None, None), ["n_gold_empty:small_cell", "score_nonempty_gold:complementary"]),
     # 95 empty beside 100 scored would reveal the 5 non-empty items, and the score on them is a small cell
     (100, 95, (None, None), ["n_gold_empty:complementary", "score_nonempty_gold:small_cell"]),
 ])

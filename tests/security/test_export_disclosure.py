@@ -240,3 +240,49 @@ def test_a_micro_f1_score_that_implies_a_small_count_is_suppressed(tmp_path: Pat
     checks = bundle_module._structural_checks(data, export, LoadedPolicy(policy=ExportPolicy(), sha256="0" * 64,
                                                                          source="test"))
     assert {c.id for c in checks if c.result == "fail"} == {"implied_counts"}
+
+
+def test_the_score_on_non_empty_gold_does_not_give_back_a_withheld_empty_gold_count(tmp_path: Path) -> None:
+    """EHRSQL, 40 questions, 3 of them with a gold query that returns no rows: n_gold_empty (3) was withheld as a
+    small cell, but 0.541 on non-empty gold fits k / (40 - e) for e from 1 to 10 only as 20 of 37, and beside
+    0.5 of 40 it gave away 3 empty-gold questions, none of them answered right."""
+    import sqlite3
+
+    cli = site(tmp_path)
+    folder = tmp_path / "ehrsql"
+    folder.mkdir()
+    con = sqlite3.connect(folder / "eicu.sqlite")
+    con.execute("CREATE TABLE t (x INTEGER)")
+    con.executemany("INSERT INTO t VALUES (?)", [(1,), (2,)])
+    con.commit()
+    con.close()
+    (folder / "eicu.sql").write_text("CREATE TABLE t (x INTEGER);\n")
+    gold = ["SELECT x FROM t WHERE x > 100"] * 3 + ["SELECT x FROM t WHERE x = 1"] * 20 + [
+        "SELECT x FROM t WHERE x = 2"] * 17
+    (folder / "test.json").write_text(json.dumps([
+        {"id": f"q{i}", "question": f"Question number {i} about the unit?", "query": query, "is_impossible": False,
+         "db_id": "eicu"} for i, query in enumerate(gold)]))
+    run_id = evaluate(cli, folder, benchmark="ehrsql", responder=lambda _m: "SELECT x FROM t WHERE x = 1")
+    request = request_export(cli, run_id)
+    assert request["status"] == "ready", failed(request)
+    cell = _aggregates(cli.home, request)["cells"][0]  # type: ignore[index]
+    assert (cell["score"], cell["n_scored"], cell["n_gold_empty"]) == (0.5, 40, None)
+    assert cell["score_nonempty_gold"] is None and "score_nonempty_gold:complementary" in cell["suppressed"]
+    bundle = cli.home / "exports" / str(request["request_id"]) / "bundle"
+    assert not any("0.541" in p.read_text() for p in bundle.iterdir() if p.suffix in (".json", ".csv", ".html"))
+    # The structural check refuses it if publishing ever let it through.
+    from medhelm_local.export import bundle as bundle_module
+    from medhelm_local.export.aggregates import RawExport, RawModelUsage, RawRun, publish
+    from medhelm_local.export.policy import LoadedPolicy
+
+    raw = RawCell(run_id="run-x", model="m", benchmark="ehrsql", category="Cat", metric="ehrsql_execution_accuracy",
+                  score=0.5, n_scored=40, n_failed=0, n_total=40, created_at=datetime(2026, 1, 1), n_gold_empty=3,
+                  score_nonempty_gold=20 / 37)
+    export = RawExport(runs=[RawRun(run_id="run-x", model="m", status="finished", benchmarks=["ehrsql"],
+                                    manifest_sha256="0" * 64, dataset_fingerprints={})],
+                       cells=[raw], usage=[RawModelUsage(model="m", cost=None, n_total=40)])
+    data = publish(export, ExportPolicy(), request_id="exp-x", policy_sha256="0" * 64)
+    data.cells[0].score_nonempty_gold = 0.541
+    checks = bundle_module._structural_checks(data, export, LoadedPolicy(policy=ExportPolicy(), sha256="0" * 64,
+                                                                         source="test"))
+    assert {c.id for c in checks if c.result == "fail"} == {"complementary_suppression"}
