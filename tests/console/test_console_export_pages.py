@@ -1,0 +1,83 @@
+"""The compliance officer's export and audit pages, read as that person reads them: what a refusal says and where it
+leads, what happens after approval, why a request is blocked and what to do about it. Each test works on its own
+copy of the console's home (requests are approved and blocked here), served in this process."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import tests.compliance.conftest as compliance_fixtures
+from medhelm_local.home import Home
+from medhelm_local.home.config import ConsoleRole
+from medhelm_local.webconsole.identity import StandaloneSessions
+from tests.compliance.inproc import InProcessCli
+from tests.console.conftest import ConsoleHome
+
+
+@dataclass
+class Site:
+    cli: InProcessCli
+    client: Any  # starlette TestClient, signed in as a compliance officer
+    ready: str  # a ready export request
+
+    def csrf(self, page: str) -> str:
+        token = re.search(r'name="csrf" value="([0-9a-f]+)"', self.client.get(page).text)
+        assert token is not None, page
+        return token.group(1)
+
+    def digest(self, request_id: str) -> str:
+        found = re.search(r'<pre class="text" id="digest">([0-9a-f]{64})</pre>',
+                          self.client.get(f"/exports/{request_id}").text)
+        assert found is not None
+        return found.group(1)
+
+    def upload(self, request_id: str, signature: Path) -> Any:
+        return self.client.post(f"/exports/{request_id}/approve", data={"csrf": self.csrf(f"/exports/{request_id}")},
+                                files={"signature_file": ("approval.sig", signature.read_bytes())})
+
+
+@pytest.fixture
+def site(console_home: ConsoleHome, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Site]:
+    from starlette.testclient import TestClient
+
+    from medhelm_local.export.policy import POLICY_ENV
+    from medhelm_local.webconsole.app import create_app
+
+    home = tmp_path / "home"
+    shutil.copytree(console_home.home, home, symlinks=True)
+    monkeypatch.setenv(POLICY_ENV, "unset")  # restored (unset) after the test, whatever write_policy sets
+    compliance_fixtures.write_policy(home)  # this copy's own requester and approver keys, beside it
+    cli = InProcessCli(home=home)
+    request = compliance_fixtures.request_export(cli, *console_home.runs.values())
+    assert request["status"] == "ready", request
+    sessions = StandaloneSessions(user="carl", roles=frozenset({ConsoleRole.COMPLIANCE}))
+    with TestClient(create_app(Home(home), sessions), raise_server_exceptions=False) as client:
+        assert client.get(f"/login?token={sessions.new_login_token()}").status_code == 200
+        yield Site(cli=cli, client=client, ready=str(request["request_id"]))
+
+
+def text_of(html: str) -> str:
+    return " ".join(re.sub(r"<[^>]+>", " ", html).split())
+
+
+def test_after_approval_the_page_says_the_bundle_has_not_left_and_how_it_is_released(site: Site) -> None:
+    """Approving in the console signs the bundle; it does not release it. The officer is told so, and given the
+    exact command that releases it."""
+    people = compliance_fixtures.signers(site.cli.home)
+    reply = site.upload(site.ready, people[compliance_fixtures.APPROVER].sign(site.digest(site.ready)))
+    assert reply.status_code == 200 and 'id="approved"' in reply.text
+    page = text_of(reply.text)
+    assert "Not released yet" in page
+    assert f"medhelm-local export release {site.ready} --out DIR" in page
+    # once released, the page says where to, instead
+    released = site.cli("export", "release", site.ready, "--out", str(site.cli.home.parent / "outbox"))
+    assert released.code == 0, released.stderr
+    page = text_of(site.client.get(f"/exports/{site.ready}").text)
+    assert "Not released yet" not in page and f"Released to {site.cli.home.parent / 'outbox'}" in page
