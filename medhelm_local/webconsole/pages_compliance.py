@@ -255,7 +255,6 @@ async def export_approve(request: Request) -> Response:
     form = await request.form()
     if not check_csrf(request, form):
         return PlainTextResponse("Bad form token.\n", status_code=400)
-    signature = await _signature_text(form)
     request_id = request.path_params["request_id"]
     _request(console.home, request_id)  # an unknown id: not found
 
@@ -267,7 +266,15 @@ async def export_approve(request: Request) -> Response:
             approval.approve(AppContext(home=console.home, actor=identity.user), request_id,
                              signature=signature, key_file=None)
 
-    await run_in_threadpool(approve)
+    try:
+        signature = await _signature_text(form)
+        await run_in_threadpool(approve)
+    except NotFoundError:
+        raise
+    except (BadInputError, export_bundle.ExportRefused) as exc:  # refused: say so, and lead back to the request
+        return console.render(request, "error.html", status_code=400 if isinstance(exc, BadInputError) else 409,
+                              title="Approval refused", message=f"{exc}. Nothing was approved.",
+                              back=(f"/exports/{request_id}", f"Back to export request {request_id}"))
     return RedirectResponse(f"/exports/{request_id}?approved=1", status_code=303)
 
 

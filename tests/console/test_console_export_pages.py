@@ -81,3 +81,19 @@ def test_after_approval_the_page_says_the_bundle_has_not_left_and_how_it_is_rele
     assert released.code == 0, released.stderr
     page = text_of(site.client.get(f"/exports/{site.ready}").text)
     assert "Not released yet" not in page and f"Released to {site.cli.home.parent / 'outbox'}" in page
+
+
+def test_a_refused_approval_says_it_was_refused_and_leads_back_to_the_request(site: Site) -> None:
+    """A signature by a key the policy does not list, or no signature at all: the page is titled as a refused approval
+    (it read 'Cannot show this page'), says nothing was approved and links back to the request to try again."""
+    people = compliance_fixtures.signers(site.cli.home)
+    digest = site.digest(site.ready)
+    empty = site.client.post(f"/exports/{site.ready}/approve", data={"csrf": site.csrf(f"/exports/{site.ready}")})
+    for reply in (site.upload(site.ready, people["mallory"].sign(digest)), empty):
+        assert reply.status_code in (400, 409)
+        assert "<h1>Approval refused</h1>" in reply.text and "Cannot show this page" not in reply.text
+        assert "Nothing was approved" in reply.text
+        assert f'<a id="back" href="/exports/{site.ready}">' in reply.text
+    refused = site.upload(site.ready, people["mallory"].sign(digest))
+    assert "not listed under approval.approvers" in text_of(refused.text)
+    assert site.client.get(f"/exports/{site.ready}").text.count('id="export-status">ready<') == 1
