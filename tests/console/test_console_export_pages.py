@@ -4,6 +4,7 @@ copy of the console's home (requests are approved and blocked here), served in t
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 from collections.abc import Iterator
@@ -97,3 +98,21 @@ def test_a_refused_approval_says_it_was_refused_and_leads_back_to_the_request(si
     refused = site.upload(site.ready, people["mallory"].sign(digest))
     assert "not listed under approval.approvers" in text_of(refused.text)
     assert site.client.get(f"/exports/{site.ready}").text.count('id="export-status">ready<') == 1
+
+
+def test_a_blocked_request_lists_its_findings_and_says_how_to_deny_it(site: Site, console_home: ConsoleHome) -> None:
+    """A model named like a medical record number blocks the export (phi_patterns). The page lists where each finding
+    is (file, place, rule, never the value) and gives the command that denies the request: it showed only
+    '13 finding(s)' and said 'Deny it' with no button and no command."""
+    cli = site.cli
+    added = cli("models", "add", "MRN-7730019942", "--base-url", console_home.servers[0].base_url,
+                "--served-model", "model-a")
+    assert added.code == 0, added.stderr
+    run = cli("run", "--model", "MRN-7730019942", "--benchmarks", "hospice_referral", "--json")
+    assert run.code == 0, run.stderr
+    request = compliance_fixtures.request_export(cli, str(json.loads(run.stdout)["run_id"]))
+    assert request["status"] == "blocked"
+    page = text_of(site.client.get(f"/exports/{request['request_id']}").text)
+    assert "phi_patterns: " in page and "report.html" in page and "PHI pattern mrn" in page
+    assert f"medhelm-local export deny {request['request_id']}" in page
+    assert "7730019942" not in page.split("Bundle preview")[0].split("Checks", 1)[1]  # findings never the value
