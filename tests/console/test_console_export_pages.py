@@ -116,3 +116,17 @@ def test_a_blocked_request_lists_its_findings_and_says_how_to_deny_it(site: Site
     assert "phi_patterns: " in page and "report.html" in page and "PHI pattern mrn" in page
     assert f"medhelm-local export deny {request['request_id']}" in page
     assert "7730019942" not in page.split("Bundle preview")[0].split("Checks", 1)[1]  # findings never the value
+
+
+def test_the_report_ties_each_run_to_the_registration_of_its_dataset(site: Site) -> None:
+    """The runs table cites each benchmark's dataset version; the registrations table showed only the source file's
+    sha256 (another hash), so an officer could not tell which registration a run used. It shows both now."""
+    from html import unescape
+
+    html = site.client.get("/audit/report").text
+    datasets = re.search(r'<table id="report-datasets">(.*?)</table>', html, re.S)
+    runs = re.search(r'<table id="report-runs">(.*?)</table>', html, re.S)
+    assert datasets is not None and runs is not None
+    assert "Dataset version" in datasets.group(1) and "Source sha256" in datasets.group(1)
+    cited = set(re.findall(r"hospice_referral ([0-9a-f]{16})", unescape(runs.group(1))))
+    assert cited and all(version in datasets.group(1) for version in cited), cited
