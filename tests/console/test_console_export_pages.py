@@ -130,3 +130,12 @@ def test_the_report_ties_each_run_to_the_registration_of_its_dataset(site: Site)
     assert "Dataset version" in datasets.group(1) and "Source sha256" in datasets.group(1)
     cited = set(re.findall(r"hospice_referral ([0-9a-f]{16})", unescape(runs.group(1))))
     assert cited and all(version in datasets.group(1) for version in cited), cited
+
+
+def test_an_unanchored_verification_is_not_shown_as_a_plain_intact(site: Site) -> None:
+    """Without a key pinned outside the home the trail is checked against the home's own key: the page showed a green
+    INTACT with the caveat in the 'Key source' line. The warning now stands under the verdict."""
+    reply = site.client.post("/audit/verify", data={"csrf": site.csrf("/audit")})
+    assert reply.status_code == 200 and ">INTACT<" in reply.text
+    warning = re.search(r'<p class="warn" id="unanchored">(.*?)</p>', reply.text, re.S)
+    assert warning is not None and "MEDHELM_AUDIT_KEY_FINGERPRINT" in warning.group(1)
