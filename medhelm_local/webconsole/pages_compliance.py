@@ -110,7 +110,12 @@ def audit_trail(request: Request) -> Response:
     console = console_of(request)
     filters = {k: request.query_params.get(k, "").strip() for k in ("actor", "action", "since", "until")}
     records = AuditTrail(console.home.audit_path).records()
-    chosen = filter_records(records, since=_time(request, "since"), until=_time(request, "until"),
+    try:
+        since, until = _time(request, "since"), _time(request, "until")
+    except BadInputError as exc:  # the form again, with what was typed and what is wrong with it
+        return console.render(request, "audit.html", records=[], matched=0, total=len(records), filters=filters,
+                              limit=MAX_RECORDS, error=str(exc), status_code=400)
+    chosen = filter_records(records, since=since, until=until,
                             actor=filters["actor"] or None, action=filters["action"] or None)
     shown = list(reversed(chosen))[:MAX_RECORDS]
     return console.render(request, "audit.html", records=shown, matched=len(chosen), total=len(records),

@@ -139,3 +139,13 @@ def test_an_unanchored_verification_is_not_shown_as_a_plain_intact(site: Site) -
     assert reply.status_code == 200 and ">INTACT<" in reply.text
     warning = re.search(r'<p class="warn" id="unanchored">(.*?)</p>', reply.text, re.S)
     assert warning is not None and "MEDHELM_AUDIT_KEY_FINGERPRINT" in warning.group(1)
+
+
+def test_a_mistyped_audit_filter_keeps_the_form_and_what_was_typed(site: Site) -> None:
+    """A date the filter cannot read: the audit page again, with every field as typed and the problem beside it; it
+    was an error page without the form, and the actor and action typed were lost."""
+    reply = site.client.get("/audit", params={"actor": "ines.informatics", "action": "export.", "since": "25/11/2026"})
+    assert reply.status_code == 400 and "<h1>Audit trail</h1>" in reply.text
+    for value in ("ines.informatics", "export.", "25/11/2026"):
+        assert f'value="{value}"' in reply.text, value
+    assert re.search(r'id="filter-error">since: expected an ISO date', reply.text)
