@@ -6,14 +6,14 @@ from __future__ import annotations
 
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from medhelm_local.home.config import ConsoleRole
 from medhelm_local.store.ratings import ClinicianRating
 from medhelm_local.store.store import utcnow
 from medhelm_local.webconsole import data, rating
-from medhelm_local.webconsole.app import Console, check_csrf, console_of, identity_of, requires
+from medhelm_local.webconsole.app import Console, bad_form_token, check_csrf, console_of, identity_of, requires
 
 CLINICIAN = ConsoleRole.CLINICIAN
 
@@ -51,7 +51,7 @@ async def submit(request: Request) -> Response:
     identity = identity_of(request)
     form = await request.form()
     if not check_csrf(request, form):
-        return PlainTextResponse("Bad form token.\n", status_code=400)
+        return bad_form_token(request)
 
     def save() -> Response:
         sample, _ = _state(console, identity.user)

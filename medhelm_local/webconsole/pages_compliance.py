@@ -21,7 +21,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, RedirectResponse, Response
+from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from medhelm_local.audit.report import ComplianceReport, compliance_report, filter_records, parse_time
@@ -32,7 +32,7 @@ from medhelm_local.export import bundle as export_bundle
 from medhelm_local.home import Home
 from medhelm_local.home.config import ConsoleRole
 from medhelm_local.home.keys import PUBLIC_KEY_FILE, load_public_key
-from medhelm_local.webconsole.app import check_csrf, console_of, identity_of, requires
+from medhelm_local.webconsole.app import bad_form_token, check_csrf, console_of, identity_of, requires
 
 COMPLIANCE = ConsoleRole.COMPLIANCE
 MAX_RECORDS = 500
@@ -127,7 +127,7 @@ async def audit_verify(request: Request) -> Response:
     console = console_of(request)
     form = await request.form()
     if not check_csrf(request, form):
-        return PlainTextResponse("Bad form token.\n", status_code=400)
+        return bad_form_token(request)
 
     def verify() -> tuple[VerifyReport, str]:
         report, source = verify_trail(console.home)
@@ -259,7 +259,7 @@ async def export_approve(request: Request) -> Response:
         raise NotFoundError("approval with an uploaded signature is not available in this version")
     form = await request.form()
     if not check_csrf(request, form):
-        return PlainTextResponse("Bad form token.\n", status_code=400)
+        return bad_form_token(request)
     request_id = request.path_params["request_id"]
     _request(console.home, request_id)  # an unknown id: not found
 

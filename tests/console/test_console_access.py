@@ -244,6 +244,9 @@ def test_a_form_without_the_users_token_is_refused_and_audited(console_home: Con
         before = len(console_home.audit_records())
         reply = client.post(path, data={"csrf": "forged", "signature": "-----BEGIN SSH SIGNATURE-----"})
         assert reply.status_code == 400 and "Bad form token" in reply.text, path
+        # Mostly a form opened before the console restarted: it says nothing was done and leads back to the page.
+        back = {"/audit/verify": "/audit", "/logout": "/"}.get(path, path.removesuffix("/approve"))
+        assert "This form has expired" in reply.text and f'id="back" href="{back}"' in reply.text, path
         refused = [r for r in console_home.audit_records()[before:] if r["action"] == "console.bad_form_token"]
         assert len(refused) == 1, path
         assert refused[0]["outcome"] == "denied" and refused[0]["actor"].endswith("carl")
