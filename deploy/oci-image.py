@@ -10,7 +10,8 @@ change ticket on the build host; at the site it must be the same, and after
 `skopeo copy --all --preserve-digests` it is the digest the registry serves and the chart pins.
 
 With --sbom-dir, each SPDX SBOM that BuildKit attached (an in-toto attestation per platform) is written there
-as <platform>.spdx.json. Exit 0 only if every blob matches (and, with --sbom-dir, at least one SBOM exists).
+as IMAGE.<platform>.spdx.json. Exit 0 only if every blob matches (and, with --sbom-dir, at least one SBOM
+exists).
 Standard library only: it runs on an admin workstation without the appliance.
 """
 
