@@ -9,7 +9,7 @@
 # /var/lib/medhelm, the audit volume /var/lib/medhelm-audit and /tmp), carry no secrets and no package
 # manager. Base images are pinned by digest: deploy/IMAGES.md says how to update them.
 # Build with BuildKit (the default builder since Docker 23): it builds only the stages a target needs.
-# Lint: hadolint Dockerfile (tests/deploy/test_dockerfile.py runs it; the one ignore is documented inline).
+# Lint: hadolint Dockerfile (tests/deploy/test_deploy_dockerfile.py runs it; the one ignore is documented inline).
 
 # Base images, pinned by digest (multi-arch index digests). Each appears on exactly one FROM line below;
 # deploy/IMAGES.md says how to update them. To build from a local mirror, retag the same digest there
@@ -19,7 +19,7 @@ FROM python:3.12-slim-bookworm@sha256:782412e85d0f0984994c290652577d4018aff08145
 FROM vllm/vllm-openai:v0.31.0@sha256:c1c9f6fd5c109ba7f0546a59f5b2f15fb87f64c77782e90a27b648b42a8e67c3 AS vllm-base
 
 # ---------------------------------------------------------------------------------------------------
-# wheel: the appliance as a wheel (pure Python), shared by both targets.
+# wheel: the appliance as a wheel (pure Python), for the cpu target (the gpu target has no appliance).
 FROM python-base AS wheel
 ENV PIP_NO_CACHE_DIR=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PYTHONDONTWRITEBYTECODE=1
 WORKDIR /src
