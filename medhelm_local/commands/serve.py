@@ -41,7 +41,7 @@ def vllm(
     api_key_env: str | None = typer.Option(None, "--api-key-env", help="Environment variable holding the API key."),
     api_key_file: Path | None = typer.Option(None, "--api-key-file", help="File holding the API key (a Secret)."),
     extra_arg: list[str] = typer.Option([], "--extra-arg", help="Extra `vllm serve` argument (repeatable); "
-                                        "flags that log prompts are refused."),
+                                        "flags that log prompts or outputs, --api-key and --config are refused."),
     startup_timeout: float = typer.Option(1800.0, "--startup-timeout", min=1.0, help="Seconds to wait on /health."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the command and environment names; start nothing."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
