@@ -54,8 +54,8 @@ def add(
         try:
             app_ctx.egress.check(url)
         except EgressDenied:
-            audit_event(app_ctx.home, app_ctx.actor, "config.model_add", outcome="denied", model=name,
-                        reason="endpoint_not_allowlisted")
+            audit_event(app_ctx.home, app_ctx.actor, "config.model_add", outcome="denied", role="it-admin",
+                        model=name, reason="endpoint_not_allowlisted")
             raise
     data = config.model_dump()
     data["models"].append(endpoint.model_dump())

@@ -144,6 +144,10 @@ def test_models_add_refuses_and_audits(tmp_path: Path) -> None:
     assert (cli.home / "appliance.yaml").read_bytes() == config_before
     assert [d["objects"] for d in _denials(cli.home)] == [{"target": "http://203.0.113.7:8000",
                                                            "reason": "not_allowlisted"}]
+    # The refusal is the IT action's, under the role its success is recorded with (no undocumented "operator").
+    refused = [r for r in AuditTrail(cli.home / "audit" / "audit.jsonl").records()
+               if r["action"] == "config.model_add" and r.get("outcome") == "denied"]
+    assert [(r["role"], r["objects"]["reason"]) for r in refused] == [("it-admin", "endpoint_not_allowlisted")]
 
 
 def test_models_add_records_a_denial_only_for_a_refused_endpoint(tmp_path: Path,
