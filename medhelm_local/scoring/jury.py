@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import math
 import re
 import string
 from collections.abc import Mapping, Sequence
@@ -178,7 +179,8 @@ def parse_judgement(text: str, rubric: JudgeRubric) -> tuple[dict[str, int], dic
         if entry is None:
             raise InvalidJudgement(f"missing:{criterion.name}")
         score = entry.get("score") if isinstance(entry, dict) else entry
-        if isinstance(score, bool) or not isinstance(score, int | float) or float(score) != int(score):
+        if (isinstance(score, bool) or not isinstance(score, int | float)
+                or (isinstance(score, float) and not math.isfinite(score)) or float(score) != int(score)):
             raise InvalidJudgement(f"bad_score:{criterion.name}")
         if not LIKERT_MIN <= int(score) <= LIKERT_MAX:
             raise InvalidJudgement(f"bad_score:{criterion.name}")

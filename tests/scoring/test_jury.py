@@ -179,6 +179,11 @@ def test_parse_judgement_validates_every_criterion() -> None:
         ('{"accuracy": {"score": "4"}, "completeness": 3, "clarity": 3}', "bad_score:accuracy"),
         ('{"accuracy": {"score": true}, "completeness": 3, "clarity": 3}', "bad_score:accuracy"),
         ('{"accuracy": 4, "clarity": 3}', "missing:completeness"),
+        # valid JSON whose number is out of float's range (inf), and Python's NaN / Infinity extensions: an
+        # invalid reply, not an exception that ends the run (int() of them raises)
+        ('{"accuracy": {"score": 1e400}, "completeness": 3, "clarity": 3}', "bad_score:accuracy"),
+        ('{"accuracy": {"score": NaN}, "completeness": 3, "clarity": 3}', "bad_score:accuracy"),
+        ('{"accuracy": {"score": -Infinity}, "completeness": 3, "clarity": 3}', "bad_score:accuracy"),
     ]:
         with pytest.raises(InvalidJudgement) as caught:
             parse_judgement(bad, rubric)
