@@ -317,6 +317,8 @@ async def execute_run(store: Store, client: ChatClient, run: RunInfo, *, specs: 
         committer.drain()
         while tasks:
             await asyncio.gather(*list(tasks))
+        if failures:  # a task that failed after the last page was read (its done callback dropped it from tasks)
+            raise failures[0]
         await committer.close()
     except BaseException:
         reader.cancel()

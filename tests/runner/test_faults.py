@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from medhelm_local.analysis.cost import run_cost
 from medhelm_local.application.evaluation import Mode, Selection, evaluate
 from medhelm_local.benchmarks.registry import SpecRegistry
@@ -83,3 +85,24 @@ def test_retry_errors_with_nothing_failed_sends_nothing(tmp_path: Path) -> None:
         first = evaluate(app(home), quiet())
         evaluate(app(home), quiet(Selection(), Mode.retry_errors(first.run.run_id)))
         assert server.stats()["requests_seen"] == 10
+
+
+def test_an_exception_in_a_request_task_fails_the_run_it_is_never_dropped(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """A send task that raises (a bug, a reply the client could not turn into a result) after the last page was
+    read must end the run as failed; it was dropped, and the run 'finished' with its items neither answered nor
+    counted as failed."""
+    from medhelm_local.inference.client import ChatClient
+
+    async def broken(self: ChatClient, request: object, **kwargs: object) -> None:
+        raise RuntimeError("unexpected")
+
+    with FakeOpenAIServer(responder=hash_responder()) as server:
+        home = make_home(tmp_path / "home", [server.base_url])
+        register(home, synthetic_instances(3))
+        monkeypatch.setattr(ChatClient, "complete", broken)
+        with pytest.raises(RuntimeError):
+            evaluate(app(home), quiet())
+    with Store.open(home, read_only=True) as store:
+        (status,) = store.conn.execute("SELECT status FROM runs").fetchone()
+    assert status == "failed"
