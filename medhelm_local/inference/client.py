@@ -33,6 +33,7 @@ FORMAT_REJECTED = "format_rejected"
 ENDPOINT_FAILURES = frozenset({"connect_error", "connection_dropped", "timeout", "http_502", "http_503", "http_504"})
 USER_AGENT = f"python-httpx/{httpx.__version__}".encode()  # the small-request client's, on every request alike
 DEFAULT_PORTS = {"http": 80, "https": 443}
+MAX_TOKEN_COUNT = 2**31 - 1  # a usage count above this is no measurement (and no store column holds it)
 
 
 class AttemptGate(Protocol):
@@ -87,6 +88,15 @@ def request_body(model_id: str, request: InferenceRequest) -> dict[str, Any]:
     return body
 
 
+def _token_count(value: Any) -> int | None:
+    """A usage count as the server reported it, or None (unknown) when it is not a count: not an integer (a
+    string, a float, a boolean), negative, or beyond what the store keeps (a 32-bit INTEGER column), never coerced
+    or assumed."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKEN_COUNT:
+        return None
+    return value
+
+
 def parse_completion(payload: bytes) -> Completion:
     try:
         data = json.loads(payload)
@@ -96,11 +106,13 @@ def parse_completion(payload: bytes) -> Completion:
             text = ""
         if not isinstance(text, str):
             raise TypeError
-        usage = data.get("usage") or {}
+        usage = data.get("usage")
+        if not isinstance(usage, dict):
+            usage = {}
         return Completion(
             text=text,
-            prompt_tokens=usage.get("prompt_tokens"),
-            completion_tokens=usage.get("completion_tokens"),
+            prompt_tokens=_token_count(usage.get("prompt_tokens")),
+            completion_tokens=_token_count(usage.get("completion_tokens")),
             finish_reason=choice.get("finish_reason"),
         )
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):

@@ -211,3 +211,23 @@ def test_a_lane_asks_for_identity_and_decodes_or_refuses_what_a_server_compresse
     assert b"accept-encoding: identity\r\n" in head
     assert b"host: 127.0.0.1:" in head and b"authorization: bearer k-1\r\n" in head
     assert head.startswith(b"post /v1/chat/completions http/1.1\r\n")
+
+
+def test_usage_that_is_not_a_token_count_is_unknown_never_coerced_and_the_answer_is_kept() -> None:
+    """``usage`` from a broken server: negative, absurd, a string, a float, a boolean, not an object. Each count
+    is unknown (None: the run's cost is then unknown, never computed from it); the answer itself is kept. A
+    string like "ten" raised a validation error outside the client's error handling, negative counts made
+    negative costs, and 1e12 was counted in the session's totals while the store kept NULL."""
+    from medhelm_local.inference.client import parse_completion
+
+    def usage_of(usage: object) -> tuple[str, int | None, int | None]:
+        payload = json.dumps({"choices": [{"message": {"content": "yes"}, "finish_reason": "stop"}],
+                              "usage": usage}).encode()
+        completion = parse_completion(payload)
+        return completion.text, completion.prompt_tokens, completion.completion_tokens
+
+    assert usage_of({"prompt_tokens": 12, "completion_tokens": 0}) == ("yes", 12, 0)
+    for bad in (-5, 1e12, 10**12, "10", "ten", 1.5, 10.0, True, None, [1], {"n": 1}):
+        assert usage_of({"prompt_tokens": bad, "completion_tokens": bad}) == ("yes", None, None), bad
+    for not_an_object in ([1, 2], "abc", 7):
+        assert usage_of(not_an_object) == ("yes", None, None), not_an_object
