@@ -364,7 +364,12 @@ class ChatClient:
                                     content=body, extensions=self._lane_extensions)
         lane = await self._lease(base, target)
         try:
-            status, content = await lane.post(prepared)
+            # The timeout bounds the whole attempt: httpcore's bounds each read only, and a server that trickles
+            # its reply (a byte before each read times out) would hold the attempt for as long as it trickles.
+            async with asyncio.timeout(self.timeout_s):
+                status, content = await lane.post(prepared)
+        except TimeoutError:
+            raise RequestFailed("timeout", retryable=True) from None
         except UnsupportedEncoding:
             raise RequestFailed("invalid_encoding", retryable=False) from None
         except httpcore.TimeoutException:

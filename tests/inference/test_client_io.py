@@ -231,3 +231,39 @@ def test_usage_that_is_not_a_token_count_is_unknown_never_coerced_and_the_answer
         assert usage_of({"prompt_tokens": bad, "completion_tokens": bad}) == ("yes", None, None), bad
     for not_an_object in ([1, 2], "abc", 7):
         assert usage_of(not_an_object) == ("yes", None, None), not_an_object
+
+
+def test_a_server_that_trickles_its_reply_is_a_timeout_within_the_attempts_time() -> None:
+    """The per-attempt timeout bounds the whole attempt, not each read: a server that sends its reply a byte at a
+    time (every read gets something before the read timeout) held the attempt, and the run, for as long as it
+    kept trickling."""
+
+    async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length:"))
+            await reader.readexactly(length)
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+                         + str(len(REPLY)).encode() + b"\r\n\r\n")
+            for i in range(len(REPLY)):  # about 10 s in all
+                writer.write(REPLY[i:i + 1])
+                await writer.drain()
+                await asyncio.sleep(0.1)
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    async def scenario() -> tuple[str | None, float]:
+        server = await asyncio.start_server(trickle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        async with server, ChatClient([f"http://127.0.0.1:{port}/v1"], "m", LOCAL, timeout_s=0.5) as client:
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            result = await client.complete(_request(0), max_retries=0)
+            return result.error, loop.time() - started
+
+    error, elapsed = asyncio.run(scenario())
+    assert error == "timeout"
+    assert elapsed < 3
