@@ -20,7 +20,7 @@ import httpcore
 import httpx
 
 from medhelm_local.inference.egress import EgressPolicy
-from medhelm_local.inference.lane import Lane, UnsupportedEncoding
+from medhelm_local.inference.lane import Lane, ResponseTooLarge, UnsupportedEncoding
 from medhelm_local.inference.structured import is_format_rejection
 from medhelm_local.records import InferenceRequest, InferenceResult
 
@@ -372,6 +372,8 @@ class ChatClient:
             raise RequestFailed("timeout", retryable=True) from None
         except UnsupportedEncoding:
             raise RequestFailed("invalid_encoding", retryable=False) from None
+        except ResponseTooLarge:
+            raise RequestFailed("response_too_large", retryable=False) from None
         except httpcore.TimeoutException:
             raise RequestFailed("timeout", retryable=True) from None
         except httpcore.ConnectError:

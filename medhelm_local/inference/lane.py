@@ -11,7 +11,8 @@ the lane does for its one:
   new one.
 
 No proxy is ever used (the connection goes to the origin it was made for: egress is the allowlist's alone),
-and the reply is read whole: a completion is small, and the caller needs all of it.
+and the reply is read whole, up to ``MAX_RESPONSE_BYTES`` (as sent and decoded): a completion is small, and
+the caller needs all of it.
 """
 
 from __future__ import annotations
@@ -28,8 +29,15 @@ _BACKEND = AsyncioBackend()
 _DECOMPRESS_WBITS = {b"gzip": 16 + zlib.MAX_WBITS, b"x-gzip": 16 + zlib.MAX_WBITS, b"deflate": zlib.MAX_WBITS}
 
 
+MAX_RESPONSE_BYTES = 16 << 20  # a completion is small: a reply (as sent, and decoded) beyond this is refused
+
+
 class UnsupportedEncoding(Exception):
     """The reply came in a content coding the lane cannot decode (it asks for ``identity``)."""
+
+
+class ResponseTooLarge(Exception):
+    """The reply (as sent, or once decoded) is larger than ``MAX_RESPONSE_BYTES``: never read whole."""
 
 
 class Lane:
@@ -56,11 +64,15 @@ class Lane:
         """Send ``request`` and read its reply whole: (status, body). Raises httpcore's exceptions."""
         connection = await self._ready()
         response = await connection.handle_async_request(request)
-        try:
-            content = await response.aread()
+        try:  # read as it comes, up to the limit: an endless (chunked) body must not fill the memory
+            content = bytearray()
+            async for chunk in response.aiter_stream():
+                content += chunk
+                if len(content) > MAX_RESPONSE_BYTES:
+                    raise ResponseTooLarge
         finally:
-            await response.aclose()
-        return response.status, _decoded(response.headers, content)
+            await response.aclose()  # a reply not read to its end closes the connection
+        return response.status, _decoded(response.headers, bytes(content))
 
     async def aclose(self) -> None:
         if self._connection is not None:
@@ -76,8 +88,11 @@ def _decoded(headers: list[tuple[bytes, bytes]], content: bytes) -> bytes:
         wbits = _DECOMPRESS_WBITS.get(coding)
         if wbits is None:
             raise UnsupportedEncoding(coding.decode("ascii", "replace"))
+        decompressor = zlib.decompressobj(wbits)
         try:
-            content = zlib.decompress(content, wbits)
+            content = decompressor.decompress(content, MAX_RESPONSE_BYTES)
         except zlib.error as exc:
             raise UnsupportedEncoding(f"invalid {coding.decode('ascii', 'replace')} body") from exc
+        if decompressor.unconsumed_tail:  # a small body that decodes to more than the limit (a "zip bomb")
+            raise ResponseTooLarge
     return content

@@ -267,3 +267,42 @@ def test_a_server_that_trickles_its_reply_is_a_timeout_within_the_attempts_time(
     error, elapsed = asyncio.run(scenario())
     assert error == "timeout"
     assert elapsed < 3
+
+
+def test_a_reply_larger_than_any_completion_is_refused_not_read_into_memory() -> None:
+    """An endless chunked body, and a small gzip body that decodes to gigabytes, were read (and decoded) whole:
+    memory grew at line rate until the attempt timed out (or the process ran out of memory)."""
+    async def endless(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                          if line.lower().startswith(b"content-length:"))
+            await reader.readexactly(length)
+            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n")
+            chunk = b" " * (1 << 20)
+            while True:  # about 100 MiB/s, for ever
+                writer.write(b"%x\r\n" % len(chunk) + chunk + b"\r\n")
+                await writer.drain()
+                await asyncio.sleep(0.01)
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    async def scenario() -> tuple[str | None, float, str | None]:
+        server = await asyncio.start_server(endless, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        raw = RawServer(encoding=b"gzip", reply=gzip.compress(b" " * (64 << 20)))  # 64 KiB sent
+        bomb = await raw.start()
+        async with server, bomb, ChatClient([f"http://127.0.0.1:{port}/v1"], "m", LOCAL, timeout_s=3) as client, \
+                ChatClient([f"http://127.0.0.1:{raw.port}/v1"], "m", LOCAL, timeout_s=3) as bombed:
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            result = await client.complete(_request(0), max_retries=0)
+            elapsed = loop.time() - started
+            decoded = await bombed.complete(_request(1), max_retries=0)
+            return result.error, elapsed, decoded.error
+
+    error, elapsed, bomb_error = asyncio.run(scenario())
+    assert error == "response_too_large" and elapsed < 2.5
+    assert bomb_error == "response_too_large"
