@@ -8,6 +8,7 @@ connection opens. Nothing here reads or sends prompts.
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -43,6 +44,16 @@ def health_url(endpoint: ModelEndpoint, base_url: str) -> str:
     return f"{base_url}/models"
 
 
+async def _probe_status(url: str, headers: dict[str, str], timeout_s: float) -> int:
+    """The status ``url`` answers a GET with. ``timeout_s`` bounds the whole probe: httpx bounds each read only,
+    and a server trickling its reply a byte at a time would hold the probe (and ``models wait``) for as long as it
+    trickles. The body is never read."""
+    # No proxies from the environment: in-cluster names must never be sent to a proxy.
+    async with (asyncio.timeout(timeout_s), httpx.AsyncClient(trust_env=False, follow_redirects=False) as client,
+                client.stream("GET", url, headers=headers, timeout=timeout_s) as response):
+        return response.status_code
+
+
 def probed_endpoints(endpoints: Iterable[ModelEndpoint]) -> list[ModelEndpoint]:
     return [e for e in endpoints if e.kind != BackendKind.EMBEDDED]
 
@@ -75,25 +86,23 @@ def wait_for_models(
             targets.append((endpoint, ReplicaHealth(model=endpoint.name, url=url), headers))
     start = clock()
     deadline = start + timeout_s
-    # No proxies from the environment: in-cluster names must never be sent to a proxy.
-    with httpx.Client(trust_env=False, follow_redirects=False) as client:
-        while True:
-            for _endpoint, health, headers in targets:
-                if health.ok:
-                    continue
-                health.attempts += 1
-                remaining = max(0.1, deadline - clock())
-                try:
-                    response = client.get(health.url, headers=headers, timeout=min(probe_timeout_s, remaining))
-                except httpx.HTTPError as exc:
-                    health.status, health.error = None, type(exc).__name__
-                    continue
-                health.status = response.status_code
-                if response.status_code == 200:
-                    health.ok, health.error = True, None
-                    health.ready_after_s = round(clock() - start, 1)
-                else:
-                    health.error = f"HTTP {response.status_code}"
-            if all(h.ok for _e, h, _h in targets) or clock() >= deadline:
-                return [h for _e, h, _h in targets]
-            sleep(min(interval_s, max(0.0, deadline - clock())))
+    while True:
+        for _endpoint, health, headers in targets:
+            if health.ok:
+                continue
+            health.attempts += 1
+            remaining = max(0.1, deadline - clock())
+            try:
+                status = asyncio.run(_probe_status(health.url, headers, min(probe_timeout_s, remaining)))
+            except (httpx.HTTPError, TimeoutError) as exc:
+                health.status, health.error = None, type(exc).__name__
+                continue
+            health.status = status
+            if status == 200:
+                health.ok, health.error = True, None
+                health.ready_after_s = round(clock() - start, 1)
+            else:
+                health.error = f"HTTP {status}"
+        if all(h.ok for _e, h, _h in targets) or clock() >= deadline:
+            return [h for _e, h, _h in targets]
+        sleep(min(interval_s, max(0.0, deadline - clock())))

@@ -152,3 +152,53 @@ def test_models_wait_does_not_create_the_home(tmp_path: Path) -> None:
         result = _cli(tmp_path, config)("models", "wait", "--timeout", "5")
     assert result.code == 0, result.stderr
     assert not (tmp_path / "empty-home" / "store").exists()
+
+
+@contextmanager
+def trickling_server() -> Iterator[str]:
+    """A replica that accepts, reads the probe, then sends its status line and headers a byte every 0.2 s,
+    never finishing them. Yields its base URL."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    stop = threading.Event()
+
+    def serve(conn: socket.socket) -> None:
+        with conn:
+            conn.recv(65536)
+            for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 100000:
+                if stop.is_set():
+                    return
+                try:
+                    conn.sendall(bytes([byte]))
+                except OSError:
+                    return
+                time.sleep(0.2)
+
+    def accept() -> None:
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=serve, args=(conn,), daemon=True).start()
+
+    threading.Thread(target=accept, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}/v1"
+    finally:
+        stop.set()
+        listener.close()
+
+
+def test_a_replica_trickling_its_reply_does_not_hold_models_wait_past_its_timeout(tmp_path: Path) -> None:
+    """httpx's timeout bounds each read; a probe's must bound the whole probe, or `models wait --timeout 2`
+    waits for as long as the server trickles (hours here)."""
+    with trickling_server() as slow:
+        config = _config(tmp_path, [{"name": "llama", "kind": "vllm", "base_urls": [slow]}], [])
+        t0 = time.monotonic()
+        result = _cli(tmp_path, config)("models", "wait", "--timeout", "2", "--interval", "0.5", "--json",
+                                        timeout=60)
+        elapsed = time.monotonic() - t0
+    assert result.code == 1
+    payload = result.json()
+    assert isinstance(payload, dict) and payload["ok"] is False
+    assert elapsed < 30
