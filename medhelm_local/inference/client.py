@@ -20,7 +20,7 @@ import httpcore
 import httpx
 
 from medhelm_local.inference.egress import EgressPolicy
-from medhelm_local.inference.lane import Lane, ResponseTooLarge, UnsupportedEncoding
+from medhelm_local.inference.lane import MAX_RESPONSE_BYTES, Lane, ResponseTooLarge, UnsupportedEncoding
 from medhelm_local.inference.structured import is_format_rejection
 from medhelm_local.records import InferenceRequest, InferenceResult
 
@@ -302,6 +302,19 @@ class ChatClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
+    async def _small(self, method: str, url: str, timeout_s: float, **kwargs: Any) -> tuple[int, bytes]:
+        """A small request's status and body. ``timeout_s`` bounds the whole exchange (httpx bounds each read
+        only: a server trickling its reply would hold it for as long as it trickles), and the body is read up to
+        ``MAX_RESPONSE_BYTES`` (ResponseTooLarge beyond). Raises TimeoutError and httpx's errors."""
+        async with (asyncio.timeout(timeout_s),
+                    self._client.stream(method, url, timeout=timeout_s, **kwargs) as response):
+            body = bytearray()
+            async for chunk in response.aiter_bytes():  # decoded as it comes: the limit holds for both
+                body += chunk
+                if len(body) > MAX_RESPONSE_BYTES:
+                    raise ResponseTooLarge
+            return response.status_code, bytes(body)
+
     def pick_endpoint(self) -> str:
         return self.pool.choose()[0]
 
@@ -310,11 +323,11 @@ class ChatClient:
         url = f"{base_url}{path}"
         self.egress.check(url)
         try:
-            response = await self._client.get(url, timeout=timeout_s)
-            if response.status_code != 200:
+            status, content = await self._small("GET", url, timeout_s)
+            if status != 200:
                 return None
-            return json.loads(response.content)
-        except (httpx.HTTPError, ValueError):
+            return json.loads(content)
+        except (httpx.HTTPError, ValueError, TimeoutError, ResponseTooLarge):
             return None
 
     async def post_json(self, base_url: str, path: str, payload: dict[str, Any], *, timeout_s: float = 30.0
@@ -326,17 +339,19 @@ class ChatClient:
         url = f"{base_url}{path}"
         self.egress.check(url)
         try:
-            response = await self._client.post(url, json=payload, timeout=timeout_s)
-        except httpx.TimeoutException:
+            status, content = await self._small("POST", url, timeout_s, json=payload)
+        except (httpx.TimeoutException, TimeoutError):
             raise RequestFailed("timeout", retryable=True) from None
+        except ResponseTooLarge:
+            raise RequestFailed("response_too_large", retryable=False) from None
         except httpx.ConnectError:
             raise RequestFailed("connect_error", retryable=True) from None
         except httpx.HTTPError:
             raise RequestFailed("connection_dropped", retryable=True) from None
         try:
-            return response.status_code, json.loads(response.content)
+            return status, json.loads(content)
         except ValueError:
-            return response.status_code, None
+            return status, None
 
     def _target(self, base: str) -> _Target:
         target = self._targets.get(base)

@@ -306,3 +306,40 @@ def test_a_reply_larger_than_any_completion_is_refused_not_read_into_memory() ->
     error, elapsed, bomb_error = asyncio.run(scenario())
     assert error == "response_too_large" and elapsed < 2.5
     assert bomb_error == "response_too_large"
+
+
+def test_a_trickled_models_or_tokenize_reply_is_bounded_by_its_timeout() -> None:
+    """The small requests made before a run sends anything (``/v1/models``, ``/version``, a tokenizer) are bounded
+    as a whole by their timeout: httpx's bounds each read, and a server trickling its reply held the run before
+    its first completion for as long as it trickled."""
+    from medhelm_local.inference.client import RequestFailed
+
+    async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            await reader.readuntil(b"\r\n\r\n")
+            for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 1000:
+                writer.write(bytes([byte]))
+                await writer.drain()
+                await asyncio.sleep(0.1)
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    async def scenario() -> tuple[object, str, float]:
+        server = await asyncio.start_server(trickle, "127.0.0.1", 0)
+        base = f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1"
+        async with server, ChatClient([base], "m", LOCAL) as client:
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            models = await client.get_json(base, "/models", timeout_s=0.5)
+            try:
+                await client.post_json(base, "/tokenize", {"prompt": "x"}, timeout_s=0.5)
+                category = "none"
+            except RequestFailed as failed:
+                category = failed.category
+            return models, category, loop.time() - started
+
+    models, category, elapsed = asyncio.run(scenario())
+    assert models is None and category == "timeout"
+    assert elapsed < 5
