@@ -22,6 +22,8 @@ _EXACT = {
     "http_422": "the judge's server refused the request as invalid (an unsupported parameter)",
     "http_429": "the judge's server is rate-limiting: lower --concurrency",
     "no_text": "the judge's server answered without any text",
+    "invalid_encoding": "the judge's server sent its reply in a content coding the appliance cannot decode (it "
+                        "asks for none): check the server, or a proxy in front of it",
     "response_too_large": "the judge's server sent a reply larger than any completion (16 MiB or more): check "
                           "the server, or a proxy in front of it",
     "not_json": "the judge's reply was not JSON: the model did not follow the output format (structured "

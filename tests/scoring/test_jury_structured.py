@@ -234,3 +234,15 @@ def test_rescore_keeps_valid_judgements_even_when_the_prompt_changed(tmp_path: P
 ])
 def test_failure_hints(category: str, needle: str) -> None:
     assert needle in failure_hint(category)
+
+
+def test_every_category_the_client_records_has_a_hint() -> None:
+    """What the client can record for a judge's request (read from its source) is explained in `jury failures`."""
+    import inspect
+    import re
+
+    from medhelm_local.inference import client
+
+    recorded = set(re.findall(r'RequestFailed\("([a-z_0-9]+)"', inspect.getsource(client)))
+    assert {"timeout", "invalid_encoding", "response_too_large"} <= recorded
+    assert {c for c in recorded if failure_hint(c) == "unknown failure category"} == set()
