@@ -141,3 +141,9 @@ def run(
         emit_json(outcome_payload(outcome))
     else:
         print_outcome(outcome)
+    report = outcome.report
+    if report is not None and report.sent and not report.ok:
+        # Recorded, and resumable with --retry-errors; but a run that got no answer at all is no success (a
+        # scheduled run's Job must not be marked succeeded).
+        info(f"run {outcome.run.run_id}: every one of the {report.sent} request(s) sent failed")
+        raise typer.Exit(1)
