@@ -7,8 +7,10 @@ import asyncio
 import datetime
 import gzip
 import ipaddress
+import itertools
 import json
 import ssl
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
 import pytest
@@ -121,15 +123,52 @@ def test_a_connection_the_server_closed_while_idle_is_replaced_not_failed() -> N
     assert connections == 5
 
 
+async def _read_request(reader: asyncio.StreamReader) -> None:
+    """Read one HTTP request, its body included (by its Content-Length)."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                  if line.lower().startswith(b"content-length:"))
+    await reader.readexactly(length)
+
+
+def _streaming(head: bytes, pieces: Iterable[bytes], pause_s: float, *, read_body: bool = True
+               ) -> Callable[[asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]:
+    """A connection handler that reads the request, writes ``head``, then ``pieces`` with ``pause_s`` between them
+    (a server trickling its reply, or sending without end), until the client goes away."""
+    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        try:
+            if read_body:
+                await _read_request(reader)
+            else:
+                await reader.readuntil(b"\r\n\r\n")
+            writer.write(head)
+            for piece in pieces:
+                writer.write(piece)
+                await writer.drain()
+                await asyncio.sleep(pause_s)
+        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            writer.close()
+
+    return handle
+
+
+async def _one_attempt(port: int, timeout_s: float, index: int = 0) -> tuple[str | None, float]:
+    """One request to 127.0.0.1:``port``, no retry: its error category (None: answered) and how long it took."""
+    async with ChatClient([f"http://127.0.0.1:{port}/v1"], "m", LOCAL, timeout_s=timeout_s) as client:
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        result = await client.complete(_request(index), max_retries=0)
+        return result.error, loop.time() - started
+
+
 def test_a_server_that_never_answers_is_a_timeout() -> None:
     async def scenario() -> tuple[str | None, float]:
         raw = RawServer(silent=True)
         server = await raw.start()
-        async with server, ChatClient([f"http://127.0.0.1:{raw.port}/v1"], "m", LOCAL, timeout_s=0.3) as client:
-            loop = asyncio.get_running_loop()
-            started = loop.time()
-            result = await client.complete(_request(0), max_retries=0)
-            return result.error, loop.time() - started
+        async with server:
+            return await _one_attempt(raw.port, 0.3)
 
     error, elapsed = asyncio.run(scenario())
     assert error == "timeout"
@@ -238,31 +277,14 @@ def test_a_server_that_trickles_its_reply_is_a_timeout_within_the_attempts_time(
     time (every read gets something before the read timeout) held the attempt, and the run, for as long as it
     kept trickling."""
 
-    async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                          if line.lower().startswith(b"content-length:"))
-            await reader.readexactly(length)
-            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
-                         + str(len(REPLY)).encode() + b"\r\n\r\n")
-            for i in range(len(REPLY)):  # about 10 s in all
-                writer.write(REPLY[i:i + 1])
-                await writer.drain()
-                await asyncio.sleep(0.1)
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
-            pass
-        finally:
-            writer.close()
+    trickle = _streaming(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: "
+                         + str(len(REPLY)).encode() + b"\r\n\r\n",
+                         (REPLY[i:i + 1] for i in range(len(REPLY))), 0.1)  # about 10 s in all
 
     async def scenario() -> tuple[str | None, float]:
         server = await asyncio.start_server(trickle, "127.0.0.1", 0)
-        port = server.sockets[0].getsockname()[1]
-        async with server, ChatClient([f"http://127.0.0.1:{port}/v1"], "m", LOCAL, timeout_s=0.5) as client:
-            loop = asyncio.get_running_loop()
-            started = loop.time()
-            result = await client.complete(_request(0), max_retries=0)
-            return result.error, loop.time() - started
+        async with server:
+            return await _one_attempt(server.sockets[0].getsockname()[1], 0.5)
 
     error, elapsed = asyncio.run(scenario())
     assert error == "timeout"
@@ -272,36 +294,19 @@ def test_a_server_that_trickles_its_reply_is_a_timeout_within_the_attempts_time(
 def test_a_reply_larger_than_any_completion_is_refused_not_read_into_memory() -> None:
     """An endless chunked body, and a small gzip body that decodes to gigabytes, were read (and decoded) whole:
     memory grew at line rate until the attempt timed out (or the process ran out of memory)."""
-    async def endless(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = next(int(line.split(b":")[1]) for line in head.split(b"\r\n")
-                          if line.lower().startswith(b"content-length:"))
-            await reader.readexactly(length)
-            writer.write(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n")
-            chunk = b" " * (1 << 20)
-            while True:  # about 100 MiB/s, for ever
-                writer.write(b"%x\r\n" % len(chunk) + chunk + b"\r\n")
-                await writer.drain()
-                await asyncio.sleep(0.01)
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
-            pass
-        finally:
-            writer.close()
+    chunk = b" " * (1 << 20)
+    endless = _streaming(b"HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ntransfer-encoding: chunked\r\n\r\n",
+                         itertools.repeat(b"%x\r\n" % len(chunk) + chunk + b"\r\n"), 0.01)  # about 100 MiB/s
 
     async def scenario() -> tuple[str | None, float, str | None]:
         server = await asyncio.start_server(endless, "127.0.0.1", 0)
         port = server.sockets[0].getsockname()[1]
         raw = RawServer(encoding=b"gzip", reply=gzip.compress(b" " * (64 << 20)))  # 64 KiB sent
         bomb = await raw.start()
-        async with server, bomb, ChatClient([f"http://127.0.0.1:{port}/v1"], "m", LOCAL, timeout_s=3) as client, \
-                ChatClient([f"http://127.0.0.1:{raw.port}/v1"], "m", LOCAL, timeout_s=3) as bombed:
-            loop = asyncio.get_running_loop()
-            started = loop.time()
-            result = await client.complete(_request(0), max_retries=0)
-            elapsed = loop.time() - started
-            decoded = await bombed.complete(_request(1), max_retries=0)
-            return result.error, elapsed, decoded.error
+        async with server, bomb:
+            error, elapsed = await _one_attempt(port, 3)
+            decoded, _ = await _one_attempt(raw.port, 3, index=1)
+            return error, elapsed, decoded
 
     error, elapsed, bomb_error = asyncio.run(scenario())
     assert error == "response_too_large" and elapsed < 2.5
@@ -314,17 +319,8 @@ def test_a_trickled_models_or_tokenize_reply_is_bounded_by_its_timeout() -> None
     its first completion for as long as it trickled."""
     from medhelm_local.inference.client import RequestFailed
 
-    async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        try:
-            await reader.readuntil(b"\r\n\r\n")
-            for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 1000:
-                writer.write(bytes([byte]))
-                await writer.drain()
-                await asyncio.sleep(0.1)
-        except (asyncio.IncompleteReadError, ConnectionError, asyncio.CancelledError):
-            pass
-        finally:
-            writer.close()
+    head = b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 1000
+    trickle = _streaming(b"", (head[i:i + 1] for i in range(len(head))), 0.1, read_body=False)
 
     async def scenario() -> tuple[object, str, float]:
         server = await asyncio.start_server(trickle, "127.0.0.1", 0)
