@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
+_NAMED_FIELD = re.compile(r"(\w+): (.*)", re.DOTALL)  # a validator's message that names its field first
 
 
 class MedhelmError(Exception):
@@ -15,6 +23,33 @@ class BadInputError(MedhelmError):
     """The user gave something invalid: an option, a config file, an extract."""
 
     exit_code = 2
+
+
+def field_path(loc: tuple[int | str, ...]) -> str:
+    """A pydantic error location as a reader writes it: ``models[0].base_urls``; ``(root)`` for the whole object."""
+    parts: list[str] = []
+    for item in loc:
+        parts.append(f"[{item}]" if isinstance(item, int) else ("." if parts else "") + str(item))
+    return "".join(parts) or "(root)"
+
+
+def validation_problems(exc: ValidationError, names: Mapping[str, str] | None = None) -> str:
+    """pydantic's errors as ``field PATH: what was wrong; ...``, never the input (pydantic's own report prints it
+    and a link). A field validator's message that repeats its field's name (``base_urls: ...``) says it once; a
+    whole-object validator's message (no location) is given as it is, naming its fields itself. ``names``: the name
+    a field was given under (a CLI option: ``{"base_urls": "--base-url"}``)."""
+    problems = []
+    for error in exc.errors():
+        loc, message = tuple(error["loc"]), error["msg"].removeprefix("Value error, ")
+        if not loc:
+            problems.append(message)
+            continue
+        named = _NAMED_FIELD.fullmatch(message)
+        if named and loc[-1] == named.group(1):
+            message = named.group(2)
+        given = names.get(str(loc[0])) if names and len(loc) == 1 else None
+        problems.append(f"{given or f'field {field_path(loc)}'}: {message}")
+    return "; ".join(problems)
 
 
 class ConfigError(BadInputError):

@@ -20,7 +20,7 @@ import yaml
 from pydantic import ValidationError
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec
-from medhelm_local.errors import BadInputError, MedhelmError, NotFoundError
+from medhelm_local.errors import BadInputError, MedhelmError, NotFoundError, validation_problems
 from medhelm_local.home.layout import atomic_write
 
 CUSTOM_DIR = "benchmarks"
@@ -218,8 +218,7 @@ def load_custom_spec(path: Path, *, check_clash: bool = True, check_fields: bool
     try:
         spec = BenchmarkSpec.model_validate(data)
     except ValidationError as exc:
-        problems = "; ".join(f"field {'.'.join(str(p) for p in e['loc']) or '(top)'}: {e['msg']}" for e in exc.errors())
-        raise BadInputError(f"{path}: invalid benchmark spec ({problems})") from None
+        raise BadInputError(f"{path}: invalid benchmark spec ({validation_problems(exc)})") from None
     if check_clash and spec.id in _builtin_specs():
         raise BadInputError(f"{path}: field id {spec.id!r} is a built-in MedHELM benchmark; choose another id")
     if spec.input_format not in available_loaders():

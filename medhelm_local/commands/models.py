@@ -10,7 +10,7 @@ from pydantic import ValidationError
 from medhelm_local.audit import audit_event
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import app_context
-from medhelm_local.errors import BadInputError, ConfigError, EgressDenied
+from medhelm_local.errors import BadInputError, ConfigError, EgressDenied, validation_problems
 from medhelm_local.home.config import ApplianceConfig, BackendKind, ModelEndpoint
 
 NAME = "models"
@@ -44,12 +44,8 @@ def add(
     try:
         endpoint = ModelEndpoint(name=name, kind=kind, base_urls=base_url, served_model=served_model,
                                  api_key_env=api_key_env, context_length=context_length)
-    except ValidationError as exc:  # the option and what was wrong, not pydantic's report (input dump, doc URL)
-        problems = "; ".join(
-            (f"{_OPTIONS.get(str(e['loc'][0]), e['loc'][0])}: " if e["loc"] else "")
-            + e["msg"].removeprefix("Value error, ").removeprefix(f"{e['loc'][0]}: " if e["loc"] else "")
-            for e in exc.errors())
-        raise BadInputError(f"models add: {problems}") from None
+    except ValidationError as exc:
+        raise BadInputError(f"models add: {validation_problems(exc, _OPTIONS)}") from None
     for url in endpoint.base_urls:
         try:
             app_ctx.egress.check(url)

@@ -19,7 +19,7 @@ import yaml
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from medhelm_local.errors import BadInputError, ConfigError
+from medhelm_local.errors import BadInputError, ConfigError, validation_problems
 from medhelm_local.export import sshsig
 
 PatternName = Literal["mrn", "ssn", "phone", "email", "date", "address", "zip_code", "url"]
@@ -127,9 +127,7 @@ def parse_policy(data: bytes, source: str) -> LoadedPolicy:
     try:
         policy = ExportPolicy.model_validate(raw or {})
     except ValidationError as exc:
-        problems = "; ".join(f"field {'.'.join(str(p) for p in e['loc']) or '(root)'}: {e['msg']}"
-                             for e in exc.errors())
-        raise ConfigError(f"{source}: {problems}") from None
+        raise ConfigError(f"{source}: {validation_problems(exc)}") from None
     return LoadedPolicy(policy=policy, sha256=hashlib.sha256(data).hexdigest(), source=source)
 
 

@@ -9,7 +9,7 @@ from typing import Annotated
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
-from medhelm_local.errors import ConfigError
+from medhelm_local.errors import ConfigError, validation_problems
 
 CONFIG_VERSION = 1
 
@@ -218,13 +218,6 @@ def default_config() -> ApplianceConfig:
     )
 
 
-def _field_path(loc: tuple[int | str, ...]) -> str:
-    parts: list[str] = []
-    for item in loc:
-        parts.append(f"[{item}]" if isinstance(item, int) else ("." if parts else "") + str(item))
-    return "".join(parts) or "(root)"
-
-
 def load_config(path: Path) -> ApplianceConfig:
     try:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
@@ -241,8 +234,7 @@ def load_config(path: Path) -> ApplianceConfig:
     try:
         return ApplianceConfig.model_validate(raw)
     except ValidationError as exc:
-        problems = "; ".join(f"field {_field_path(e['loc'])}: {e['msg']}" for e in exc.errors())
-        raise ConfigError(f"{path}: {problems}") from None
+        raise ConfigError(f"{path}: {validation_problems(exc)}") from None
 
 
 def dump_config(config: ApplianceConfig) -> str:

@@ -20,7 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec
-from medhelm_local.errors import BadInputError, ExtractError
+from medhelm_local.errors import BadInputError, ExtractError, validation_problems
 from medhelm_local.loaders.base import canonical_label
 from medhelm_local.loaders.io import Row, Table
 from medhelm_local.records import Instance
@@ -130,8 +130,7 @@ def parse_mapping(spec: BenchmarkSpec, options: dict[str, Any]) -> RecordMapping
     try:
         return RecordMapping.model_validate(options)
     except ValidationError as exc:
-        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
-        raise BadInputError(f"benchmark {spec.id}: invalid loader_options ({problems})") from None
+        raise BadInputError(f"benchmark {spec.id}: invalid loader_options ({validation_problems(exc)})") from None
 
 
 def check_option_keys(spec: BenchmarkSpec, allowed: set[str]) -> None:
