@@ -186,16 +186,14 @@ def check_csrf(request: Request, form: Any) -> bool:
     return False
 
 
-def bad_form_token(request: Request) -> Response:
+def bad_form_token(request: Request, back: str) -> Response:
     """The page for a refused form: forged, or (far more often) opened before the console restarted, whose tokens
-    are its own. Says that nothing was done and leads back to the page the form came from."""
-    path = request.url.path
-    back = path.rsplit("/", 1)[0] if path.endswith("/approve") else {"/audit/verify": "/audit"}.get(path, path)
+    are its own. Says that nothing was done and leads ``back`` to the page the form came from."""
     return console_of(request).render(
         request, "error.html", status_code=400, title="This form has expired",
         message="Bad form token: the page was opened before the console restarted, or by another session. Nothing "
                 "was saved or changed. Open the page again and submit it from there.",
-        back=(back if back != "/logout" else "/", "Open the page again"))
+        back=(back, "Open the page again"))
 
 
 class SecurityMiddleware(BaseHTTPMiddleware):
@@ -290,7 +288,7 @@ async def logout(request: Request) -> Response:
     console = console_of(request)
     form = await request.form()
     if not check_csrf(request, form):
-        return bad_form_token(request)
+        return bad_form_token(request, "/")
     if console.sessions is not None:
         console.sessions.end(request.cookies.get(SESSION_COOKIE))
     console.audit(identity_of(request), "console.logout")

@@ -51,7 +51,7 @@ async def submit(request: Request) -> Response:
     identity = identity_of(request)
     form = await request.form()
     if not check_csrf(request, form):
-        return bad_form_token(request)
+        return bad_form_token(request, "/rate")
 
     def save() -> Response:
         sample, _ = _state(console, identity.user)

@@ -127,7 +127,7 @@ async def audit_verify(request: Request) -> Response:
     console = console_of(request)
     form = await request.form()
     if not check_csrf(request, form):
-        return bad_form_token(request)
+        return bad_form_token(request, "/audit")
 
     def verify() -> tuple[VerifyReport, str]:
         report, source = verify_trail(console.home)
@@ -257,10 +257,10 @@ async def export_approve(request: Request) -> Response:
     identity = identity_of(request)
     if not approval_by_signature():
         raise NotFoundError("approval with an uploaded signature is not available in this version")
+    request_id = request.path_params["request_id"]
     form = await request.form()
     if not check_csrf(request, form):
-        return bad_form_token(request)
-    request_id = request.path_params["request_id"]
+        return bad_form_token(request, f"/exports/{request_id}")
     _request(console.home, request_id)  # an unknown id: not found
 
     def approve() -> None:
