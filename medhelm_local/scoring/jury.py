@@ -342,10 +342,8 @@ async def run_jury_async(store: Store, config: ApplianceConfig, spec: BenchmarkS
     outcomes = await asyncio.gather(*(_run_judge(store, config, spec, judge, work, scope=scope,
                                                  concurrency=concurrency, egress=egress)
                                       for judge, work in plans.items() if work))
-    for outcome in outcomes:
+    for outcome in outcomes:  # each judge recorded its manifest entry when it was done
         stats.shapes[outcome.judge] = outcome
-    if outcomes:
-        record_judge_manifest(store, scope, {o.judge: o.manifest_entry() for o in outcomes})
     wanted = {item.instance.id for item in items if item.output is not None}
     return [j for j in get_judgments(store, scope, spec.id) if j.instance_id in wanted and j.judge in judges]
 
