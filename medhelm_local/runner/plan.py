@@ -101,15 +101,16 @@ def compute_plan(store: Store, specs: SpecRegistry, model: str, benchmarks: list
     datasets: dict[str, dict[str, Any]] = {}
     styled: dict[str, BenchmarkSpec] = {}
     for benchmark in benchmarks:
-        spec = styled[benchmark] = styled_spec(specs.get(benchmark), prompt_style)  # exit 2 where no parity
+        registered = specs.get(benchmark)
+        spec = styled[benchmark] = styled_spec(registered, prompt_style)  # exit 2 where no parity
         dataset = store.current_dataset(benchmark)
         if dataset is None:
             raise BadInputError(
                 f"benchmark {benchmark} has no registered dataset; run `medhelm-local datasets register "
                 f"{benchmark} PATH` first"
             )
-        loader_sha256 = specs.get(benchmark).loader_sha256
-        if is_custom(benchmark) and dataset_version(dataset.source_sha256, loader_sha256) != dataset.fingerprint:
+        if (is_custom(benchmark)
+                and dataset_version(dataset.source_sha256, registered.loader_sha256) != dataset.fingerprint):
             # A custom spec is installed with its data, in one step; a registration killed between the two leaves
             # a spec that did not load the data it would be run on.
             raise BadInputError(
