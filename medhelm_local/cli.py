@@ -9,6 +9,7 @@ import signal
 import sys
 import threading
 from pathlib import Path
+from types import FrameType
 from typing import NoReturn
 
 import typer
@@ -94,6 +95,17 @@ def register_commands(only: str | None = None) -> None:
 _registered: set[str] = set()
 
 
+def _terminate_as_ctrl_c(signum: int, frame: FrameType | None) -> None:
+    """Handle SIGTERM with whatever handles Ctrl-C now. Inside ``asyncio.run`` that is asyncio's own handler, which
+    cancels the main task and never raises here: a KeyboardInterrupt raised at an arbitrary point of the event
+    loop could land in a finalizer, where Python prints and drops it, and the run would go on."""
+    handler = signal.getsignal(signal.SIGINT)
+    if callable(handler):
+        handler(signal.SIGINT, frame)
+    else:  # SIGINT ignored (a background job of a script) or default: still end as an interruption
+        raise KeyboardInterrupt
+
+
 def main() -> None:
     # Everything the appliance writes (store, WAL, spill files, audit state, exports, reports, keys) is
     # 0600/0700, whatever the caller's umask; DuckDB creates its files with 0666 & ~umask.
@@ -101,7 +113,7 @@ def main() -> None:
     # SIGTERM (what Kubernetes and `docker stop` send first) ends a command as Ctrl-C does: a run commits the
     # answers it holds, is marked interrupted and audited. Python's default would end the process at once, like
     # kill -9 (`serve` commands install their own handlers).
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _terminate_as_ctrl_c)
     register_commands(_requested_command(sys.argv[1:]))
     try:
         # Without standalone mode, click returns (not raises) the code of a typer.Exit.

@@ -188,11 +188,15 @@ class FakeOpenAIServer:
     in_flight: int = 0
     bodies: list[dict[str, Any]] = field(default_factory=list)
     record_bodies: bool = False
+    hold_after: int | None = None  # chat requests beyond this many (requests_seen) wait unanswered for release_held()
+    held: int = 0
     port: int = 0
     _rng: random.Random = field(init=False)
     _slots: asyncio.Semaphore | None = field(init=False, default=None)
     _server: uvicorn.Server | None = field(init=False, default=None)
     _thread: threading.Thread | None = field(init=False, default=None)
+    _release: asyncio.Event | None = field(init=False, default=None)
+    _loop: asyncio.AbstractEventLoop | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         if self.backend not in BACKENDS:
@@ -297,6 +301,8 @@ class FakeOpenAIServer:
         self.in_flight += 1
         self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
+            if self.hold_after is not None and self.requests_seen > self.hold_after:
+                await self._wait_for_release()
             await self._chat_inner(request, send)
         finally:
             self.in_flight -= 1
@@ -362,6 +368,23 @@ class FakeOpenAIServer:
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": len(text.split()),
                       "total_tokens": prompt_tokens + len(text.split())},
         })
+
+    async def _wait_for_release(self) -> None:
+        if self._release is None:
+            self._loop, self._release = asyncio.get_running_loop(), asyncio.Event()
+        if self.hold_after is None:  # released meanwhile, from another thread (which reads _loop after this)
+            return
+        self.held += 1
+        try:
+            await self._release.wait()
+        finally:
+            self.held -= 1
+
+    def release_held(self) -> None:
+        """Stop holding: the requests waiting are answered, and so are those that follow (any thread)."""
+        self.hold_after = None
+        if self._loop is not None and self._release is not None:
+            self._loop.call_soon_threadsafe(self._release.set)
 
     def start(self) -> FakeOpenAIServer:
         if not self.port:

@@ -12,6 +12,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from medhelm_local.home import Home
 from medhelm_local.store import Store
 from medhelm_local.testing.fake_openai import FakeOpenAIServer, hash_responder
@@ -116,23 +118,31 @@ def test_resume_by_id_sends_nothing_when_complete(tmp_path: Path) -> None:
         assert missing.returncode == 2 and "not found" in missing.stderr
 
 
-def test_sigterm_mid_run_saves_the_answers_and_marks_the_run_interrupted(tmp_path: Path) -> None:
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "ctrl-c"])
+def test_a_signal_mid_run_saves_the_answers_and_marks_the_run_interrupted(tmp_path: Path, signum: int) -> None:
     """SIGTERM (Kubernetes, `docker stop`) ends a run as Ctrl-C does: the answers it holds are committed, the run is
     marked interrupted and a run.finish failure is audited; the same command then finishes it identically."""
     instances = synthetic_instances(300)
-    with FakeOpenAIServer(responder=hash_responder(), latency_s=0.05, slots=4) as server:
+    with FakeOpenAIServer(responder=hash_responder(), latency_s=0.01, slots=4) as server:
         reference, reference_run, _ = _uninterrupted(tmp_path, server.base_url, instances)
 
         home = make_home(tmp_path / "home", [server.base_url])
         register(home, instances)
-        start = server.stats()["requests_seen"]
-        proc = subprocess.Popen(_run_cmd(home), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env())
+        # The server answers 40 requests and holds the rest: the run is certainly mid-way when the signal lands,
+        # however slowly this machine schedules the test.
+        server.hold_after = server.stats()["requests_seen"] + 40
+        proc = subprocess.Popen(_run_cmd(home), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env(),
+                                text=True)
         deadline = time.monotonic() + 120
-        while server.stats()["requests_seen"] < start + 40 and proc.poll() is None:
-            assert time.monotonic() < deadline, "the runner never started sending"
+        while server.held == 0 and proc.poll() is None:
+            assert time.monotonic() < deadline, "the runner never sent past the first 40 requests"
             time.sleep(0.005)
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
+        proc.send_signal(signum)
+        try:
+            _, stderr = proc.communicate(timeout=60)
+        finally:
+            server.release_held()
+        assert proc.returncode == 130, stderr
         (run_id,) = _run_ids(home)
         with Store.open(home, read_only=True) as store:
             run = store.get_run(run_id)
