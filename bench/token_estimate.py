@@ -14,6 +14,7 @@ import json
 import statistics
 import sys
 from pathlib import Path
+from typing import Any
 
 from medhelm_local.benchmarks.registry import shipped_spec
 from medhelm_local.inference.embedded import smollm2_gguf_path
@@ -39,7 +40,7 @@ def main() -> int:
     from llama_cpp import Llama
 
     llm = Llama(model_path=str(smollm2_gguf_path()), vocab_only=True, verbose=False)
-    report = {}
+    report: dict[str, Any] = {}
     for benchmark, rel in FILES.items():
         spec = shipped_spec(benchmark)
         try:
@@ -55,7 +56,7 @@ def main() -> int:
         ratios.sort()
         report[benchmark] = {"prompts": len(ratios), "min": round(ratios[0], 3),
                              "p01": round(ratios[len(ratios) // 100], 3), "median": round(statistics.median(ratios), 3)}
-    report["ESTIMATE_BYTES_PER_TOKEN"] = ESTIMATE_BYTES_PER_TOKEN  # type: ignore[assignment]
+    report["ESTIMATE_BYTES_PER_TOKEN"] = ESTIMATE_BYTES_PER_TOKEN
     print(json.dumps(report, indent=1))
     worst = min(r["min"] for r in report.values() if isinstance(r, dict) and "min" in r)
     print(f"lowest bytes/token over all prompts: {worst} (the estimate assumes {ESTIMATE_BYTES_PER_TOKEN})")

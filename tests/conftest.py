@@ -9,6 +9,7 @@ import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -29,7 +30,7 @@ class CliResult:
     stdout: str
     stderr: str
 
-    def json(self) -> object:
+    def json(self) -> Any:  # whatever the command printed
         return json.loads(self.stdout)
 
 

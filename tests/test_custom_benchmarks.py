@@ -49,7 +49,7 @@ def test_yaml_over_csv_runs_end_to_end(home_cli: Cli, always_a: FakeOpenAIServer
     payload = registered.json()
     assert isinstance(payload, dict) and payload["instances"] > 0
     listed = home_cli("benchmarks", "list", "--json")
-    assert "followup_needed" in {b["id"] for b in listed.json()}  # type: ignore[union-attr]
+    assert "followup_needed" in {b["id"] for b in listed.json()}
 
     assert home_cli("models", "add", "always-a", "--base-url", always_a.base_url).code == 0
     result = _run(home_cli, "always-a", "followup_needed")

@@ -12,7 +12,7 @@ SECRET = "Mrs Jane Q Example, DOB 1950-01-02, metastatic disease"
 
 
 @pytest.fixture
-def json_log(capsys: pytest.CaptureFixture[str]):  # type: ignore[no-untyped-def]
+def json_log(capsys: pytest.CaptureFixture[str]):
     configure_logging("DEBUG", json_lines=True, force=True)
 
     def records() -> list[dict[str, object]]:
@@ -22,7 +22,7 @@ def json_log(capsys: pytest.CaptureFixture[str]):  # type: ignore[no-untyped-def
     configure_logging(force=True)
 
 
-def test_text_fields_are_redacted_ids_survive(json_log) -> None:  # type: ignore[no-untyped-def]
+def test_text_fields_are_redacted_ids_survive(json_log) -> None:
     log = get_logger("test")
     log.info("run.progress", run_id="run-20260101T000000Z-abc123", benchmark="pubmedqa", done=3, total=10,
              prompt=SECRET, output=SECRET, context=SECRET, explanation=SECRET, detail=SECRET,
@@ -36,14 +36,14 @@ def test_text_fields_are_redacted_ids_survive(json_log) -> None:  # type: ignore
     assert record["items"][1] == "ok-id"
 
 
-def test_free_text_event_names_are_redacted(json_log) -> None:  # type: ignore[no-untyped-def]
+def test_free_text_event_names_are_redacted(json_log) -> None:
     get_logger("test").warning(f"could not parse {SECRET}")
     (record,) = json_log()
     assert record["event"] == "[redacted event]"
     assert SECRET not in json.dumps(record)
 
 
-def test_exceptions_are_reduced_to_their_type(json_log) -> None:  # type: ignore[no-untyped-def]
+def test_exceptions_are_reduced_to_their_type(json_log) -> None:
     log = get_logger("test")
     try:
         raise ValueError(f"bad row: {SECRET}")

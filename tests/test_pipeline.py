@@ -87,7 +87,7 @@ def test_register_run_leaderboard(home_cli: Cli, public_data: Path, tmp_path: Pa
     run = home_cli("run", "--model", "oracle", "--benchmarks", "pubmedqa,hospice_referral",
                    "--max-instances", "30", "--json")
     assert run.code == 0, run.stderr
-    results = {r["benchmark"]: r for r in run.json()["results"]}  # type: ignore[index]
+    results = {r["benchmark"]: r for r in run.json()["results"]}
     assert results["pubmedqa"]["score"] == 1.0 and results["pubmedqa"]["n"] == 30
     assert results["hospice_referral"]["score"] == 1.0 and results["hospice_referral"]["n"] == 24
     assert oracle_server.completions_sent == 54
@@ -128,7 +128,7 @@ def test_failed_requests_are_recorded_not_scored(home_cli: Cli, tmp_path: Path) 
         run = home_cli("run", "--model", "broken", "--benchmarks", "hospice_referral", "--json")
     # Recorded and reported (the JSON still comes out), but a run that got no answer at all is no success.
     assert run.code == 1 and "every one of the 12 request(s) sent failed" in run.stderr, run.stderr
-    (result,) = run.json()["results"]  # type: ignore[index]
+    (result,) = run.json()["results"]
     assert result["score"] is None
     assert result["n"] == 0
     assert result["n_failed"] == 12

@@ -8,6 +8,8 @@ makes the total unknown (None): a cost is never assumed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pydantic import BaseModel
 
 from medhelm_local.analysis.cost import price, run_cost
@@ -87,7 +89,7 @@ def model_costs(store: Store, config: ApplianceConfig, runs: dict[tuple[str, str
     return out
 
 
-def pareto_front(points: dict[str, tuple[float | None, float | None]]) -> set[str]:
+def pareto_front(points: Mapping[str, tuple[float | None, float | None]]) -> set[str]:
     """Models no other model beats on both cost (lower) and win-rate (higher); points are (cost, win_rate)."""
     known: dict[str, tuple[float, float]] = {}
     for model, (cost_value, rate_value) in points.items():

@@ -59,9 +59,11 @@ def test_icc_matches_the_hand_procedure(tmp_path: Path) -> None:
     jury = {"j1": {i: q + (0.7 if n % 2 else -0.3) for n, (i, q) in enumerate(zip(IDS, QUALITY, strict=True))}}
     result = validate_jury(SPEC, "run-1", clinicians, jury, {}, resamples=300)
     # by hand: z-score each clinician, average per instance; z-score the judge; ICC(3,2) of the two columns
-    z = {r: zscore(np.array([min(5.0, max(1.0, q + o)) for q, o in zip(QUALITY, offsets, strict=True)]))
-         for r, offsets in noise.items()}
-    clinician_mean = np.mean([v for v in z.values() if v is not None], axis=0)
+    scored = {r: zscore(np.array([min(5.0, max(1.0, q + o)) for q, o in zip(QUALITY, offsets, strict=True)]))
+              for r, offsets in noise.items()}
+    z = {r: v for r, v in scored.items() if v is not None}
+    assert len(z) == len(scored)
+    clinician_mean = np.mean(list(z.values()), axis=0)
     judge = zscore(np.array([jury["j1"][i] for i in IDS]))
     assert judge is not None
     expected = float(icc3k(np.column_stack([clinician_mean, judge])))

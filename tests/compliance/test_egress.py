@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -131,7 +132,7 @@ def test_two_contexts_in_one_process_do_not_share_egress_state(tmp_path: Path) -
     assert len(_denials(first.root)) == 2 and len(_denials(second.root)) == 1
 
 
-def _denials(home: Path) -> list[dict[str, object]]:
+def _denials(home: Path) -> list[dict[str, Any]]:
     return [r for r in AuditTrail(home / "audit" / "audit.jsonl").records() if r["action"] == "egress.denied"]
 
 

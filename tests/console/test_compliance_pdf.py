@@ -32,7 +32,7 @@ def assert_nothing_but_text(content: bytes) -> None:
     reader = pypdf.PdfReader(io.BytesIO(content), strict=True)
     for page in reader.pages:
         assert "/Annots" not in page  # no links
-    root = reader.trailer["/Root"]
+    root = reader.root_object
     for key in ("/AA", "/AcroForm", "/Names"):
         assert key not in root, key
     # fpdf2 opens on the first page at page width: a destination (page, /FitH), never an action dictionary

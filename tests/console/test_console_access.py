@@ -49,7 +49,7 @@ def test_console_settings_refuse_a_bad_proxy_address() -> None:
     with pytest.raises(ValidationError, match="not an IP address"):
         ConsoleSettings(trusted_proxies=["oauth2-proxy.medhelm.svc"])
     with pytest.raises(ValidationError):
-        ConsoleSettings(roles={"superuser": ["x"]})  # type: ignore[dict-item]
+        ConsoleSettings(roles={"superuser": ["x"]})
 
 
 def test_login_tokens_work_once() -> None:

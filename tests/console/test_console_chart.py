@@ -14,7 +14,7 @@ import yaml
 from medhelm_local.home.config import ApplianceConfig, ConsoleRole
 from tests.deploy.deploykit import REPO, all_containers, by_kind, pod_spec, render
 
-CONSOLE = {
+CONSOLE: dict[str, Any] = {
     "enabled": True,
     "roles": {"informatics": ["medhelm-informatics"], "compliance": ["medhelm-compliance"],
               "clinician": ["medhelm-clinicians"], "it": ["medhelm-it"]},
@@ -187,6 +187,7 @@ def test_console_shares_the_node_of_a_read_write_once_home(docs: list[dict[str, 
     label and a required pod affinity to it, like the runner and toolbox (else: Multi-Attach on another node)."""
     (deployment,) = _component(docs, "Deployment")
     spec = pod_spec(deployment)
+    assert spec is not None
     labels = deployment["spec"]["template"]["metadata"]["labels"]
     (term,) = spec["affinity"]["podAffinity"]["requiredDuringSchedulingIgnoredDuringExecution"]
     assert term["topologyKey"] == "kubernetes.io/hostname"

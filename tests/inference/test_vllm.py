@@ -41,7 +41,7 @@ os.execv(sys.executable, [sys.executable, "-m", "medhelm_local.testing.fake_open
 
 
 def _spec(**kw: object) -> v.VllmSpec:
-    return v.VllmSpec(weights=Path("/models/llama"), served_model_name="llama-3-8b", **kw)  # type: ignore[arg-type]
+    return v.VllmSpec(weights=Path("/models/llama"), served_model_name="llama-3-8b", **kw)
 
 
 def test_command_for_current_vllm_has_no_logging_flag_and_no_key() -> None:

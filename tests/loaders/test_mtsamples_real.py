@@ -22,7 +22,7 @@ FOLDERS = {"mtsamples": "mtsamples_processed", "mtsamples_procedures": "mtsample
 
 def helm_reference(text: str) -> str | None:
     text = text.strip()
-    found = []
+    found: list[str | None] = []
     for key in ("PLAN:", "SUMMARY:", "FINDINGS:"):
         if key not in text.upper():
             found.append(None)

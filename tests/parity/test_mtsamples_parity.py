@@ -202,7 +202,7 @@ def test_a_parity_run_through_the_cli_sends_helms_prompts_and_judge_prompts(publ
         run = cli("run", "--model", "candidate", "--benchmarks", "mtsamples", "--prompt-style", "medhelm", "--json")
         assert run.code == 0, run.stderr
         bodies = list(server.bodies)
-    (result,) = run.json()["results"]  # type: ignore[index]
+    (result,) = run.json()["results"]
     assert result["n"] == 7 and result["score"] == 0.75  # the 7 reports HELM keeps, each rated 4 of 5
     judge_bodies = [b for b in bodies if "Evaluation Criteria" in b["messages"][-1]["content"]]
     model_bodies = [b for b in bodies if b not in judge_bodies]

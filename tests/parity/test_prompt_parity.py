@@ -88,7 +88,8 @@ def test_medhelm_style_refuses_where_parity_is_impossible(spec: BenchmarkSpec) -
     with pytest.raises(ParityUnavailable) as caught:
         styled_spec(spec, MEDHELM_STYLE)
     assert caught.value.exit_code == 2
-    assert spec.medhelm is not None and spec.medhelm.unavailable in str(caught.value)
+    assert spec.medhelm is not None and spec.medhelm.unavailable is not None
+    assert spec.medhelm.unavailable in str(caught.value)
 
 
 def test_every_spec_states_its_parity_and_names_helms_run_spec() -> None:
@@ -128,7 +129,7 @@ def sample_instance(spec: BenchmarkSpec) -> Instance:
         return load_case_instance(HELM_GOLDENS[spec.id])
     names = {n for _, n, _, _ in string.Formatter().parse(spec.prompt.template) if n}
     return Instance(benchmark=spec.id, id="sample", fields={n: f"<{n}>" for n in sorted(names)},
-                    references=["<gold>"], label=(spec.labels or [None])[0])
+                    references=["<gold>"], label=spec.labels[0] if spec.labels else None)
 
 
 def rendered(spec: BenchmarkSpec) -> dict[str, Any]:

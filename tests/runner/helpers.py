@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import inspect
 from pathlib import Path
 from typing import Any
 
@@ -45,10 +44,7 @@ def make_home(root: Path, base_urls: list[str], *, served_model: str = "fake-mod
 def register(home: Home, instances: list[Instance], benchmark: str = "pubmedqa") -> None:
     source_sha = hashlib.sha256("".join(i.id for i in instances).encode()).hexdigest()
     with Store.open(home) as store:
-        if "source_sha256" in inspect.signature(store.register_dataset).parameters:
-            store.register_dataset(benchmark, source_sha, "synthetic-loader", "synthetic.json", instances, {})
-        else:  # the store API before dataset versions carried the source hash
-            store.register_dataset(benchmark, source_sha, "synthetic.json", instances, {})  # type: ignore[call-arg]
+        store.register_dataset(benchmark, source_sha, "synthetic-loader", "synthetic.json", instances, {})
 
 
 FAKE_PUBMEDQA = Selection(model="fake", benchmarks=["pubmedqa"])

@@ -104,5 +104,7 @@ def test_an_exception_in_a_request_task_fails_the_run_it_is_never_dropped(tmp_pa
         with pytest.raises(RuntimeError):
             evaluate(app(home), quiet())
     with Store.open(home, read_only=True) as store:
-        (status,) = store.conn.execute("SELECT status FROM runs").fetchone()
+        row = store.conn.execute("SELECT status FROM runs").fetchone()
+    assert row is not None
+    (status,) = row
     assert status == "failed"

@@ -115,4 +115,4 @@ def test_run_initial_concurrency_flag_sets_where_the_limiter_starts(home_cli: Cl
         run = home_cli("run", "--model", "fake", "--benchmarks", "hospice_referral", "--initial-concurrency", "3",
                        "--concurrency", "8", "--json")
     assert run.code == 0, run.stderr
-    assert run.json()["session"]["concurrency_steps"][0] == [0.0, 3, "start"]  # type: ignore[index]
+    assert run.json()["session"]["concurrency_steps"][0] == [0.0, 3, "start"]

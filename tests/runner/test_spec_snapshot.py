@@ -50,7 +50,7 @@ def test_changed_spec_refuses_resume_and_retry_and_the_run_keeps_its_snapshot(ho
         assert home_cli("models", "add", "fake", "--base-url", server.base_url).code == 0
         first = home_cli("run", "--model", "fake", "--benchmarks", "followup_needed", "--max-retries", "0", "--json")
         assert first.code in (0, 1), first.stderr
-        run_id = first.json()["run_id"]  # type: ignore[index]
+        run_id = first.json()["run_id"]
 
         # The manifest holds the whole styled spec and its hash; the stored manifest hash covers it.
         shown_first = home_cli("runs", "manifest", run_id).json()

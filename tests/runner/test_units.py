@@ -125,9 +125,13 @@ def test_manifest_hash_is_canonical_and_weights_are_hashed_once(tmp_path: Path,
     weights.mkdir()
     (weights / "a.bin").write_bytes(b"abc")
     home = make_home(tmp_path / "home", ["http://127.0.0.1:9/v1"])
-    calls = []
+    calls: list[Path] = []
     real = manifest_mod._file_sha256
-    monkeypatch.setattr(manifest_mod, "_file_sha256", lambda p: calls.append(p) or real(p))
+    def counted(path: Path) -> str:
+        calls.append(path)
+        return real(path)
+
+    monkeypatch.setattr(manifest_mod, "_file_sha256", counted)
     with Store.open(home) as store:
         first = manifest_mod.weights_fingerprint(store, weights)
         second = manifest_mod.weights_fingerprint(store, weights)

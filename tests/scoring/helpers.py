@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import hashlib
-import inspect
 import uuid
+from collections.abc import Mapping
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -34,16 +34,13 @@ def make_home(root: Path, judges: dict[str, str] | None = None, *, max_retries: 
 def register(store: Store, benchmark: str, instances: list[Instance]) -> str:
     """Register ``instances`` as the benchmark's current dataset; returns the dataset fingerprint."""
     digest = hashlib.sha256(("|".join(i.id for i in instances) + benchmark).encode()).hexdigest()
-    if "loader_sha256" in inspect.signature(store.register_dataset).parameters:
-        # versioned datasets: the fingerprint covers the source and the loader
-        fingerprint, _ = store.register_dataset(benchmark, digest, "test-loader", "test", instances, {})
-        return str(fingerprint)
-    store.register_dataset(benchmark, digest, "test", instances, {})  # type: ignore[call-arg]
-    return digest
+    # versioned datasets: the fingerprint covers the source and the loader
+    fingerprint, _ = store.register_dataset(benchmark, digest, "test-loader", "test", instances, {})
+    return fingerprint
 
 
 def _write_run(store: Store, run: RunInfo,
-               plan: dict[str, tuple[str, list[Instance], dict[str, str | None]]], *,
+               plan: Mapping[str, tuple[str, list[Instance], Mapping[str, str | None]]], *,
                prompt_tokens: int | None = None, completion_tokens: int | None = None) -> str:
     """Plan ``run`` and commit its outcomes through the runner's own write path (None output: a failed request)."""
     from medhelm_local.benchmarks.registry import shipped_spec
@@ -75,7 +72,7 @@ def _run_info(model: str, benchmarks: list[str], status: str) -> RunInfo:
 
 
 def add_run(store: Store, model: str, benchmark: str, fingerprint: str, instances: list[Instance],
-            outputs: dict[str, str | None], *, status: str = "finished", prompt_tokens: int | None = None,
+            outputs: Mapping[str, str | None], *, status: str = "finished", prompt_tokens: int | None = None,
             completion_tokens: int | None = None) -> str:
     """A run of ``model`` whose responses are ``outputs`` (None: a failed request)."""
     return _write_run(store, _run_info(model, [benchmark], status), {benchmark: (fingerprint, instances, outputs)},
@@ -83,6 +80,6 @@ def add_run(store: Store, model: str, benchmark: str, fingerprint: str, instance
 
 
 def add_multi_run(store: Store, model: str,
-                  plan: dict[str, tuple[str, list[Instance], dict[str, str | None]]]) -> str:
+                  plan: Mapping[str, tuple[str, list[Instance], Mapping[str, str | None]]]) -> str:
     """One finished run over several benchmarks: ``{benchmark: (fingerprint, instances, outputs)}``."""
     return _write_run(store, _run_info(model, list(plan), "finished"), plan)

@@ -222,7 +222,7 @@ def test_run_files_written_by_helm_itself_score_like_the_projects_format(cli: Cl
     run_dir = HELM_RUNS / benchmark
     jsonl = cli("score", benchmark, "--predictions", str(run_dir / "outputs.jsonl"), "--json")
     assert jsonl.code == 0, jsonl.stderr
-    assert jsonl.json()["prompt_style"] == "default"  # type: ignore[index,call-overload]
+    assert jsonl.json()["prompt_style"] == "default"
     expected = _comparable(jsonl.json())
     assert (expected["score"], expected["n"], expected["n_failed"]) == (pytest.approx(score), n, 0)
     formats = {run_dir: "helm:scenario_state.json", run_dir / "scenario_state.json": "helm:scenario_state.json",

@@ -193,7 +193,9 @@ def test_parse_judgement_validates_every_criterion() -> None:
 def test_note_extract_rubric_uses_structure_and_no_gold() -> None:
     spec = shipped_spec("note_extract")
     assert spec.judge is not None
-    schema = response_format(spec.judge)["json_schema"]["schema"]
+    shape = response_format(spec.judge)
+    assert shape is not None
+    schema = shape["json_schema"]["schema"]
     assert schema["required"] == ["accuracy", "structure", "clarity"]
     instance = Instance(benchmark="note_extract", id="n1", fields={"context": "care plan", "question": "format"},
                         references=["GOLD-TEXT"])

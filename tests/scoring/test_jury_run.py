@@ -42,7 +42,7 @@ def test_run_scores_an_open_ended_benchmark_with_the_jury(tmp_path: Path) -> Non
         assert run.code == 0, run.stderr
         board = cli("leaderboard", "--json", "--resamples", "50")
         failures = cli("jury", "failures", "--json")
-    (result,) = run.json()["results"]  # type: ignore[index]
+    (result,) = run.json()["results"]
     assert result["metric"] == "jury"
     # drug 2: both judges replied with invalid JSON, so that answer has no valid rating: excluded and counted
     assert result["n"] == 3 and result["n_failed"] == 1
@@ -145,7 +145,7 @@ def test_a_judge_done_before_a_kill_keeps_its_manifest_entry(tmp_path: Path) -> 
         resumed = Cli(home=home.root, env=cli_env())("run", "--model", "candidate", "--benchmarks", "medication_qa",
                                                      "--json")
         assert resumed.code == 0, resumed.stderr
-    run_id = resumed.json()["run_id"]  # type: ignore[index]
+    run_id = resumed.json()["run_id"]
     with Store.open(home, read_only=True) as store:
         run = store.get_run(run_id)
         statuses = store.conn.execute("SELECT judge, count(*) FROM judgments WHERE run_id = ? AND status = 'ok' "

@@ -174,7 +174,7 @@ def test_refused_format_is_recorded_with_a_hint_and_rescore_reasks_only_failures
         cli = Cli(home=home.root, env=cli_env())
         failures = cli("jury", "failures", "--run", run_id, "--json")
         assert failures.code == 0, failures.stderr
-        rows = {r["judge"]: r for r in failures.json()}  # type: ignore[union-attr]
+        rows = {r["judge"]: r for r in failures.json()}
         assert rows["jv"]["request_failed"] == 4 and rows["jv"]["failure_rate"] == 1.0
         (category,) = rows["jv"]["categories"]
         assert category["category"] == FORMAT_REJECTED and category["count"] == 4
@@ -193,13 +193,13 @@ def test_refused_format_is_recorded_with_a_hint_and_rescore_reasks_only_failures
         before = right.requests_seen
         rescored = cli("jury", "rescore", "--run", run_id, "--json")
         assert rescored.code == 0, rescored.stderr
-        (result,) = rescored.json()  # type: ignore[misc]
+        (result,) = rescored.json()
         assert result["reasked"] == 4 and result["kept"] == 4
         assert right.requests_seen == before + 4  # only jv's four failed judgements were asked again
         assert result["scored"] == 4 and result["failed"] == 0
         assert result["structured_output"] == {"jv": "json_schema"}
         again = cli("jury", "rescore", "--run", run_id, "--json")
-        assert again.json()[0]["reasked"] == 0 and right.requests_seen == before + 4  # type: ignore[index]
+        assert again.json()[0]["reasked"] == 0 and right.requests_seen == before + 4
     with Store.open(home) as store:
         assert all(j.status == JudgmentStatus.OK for j in get_judgments(store, run_id, BENCHMARK))
     for output in (failures.stdout, failures.stderr, table.stdout, rescored.stdout, rescored.stderr):

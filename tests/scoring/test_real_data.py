@@ -86,6 +86,7 @@ def test_medec_wrong_sentence_is_flag_right_sentence_wrong(public_data: Path) ->
     assert summary.score == 1.0
     flagged = summary.groups["error"]["n"]
     total = summary.n
+    assert isinstance(flagged, int) and isinstance(total, int)
     assert summary.secondary["error_sentence_accuracy"]["score"] == pytest.approx((total - flagged) / total)
 
 

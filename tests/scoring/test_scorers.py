@@ -172,8 +172,10 @@ def test_the_likert_normalisation_is_the_jurys_for_score_and_criteria() -> None:
 
 
 def test_loader_options_give_the_fields_the_scorers_need(tmp_path: Path) -> None:
-    assert provided_fields(shipped_spec("medcalc_bench")) >= {"references", "meta.category", "meta.lower_limit"}
-    assert provided_fields(shipped_spec("ehrsql")) >= {"meta.db_path"}  # from sibling_files
+    medcalc_fields, ehrsql_fields = (provided_fields(shipped_spec(b)) for b in ("medcalc_bench", "ehrsql"))
+    assert medcalc_fields is not None and ehrsql_fields is not None
+    assert medcalc_fields >= {"references", "meta.category", "meta.lower_limit"}
+    assert ehrsql_fields >= {"meta.db_path"}  # from sibling_files
     assert provided_fields(shipped_spec("pubmedqa")) is None  # a native-format loader: its own fixed fields
     medcalc = shipped_spec("medcalc_bench")
     options = dict(medcalc.loader_options)

@@ -65,7 +65,7 @@ def test_candidate_sql_cannot_change_or_escape_the_database(eicu: Path, attack: 
     if ";" not in sql:  # the answer extractor keeps a reply's first statement only
         value, details = ehrsql_execution_accuracy(shipped_spec("ehrsql"), _instance(eicu, GOLD), f"```sql\n{sql}\n```")
         assert value == 0.0
-        assert details.sql_error == "sql_error"
+        assert isinstance(details, ehrsql.EhrsqlDetails) and details.sql_error == "sql_error"
     assert _digest(eicu) == before
     assert sorted(p.name for p in eicu.parent.iterdir()) == ["eicu.sqlite"]
     assert run_query(str(eicu), GOLD) == rows

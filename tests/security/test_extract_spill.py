@@ -42,10 +42,10 @@ def test_a_query_too_large_for_memory_writes_nothing(tmp_path: Path, monkeypatch
     monkeypatch.chdir(cwd)
     real_connect = duckdb.connect
 
-    def small_memory(database: str = ":memory:", *args: Any, config: dict[str, Any] | None = None,
+    def small_memory(database: str = ":memory:", read_only: bool = False, config: dict[str, Any] | None = None,
                      **kwargs: Any) -> duckdb.DuckDBPyConnection:  # a pod with little memory
-        return real_connect(database, *args, config={**(config or {}), "memory_limit": "120MB", "threads": 1},
-                            **kwargs)
+        return real_connect(database, read_only,
+                            config={**(config or {}), "memory_limit": "120MB", "threads": 1}, **kwargs)
 
     monkeypatch.setattr(sql_sandbox.duckdb, "connect", small_memory)
     con = sql_sandbox.folder_reader(tmp_path / "meds")

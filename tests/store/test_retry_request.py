@@ -21,9 +21,11 @@ SENT = ["the prompt the retry sent, cut to fit", "a later attempt"]
 
 def _stored(store: Store, run_id: str) -> tuple[str, int]:
     """Which request the store holds for the item (by its hash: no copy of the prompt is kept), and its cuts."""
-    (digest,) = store.conn.execute(
+    row = store.conn.execute(
         "SELECT request_hash FROM requests WHERE run_id = ? AND instance_id = 'p0'", [run_id]).fetchone()
-    cuts = store.conn.execute("SELECT count(*) FROM runner_truncations WHERE run_id = ?", [run_id]).fetchone()[0]
+    count = store.conn.execute("SELECT count(*) FROM runner_truncations WHERE run_id = ?", [run_id]).fetchone()
+    assert row is not None and count is not None
+    (digest,), cuts = row, count[0]
     return next((content for content in SENT if _request(content).digest() == digest), "the first attempt's"), cuts
 
 

@@ -259,7 +259,7 @@ def _mtsamples(scenario_module: str, folder: str) -> Callable[[Path], Iterator[I
             with tempfile.TemporaryDirectory() as scratch:
                 shutil.copyfile(report, Path(scratch) / report.name)
                 scenario = scenario_cls()
-                scenario.fetch_file_list = lambda name=report.name: [name]  # type: ignore[method-assign]
+                scenario.fetch_file_list = lambda name=report.name: [name]
                 instances = scenario.get_instances(scratch)
             if instances:  # HELM drops reports without a PLAN, SUMMARY or FINDINGS reference on the line
                 (instance,) = instances
@@ -316,7 +316,7 @@ def request_state(adapter_spec: AdapterSpec, instance: Instance) -> Any:
                    else GenerationAdapter)
     adapter = adapter_cls.__new__(adapter_cls)  # no tokenizer service: truncation is model-specific, skipped
     adapter.adapter_spec = adapter_spec
-    adapter._make_prompt_fit = lambda prompt: prompt  # type: ignore[method-assign]
+    adapter._make_prompt_fit = lambda prompt: prompt
     assert isinstance(adapter, InContextLearningAdapter)
     (state,) = adapter.generate_requests(instance, train_trial_index=0, training_instances=[])
     return state
