@@ -474,6 +474,53 @@ def test_site_adaptations_reach_the_pods(rendered):
     assert "runtimeClassName" not in pod_spec(other)
 
 
+@pytest.mark.parametrize("where", ["runner", "vllm", "models", "judges"])
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("HF_HUB_OFFLINE", "0"),  # weights, tokenizers and configs fetched from the Hub at run time
+        ("TRANSFORMERS_OFFLINE", "0"),
+        ("VLLM_NO_USAGE_STATS", "0"),
+        ("DO_NOT_TRACK", "0"),
+        ("VLLM_LOGGING_LEVEL", "DEBUG"),  # vLLM logs request details (prompts: PHI) at DEBUG
+        ("VLLM_API_KEY", "a-literal-key"),  # the key in the pod spec instead of its Secret
+        ("MEDHELM_EXPORT_POLICY", "/var/lib/medhelm/policy.yaml"),  # a policy the appliance itself can write
+        ("MEDHELM_AUDIT_KEY_FINGERPRINT", "SHA256:x"),  # re-pins over compliance's ConfigMap
+        ("MEDHELM_KEYS_DIR", "/var/lib/medhelm/keys"),
+    ],
+)
+def test_extra_env_cannot_override_what_the_chart_pins(where, name, value):
+    """Kubernetes applies the last of two env entries with one name, and extraEnv comes after the chart's own:
+    an accepted entry would silently undo the offline switches, the log level, the Secret-only API key or the
+    compliance-owned pins. The schema refuses such names wherever extraEnv is accepted."""
+    values = load_values("gpu") | {"auditKey": {"existingConfigMap": "medhelm-audit-key"}}
+    entry = [{"name": name, "value": value}]
+    if where in ("models", "judges"):
+        values[where][0]["extraEnv"] = entry
+        path = rf"/{where}/0/extraEnv/0/name"
+    else:
+        values.setdefault(where, {})["extraEnv"] = entry
+        path = rf"/{where}/extraEnv/0/name"
+    with pytest.raises(helm_python.HelmError, match=path):
+        render(values)
+
+
+def test_every_pinned_env_var_keeps_the_charts_value(rendered):
+    """Whatever a value set adds, the effective (last) value of each pinned variable is the chart's."""
+    pinned = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    values = load_values("gpu")
+    values["runner"]["extraEnv"] = [{"name": "SSL_CERT_FILE", "value": "/etc/site-ca/ca.pem"}]
+    values["vllm"] = {"extraEnv": [{"name": "NCCL_DEBUG", "value": "WARN"}]}
+    for obj in [*workloads(render(values)), *(o for n in SETS for o in workloads(rendered(n)))]:
+        for c in pod_spec(obj)["containers"]:
+            env = env_map(c)
+            if c["name"] in {"runner", "toolbox", "vllm", "console", "smoke"}:
+                assert {k: env.get(k) for k in pinned} == pinned, (obj["metadata"]["name"], c["name"])
+            if c["name"] == "vllm":
+                assert env["VLLM_LOGGING_LEVEL"] == "INFO"
+                assert "secretKeyRef" in env["VLLM_API_KEY"]
+
+
 def test_ephemeral_storage_limits_hold_the_scratch_volumes(rendered):
     """Issue 15 item 10: no pod can be evicted for filling the scratch space it was given."""
     for name in SETS:
