@@ -811,6 +811,68 @@ def test_network_policies_isolate_the_release(name, rendered):
         assert svc["spec"]["type"] == "ClusterIP"
 
 
+_CONSOLE = {
+    "enabled": True,
+    "roles": {"it": ["medhelm-it"]},
+    "oauth2Proxy": {"oidcIssuerUrl": "https://idp.hospital.example/realms/staff", "clientId": "medhelm-console",
+                    "existingSecret": "medhelm-console-oidc"},
+    "egress": [{"to": [{"ipBlock": {"cidr": "10.20.0.5/32"}}], "ports": [{"port": 443, "protocol": "TCP"}]}],
+}
+_IDP_HTTPS = {"ports": [{"port": 443, "protocol": "TCP"}]}
+
+
+@pytest.mark.parametrize(
+    ("values", "path"),
+    [
+        # "HTTPS to the identity provider", written without `to`: HTTPS to every address, the internet included.
+        pytest.param({"networkPolicy": {"extraRunnerEgress": [_IDP_HTTPS]}}, "/networkPolicy/extraRunnerEgress/0",
+                     id="runner-egress-without-peers"),
+        pytest.param({"networkPolicy": {"extraRunnerEgress": [{"to": [], **_IDP_HTTPS}]}},
+                     "/networkPolicy/extraRunnerEgress/0/to", id="runner-egress-empty-peers"),
+        pytest.param({"networkPolicy": {"extraRunnerEgress": [{"to": [{"podSelector": {}}]}]}},
+                     "/networkPolicy/extraRunnerEgress/0", id="runner-egress-every-port"),
+        pytest.param({"networkPolicy": {"extraRunnerEgress": [{}]}}, "/networkPolicy/extraRunnerEgress/0",
+                     id="runner-egress-allow-all"),
+        pytest.param({"networkPolicy": {"extraRunnerEgress": [{"to": [{"ipBlock": {"cidr": "0.0.0.0/0"}}],
+                                                               **_IDP_HTTPS}]}},
+                     "/networkPolicy/extraRunnerEgress/0/to/0/ipBlock/cidr", id="runner-egress-internet"),
+        pytest.param({"networkPolicy": {"extraModelServerIngress": [{"ports": [{"port": 8000}]}]}},
+                     "/networkPolicy/extraModelServerIngress/0", id="model-ingress-from-anywhere"),
+        pytest.param({"console": _CONSOLE | {"egress": [_IDP_HTTPS]}}, "/console/egress/0",
+                     id="console-egress-without-peers"),
+        pytest.param({"console": _CONSOLE | {"egress": [{"to": [{"ipBlock": {"cidr": "::/0"}}], **_IDP_HTTPS}]}},
+                     "/console/egress/0/to/0/ipBlock/cidr", id="console-egress-internet"),
+        # (values.yaml sets both; `null` removes a default)
+        pytest.param({"console": _CONSOLE | {"ingressController": {"namespaceSelector": None, "podSelector": None}}},
+                     "/console/ingressController", id="console-ingress-from-every-pod"),
+    ],
+)
+def test_extra_network_rules_cannot_open_the_release_to_everything(values, path):
+    """A NetworkPolicy rule without peers admits every address, one without ports every port, and an empty
+    selector every namespace or pod: the release's own policies (policies/rego/network.rego) deny all of these.
+    The schema refuses such values instead of rendering them."""
+    with pytest.raises(helm_python.HelmError, match=re.escape(path)):
+        render(values)
+
+
+def test_narrow_extra_network_rules_reach_the_policies():
+    """The rules the values document (an in-cluster endpoint for the runner, Prometheus to the model servers,
+    HTTPS to the identity provider for the console) render into the policies unchanged."""
+    endpoint = {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "llm"}},
+                        "podSelector": {"matchLabels": {"app": "tgi"}}}],
+                "ports": [{"protocol": "TCP", "port": 8080}]}
+    metrics = {"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
+               "ports": [{"protocol": "TCP", "port": 8000}]}
+    values = load_values("gpu") | {"networkPolicy": {"extraRunnerEgress": [endpoint],
+                                                     "extraModelServerIngress": [metrics]},
+                                   "console": _CONSOLE}
+    policies = {p["metadata"]["name"].removeprefix("medhelm-medhelm-local-"): p
+                for p in by_kind(render(values), "NetworkPolicy")}
+    assert endpoint in policies["runner-egress"]["spec"]["egress"]
+    assert metrics in policies["model-server-ingress"]["spec"]["ingress"]
+    assert _CONSOLE["egress"][0] in policies["console"]["spec"]["egress"]
+
+
 # --- values.schema.json rejects bad values ----------------------------------------------------------------
 
 _SERVED = {"name": "m", "weights": {"claim": "w"}}
