@@ -130,6 +130,19 @@ def test_incomplete_console_values_are_refused(values: dict[str, Any], message: 
         render({"console": values})
 
 
+@pytest.mark.parametrize("tls_secret", ["tls", ""], ids=["own-certificate", "controller-default-certificate"])
+def test_console_ingress_is_always_tls(tls_secret: str) -> None:
+    """oauth2-proxy sets Secure cookies and the pages carry PHI-derived results: the Ingress always terminates
+    TLS for the console's host, with the site's certificate or else the controller's default one."""
+    console = {**CONSOLE, "ingress": {**CONSOLE["ingress"], "tlsSecret": tls_secret}}
+    (ingress,) = _component(render({"console": console}), "Ingress")
+    (tls,) = ingress["spec"]["tls"]
+    assert tls["hosts"] == [ingress["spec"]["rules"][0]["host"]] == ["medhelm.hospital.example"]
+    assert tls.get("secretName") == (tls_secret or None)
+    for version in ("1.27", kubernetes_validate.latest_version()):
+        kubernetes_validate.validate(ingress, version, strict=True)
+
+
 def _network_denials(docs: list[dict[str, Any]]) -> list[str]:
     import regopy
 
