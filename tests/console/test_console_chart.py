@@ -124,10 +124,17 @@ def test_console_manifests_pass_the_rego_policies(docs: list[dict[str, Any]]) ->
     ({**CONSOLE, "roles": {}}, "at least one group"),
     ({**CONSOLE, "oauth2Proxy": {**CONSOLE["oauth2Proxy"], "extraArgs": ["--client-secret=abc"]}}, "extraArgs"),
     ({**CONSOLE, "oauth2Proxy": {**CONSOLE["oauth2Proxy"], "oidcIssuerUrl": "http://idp"}}, "oidcIssuerUrl"),
+    # Default-deny egress and no rule to the identity provider: oauth2-proxy could never reach it.
+    ({**CONSOLE, "egress": []}, "needs console.egress"),
 ])
 def test_incomplete_console_values_are_refused(values: dict[str, Any], message: str) -> None:
     with pytest.raises(Exception, match=message):
         render({"console": values})
+
+
+def test_without_network_policies_the_console_needs_no_egress_rule() -> None:
+    docs = render({"console": {**CONSOLE, "egress": []}, "networkPolicy": {"enabled": False}})
+    assert _component(docs, "Deployment") and not by_kind(docs, "NetworkPolicy")
 
 
 @pytest.mark.parametrize("tls_secret", ["tls", ""], ids=["own-certificate", "controller-default-certificate"])
