@@ -157,3 +157,31 @@ def test_appliance_reads_policy_and_pin_from_read_only_files_and_waits_for_the_l
     assert {"path": "./policy/audit.env", "required": False} in appliance["env_file"]
     shipped = REPO / "deploy" / "policy" / "export-policy.yaml"
     assert shipped.read_text() == (REPO / "policies" / "export-policy.yaml").read_text()
+
+
+def _reads(service: dict[str, Any]) -> dict[str, Any]:
+    """What a compose service's appliance process reads from outside its home: the export policy (the host file
+    behind MEDHELM_EXPORT_POLICY, and whether the mount is read-only), the env files (the audit key pin), the lock
+    wait and the offline/telemetry switches."""
+    env = service.get("environment", {})
+    policy = env.get("MEDHELM_EXPORT_POLICY")
+    mounts = [v.split(":") for v in service.get("volumes", []) if isinstance(v, str)]
+    source = [(host, rest) for host, target, *rest in mounts if policy and target == policy]
+    return {
+        "policy": source[0][0] if source else None,
+        "policy read-only": bool(source) and source[0][1] == ["ro"],
+        "env files": sorted(f["path"] for f in service.get("env_file", [])),
+        "lock wait": env.get("MEDHELM_LOCK_TIMEOUT_S"),
+        "switches": {k: env.get(k) for k in ("VLLM_NO_USAGE_STATS", "DO_NOT_TRACK", "HF_HUB_OFFLINE",
+                                             "TRANSFORMERS_OFFLINE", "HF_DATASETS_OFFLINE")},
+    }
+
+
+def test_compose_console_reads_the_same_policy_and_pin_as_the_appliance():
+    """The console's compliance pages approve exports and verify the audit trail: on the single host they must use
+    the site's export policy (without MEDHELM_EXPORT_POLICY the packaged default applies, which lists no approver)
+    and the pinned audit key, exactly as the CLI does."""
+    console = yaml.safe_load((REPO / "deploy" / "docker-compose.console.yml").read_text(encoding="utf-8"))
+    appliance = _reads(load()["services"]["appliance"])
+    assert appliance["policy"] == "./policy/export-policy.yaml" and appliance["policy read-only"]
+    assert _reads(console["services"]["console"]) == appliance
