@@ -9,11 +9,14 @@ from __future__ import annotations
 import asyncio
 import json
 import random
+import re
 import ssl
 import time
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC
+from email.utils import parsedate_to_datetime
 from typing import Any, Protocol
 
 import httpcore
@@ -34,6 +37,55 @@ ENDPOINT_FAILURES = frozenset({"connect_error", "connection_dropped", "timeout",
 USER_AGENT = f"python-httpx/{httpx.__version__}".encode()  # the small-request client's, on every request alike
 DEFAULT_PORTS = {"http": 80, "https": 443}
 MAX_TOKEN_COUNT = 2**31 - 1  # a usage count above this is no measurement (and no store column holds it)
+# A reply with one of these statuses may say, in ``Retry-After``, when to ask again (RFC 9110, 10.2.3); the next
+# attempt then waits at least that long, but never longer than the backoff cap or the request's timeout.
+RETRY_AFTER_STATUS = frozenset({429, 503})
+MAX_RETRY_AFTER_CHARS = 64  # a longer header is no delay or date: ignored, the client's own backoff applies
+_DELAY_SECONDS = re.compile(r"[0-9]+")
+
+
+def parse_retry_after(value: bytes | str | None, now: float) -> float | None:
+    """The seconds a ``Retry-After`` header asks a client to wait: delay-seconds (``120``) or an HTTP-date
+    (``Wed, 21 Oct 2026 07:28:00 GMT``; a date in the past is 0), ``now`` being the wall clock (``time.time()``).
+    None when absent, malformed or absurd (negative, fractional, longer than ``MAX_RETRY_AFTER_CHARS``, a date
+    that is no date): the caller then keeps its own backoff. Never raises."""
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        if len(value) > MAX_RETRY_AFTER_CHARS:
+            return None
+        try:
+            value = value.decode("ascii")
+        except UnicodeDecodeError:
+            return None
+    text = value.strip()
+    if not text or len(text) > MAX_RETRY_AFTER_CHARS:
+        return None
+    if _DELAY_SECONDS.fullmatch(text):
+        return float(int(text))
+    try:
+        when = parsedate_to_datetime(text)
+    except (TypeError, ValueError, IndexError, OverflowError):
+        return None
+    if when.tzinfo is None:  # an HTTP-date is always GMT
+        when = when.replace(tzinfo=UTC)
+    try:
+        return max(0.0, when.timestamp() - now)
+    except (OverflowError, ValueError, OSError):
+        return None
+
+
+def retry_delay(attempt: int, *, base_s: float, cap_s: float, retry_after_s: float | None = None,
+                limit_s: float | None = None, uniform: Callable[[float, float], float] = random.uniform) -> float:
+    """How long to wait before attempt ``attempt + 1``: exponential backoff with full jitter (uniform in 0 to
+    ``min(cap_s, base_s * 2 ** (attempt - 1))``); a server's ``Retry-After`` (``retry_after_s``) is a lower bound,
+    itself bounded by ``cap_s`` and ``limit_s`` (the request's whole-attempt timeout), so that a server asking
+    for an hour, or for ever, holds a request no longer than its own backoff or one attempt could."""
+    delay = uniform(0.0, min(cap_s, base_s * 2 ** min(attempt - 1, 64)))
+    if retry_after_s is not None:
+        bound = cap_s if limit_s is None else min(cap_s, limit_s)
+        delay = max(delay, min(retry_after_s, bound))
+    return delay
 
 
 class AttemptGate(Protocol):
@@ -47,11 +99,13 @@ class AttemptGate(Protocol):
 class RequestFailed(Exception):
     """One attempt failed; ``category`` is safe to log and store."""
 
-    def __init__(self, category: str, *, retryable: bool, status: int | None = None) -> None:
+    def __init__(self, category: str, *, retryable: bool, status: int | None = None,
+                 retry_after_s: float | None = None) -> None:
         super().__init__(category)
         self.category = category
         self.retryable = retryable
         self.status = status
+        self.retry_after_s = retry_after_s  # the server's Retry-After, in seconds (None: it sent none we read)
 
 
 @dataclass(frozen=True)
@@ -235,6 +289,8 @@ class ChatClient:
         api_key: str | None = None,
         timeout_s: float = 120.0,
         max_connections: int = 256,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         if not base_urls:
             raise ValueError("at least one base URL")
@@ -247,6 +303,8 @@ class ChatClient:
         self.timeout_s = timeout_s
         self.max_connections = max(1, max_connections)
         self.pool = EndpointPool(self.base_urls)
+        self._sleep = sleep  # waits out a retry's backoff (a test records the delays instead)
+        self._wall_clock = wall_clock  # reads a Retry-After HTTP-date
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._tls = _tls_context(self.base_urls)
         self._timeout = httpx.Timeout(timeout_s, connect=min(10.0, timeout_s))
@@ -382,7 +440,7 @@ class ChatClient:
             # The timeout bounds the whole attempt: httpcore's bounds each read only, and a server that trickles
             # its reply (a byte before each read times out) would hold the attempt for as long as it trickles.
             async with asyncio.timeout(self.timeout_s):
-                status, content = await lane.post(prepared)
+                status, content, retry_after = await lane.post(prepared)
         except TimeoutError:
             raise RequestFailed("timeout", retryable=True) from None
         except UnsupportedEncoding:
@@ -406,7 +464,9 @@ class ChatClient:
         if status != 200:
             if request.response_format is not None and is_format_rejection(status, content):
                 raise RequestFailed(FORMAT_REJECTED, retryable=False, status=status)
-            raise RequestFailed(f"http_{status}", retryable=status in RETRYABLE_STATUS, status=status)
+            wait_s = parse_retry_after(retry_after, self._wall_clock()) if status in RETRY_AFTER_STATUS else None
+            raise RequestFailed(f"http_{status}", retryable=status in RETRYABLE_STATUS, status=status,
+                                retry_after_s=wait_s)
         return parse_completion(content)
 
     async def complete(
@@ -414,6 +474,9 @@ class ChatClient:
         backoff_cap_s: float = 30.0, gate: AttemptGate | None = None, slot_held: bool = False,
     ) -> InferenceResult:
         """Send with jittered exponential backoff; after the last attempt the error is returned, not raised.
+
+        A 429 or 503 reply's ``Retry-After`` (seconds or an HTTP-date) is the least the next attempt waits, up to
+        ``backoff_cap_s`` and the client's ``timeout_s`` (:func:`retry_delay`); a malformed one is ignored.
 
         ``gate`` admits every attempt (a request waiting out its backoff holds no slot); ``slot_held``: the
         caller already acquired the gate for the first attempt.
@@ -440,8 +503,8 @@ class ChatClient:
                         error=failure.category, latency_s=time.perf_counter() - started, attempts=attempt,
                         endpoint=endpoint,
                     )
-                delay = min(backoff_cap_s, backoff_base_s * 2 ** (attempt - 1))
-                await asyncio.sleep(random.uniform(0, delay))  # full jitter
+                await self._sleep(retry_delay(attempt, base_s=backoff_base_s, cap_s=backoff_cap_s,
+                                              retry_after_s=failure.retry_after_s, limit_s=self.timeout_s))
                 continue
             except BaseException:
                 self.pool.release(endpoint, "cancelled")

@@ -60,8 +60,9 @@ class Lane:
                 network_backend=_BACKEND)
         return connection
 
-    async def post(self, request: httpcore.Request) -> tuple[int, bytes]:
-        """Send ``request`` and read its reply whole: (status, body). Raises httpcore's exceptions."""
+    async def post(self, request: httpcore.Request) -> tuple[int, bytes, bytes | None]:
+        """Send ``request`` and read its reply whole: (status, body, its ``Retry-After`` header as sent, None
+        when absent or the reply is a 200). Raises httpcore's exceptions."""
         connection = await self._ready()
         response = await connection.handle_async_request(request)
         try:  # read as it comes, up to the limit: an endless (chunked) body must not fill the memory
@@ -72,7 +73,9 @@ class Lane:
                     raise ResponseTooLarge
         finally:
             await response.aclose()  # a reply not read to its end closes the connection
-        return response.status, _decoded(response.headers, bytes(content))
+        retry_after = None if response.status == 200 else next(
+            (value for key, value in response.headers if key.lower() == b"retry-after"), None)
+        return response.status, _decoded(response.headers, bytes(content)), retry_after
 
     async def aclose(self) -> None:
         if self._connection is not None:

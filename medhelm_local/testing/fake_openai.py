@@ -81,6 +81,7 @@ class Faults:
     drop: float = 0.0
     invalid_json: float = 0.0
     hang_s: float = 30.0  # how long a "timeout" fault stalls before dropping
+    retry_after: str | None = None  # a Retry-After header sent, as given (hostile values too), with 429s and 503s
 
 
 @dataclass
@@ -338,11 +339,12 @@ class FakeOpenAIServer:
             if roll < threshold:
                 fault = name
                 break
+        wait = [] if f.retry_after is None else [(b"retry-after", f.retry_after.encode("latin-1"))]
         if fault == "5xx":
-            await _respond(send, 503, {"error": "overloaded"})
+            await _respond(send, 503, {"error": "overloaded"}, wait)
             return
         if fault == "429":
-            await _respond(send, 429, {"error": "rate limited"})
+            await _respond(send, 429, {"error": "rate limited"}, wait)
             return
         if fault == "timeout":
             await asyncio.sleep(f.hang_s)
@@ -406,13 +408,15 @@ class FakeOpenAIServer:
         self.stop()
 
 
-async def _respond(send: Send, status: int, payload: dict[str, Any]) -> None:
-    await _send_raw(send, status, json.dumps(payload).encode())
+async def _respond(send: Send, status: int, payload: dict[str, Any],
+                   headers: list[tuple[bytes, bytes]] | None = None) -> None:
+    await _send_raw(send, status, json.dumps(payload).encode(), headers)
 
 
-async def _send_raw(send: Send, status: int, body: bytes) -> None:
+async def _send_raw(send: Send, status: int, body: bytes, headers: list[tuple[bytes, bytes]] | None = None) -> None:
     await send({"type": "http.response.start", "status": status,
-                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]})
+                "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode()),
+                            *(headers or [])]})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -444,6 +448,7 @@ def main(argv: list[str] | None = None) -> None:
     for name in ("http_5xx", "http_429", "timeout", "drop", "invalid_json"):
         parser.add_argument(f"--{name.replace('_', '-')}", type=float, default=0.0, dest=name)
     parser.add_argument("--hang-s", type=float, default=30.0)
+    parser.add_argument("--retry-after", default=None, help="a Retry-After header sent with 429s and 503s")
     args = parser.parse_args(argv)
     api_key = os.environ.get(args.api_key_env) if args.api_key_env else None
     server = FakeOpenAIServer(
@@ -452,7 +457,7 @@ def main(argv: list[str] | None = None) -> None:
         prefix_cache=PrefixCache(args.prefix_cache_blocks, args.prefix_block_chars, args.per_block_s),
         tokenizer=args.tokenizer, context_length=args.context_length,
         faults=Faults(http_5xx=args.http_5xx, http_429=args.http_429, timeout=args.timeout, drop=args.drop,
-                      invalid_json=args.invalid_json, hang_s=args.hang_s),
+                      invalid_json=args.invalid_json, hang_s=args.hang_s, retry_after=args.retry_after),
         port=args.port,
     )
     config = uvicorn.Config(server, host="127.0.0.1", port=args.port or _free_port(), log_level="critical",
