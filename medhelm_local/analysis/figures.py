@@ -11,17 +11,14 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from html import escape
 
+from medhelm_local.formatting import money
+
 PALETTE = ["#1b9e77", "#d95f02", "#7570b3", "#e7298a", "#66a61e", "#e6ab02", "#a6761d", "#666666"]
 
 
 def fmt(value: float | None, digits: int = 3) -> str:
     """One number format everywhere: fixed decimals, a dash for no value."""
     return "-" if value is None else f"{value:.{digits}f}"
-
-
-def money(value: float | None) -> str:
-    """A cost: four significant digits, so that small evaluation costs do not print as 0.00."""
-    return "-" if value is None else f"{value:.4g}"
 
 
 def _color(value: float, low: float, high: float) -> str:
@@ -175,7 +172,7 @@ def cost_scatter_svg(points: Sequence[tuple[str, float, float]], *, pareto: set[
     for tick in _ticks(max_cost):
         x = left + w * tick / max_cost
         parts.append(f'<line x1="{x:.1f}" y1="{top}" x2="{x:.1f}" y2="{top + h}" stroke="#e3e7ec"/>')
-        parts.append(_text(x, top + h + 16, "0" if tick == 0 else money(tick), anchor="middle", size=10))
+        parts.append(_text(x, top + h + 16, "0" if tick == 0 else money(tick, decimals=0), anchor="middle", size=10))
     parts += [f'<line x1="{left}" y1="{top + h}" x2="{left + w}" y2="{top + h}" stroke="#333"/>',
               f'<line x1="{left}" y1="{top}" x2="{left}" y2="{top + h}" stroke="#333"/>',
               _text(left + w / 2, top + h + 40, cost_label, anchor="middle", size=12),

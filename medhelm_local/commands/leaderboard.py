@@ -22,6 +22,7 @@ from medhelm_local.analysis.stats import DEFAULT_RESAMPLES
 from medhelm_local.audit import audit_event
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import app_context
+from medhelm_local.formatting import money
 from medhelm_local.prompts.styles import DEFAULT_STYLE, check_style
 from medhelm_local.store import Store
 
@@ -123,7 +124,7 @@ def print_leaderboard(rows: list[ModelRow], *, mdes: dict[str, BenchmarkMDE] | N
     style = rows[0].prompt_style if rows else prompt_style
     emit_table(f"leaderboard (prompt style: {style}; win rule: {rule})",
                ["model", "win rate", "win sd", "macro avg", "sd", "cost", "pareto", *categories, *benchmarks],
-               [[r.model, r.win_rate, r.win_sd, r.macro_avg, r.sd, r.cost, r.pareto,
+               [[r.model, r.win_rate, r.win_sd, r.macro_avg, r.sd, money(r.cost, unknown="unavailable"), r.pareto,
                  *[r.categories.get(c) for c in categories], *[_cell(r, b) for b in benchmarks]] for r in rows])
     if mdes:
         emit_table("minimum detectable effect (alpha 0.05, power 0.8)", ["benchmark", "mde", "sd", "pairs"],

@@ -14,6 +14,7 @@ from medhelm_local.application.evaluation import EvaluationRequest, Mode, RunOut
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import app_context
 from medhelm_local.errors import BadInputError
+from medhelm_local.formatting import duration
 from medhelm_local.prompts.styles import check_style, run_prompt_style
 from medhelm_local.records import BenchmarkScore
 from medhelm_local.runner.plan import ORDER_MODES, parse_shard
@@ -74,7 +75,7 @@ def print_outcome(outcome: RunOutcome) -> None:
     report = outcome.report
     if report is not None:
         info(f"session {report.session_id}: sent {report.sent} ({report.ok} ok, {report.errors} failed) in "
-             f"{report.wall_s:.1f}s, peak concurrency {report.peak_concurrency}, "
+             f"{duration(report.wall_s)}s, peak concurrency {report.peak_concurrency}, "
              f"{report.prompt_tokens} prompt + {report.completion_tokens} completion tokens")
     for benchmark, categories in outcome.errors.items():
         detail = ", ".join(f"{c}: {n}" for c, n in categories.items())

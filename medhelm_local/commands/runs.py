@@ -12,6 +12,7 @@ from medhelm_local.commands.run import outcome_payload, print_outcome
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import app_context
 from medhelm_local.errors import NotFoundError
+from medhelm_local.formatting import duration, money
 from medhelm_local.prompts.styles import run_prompt_style
 from medhelm_local.runner import shard as sharding
 from medhelm_local.runner.manifest import manifest_sha256
@@ -87,8 +88,8 @@ def show(ctx: typer.Context, run_id: str = typer.Argument(..., help="Run id."),
              f"{cut['removed_tokens']} tokens removed in all, at most {cut['max_removed_tokens']} from one)")
     cost = payload["cost"]
     if cost is not None:
-        info(f"tokens {cost['prompt_tokens']} in / {cost['completion_tokens']} out, wall {cost['wall_s']:.1f}s, "
-             f"cost {cost['total'] if cost['total'] is not None else 'unavailable'} ({cost['method']}: {cost['note']})")
+        info(f"tokens {cost['prompt_tokens']} in / {cost['completion_tokens']} out, wall {duration(cost['wall_s'])}s, "
+             f"cost {money(cost['total'], unknown='unavailable')} ({cost['method']}: {cost['note']})")
 
 
 @app.command("manifest")

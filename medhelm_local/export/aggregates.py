@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 from datetime import UTC, datetime
 from typing import Any
 
@@ -265,6 +266,16 @@ def _count(value: int, policy: ExportPolicy) -> int | None:
         return None
     multiple = policy.rounding.count_multiple
     return value if multiple == 1 else int(round(value / multiple) * multiple)
+
+
+def round_cost(value: float, decimals: int) -> float:
+    """A cost rounded to the policy's ``decimals``; a non-zero cost that would round to 0 (a small local run's
+    0.00004) keeps ``decimals`` significant digits instead (0.00004 at 2 decimals, not 0.0): a measured cost
+    never reads as zero, and no more precise than a cost of 0.10-0.99 at those decimals already is."""
+    rounded = round(value, decimals)
+    if rounded != 0 or value == 0 or not math.isfinite(value):
+        return rounded
+    return round(value, max(decimals, 1) - 1 - math.floor(math.log10(abs(value))))
 
 
 def count_rounding_decimals(n: int, policy: ExportPolicy) -> int:
@@ -508,7 +519,7 @@ def publish(raw: RawExport, policy: ExportPolicy, *, request_id: str, policy_sha
             macro_avg=round(sum(values) / len(values), decimals) if values else None,
             category_scores={c: round(sum(v) / len(v), decimals) for c, v in sorted(categories[model].items())},
             benchmarks_published=counts[model][0], benchmarks_suppressed=counts[model][1],
-            cost=None if raw_cost is None else round(raw_cost, policy.rounding.cost_decimals),
+            cost=None if raw_cost is None else round_cost(raw_cost, policy.rounding.cost_decimals),
             **summary_ci.get(model, {}),
         ))
     models.sort(key=lambda m: (-(m.win_rate or 0), -(m.macro_avg or 0), m.model))

@@ -13,6 +13,7 @@ from html import escape
 
 from medhelm_local.analysis import figures
 from medhelm_local.export.aggregates import ExportAggregates, PublishedCell
+from medhelm_local.formatting import money
 
 CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src 'none'; script-src 'none'"
 TITLE = "MedHELM-local evaluation export"
@@ -202,10 +203,6 @@ def _th(key: str, numeric: bool) -> str:
     return f'<th class="n">{escape(HEADINGS[key])}</th>' if numeric else f"<th>{escape(HEADINGS[key])}</th>"
 
 
-def _cost(value: float | None, digits: int) -> str:
-    return "-" if value is None else f"{value:.{digits}f}"
-
-
 def _leaderboard_table(data: ExportAggregates, digits: int) -> str:
     cost_digits = data.cost_decimals  # the policy's: "12.50" beside "3.25"
     head = ("<tr>" + "".join(f"<th>{escape(HEADINGS[k])}</th>" for k in ("rank", "model", "win_rate", "ci"))
@@ -221,7 +218,7 @@ def _leaderboard_table(data: ExportAggregates, digits: int) -> str:
             f'<td class="num">{escape(_value(m.macro_avg, digits))}</td>'
             + _ci(m.macro_avg_ci_low, m.macro_avg_ci_high, digits) + f'<td class="n">{m.benchmarks_published}</td>'
             f'<td class="num">{m.benchmarks_suppressed}</td>'
-            f'<td class="num cost">{escape(_cost(m.cost, cost_digits))}</td></tr>')
+            f'<td class="num cost">{escape(money(m.cost, decimals=cost_digits))}</td></tr>')
     return f'<table id="leaderboard"><thead>{head}</thead><tbody>{"".join(rows)}</tbody></table>'
 
 

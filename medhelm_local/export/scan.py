@@ -38,7 +38,7 @@ PATTERNS: dict[str, re.Pattern[str]] = {
 _TOKEN = re.compile(r"[A-Za-z0-9]+")
 _TITLE_WORD = re.compile(r"\b[A-Z][a-z]+(?:['-][A-Za-z]+)?\b")
 _IDENTIFIER = re.compile(r"\b(?=[A-Za-z0-9-]*\d)(?=[A-Za-z0-9-]*[A-Za-z])[A-Za-z0-9-]{5,}\b|\b\d{5,}\b")
-NUMERIC = re.compile(r"^[-+]?[\d.,]+%?$|^$")
+NUMERIC = re.compile(r"^[-+]?[\d.,]+(?:e[-+]?\d+)?%?$|^$")  # 3.47e-05: a small cost as written
 _LONG_INTEGER = re.compile(r"^\d{5,}$")
 
 

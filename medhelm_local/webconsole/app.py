@@ -28,11 +28,12 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from medhelm_local import __version__
-from medhelm_local.analysis.figures import fmt, money
+from medhelm_local.analysis.figures import fmt
 from medhelm_local.audit import audit_event
 from medhelm_local.audit.trail import AuditWriteError
 from medhelm_local.benchmarks.registry import SpecRegistry
 from medhelm_local.errors import MedhelmError, NotFoundError
+from medhelm_local.formatting import duration, money
 from medhelm_local.home import Home
 from medhelm_local.home.config import ConsoleRole
 from medhelm_local.inference.egress import EgressPolicy
@@ -356,6 +357,7 @@ def templates() -> Environment:
                       lstrip_blocks=True)
     env.filters["num"] = fmt
     env.filters["money"] = money
+    env.filters["duration"] = duration
     env.filters["pct"] = lambda v: "-" if v is None else f"{100 * v:.1f}%"
     env.filters["size"] = human_size
     return env

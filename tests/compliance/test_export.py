@@ -9,6 +9,7 @@ import pytest
 
 from medhelm_local.audit.trail import AuditTrail
 from medhelm_local.export.bundle import ExportRefused, release
+from medhelm_local.formatting import money
 from tests.compliance.conftest import (
     APPROVER,
     REQUESTER,
@@ -40,6 +41,11 @@ def test_request_approve_release_verify(evaluated: EvaluatedHome, tmp_path: Path
     data = json.loads((bundle / "aggregates.json").read_text())
     assert data["cells"][0]["n_total"] == 24 and data["cells"][0]["score"] is not None
     assert data["models"][0]["cost"] is not None and "<circle" in html  # the cost-performance scatter
+    # 24 short notes at 0.5 / 1.5 per million tokens cost about a thousandth: published and shown non-zero,
+    # not rounded to the policy's 2 decimals as 0.0, and the scans above passed with it.
+    cost = data["models"][0]["cost"]
+    assert 0 < cost < 0.01
+    assert f'<td class="num cost">{money(cost, decimals=2)}</td>' in html and 'class="num cost">0.00<' not in html
 
     # Nothing leaves the home before approval: release is refused, and so is an unlisted key.
     out = tmp_path / "outbox"

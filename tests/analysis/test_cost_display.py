@@ -1,0 +1,94 @@
+"""Costs, prices and times as people read them (medhelm_local/formatting.py): a measured non-zero amount never
+reads as zero, an unknown one reads as unknown, and ``--json`` keeps the full-precision number."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import pytest
+
+from medhelm_local.export.aggregates import round_cost
+from medhelm_local.export.scan import NUMERIC, PATTERNS
+from medhelm_local.formatting import duration, money
+from medhelm_local.home.config import ModelEndpoint, Pricing
+from medhelm_local.store import Store
+from medhelm_local.webconsole.app import templates
+from tests.analysis.test_leaderboard_cli import answers, pubmedqa
+from tests.conftest import Cli, cli_env
+from tests.scoring.helpers import add_run, make_home, register
+
+AMOUNTS = [3e-12, 4.2e-9, 3.47e-05, 0.0001475, 0.000999, 0.001234, 0.0049, 0.05, 0.5, 1.0, 3.25, 12.5, 1234.5678,
+           98765.4321]
+
+
+@pytest.mark.parametrize("value", AMOUNTS)
+def test_a_cost_is_written_non_zero_with_four_significant_digits(value: float) -> None:
+    for decimals in (0, 2, 3):
+        text = money(value, decimals=decimals)
+        assert float(text) != 0 and math.isclose(float(text), value, rel_tol=5e-4), (text, decimals)
+        if "e" not in text and "." in text:
+            assert len(text.split(".")[1]) >= decimals  # "12.50" beside "3.25": never fewer than asked
+        # what an export's report writes passes its scan: a number, no record-number-like run of digits
+        assert NUMERIC.match(text) and not PATTERNS["mrn"].search(text), text
+
+
+def test_known_forms_and_the_unknown() -> None:
+    assert money(0.0000347) == "3.47e-05"
+    assert money(0.004) == "0.004"
+    assert money(12.5) == "12.50" and money(3.25) == "3.25" and money(1234.5678) == "1234.57"
+    assert money(0.0) == "0.00"  # a cost priced at zero is zero
+    assert money(None) == "-" and money(None, unknown="unavailable") == "unavailable"
+    assert money(float("nan"), unknown="unavailable") == "unavailable"
+    assert duration(0.04) == "0.04" and duration(0.0004) == "0.0004" and duration(12.345) == "12.3"
+    assert duration(0.0) == "0.0" and duration(None) == "-"
+
+
+def test_an_exported_cost_keeps_its_significant_digits_where_the_policy_would_round_it_to_zero() -> None:
+    assert round_cost(0.0012345, 2) == 0.0012
+    assert round_cost(0.0000347, 2) == 0.000035
+    assert round_cost(0.4, 0) == 0.4
+    assert round_cost(12.345, 2) == 12.35 and round_cost(0.0, 2) == 0.0  # rounded by the policy as before
+
+
+def test_the_consoles_filters_write_costs_and_times_with_the_shared_formatter() -> None:
+    env = templates()
+    assert env.from_string('{{ c|money(unknown="unavailable") }}').render(c=0.0000347) == "3.47e-05"
+    assert env.from_string('{{ c|money(unknown="unavailable") }}').render(c=None) == "unavailable"
+    assert env.from_string("{{ t|duration }}").render(t=0.04) == "0.04"
+
+
+def test_cli_shows_a_small_cost_and_time_non_zero_and_json_keeps_the_number(tmp_path: Path) -> None:
+    home = make_home(tmp_path / "home")
+    data = pubmedqa(12)
+    with Store.open(home) as store:
+        fingerprint = register(store, "pubmedqa", data)
+        run_id = add_run(store, "tiny", "pubmedqa", fingerprint, data, answers(data, 6), prompt_tokens=10,
+                         completion_tokens=1)
+        add_run(store, "unpriced", "pubmedqa", fingerprint, data, answers(data, 3))
+        store.conn.execute("UPDATE runner_sessions SET wall_s = 0.04 WHERE run_id = ?", [run_id])
+    config = home.config.model_copy(deep=True)
+    config.models.append(ModelEndpoint(name="tiny", base_urls=["http://127.0.0.1:9/v1"],
+                                       pricing=Pricing(input_per_million=0.5, output_per_million=1.5)))
+    home.save_config(config)
+    expected = 12 * (10 * 0.5 + 1 * 1.5) / 1e6  # 7.8e-05
+    cli = Cli(home=home.root, env=cli_env())
+
+    rows = cli("leaderboard", "--json", "--resamples", "0").json()
+    assert isinstance(rows, list)
+    by_model = {r["model"]: r for r in rows}
+    assert by_model["tiny"]["cost"] == pytest.approx(expected, rel=1e-9)  # the number, not a rounding of it
+    assert by_model["unpriced"]["cost"] is None
+
+    table = cli("leaderboard", "--resamples", "0")
+    assert table.code == 0, table.stderr
+    lines = [line.split("\t") for line in table.stdout.splitlines() if not line.startswith("#")]
+    header, body = lines[0], {row[0]: row for row in lines[1:]}
+    cost = header.index("cost")
+    assert body["tiny"][cost] == "7.8e-05"  # was 0.000
+    assert body["unpriced"][cost] == "unavailable"
+
+    shown = cli("runs", "show", run_id)
+    assert shown.code == 0, shown.stderr
+    assert "wall 0.04s" in shown.stderr and "cost 7.8e-05 (tokens" in shown.stderr  # was 0.0s
+    assert cli("runs", "show", run_id, "--json").json()["cost"]["total"] == pytest.approx(expected, rel=1e-9)
