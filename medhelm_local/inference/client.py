@@ -360,10 +360,12 @@ class ChatClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
 
-    async def _small(self, method: str, url: str, timeout_s: float, **kwargs: Any) -> tuple[int, bytes]:
-        """A small request's status and body. ``timeout_s`` bounds the whole exchange (httpx bounds each read
-        only: a server trickling its reply would hold it for as long as it trickles), and the body is read up to
-        ``MAX_RESPONSE_BYTES`` (ResponseTooLarge beyond). Raises TimeoutError and httpx's errors."""
+    async def _small(self, method: str, url: str, timeout_s: float, **kwargs: Any
+                     ) -> tuple[int, bytes, str | None]:
+        """A small request's status, body and ``Retry-After`` header (None: none). ``timeout_s`` bounds the whole
+        exchange (httpx bounds each read only: a server trickling its reply would hold it for as long as it
+        trickles), and the body is read up to ``MAX_RESPONSE_BYTES`` (ResponseTooLarge beyond). Raises
+        TimeoutError and httpx's errors."""
         async with (asyncio.timeout(timeout_s),
                     self._client.stream(method, url, timeout=timeout_s, **kwargs) as response):
             body = bytearray()
@@ -371,7 +373,7 @@ class ChatClient:
                 body += chunk
                 if len(body) > MAX_RESPONSE_BYTES:
                     raise ResponseTooLarge
-            return response.status_code, bytes(body)
+            return response.status_code, bytes(body), response.headers.get("retry-after")
 
     def pick_endpoint(self) -> str:
         return self.pool.choose()[0]
@@ -381,7 +383,7 @@ class ChatClient:
         url = f"{base_url}{path}"
         self.egress.check(url)
         try:
-            status, content = await self._small("GET", url, timeout_s)
+            status, content, _ = await self._small("GET", url, timeout_s)
             if status != 200:
                 return None
             return json.loads(content)
@@ -389,15 +391,16 @@ class ChatClient:
             return None
 
     async def post_json(self, base_url: str, path: str, payload: dict[str, Any], *, timeout_s: float = 30.0
-                        ) -> tuple[int, Any]:
-        """POST a small JSON request (a tokenizer endpoint); the status and the parsed reply (None if not JSON).
+                        ) -> tuple[int, Any, float | None]:
+        """POST a small JSON request (a tokenizer endpoint); the status, the parsed reply (None if not JSON) and,
+        for a 429 or 503, the seconds its ``Retry-After`` asks for (None: none, or malformed).
 
         Raises RequestFailed (a category, never a body) when no HTTP reply came back.
         """
         url = f"{base_url}{path}"
         self.egress.check(url)
         try:
-            status, content = await self._small("POST", url, timeout_s, json=payload)
+            status, content, retry_after = await self._small("POST", url, timeout_s, json=payload)
         except (httpx.TimeoutException, TimeoutError):
             raise RequestFailed("timeout", retryable=True) from None
         except ResponseTooLarge:
@@ -406,10 +409,11 @@ class ChatClient:
             raise RequestFailed("connect_error", retryable=True) from None
         except httpx.HTTPError:
             raise RequestFailed("connection_dropped", retryable=True) from None
+        wait_s = parse_retry_after(retry_after, self._wall_clock()) if status in RETRY_AFTER_STATUS else None
         try:
-            return status, json.loads(content)
+            return status, json.loads(content), wait_s
         except ValueError:
-            return status, None
+            return status, None, wait_s
 
     def _target(self, base: str) -> _Target:
         target = self._targets.get(base)

@@ -101,8 +101,9 @@ class EstimateCounter(TokenCounter):
     pass
 
 
-def _failed(status: int) -> RequestFailed:
-    return RequestFailed(f"tokenize_http_{status}", retryable=status in RETRYABLE_STATUS, status=status)
+def _failed(status: int, retry_after_s: float | None = None) -> RequestFailed:
+    return RequestFailed(f"tokenize_http_{status}", retryable=status in RETRYABLE_STATUS, status=status,
+                         retry_after_s=retry_after_s)
 
 
 def _int_field(payload: Any, key: str) -> int:
@@ -130,9 +131,9 @@ class VllmCounter(_EngineCounter):
     async def count(self, messages: Sequence[ChatMessage]) -> int:
         payload = {"model": self._model, "messages": [m.model_dump() for m in messages],
                    "add_generation_prompt": True}
-        status, reply = await self._client.post_json(self._root, "/tokenize", payload)
+        status, reply, retry_after_s = await self._client.post_json(self._root, "/tokenize", payload)
         if status != 200:
-            raise _failed(status)
+            raise _failed(status, retry_after_s)
         return _int_field(reply, "count")
 
 
@@ -143,10 +144,10 @@ class LlamaCppCounter(_EngineCounter):
     exact = False
 
     async def count_text(self, text: str) -> int:
-        status, reply = await self._client.post_json(self._root, "/extras/tokenize/count",
-                                                     {"model": self._model, "input": text})
+        status, reply, retry_after_s = await self._client.post_json(self._root, "/extras/tokenize/count",
+                                                                    {"model": self._model, "input": text})
         if status != 200:
-            raise _failed(status)
+            raise _failed(status, retry_after_s)
         return _int_field(reply, "count")
 
     async def count(self, messages: Sequence[ChatMessage]) -> int:
@@ -157,7 +158,7 @@ class LlamaCppCounter(_EngineCounter):
 async def _probe_vllm(client: ChatClient, root: str, model_id: str) -> VllmCounter | None:
     counter = VllmCounter(client, root, model_id)
     try:
-        status, reply = await client.post_json(root, "/tokenize", {
+        status, reply, _ = await client.post_json(root, "/tokenize", {
             "model": model_id, "messages": [{"role": "user", "content": PROBE_TEXT}], "add_generation_prompt": True})
     except RequestFailed:
         return None

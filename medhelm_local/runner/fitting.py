@@ -15,13 +15,12 @@ server's limit, or, when the server reports none, the default 2,048 (``source: d
 from __future__ import annotations
 
 import asyncio
-import random
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.home.config import ModelEndpoint
-from medhelm_local.inference.client import RequestFailed
+from medhelm_local.inference.client import RequestFailed, retry_delay
 from medhelm_local.inference.tokens import PromptTooLong, TokenCounter, byte_bound, fit_field, kept_piece
 from medhelm_local.prompts.build import build_request
 from medhelm_local.records import ChatMessage, InferenceRequest, Instance, Truncated
@@ -53,12 +52,14 @@ class PromptFitter:
     """Builds each request of a run so that it fits ``context_length`` tokens with its reply."""
 
     def __init__(self, counter: TokenCounter, context_length: int, *, max_retries: int = 4,
-                 backoff_base_s: float = 0.5, backoff_cap_s: float = 30.0) -> None:
+                 backoff_base_s: float = 0.5, backoff_cap_s: float = 30.0,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         self.counter = counter
         self.context_length = context_length
         self.max_retries = max_retries
         self.backoff_base_s = backoff_base_s
         self.backoff_cap_s = backoff_cap_s
+        self._sleep = sleep  # waits out a retry's backoff (a test records the delays instead)
         self.counted = 0  # prompts that needed the tokenizer
         self.truncated = 0
 
@@ -70,7 +71,8 @@ class PromptFitter:
                   ) -> tuple[InferenceRequest, Truncated | None]:
         """``request`` (built from ``spec`` and ``instance``) fitted; retries transient tokenizer failures.
 
-        Raises RequestFailed: ``prompt_too_long``, or the tokenizer's failure after the retries."""
+        Raises RequestFailed: ``prompt_too_long``, or the tokenizer's failure after the retries. A 429's or 503's
+        ``Retry-After`` is the least a retry waits, up to ``backoff_cap_s`` (as for completions)."""
         attempt = 0
         while True:
             try:
@@ -79,8 +81,8 @@ class PromptFitter:
                 attempt += 1
                 if not failure.retryable or attempt > self.max_retries:
                     raise
-                delay = min(self.backoff_cap_s, self.backoff_base_s * 2 ** (attempt - 1))
-                await asyncio.sleep(random.uniform(0, delay))
+                await self._sleep(retry_delay(attempt, base_s=self.backoff_base_s, cap_s=self.backoff_cap_s,
+                                              retry_after_s=failure.retry_after_s))
 
     async def _fit_once(self, spec: BenchmarkSpec, instance: Instance, request: InferenceRequest
                         ) -> tuple[InferenceRequest, Truncated | None]:

@@ -82,6 +82,10 @@ class Faults:
     invalid_json: float = 0.0
     hang_s: float = 30.0  # how long a "timeout" fault stalls before dropping
     retry_after: str | None = None  # a Retry-After header sent, as given (hostile values too), with 429s and 503s
+    tokenize_429_first: int = 0  # the first this many tokenize requests are answered 429 (with ``retry_after``)
+
+    def retry_after_headers(self) -> list[tuple[bytes, bytes]]:
+        return [] if self.retry_after is None else [(b"retry-after", self.retry_after.encode("latin-1"))]
 
 
 @dataclass
@@ -275,6 +279,9 @@ class FakeOpenAIServer:
             await _respond(send, 404, {"error": "not found"})
             return
         self.tokenize_requests += 1
+        if self.tokenize_requests <= self.faults.tokenize_429_first:
+            await _respond(send, 429, {"error": "rate limited"}, self.faults.retry_after_headers())
+            return
         try:
             request = json.loads(body)
             if vllm_path and isinstance(request.get("messages"), list):
@@ -339,7 +346,7 @@ class FakeOpenAIServer:
             if roll < threshold:
                 fault = name
                 break
-        wait = [] if f.retry_after is None else [(b"retry-after", f.retry_after.encode("latin-1"))]
+        wait = f.retry_after_headers()
         if fault == "5xx":
             await _respond(send, 503, {"error": "overloaded"}, wait)
             return

@@ -105,3 +105,31 @@ def test_the_fake_sends_retry_after_only_with_its_429s_and_503s() -> None:
         answered = httpx.post(f"{healthy.base_url}/chat/completions", json=payload, timeout=10)
     assert refused.status_code == 429 and refused.headers["retry-after"] == "5"
     assert answered.status_code == 200 and "retry-after" not in answered.headers
+
+
+def test_a_tokenize_429s_retry_after_is_waited_by_the_prompt_fitter() -> None:
+    """Prompt fitting asks the same server's tokenizer, and retries it with the same rule."""
+    from medhelm_local.benchmarks.registry import shipped_spec
+    from medhelm_local.inference.tokens import VllmCounter, server_root
+    from medhelm_local.prompts.build import build_request
+    from medhelm_local.records import Instance
+    from medhelm_local.runner.fitting import PromptFitter
+
+    spec = shipped_spec("medqa")
+    instance = Instance(benchmark="medqa", id="1", fields={"question": "q " * 50, "options": "A. x\nB. y"})
+    waited: list[float] = []
+
+    async def record(seconds: float) -> None:
+        waited.append(seconds)
+
+    async def scenario(server: FakeOpenAIServer) -> None:
+        async with ChatClient([server.base_url], server.model_id, ["http://127.0.0.1"]) as client:
+            counter = VllmCounter(client, server_root(server.base_url), server.model_id)
+            fitter = PromptFitter(counter, 4096, max_retries=3, backoff_base_s=0.01, sleep=record)
+            fitted, cut = await fitter.fit(spec, instance, build_request(spec, instance))
+            assert cut is None and fitted.messages
+
+    with FakeOpenAIServer(tokenizer="vllm", faults=Faults(tokenize_429_first=2, retry_after="6")) as server:
+        asyncio.run(scenario(server))
+        assert server.stats()["tokenize_requests"] == 3
+    assert waited == [6.0, 6.0]
