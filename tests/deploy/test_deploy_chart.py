@@ -811,7 +811,7 @@ def test_network_policies_isolate_the_release(name, rendered):
         assert svc["spec"]["type"] == "ClusterIP"
 
 
-_CONSOLE = {
+_CONSOLE: dict[str, Any] = {
     "enabled": True,
     "roles": {"it": ["medhelm-it"]},
     "oauth2Proxy": {"oidcIssuerUrl": "https://idp.hospital.example/realms/staff", "clientId": "medhelm-console",
