@@ -150,8 +150,12 @@ def _compliance_report(request: Request) -> ComplianceReport:
 @requires(COMPLIANCE)
 def audit_report(request: Request) -> Response:
     console = console_of(request)
-    report = _compliance_report(request)
     since = request.query_params.get("since", "").strip()
+    try:
+        report = _compliance_report(request)
+    except BadInputError as exc:  # the form again, with what was typed and what is wrong with it; no report
+        return console.render(request, "audit_report.html", report=None, since=since, pdf_link=None,
+                              error=str(exc), error_field="since", status_code=400)
     pdf_link = "/audit/report.pdf" + (f"?{urlencode({'since': since})}" if since else "")
     return console.render(request, "audit_report.html", report=report, since=since, pdf_link=pdf_link)
 

@@ -1,0 +1,67 @@
+"""The console read as the people who use it read it, with a keyboard or a screen reader as much as a mouse: a
+mistyped filter keeps the form and says which field is wrong, every error leads somewhere, the current page and the
+main content can be found without sight, a rating scale says what its numbers mean, and a page that reloads itself
+can be told to stop. Served in this process over the console's shared home (read-only pages)."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import pytest
+
+from medhelm_local.home import Home
+from medhelm_local.home.config import ConsoleRole
+from medhelm_local.webconsole.identity import StandaloneSessions
+from tests.console.conftest import ConsoleHome
+
+Client = Callable[[ConsoleRole], Any]
+
+
+@pytest.fixture
+def signed_in(console_home: ConsoleHome) -> Iterator[Client]:
+    """A starlette TestClient signed in (standalone, one-time link) with the given role."""
+    from starlette.testclient import TestClient
+
+    from medhelm_local.webconsole.app import create_app
+
+    opened: list[Any] = []
+
+    def client(role: ConsoleRole) -> Any:
+        sessions = StandaloneSessions(user=f"{role.value}-user", roles=frozenset({role}))
+        test_client = TestClient(create_app(Home(console_home.home), sessions), raise_server_exceptions=False)
+        test_client.__enter__()
+        opened.append(test_client)
+        assert test_client.get(f"/login?token={sessions.new_login_token()}").status_code == 200
+        return test_client
+
+    yield client
+    for test_client in opened:
+        test_client.__exit__(None, None, None)
+
+
+def input_tag(html: str, name: str) -> str:
+    found = re.search(rf'<input name="{name}"[^>]*>', html)
+    assert found is not None, name
+    return found.group(0)
+
+
+def test_a_mistyped_report_date_keeps_the_form_and_says_what_to_fix(signed_in: Client) -> None:
+    """The compliance report's Since field with a date it cannot read: the report page again, the date as typed in
+    its field, marked invalid and tied to the message (which says what a date looks like). It was a bare error
+    page ("Cannot show this page") with no form, no way back, and the date typed lost."""
+    client = signed_in(ConsoleRole.COMPLIANCE)
+    reply = client.get("/audit/report", params={"since": "25/11/2026"})
+    assert reply.status_code == 400
+    assert "<h1>Compliance report</h1>" in reply.text
+    field = input_tag(reply.text, "since")
+    assert 'value="25/11/2026"' in field
+    assert 'aria-invalid="true"' in field and 'aria-describedby="filter-error"' in field
+    assert re.search(r'id="filter-error">since: expected an ISO date such as 2026-01-31', reply.text)
+    assert 'id="report-pdf"' not in reply.text  # no report (nor its PDF) for a date that was not understood
+    # Corrected, it is the report, with the field no longer marked.
+    reply = client.get("/audit/report", params={"since": "2025-11-25"})
+    assert reply.status_code == 200 and 'id="report-pdf"' in reply.text
+    assert "aria-invalid" not in input_tag(reply.text, "since") and 'id="filter-error"' not in reply.text
+
