@@ -110,16 +110,22 @@ def audit_trail(request: Request) -> Response:
     console = console_of(request)
     filters = {k: request.query_params.get(k, "").strip() for k in ("actor", "action", "since", "until")}
     records = AuditTrail(console.home.audit_path).records()
-    try:
-        since, until = _time(request, "since"), _time(request, "until")
-    except BadInputError as exc:  # the form again, with what was typed and what is wrong with it
+    times: dict[str, datetime | None] = {}
+    errors: dict[str, str] = {}
+    for name in ("since", "until"):
+        try:
+            times[name] = _time(request, name)
+        except BadInputError as exc:
+            errors[name] = str(exc)
+    if errors:  # the form again, with what was typed, each wrong field marked and what is wrong with it
         return console.render(request, "audit.html", records=[], matched=0, total=len(records), filters=filters,
-                              limit=MAX_RECORDS, error=str(exc), status_code=400)
-    chosen = filter_records(records, since=since, until=until,
+                              limit=MAX_RECORDS, error="; ".join(errors.values()), invalid=set(errors),
+                              status_code=400)
+    chosen = filter_records(records, since=times["since"], until=times["until"],
                             actor=filters["actor"] or None, action=filters["action"] or None)
     shown = list(reversed(chosen))[:MAX_RECORDS]
     return console.render(request, "audit.html", records=shown, matched=len(chosen), total=len(records),
-                          filters=filters, limit=MAX_RECORDS)
+                          filters=filters, limit=MAX_RECORDS, invalid=set())
 
 
 @requires(COMPLIANCE)

@@ -65,3 +65,21 @@ def test_a_mistyped_report_date_keeps_the_form_and_says_what_to_fix(signed_in: C
     assert reply.status_code == 200 and 'id="report-pdf"' in reply.text
     assert "aria-invalid" not in input_tag(reply.text, "since") and 'id="filter-error"' not in reply.text
 
+
+def test_the_audit_filter_marks_the_field_that_is_wrong(signed_in: Client) -> None:
+    """A wrong Until date was reported by its message only, and only the first of two wrong dates at all: now each
+    wrong field is marked invalid (a screen reader says so on reaching it) and tied to the message, which names
+    both; a right field beside it is not marked."""
+    client = signed_in(ConsoleRole.COMPLIANCE)
+    reply = client.get("/audit", params={"since": "2026-11-01", "until": "30.11.2026"})
+    assert reply.status_code == 400
+    assert 'aria-invalid="true" aria-describedby="filter-error"' in input_tag(reply.text, "until")
+    assert "aria-invalid" not in input_tag(reply.text, "since")
+    assert re.search(r'id="filter-error">until: expected an ISO date', reply.text)
+    reply = client.get("/audit", params={"since": "yesterday", "until": "30.11.2026"})
+    for name in ("since", "until"):
+        assert 'aria-invalid="true"' in input_tag(reply.text, name), name
+    message = re.search(r'id="filter-error">([^<]*)<', reply.text)
+    assert message is not None and "since:" in message.group(1) and "until:" in message.group(1)
+    reply = client.get("/audit", params={"since": "2026-11-01"})
+    assert reply.status_code == 200 and "aria-invalid" not in reply.text
