@@ -123,8 +123,12 @@ class Console:
     def render(self, request: Request, template: str, *, status_code: int = 200, **context: Any) -> HTMLResponse:
         identity: Identity | None = getattr(request.state, "identity", None)
         nav = [(path, label) for role, path, label in NAV if identity is not None and identity.has(role)]
+        # The one entry this page belongs to: the longest that is the path or above it (/audit/report is the
+        # report's, not the audit trail's too).
+        here = request.url.path
+        current = max((href for href, _ in nav if here == href or here.startswith(href + "/")), key=len, default=None)
         html = self.templates.get_template(template).render(
-            identity=identity, nav=nav, path=request.url.path, version=__version__, role_labels=ROLE_LABELS,
+            identity=identity, nav=nav, current=current, version=__version__, role_labels=ROLE_LABELS,
             csrf=self.csrf.token(identity.user) if identity else "", appliance=self.home.config.appliance_name,
             **context)
         return HTMLResponse(html, status_code=status_code)

@@ -15,6 +15,7 @@ from medhelm_local.home import Home
 from medhelm_local.home.config import ConsoleRole
 from medhelm_local.webconsole.identity import StandaloneSessions
 from tests.console.conftest import ConsoleHome
+from tests.console.proxy import HeaderProxy
 
 Client = Callable[[ConsoleRole], Any]
 
@@ -83,3 +84,32 @@ def test_the_audit_filter_marks_the_field_that_is_wrong(signed_in: Client) -> No
     assert message is not None and "since:" in message.group(1) and "until:" in message.group(1)
     reply = client.get("/audit", params={"since": "2026-11-01"})
     assert reply.status_code == 200 and "aria-invalid" not in reply.text
+
+
+def test_keyboard_users_skip_the_navigation_and_the_current_page_is_named_once(
+        browser: Any, proxies: dict[str, HeaderProxy]) -> None:
+    """In a real browser: the first Tab reaches a "Skip to main content" link, shown when focused, that moves focus
+    into the page's main content past the navigation; the navigation names the page you are on (aria-current, not
+    only an underline), and only that one: the compliance report was marked as the audit trail too."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    proxy = proxies["carl.compliance"]
+    browser.get(proxy.url + "/audit/report")
+    current = browser.find_elements(By.CSS_SELECTOR, "nav a[aria-current=page]")
+    assert [a.text for a in current] == ["Compliance report"]
+    assert browser.find_element(By.CSS_SELECTOR, "nav").get_attribute("aria-label")
+    browser.get(proxy.url + "/audit")
+    assert [a.text for a in browser.find_elements(By.CSS_SELECTOR, "nav a[aria-current=page]")] == ["Audit trail"]
+
+    browser.find_element(By.TAG_NAME, "body").send_keys(Keys.TAB)
+    skip = browser.switch_to.active_element
+    assert skip.text == "Skip to main content" and skip.is_displayed()
+    assert skip.location["x"] >= 0 and skip.size["width"] > 0  # on screen once it has focus
+    skip.send_keys(Keys.ENTER)
+    focused = browser.switch_to.active_element
+    assert focused.tag_name == "main" and focused.get_attribute("id") == "main"
+    # The next Tab from there lands inside the page (its first form control), not back in the navigation.
+    focused.send_keys(Keys.TAB)
+    after = browser.switch_to.active_element
+    assert after.get_attribute("id") == "verify", after.get_attribute("outerHTML")
