@@ -113,3 +113,24 @@ def test_keyboard_users_skip_the_navigation_and_the_current_page_is_named_once(
     focused.send_keys(Keys.TAB)
     after = browser.switch_to.active_element
     assert after.get_attribute("id") == "verify", after.get_attribute("outerHTML")
+
+
+def test_a_rating_scale_says_what_its_numbers_mean_to_a_screen_reader(
+        browser: Any, proxies: dict[str, HeaderProxy]) -> None:
+    """Each radio button was named only "1" ... "5": what 1 and 5 mean, and what the criterion asks, sat in a
+    paragraph a screen reader skips when moving between a form's controls. The ends of the scale are in their
+    labels now, and each button is described by its criterion's text (viewed here, never rated: nothing saved)."""
+    from selenium.webdriver.common.by import By
+
+    browser.get(proxies["chris.clinician"].url + "/rate")
+    fieldsets = browser.find_elements(By.CSS_SELECTOR, "#rating-form fieldset.criterion")
+    assert fieldsets
+    for fieldset in fieldsets:
+        radios = fieldset.find_elements(By.CSS_SELECTOR, "input[type=radio]")
+        names = [r.accessible_name.strip() for r in radios]
+        assert names[0] == "1 (very poor)" and names[-1] == "5 (excellent)" and names[1:4] == ["2", "3", "4"], names
+        about = fieldset.find_element(By.CSS_SELECTOR, "p.muted")
+        for radio in radios:
+            assert radio.get_attribute("aria-describedby") == about.get_attribute("id")
+        assert "1 = very poor, 5 = excellent" in about.text
+
