@@ -61,7 +61,7 @@ async def submit(request: Request) -> Response:
             return console.render(request, "error.html", status_code=409, title="Item no longer offered",
                                   message="This item is no longer in your queue (the console restarted, or it was "
                                           "rated already). Your rating was not saved; open the next item.",
-                                  retry=False)
+                                  back=("/rate", "Open the next response to rate"))
         item = found[0]
         spec = console.specs.get(item.benchmark)
         criteria = [c.name for c in spec.judge.criteria] if spec.judge else []
@@ -71,7 +71,7 @@ async def submit(request: Request) -> Response:
             if raw not in {"1", "2", "3", "4", "5"}:
                 return console.render(request, "error.html", status_code=400, title="Rating incomplete",
                                       message=f"Rate every criterion from 1 to 5 (missing: {name}). Nothing was saved.",
-                                      retry=False)
+                                      back=("/rate", "Back to rating"))
             values[name] = int(raw)
         saved = data.save_rating(console.home, ClinicianRating(
             run_id=item.run_id, benchmark=item.benchmark, instance_id=item.instance_id, rater=identity.user,

@@ -134,3 +134,19 @@ def test_a_rating_scale_says_what_its_numbers_mean_to_a_screen_reader(
             assert radio.get_attribute("aria-describedby") == about.get_attribute("id")
         assert "1 = very poor, 5 = excellent" in about.text
 
+
+def test_a_refused_rating_leads_back_to_the_rating_page(signed_in: Client) -> None:
+    """A rating the console cannot take (an item no longer offered, a criterion left out) said "open the next item"
+    on a page with no link to it; now each says nothing was saved and leads back to /rate."""
+    client = signed_in(ConsoleRole.CLINICIAN)
+    page = client.get("/rate").text
+    csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', page)
+    item = re.search(r'name="item" value="([^"]+)"', page)
+    assert csrf is not None and item is not None
+    for form, status in (({"item": "no-such-item"}, 409), ({"item": item.group(1)}, 400)):  # no criterion rated
+        reply = client.post("/rate", data={"csrf": csrf.group(1), **form}, follow_redirects=False)
+        assert reply.status_code == status
+        assert "was not saved" in reply.text or "Nothing was saved" in reply.text
+        back = re.search(r'<a id="back" href="([^"]+)">([^<]+)</a>', reply.text)
+        assert back is not None and back.group(1) == "/rate", reply.text[-800:]
+    assert client.get("/rate").status_code == 200  # and the same response is still offered
