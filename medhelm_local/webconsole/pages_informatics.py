@@ -4,6 +4,7 @@ detail, and the per-instance view for error analysis (patient-level: every view 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -94,12 +95,19 @@ def leaderboard(request: Request) -> Response:
                           rules=WIN_RULES, rule_text=WIN_RULES[rule], summaries=summaries)
 
 
+def _reloading(request: Request, live: bool) -> dict[str, Any]:
+    """A page that reloads itself while a run goes (a meta refresh) says so and can be told to stop (``?reload=off``):
+    a reload moves a screen reader, and a keyboard's focus, back to the top of the page."""
+    paused = request.query_params.get("reload") == "off"
+    return {"refresh": LIVE_REFRESH_S if live and not paused else None, "reload_paused": live and paused}
+
+
 @requires(INFORMATICS)
 def runs(request: Request) -> Response:
     console = console_of(request)
     summaries = data.runs(console.home)
     live = any(s.run.status not in FINAL_STATUSES for s in summaries)
-    return console.render(request, "runs.html", runs=summaries, refresh=LIVE_REFRESH_S if live else None)
+    return console.render(request, "runs.html", runs=summaries, **_reloading(request, live))
 
 
 @requires(INFORMATICS)
@@ -107,8 +115,7 @@ def run_detail(request: Request) -> Response:
     console = console_of(request)
     detail = data.run_detail(console.home, request.path_params["run_id"])
     live = detail.summary.run.status not in FINAL_STATUSES
-    return console.render(request, "run.html", detail=detail, run=detail.summary.run,
-                          refresh=LIVE_REFRESH_S if live else None)
+    return console.render(request, "run.html", detail=detail, run=detail.summary.run, **_reloading(request, live))
 
 
 @requires(INFORMATICS)

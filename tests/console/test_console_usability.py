@@ -150,3 +150,33 @@ def test_a_refused_rating_leads_back_to_the_rating_page(signed_in: Client) -> No
         back = re.search(r'<a id="back" href="([^"]+)">([^<]+)</a>', reply.text)
         assert back is not None and back.group(1) == "/rate", reply.text[-800:]
     assert client.get("/rate").status_code == 200  # and the same response is still offered
+
+
+@pytest.mark.parametrize("page", ["/runs", "/runs/{run}"])
+def test_a_page_that_reloads_itself_says_so_and_can_be_stopped(
+        page: str, signed_in: Client, console_home: ConsoleHome, monkeypatch: pytest.MonkeyPatch) -> None:
+    """While a run goes, the runs pages reload every 10 s (a meta refresh), which throws a screen reader, and the
+    keyboard focus, back to the top of the page mid-read; there was no way to stop it (WCAG 2.2.1). Now the page
+    says it reloads and offers to stop; stopped, it stays put and offers to start again."""
+    from medhelm_local.webconsole import pages_informatics
+
+    final = pages_informatics.FINAL_STATUSES
+    monkeypatch.setattr(pages_informatics, "FINAL_STATUSES", set())  # every run counts as still going
+    client = signed_in(ConsoleRole.INFORMATICS)
+    path = page.format(run=console_home.runs["model-a"])
+    live = client.get(path).text
+    assert 'http-equiv="refresh"' in live
+    notice = re.search(r'<p class="info noprint" id="auto-reload">(.*?)</p>', live, re.S)
+    assert notice is not None and "reloads itself every 10 seconds" in notice.group(1)
+    stop = re.search(r'<a href="([^"]+)">Stop reloading</a>', notice.group(1))
+    assert stop is not None
+    paused = client.get(path + stop.group(1)).text
+    assert 'http-equiv="refresh"' not in paused
+    notice = re.search(r'<p class="info noprint" id="auto-reload">(.*?)</p>', paused, re.S)
+    assert notice is not None and "automatic reloading is off" in notice.group(1)
+    resume = re.search(r'<a href="([^"]+)">Reload now and keep reloading</a>', notice.group(1))
+    assert resume is not None and "reload=off" not in resume.group(1)
+    # A finished run's page neither reloads nor says anything about it.
+    monkeypatch.setattr(pages_informatics, "FINAL_STATUSES", final)
+    done = client.get(path).text
+    assert 'http-equiv="refresh"' not in done and 'id="auto-reload"' not in done
