@@ -6,32 +6,50 @@ can be told to stop. Served in this process over the console's shared home (read
 from __future__ import annotations
 
 import re
+import shutil
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from medhelm_local.home import Home
 from medhelm_local.home.config import ConsoleRole
 from medhelm_local.webconsole.identity import StandaloneSessions
-from tests.console.conftest import ConsoleHome
+from tests.conftest import cli_env
+from tests.console.conftest import ConsoleHome, start_console, stop_console
 from tests.console.proxy import HeaderProxy
 
-Client = Callable[[ConsoleRole], Any]
+Client = Callable[..., Any]
+
+
+@pytest.fixture(scope="module")
+def rating_home(console_home: ConsoleHome, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the console's home whose rating sample takes every response, so there is always one left to rate
+    whatever the other tests rated, standalone (no trusted proxy): ratings here touch nothing else."""
+    home = tmp_path_factory.mktemp("rating") / "home"
+    shutil.copytree(console_home.home, home, symlinks=True)
+    config_path = Home(home).config_path
+    config = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+    config["console"].update(trusted_proxies=[], sample_per_stratum=1000)
+    config_path.write_text(yaml.safe_dump(config), encoding="utf-8")
+    return home
 
 
 @pytest.fixture
 def signed_in(console_home: ConsoleHome) -> Iterator[Client]:
-    """A starlette TestClient signed in (standalone, one-time link) with the given role."""
+    """A starlette TestClient signed in (standalone, one-time link) with the given role, on the console's home or
+    on ``home``."""
     from starlette.testclient import TestClient
 
     from medhelm_local.webconsole.app import create_app
 
     opened: list[Any] = []
 
-    def client(role: ConsoleRole) -> Any:
+    def client(role: ConsoleRole, home: Path | None = None) -> Any:
         sessions = StandaloneSessions(user=f"{role.value}-user", roles=frozenset({role}))
-        test_client = TestClient(create_app(Home(console_home.home), sessions), raise_server_exceptions=False)
+        test_client = TestClient(create_app(Home(home or console_home.home), sessions), raise_server_exceptions=False)
         test_client.__enter__()
         opened.append(test_client)
         assert test_client.get(f"/login?token={sessions.new_login_token()}").status_code == 200
@@ -115,14 +133,22 @@ def test_keyboard_users_skip_the_navigation_and_the_current_page_is_named_once(
     assert after.get_attribute("id") == "verify", after.get_attribute("outerHTML")
 
 
-def test_a_rating_scale_says_what_its_numbers_mean_to_a_screen_reader(
-        browser: Any, proxies: dict[str, HeaderProxy]) -> None:
+def test_a_rating_scale_says_what_its_numbers_mean_to_a_screen_reader(browser: Any, rating_home: Path) -> None:
     """Each radio button was named only "1" ... "5": what 1 and 5 mean, and what the criterion asks, sat in a
     paragraph a screen reader skips when moving between a form's controls. The ends of the scale are in their
-    labels now, and each button is described by its criterion's text (viewed here, never rated: nothing saved)."""
+    labels now, and each button is described by its criterion's text (on a copy of the home, standalone)."""
+    console = start_console(rating_home, "--role", "clinician", env=cli_env())
+    try:
+        browser.get(str(console.start["login_url"]))
+        browser.get(console.url + "/rate")
+        _check_rating_scale(browser)
+    finally:
+        stop_console(console)
+
+
+def _check_rating_scale(browser: Any) -> None:
     from selenium.webdriver.common.by import By
 
-    browser.get(proxies["chris.clinician"].url + "/rate")
     fieldsets = browser.find_elements(By.CSS_SELECTOR, "#rating-form fieldset.criterion")
     assert fieldsets
     for fieldset in fieldsets:
@@ -135,10 +161,10 @@ def test_a_rating_scale_says_what_its_numbers_mean_to_a_screen_reader(
         assert "1 = very poor, 5 = excellent" in about.text
 
 
-def test_a_refused_rating_leads_back_to_the_rating_page(signed_in: Client) -> None:
+def test_a_refused_rating_leads_back_to_the_rating_page(signed_in: Client, rating_home: Path) -> None:
     """A rating the console cannot take (an item no longer offered, a criterion left out) said "open the next item"
     on a page with no link to it; now each says nothing was saved and leads back to /rate."""
-    client = signed_in(ConsoleRole.CLINICIAN)
+    client = signed_in(ConsoleRole.CLINICIAN, rating_home)
     page = client.get("/rate").text
     csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', page)
     item = re.search(r'name="item" value="([^"]+)"', page)
