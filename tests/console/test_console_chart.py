@@ -191,14 +191,18 @@ def test_compose_console_overlay_is_valid_and_trusts_only_its_sidecar() -> None:
         errors = [e.message for e in jsonschema.Draft7Validator(schema).iter_errors(doc)]
         assert errors == []
     console, proxy = overlay["services"]["console"], overlay["services"]["console-proxy"]
-    assert console["command"][console["command"].index("--host") + 1] == "127.0.0.1"
-    assert proxy["network_mode"] == "service:console" and "--pass-user-headers=true" in proxy["command"]
+    # The console listens on its fixed address on the internal network it shares with oauth2-proxy alone, and
+    # believes identity headers from oauth2-proxy's address there only (the layout: tests/deploy, compose).
+    host = console["command"][console["command"].index("--host") + 1]
+    assert host == console["networks"]["medhelm-console"]["ipv4_address"]
+    assert "network_mode" not in proxy and "--pass-user-headers=true" in proxy["command"]
+    assert f"--upstream=http://{host}:8080/" in proxy["command"]
     for service in (console, proxy):
         assert service["read_only"] is True and service["cap_drop"] == ["ALL"] and service["user"] == "10001:10001"
     assert set(console["networks"]) <= set(base["networks"]) | set(overlay["networks"])
     config = ApplianceConfig.model_validate(
         yaml.safe_load((REPO / "deploy" / "appliance.compose.yaml").read_text(encoding="utf-8")))
-    assert config.console.trusted_proxies == ["127.0.0.1/32"]
+    assert config.console.trusted_proxies == [f"{proxy['networks']['medhelm-console']['ipv4_address']}/32"]
     assert config.console.roles[ConsoleRole.COMPLIANCE] == ["medhelm-compliance"]
 
 

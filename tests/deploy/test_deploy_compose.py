@@ -185,3 +185,162 @@ def test_compose_console_reads_the_same_policy_and_pin_as_the_appliance():
     appliance = _reads(load()["services"]["appliance"])
     assert appliance["policy"] == "./policy/export-policy.yaml" and appliance["policy read-only"]
     assert _reads(console["services"]["console"]) == appliance
+
+
+CONSOLE_OVERLAY = REPO / "deploy" / "docker-compose.console.yml"
+APPLIANCE_CONFIG = REPO / "deploy" / "appliance.compose.yaml"
+
+
+def load_console() -> tuple[dict[str, Any], dict[str, Any]]:
+    """The base file merged with the console overlay (as `docker compose -f base -f overlay` does for services and
+    networks that only one of them declares), and the appliance.yaml the console reads."""
+    base = load()
+    overlay = yaml.safe_load(CONSOLE_OVERLAY.read_text(encoding="utf-8"))
+    assert not set(base["services"]) & set(overlay["services"]) and not set(base["networks"]) & set(overlay["networks"])
+    merged = {**base, "services": {**base["services"], **overlay["services"]},
+              "networks": {**base["networks"], **overlay["networks"]}}
+    return merged, yaml.safe_load(APPLIANCE_CONFIG.read_text(encoding="utf-8"))
+
+
+def _networks_of(service: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    nets = service.get("networks", {})
+    return {n: {} for n in nets} if isinstance(nets, list) else {n: (v or {}) for n, v in nets.items()}
+
+
+def _arg(command: list[str], flag: str) -> str | None:
+    for i, arg in enumerate(command):
+        if arg == flag and i + 1 < len(command):
+            return command[i + 1]
+        if arg.startswith(flag + "="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def console_layout_problems(doc: dict[str, Any], config: dict[str, Any]) -> list[str]:
+    """The single-host console's isolation, as a list of violations (empty: compliant). The console process holds
+    the store and the keys: it may be on internal networks only, listen only where oauth2-proxy alone can reach it,
+    and believe identity headers from oauth2-proxy alone; oauth2-proxy, the only service that faces users and the
+    identity provider, is the only one on a non-internal network and shares nothing else with the console."""
+    import ipaddress
+
+    found: list[str] = []
+    services, networks = doc["services"], doc.get("networks", {})
+    console, proxy = services.get("console"), services.get("console-proxy")
+    if console is None or proxy is None:
+        return ["the console and console-proxy services must both exist"]
+    members: dict[str, set[str]] = {}
+    for name, svc in services.items():
+        for net in _networks_of(svc):
+            members.setdefault(net, set()).add(name)
+    for net, who in members.items():
+        if net not in networks:
+            found.append(f"network {net} is not declared")
+        elif (networks[net] or {}).get("internal") is not True and who != {"console-proxy"}:
+            found.append(f"non-internal network {net} is joined by {sorted(who - {'console-proxy'}) or sorted(who)}")
+    for name, svc in services.items():
+        if name != "console-proxy" and "ports" in svc:
+            found.append(f"service {name}: only console-proxy may publish ports")
+        for key in ("network_mode", "ipc", "pid", "volumes_from"):
+            if key in svc:
+                found.append(f"service {name}: {key} is not allowed (it shares the console's namespaces or files)")
+    for port in proxy.get("ports", []):
+        if str(port).count(":") < 2:
+            found.append(f"console-proxy: port {port} must name the address it is published on")
+    console_mounts = {str(v).split(":")[0] for v in console.get("volumes", [])}
+    shared = console_mounts & {str(v).split(":")[0] for v in proxy.get("volumes", [])}
+    if shared:
+        found.append(f"console-proxy: shares volumes {sorted(shared)} with the console")
+    if not any(str(t).startswith("/tmp") for t in proxy.get("tmpfs", [])):
+        found.append("console-proxy: /tmp must be its own tmpfs")
+
+    command = [str(a) for a in console.get("command", [])]
+    host, port = _arg(command, "--host"), _arg(command, "--port") or "8080"
+    try:
+        address = ipaddress.ip_address(host or "")
+    except ValueError:
+        return [*found, f"console: --host {host!r} must be an IP address"]
+    if address.is_unspecified:
+        return [*found, "console: --host must not be a wildcard address"]
+    bound_on = [n for n, v in _networks_of(console).items() if v.get("ipv4_address") == host]
+    if not bound_on:
+        found.append(f"console: --host {host} is not its fixed address on one of its networks")
+    for net in bound_on:
+        if members.get(net) != {"console", "console-proxy"}:
+            found.append(f"console: listens on network {net}, shared with {sorted(members.get(net, set()))}")
+        subnets = [c.get("subnet") for c in (networks.get(net) or {}).get("ipam", {}).get("config", [])]
+        if not any(s and address in ipaddress.ip_network(s) for s in subnets):
+            found.append(f"console: {host} is outside network {net}'s fixed subnet")
+    proxy_address = next((v.get("ipv4_address") for n, v in _networks_of(proxy).items() if n in bound_on), None)
+    trusted = (config.get("console") or {}).get("trusted_proxies", [])
+    if proxy_address is None:
+        found.append("console-proxy: needs a fixed address on the network the console listens on")
+    elif not trusted or any(ipaddress.ip_network(t, strict=False).num_addresses != 1
+                            or ipaddress.ip_address(proxy_address) not in ipaddress.ip_network(t, strict=False)
+                            for t in trusted):
+        found.append(f"console.trusted_proxies {trusted} must be oauth2-proxy's address ({proxy_address}) alone")
+    upstream = _arg([str(a) for a in proxy.get("command", [])], "--upstream")
+    if upstream != f"http://{host}:{port}/":
+        found.append(f"console-proxy: --upstream {upstream} is not the console's address http://{host}:{port}/")
+    probe = " ".join(str(t) for t in console.get("healthcheck", {}).get("test", []))
+    if f"http://{host}:{port}/healthz" not in probe:
+        found.append("console: the healthcheck must probe the address the console listens on")
+    return found
+
+
+def test_console_overlay_keeps_the_console_off_non_internal_networks():
+    """The single-host console matches the chart's isolation: the console (store and keys) has no route off the
+    host; only oauth2-proxy is on a non-internal network; the console listens only where oauth2-proxy alone can
+    reach it and trusts identity headers from oauth2-proxy's address alone."""
+    doc, config = load_console()
+    assert schema_errors(doc) == []
+    assert console_layout_problems(doc, config) == []
+    nets = doc["networks"]
+    assert all(nets[n].get("internal") is True for n in _networks_of(doc["services"]["console"]))
+    assert [n for n in _networks_of(doc["services"]["console-proxy"]) if not nets[n].get("internal")] == [
+        "medhelm-console-frontend"]
+
+
+def _break_console(doc: dict[str, Any], config: dict[str, Any], change: str) -> None:
+    services, networks = doc["services"], doc["networks"]
+    console, proxy = services["console"], services["console-proxy"]
+    if change == "console on the frontend":
+        console["networks"]["medhelm-console-frontend"] = {}
+    elif change == "console network not internal":
+        networks["medhelm-console"].pop("internal")
+    elif change == "shared network namespace":  # the old layout: a sidecar in the console's namespace
+        proxy.pop("networks")
+        proxy["network_mode"] = "service:console"
+    elif change == "console publishes a port":
+        console["ports"] = ["127.0.0.1:8080:8080"]
+    elif change == "console listens everywhere":
+        console["command"][console["command"].index("--host") + 1] = "0.0.0.0"
+    elif change == "appliance joins the console network":
+        services["appliance"]["networks"] = ["medhelm-internal", "medhelm-console"]
+    elif change == "trusts the whole subnet":
+        config["console"]["trusted_proxies"] = ["172.31.255.0/29"]
+    elif change == "trusts loopback":
+        config["console"]["trusted_proxies"] = ["127.0.0.1/32"]
+    elif change == "shared /tmp":
+        proxy["tmpfs"] = []
+        proxy["volumes_from"] = ["console"]
+    elif change == "unbound healthcheck":
+        console["healthcheck"]["test"] = ["CMD", "python3", "-c", "import urllib.request; "
+                                          "urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=3)"]
+
+
+@pytest.mark.parametrize("change, expected", [
+    ("console on the frontend", "non-internal network medhelm-console-frontend"),
+    ("console network not internal", "non-internal network medhelm-console"),
+    ("shared network namespace", "network_mode is not allowed"),
+    ("console publishes a port", "only console-proxy may publish ports"),
+    ("console listens everywhere", "wildcard"),
+    ("appliance joins the console network", "listens on network medhelm-console, shared with"),
+    ("trusts the whole subnet", "oauth2-proxy's address (172.31.255.3) alone"),
+    ("trusts loopback", "oauth2-proxy's address (172.31.255.3) alone"),
+    ("shared /tmp", "volumes_from is not allowed"),
+    ("unbound healthcheck", "healthcheck must probe"),
+])
+def test_console_layout_check_rejects_a_weakened_overlay(change, expected):
+    doc, config = load_console()
+    _break_console(doc, config, change)
+    assert any(expected in p for p in console_layout_problems(doc, config)), console_layout_problems(doc, config)
