@@ -115,6 +115,23 @@ deny contains msg if {
 	msg := sprintf("NetworkPolicy/%s: egress rule %d: a DNS ipBlock takes no exceptions", [p.metadata.name, i])
 }
 
+# A DNS peer names the DNS pods (a non-empty podSelector) or one address (the ipBlock rules above): a peer
+# without a podSelector, or with an empty one, selects every pod of its namespaces (with an empty or absent
+# namespaceSelector, of the whole cluster or the release's namespace) and opens port 53 to all of them.
+deny contains msg if {
+	some p in policies
+	some i, rule in object.get(p.spec, "egress", [])
+	is_dns_rule(rule)
+	some peer in object.get(rule, "to", [])
+	not peer.ipBlock
+	not selects_named_pods(peer)
+	msg := sprintf("NetworkPolicy/%s: egress rule %d: a DNS peer must name the DNS pods (a non-empty podSelector) or one address (ipBlock), not every pod", [p.metadata.name, i])
+}
+
+selects_named_pods(peer) if count(object.get(peer, ["podSelector", "matchLabels"], {})) > 0
+
+selects_named_pods(peer) if count(object.get(peer, ["podSelector", "matchExpressions"], [])) > 0
+
 # Egress other than DNS goes only from runner (and console) pods to model-server pods of the same release.
 deny contains msg if {
 	some p in policies

@@ -896,6 +896,9 @@ REJECTION_REASONS = {
     "unknown-value": r"unknownTopLevel",
     "dns-ip-range": r"/networkPolicy/dns/peers/0/ipBlock/cidr",
     "dns-port": r"/networkPolicy/dns/ports/0/port",
+    "dns-every-namespace": r"/networkPolicy/dns/peers/0': missing property 'podSelector'",
+    "dns-every-pod-of-a-namespace": r"/networkPolicy/dns/peers/0': missing property 'podSelector'",
+    "dns-empty-pod-selector": r"/networkPolicy/dns/peers/0/podSelector': 'anyOf' failed",
     "reserved-pod-label": r"invalid propertyName 'app\.kubernetes\.io/component'",
     "per-revision-job": r"additional properties 'job' not allowed",
     "fixed-concurrency": r"additional properties 'concurrencyPolicy' not allowed",
@@ -950,6 +953,14 @@ REJECTION_REASONS = {
         pytest.param({"unknownTopLevel": True}, id="unknown-value"),
         pytest.param({"networkPolicy": {"dns": {"peers": [{"ipBlock": {"cidr": "10.0.0.0/8"}}]}}}, id="dns-ip-range"),
         pytest.param({"networkPolicy": {"dns": {"ports": [{"protocol": "TCP", "port": 443}]}}}, id="dns-port"),
+        # Port 53 to every pod of the cluster, or of kube-system: the peer must name the DNS pods.
+        pytest.param({"networkPolicy": {"dns": {"peers": [{"namespaceSelector": {}}]}}}, id="dns-every-namespace"),
+        pytest.param({"networkPolicy": {"dns": {"peers": [
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}}]}}},
+            id="dns-every-pod-of-a-namespace"),
+        pytest.param({"networkPolicy": {"dns": {"peers": [
+            {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}},
+             "podSelector": {"matchLabels": {}}}]}}}, id="dns-empty-pod-selector"),
         pytest.param({"runner": {"podLabels": {"app.kubernetes.io/component": "model-server"}}},
                      id="reserved-pod-label"),
         pytest.param({"runner": {"job": {"enabled": True}}}, id="per-revision-job"),

@@ -188,6 +188,14 @@ def _m_dns_ip_range(docs):
     _policy(docs, "-allow-dns")["spec"]["egress"][0]["to"].append({"ipBlock": {"cidr": "10.0.0.0/8"}})
 
 
+def _m_dns_every_pod(docs):  # port 53 to every pod of every namespace
+    _policy(docs, "-allow-dns")["spec"]["egress"][0]["to"] = [{"namespaceSelector": {}}]
+
+
+def _m_dns_empty_pod_selector(docs):  # port 53 to every pod of kube-system
+    _policy(docs, "-allow-dns")["spec"]["egress"][0]["to"][0]["podSelector"] = {"matchLabels": {}}
+
+
 def _m_dns_any_port(docs):
     _policy(docs, "-allow-dns")["spec"]["egress"][0]["ports"].append({"protocol": "TCP", "port": 443})
 
@@ -310,6 +318,8 @@ MUTATIONS: dict[str, tuple[Mutation, str, str]] = {
     "egress-all-ports": (_m_egress_all_ports, "network", "allows every port"),
     "egress-ip-block": (_m_egress_ip_block, "network", "uses an ipBlock"),
     "dns-ip-range": (_m_dns_ip_range, "network", "must be one address"),
+    "dns-every-pod": (_m_dns_every_pod, "network", "a DNS peer must name the DNS pods"),
+    "dns-empty-pod-selector": (_m_dns_empty_pod_selector, "network", "a DNS peer must name the DNS pods"),
     "dns-any-port": (_m_dns_any_port, "network", "only the runner may open connections"),
     "server-egress": (_m_server_egress, "network", "only the runner may open connections"),
     "ingress-anyone": (_m_ingress_anyone, "network", "allows every source"),
@@ -364,3 +374,36 @@ def test_policy_rejects_a_bare_pod():
     for fragment in expected:
         assert any(fragment in m for m in denied["pod_security"]), fragment
     assert any("no default-deny" in m for m in denied["network"])
+
+
+# The schema refuses at install what the Rego policy denies in the rendered manifests: the DNS peers.
+_KUBE_SYSTEM = {"matchLabels": {"kubernetes.io/metadata.name": "kube-system"}}
+_KUBE_DNS = {"namespaceSelector": _KUBE_SYSTEM, "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}
+DNS_PEERS = {
+    "every-pod-of-the-cluster": [{"namespaceSelector": {}}],
+    "every-pod-of-a-namespace": [{"namespaceSelector": _KUBE_SYSTEM}],
+    "empty-pod-selector": [{"namespaceSelector": {}, "podSelector": {}}],
+    "empty-match-labels": [{"podSelector": {"matchLabels": {}, "matchExpressions": []}}],
+    "ip-range": [{"ipBlock": {"cidr": "10.0.0.0/8"}}],
+    "internet": [{"ipBlock": {"cidr": "0.0.0.0/0"}}],
+    "one-bad-peer-among-good": [_KUBE_DNS, {"namespaceSelector": {}}],
+    "kube-dns": [_KUBE_DNS],
+    "dns-pods-in-any-namespace": [{"namespaceSelector": {},
+                                   "podSelector": {"matchExpressions": [{"key": "k8s-app", "operator": "In",
+                                                                         "values": ["kube-dns"]}]}}],
+    "node-local-cache": [{"ipBlock": {"cidr": "169.254.20.10/32"}}],
+}
+DNS_PEERS_ALLOWED = {"kube-dns", "dns-pods-in-any-namespace", "node-local-cache"}
+
+
+@pytest.mark.parametrize("case", list(DNS_PEERS))
+def test_schema_and_policy_agree_on_dns_peers(case, rendered):
+    import jsonschema
+
+    schema = json.loads((REPO / "helm-chart" / "values.schema.json").read_text(encoding="utf-8"))
+    peers = DNS_PEERS[case]
+    in_schema = jsonschema.Draft7Validator(schema).is_valid({"networkPolicy": {"dns": {"peers": peers}}})
+    docs = rendered("default")
+    _policy(docs, "-allow-dns")["spec"]["egress"][0]["to"] = copy.deepcopy(peers)
+    in_policy = evaluate(docs)["network"] == []
+    assert (in_schema, in_policy) == ((True, True) if case in DNS_PEERS_ALLOWED else (False, False))
