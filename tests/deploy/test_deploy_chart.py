@@ -975,6 +975,70 @@ def test_bad_values_are_rejected(values, request):
         render(values)
 
 
+# --- the vLLM API key under GitOps (helm template, Argo CD) -------------------------------------------------
+
+_RUN_M = {"model": "m", "benchmarks": ["pubmedqa"]}
+
+
+def _gitops_values() -> dict[str, Any]:
+    """The vllmApiKey block helm-chart/README.md gives for GitOps."""
+    text = (CHART / "README.md").read_text(encoding="utf-8")
+    section = text.split("## GitOps", 1)[1]
+    block = re.search(r"```yaml\n(.*?)```", section, re.DOTALL)
+    assert block, "helm-chart/README.md: no values block in the GitOps section"
+    values = yaml.safe_load(block.group(1))
+    assert set(values) == {"vllmApiKey"}
+    return values
+
+
+def _api_key_refs(docs: list[dict[str, Any]]) -> set[str]:
+    """Every Secret name a pod takes the vLLM API key from (env VLLM_API_KEY or the api-key volume)."""
+    names: set[str] = set()
+    for doc in docs:
+        spec = pod_spec(doc)
+        if spec is None:
+            continue
+        for container in all_containers(spec):
+            for env in container.get("env", []):
+                if env["name"] == "VLLM_API_KEY":
+                    names.add(env["valueFrom"]["secretKeyRef"]["name"])
+        names |= {v["secret"]["secretName"] for v in spec.get("volumes", []) if v["name"] == "vllm-api-key"}
+    return names
+
+
+def test_without_a_cluster_a_generated_api_key_changes_on_every_render():
+    """Why GitOps needs existingSecret: rendered without the cluster (helm template, Argo CD), the generated key's
+    lookup finds nothing and each render makes a new key."""
+    def key() -> str:
+        docs = render({"models": [_SERVED], "runner": _RUN_M})
+        (secret,) = [s for s in by_kind(docs, "Secret") if s["metadata"]["name"].endswith("-vllm-api-key")]
+        return str(secret["data"]["api-key"])
+
+    assert key() != key()
+
+
+def test_gitops_values_render_the_same_manifests_every_time():
+    """The README's GitOps setting: no key in the manifests, every pod reads the site's Secret, and two renders
+    without a cluster are identical (Argo CD sees no drift; the model servers are not restarted by a sync)."""
+    values = _gitops_values() | {"models": [_SERVED], "runner": _RUN_M}
+    first, second = render(values), render(values)
+    assert yaml.safe_dump_all(first) == yaml.safe_dump_all(second)
+    assert not [s for s in by_kind(first, "Secret") if s["metadata"]["name"].endswith("-vllm-api-key")]
+    assert _api_key_refs(first) == {values["vllmApiKey"]["existingSecret"]}
+    assert {"StatefulSet", "CronJob"} <= {d["kind"] for d in first if pod_spec(d) is not None}
+
+
+@pytest.mark.parametrize("api_key", [{"generate": False}, {"generate": False, "existingSecret": ""}],
+                         ids=["no-secret", "secret-dropped"])
+def test_generate_false_refuses_to_invent_a_key(api_key):
+    """generate: false makes a GitOps value set whose existingSecret was dropped fail to render, instead of
+    silently generating a key that changes on every sync."""
+    with pytest.raises(helm_python.HelmError, match=r"vllmApiKey: generate is false.*existingSecret"):
+        render({"vllmApiKey": api_key, "models": [_SERVED], "runner": _RUN_M})
+    docs = render({"vllmApiKey": {"generate": False, "value": "k" * 48}})  # an explicit key is still a key
+    assert [s for s in by_kind(docs, "Secret") if s["metadata"]["name"].endswith("-vllm-api-key")]
+
+
 # --- weights verification script --------------------------------------------------------------------------
 
 SCRIPT = CHART / "files" / "verify-weights.sh"
