@@ -16,6 +16,7 @@ from medhelm_local.home import Home
 from medhelm_local.home.config import ConsoleRole
 from medhelm_local.webconsole.identity import StandaloneSessions
 from tests.console.conftest import ConsoleHome
+from tests.console.proxy import HeaderProxy
 
 Client = Callable[..., Any]
 
@@ -91,3 +92,27 @@ def test_each_leaderboard_column_header_says_which_interval_it_is(signed_in: Cli
     assert headers[headers.index("Win rate") + 1] == "Win rate 95% CI"
     assert headers[headers.index("Macro average") + 1] == "Macro average 95% CI"
 
+
+def test_every_progress_bar_says_what_it_measures(browser: Any, proxies: dict[str, HeaderProxy],
+                                                 console_home: ConsoleHome) -> None:
+    """In a real browser: a run's progress bars (one per benchmark) had no accessible name and no fallback text, so
+    a screen reader said "progress bar, 100%" with nothing to say of what; the runs list had the counts as fallback
+    text but no name either. Each bar is now named after what it measures and carries the counts as text."""
+    from selenium.webdriver.common.by import By
+
+    proxy = proxies["ines.informatics"]
+    run = console_home.runs["model-a"]
+    browser.get(proxy.url + "/runs")
+    bars = browser.find_elements(By.CSS_SELECTOR, "#runs progress")
+    assert len(bars) == len(console_home.runs)
+    expected = sorted(f"Progress of run {r}" for r in console_home.runs.values())
+    assert sorted(bar.accessible_name for bar in bars) == expected
+    browser.get(proxy.url + f"/runs/{run}")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#run-benchmarks tbody tr")
+    assert len(rows) == 2
+    for row in rows:
+        benchmark = row.find_element(By.CSS_SELECTOR, "td a").text
+        bar = row.find_element(By.TAG_NAME, "progress")
+        assert bar.aria_role == "progressbar" and bar.accessible_name == f"Progress of {benchmark}"
+        counts = row.find_elements(By.CSS_SELECTOR, "td.num")[0].text.replace(" ", "")  # "answered / planned"
+        assert bar.get_attribute("textContent") == counts, (bar.get_attribute("textContent"), counts)
