@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlencode
 
 from starlette.requests import Request
 from starlette.responses import Response
@@ -13,7 +14,7 @@ from starlette.routing import Route
 from medhelm_local.analysis.figures import LeaderboardFigures, leaderboard_figures
 from medhelm_local.analysis.leaderboard import WinRule
 from medhelm_local.benchmarks.registry import SpecRegistry
-from medhelm_local.errors import BadInputError, NotFoundError
+from medhelm_local.errors import NotFoundError
 from medhelm_local.export import intervals
 from medhelm_local.home.config import ConsoleRole
 from medhelm_local.prompts.styles import DEFAULT_STYLE, PROMPT_STYLES
@@ -27,11 +28,27 @@ WIN_RULES = {WinRule.PAPER: "MedHELM rule: a win when the score is >= the rival'
              WinRule.HELM: "HELM rule: a win when the score is > the rival's, half a win for a tie"}
 
 
-def _choice(request: Request, name: str, allowed: tuple[str, ...], default: str) -> str:
+MAX_PAGE = 10**9  # a page number past any run's items (SQLite takes the offset as a 64-bit integer)
+
+
+def _choice(request: Request, name: str, allowed: tuple[str, ...], default: str,
+            errors: dict[str, str]) -> str:
+    """The parameter ``name`` when it is one of ``allowed``; otherwise ``default``, with what is wrong in
+    ``errors``."""
     value = request.query_params.get(name, default)
     if value not in allowed:
-        raise BadInputError(f"{name}: expected one of {', '.join(allowed)}")
+        errors[name] = f"{name}: expected one of {', '.join(allowed)}"
+        return default
     return value
+
+
+def _bad_parameters(request: Request, errors: dict[str, str], label: str) -> Response:
+    """A page asked for with parameters it cannot take: says which and what they take, and leads back to the same
+    page without them (the others kept)."""
+    kept = [(k, v) for k, v in request.query_params.multi_items() if k not in errors]
+    back = request.url.path + (f"?{urlencode(kept)}" if kept else "")
+    return console_of(request).render(request, "error.html", status_code=400, title="Cannot show this page",
+                                      message="; ".join(errors.values()), back=(back, label))
 
 
 @dataclass(frozen=True)
@@ -85,8 +102,11 @@ def console_figures(view: data.LeaderboardView,
 
 @requires(INFORMATICS)
 def leaderboard(request: Request) -> Response:
-    style = _choice(request, "style", PROMPT_STYLES, DEFAULT_STYLE)
-    rule = WinRule(_choice(request, "rule", tuple(r.value for r in WinRule), WinRule.PAPER.value))
+    errors: dict[str, str] = {}
+    style = _choice(request, "style", PROMPT_STYLES, DEFAULT_STYLE, errors)
+    rule = WinRule(_choice(request, "rule", tuple(r.value for r in WinRule), WinRule.PAPER.value, errors))
+    if errors:
+        return _bad_parameters(request, errors, "Back to the leaderboard")
     console = console_of(request)
     view = data.leaderboard(console.home, prompt_style=style, rule=rule)
     summaries = summary_intervals(view, console.specs)
@@ -139,20 +159,24 @@ def instances(request: Request) -> Response:
     """Prompt, response, score and judge ratings of a run's items: patient-level, audited before it is shown."""
     console = console_of(request)
     run_id, benchmark = request.path_params["run_id"], request.path_params["benchmark"]
+    back = "Back to the first page of these instances"
     try:
         page = max(0, int(request.query_params.get("page", "0")))
     except ValueError:
-        raise BadInputError("page: expected a number") from None
+        return _bad_parameters(request, {"page": "page: expected a number"}, back)
     failures = request.query_params.get("failures") == "1"
     try:
         console.specs.get(benchmark)
     except NotFoundError:
         raise NotFoundError(f"no benchmark {benchmark!r}") from None
-    rows, total = data.instances(console.home, run_id, benchmark, page=page, failures_only=failures)
+    rows, total = data.instances(console.home, run_id, benchmark, page=min(page, MAX_PAGE), failures_only=failures)
+    pages = max(1, -(-total // data.PAGE_SIZE))
+    if page >= pages:  # nothing to show (nor to audit): say how many pages there are
+        return _bad_parameters(request, {"page": f"page: there is no page {page + 1}; {total} item(s) fill "
+                                                 f"{pages} page(s)"}, back)
     console.audit(identity_of(request), "console.view_instances", role="informatics", run_id=run_id,
                   benchmark=benchmark, page=page, failures_only=failures,
                   positions=[r.position for r in rows])  # never the ids: an id may be PHI (person and date)
-    pages = max(1, -(-total // data.PAGE_SIZE))
     return console.render(request, "instances.html", rows=rows, total=total, page=page, pages=pages,
                           failures=failures, run_id=run_id, benchmark=benchmark, spec=console.specs.get(benchmark))
 

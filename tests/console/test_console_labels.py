@@ -5,6 +5,7 @@ process over the console's shared home (read-only pages) or over a copy of it.""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterator
 from html.parser import HTMLParser
 from pathlib import Path
@@ -116,3 +117,53 @@ def test_every_progress_bar_says_what_it_measures(browser: Any, proxies: dict[st
         assert bar.aria_role == "progressbar" and bar.accessible_name == f"Progress of {benchmark}"
         counts = row.find_elements(By.CSS_SELECTOR, "td.num")[0].text.replace(" ", "")  # "answered / planned"
         assert bar.get_attribute("textContent") == counts, (bar.get_attribute("textContent"), counts)
+
+
+def back_link(html: str) -> tuple[str, str]:
+    found = re.search(r'<a id="back" href="([^"]+)">([^<]+)</a>', html)
+    assert found is not None, html[html.find("<main"):]
+    return found.group(1).replace("&amp;", "&"), found.group(2)
+
+
+@pytest.mark.parametrize(("query", "message", "back"), [
+    ("style=fancy", "style: expected one of", "/leaderboard"),
+    ("rule=strict&style=medhelm", "rule: expected one of", "/leaderboard?style=medhelm"),
+    ("style=fancy&rule=strict", "style: expected one of", "/leaderboard"),
+])
+def test_a_bad_leaderboard_choice_leads_back_to_the_leaderboard(
+        query: str, message: str, back: str, signed_in: Client) -> None:
+    """A leaderboard address with a prompt style or win-rate rule it does not know (an old bookmark, a typo) was a
+    dead end: "Cannot show this page" and nothing to click. It says what the parameter takes and links to the
+    leaderboard without the bad parameter (a good one beside it kept), which opens."""
+    client = signed_in(ConsoleRole.INFORMATICS)
+    reply = client.get(f"/leaderboard?{query}")
+    assert reply.status_code == 400 and "<h1>Cannot show this page</h1>" in reply.text
+    assert message in reply.text
+    href, label = back_link(reply.text)
+    assert href == back and label == "Back to the leaderboard"
+    assert client.get(href).status_code == 200
+
+
+@pytest.mark.parametrize("page", ["two", "2", "999", "99999999999999999999999"])
+@pytest.mark.parametrize("failures", [None, "1"])
+def test_a_bad_or_past_the_end_instances_page_leads_back_to_the_first(
+        page: str, failures: str | None, signed_in: Client, console_home: ConsoleHome) -> None:
+    """The instances view (25 items: pages 0 and 1) with a page number it cannot read was a dead end, one past the
+    last page showed "Page 1000 of 2" over an empty table, and one too large for the store an internal error. Now
+    each says what is wrong and links to the first page, keeping the failures filter, and nothing is audited as
+    viewed."""
+    client = signed_in(ConsoleRole.INFORMATICS)
+    path = f"/runs/{console_home.runs['model-b']}/hospice_referral/instances"
+    viewed = len([r for r in console_home.audit_records() if r["action"] == "console.view_instances"])
+    params = {"page": page} | ({"failures": failures} if failures else {})
+    reply = client.get(path, params=params)
+    assert reply.status_code == 400 and "<h1>Cannot show this page</h1>" in reply.text
+    assert 'id="instances"' not in reply.text
+    assert ("expected a number" if page == "two" else f"there is no page {int(page) + 1};") in reply.text
+    href, label = back_link(reply.text)
+    assert href == path + (f"?failures={failures}" if failures else "")
+    assert label == "Back to the first page of these instances"
+    assert len([r for r in console_home.audit_records() if r["action"] == "console.view_instances"]) == viewed
+    shown = client.get(href)
+    assert shown.status_code == 200 and "Page 1 of" in shown.text and 'id="instances"' in shown.text
+    assert client.get(path, params={"page": "1"}).status_code == 200  # the last page is still there
