@@ -286,10 +286,14 @@ async def export_approve(request: Request) -> Response:
         await run_in_threadpool(approve)
     except NotFoundError:
         raise
-    except (BadInputError, export_bundle.ExportRefused) as exc:  # refused: say so, and lead back to the request
-        return console.render(request, "error.html", status_code=400 if isinstance(exc, BadInputError) else 409,
-                              title="Approval refused", message=f"{exc}. Nothing was approved.",
-                              back=(f"/exports/{request_id}", f"Back to export request {request_id}"))
+    except (BadInputError, export_bundle.ExportRefused) as exc:
+        # Refused: say so and why, and give the form again with what was pasted (an uploaded file cannot be put back
+        # into its field), while the request can still be approved; and lead back to the request.
+        return console.render(request, "approve_refused.html",
+                              status_code=400 if isinstance(exc, BadInputError) else 409,
+                              req=_request(console.home, request_id), message=str(exc), refused=True,
+                              signature=pasted if isinstance(pasted := form.get("signature"), str) else "",
+                              namespace=getattr(export_bundle, "APPROVAL_NAMESPACE", "medhelm-export"))
     return RedirectResponse(f"/exports/{request_id}?approved=1", status_code=303)
 
 

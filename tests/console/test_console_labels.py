@@ -6,16 +6,20 @@ process over the console's shared home (read-only pages) or over a copy of it.""
 from __future__ import annotations
 
 import re
+import shutil
 from collections.abc import Callable, Iterator
+from html import unescape
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+import tests.compliance.conftest as compliance_fixtures
 from medhelm_local.home import Home
 from medhelm_local.home.config import ConsoleRole
 from medhelm_local.webconsole.identity import StandaloneSessions
+from tests.compliance.inproc import InProcessCli
 from tests.console.conftest import ConsoleHome
 from tests.console.proxy import HeaderProxy
 
@@ -167,3 +171,76 @@ def test_a_bad_or_past_the_end_instances_page_leads_back_to_the_first(
     shown = client.get(href)
     assert shown.status_code == 200 and "Page 1 of" in shown.text and 'id="instances"' in shown.text
     assert client.get(path, params={"page": "1"}).status_code == 200  # the last page is still there
+
+
+@pytest.fixture
+def approver_site(console_home: ConsoleHome, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """A copy of the console's home with its own export policy and a ready request, and a client signed in as a
+    compliance officer (as test_console_export_pages's ``site``)."""
+    from starlette.testclient import TestClient
+
+    from medhelm_local.export.policy import POLICY_ENV
+    from medhelm_local.webconsole.app import create_app
+
+    home = tmp_path / "home"
+    shutil.copytree(console_home.home, home, symlinks=True)
+    monkeypatch.setenv(POLICY_ENV, "unset")  # restored (unset) after the test, whatever write_policy sets
+    compliance_fixtures.write_policy(home)
+    cli = InProcessCli(home=home)
+    request = compliance_fixtures.request_export(cli, *console_home.runs.values())
+    assert request["status"] == "ready", request
+    sessions = StandaloneSessions(user="carl", roles=frozenset({ConsoleRole.COMPLIANCE}))
+    with TestClient(create_app(Home(home), sessions), raise_server_exceptions=False) as client:
+        assert client.get(f"/login?token={sessions.new_login_token()}").status_code == 200
+        yield client, home, str(request["request_id"])
+
+
+def form_fields(html: str) -> tuple[str, str, str]:
+    """The approval form's token, the text in its paste box, and the paste box's label."""
+    token = re.search(r'<form[^>]*id="approve-form">\s*<input type="hidden" name="csrf" value="([0-9a-f]+)"', html)
+    box = re.search(r'<textarea id="signature" name="signature"[^>]*>(.*?)</textarea>', html, re.S)
+    label = re.search(r'<label for="signature">([^<]+)</label>', html)
+    assert token is not None and box is not None and label is not None, html[html.find("<main"):]
+    return token.group(1), unescape(box.group(1)), label.group(1)
+
+
+def test_a_refused_approval_keeps_the_pasted_signature_and_the_paste_box_says_what_goes_in_it(
+        approver_site: Any) -> None:
+    """A pasted signature the appliance refuses (here by a key the policy does not list) led to an error page, and
+    the signature was lost: the officer had to go back and paste it again. The page now says the approval was
+    refused and why, and gives the form again holding what was pasted, marked invalid and tied to the reason,
+    ready to fix and send. The paste box was labelled "or paste it"; it now says what to paste. Approval is as
+    strict as before: the refusal changes nothing and is audited, and only the listed approver's signature, sent
+    with the form's token, approves."""
+    from medhelm_local.audit import AuditTrail
+
+    client, home, request_id = approver_site
+    page = client.get(f"/exports/{request_id}").text
+    token, box, label = form_fields(page)
+    assert box == "" and "approval.sig" in label and "SSH SIGNATURE" in label
+    digest = re.search(r'<pre class="text" id="digest">([0-9a-f]{64})</pre>', page)
+    assert digest is not None
+    people = compliance_fixtures.signers(home)
+    forged = people["mallory"].sign(digest.group(1)).read_text(encoding="ascii")
+    before = AuditTrail(Home(home).audit_path).records()
+    reply = client.post(f"/exports/{request_id}/approve", data={"csrf": token, "signature": forged})
+    assert reply.status_code in (400, 409) and "<h1>Approval refused</h1>" in reply.text
+    error = re.search(r'<p class="warn" id="approve-error" role="alert">([^<]+)</p>', reply.text)
+    assert error is not None and "not listed under approval.approvers" in error.group(1)
+    assert "Nothing was approved" in error.group(1)
+    token, box, _ = form_fields(reply.text)
+    assert box.strip() == forged.strip()
+    assert re.search(r'<textarea id="signature"[^>]*aria-invalid="true" aria-describedby="approve-error"',
+                     reply.text)
+    assert f'<a id="back" href="/exports/{request_id}">' in reply.text
+    added = [(r["action"], r["outcome"]) for r in AuditTrail(Home(home).audit_path).records()[len(before):]]
+    assert ("export.approve", "refused") in added and ("export.approve", "approved") not in added, added
+    assert 'id="export-status">ready<' in client.get(f"/exports/{request_id}").text
+    # The form that came back still needs its token ...
+    stale = client.post(f"/exports/{request_id}/approve", data={"csrf": "0" * 64, "signature": forged})
+    assert stale.status_code == 400 and "<h1>This form has expired</h1>" in stale.text
+    # ... and, with the approver's own signature pasted in place of the refused one, approves.
+    signed = people[compliance_fixtures.APPROVER].sign(digest.group(1)).read_text(encoding="ascii")
+    approved = client.post(f"/exports/{request_id}/approve", data={"csrf": token, "signature": signed})
+    assert approved.status_code == 200 and 'id="approved"' in approved.text
+    assert 'id="export-status">approved<' in approved.text
