@@ -13,6 +13,7 @@ import inspect
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from html import escape
 from importlib import resources
 from typing import Any
 
@@ -257,12 +258,25 @@ class BodyLimitMiddleware:
         await self.app(scope, limited, send)
 
 
+def bare_page(status: int, title: str, message: str = "", *, command: str = "") -> HTMLResponse:
+    """A page for someone not (or no longer) signed in: a title and a language (what a screen reader and a browser
+    tab need), the title as its heading and at most one sentence (ending with a ``command`` in code), and nothing
+    else: not the appliance's name, no navigation, no data."""
+    text = escape(message) + (f" <code>{escape(command)}</code>." if command else "")
+    paragraph = f"<p>{text}</p>\n" if text else ""
+    html = (f'<!DOCTYPE html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">\n<title>{escape(title)}</title>\n'
+            f'<link rel="stylesheet" href="/static/console.css">\n</head>\n<body>\n<main id="main">\n'
+            f"<h1>{escape(title)}</h1>\n{paragraph}</main>\n</body>\n</html>\n")
+    return HTMLResponse(html, status_code=status)
+
+
 def _unauthenticated(console: Console) -> Response:
     """Nothing about the appliance: no page, no data, no hint beyond how to sign in."""
     if console.standalone:
-        return PlainTextResponse("Sign in with the one-time login link printed by `medhelm-local serve console`.\n",
-                                 status_code=401)
-    return PlainTextResponse("Authentication required.\n", status_code=401)
+        return bare_page(401, "Sign in required", "Sign in with the one-time login link printed by",
+                         command="medhelm-local serve console")
+    return bare_page(401, "Authentication required")
 
 
 # -- pages every identity can open ----------------------------------------------------------------------------
@@ -275,11 +289,12 @@ def healthz(request: Request) -> Response:
 def login(request: Request) -> Response:
     console = console_of(request)
     if console.sessions is None:
-        return PlainTextResponse("Not found.\n", status_code=404)
+        return bare_page(404, "Not found")
     session = console.sessions.redeem(request.query_params.get("token", ""))
     if session is None:
-        return PlainTextResponse("This login link is not valid (each link works once). Start "
-                                 "`medhelm-local serve console` again for a new one.\n", status_code=403)
+        return bare_page(403, "This login link is not valid",
+                         "Each link works once. For a new one, start the console again:",
+                         command="medhelm-local serve console")
     identity = console.sessions.identity(session)
     assert identity is not None
     console.audit(identity, "console.login", roles=sorted(r.value for r in identity.roles))
@@ -317,7 +332,7 @@ def stylesheet(request: Request) -> Response:
 def _error_page(request: Request, status: int, title: str, message: str, *, retry: bool = False) -> Response:
     console = console_of(request)
     if getattr(request.state, "identity", None) is None:
-        return PlainTextResponse(f"{title}\n", status_code=status)
+        return bare_page(status, title)
     response = console.render(request, "error.html", status_code=status, title=title, message=message,
                               retry=retry)
     if retry:

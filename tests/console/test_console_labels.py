@@ -244,3 +244,45 @@ def test_a_refused_approval_keeps_the_pasted_signature_and_the_paste_box_says_wh
     approved = client.post(f"/exports/{request_id}/approve", data={"csrf": token, "signature": signed})
     assert approved.status_code == 200 and 'id="approved"' in approved.text
     assert 'id="export-status">approved<' in approved.text
+
+
+def test_the_pages_before_sign_in_have_a_title_and_a_language_and_say_nothing_more(
+        console_home: ConsoleHome, browser: Any, proxied_console: Any) -> None:
+    """Without a session, with a spent or wrong login link, or without a trusted proxy, the console answered plain
+    text: no title for a browser tab or a screen reader to announce, no language to read it in. Each is now a bare
+    HTML page, titled, in English, whose only text is its title and one sentence on how to sign in: not the
+    appliance's name, no navigation, nothing a forged identity header asked for."""
+    from selenium.webdriver.common.by import By
+    from starlette.testclient import TestClient
+
+    from medhelm_local.webconsole.app import create_app
+
+    appliance = Home(console_home.home).config.appliance_name
+    forged = {"X-Forwarded-User": "carl.compliance", "X-Forwarded-Groups": "medhelm-compliance"}
+    sessions = StandaloneSessions(user="it-admin", roles=frozenset({ConsoleRole.COMPLIANCE}))
+    expected = {  # (mode, path) -> status, title, sentence
+        ("standalone", "/audit"): (401, "Sign in required",
+                                   "Sign in with the one-time login link printed by medhelm-local serve console."),
+        ("standalone", "/login?token=spent"): (403, "This login link is not valid", "Each link works once. For a new "
+                                               "one, start the console again: medhelm-local serve console."),
+        ("proxy", "/leaderboard"): (401, "Authentication required", ""),
+        ("proxy", "/login?token=x"): (404, "Not found", ""),
+    }
+    clients = {"standalone": TestClient(create_app(Home(console_home.home), sessions)),
+               "proxy": TestClient(create_app(Home(console_home.home), None))}  # "testclient" is not trusted
+    for (mode, path), (status, title, sentence) in expected.items():
+        reply = clients[mode].get(path, headers=forged, follow_redirects=False)
+        assert reply.status_code == status and reply.headers["content-type"].startswith("text/html"), path
+        assert reply.text.startswith('<!DOCTYPE html>\n<html lang="en">'), reply.text
+        assert re.search(rf"<title>{re.escape(title)}</title>", reply.text) and f"<h1>{title}</h1>" in reply.text
+        visible = " ".join(re.sub(r"<[^>]+>", " ", re.sub(r"</?code>", "", reply.text)).split())
+        assert visible == " ".join(f"{title} {title} {sentence}".split()), visible
+        # (the text above is all there is to read; nor is anything in the markup: no console title, links, forms)
+        assert f"· {appliance} console" not in reply.text and "carl" not in reply.text
+        assert not re.search(r"<(a|nav|header|form|input)\b", reply.text)
+        assert reply.headers["content-security-policy"].startswith("default-src 'none'")
+    # In a real browser, straight to the proxied console (not from the proxy): a titled page in English.
+    browser.get(proxied_console.url + "/audit")
+    assert browser.title == "Authentication required"
+    assert browser.find_element(By.TAG_NAME, "html").get_attribute("lang") == "en"
+    assert browser.find_element(By.TAG_NAME, "h1").text == "Authentication required"
