@@ -286,3 +286,27 @@ def test_the_pages_before_sign_in_have_a_title_and_a_language_and_say_nothing_mo
     assert browser.title == "Authentication required"
     assert browser.find_element(By.TAG_NAME, "html").get_attribute("lang") == "en"
     assert browser.find_element(By.TAG_NAME, "h1").text == "Authentication required"
+
+
+def test_the_groups_you_sign_in_with_can_be_opened_by_keyboard(browser: Any, proxies: dict[str, HeaderProxy]) -> None:
+    """In a real browser: the header showed the groups the identity provider asserted (which decide the roles) only
+    as a tooltip on the user name, which a keyboard, a touch screen or a screen reader never reaches. The name now
+    opens them: Tab reaches it, Enter shows them, and no tooltip holds them any more."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+
+    browser.get(proxies["carl.compliance"].url + "/audit")
+    groups = browser.find_element(By.CSS_SELECTOR, "header details.user .groups")
+    assert not groups.is_displayed()
+    assert not browser.find_elements(By.CSS_SELECTOR, "header [title]")
+    browser.find_element(By.TAG_NAME, "body").send_keys(Keys.TAB)
+    for _ in range(20):  # past the skip link, the console's name and the navigation
+        focused = browser.switch_to.active_element
+        if focused.tag_name == "summary":
+            break
+        focused.send_keys(Keys.TAB)
+    assert focused.tag_name == "summary" and focused.text == "carl.compliance", focused.get_attribute("outerHTML")
+    focused.send_keys(Keys.ENTER)
+    assert groups.is_displayed() and groups.text == "Your groups: medhelm-compliance"
+    assert groups.size["width"] > 0 and groups.location["x"] >= 0  # on screen, not cut off by the page's edge
+    assert groups.location["x"] + groups.size["width"] <= browser.execute_script("return window.innerWidth")
