@@ -214,7 +214,7 @@ def export_detail(request: Request) -> Response:
     mismatched = sorted(f["name"] for f in preview["files"] if req.files.get(f["name"]) not in (None, f["sha256"]))
     return console.render(request, "export.html", req=req, preview=preview, mismatched=mismatched,
                           signature_upload=approval_by_signature(),
-                          namespace=getattr(export_bundle, "APPROVAL_NAMESPACE", "medhelm-export"),
+                          namespace=export_bundle.APPROVAL_NAMESPACE,
                           approved=request.query_params.get("approved") == "1")
 
 
@@ -293,7 +293,7 @@ async def export_approve(request: Request) -> Response:
                               status_code=400 if isinstance(exc, BadInputError) else 409,
                               req=_request(console.home, request_id), message=str(exc), refused=True,
                               signature=pasted if isinstance(pasted := form.get("signature"), str) else "",
-                              namespace=getattr(export_bundle, "APPROVAL_NAMESPACE", "medhelm-export"))
+                              namespace=export_bundle.APPROVAL_NAMESPACE)
     return RedirectResponse(f"/exports/{request_id}?approved=1", status_code=303)
 
 
