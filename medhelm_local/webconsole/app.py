@@ -222,11 +222,19 @@ class SecurityMiddleware(BaseHTTPMiddleware):
                 except Exception as exc:
                     # The message or traceback of an unexpected error could hold patient text: the type only.
                     log.error("console.internal_error path=%s error=%s", request.url.path, type(exc).__name__)
-                    response = PlainTextResponse(f"Internal error ({type(exc).__name__}); nothing was changed.\n",
-                                                 status_code=500)
+                    response = bare_page(500, "Internal error",
+                                         f"An unexpected error ({type(exc).__name__}) stopped this request, and "
+                                         "the console's log records its type. Check the page you came from "
+                                         "before trying again, and tell your IT team if it happens again.")
         for name, value in SECURITY_HEADERS.items():
             response.headers.setdefault(name, value)
         return response
+
+
+def _too_large() -> HTMLResponse:
+    return bare_page(413, "Request too large",
+                     f"The console accepts at most {MAX_BODY_BYTES // 1024} KiB in one form (an approval signature is "
+                     "a few KiB). Nothing of this one was saved.")
 
 
 class BodyLimitMiddleware:
@@ -242,7 +250,7 @@ class BodyLimitMiddleware:
             return
         declared = next((v for k, v in scope["headers"] if k == b"content-length"), None)
         if declared is not None and (not declared.strip().isdigit() or int(declared) > MAX_BODY_BYTES):
-            await PlainTextResponse("Request body too large.\n", status_code=413)(scope, receive, send)
+            await _too_large()(scope, receive, send)
             return
         received = 0
 
@@ -370,6 +378,10 @@ async def on_http_404(request: Request, exc: Exception) -> Response:
     return _error_page(request, 404, "Not found", "There is no such page.")
 
 
+async def on_http_413(request: Request, exc: Exception) -> Response:
+    return _too_large()  # a body without Content-Length, cut off as it was read
+
+
 def templates() -> Environment:
     env = Environment(loader=PackageLoader("medhelm_local.webconsole", "templates"),
                       autoescape=select_autoescape(default=True, default_for_string=True), trim_blocks=True,
@@ -405,6 +417,7 @@ def create_app(home: Home, sessions: StandaloneSessions | None, *, service_actor
     handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
         RunInProgress: on_run_in_progress, NoStoreYet: on_no_store, NotFoundError: on_not_found,
         AuditWriteError: on_audit_failure, MedhelmError: on_medhelm_error, 404: on_http_404,
+        413: on_http_413,
     }
     app = Starlette(routes=routes, middleware=[Middleware(SecurityMiddleware), Middleware(BodyLimitMiddleware)],
                     exception_handlers=handlers)

@@ -183,6 +183,7 @@ def test_an_unexpected_error_shows_its_type_only(console_home: ConsoleHome, monk
     assert client.get(f"/login?token={sessions.new_login_token()}").status_code == 200
     reply = client.get("/runs")
     assert reply.status_code == 500 and "ValueError" in reply.text
+    assert reply.headers["content-type"].startswith("text/html") and "<title>Internal error</title>" in reply.text
     assert secret not in reply.text and secret not in caplog.text
     assert reply.headers["content-security-policy"].startswith("default-src 'none'")
 
@@ -215,6 +216,7 @@ def test_an_oversized_form_is_refused_before_it_is_parsed(console_home: ConsoleH
     big = b"A" * (4 * MAX_BODY_BYTES)
     upload = client.post("/logout", data={"csrf": token.group(1)}, files={"signature_file": ("approval.sig", big)})
     assert upload.status_code == 413 and not spooled
+    assert "<title>Request too large</title>" in upload.text and "at most 64 KiB" in upload.text
     assert upload.headers["content-security-policy"].startswith("default-src 'none'")
     fields = client.post("/logout", data={"csrf": token.group(1), "filler": "x" * (4 * MAX_BODY_BYTES)})
     assert fields.status_code == 413
@@ -225,7 +227,7 @@ def test_an_oversized_form_is_refused_before_it_is_parsed(console_home: ConsoleH
 
     chunked = client.post("/logout", content=chunks(),
                           headers={"content-type": "application/x-www-form-urlencoded"})
-    assert chunked.status_code == 413
+    assert chunked.status_code == 413 and "<title>Request too large</title>" in chunked.text
     assert client.post("/logout", data={"csrf": token.group(1)}).status_code == 303
 
 

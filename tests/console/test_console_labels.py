@@ -96,6 +96,9 @@ def test_each_leaderboard_column_header_says_which_interval_it_is(signed_in: Cli
     assert len(headers) == len(set(headers)), headers
     assert headers[headers.index("Win rate") + 1] == "Win rate 95% CI"
     assert headers[headers.index("Macro average") + 1] == "Macro average 95% CI"
+    # each spread is named after its summary too: "SD" alone beside "Win SD" left the reader to guess
+    assert headers[headers.index("Win rate") + 2] == "Win SD"
+    assert headers[headers.index("Macro average") + 2] == "Macro average SD"
 
 
 def test_every_progress_bar_says_what_it_measures(browser: Any, proxies: dict[str, HeaderProxy],
