@@ -192,7 +192,10 @@ def rotate_data_key(store: Path, keys_dir: Path, on_point_of_no_return: Callable
                 conn.execute("CHECKPOINT new_db")
                 conn.execute("DETACH new_db")
             except duckdb.Error as exc:
-                raise StoreError(f"key rotation could not copy the store {store}: {exc}; nothing was changed"
+                # DuckDB's messages can quote values and statements (the ATTACHes carry both keys): the type
+                # only, except for an I/O error (a full disk), whose message names a file and the failure.
+                reason = str(exc) if isinstance(exc, duckdb.IOException) else type(exc).__name__
+                raise StoreError(f"key rotation could not copy the store {store}: {reason}; nothing was changed"
                                  ) from None
             _fsync_file(p["new_store"])
             _step("copied")

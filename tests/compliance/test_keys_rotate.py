@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
+import duckdb
 import pytest
 
 from medhelm_local.audit.verify import verify_file
@@ -101,3 +103,31 @@ def test_rotation_refused_while_shards_are_unmerged(home_with_data: InProcessCli
     assert result.code == 1 and "shard" in result.stderr
     assert _key(cli) == old_key
     assert ("keys.rotate", "failure") in _audit_ok(cli)
+
+
+def test_a_failed_copy_names_its_error_type_not_its_message(home_with_data: InProcessCli,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """DuckDB's messages can quote values (a conversion or constraint error) and statements (whose ATTACH carries the
+    keys): a copy that fails is reported by its error type; only an I/O error (a full disk) keeps its message."""
+    cli = home_with_data
+    old_key = _key(cli)
+    real_connect = rekey.connect_engine
+
+    class FailingCopy:
+        def __init__(self, conn: Any) -> None:
+            self._conn = conn
+
+        def execute(self, sql: str, *args: Any) -> Any:
+            if sql.startswith("COPY FROM DATABASE"):
+                raise duckdb.ConversionException(f"Could not convert string '{PHRASE}' (key {old_key})")
+            return self._conn.execute(sql, *args)
+
+        def __getattr__(self, name: str) -> Any:
+            return getattr(self._conn, name)
+
+    monkeypatch.setattr(rekey, "connect_engine", lambda *a, **k: FailingCopy(real_connect(*a, **k)))
+    result = cli("keys", "rotate")
+    assert result.code != 0
+    assert "ConversionException" in result.stderr and "nothing was changed" in result.stderr
+    assert PHRASE not in result.stderr and old_key not in result.stderr
+    assert _key(cli) == old_key
