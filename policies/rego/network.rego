@@ -132,6 +132,49 @@ selects_named_pods(peer) if count(object.get(peer, ["podSelector", "matchLabels"
 
 selects_named_pods(peer) if count(object.get(peer, ["podSelector", "matchExpressions"], [])) > 0
 
+# The console's identity-provider rule names the identity provider, never everything: a peer with an empty (or
+# absent) namespaceSelector and podSelector, or with either present but empty, selects every namespace or every
+# pod of one; an ipBlock of /0 selects every address, whatever its `except` list leaves out. values.schema.json
+# refuses the same peers in console.egress.
+deny contains msg if {
+	some p in policies
+	some i, rule in object.get(p.spec, "egress", [])
+	console_idp_rule(p, rule)
+	some peer in object.get(rule, "to", [])
+	selects_everything(peer)
+	msg := sprintf("NetworkPolicy/%s: egress rule %d: an identity-provider peer selects every pod, namespace or address (an empty selector, or an ipBlock of /0)", [p.metadata.name, i])
+}
+
+selects_everything(peer) if {
+	not peer.ipBlock
+	object.get(peer, "namespaceSelector", null) == null
+	object.get(peer, "podSelector", null) == null
+}
+
+selects_everything(peer) if {
+	"namespaceSelector" in object.keys(peer)
+	empty_selector(peer.namespaceSelector)
+}
+
+selects_everything(peer) if {
+	"podSelector" in object.keys(peer)
+	empty_selector(peer.podSelector)
+}
+
+selects_everything(peer) if {
+	parts := split(peer.ipBlock.cidr, "/")
+	count(parts) == 2
+	to_number(parts[1]) == 0
+}
+
+empty_selector(null)
+
+empty_selector(selector) if {
+	is_object(selector)
+	count(object.get(selector, "matchLabels", {})) == 0
+	count(object.get(selector, "matchExpressions", [])) == 0
+}
+
 # Egress other than DNS goes only from runner (and console) pods to model-server pods of the same release.
 deny contains msg if {
 	some p in policies

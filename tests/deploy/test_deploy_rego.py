@@ -407,3 +407,64 @@ def test_schema_and_policy_agree_on_dns_peers(case, rendered):
     _policy(docs, "-allow-dns")["spec"]["egress"][0]["to"] = copy.deepcopy(peers)
     in_policy = evaluate(docs)["network"] == []
     assert (in_schema, in_policy) == ((True, True) if case in DNS_PEERS_ALLOWED else (False, False))
+
+
+# The same agreement for the console's identity-provider rule (HTTPS, console.egress): its peers name the identity
+# provider, never every pod, every namespace or every address.
+_CONSOLE = {
+    "enabled": True,
+    "roles": {"it": ["medhelm-it"]},
+    "oauth2Proxy": {"oidcIssuerUrl": "https://idp.hospital.example/realms/staff", "clientId": "medhelm-console",
+                    "existingSecret": "medhelm-console-oidc"},
+    "egress": [{"to": [{"ipBlock": {"cidr": "10.20.0.5/32"}}], "ports": [{"port": 443, "protocol": "TCP"}]}],
+}
+_KEYCLOAK_NS = {"matchLabels": {"kubernetes.io/metadata.name": "keycloak"}}
+_KEYCLOAK_PODS = {"matchLabels": {"app.kubernetes.io/name": "keycloak"}}
+IDP_PEERS = {
+    "every-pod-of-the-cluster": [{"namespaceSelector": {}}],
+    "every-pod-of-the-cluster-both-empty": [{"namespaceSelector": {}, "podSelector": {}}],
+    "every-pod-of-the-namespace": [{"podSelector": {}}],
+    "empty-match-labels": [{"namespaceSelector": {"matchLabels": {}, "matchExpressions": []}}],
+    "named-pods-in-every-namespace": [{"namespaceSelector": {}, "podSelector": _KEYCLOAK_PODS}],
+    "empty-pod-selector-in-a-namespace": [{"namespaceSelector": _KEYCLOAK_NS, "podSelector": {}}],
+    "internet-with-exceptions": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8", "192.168.0.0/16"]}}],
+    "internet-ipv6": [{"ipBlock": {"cidr": "::/0"}}],
+    "one-bad-peer-among-good": [{"ipBlock": {"cidr": "10.20.0.5/32"}}, {"namespaceSelector": {}}],
+    "idp-address": [{"ipBlock": {"cidr": "10.20.0.5/32"}}],
+    "idp-subnet-with-exceptions": [{"ipBlock": {"cidr": "10.20.0.0/24", "except": ["10.20.0.128/25"]}}],
+    "idp-namespace": [{"namespaceSelector": _KEYCLOAK_NS}],
+    "idp-pods": [{"namespaceSelector": _KEYCLOAK_NS, "podSelector": _KEYCLOAK_PODS}],
+    "idp-pods-by-expression": [{"namespaceSelector": _KEYCLOAK_NS, "podSelector": {"matchExpressions": [
+        {"key": "app.kubernetes.io/name", "operator": "In", "values": ["keycloak"]}]}}],
+}
+IDP_PEERS_ALLOWED = {"idp-address", "idp-subnet-with-exceptions", "idp-namespace", "idp-pods",
+                     "idp-pods-by-expression"}
+
+
+@pytest.fixture(scope="module")
+def console_docs() -> list[dict[str, Any]]:
+    from deploykit import render
+
+    return render({"console": _CONSOLE})
+
+
+@pytest.mark.parametrize("case", list(IDP_PEERS))
+def test_schema_and_policy_agree_on_identity_provider_peers(case, console_docs):
+    """A console egress rule on 443 whose peer selects every pod or namespace (an empty selector) or every
+    address (/0, whatever it excepts) is HTTPS to the whole cluster or the internet: the schema refuses it in
+    console.egress and the Rego policy denies it in the rendered NetworkPolicy."""
+    import jsonschema
+
+    schema = json.loads((REPO / "helm-chart" / "values.schema.json").read_text(encoding="utf-8"))
+    peers = IDP_PEERS[case]
+    rule = {"to": copy.deepcopy(peers), "ports": [{"port": 443, "protocol": "TCP"}]}
+    in_schema = jsonschema.Draft7Validator(schema).is_valid({"console": _CONSOLE | {"egress": [rule]}})
+    docs = copy.deepcopy(console_docs)
+    policy = _policy(docs, "-console")
+    (idp_rule,) = [r for r in policy["spec"]["egress"] if r["ports"] == rule["ports"]]
+    idp_rule["to"] = copy.deepcopy(peers)
+    network = evaluate(docs)["network"]
+    in_policy = network == []
+    assert (in_schema, in_policy) == ((True, True) if case in IDP_PEERS_ALLOWED else (False, False)), network
+    if not in_policy:
+        assert all("an identity-provider peer selects every pod, namespace or address" in m for m in network)
