@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 from typing import Any
 
 import jsonschema
@@ -87,7 +88,8 @@ def test_compose_has_the_appliance_a_model_and_a_judge():
     services = load()["services"]
     assert {"appliance", "vllm-model", "vllm-judge"} <= set(services)
     assert services["appliance"]["depends_on"]["vllm-model"]["condition"] == "service_healthy"
-    gpus = [s["deploy"]["resources"]["reservations"]["devices"][0] for s in services.values() if "deploy" in s]
+    gpus = [s["deploy"]["resources"]["reservations"]["devices"][0] for s in services.values()
+            if "reservations" in s.get("deploy", {}).get("resources", {})]
     assert len(gpus) == 2 and all(d["capabilities"] == ["gpu"] for d in gpus)
     assert services["appliance"]["healthcheck"]["test"] == ["CMD", "medhelm-local", "doctor", "--json"]
 
@@ -344,3 +346,113 @@ def test_console_layout_check_rejects_a_weakened_overlay(change, expected):
     doc, config = load_console()
     _break_console(doc, config, change)
     assert any(expected in p for p in console_layout_problems(doc, config)), console_layout_problems(doc, config)
+
+
+# --- resource limits: a runaway model server or a fork bomb in a compromised container must not take the host --
+
+# service -> the environment-variable prefix that overrides its limits, and the chart's matching resources
+# (helm-chart/values.yaml), whose limits are the compose defaults.
+LIMITS = {
+    "verify-model-weights": ("MEDHELM_VERIFY", ["vllm", "weightsCheck", "resources"]),
+    "verify-judge-weights": ("MEDHELM_VERIFY", ["vllm", "weightsCheck", "resources"]),
+    "vllm-model": ("MEDHELM_MODEL", ["vllm", "resources"]),
+    "vllm-judge": ("MEDHELM_JUDGE", ["vllm", "resources"]),
+    "appliance": ("MEDHELM_APPLIANCE", ["runner", "resources"]),
+    "console": ("MEDHELM_CONSOLE", ["console", "resources"]),
+    "console-proxy": ("MEDHELM_CONSOLE_PROXY", ["console", "oauth2Proxy", "resources"]),
+}
+_OVERRIDABLE = re.compile(r"^\$\{(?P<var>[A-Z0-9_]+):-(?P<default>[^}]+)\}$")
+_UNITS = {"k": 2**10, "m": 2**20, "g": 2**30, "Ki": 2**10, "Mi": 2**20, "Gi": 2**30}
+
+
+def _bytes(size: str) -> int:
+    number = re.match(r"^[0-9]+", size)
+    assert number and size[number.end():] in _UNITS, size
+    return int(number.group()) * _UNITS[size[number.end():]]
+
+
+def _cpus(value: str) -> float:
+    return int(value[:-1]) / 1000 if value.endswith("m") else float(value)
+
+
+def limit_problems(doc: dict[str, Any]) -> list[str]:
+    """Every service's memory, CPU and PID limits (deploy.resources.limits), each `${VAR:-default}` (a site
+    overrides it from the environment) with a finite default; as a list of violations (empty: compliant)."""
+    found: list[str] = []
+    for name, svc in doc["services"].items():
+        limits = svc.get("deploy", {}).get("resources", {}).get("limits", {})
+        prefix = LIMITS.get(name, ("MEDHELM_" + name.upper().replace("-", "_"), []))[0]
+        for key, var, check in (("memory", "MEMORY", _bytes), ("cpus", "CPUS", _cpus), ("pids", "PIDS", int)):
+            if key not in limits:
+                found.append(f"service {name}: no {key} limit")
+                continue
+            m = _OVERRIDABLE.match(str(limits[key]))
+            if m is None or m["var"] != f"{prefix}_{var}":
+                found.append(f"service {name}: {key} limit must be ${{{prefix}_{var}:-<default>}}, not {limits[key]}")
+                continue
+            try:
+                value = check(m["default"])
+            except (AssertionError, ValueError):
+                value = 0
+            if not value > 0:
+                found.append(f"service {name}: {key} limit default {m['default']} is not a finite positive limit")
+    return found
+
+
+def _merged_with_console() -> dict[str, Any]:
+    return load_console()[0]
+
+
+def test_every_compose_service_has_memory_cpu_and_pid_limits():
+    base, merged = load(), _merged_with_console()
+    assert set(merged["services"]) == set(LIMITS)
+    assert limit_problems(base) == []
+    assert limit_problems(merged) == []
+    overlay = yaml.safe_load(CONSOLE_OVERLAY.read_text(encoding="utf-8"))
+    assert schema_errors(base) == [] and schema_errors(overlay) == []
+
+
+def test_compose_limits_default_to_the_charts():
+    """The defaults are the chart's limits for the same process (helm-chart/values.yaml)."""
+    values = yaml.safe_load((REPO / "helm-chart" / "values.yaml").read_text(encoding="utf-8"))
+    for name, svc in _merged_with_console()["services"].items():
+        chart = values
+        for key in LIMITS[name][1]:
+            chart = chart[key]
+        limits = {k: _OVERRIDABLE.match(str(v))["default"] for k, v in svc["deploy"]["resources"]["limits"].items()}
+        assert _bytes(limits["memory"]) == _bytes(chart["limits"]["memory"]), name
+        assert _cpus(limits["cpus"]) == _cpus(str(chart["limits"]["cpu"])), name
+
+
+def test_compose_limits_leave_room_for_the_tmpfs_mounts():
+    """tmpfs pages count against the container's memory limit: every service's limit exceeds its tmpfs sizes and
+    /dev/shm together, so a full /tmp alone does not get the process killed."""
+    for name, svc in _merged_with_console()["services"].items():
+        memory = _bytes(_OVERRIDABLE.match(svc["deploy"]["resources"]["limits"]["memory"])["default"])
+        sizes = [re.search(r"size=([0-9]+[kmg])", t).group(1) for t in svc.get("tmpfs", [])]
+        tmpfs = sum(_bytes(s) for s in sizes) + (_bytes(svc["shm_size"].removesuffix("b")) if "shm_size" in svc else 0)
+        assert memory > tmpfs, (name, memory, tmpfs)
+
+
+@pytest.mark.parametrize(
+    "mutation, expected",
+    [
+        (lambda d: d["services"]["vllm-model"]["deploy"]["resources"].pop("limits"), "vllm-model: no memory limit"),
+        (lambda d: d["services"]["appliance"].pop("deploy"), "appliance: no pids limit"),
+        (lambda d: d["services"]["vllm-judge"]["deploy"]["resources"]["limits"].update(pids="-1"),
+         "vllm-judge: pids limit must be"),
+        (lambda d: d["services"]["vllm-judge"]["deploy"]["resources"]["limits"].update(
+            pids="${MEDHELM_JUDGE_PIDS:--1}"),
+         "vllm-judge: pids limit default -1"),
+        (lambda d: d["services"]["console"]["deploy"]["resources"]["limits"].update(memory="2g"),
+         "console: memory limit must be ${MEDHELM_CONSOLE_MEMORY:-<default>}"),
+        (lambda d: d["services"]["console-proxy"]["deploy"]["resources"]["limits"].pop("cpus"),
+         "console-proxy: no cpus limit"),
+        (lambda d: d["services"]["verify-model-weights"]["deploy"]["resources"]["limits"].update(
+            memory="${MEDHELM_VERIFY_MEMORY:-0m}"), "verify-model-weights: memory limit default 0m"),
+    ],
+)
+def test_limit_check_rejects_a_service_without_limits(mutation, expected):
+    doc = _merged_with_console()
+    mutation(doc)
+    assert any(expected in p for p in limit_problems(doc)), limit_problems(doc)
