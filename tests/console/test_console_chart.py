@@ -217,3 +217,45 @@ def test_console_shares_the_node_of_a_read_write_once_home(docs: list[dict[str, 
     assert term["topologyKey"] == "kubernetes.io/hostname"
     assert all(labels.get(k) == v for k, v in term["labelSelector"]["matchLabels"].items())
     assert "medhelm.local/home-volume" in term["labelSelector"]["matchLabels"]
+
+
+def _mib(size: str) -> int:
+    return int(size[:-2]) * (1024 if size.endswith("Gi") else 1) if size.endswith(("Gi", "Mi")) else -1
+
+
+@pytest.mark.parametrize(("tmp_size", "extra"), [
+    (None, {}),  # the default, 1Gi
+    ("4Gi", {}),
+    ("768Mi", {}),
+    # An ephemeral-storage limit set by hand is replaced by the computed one, as for the runner and toolbox.
+    ("8Gi", {"resources": {"limits": {"cpu": "2", "memory": "2Gi", "ephemeral-storage": "1Gi"}}}),
+])
+def test_console_scratch_size_sets_tmp_and_its_ephemeral_storage_limit(tmp_size: str | None,
+                                                                         extra: dict[str, Any]) -> None:
+    """/tmp is console.tmpSize and the console's ephemeral-storage limit holds it plus 512Mi for logs and the
+    writable layer: the pod is never evicted for filling the scratch space it was given."""
+    values = {**CONSOLE, **extra} | ({"tmpSize": tmp_size} if tmp_size else {})
+    docs = render({"console": values})
+    (deployment,) = _component(docs, "Deployment")
+    spec = pod_spec(deployment)
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    expected = tmp_size or "1Gi"
+    assert volumes["tmp"]["emptyDir"] == {"sizeLimit": expected}
+    containers = {c["name"]: c for c in spec["containers"]}
+    console = containers["console"]
+    assert console["resources"]["limits"]["ephemeral-storage"] == f"{_mib(expected) + 512}Mi"
+    assert {"cpu": "2", "memory": "2Gi"}.items() <= console["resources"]["limits"].items()
+    disk = sum(_mib(v["emptyDir"]["sizeLimit"]) for v in spec["volumes"]
+               if "emptyDir" in v and v["emptyDir"].get("medium") != "Memory")
+    limit = sum(_mib(c["resources"]["limits"].get("ephemeral-storage", "0Mi")) for c in spec["containers"])
+    assert limit >= disk + 512
+    for doc in _component(docs, "Deployment"):
+        kubernetes_validate.validate(doc, kubernetes_validate.latest_version(), strict=True)
+
+
+@pytest.mark.parametrize("tmp_size", ["4G", "0Gi", "1.5Gi", 4, ""])
+def test_console_scratch_size_is_validated(tmp_size: Any) -> None:
+    import helm_python
+
+    with pytest.raises(helm_python.HelmError, match="/console/tmpSize"):
+        render({"console": {**CONSOLE, "tmpSize": tmp_size}})
