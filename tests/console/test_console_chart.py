@@ -238,6 +238,7 @@ def test_console_scratch_size_sets_tmp_and_its_ephemeral_storage_limit(tmp_size:
     docs = render({"console": values})
     (deployment,) = _component(docs, "Deployment")
     spec = pod_spec(deployment)
+    assert spec is not None
     volumes = {v["name"]: v for v in spec["volumes"]}
     expected = tmp_size or "1Gi"
     assert volumes["tmp"]["emptyDir"] == {"sizeLimit": expected}

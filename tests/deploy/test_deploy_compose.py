@@ -375,6 +375,13 @@ def _cpus(value: str) -> float:
     return int(value[:-1]) / 1000 if value.endswith("m") else float(value)
 
 
+def _default(value: Any) -> str:
+    """The default of a `${VAR:-default}` limit."""
+    m = _OVERRIDABLE.match(str(value))
+    assert m is not None, value
+    return m["default"]
+
+
 def limit_problems(doc: dict[str, Any]) -> list[str]:
     """Every service's memory, CPU and PID limits (deploy.resources.limits), each `${VAR:-default}` (a site
     overrides it from the environment) with a finite default; as a list of violations (empty: compliant)."""
@@ -419,7 +426,7 @@ def test_compose_limits_default_to_the_charts():
         chart = values
         for key in LIMITS[name][1]:
             chart = chart[key]
-        limits = {k: _OVERRIDABLE.match(str(v))["default"] for k, v in svc["deploy"]["resources"]["limits"].items()}
+        limits = {k: _default(v) for k, v in svc["deploy"]["resources"]["limits"].items()}
         assert _bytes(limits["memory"]) == _bytes(chart["limits"]["memory"]), name
         assert _cpus(limits["cpus"]) == _cpus(str(chart["limits"]["cpu"])), name
 
@@ -428,8 +435,9 @@ def test_compose_limits_leave_room_for_the_tmpfs_mounts():
     """tmpfs pages count against the container's memory limit: every service's limit exceeds its tmpfs sizes and
     /dev/shm together, so a full /tmp alone does not get the process killed."""
     for name, svc in _merged_with_console()["services"].items():
-        memory = _bytes(_OVERRIDABLE.match(svc["deploy"]["resources"]["limits"]["memory"])["default"])
-        sizes = [re.search(r"size=([0-9]+[kmg])", t).group(1) for t in svc.get("tmpfs", [])]
+        memory = _bytes(_default(svc["deploy"]["resources"]["limits"]["memory"]))
+        sizes = [s for t in svc.get("tmpfs", []) for s in re.findall(r"size=([0-9]+[kmg])", t)]
+        assert len(sizes) == len(svc.get("tmpfs", [])), (name, svc.get("tmpfs"))
         tmpfs = sum(_bytes(s) for s in sizes) + (_bytes(svc["shm_size"].removesuffix("b")) if "shm_size" in svc else 0)
         assert memory > tmpfs, (name, memory, tmpfs)
 
