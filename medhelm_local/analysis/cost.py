@@ -3,7 +3,8 @@
 Two methods, from the model's ``pricing`` in appliance.yaml:
 
 * ``tokens``: ``input_per_million`` x prompt tokens + ``output_per_million`` x completion tokens, with token
-  counts from each response's ``usage`` (responses without usage make the total unknown, not smaller);
+  counts from each response's ``usage`` (responses without usage make the total unknown, not smaller, and so
+  do tokens of a side, input or output, that has no price: an unset price is unknown, never zero);
 * ``gpu_time``: ``gpu_hour_rate`` x ``gpus`` x the wall time the run's sessions were sending requests (the
   union of the sessions' intervals, so parallel shards are not counted twice). ``gpus`` is every GPU serving
   the model: replicas x tensor-parallel size.
@@ -73,6 +74,12 @@ def price(pricing: Pricing | None, *, prompt_tokens: int, completion_tokens: int
     if pricing.input_per_million is not None or pricing.output_per_million is not None:
         if not tokens_complete:
             return "tokens", None, None, "some responses carry no usage: token cost unknown"
+        # A side without a price is unknown, not free: its tokens make the total unknown (none of them: nothing
+        # to price, so the total is still exact).
+        for side, count, rate in (("input_per_million", prompt_tokens, pricing.input_per_million),
+                                  ("output_per_million", completion_tokens, pricing.output_per_million)):
+            if rate is None and count:
+                return "tokens", None, None, f"pricing has no {side}: the cost of {count} tokens is unknown"
         total = (prompt_tokens * (pricing.input_per_million or 0.0)
                  + completion_tokens * (pricing.output_per_million or 0.0)) / 1e6
         return "tokens", total, None, "price per million tokens x measured usage"

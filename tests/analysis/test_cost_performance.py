@@ -11,6 +11,7 @@ import pytest
 
 from medhelm_local.analysis import cost
 from medhelm_local.analysis.aggregate import latest_runs
+from medhelm_local.analysis.cost import price
 from medhelm_local.analysis.cost_performance import model_costs, pareto_front
 from medhelm_local.errors import NotFoundError
 from medhelm_local.home import Home
@@ -32,7 +33,8 @@ def _priced_home(root: Path) -> Home:
         ModelEndpoint(name="alpha", base_urls=["http://127.0.0.1:9"],
                       pricing=Pricing(input_per_million=1.0, output_per_million=2.0)),
         ModelEndpoint(name="beta", base_urls=["http://127.0.0.1:9"]),
-        ModelEndpoint(name="judge", base_urls=["http://127.0.0.1:9"], pricing=Pricing(input_per_million=0.5)),
+        ModelEndpoint(name="judge", base_urls=["http://127.0.0.1:9"],
+                      pricing=Pricing(input_per_million=0.5, output_per_million=1.0)),
     ]
     config.judges = ["judge"]
     home.save_config(config)
@@ -61,11 +63,41 @@ def test_model_costs_include_the_jury(tmp_path: Path) -> None:
     with Store.open(home) as store:
         _judged_alpha_and(store, "beta")
         costs = model_costs(store, home.config, latest_runs(store))
-    # runs: (10 x 100 x 1.0 + 10 x 10 x 2.0) / 1e6; jury: 10 x 100 x 0.5 / 1e6
+    # runs: (10 x 100 x 1.0 + 10 x 10 x 2.0) / 1e6; jury: (10 x 100 x 0.5 + 10 x 10 x 1.0) / 1e6
     assert costs["alpha"].benchmark_cost == pytest.approx(1200 / 1e6)
-    assert costs["alpha"].jury_cost == pytest.approx(500 / 1e6)
-    assert costs["alpha"].total == pytest.approx(1700 / 1e6)
+    assert costs["alpha"].jury_cost == pytest.approx(600 / 1e6)
+    assert costs["alpha"].total == pytest.approx(1800 / 1e6)
     assert costs["beta"].total is None and "no pricing" in costs["beta"].note
+
+
+def test_a_token_side_without_a_price_is_unknown_not_free() -> None:
+    """Only an input price configured: the completion tokens' cost is unknown, so the total is too (it was the
+    input cost alone, as if output were free)."""
+    method, total, _, note = price(Pricing(input_per_million=2.0), prompt_tokens=1_000, completion_tokens=50,
+                                   wall_s=1, tokens_complete=True)
+    assert (method, total) == ("tokens", None) and "output_per_million" in note
+    method, total, _, note = price(Pricing(output_per_million=3.0), prompt_tokens=1_000, completion_tokens=50,
+                                   wall_s=1, tokens_complete=True)
+    assert (method, total) == ("tokens", None) and "input_per_million" in note
+    # no tokens on the unpriced side: nothing to price there, the total is exact (1,000 x 2.0 / 1e6)
+    assert price(Pricing(input_per_million=2.0), prompt_tokens=1_000, completion_tokens=0, wall_s=1,
+                 tokens_complete=True)[1] == pytest.approx(0.002)
+    # an explicit price of zero is a price: output free by configuration
+    assert price(Pricing(input_per_million=2.0, output_per_million=0.0), prompt_tokens=1_000, completion_tokens=50,
+                 wall_s=1, tokens_complete=True)[1] == pytest.approx(0.002)
+
+
+def test_a_judge_priced_for_input_only_makes_the_jury_cost_unknown(tmp_path: Path) -> None:
+    home = _priced_home(tmp_path / "home")
+    config = home.config.model_copy(deep=True)
+    config.models = [m if m.name != "judge" else m.model_copy(update={"pricing": Pricing(input_per_million=0.5)})
+                     for m in config.models]
+    with Store.open(home) as store:
+        _judged_alpha_and(store, "beta")
+        costs = model_costs(store, config, latest_runs(store))
+    assert costs["alpha"].benchmark_cost == pytest.approx(1200 / 1e6)
+    assert costs["alpha"].jury_cost is None and costs["alpha"].total is None
+    assert "judge judge: pricing has no output_per_million" in costs["alpha"].note
 
 
 def test_pareto_front() -> None:
@@ -81,7 +113,7 @@ def test_a_model_or_judge_removed_from_the_config_has_an_unknown_cost(tmp_path: 
         costs = model_costs(store, home.config, latest_runs(store))
         assert costs["gone"].benchmark_cost is None and costs["gone"].total is None
         assert costs["gone"].note == "model no longer configured"
-        assert costs["alpha"].total == pytest.approx(1700 / 1e6)  # the others are still priced
+        assert costs["alpha"].total == pytest.approx(1800 / 1e6)  # the others are still priced
         config = home.config.model_copy(deep=True)
         config.models = [m for m in config.models if m.name != "judge"]
         costs = model_costs(store, config, latest_runs(store))
