@@ -141,7 +141,8 @@ def print_leaderboard(rows: list[ModelRow], *, mdes: dict[str, BenchmarkMDE] | N
 def leaderboard(
     ctx: typer.Context,
     as_json: bool = typer.Option(False, "--json", help="Machine-readable."),
-    category: str | None = typer.Option(None, "--category", help="Only the benchmarks of this category."),
+    category: str | None = typer.Option(None, "--category",
+                                         help="Only the benchmarks of this category (and the cost of their runs)."),
     ties: WinRule = typer.Option(WinRule.PAPER, "--win-rule",
                                  help="paper: a win when score >= rival's (default); helm: half a win for a tie."),
     resamples: int = typer.Option(DEFAULT_RESAMPLES, "--resamples", min=0, max=100_000,
@@ -159,7 +160,10 @@ def leaderboard(
         chosen = latest_runs(store, prompt_style)
         results = latest_scores(store, specs, prompt_style)
         series = latest_series(store, specs, prompt_style)
-        costs = model_costs(store, app_ctx.home.config, chosen)
+        # the cost beside a category's win rate is that of the runs behind the category's scores only
+        behind = {key: run_id for key, run_id in chosen.items()
+                  if resolved is None or specs.category_of(key[1]) == resolved}
+        costs = model_costs(store, app_ctx.home.config, behind)
         hashes = _prompt_hashes(store, chosen)
         other_styles = {s: n for s, n in finished_runs_by_style(store).items() if s != prompt_style}
     if resolved is not None:

@@ -14,7 +14,7 @@ from medhelm_local.formatting import duration, money
 from medhelm_local.home.config import ModelEndpoint, Pricing
 from medhelm_local.store import Store
 from medhelm_local.webconsole.app import templates
-from tests.analysis.test_leaderboard_cli import answers, pubmedqa
+from tests.analysis.test_leaderboard_cli import answers, medqa, pubmedqa
 from tests.conftest import Cli, cli_env
 from tests.scoring.helpers import add_run, make_home, register
 
@@ -92,3 +92,33 @@ def test_cli_shows_a_small_cost_and_time_non_zero_and_json_keeps_the_number(tmp_
     assert shown.code == 0, shown.stderr
     assert "wall 0.04s" in shown.stderr and "cost 7.8e-05 (tokens" in shown.stderr  # was 0.0s
     assert cli("runs", "show", run_id, "--json").json()["cost"]["total"] == pytest.approx(expected, rel=1e-9)
+
+
+def test_a_category_leaderboard_costs_only_the_runs_behind_its_scores(tmp_path: Path) -> None:
+    """``--category`` shows the win rate on that category's benchmarks: the cost beside it (and the Pareto front
+    drawn from both) is the cost of the runs of those benchmarks, not of every run of the model."""
+    home = make_home(tmp_path / "home")
+    p_data, m_data = pubmedqa(12), medqa(12)
+    with Store.open(home) as store:
+        p_fp, m_fp = register(store, "pubmedqa", p_data), register(store, "medqa", m_data)
+        for model, right in (("tiny", 6), ("other", 3)):
+            add_run(store, model, "pubmedqa", p_fp, p_data, answers(p_data, right), prompt_tokens=1000,
+                    completion_tokens=100)
+            add_run(store, model, "medqa", m_fp, m_data, answers(m_data, right), prompt_tokens=10,
+                    completion_tokens=1)
+    config = home.config.model_copy(deep=True)
+    config.models += [ModelEndpoint(name=name, base_urls=["http://127.0.0.1:9/v1"],
+                                    pricing=Pricing(input_per_million=0.5, output_per_million=1.5))
+                      for name in ("tiny", "other")]
+    home.save_config(config)
+    cli = Cli(home=home.root, env=cli_env())
+    medqa_cost = 12 * (10 * 0.5 + 1 * 1.5) / 1e6
+    pubmedqa_cost = 12 * (1000 * 0.5 + 100 * 1.5) / 1e6
+    everything = {r["model"]: r for r in cli("leaderboard", "--json", "--resamples", "0").json()}
+    assert everything["tiny"]["cost"] == pytest.approx(medqa_cost + pubmedqa_cost, rel=1e-9)
+    result = cli("leaderboard", "--json", "--resamples", "0", "--category", "Clinical Decision Support")
+    assert result.code == 0, result.stderr
+    rows = {r["model"]: r for r in result.json()}
+    assert set(rows["tiny"]["benchmarks"]) == {"medqa"}
+    assert rows["tiny"]["cost"] == pytest.approx(medqa_cost, rel=1e-9)  # was medqa + pubmedqa
+    assert rows["other"]["cost"] == pytest.approx(medqa_cost, rel=1e-9)
