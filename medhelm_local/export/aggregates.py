@@ -60,7 +60,8 @@ NOTES = (
     "Each score carries its 95% confidence interval: percentile bootstrap over the scored instances (1000 "
     "resamples, seed 0, as the appliance's leaderboard), rounded as the scores; a suppressed score's interval is "
     "suppressed with it.",
-    "Cost is estimated from the pricing configured on the appliance; empty when none is configured.",
+    "Cost is estimated from the pricing configured on the appliance, for the model's runs and the jury's judging "
+    "of them; empty when either is not priced.",
     "Where the policy rounds counts, a score and its interval are published with no more decimals than the "
     "cell's instance count supports, so that they cannot give away the exact count the rounding hides.",
 )
@@ -142,13 +143,17 @@ def load_runs(store: Store, run_ids: list[str]) -> list[RunInfo]:
 
 
 def _run_cost(config: ApplianceConfig, store: Store, run: RunInfo) -> float | None:
-    """The run's measured cost under the configured pricing (the leaderboard's own cost function)."""
+    """The run's measured cost under the configured pricing plus the jury's judging of it (the leaderboard's own
+    cost functions, MedHELM's runs + LLM-jury total); None when either part is unknown."""
     from medhelm_local.analysis.cost import run_cost
+    from medhelm_local.analysis.cost_performance import jury_cost
 
     try:
-        return run_cost(store, run.run_id, config).total
+        benchmark_cost = run_cost(store, run.run_id, config).total
     except NotFoundError:
         return None
+    judged, _ = jury_cost(store, run.run_id, config)
+    return None if benchmark_cost is None or judged is None else benchmark_cost + judged
 
 
 def collect(store: Store, specs: SpecRegistry, config: ApplianceConfig, run_ids: list[str]) -> RawExport:
