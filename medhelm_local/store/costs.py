@@ -3,6 +3,7 @@ them)."""
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from dataclasses import dataclass
 
 from medhelm_local.store.store import Store
@@ -18,11 +19,16 @@ class ResponseTotals:
     request_s: float  # sum of the requests' latencies
 
 
-def response_totals(store: Store, run_id: str) -> ResponseTotals:
+def response_totals(store: Store, run_id: str, benchmarks: Collection[str] | None = None) -> ResponseTotals:
+    """The run's response totals; ``benchmarks``: only those benchmarks' responses."""
+    chosen = sorted(benchmarks) if benchmarks is not None else []
+    clause = f" AND benchmark IN ({', '.join('?' for _ in chosen)})" if chosen else ""
+    if benchmarks is not None and not chosen:
+        clause = " AND FALSE"
     row = store.conn.execute(
         "SELECT count(*), count(output), coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0), "
         "count(*) FILTER (WHERE output IS NOT NULL AND (prompt_tokens IS NULL OR completion_tokens IS NULL)), "
-        "coalesce(sum(latency_s), 0) FROM responses WHERE run_id = ?", [run_id]).fetchone()
+        f"coalesce(sum(latency_s), 0) FROM responses WHERE run_id = ?{clause}", [run_id, *chosen]).fetchone()
     assert row is not None  # an aggregate without GROUP BY always returns one row
     responses, ok, prompt_tokens, completion_tokens, without_usage, request_s = row
     return ResponseTotals(responses=int(responses), ok=int(ok), prompt_tokens=int(prompt_tokens),

@@ -152,3 +152,40 @@ def test_a_broken_cost_module_fails_the_import() -> None:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False)
     assert done.returncode != 0
     assert "ModuleNotFoundError" in done.stderr and "medhelm_local.analysis.cost" in done.stderr
+
+
+def test_a_run_partly_replaced_by_a_later_run_counts_only_for_the_benchmarks_it_still_scores(tmp_path: Path) -> None:
+    """Run 1 covers pubmedqa and medqa; run 2 re-runs medqa. The row's medqa score comes from run 2, so run 1's
+    medqa answers and their judging are not behind the row: counting them priced medqa twice."""
+    from tests.analysis.test_leaderboard_cli import answers, medqa, pubmedqa
+    from tests.scoring.helpers import _run_info, _write_run
+
+    home = _priced_home(tmp_path / "home")
+    config = home.config.model_copy(deep=True)
+    config.models.append(ModelEndpoint(name="gpu", base_urls=["http://127.0.0.1:9"],
+                                       pricing=Pricing(gpu_hour_rate=3600.0)))
+    home.save_config(config)
+    p_data, m_data = pubmedqa(12), medqa(12)
+    with Store.open(home) as store:
+        p_fp, m_fp = register(store, "pubmedqa", p_data), register(store, "medqa", m_data)
+        for model in ("alpha", "gpu"):
+            first = _write_run(store, _run_info(model, ["pubmedqa", "medqa"], "finished"),
+                               {"pubmedqa": (p_fp, p_data, answers(p_data, 6)),
+                                "medqa": (m_fp, m_data, answers(m_data, 6))},
+                               prompt_tokens=100, completion_tokens=10)
+            for inst in m_data:  # the jury judged run 1's medqa answers: replaced, so not behind the row either
+                record_judgment(store, Judgment(run_id=first, benchmark="medqa", instance_id=inst.id, judge="judge",
+                                                prompt_hash="h", status=JudgmentStatus.OK, ratings={"accuracy": 3},
+                                                prompt_tokens=100, completion_tokens=10))
+            add_run(store, model, "medqa", m_fp, m_data, answers(m_data, 9), prompt_tokens=100,
+                    completion_tokens=10)
+        chosen = latest_runs(store)
+        assert chosen[("gpu", "pubmedqa")] == first and chosen[("gpu", "medqa")] != first
+        costs = model_costs(store, home.config, chosen)
+    # 12 pubmedqa answers of run 1 + 12 medqa answers of run 2, each 100 x 1.0 + 10 x 2.0 per million
+    assert costs["alpha"].benchmark_cost == pytest.approx(24 * 120 / 1e6)  # was 36 x 120: run 1's medqa too
+    assert costs["alpha"].jury_cost == 0.0  # was 12 x (100 x 0.5 + 10 x 1.0) / 1e6 for replaced answers
+    assert costs["alpha"].total == pytest.approx(24 * 120 / 1e6)
+    # GPU time is measured per run: run 1's share of it for pubmedqa alone is not known, so neither is the total
+    assert costs["gpu"].benchmark_cost is None and costs["gpu"].total is None
+    assert "GPU time cannot be split by benchmark" in costs["gpu"].note
