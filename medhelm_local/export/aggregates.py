@@ -60,8 +60,9 @@ NOTES = (
     "Each score carries its 95% confidence interval: percentile bootstrap over the scored instances (1000 "
     "resamples, seed 0, as the appliance's leaderboard), rounded as the scores; a suppressed score's interval is "
     "suppressed with it.",
-    "Cost is estimated from the pricing configured on the appliance, for the model's runs and the jury's judging "
-    "of them; empty when either is not priced.",
+    "Cost is estimated from the pricing configured on the appliance and measured usage, for what is behind the "
+    "model's published scores (its latest cells' runs, a cell a later run replaced not counted) and the jury's "
+    "judging of them; empty when any part is not priced.",
     "Where the policy rounds counts, a score and its interval are published with no more decimals than the "
     "cell's instance count supports, so that they cannot give away the exact count the rounding hides.",
 )
@@ -142,18 +143,25 @@ def load_runs(store: Store, run_ids: list[str]) -> list[RunInfo]:
     return runs
 
 
-def _run_cost(config: ApplianceConfig, store: Store, run: RunInfo) -> float | None:
-    """The run's measured cost under the configured pricing plus the jury's judging of it (the leaderboard's own
-    cost functions, MedHELM's runs + LLM-jury total); None when either part is unknown."""
-    from medhelm_local.analysis.cost import run_cost
-    from medhelm_local.analysis.cost_performance import jury_cost
+def latest_cells(runs: list[RunInfo]) -> dict[tuple[str, str], str]:
+    """(model, benchmark) -> the run whose cell of it the published averages and win rate use: the latest (a later
+    run of the list wins a tie, as in :func:`publish`)."""
+    latest: dict[tuple[str, str], tuple[datetime, str]] = {}
+    for run in runs:
+        for benchmark in run.benchmarks:
+            key = (run.model, benchmark)
+            if key not in latest or run.created_at >= latest[key][0]:
+                latest[key] = (run.created_at, run.run_id)
+    return {key: run_id for key, (_, run_id) in latest.items()}
 
-    try:
-        benchmark_cost = run_cost(store, run.run_id, config).total
-    except NotFoundError:
-        return None
-    judged, _ = jury_cost(store, run.run_id, config)
-    return None if benchmark_cost is None or judged is None else benchmark_cost + judged
+
+def _model_costs(config: ApplianceConfig, store: Store, runs: list[RunInfo]) -> dict[str, float | None]:
+    """Per model, the measured cost of what is behind its published scores: the runs of its latest cells (a run
+    some of whose cells a later run replaced counts for the others only) plus the jury's judging of them, priced
+    as the leaderboard prices them (MedHELM's runs + LLM-jury total); None when any part is unknown."""
+    from medhelm_local.analysis.cost_performance import model_costs
+
+    return {model: cost.total for model, cost in model_costs(store, config, latest_cells(runs)).items()}
 
 
 def collect(store: Store, specs: SpecRegistry, config: ApplianceConfig, run_ids: list[str]) -> RawExport:
@@ -164,6 +172,7 @@ def collect(store: Store, specs: SpecRegistry, config: ApplianceConfig, run_ids:
                             "not comparable (win rates would mix them): export one style at a time")
     raw_runs, cells = [], []
     usage: dict[str, RawModelUsage] = {}
+    costs = _model_costs(config, store, runs)
     for run in runs:
         datasets = run.manifest.get("datasets") or {}
         fingerprints = {b: str(d.get("fingerprint")) for b, d in datasets.items() if isinstance(d, dict)}
@@ -189,13 +198,9 @@ def collect(store: Store, specs: SpecRegistry, config: ApplianceConfig, run_ids:
                 ci_low=None if ci is None else ci[0], ci_high=None if ci is None else ci[1],
                 replicates=intervals.replicates(series),
             ))
-        cost = _run_cost(config, store, run)
         previous = usage.get(run.model)
-        if previous is None:
-            usage[run.model] = RawModelUsage(model=run.model, cost=cost, n_total=n_run)
-        else:
-            total = None if previous.cost is None or cost is None else previous.cost + cost
-            usage[run.model] = RawModelUsage(model=run.model, cost=total, n_total=previous.n_total + n_run)
+        usage[run.model] = RawModelUsage(model=run.model, cost=costs.get(run.model),
+                                         n_total=n_run + (previous.n_total if previous else 0))
     return RawExport(runs=raw_runs, cells=cells, usage=list(usage.values()))
 
 
