@@ -55,7 +55,8 @@ CI_SEED = 0
 NOTES = (
     "Aggregates only: no instance-level data, prompts, outputs or judge explanations.",
     "Suppressed cells are shown as empty: fewer instances than the minimum cell size, or complementary.",
-    "Model averages, category scores and win rates use published scores only.",
+    "Model averages, category scores and win rates use published scores only; a win rate's interval compares "
+    "each resample rounded as the published scores are (scores that round alike tie, as in the win rate).",
     "A score is suppressed when the count it implies (score times n, or n minus that) is a small cell.",
     "Each score carries its 95% confidence interval: percentile bootstrap over the scored instances (1000 "
     "resamples, seed 0, as the appliance's leaderboard), rounded as the scores; a suppressed score's interval is "
@@ -453,7 +454,10 @@ def _summary_intervals(used: dict[str, list[RawCell]], policy: ExportPolicy) -> 
             return "too_few_instances"
         return None
 
-    draws = {m: {c.benchmark: c.replicates for c in cells if c.replicates is not None} for m, cells in used.items()}
+    # The win rate compares the published scores, rounded (two that round alike tie: a win for both under
+    # MedHELM's rule); its interval compares each resample rounded the same way, or the two would disagree.
+    draws = {m: {c.benchmark: [round(v, cell_decimals(c, policy)) for v in c.replicates]
+                 for c in cells if c.replicates is not None} for m, cells in used.items()}
     everyone = [c for cells in used.values() for c in cells]
     wins = intervals.win_rate_intervals(draws) if len(used) > 1 and blocked(everyone) is None else {}
     out: dict[str, dict[str, Any]] = {}

@@ -198,3 +198,26 @@ def test_why_a_proportions_ci_is_withheld_under_count_rounding() -> None:
     assert [c for c in window if consistent([score], c)] == [33, 36]  # the score alone leaves n open
     published = [score, *(round(v, 3) for v in interval)]
     assert [c for c in window if consistent(published, c)] == [36]  # with the interval, n is known
+
+
+def test_the_win_rate_ci_compares_scores_as_the_win_rate_does() -> None:
+    """The published win rate compares the published (rounded) scores: 0.8304 and 0.8296 are both 0.83, a tie, a
+    win for both under MedHELM's rule. Its interval compared the raw resamples, where the first always beats the
+    second: the second model's interval was [0, 0] beside a win rate of 1."""
+    def judged(model: str, score: float) -> RawCell:
+        cell = RawCell(run_id=f"run-{model}", model=model, benchmark="b1", category="Cat A", metric="jury_mean",
+                       score=score, n_scored=400, n_failed=0, n_total=400, created_at=datetime(2026, 1, 1),
+                       proportion=False, ci_low=score - 0.0003, ci_high=score + 0.0003)
+        cell.replicates = [score + 0.0002 * ((i % 5) - 2) / 2 for i in range(1000)]  # within 0.0002 of the score
+        return cell
+
+    cells = [judged("ahead", 0.8304), judged("behind", 0.8296)]
+    raw = RawExport(runs=[RawRun(run_id=c.run_id, model=c.model, status="finished", benchmarks=["b1"],
+                                 manifest_sha256="0" * 64, dataset_fingerprints={}) for c in cells],
+                    cells=cells, usage=[RawModelUsage(model=c.model, cost=None, n_total=400) for c in cells])
+    policy = POLICY.model_copy(update={"rounding": Rounding(score_decimals=2)})
+    models = {m.model: m for m in publish(raw, policy, request_id="exp-x", policy_sha256="0" * 64).models}
+    for model in models.values():
+        assert model.win_rate == 1.0  # 0.83 against 0.83
+        assert model.win_rate_ci_low is not None and model.win_rate_ci_high is not None
+        assert model.win_rate_ci_low <= model.win_rate <= model.win_rate_ci_high, model
