@@ -85,7 +85,7 @@ class AdaptiveLimiter:
         except asyncio.CancelledError:
             if future.done() and not future.cancelled():
                 self._release_slot()  # the slot was granted just before the cancellation
-            else:
+            elif future in self._waiters:  # a slot freed since may have dropped the cancelled future already
                 self._waiters.remove(future)
             raise
 

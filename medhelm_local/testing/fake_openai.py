@@ -390,10 +390,17 @@ class FakeOpenAIServer:
             self.held -= 1
 
     def release_held(self) -> None:
-        """Stop holding: the requests waiting are answered, and so are those that follow (any thread)."""
+        """Stop holding: the requests waiting are answered, and so are those that follow (any thread). A later
+        ``hold_after`` holds again."""
         self.hold_after = None
-        if self._loop is not None and self._release is not None:
-            self._loop.call_soon_threadsafe(self._release.set)
+        loop, release = self._loop, self._release
+        if loop is not None and release is not None:
+            loop.call_soon_threadsafe(self._open, release)
+
+    def _open(self, release: asyncio.Event) -> None:
+        release.set()
+        if self._release is release:
+            self._release = None
 
     def start(self) -> FakeOpenAIServer:
         if not self.port:

@@ -49,6 +49,29 @@ def test_limiter_grows_until_throughput_stops_rising_and_respects_the_cap() -> N
     assert capped.limit == 50 and capped.peak_limit == 50
 
 
+def test_a_waiter_cancelled_as_a_slot_frees_leaves_cleanly() -> None:
+    """Ctrl-C (or SIGTERM) cancels the run's main task while it waits for a slot: its waiting future is cancelled at
+    once, and a request finishing before the task runs again frees a slot, whose wake-up drops that future from
+    the queue. The task then removed it again: ValueError, an internal error instead of an interrupted run."""
+
+    async def scenario() -> tuple[str, int, int]:
+        limiter = AdaptiveLimiter(1, initial=1, clock=Clock())
+        await limiter.acquire()  # the one slot is taken
+        waiting = asyncio.create_task(limiter.acquire())
+        await asyncio.sleep(0)  # it waits for the slot
+        waiting.cancel()  # the interrupt
+        limiter.release(None)  # a request ends before the cancelled task runs again
+        try:
+            await waiting
+            ended = "acquired"
+        except asyncio.CancelledError:
+            ended = "cancelled"
+        await limiter.acquire()  # the slot is still there to take
+        return ended, limiter.in_flight, len(limiter._waiters)
+
+    assert asyncio.run(scenario()) == ("cancelled", 1, 0)
+
+
 def test_limiter_halves_on_429_and_holds_on_5xx() -> None:
     clock = Clock()
     limiter = AdaptiveLimiter(1024, initial=64, clock=clock)
