@@ -337,7 +337,12 @@ class ChatClient:
         # Every lane is busy (more attempts than max_connections, e.g. without a gate): wait for one.
         future: asyncio.Future[Lane] = asyncio.get_running_loop().create_future()
         self._lane_waiters.setdefault(base_url, deque()).append(future)
-        return await future
+        try:
+            return await future
+        except asyncio.CancelledError:
+            if future.done() and not future.cancelled():  # handed a lane just before the cancellation
+                self._give_back(base_url, future.result())
+            raise
 
     def _give_back(self, base_url: str, lane: Lane) -> None:
         waiters = self._lane_waiters.get(base_url)

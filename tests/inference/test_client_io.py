@@ -339,3 +339,24 @@ def test_a_trickled_models_or_tokenize_reply_is_bounded_by_its_timeout() -> None
     models, category, elapsed = asyncio.run(scenario())
     assert models is None and category == "timeout"
     assert elapsed < 5
+
+
+def test_a_lane_handed_to_a_cancelled_waiter_is_not_lost() -> None:
+    """With every lane busy a request waits for one; handed a lane just before it is cancelled (Ctrl-C, a shutdown),
+    it kept it: the lane was never given back, and each such cancellation left one connection fewer."""
+
+    async def scenario() -> bool:
+        base = "http://127.0.0.1:9/v1"
+        async with ChatClient([base], "m", LOCAL, max_connections=1) as client:
+            target = client._target(base)
+            lane = await client._lease(base, target)  # the only lane
+            waiting = asyncio.create_task(client._lease(base, target))
+            await asyncio.sleep(0)  # it waits for a lane
+            client._give_back(base, lane)  # handed over...
+            waiting.cancel()  # ...and cancelled before it runs again
+            with pytest.raises(asyncio.CancelledError):
+                await waiting
+            again = await asyncio.wait_for(client._lease(base, target), 1)
+            return again is lane
+
+    assert asyncio.run(scenario())
