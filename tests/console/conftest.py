@@ -8,10 +8,12 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +23,7 @@ import yaml
 
 import tests.compliance.conftest as compliance_fixtures
 from medhelm_local.home import Home, ModelEndpoint
-from medhelm_local.home.config import ApplianceConfig, Pricing
+from medhelm_local.home.config import ApplianceConfig, ConsoleRole, Pricing
 from medhelm_local.testing.fake_openai import FakeOpenAIServer
 from tests.compliance.inproc import InProcessCli
 from tests.conftest import cli_env
@@ -259,3 +261,51 @@ def _isolated_env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def dump(path: Path, data: dict[str, Any]) -> None:
     path.write_text(yaml.safe_dump(data), encoding="utf-8")
+
+
+@pytest.fixture
+def signed_in(console_home: ConsoleHome) -> Iterator[Callable[..., Any]]:
+    """A starlette TestClient signed in (standalone, one-time link) with the given role, on the console's home or
+    on ``home``."""
+    from starlette.testclient import TestClient
+
+    from medhelm_local.webconsole.app import create_app
+    from medhelm_local.webconsole.identity import StandaloneSessions
+
+    opened: list[Any] = []
+
+    def client(role: ConsoleRole, home: Path | None = None) -> Any:
+        sessions = StandaloneSessions(user=f"{role.value}-user", roles=frozenset({role}))
+        test_client = TestClient(create_app(Home(home or console_home.home), sessions), raise_server_exceptions=False)
+        test_client.__enter__()
+        opened.append(test_client)
+        assert test_client.get(f"/login?token={sessions.new_login_token()}").status_code == 200
+        return test_client
+
+    yield client
+    for test_client in opened:
+        test_client.__exit__(None, None, None)
+
+
+@contextmanager
+def ready_export(console_home: ConsoleHome, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+                 ) -> Iterator[tuple[InProcessCli, Any, Path, str]]:
+    """A copy of the console's home with its own export policy (its own requester and approver keys, beside it)
+    and a ready export request: (its CLI, a client signed in as a compliance officer, the home, the request id)."""
+    from starlette.testclient import TestClient
+
+    from medhelm_local.export.policy import POLICY_ENV
+    from medhelm_local.webconsole.app import create_app
+    from medhelm_local.webconsole.identity import StandaloneSessions
+
+    home = tmp_path / "home"
+    shutil.copytree(console_home.home, home, symlinks=True)
+    monkeypatch.setenv(POLICY_ENV, "unset")  # restored (unset) after the test, whatever write_policy sets
+    compliance_fixtures.write_policy(home)
+    cli = InProcessCli(home=home)
+    request = compliance_fixtures.request_export(cli, *console_home.runs.values())
+    assert request["status"] == "ready", request
+    sessions = StandaloneSessions(user="carl", roles=frozenset({ConsoleRole.COMPLIANCE}))
+    with TestClient(create_app(Home(home), sessions), raise_server_exceptions=False) as client:
+        assert client.get(f"/login?token={sessions.new_login_token()}").status_code == 200
+        yield cli, client, home, str(request["request_id"])

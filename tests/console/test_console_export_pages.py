@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,11 +14,8 @@ from typing import Any
 import pytest
 
 import tests.compliance.conftest as compliance_fixtures
-from medhelm_local.home import Home
-from medhelm_local.home.config import ConsoleRole
-from medhelm_local.webconsole.identity import StandaloneSessions
 from tests.compliance.inproc import InProcessCli
-from tests.console.conftest import ConsoleHome
+from tests.console.conftest import ConsoleHome, ready_export
 
 
 @dataclass
@@ -46,22 +42,8 @@ class Site:
 
 @pytest.fixture
 def site(console_home: ConsoleHome, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Site]:
-    from starlette.testclient import TestClient
-
-    from medhelm_local.export.policy import POLICY_ENV
-    from medhelm_local.webconsole.app import create_app
-
-    home = tmp_path / "home"
-    shutil.copytree(console_home.home, home, symlinks=True)
-    monkeypatch.setenv(POLICY_ENV, "unset")  # restored (unset) after the test, whatever write_policy sets
-    compliance_fixtures.write_policy(home)  # this copy's own requester and approver keys, beside it
-    cli = InProcessCli(home=home)
-    request = compliance_fixtures.request_export(cli, *console_home.runs.values())
-    assert request["status"] == "ready", request
-    sessions = StandaloneSessions(user="carl", roles=frozenset({ConsoleRole.COMPLIANCE}))
-    with TestClient(create_app(Home(home), sessions), raise_server_exceptions=False) as client:
-        assert client.get(f"/login?token={sessions.new_login_token()}").status_code == 200
-        yield Site(cli=cli, client=client, ready=str(request["request_id"]))
+    with ready_export(console_home, tmp_path, monkeypatch) as (cli, client, _, request_id):
+        yield Site(cli=cli, client=client, ready=request_id)
 
 
 def text_of(html: str) -> str:

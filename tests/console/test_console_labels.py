@@ -6,7 +6,6 @@ process over the console's shared home (read-only pages) or over a copy of it.""
 from __future__ import annotations
 
 import re
-import shutil
 from collections.abc import Callable, Iterator
 from html import unescape
 from html.parser import HTMLParser
@@ -19,34 +18,13 @@ import tests.compliance.conftest as compliance_fixtures
 from medhelm_local.home import Home
 from medhelm_local.home.config import ConsoleRole
 from medhelm_local.webconsole.identity import StandaloneSessions
-from tests.compliance.inproc import InProcessCli
-from tests.console.conftest import ConsoleHome
+from tests.console.conftest import ConsoleHome, ready_export
 from tests.console.proxy import HeaderProxy
 
 Client = Callable[..., Any]
 
 
-@pytest.fixture
-def signed_in(console_home: ConsoleHome) -> Iterator[Client]:
-    """A starlette TestClient signed in (standalone, one-time link) with the given role, on the console's home or
-    on ``home``."""
-    from starlette.testclient import TestClient
 
-    from medhelm_local.webconsole.app import create_app
-
-    opened: list[Any] = []
-
-    def client(role: ConsoleRole, home: Path | None = None) -> Any:
-        sessions = StandaloneSessions(user=f"{role.value}-user", roles=frozenset({role}))
-        test_client = TestClient(create_app(Home(home or console_home.home), sessions), raise_server_exceptions=False)
-        test_client.__enter__()
-        opened.append(test_client)
-        assert test_client.get(f"/login?token={sessions.new_login_token()}").status_code == 200
-        return test_client
-
-    yield client
-    for test_client in opened:
-        test_client.__exit__(None, None, None)
 
 
 class _HeaderCells(HTMLParser):
@@ -180,22 +158,8 @@ def test_a_bad_or_past_the_end_instances_page_leads_back_to_the_first(
 def approver_site(console_home: ConsoleHome, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
     """A copy of the console's home with its own export policy and a ready request, and a client signed in as a
     compliance officer (as test_console_export_pages's ``site``)."""
-    from starlette.testclient import TestClient
-
-    from medhelm_local.export.policy import POLICY_ENV
-    from medhelm_local.webconsole.app import create_app
-
-    home = tmp_path / "home"
-    shutil.copytree(console_home.home, home, symlinks=True)
-    monkeypatch.setenv(POLICY_ENV, "unset")  # restored (unset) after the test, whatever write_policy sets
-    compliance_fixtures.write_policy(home)
-    cli = InProcessCli(home=home)
-    request = compliance_fixtures.request_export(cli, *console_home.runs.values())
-    assert request["status"] == "ready", request
-    sessions = StandaloneSessions(user="carl", roles=frozenset({ConsoleRole.COMPLIANCE}))
-    with TestClient(create_app(Home(home), sessions), raise_server_exceptions=False) as client:
-        assert client.get(f"/login?token={sessions.new_login_token()}").status_code == 200
-        yield client, home, str(request["request_id"])
+    with ready_export(console_home, tmp_path, monkeypatch) as (_, client, home, request_id):
+        yield client, home, request_id
 
 
 def form_fields(html: str) -> tuple[str, str, str]:

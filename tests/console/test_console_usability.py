@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +16,6 @@ import yaml
 
 from medhelm_local.home import Home
 from medhelm_local.home.config import ConsoleRole
-from medhelm_local.webconsole.identity import StandaloneSessions
 from tests.conftest import cli_env
 from tests.console.conftest import ConsoleHome, start_console, stop_console
 from tests.console.proxy import HeaderProxy
@@ -37,27 +36,7 @@ def rating_home(console_home: ConsoleHome, tmp_path_factory: pytest.TempPathFact
     return home
 
 
-@pytest.fixture
-def signed_in(console_home: ConsoleHome) -> Iterator[Client]:
-    """A starlette TestClient signed in (standalone, one-time link) with the given role, on the console's home or
-    on ``home``."""
-    from starlette.testclient import TestClient
 
-    from medhelm_local.webconsole.app import create_app
-
-    opened: list[Any] = []
-
-    def client(role: ConsoleRole, home: Path | None = None) -> Any:
-        sessions = StandaloneSessions(user=f"{role.value}-user", roles=frozenset({role}))
-        test_client = TestClient(create_app(Home(home or console_home.home), sessions), raise_server_exceptions=False)
-        test_client.__enter__()
-        opened.append(test_client)
-        assert test_client.get(f"/login?token={sessions.new_login_token()}").status_code == 200
-        return test_client
-
-    yield client
-    for test_client in opened:
-        test_client.__exit__(None, None, None)
 
 
 def input_tag(html: str, name: str) -> str:
