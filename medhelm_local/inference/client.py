@@ -380,6 +380,10 @@ class ChatClient:
                     raise ResponseTooLarge
             return response.status_code, bytes(body), response.headers.get("retry-after")
 
+    def _retry_after_s(self, status: int, header: bytes | str | None) -> float | None:
+        """The seconds a 429's or 503's ``Retry-After`` asks for (None: another status, no header, or malformed)."""
+        return parse_retry_after(header, self._wall_clock()) if status in RETRY_AFTER_STATUS else None
+
     def pick_endpoint(self) -> str:
         return self.pool.choose()[0]
 
@@ -414,7 +418,7 @@ class ChatClient:
             raise RequestFailed("connect_error", retryable=True) from None
         except httpx.HTTPError:
             raise RequestFailed("connection_dropped", retryable=True) from None
-        wait_s = parse_retry_after(retry_after, self._wall_clock()) if status in RETRY_AFTER_STATUS else None
+        wait_s = self._retry_after_s(status, retry_after)
         try:
             return status, json.loads(content), wait_s
         except ValueError:
@@ -473,7 +477,7 @@ class ChatClient:
         if status != 200:
             if request.response_format is not None and is_format_rejection(status, content):
                 raise RequestFailed(FORMAT_REJECTED, retryable=False, status=status)
-            wait_s = parse_retry_after(retry_after, self._wall_clock()) if status in RETRY_AFTER_STATUS else None
+            wait_s = self._retry_after_s(status, retry_after)
             raise RequestFailed(f"http_{status}", retryable=status in RETRYABLE_STATUS, status=status,
                                 retry_after_s=wait_s)
         return parse_completion(content)
