@@ -32,6 +32,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -144,25 +145,25 @@ def load_runs(store: Store, run_ids: list[str]) -> list[RunInfo]:
     return runs
 
 
-def latest_cells(runs: list[RunInfo]) -> dict[tuple[str, str], str]:
-    """(model, benchmark) -> the run whose cell of it the published averages and win rate use: the latest (a later
-    run of the list wins a tie, as in :func:`publish`)."""
-    latest: dict[tuple[str, str], tuple[datetime, str]] = {}
-    for run in runs:
-        for benchmark in run.benchmarks:
-            key = (run.model, benchmark)
-            if key not in latest or run.created_at >= latest[key][0]:
-                latest[key] = (run.created_at, run.run_id)
-    return {key: run_id for key, (_, run_id) in latest.items()}
+def latest_cells(cells: Sequence[RawCell]) -> dict[tuple[str, str], int]:
+    """(model, benchmark) -> the index of the cell the published averages, win rate and cost use: the latest run's
+    (a later cell of the list wins a tie)."""
+    latest: dict[tuple[str, str], int] = {}
+    for index, cell in enumerate(cells):
+        key = (cell.model, cell.benchmark)
+        if key not in latest or cell.created_at >= cells[latest[key]].created_at:
+            latest[key] = index
+    return latest
 
 
-def _model_costs(config: ApplianceConfig, store: Store, runs: list[RunInfo]) -> dict[str, float | None]:
+def _model_costs(config: ApplianceConfig, store: Store, cells: Sequence[RawCell]) -> dict[str, float | None]:
     """Per model, the measured cost of what is behind its published scores: the runs of its latest cells (a run
     some of whose cells a later run replaced counts for the others only) plus the jury's judging of them, priced
     as the leaderboard prices them (MedHELM's runs + LLM-jury total); None when any part is unknown."""
     from medhelm_local.analysis.cost_performance import model_costs
 
-    return {model: cost.total for model, cost in model_costs(store, config, latest_cells(runs)).items()}
+    behind = {key: cells[index].run_id for key, index in latest_cells(cells).items()}
+    return {model: cost.total for model, cost in model_costs(store, config, behind).items()}
 
 
 def collect(store: Store, specs: SpecRegistry, config: ApplianceConfig, run_ids: list[str]) -> RawExport:
@@ -171,9 +172,9 @@ def collect(store: Store, specs: SpecRegistry, config: ApplianceConfig, run_ids:
     if len(styles) > 1:
         raise BadInputError(f"--runs: the runs use different prompt styles ({', '.join(styles)}); their scores are "
                             "not comparable (win rates would mix them): export one style at a time")
-    raw_runs, cells = [], []
-    usage: dict[str, RawModelUsage] = {}
-    costs = _model_costs(config, store, runs)
+    raw_runs: list[RawRun] = []
+    cells: list[RawCell] = []
+    n_totals: dict[str, int] = {}
     for run in runs:
         datasets = run.manifest.get("datasets") or {}
         fingerprints = {b: str(d.get("fingerprint")) for b, d in datasets.items() if isinstance(d, dict)}
@@ -199,10 +200,10 @@ def collect(store: Store, specs: SpecRegistry, config: ApplianceConfig, run_ids:
                 ci_low=None if ci is None else ci[0], ci_high=None if ci is None else ci[1],
                 replicates=intervals.replicates(series),
             ))
-        previous = usage.get(run.model)
-        usage[run.model] = RawModelUsage(model=run.model, cost=costs.get(run.model),
-                                         n_total=n_run + (previous.n_total if previous else 0))
-    return RawExport(runs=raw_runs, cells=cells, usage=list(usage.values()))
+        n_totals[run.model] = n_totals.get(run.model, 0) + n_run
+    costs = _model_costs(config, store, cells)
+    usage = [RawModelUsage(model=model, cost=costs.get(model), n_total=n) for model, n in n_totals.items()]
+    return RawExport(runs=raw_runs, cells=cells, usage=usage)
 
 
 # -- the published form ---------------------------------------------------------------------------------------
@@ -495,16 +496,12 @@ def publish(raw: RawExport, policy: ExportPolicy, *, request_id: str, policy_sha
     cells = [publish_cell(c, policy) for c in raw.cells]
     decimals = policy.rounding.score_decimals
     # The leaderboard per model uses each benchmark's most recent requested run.
-    latest: dict[tuple[str, str], tuple[datetime, PublishedCell, RawCell]] = {}
-    for rawcell, cell in zip(raw.cells, cells, strict=True):
-        key = (cell.model, cell.benchmark)
-        if key not in latest or rawcell.created_at >= latest[key][0]:
-            latest[key] = (rawcell.created_at, cell, rawcell)
+    latest = {key: (cells[index], raw.cells[index]) for key, index in latest_cells(raw.cells).items()}
     published: dict[str, dict[str, float]] = {}
     categories: dict[str, dict[str, list[float]]] = {}
     counts: dict[str, list[int]] = {}
     used: dict[str, list[RawCell]] = {}  # the raw cells behind each model's published scores
-    for (model, benchmark), (_, cell, rawcell) in latest.items():
+    for (model, benchmark), (cell, rawcell) in latest.items():
         published.setdefault(model, {})
         categories.setdefault(model, {})
         counts.setdefault(model, [0, 0])
@@ -517,7 +514,7 @@ def publish(raw: RawExport, policy: ExportPolicy, *, request_id: str, policy_sha
         categories[model].setdefault(cell.category, []).append(cell.score)
         used[model].append(rawcell)
     for cell in cells:
-        cell.in_leaderboard = latest[(cell.model, cell.benchmark)][1] is cell
+        cell.in_leaderboard = latest[(cell.model, cell.benchmark)][0] is cell
     summary_ci = _summary_intervals(used, policy)
     counted = win_counts(published) if len(published) > 1 else {}
     rates = {m: (w / p if p else None) for m, (w, p) in counted.items()}
