@@ -38,25 +38,13 @@ def _configured(config: ApplianceConfig, name: str) -> ModelEndpoint | None:
         return None
 
 
-def _judge_usage(store: Store, run_id: str, benchmarks: Collection[str] | None) -> dict[str, dict[str, float]]:
-    if benchmarks is None:
-        return judge_usage(store, run_id)
-    summed: dict[str, dict[str, float]] = {}
-    for benchmark in sorted(benchmarks):
-        for judge, usage in judge_usage(store, run_id, benchmark).items():
-            into = summed.setdefault(judge, dict.fromkeys(usage, 0.0))
-            for key, value in usage.items():
-                into[key] = into.get(key, 0.0) + float(value)
-    return dict(sorted(summed.items()))
-
-
 def jury_cost(store: Store, run_id: str, config: ApplianceConfig, benchmarks: Collection[str] | None = None
               ) -> tuple[float | None, str]:
     """What the judges' requests about one run (``benchmarks``: about those of its benchmarks only) cost; (0, ...)
     when the run was not judged."""
     total = 0.0
     notes = []
-    for judge, usage in _judge_usage(store, run_id, benchmarks).items():
+    for judge, usage in judge_usage(store, run_id, benchmarks).items():
         endpoint = _configured(config, judge)
         if endpoint is None:
             return None, f"judge {judge} is no longer configured"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Collection
 from dataclasses import dataclass
 
-from medhelm_local.store.store import Store
+from medhelm_local.store.store import Store, benchmark_filter
 
 
 @dataclass(frozen=True)
@@ -21,10 +21,7 @@ class ResponseTotals:
 
 def response_totals(store: Store, run_id: str, benchmarks: Collection[str] | None = None) -> ResponseTotals:
     """The run's response totals; ``benchmarks``: only those benchmarks' responses."""
-    chosen = sorted(benchmarks) if benchmarks is not None else []
-    clause = f" AND benchmark IN ({', '.join('?' for _ in chosen)})" if chosen else ""
-    if benchmarks is not None and not chosen:
-        clause = " AND FALSE"
+    clause, chosen = benchmark_filter(benchmarks)
     row = store.conn.execute(
         "SELECT count(*), count(output), coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0), "
         "count(*) FILTER (WHERE output IS NOT NULL AND (prompt_tokens IS NULL OR completion_tokens IS NULL)), "

@@ -7,13 +7,14 @@ and read back only by :func:`get_judgments`; nothing in this module logs them.
 from __future__ import annotations
 
 import json
+from collections.abc import Collection
 from datetime import datetime
 from enum import StrEnum
 from typing import Any
 
 from pydantic import BaseModel, Field
 
-from medhelm_local.store.store import Store, utcnow
+from medhelm_local.store.store import Store, benchmark_filter, utcnow
 
 
 class JudgmentStatus(StrEnum):
@@ -141,14 +142,16 @@ def record_judge_manifest(store: Store, run_id: str, entries: dict[str, dict[str
         store.conn.execute("UPDATE runs SET manifest = ? WHERE run_id = ?", [json.dumps(manifest), run_id])
 
 
-def judge_usage(store: Store, run_id: str, benchmark: str | None = None) -> dict[str, dict[str, float]]:
-    """Tokens and time the jury spent on a run, per judge (for cost accounting)."""
-    clause, params = ("AND benchmark = ?", [run_id, benchmark]) if benchmark else ("", [run_id])
+def judge_usage(store: Store, run_id: str, benchmarks: Collection[str] | None = None) -> dict[str, dict[str, float]]:
+    """Tokens and time the jury spent on a run (``benchmarks``: on those of its benchmarks only), per judge (for
+    cost accounting)."""
+    clause, chosen = benchmark_filter(benchmarks)
+    params = [run_id, *chosen]
     rows = store.conn.execute(
         "SELECT judge, count(*), coalesce(sum(prompt_tokens), 0), coalesce(sum(completion_tokens), 0), "
         "coalesce(sum(latency_s), 0), count(*) FILTER (WHERE status <> 'request_failed' AND "
         "(prompt_tokens IS NULL OR completion_tokens IS NULL)) "
-        f"FROM judgments WHERE run_id = ? {clause} GROUP BY judge ORDER BY judge",
+        f"FROM judgments WHERE run_id = ?{clause} GROUP BY judge ORDER BY judge",
         params,
     ).fetchall()
     return {r[0]: {"requests": r[1], "prompt_tokens": r[2], "completion_tokens": r[3], "latency_s": r[4],

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from importlib import resources
 from pathlib import Path
@@ -35,6 +35,17 @@ MIGRATION_STEPS = ("unkey_requests",)
 
 def utcnow() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
+
+
+def benchmark_filter(benchmarks: Collection[str] | None) -> tuple[str, list[str]]:
+    """A ``WHERE`` clause's `` AND benchmark IN (...)`` part and its parameters: nothing for None (every benchmark),
+    no row for an empty collection."""
+    if benchmarks is None:
+        return "", []
+    chosen = sorted(benchmarks)
+    if not chosen:
+        return " AND FALSE", []
+    return f" AND benchmark IN ({', '.join('?' for _ in chosen)})", chosen
 
 
 def dataset_version(source_sha256: str, loader_sha256: str) -> str:
