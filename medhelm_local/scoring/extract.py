@@ -40,6 +40,7 @@ _NUMBER_ANSWER_MARKER = re.compile(
 # Sentences: line breaks, or a full stop followed by a space or glued to the next capitalised sentence
 # ("...272.317 mmol/L.The patient's ..."), never the point of a decimal.
 _SENTENCE_BREAK = re.compile(r"\n+|(?<=[.!?])\s+|(?<=[A-Za-z%)\]]\.)(?=[A-Z])")
+_PERCENT_AFTER = re.compile(r"\s*(?:%|per\s*cent\b)", re.IGNORECASE)
 _MONTHS = {m: i + 1 for i, m in enumerate(
     ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"])}
 
@@ -148,12 +149,15 @@ def _to_float(token: str) -> float | None:
         return None
 
 
-def _numbers(text: str) -> list[tuple[int, float]]:
+def _numbers(text: str, *, percentages: bool = True) -> list[tuple[int, float]]:
     out = []
     for match in _NUMBER.finditer(text):
         value = _to_float(match.group(0))
-        if value is not None and re.search(r"\d", match.group(0)):
-            out.append((match.start(), value))
+        if value is None or not re.search(r"\d", match.group(0)):
+            continue
+        if not percentages and _PERCENT_AFTER.match(text, match.end()):
+            continue
+        out.append((match.start(), value))
     return out
 
 
@@ -205,15 +209,18 @@ def _stated_value(text: str, find: Callable[[str], list[tuple[int, T]]]) -> T | 
     return values[-1][1]
 
 
-def extract_number(output: str) -> Extracted[float]:
+def extract_number(output: str, *, percentages: bool = True) -> Extracted[float]:
     """A numeric answer: the output if it is nothing but a number (strict), else the value the answer states
-    (:func:`_stated_value`); numbers that are part of a unit ("/1.73 m²") are never read."""
+    (:func:`_stated_value`); numbers that are part of a unit ("/1.73 m²") are never read.
+
+    ``percentages=False`` where the answer is a score or a count: a percentage beside it is what the score means
+    ("a score of 4, which corresponds to a 4.8% annual risk"), never the score, so it is not read."""
     text = answer_text(output)
     bare = _bare(text)
     value = _to_float(bare) if re.fullmatch(r"[-\u2212\u2013]?[\d,]*\.?\d+(?:[eE][-+]?\d+)?", bare) else None
     if value is not None:
         return Extracted(value, True)
-    return Extracted(_stated_value(text, _numbers), False)
+    return Extracted(_stated_value(text, lambda part: _numbers(part, percentages=percentages)), False)
 
 
 def parse_date(text: str) -> date | None:

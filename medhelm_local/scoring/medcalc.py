@@ -1,6 +1,7 @@
 """MedCalc-Bench accuracy, right for every calculator category.
 
 - ``risk``, ``severity``, ``diagnosis`` (integer scores and criteria counts): the number must equal the gold value;
+  a percentage in the answer is what the score means (a risk), never the score, so it is not read;
 - ``lab``, ``physical``, ``dosage`` (computed quantities): the number must lie within the dataset's
   ``[Lower Limit, Upper Limit]`` (inclusive);
 - ``date`` with a date answer (due date, conception date): the date must lie within the limits (equal to the
@@ -59,7 +60,7 @@ def medcalc_accuracy(spec: BenchmarkSpec, instance: Instance, output: str) -> tu
     category = str(require_meta(spec, instance, "category", "the calculator category")).strip().lower()
     gold = _gold_text(spec, instance)
     if category in EXACT_CATEGORIES:
-        number = extract_number(output)
+        number = extract_number(output, percentages=False)
         target = _number(spec, gold, "the ground-truth answer")
         correct = number.value is not None and abs(number.value - target) <= TOLERANCE
         return float(correct), ScoreDetails(group=category, parsed=number.parsed, strict_format=number.strict)
