@@ -2,7 +2,9 @@
 
 The prompt asks for ``CORRECT`` or ``<sentence id>: <corrected sentence>``. Read tolerantly: reasoning blocks
 dropped, "Sentence 8: ...", "8. ..." and the benchmark's own ``<sentence id> <corrected sentence>`` ("10 Patient's
-symptoms are ...", what HELM's prompt asks for) accepted; a reply with none of these is unparsed and wrong.
+symptoms are ...", what HELM's prompt asks for) accepted. A reply that opens with neither is read for the first
+verdict it states: a sentence named ("the error is in sentence 4") or the note called correct ("no error, but
+sentence 4 could be clearer" is correct). A reply with none of these is unparsed and wrong.
 
 - flag accuracy: predicted flag (1 = an error was flagged) equals ``meta.error_flag``;
 - error-sentence accuracy (secondary, ``sub.error_sentence_accuracy``): for a note with an error, the flagged
@@ -33,6 +35,8 @@ _SENTENCE_ANYWHERE = re.compile(r"\bsentence\s*(?:id)?\s*#?\s*(\d+)\b", re.IGNOR
 _CORRECT = re.compile(r"\b(?:correct|no\s+(?:medical\s+)?errors?)\b", re.IGNORECASE)
 # "The note is not correct", "isn't entirely correct": a negated "correct" says the opposite of CORRECT.
 _NEGATION_BEFORE = re.compile(r"(?:\bnot|n't|\bnever)\s+(?:\w+\s+)?$", re.IGNORECASE)
+# "correct except for sentence 4", "no errors other than in sentence 4": not a verdict of correct.
+_EXCEPTION_AFTER = re.compile(r"[\s,]*(?:except|apart\s+from|other\s+than|save\s+for|but\s+for)\b", re.IGNORECASE)
 _STRICT_CORRECT = re.compile(r"CORRECT")
 _STRICT_ERROR = re.compile(r"\d+(?::\s*|[ \t]+)\S.*", re.DOTALL)
 
@@ -40,10 +44,18 @@ _STRICT_ERROR = re.compile(r"\d+(?::\s*|[ \t]+)\S.*", re.DOTALL)
 def parse_medec(output: str) -> tuple[int | None, int | None, bool]:
     """``(flag, sentence_id, strict)``: flag 0 (correct), 1 (error) or None (unreadable)."""
     text = answer_text(output)
-    match = _SENTENCE_ID.match(text) or _NATIVE_ANSWER.match(text) or _SENTENCE_ANYWHERE.search(text)
-    if match:
-        return 1, int(match.group(1)), _STRICT_ERROR.fullmatch(text) is not None
-    if any(not _NEGATION_BEFORE.search(text[:m.start()]) for m in _CORRECT.finditer(text)):
+    leading = _SENTENCE_ID.match(text) or _NATIVE_ANSWER.match(text)
+    if leading:
+        return 1, int(leading.group(1)), _STRICT_ERROR.fullmatch(text) is not None
+    # Otherwise the first verdict stated wins: "There is no error, but sentence 4 could be clearer" says
+    # correct; "The error is in sentence 4; the rest is correct" flags sentence 4.
+    flagged = _SENTENCE_ANYWHERE.search(text)
+    correct = next((m for m in _CORRECT.finditer(text)
+                    if not _NEGATION_BEFORE.search(text[:m.start()]) and not _EXCEPTION_AFTER.match(text, m.end())),
+                   None)
+    if flagged and (correct is None or flagged.start() < correct.start()):
+        return 1, int(flagged.group(1)), _STRICT_ERROR.fullmatch(text) is not None
+    if correct:
         return 0, None, _STRICT_CORRECT.fullmatch(text.strip(" .")) is not None
     return None, None, False
 

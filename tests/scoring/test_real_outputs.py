@@ -56,6 +56,13 @@ def test_medec_native_answer_format_on_real_rows(public_data: Path) -> None:
     ("Sentence 4: The patient was given aspirin.", (1, 4, False)),
     ("CORRECT", (0, None, True)),
     ("I cannot tell.", (None, None, False)),
+    # The first verdict stated wins, wherever the other one appears.
+    ("There is no error in this note, but sentence 4 could be worded better.", (0, None, False)),
+    ("The note contains no medical errors. (Sentence 3 mentions aspirin, which is appropriate.)", (0, None, False)),
+    ("The error is in sentence 4; the rest of the note is correct.", (1, 4, False)),
+    ("Sentence 4 is not correct: the patient was given aspirin.", (1, 4, False)),
+    ("The note is correct except for sentence 4, which should read: ...", (1, 4, False)),
+    ("There are no errors other than in sentence 7.", (1, 7, False)),
 ])
 def test_medec_answer_forms(output: str, expected: tuple[int | None, int | None, bool]) -> None:
     assert parse_medec(output) == expected
@@ -186,6 +193,28 @@ def test_medcalc_gfr_unit_and_lmp_date_on_real_items(public_data: Path) -> None:
     assert len(dates) == 40
     outputs = [(i, f"{rows[i.id]['Ground Truth Answer']} (LMP 12/17/2013)") for i in dates]
     assert score_all("medcalc_bench", outputs).score == 1.0
+
+
+def test_medcalc_score_answers_with_the_risk_they_mean_on_real_items(public_data: Path) -> None:
+    """A score's answer often gives the risk it means beside it; the percentage is never the score."""
+    rows = medcalc_rows(public_data)
+    scored = [i for i in instances("medcalc_bench") if i.meta["category"] in ("risk", "severity", "diagnosis")]
+    assert len(scored) == 380
+    for form in ("The patient's score is {gold}, which corresponds to a 4.8% annual risk.",
+                 "The patient's score is {gold}. This corresponds to an estimated risk of 12.5 percent.",
+                 "Total = {gold} points (predicted mortality 8%)."):
+        outputs = [(i, form.format(gold=rows[i.id]["Ground Truth Answer"])) for i in scored]
+        summary = score_all("medcalc_bench", outputs)
+        assert summary.score == 1.0, form  # the first two read the percentage: 0.0 on every item
+        assert summary.parse_rate == 1.0
+
+
+def test_percentages_are_read_where_a_quantity_may_be_one() -> None:
+    from medhelm_local.scoring.extract import extract_number
+
+    assert extract_number("The FENa is 0.5%.").value == 0.5
+    assert extract_number("The FENa is 0.5%.", percentages=False).value is None
+    assert extract_number("Risk is 4.8 per cent", percentages=False).value is None
 
 
 @pytest.mark.parametrize(("output", "value"), [
