@@ -1,5 +1,5 @@
 # Network isolation of a release: default deny for ingress and egress, then only DNS and
-# runner -> model servers; the web console (component "console") is reachable only from the ingress controller
+# runner -> model servers (the release's, or a site's server named by its pods or its one address); the web console (component "console") is reachable only from the ingress controller
 # and may call the model servers and, over HTTPS only, the identity provider.
 # Query: data.medhelm.kubernetes.network.deny
 package medhelm.kubernetes.network
@@ -69,8 +69,8 @@ single_address(cidr) if endswith(cidr, "/32")
 
 single_address(cidr) if endswith(cidr, "/128")
 
-# Egress: every rule names its peers (no "to anywhere") and its ports; an IP block only for a DNS rule
-# and only for one address.
+# Egress: every rule names its peers (no "to anywhere") and its ports; an IP block only for one address (a DNS
+# cache, or a model server outside the chart that the runner calls), or for the console's identity provider.
 deny contains msg if {
 	some p in policies
 	some i, rule in object.get(p.spec, "egress", [])
@@ -92,7 +92,24 @@ deny contains msg if {
 	some peer in object.get(rule, "to", [])
 	peer.ipBlock
 	not console_idp_rule(p, rule)
-	msg := sprintf("NetworkPolicy/%s: egress rule %d uses an ipBlock (only pod and DNS peers are allowed)", [p.metadata.name, i])
+	not runner_server_address(p, peer)
+	msg := sprintf("NetworkPolicy/%s: egress rule %d uses an ipBlock (only pod and DNS peers, and the runner's single-address servers, are allowed)", [p.metadata.name, i])
+}
+
+# A model server outside the chart, for the runner: one address (/32 or /128), no exceptions.
+runner_server_address(p, peer) if {
+	component(p) == "runner"
+	single_address(peer.ipBlock.cidr)
+	count(object.get(peer.ipBlock, "except", [])) == 0
+}
+
+# Or its pods, by name: a non-empty podSelector, in the policy's namespace or a namespace a non-empty
+# namespaceSelector names (an OpenAI-compatible server in the cluster, networkPolicy.extraRunnerEgress).
+runner_server_pods(p, peer) if {
+	component(p) == "runner"
+	not peer.ipBlock
+	selects_named_pods(peer)
+	not empty_selector(object.get(peer, "namespaceSelector", {"matchLabels": {"absent": "absent"}}))
 }
 
 deny contains msg if {
@@ -132,10 +149,36 @@ selects_named_pods(peer) if count(object.get(peer, ["podSelector", "matchLabels"
 
 selects_named_pods(peer) if count(object.get(peer, ["podSelector", "matchExpressions"], [])) > 0
 
+# An ipBlock names a site's own range, never a large share of every address: a prefix shorter than /8 (IPv4) or
+# /32 (IPv6) is denied in any rule, whatever its `except` list leaves out. Denying /0 alone let two halves
+# (0.0.0.0/1 and 128.0.0.0/1) name every address together. values.schema.json refuses the same blocks.
+deny contains msg if {
+	some p in policies
+	some direction, peers_key in {"ingress": "from", "egress": "to"}
+	some i, rule in object.get(p.spec, direction, [])
+	some peer in object.get(rule, peers_key, [])
+	broad_block(peer.ipBlock.cidr)
+	msg := sprintf("NetworkPolicy/%s: %s rule %d: ipBlock %s is broader than /8 (IPv4) or /32 (IPv6)", [p.metadata.name, direction, i, peer.ipBlock.cidr])
+}
+
+broad_block(cidr) if count(split(cidr, "/")) != 2
+
+broad_block(cidr) if {
+	parts := split(cidr, "/")
+	not contains(parts[0], ":")
+	to_number(parts[1]) < 8
+}
+
+broad_block(cidr) if {
+	parts := split(cidr, "/")
+	contains(parts[0], ":")
+	to_number(parts[1]) < 32
+}
+
 # The console's identity-provider rule names the identity provider, never everything: a peer with an empty (or
 # absent) namespaceSelector and podSelector, or with either present but empty, selects every namespace or every
-# pod of one; an ipBlock of /0 selects every address, whatever its `except` list leaves out. values.schema.json
-# refuses the same peers in console.egress.
+# pod of one; an ipBlock of /0 selects every address (broad blocks are denied above in any rule, this one
+# included). values.schema.json refuses the same peers in console.egress.
 deny contains msg if {
 	some p in policies
 	some i, rule in object.get(p.spec, "egress", [])
@@ -191,7 +234,9 @@ deny contains msg if {
 	not console_idp_rule(p, rule)
 	some peer in object.get(rule, "to", [])
 	object.get(peer, ["podSelector", "matchLabels", "app.kubernetes.io/component"], "") != "model-server"
-	msg := sprintf("NetworkPolicy/%s: egress rule %d: a non-DNS peer must be the model servers", [p.metadata.name, i])
+	not runner_server_address(p, peer)
+	not runner_server_pods(p, peer)
+	msg := sprintf("NetworkPolicy/%s: egress rule %d: a non-DNS peer must be the model servers (or, for the runner, named pods or one address)", [p.metadata.name, i])
 }
 
 # Ingress: only model servers (and the console, from the ingress controller) accept connections, and every rule

@@ -838,6 +838,11 @@ _IDP_HTTPS = {"ports": [{"port": 443, "protocol": "TCP"}]}
                      "/networkPolicy/extraRunnerEgress/0/to/0/ipBlock/cidr", id="runner-egress-internet"),
         pytest.param({"networkPolicy": {"extraModelServerIngress": [{"ports": [{"port": 8000}]}]}},
                      "/networkPolicy/extraModelServerIngress/0", id="model-ingress-from-anywhere"),
+        pytest.param({"networkPolicy": {"extraModelServerIngress": [
+            {"from": [{"ipBlock": {"cidr": "0.0.0.0/1"}}, {"ipBlock": {"cidr": "128.0.0.0/1"}}],
+             "ports": [{"port": 8000}]}]}},
+                     "/networkPolicy/extraModelServerIngress/0/from/0/ipBlock/cidr",
+                     id="model-ingress-from-the-internet-in-two-halves"),
         pytest.param({"console": _CONSOLE | {"egress": [_IDP_HTTPS]}}, "/console/egress/0",
                      id="console-egress-without-peers"),
         pytest.param({"console": _CONSOLE | {"egress": [{"to": [{"ipBlock": {"cidr": "::/0"}}], **_IDP_HTTPS}]}},
@@ -879,6 +884,24 @@ def test_narrow_extra_network_rules_reach_the_policies():
     assert endpoint in policies["runner-egress"]["spec"]["egress"]
     assert metrics in policies["model-server-ingress"]["spec"]["ingress"]
     assert _CONSOLE["egress"][0] in policies["console"]["spec"]["egress"]
+
+
+def test_documented_extra_network_rules_pass_the_releases_own_policies():
+    """What RUNBOOK documents for a server outside the chart (its pods in another namespace, or one address on
+    the site network) passes policies/rego/network.rego; the policy used to deny every runner peer but the
+    release's model servers, so a site following the runbook failed its own admission check."""
+    from tests.deploy.test_deploy_rego import evaluate
+
+    in_cluster = {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "llm"}},
+                          "podSelector": {"matchLabels": {"app": "tgi"}}}],
+                  "ports": [{"protocol": "TCP", "port": 8080}]}
+    on_site = {"to": [{"ipBlock": {"cidr": "10.20.0.7/32"}}], "ports": [{"protocol": "TCP", "port": 8000}]}
+    metrics = {"from": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}}],
+               "ports": [{"protocol": "TCP", "port": 8000}]}
+    docs = render(load_values("gpu") | {"networkPolicy": {"extraRunnerEgress": [in_cluster, on_site],
+                                                          "extraModelServerIngress": [metrics]},
+                                        "console": _CONSOLE})
+    assert {name: denied for name, denied in evaluate(docs).items() if denied} == {}
 
 
 # --- values.schema.json rejects bad values ----------------------------------------------------------------

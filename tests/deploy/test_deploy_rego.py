@@ -429,16 +429,20 @@ IDP_PEERS = {
     "empty-pod-selector-in-a-namespace": [{"namespaceSelector": _KEYCLOAK_NS, "podSelector": {}}],
     "internet-with-exceptions": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": ["10.0.0.0/8", "192.168.0.0/16"]}}],
     "internet-ipv6": [{"ipBlock": {"cidr": "::/0"}}],
+    "internet-in-two-halves": [{"ipBlock": {"cidr": "0.0.0.0/1"}}, {"ipBlock": {"cidr": "128.0.0.0/1"}}],
+    "ipv6-range-broader-than-32": [{"ipBlock": {"cidr": "2001::/16"}}],
     "one-bad-peer-among-good": [{"ipBlock": {"cidr": "10.20.0.5/32"}}, {"namespaceSelector": {}}],
     "idp-address": [{"ipBlock": {"cidr": "10.20.0.5/32"}}],
     "idp-subnet-with-exceptions": [{"ipBlock": {"cidr": "10.20.0.0/24", "except": ["10.20.0.128/25"]}}],
+    "site-network": [{"ipBlock": {"cidr": "10.0.0.0/8"}}],
+    "site-ipv6-prefix": [{"ipBlock": {"cidr": "2001:db8::/32"}}],
     "idp-namespace": [{"namespaceSelector": _KEYCLOAK_NS}],
     "idp-pods": [{"namespaceSelector": _KEYCLOAK_NS, "podSelector": _KEYCLOAK_PODS}],
     "idp-pods-by-expression": [{"namespaceSelector": _KEYCLOAK_NS, "podSelector": {"matchExpressions": [
         {"key": "app.kubernetes.io/name", "operator": "In", "values": ["keycloak"]}]}}],
 }
-IDP_PEERS_ALLOWED = {"idp-address", "idp-subnet-with-exceptions", "idp-namespace", "idp-pods",
-                     "idp-pods-by-expression"}
+IDP_PEERS_ALLOWED = {"idp-address", "idp-subnet-with-exceptions", "site-network", "site-ipv6-prefix",
+                     "idp-namespace", "idp-pods", "idp-pods-by-expression"}
 
 
 @pytest.fixture(scope="module")
@@ -467,4 +471,55 @@ def test_schema_and_policy_agree_on_identity_provider_peers(case, console_docs):
     in_policy = network == []
     assert (in_schema, in_policy) == ((True, True) if case in IDP_PEERS_ALLOWED else (False, False)), network
     if not in_policy:
-        assert all("an identity-provider peer selects every pod, namespace or address" in m for m in network)
+        assert all("an identity-provider peer selects every pod, namespace or address" in m
+                   or "is broader than /8 (IPv4) or /32 (IPv6)" in m for m in network), network
+
+
+# The same agreement for the runner's extra egress (networkPolicy.extraRunnerEgress: an OpenAI-compatible server
+# outside the chart): named pods, or one address; never a range, a whole namespace or every pod.
+_TGI_NS = {"matchLabels": {"kubernetes.io/metadata.name": "llm"}}
+_TGI_PODS = {"matchLabels": {"app": "tgi"}}
+RUNNER_PEERS = {
+    "server-pods-in-another-namespace": [{"namespaceSelector": _TGI_NS, "podSelector": _TGI_PODS}],
+    "server-pods-in-the-release-namespace": [{"podSelector": _TGI_PODS}],
+    "server-address": [{"ipBlock": {"cidr": "10.20.0.7/32"}}],
+    "server-ipv6-address": [{"ipBlock": {"cidr": "fd00:20::7/128"}}],
+    "address-range": [{"ipBlock": {"cidr": "10.20.0.0/24"}}],
+    "address-with-exceptions": [{"ipBlock": {"cidr": "10.20.0.7/32", "except": ["10.20.0.7/32"]}}],
+    "internet": [{"ipBlock": {"cidr": "0.0.0.0/0"}}],
+    "internet-in-two-halves": [{"ipBlock": {"cidr": "0.0.0.0/1"}}, {"ipBlock": {"cidr": "128.0.0.0/1"}}],
+    "every-pod-of-a-namespace": [{"namespaceSelector": _TGI_NS}],
+    "named-pods-in-every-namespace": [{"namespaceSelector": {}, "podSelector": _TGI_PODS}],
+    "empty-pod-selector": [{"podSelector": {}}],
+    "one-bad-peer-among-good": [{"podSelector": _TGI_PODS}, {"namespaceSelector": {}}],
+}
+RUNNER_PEERS_ALLOWED = {"server-pods-in-another-namespace", "server-pods-in-the-release-namespace",
+                        "server-address", "server-ipv6-address"}
+_RUNNER_RULE_PORTS = [{"protocol": "TCP", "port": 8080}]
+
+
+@pytest.fixture(scope="module")
+def runner_egress_docs() -> list[dict[str, Any]]:
+    from deploykit import render
+
+    rule = {"to": RUNNER_PEERS["server-pods-in-another-namespace"], "ports": _RUNNER_RULE_PORTS}
+    return render({"networkPolicy": {"extraRunnerEgress": [rule]}})
+
+
+@pytest.mark.parametrize("case", list(RUNNER_PEERS))
+def test_schema_and_policy_agree_on_the_runners_extra_servers(case, runner_egress_docs):
+    """RUNBOOK's "an existing OpenAI-compatible server in the cluster" (its pods, by name) and a GPU server on the
+    site network (one address) pass both the schema and the Rego policy; a range, a namespace's every pod or the
+    internet in two halves passes neither."""
+    import jsonschema
+
+    schema = json.loads((REPO / "helm-chart" / "values.schema.json").read_text(encoding="utf-8"))
+    peers = RUNNER_PEERS[case]
+    rule = {"to": copy.deepcopy(peers), "ports": _RUNNER_RULE_PORTS}
+    in_schema = jsonschema.Draft7Validator(schema).is_valid({"networkPolicy": {"extraRunnerEgress": [rule]}})
+    docs = copy.deepcopy(runner_egress_docs)
+    (extra,) = [r for r in _policy(docs, "-runner-egress")["spec"]["egress"] if r["ports"] == _RUNNER_RULE_PORTS]
+    extra["to"] = copy.deepcopy(peers)
+    network = evaluate(docs)["network"]
+    allowed = case in RUNNER_PEERS_ALLOWED
+    assert (in_schema, network == []) == (allowed, allowed), network
