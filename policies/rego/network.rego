@@ -248,6 +248,15 @@ deny contains msg if {
 	msg := sprintf("NetworkPolicy/%s: ingress rule %d allows every source", [p.metadata.name, i])
 }
 
+# A peer with an empty selector (or none, and no ipBlock) admits every pod of a namespace, or of the cluster.
+deny contains msg if {
+	some p in policies
+	some i, rule in object.get(p.spec, "ingress", [])
+	some peer in object.get(rule, "from", [])
+	selects_everything(peer)
+	msg := sprintf("NetworkPolicy/%s: ingress rule %d: a peer admits every pod or namespace (an empty selector)", [p.metadata.name, i])
+}
+
 deny contains msg if {
 	some p in policies
 	count(object.get(p.spec, "ingress", [])) > 0

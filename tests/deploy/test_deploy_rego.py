@@ -523,3 +523,45 @@ def test_schema_and_policy_agree_on_the_runners_extra_servers(case, runner_egres
     network = evaluate(docs)["network"]
     allowed = case in RUNNER_PEERS_ALLOWED
     assert (in_schema, network == []) == (allowed, allowed), network
+
+
+# And for the model servers' extra ingress (networkPolicy.extraModelServerIngress, e.g. Prometheus): every peer
+# names its pods, namespace or a site range; an empty selector admits every pod of a namespace or the cluster.
+_MONITORING = {"matchLabels": {"kubernetes.io/metadata.name": "monitoring"}}
+MODEL_INGRESS_PEERS = {
+    "monitoring-namespace": [{"namespaceSelector": _MONITORING}],
+    "prometheus-pods": [{"namespaceSelector": _MONITORING,
+                         "podSelector": {"matchLabels": {"app.kubernetes.io/name": "prometheus"}}}],
+    "site-network": [{"ipBlock": {"cidr": "10.0.0.0/8"}}],
+    "every-namespace": [{"namespaceSelector": {}}],
+    "every-pod-of-the-release-namespace": [{"podSelector": {}}],
+    "every-pod-of-a-namespace": [{"namespaceSelector": _MONITORING, "podSelector": {}}],
+    "internet-in-two-halves": [{"ipBlock": {"cidr": "0.0.0.0/1"}}, {"ipBlock": {"cidr": "128.0.0.0/1"}}],
+}
+MODEL_INGRESS_PEERS_ALLOWED = {"monitoring-namespace", "prometheus-pods", "site-network"}
+_METRICS_PORTS = [{"protocol": "TCP", "port": 8000}]
+
+
+@pytest.fixture(scope="module")
+def model_ingress_docs() -> list[dict[str, Any]]:
+    from deploykit import load_values, render
+
+    rule = {"from": MODEL_INGRESS_PEERS["monitoring-namespace"], "ports": _METRICS_PORTS}
+    return render(load_values("gpu") | {"networkPolicy": {"extraModelServerIngress": [rule]}})
+
+
+@pytest.mark.parametrize("case", list(MODEL_INGRESS_PEERS))
+def test_schema_and_policy_agree_on_the_model_servers_extra_sources(case, model_ingress_docs):
+    import jsonschema
+
+    schema = json.loads((REPO / "helm-chart" / "values.schema.json").read_text(encoding="utf-8"))
+    peers = MODEL_INGRESS_PEERS[case]
+    rule = {"from": copy.deepcopy(peers), "ports": _METRICS_PORTS}
+    in_schema = jsonschema.Draft7Validator(schema).is_valid({"networkPolicy": {"extraModelServerIngress": [rule]}})
+    docs = copy.deepcopy(model_ingress_docs)
+    (extra,) = [r for r in _policy(docs, "-model-server-ingress")["spec"]["ingress"]
+                if r["from"] == MODEL_INGRESS_PEERS["monitoring-namespace"]]
+    extra["from"] = copy.deepcopy(peers)
+    network = evaluate(docs)["network"]
+    allowed = case in MODEL_INGRESS_PEERS_ALLOWED
+    assert (in_schema, network == []) == (allowed, allowed), network
