@@ -403,6 +403,9 @@ def limit_problems(doc: dict[str, Any]) -> list[str]:
                 value = 0
             if not value > 0:
                 found.append(f"service {name}: {key} limit default {m['default']} is not a finite positive limit")
+        if "memory" in limits and svc.get("memswap_limit") != limits["memory"]:
+            found.append(f"service {name}: memswap_limit must be its memory limit ({limits['memory']}: no swap), "
+                         f"not {svc.get('memswap_limit')}")
     return found
 
 
@@ -458,6 +461,9 @@ def test_compose_limits_leave_room_for_the_tmpfs_mounts():
          "console-proxy: no cpus limit"),
         (lambda d: d["services"]["verify-model-weights"]["deploy"]["resources"]["limits"].update(
             memory="${MEDHELM_VERIFY_MEMORY:-0m}"), "verify-model-weights: memory limit default 0m"),
+        # Swap would write what a model server or the runner holds in memory (prompts, outputs) to the host's disk.
+        (lambda d: d["services"]["appliance"].pop("memswap_limit"), "appliance: memswap_limit must be"),
+        (lambda d: d["services"]["vllm-model"].update(memswap_limit="128g"), "vllm-model: memswap_limit must be"),
     ],
 )
 def test_limit_check_rejects_a_service_without_limits(mutation, expected):
