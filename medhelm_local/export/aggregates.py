@@ -146,12 +146,14 @@ def load_runs(store: Store, run_ids: list[str]) -> list[RunInfo]:
 
 
 def latest_cells(cells: Sequence[RawCell]) -> dict[tuple[str, str], int]:
-    """(model, benchmark) -> the index of the cell the published averages, win rate and cost use: the latest run's
-    (a later cell of the list wins a tie)."""
+    """(model, benchmark) -> the index of the cell the published averages, win rate and cost use: the latest run's;
+    runs created at the same instant are ordered by run id, as the leaderboard orders them, so the export never
+    depends on the order of ``--runs``."""
     latest: dict[tuple[str, str], int] = {}
     for index, cell in enumerate(cells):
         key = (cell.model, cell.benchmark)
-        if key not in latest or cell.created_at >= cells[latest[key]].created_at:
+        if key not in latest or (cell.created_at, cell.run_id) > (cells[latest[key]].created_at,
+                                                                   cells[latest[key]].run_id):
             latest[key] = index
     return latest
 

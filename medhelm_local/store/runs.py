@@ -176,7 +176,7 @@ def find_resumable(store: Store, plan_key: str) -> str | None:
     """The latest unfinished run planned with the same key, if any."""
     row = store.conn.execute(
         "SELECT r.run_id FROM runs r JOIN runner_runs p USING (run_id) WHERE p.plan_key = ? "
-        "AND r.status <> 'finished' ORDER BY r.created_at DESC LIMIT 1",
+        "AND r.status <> 'finished' ORDER BY r.created_at DESC, r.run_id DESC LIMIT 1",
         [plan_key],
     ).fetchone()
     return str(row[0]) if row else None

@@ -347,7 +347,7 @@ class Store:
         return self._run(row) if row else None
 
     def list_runs(self) -> list[RunInfo]:
-        return [self._run(r) for r in self._conn.execute("SELECT * FROM runs ORDER BY created_at").fetchall()]
+        return [self._run(r) for r in self._conn.execute("SELECT * FROM runs ORDER BY created_at, run_id").fetchall()]
 
     def set_run_status(self, run_id: str, status: str, *, finished: bool = False) -> None:
         self._conn.execute(
