@@ -272,6 +272,29 @@ def test_usage_that_is_not_a_token_count_is_unknown_never_coerced_and_the_answer
         assert usage_of(not_an_object) == ("yes", None, None), not_an_object
 
 
+def test_a_reply_without_content_is_an_empty_answer_scored_as_given() -> None:
+    """``content: null`` (an OpenAI-style refusal, or a reasoning model cut off while thinking, its text in
+    ``reasoning_content``): the model gave no answer. It is an empty answer, kept with its finish reason and
+    scored (unparsed, wrong), never a failed request: a retry would ask again for what the model declined, and
+    leaving it out would score the model on the questions it chose to answer."""
+    from medhelm_local.benchmarks.registry import shipped_spec
+    from medhelm_local.inference.client import parse_completion
+    from medhelm_local.records import Instance
+    from medhelm_local.scoring.engine import score_outputs
+
+    refusal = parse_completion(json.dumps({"choices": [{"message": {"content": None, "refusal": "I can't."},
+                                                        "finish_reason": "stop"}]}).encode())
+    thinking = parse_completion(json.dumps({"choices": [{"message": {"content": None,
+                                                                     "reasoning_content": "The answer is yes"},
+                                                         "finish_reason": "length"}]}).encode())
+    assert (refusal.text, refusal.finish_reason) == ("", "stop")
+    assert (thinking.text, thinking.finish_reason) == ("", "length")
+    question = Instance(benchmark="pubmedqa", id="q1", fields={"question": "Q?", "context": "C."},
+                        references=["yes"], label="yes")
+    (scored,) = score_outputs(shipped_spec("pubmedqa"), [(question, thinking.text, None)])
+    assert scored.value == 0.0 and scored.details["parsed"] is False
+
+
 def test_a_server_that_trickles_its_reply_is_a_timeout_within_the_attempts_time() -> None:
     """The per-attempt timeout bounds the whole attempt, not each read: a server that sends its reply a byte at a
     time (every read gets something before the read timeout) held the attempt, and the run, for as long as it
