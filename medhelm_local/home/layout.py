@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
-from medhelm_local.errors import BadInputError, MedhelmError
+from medhelm_local.errors import BadInputError, ConfigError, MedhelmError
 from medhelm_local.home.config import ApplianceConfig, default_config, dump_config, load_config
 from medhelm_local.home.keys import ensure_keys
 
@@ -56,7 +56,27 @@ class Home:
 
     @cached_property
     def config(self) -> ApplianceConfig:
-        return load_config(self.config_path)
+        config = load_config(self.config_path)
+        self._refuse_appliance_key_files(config)
+        return config
+
+    def _refuse_appliance_key_files(self, config: ApplianceConfig) -> None:
+        """No model's ``api_key_file`` lies (symlinks followed) in the appliance's keys, store or audit folders:
+        its content is sent as a bearer token to the model's server, which whoever edits the configuration (or
+        points ``MEDHELM_CONFIG`` at a copy) may run on an allowlisted address, so it would hand them the store's
+        data key or the signing key."""
+        override = os.environ.get("MEDHELM_KEYS_DIR")
+        protected = {"keys": Path(override) if override else self.resolve(config.paths.keys),
+                     "store": self.resolve(config.paths.store).parent,
+                     "audit trail": self.resolve(config.paths.audit).parent}
+        for model in config.models:
+            if model.api_key_file is None:
+                continue
+            resolved = model.api_key_file.resolve()  # a relative name is read relative to the working directory
+            for name, folder in protected.items():
+                if resolved.is_relative_to(folder.resolve()):
+                    raise ConfigError(f"{self.config_path}: model {model.name}: api_key_file lies in the appliance's "
+                                      f"{name} folder {folder.resolve()}; a model's API key is never read from there")
 
     def resolve(self, path: Path) -> Path:
         return path if path.is_absolute() else self.root / path
