@@ -66,17 +66,28 @@ class Home:
         points ``MEDHELM_CONFIG`` at a copy) may run on an allowlisted address, so it would hand them the store's
         data key or the signing key."""
         override = os.environ.get("MEDHELM_KEYS_DIR")
-        protected = {"keys": Path(override) if override else self.resolve(config.paths.keys),
-                     "store": self.resolve(config.paths.store).parent,
-                     "audit trail": self.resolve(config.paths.audit).parent}
+        root = self.root.resolve()
+        folders = {"keys": (Path(override) if override else self.resolve(config.paths.keys)).resolve()}
+        files: dict[str, Path] = {}
+        for name, path in (("store", config.paths.store), ("audit trail", config.paths.audit)):
+            file = self.resolve(path).resolve()
+            # its own folder; where that folder is the home itself (or above it), the file and its companions
+            # (``medhelm.duckdb.wal``, ``audit.jsonl.state``) only
+            if root.is_relative_to(file.parent):
+                files[name] = file
+            else:
+                folders[name] = file.parent
         for model in config.models:
             if model.api_key_file is None:
                 continue
             resolved = model.api_key_file.resolve()  # a relative name is read relative to the working directory
-            for name, folder in protected.items():
-                if resolved.is_relative_to(folder.resolve()):
-                    raise ConfigError(f"{self.config_path}: model {model.name}: api_key_file lies in the appliance's "
-                                      f"{name} folder {folder.resolve()}; a model's API key is never read from there")
+            hits = [(name, folder) for name, folder in folders.items() if resolved.is_relative_to(folder)]
+            hits += [(name, file) for name, file in files.items()
+                     if resolved.parent == file.parent and resolved.name.startswith(file.name)]
+            if hits:
+                name, place = hits[0]
+                raise ConfigError(f"{self.config_path}: model {model.name}: api_key_file lies in the appliance's "
+                                  f"{name} ({place}); a model's API key is never read from there")
 
     def resolve(self, path: Path) -> Path:
         return path if path.is_absolute() else self.root / path

@@ -80,3 +80,27 @@ def test_an_api_key_file_outside_the_appliances_folders_is_sent(home_cli: Cli, t
         result = home_cli("models", "wait", "spy", "--timeout", "5")
     assert result.code == 0, result.stdout + result.stderr
     assert seen and set(seen) == {"Bearer k3y-for-tests"}
+
+
+def test_a_store_kept_at_the_top_of_the_home_does_not_fence_off_the_whole_home(home_cli: Cli, tmp_path: Path
+                                                                                ) -> None:
+    """With `paths.store: medhelm.duckdb` the store's folder is the home itself: only the store file and its
+    companions are refused there, not every file of the home."""
+    home = home_cli.home
+    config = home / "appliance.yaml"
+    data = yaml.safe_load(config.read_text(encoding="utf-8"))
+    data["paths"] = {**data.get("paths", {}), "store": "medhelm.duckdb"}
+    config.write_text(yaml.safe_dump(data), encoding="utf-8")
+    (home / "site-api-key").write_text("k3y-in-the-home\n", encoding="utf-8")
+    with listener() as (base_url, seen):
+        _add_model(home, base_url, home / "site-api-key")
+        result = home_cli("models", "wait", "spy", "--timeout", "5")
+        assert result.code == 0, result.stdout + result.stderr
+        assert set(seen) == {"Bearer k3y-in-the-home"}
+        data = yaml.safe_load(config.read_text(encoding="utf-8"))
+        for model in data["models"]:
+            if model["name"] == "spy":
+                model["api_key_file"] = str(home / "medhelm.duckdb.wal")
+        config.write_text(yaml.safe_dump(data), encoding="utf-8")
+        refused = home_cli("models", "wait", "spy", "--timeout", "5")
+    assert refused.code == 2 and "api_key_file" in refused.stderr
