@@ -11,6 +11,7 @@ import yaml
 
 from medhelm_local.export.aggregates import RawCell, publish_cell
 from medhelm_local.export.policy import ExportPolicy
+from medhelm_local.testing.fake_openai import FakeOpenAIServer
 from tests.compliance.conftest import approve_args, request_export
 from tests.security.exportkit import evaluate, failed, notes, policy_env, site
 
@@ -286,3 +287,62 @@ def test_the_score_on_non_empty_gold_does_not_give_back_a_withheld_empty_gold_co
     checks = bundle_module._structural_checks(data, export, LoadedPolicy(policy=ExportPolicy(), sha256="0" * 64,
                                                                          source="test"))
     assert {c.id for c in checks if c.result == "fail"} == {"complementary_suppression"}
+
+
+def _hex(text: str) -> str:
+    return text.encode().hex()
+
+
+def test_a_patient_name_encoded_in_a_run_id_or_model_name_blocks_the_export(tmp_path: Path) -> None:
+    """The pattern and extract-term scans read text as written: `--run-id run-<the patient's name in hex>` gave a
+    ready request (the name itself, `margaret-okafor-hiv`, was blocked). Long hex, base64 and digit runs in
+    what leaves are now findings of the PHI check, whoever chose them."""
+    import base64
+
+    cli = site(tmp_path)
+    name = f"Ada {PATIENT} HIV+"
+    cases: list[tuple[str, str]] = [
+        ("run_id", f"run-{_hex(name)}"),
+        ("run_id", "run-" + "-".join(_hex(name)[i:i + 4] for i in range(0, 24, 4))),  # split in short tokens
+        ("model", "eval-" + base64.b64encode(name.encode()).decode().rstrip("=")),
+        ("run_id", "run-" + "-".join(str(ord(c)) for c in name[:8])),  # as decimal codes
+    ]
+    for i, (field, value) in enumerate(cases):
+        extract = notes(tmp_path / f"notes-{i}.csv", 24, note=_patient_note)
+        run_id = (evaluate(cli, extract, run_id=value) if field == "run_id"
+                  else evaluate(cli, extract, model=value))
+        request = request_export(cli, run_id)
+        assert request["status"] == "blocked", value
+        findings = failed(request)["phi_patterns"]
+        assert any(f["rule"].startswith("encoded text") for f in findings), (value, findings)
+        assert value not in json.dumps(request["checks"])
+
+
+def test_generated_run_ids_are_not_read_as_encoded_text(tmp_path: Path) -> None:
+    """The appliance's own run ids hold a timestamp and hex digits (`run-20261126T041500Z-a1b2c3`), or, for a
+    sharded run, 24 hex digits of its plan key: generated, like the hashes beside them, they pass. The shard form
+    chosen with `--run-id` for a run of another plan is read like any chosen id."""
+    cli = site(tmp_path)
+    plain = evaluate(cli, notes(tmp_path / "notes.csv", 24))
+    assert plain.startswith("run-") and len(plain) == len("run-20261126T041500Z-a1b2c3")
+    assert request_export(cli, plain)["status"] == "ready"
+    with FakeOpenAIServer(responder=lambda _m: "A") as server:
+        from medhelm_local.home import Home
+        from medhelm_local.home.config import ApplianceConfig
+
+        home = Home(cli.home)
+        data = home.config.model_dump()
+        for entry in data["models"]:
+            if entry["name"] == "eval-model":
+                entry["base_urls"] = [server.base_url]
+        home.save_config(ApplianceConfig.model_validate(data))
+        sharded = cli("run", "--model", "eval-model", "--benchmarks", "hospice_referral", "--seed", "7",
+                      "--shard", "0/1", "--json")
+        assert sharded.code == 0, sharded.stderr
+    derived = json.loads(sharded.stdout)["run_id"]
+    assert len(derived) == len("run-") + 24
+    assert request_export(cli, derived)["status"] == "ready"
+    chosen = evaluate(cli, notes(tmp_path / "again.csv", 24), run_id="run-" + "0123456789abcdef01234567")
+    blocked = request_export(cli, chosen)
+    assert blocked["status"] == "blocked"
+    assert any(f["rule"].startswith("encoded text") for f in failed(blocked)["phi_patterns"])
