@@ -12,6 +12,7 @@ import gzip
 import io
 import json
 import os
+import sys
 import zlib
 from collections import Counter
 from collections.abc import Iterator
@@ -121,6 +122,9 @@ def parse_json(path: Path, text: str) -> Any:
         raise ExtractError(path, f"valid JSON (parse error at line {exc.lineno}, column {exc.colno})") from None
     except RecursionError:
         raise ExtractError(path, "JSON nested less deeply (the parser's recursion limit was reached)") from None
+    except ValueError:  # an integer longer than Python reads (sys.get_int_max_str_digits())
+        raise ExtractError(path, f"valid JSON numbers (an integer has more than {sys.get_int_max_str_digits()} "
+                                 "digits)") from None
 
 
 def csv_field_max_mib() -> int:
@@ -241,7 +245,7 @@ def read_table_file(
                 continue
             try:
                 obj = json.loads(line)
-            except (json.JSONDecodeError, RecursionError):
+            except (ValueError, RecursionError):  # ValueError: not JSON, or an integer of too many digits
                 raise ExtractError(
                     path, f"one JSON object per line (line {line_no + 1} is not JSON)", row=len(rows)
                 ) from None

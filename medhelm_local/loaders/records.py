@@ -177,7 +177,7 @@ def convert(value: Any, kind: ColumnType, file: Path, row: int, column: str, sep
     """Check and convert one cell to ``kind``; the error names the column and the type, never the value."""
     try:
         return _convert(value, kind, separator)
-    except (ValueError, TypeError, OverflowError):
+    except (ValueError, TypeError, OverflowError, RecursionError):  # RecursionError: a JSON list nested too deeply
         expected = {
             "int": "an integer",
             "number": "a number",
@@ -288,7 +288,7 @@ def _raw_options(mapping: RecordMapping, row: Row) -> dict[str, str]:
         if isinstance(raw, str) and raw.strip()[:1] in "[{":
             try:
                 raw = json.loads(raw)
-            except json.JSONDecodeError:
+            except (ValueError, RecursionError):  # not JSON, an integer of too many digits, or nested too deeply
                 raise ExtractError(
                     row.file,
                     "a JSON object or array of options",

@@ -1,0 +1,69 @@
+"""Files a hospital export or a hostile insider produces, built from the real public files: each is refused with
+one ExtractError naming the file (and the row where one is known), never an internal error, never the value."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from pathlib import Path
+
+import pytest
+
+from medhelm_local.benchmarks.registry import shipped_spec
+from medhelm_local.errors import ExtractError
+from medhelm_local.loaders import load_dataset
+
+MEDQA = "medqa/phrases_no_exclude_test.jsonl"
+PUBMEDQA = "pubmedqa/ori_pqal.json"
+
+
+def _medqa_lines(public_data: Path) -> list[str]:
+    return [line for line in (public_data / MEDQA).read_text(encoding="utf-8").split("\n") if line.strip()]
+
+
+def test_a_json_integer_past_pythons_digit_limit_is_bad_input(public_data: Path, tmp_path: Path) -> None:
+    lines = _medqa_lines(public_data)
+    row = json.loads(lines[3])
+    row["meta_info"] = 12345
+    lines[3] = json.dumps(row).replace("12345", "9" * 5000)
+    path = tmp_path / "medqa.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(ExtractError) as info:
+        load_dataset(shipped_spec("medqa"), path)
+    assert (info.value.file, info.value.row) == (str(path), 3)
+
+    data = json.loads((public_data / PUBMEDQA).read_text(encoding="utf-8"))
+    first = next(iter(data))
+    data[first]["year"] = 12345
+    path = tmp_path / "ori_pqal.json"
+    path.write_text(json.dumps(data).replace("12345", "9" * 5000), encoding="utf-8")
+    with pytest.raises(ExtractError) as info:
+        load_dataset(shipped_spec("pubmedqa"), path)
+    assert info.value.file == str(path) and "digits" in info.value.expected
+
+
+@pytest.mark.parametrize("cell", ["[" * 100_000, "[" + "9" * 5000 + "]", '{"A": ' * 100_000])
+def test_a_json_cell_the_parser_refuses_is_bad_input(public_data: Path, tmp_path: Path, cell: str) -> None:
+    rows = [json.loads(line) for line in _medqa_lines(public_data)[:5]]
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(["question", "options", "answer_idx", "meta_info"])
+    for position, row in enumerate(rows):
+        options = cell if position == 2 else json.dumps(row["options"])
+        writer.writerow([row["question"], options, row["answer_idx"], row["meta_info"]])
+    path = tmp_path / "medqa.csv"
+    path.write_text(buffer.getvalue(), encoding="utf-8")
+    spec = shipped_spec("medqa")
+    spec = spec.model_copy(update={"loader_options": {**spec.loader_options, "format": "csv"}})
+    with pytest.raises(ExtractError) as info:
+        load_dataset(spec, path)
+    assert (info.value.row, info.value.column) == (2, "options")
+    if not cell.startswith("["):
+        return  # a list column reads text that is not a JSON array as separated values
+    lists = tmp_path / "billing.csv"
+    lists.write_text(f'text,target\nA note.,I50.9\nAnother note.,"{cell.replace(chr(34), chr(34) * 2)}"\n',
+                     encoding="utf-8")
+    with pytest.raises(ExtractError) as info:
+        load_dataset(shipped_spec("mimic_iv_billing"), lists)
+    assert (info.value.row, info.value.column) == (1, "target")
