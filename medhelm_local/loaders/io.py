@@ -12,6 +12,7 @@ import gzip
 import io
 import json
 import os
+import re
 import sys
 import zlib
 from collections import Counter
@@ -115,7 +116,33 @@ def read_text(path: Path) -> str:
     return decode_utf8(path, read_bytes(path))
 
 
+# A \uD800-\uDFFF escape, and the low half that may pair with it.
+_SURROGATE_ESCAPE = re.compile(r"\\u([dD][89a-fA-F][0-9a-fA-F]{2})(\\u[dD][c-fC-F][0-9a-fA-F]{2})?")
+
+
+def lone_surrogate_line(text: str) -> int | None:
+    """The line (from 1) of the first ``\\uD800``-``\\uDFFF`` escape in JSON text that is not half of a surrogate pair:
+    Python's parser reads it into a string that cannot be written as UTF-8 (the store refuses it). None: there is none.
+    """
+    position = 0
+    while (match := _SURROGATE_ESCAPE.search(text, position)) is not None:
+        start = before = match.start()
+        while before > 0 and text[before - 1] == "\\":
+            before -= 1
+        if (start - before) % 2:  # an escaped backslash, then the letters "u", "d", ...
+            position = start + 2
+            continue
+        if match.group(1)[1].lower() not in "89ab" or match.group(2) is None:
+            return text.count("\n", 0, start) + 1
+        position = match.end()
+    return None
+
+
 def parse_json(path: Path, text: str) -> Any:
+    line = lone_surrogate_line(text)
+    if line is not None:
+        raise ExtractError(path, f"valid JSON text (a \\u escape at line {line} is an unpaired surrogate, not a "
+                                 "character)")
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
@@ -251,6 +278,9 @@ def read_table_file(
                 ) from None
             if not isinstance(obj, dict):
                 raise ExtractError(path, "a JSON object on each line", row=len(rows))
+            if lone_surrogate_line(line) is not None:
+                raise ExtractError(path, f"valid JSON text (a \\u escape on line {line_no + 1} is an unpaired "
+                                         "surrogate, not a character)", row=len(rows))
             rows.append(obj)
         return _header_of(rows), rows
     if fmt in ("parquet", "feather"):

@@ -67,3 +67,49 @@ def test_a_json_cell_the_parser_refuses_is_bad_input(public_data: Path, tmp_path
     with pytest.raises(ExtractError) as info:
         load_dataset(shipped_spec("mimic_iv_billing"), lists)
     assert (info.value.row, info.value.column) == (1, "target")
+
+
+@pytest.mark.parametrize("escape", ["\\ud800", "\\udfff", "\\ud83d\\ud83d"])
+def test_an_unpaired_surrogate_escape_is_bad_input_not_a_store_failure(public_data: Path, tmp_path: Path,
+                                                                       escape: str) -> None:
+    """json.loads reads '\\ud800' into a str the store cannot write as UTF-8: registration failed with an internal
+    error (exit 1) inside the store's transaction."""
+    lines = _medqa_lines(public_data)
+    lines[5] = lines[5].replace('"question": "', '"question": "' + escape, 1)
+    lines[6] = lines[6].replace('"question": "', '"question": "\\ud83d\\ude00 \\\\ud800 ', 1)  # a pair; a backslash
+    path = tmp_path / "medqa.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(ExtractError) as info:
+        load_dataset(shipped_spec("medqa"), path)
+    assert (info.value.file, info.value.row) == (str(path), 5)
+
+    data = (public_data / PUBMEDQA).read_text(encoding="utf-8")
+    path = tmp_path / "ori_pqal.json"
+    path.write_text(data.replace('"QUESTION": "', '"QUESTION": "' + escape, 1), encoding="utf-8")
+    with pytest.raises(ExtractError) as info:
+        load_dataset(shipped_spec("pubmedqa"), path)
+    assert "unpaired surrogate" in info.value.expected
+
+    rows = [json.loads(line) for line in _medqa_lines(public_data)[:3]]
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(["question", "options", "answer_idx", "meta_info"])
+    for position, row in enumerate(rows):
+        options = json.dumps(row["options"])
+        writer.writerow([row["question"], options.replace(': "', ': "' + escape, 1) if position == 1 else options,
+                         row["answer_idx"], row["meta_info"]])
+    path = tmp_path / "medqa.csv"
+    path.write_text(buffer.getvalue(), encoding="utf-8")
+    spec = shipped_spec("medqa")
+    with pytest.raises(ExtractError) as info:
+        load_dataset(spec.model_copy(update={"loader_options": {**spec.loader_options, "format": "csv"}}), path)
+    assert (info.value.row, info.value.column) == (1, "options")
+
+
+def test_paired_surrogate_escapes_still_load(public_data: Path, tmp_path: Path) -> None:
+    lines = _medqa_lines(public_data)
+    lines[0] = lines[0].replace('"question": "', '"question": "\\ud83d\\ude00 \\uD83D\\uDE00 \\\\ud800 ', 1)
+    path = tmp_path / "medqa.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    question = load_dataset(shipped_spec("medqa"), path).instances[0].fields["question"]
+    assert question.startswith("\U0001f600 \U0001f600 \\ud800 ")
