@@ -220,6 +220,9 @@ def _task_rows(
         if value is None:
             table.skipped["label without boolean_value"] += 1
             continue
+        if not isinstance(value, bool):  # the text "false" would be true, and so would 2
+            raise ExtractError(parts[0], "true or false (a boolean_value column of type boolean)", row=int(position),
+                               column="boolean_value")
         static, dated = timelines.get((subject, prediction), ([], []))
         header = f"Prediction time: {_fmt_time(prediction)}"
         if static:

@@ -113,3 +113,24 @@ def test_paired_surrogate_escapes_still_load(public_data: Path, tmp_path: Path) 
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     question = load_dataset(shipped_spec("medqa"), path).instances[0].fields["question"]
     assert question.startswith("\U0001f600 \U0001f600 \\ud800 ")
+
+
+@pytest.mark.parametrize("values", [["false", "true"], [0, 2]])
+def test_meds_boolean_value_that_is_not_boolean_is_bad_input(tmp_path: Path, values: list[object]) -> None:
+    """An extract written through a CSV step has boolean_value as text: "false" was read as true (label yes)."""
+    from datetime import datetime
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tests.loaders.test_native_formats import _meds_folder
+
+    root = _meds_folder(tmp_path / "ehrshot")
+    pq.write_table(pa.table({
+        "subject_id": pa.array([1, 2], pa.int64()),
+        "prediction_time": pa.array([datetime(2020, 12, 31), datetime(2019, 12, 31)], pa.timestamp("us")),
+        "boolean_value": values,
+    }), root / "labels" / "new_acutemi.parquet")
+    with pytest.raises(ExtractError) as info:
+        load_dataset(shipped_spec("ehrshot"), root)
+    assert (info.value.row, info.value.column) == (0, "boolean_value")
