@@ -100,6 +100,7 @@ def load_omop(spec: BenchmarkSpec, path: Path) -> LoadResult:
         for needed in ["person", "concept", *(DOMAINS[d][0] for d in domains)]:
             if needed not in present:
                 raise ExtractError(path, f"an OMOP CDM table named {needed!r} in schema {schema!r}", column=needed)
+        _check_date_columns(con, path, schema, domains)
         table = _cohort(con, path, check_select(con, cohort_sql, where=path, option="cohort_sql"))
         rows = _timelines(con, path, table, domains, question, budget, max_events)
     finally:
@@ -109,6 +110,22 @@ def load_omop(spec: BenchmarkSpec, path: Path) -> LoadResult:
     out.rows.extend(rows)
     instances, skipped = build_instances(spec, out, MAPPING)
     return LoadResult(instances=instances, files=[path], skipped=skipped)
+
+
+def _check_date_columns(con: duckdb.DuckDBPyConnection, path: Path, schema: str, domains: list[str]) -> None:
+    """Each domain's date column exists and is a DATE or TIMESTAMP (a CDM loaded from CSV as text is not)."""
+    for domain in domains:
+        table, date_col = DOMAINS[domain][0], DOMAINS[domain][1]
+        found = con.execute(
+            "select data_type from duckdb_columns() where schema_name = ? and lower(table_name) = ? "
+            "and lower(column_name) = ?",
+            [schema, table, date_col],
+        ).fetchone()
+        if found is None:
+            raise ExtractError(path, f"a column {date_col!r} in the OMOP CDM table {table!r}", column=date_col)
+        if found[0] != "DATE" and not str(found[0]).startswith("TIMESTAMP"):
+            raise ExtractError(path, f"column {date_col!r} of the OMOP CDM table {table!r} of type DATE or TIMESTAMP "
+                                     f"(it is {found[0]}: cast it when the CDM is loaded)", column=date_col)
 
 
 def _cohort(con: duckdb.DuckDBPyConnection, path: Path, cohort_sql: str) -> list[tuple[Any, ...]]:
@@ -171,7 +188,12 @@ def _timelines(
         f"where rn <= {int(max_events)} order by position, event_date, kind, name"
     )
     events: dict[int, list[str]] = {}
-    for position, event_date, kind, name, value in con.execute(query).fetchall():
+    try:
+        found = con.execute(query).fetchall()
+    except duckdb.Error as exc:
+        raise query_failure(exc, path, "domains", f"OMOP CDM tables {', '.join(DOMAINS[d][0] for d in domains)} "
+                                                  "whose columns have the CDM's types") from None
+    for position, event_date, kind, name, value in found:
         suffix = f" = {value}" if value else ""
         events.setdefault(position, []).append(f"{event_date} | {kind}: {name}{suffix}")
     people = _demographics(con)

@@ -6,16 +6,19 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 
-from medhelm_local.benchmarks.registry import shipped_spec
+from medhelm_local.benchmarks.registry import SpecRegistry, register_custom_spec, shipped_spec
+from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import ExtractError
 from medhelm_local.loaders import load_dataset
 
 MEDQA = "medqa/phrases_no_exclude_test.jsonl"
 PUBMEDQA = "pubmedqa/ori_pqal.json"
+SAMPLES = Path(__file__).resolve().parents[2] / "medhelm_local" / "data" / "samples"
 
 
 def _medqa_lines(public_data: Path) -> list[str]:
@@ -134,3 +137,39 @@ def test_meds_boolean_value_that_is_not_boolean_is_bad_input(tmp_path: Path, val
     with pytest.raises(ExtractError) as info:
         load_dataset(shipped_spec("ehrshot"), root)
     assert (info.value.row, info.value.column) == (0, "boolean_value")
+
+
+def _omop_copy(eunomia_db: Path, tmp_path: Path, *statements: str) -> Path:
+    import duckdb
+
+    path = tmp_path / "cdm.duckdb"
+    shutil.copyfile(eunomia_db, path)
+    con = duckdb.connect(str(path))
+    try:
+        for statement in statements:
+            con.execute(statement)
+    finally:
+        con.close()
+    return path
+
+
+def _omop_spec(tmp_path: Path) -> BenchmarkSpec:
+    home = tmp_path / "home"
+    register_custom_spec(SAMPLES / "omop_gi_bleed.yaml", home)
+    return SpecRegistry(home).get("omop_gi_bleed")
+
+
+@pytest.mark.parametrize("change", [
+    # a CDM loaded from CSV files as text, with the hospital's day-first dates
+    "alter table condition_occurrence alter condition_start_date type varchar "
+    "using strftime(condition_start_date, '%d/%m/%Y')",
+    "alter table visit_occurrence alter visit_start_date type integer "
+    "using cast(strftime(visit_start_date, '%Y%m%d') as integer)",
+    "alter table drug_exposure rename drug_exposure_start_date to start_date",
+])
+def test_omop_event_date_column_of_another_type_is_bad_input(eunomia_db: Path, tmp_path: Path, change: str) -> None:
+    path = _omop_copy(eunomia_db, tmp_path, change)
+    with pytest.raises(ExtractError) as info:
+        load_dataset(_omop_spec(tmp_path), path)
+    assert info.value.file == str(path) and info.value.column in (
+        "condition_start_date", "visit_start_date", "drug_exposure_start_date")
