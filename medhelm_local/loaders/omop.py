@@ -196,7 +196,7 @@ def _timelines(
     for position, event_date, kind, name, value in found:
         suffix = f" = {value}" if value else ""
         events.setdefault(position, []).append(f"{event_date} | {kind}: {name}{suffix}")
-    people = _demographics(con)
+    people = _demographics(con, path)
     rows = []
     for position, person_id, prediction_date, label, instance_id in cohort:
         sex, year = people.get(person_id, ("unknown sex", None))
@@ -222,10 +222,17 @@ def _timelines(
     return rows
 
 
-def _demographics(con: duckdb.DuckDBPyConnection) -> dict[int, tuple[str, int | None]]:
+def _demographics(con: duckdb.DuckDBPyConnection, path: Path) -> dict[int, tuple[str, int | None]]:
     rows = con.execute(
         "select p.person_id, coalesce(g.concept_name, p.gender_source_value, 'unknown sex'), p.year_of_birth "
         "from person p left join concept g on g.concept_id = p.gender_concept_id "
         "where p.person_id in (select person_id from _cohort)"
     ).fetchall()
-    return {pid: (str(sex).lower(), int(year) if year is not None else None) for pid, sex, year in rows}
+    people: dict[int, tuple[str, int | None]] = {}
+    for pid, sex, year in rows:
+        try:
+            people[pid] = (str(sex).lower(), int(year) if year is not None else None)
+        except (TypeError, ValueError):  # a CDM loaded as text: "unknown", "1950.5"
+            raise ExtractError(path, "an integer year_of_birth in the OMOP CDM table 'person' (for each person of "
+                                     "the cohort)", column="year_of_birth") from None
+    return people

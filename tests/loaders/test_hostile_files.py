@@ -18,6 +18,7 @@ from medhelm_local.loaders import load_dataset
 
 MEDQA = "medqa/phrases_no_exclude_test.jsonl"
 PUBMEDQA = "pubmedqa/ori_pqal.json"
+SECRET = "Jane Q. Patient MRN 0042"
 SAMPLES = Path(__file__).resolve().parents[2] / "medhelm_local" / "data" / "samples"
 
 
@@ -173,3 +174,14 @@ def test_omop_event_date_column_of_another_type_is_bad_input(eunomia_db: Path, t
         load_dataset(_omop_spec(tmp_path), path)
     assert info.value.file == str(path) and info.value.column in (
         "condition_start_date", "visit_start_date", "drug_exposure_start_date")
+
+
+def test_omop_year_of_birth_that_is_not_a_year_is_bad_input(eunomia_db: Path, tmp_path: Path) -> None:
+    path = _omop_copy(eunomia_db, tmp_path, "alter table person alter year_of_birth type varchar",
+                      f"update person set year_of_birth = '{SECRET}' where person_id = 1")
+    spec = _omop_spec(tmp_path)
+    options = {**spec.loader_options, "cohort_sql": "select person_id, date '2010-01-01' as prediction_date, "
+                                                    "'no' as label from person where person_id <= 3"}
+    with pytest.raises(ExtractError) as info:
+        load_dataset(spec.model_copy(update={"loader_options": options}), path)
+    assert info.value.column == "year_of_birth" and SECRET not in str(info.value)
