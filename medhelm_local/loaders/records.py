@@ -200,7 +200,10 @@ def _convert(value: Any, kind: ColumnType, separator: str) -> Any:
             raise TypeError(kind)
         if isinstance(value, int):
             return value
-        number = float(str(value).strip().replace(",", ""))
+        text = str(value).strip().replace(",", "")
+        if text.lstrip("+-").isdigit():
+            return int(text)  # every digit: through a float, ids past 2**53 would change
+        number = float(text)
         if not number.is_integer():
             raise ValueError(kind)
         return int(number)

@@ -185,3 +185,18 @@ def test_omop_year_of_birth_that_is_not_a_year_is_bad_input(eunomia_db: Path, tm
     with pytest.raises(ExtractError) as info:
         load_dataset(spec.model_copy(update={"loader_options": options}), path)
     assert info.value.column == "year_of_birth" and SECRET not in str(info.value)
+
+
+def test_integer_ids_past_2_to_the_53_keep_every_digit(public_data: Path, tmp_path: Path) -> None:
+    """An int-typed id was read through a float: 9007199254740993 became ...992, so two patients' ids collided (a
+    "duplicate id" error for a file without one) and a single id changed silently."""
+    source = (public_data / "medcalc_bench" / "test_data.csv").read_text(encoding="utf-8")
+    rows = list(csv.reader(io.StringIO(source, newline="")))
+    column = rows[0].index("Row Number")
+    rows[1][column], rows[2][column], rows[3][column] = "9007199254740993", "9007199254740992", "12345678901234567891"
+    buffer = io.StringIO()
+    csv.writer(buffer).writerows(rows)
+    path = tmp_path / "test_data.csv"
+    path.write_text(buffer.getvalue(), encoding="utf-8")
+    ids = [i.id for i in load_dataset(shipped_spec("medcalc_bench"), path).instances[:3]]
+    assert ids == ["9007199254740993", "9007199254740992", "12345678901234567891"]
