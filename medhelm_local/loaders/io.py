@@ -214,18 +214,23 @@ def _csv_rows(path: Path, text: str, delimiter: str) -> tuple[list[str], list[di
     header = [h.strip() for h in records[0]]
     if not any(header):
         raise ExtractError(path, "a header row naming the columns")
-    # Positions, not names: in a header-less file the "header" is the first data row.
-    duplicated = [i + 1 for i, h in enumerate(header) if h and header.index(h) != i]
-    if duplicated:
-        first = header.index(header[duplicated[0] - 1]) + 1
-        raise ExtractError(path, f"unique column names in the header (columns {first} and {duplicated[0]}, counting "
-                                 "from 1, have the same name)")
+    check_unique_header(path, header)
     rows: list[dict[str, Any]] = []
     for position, record in enumerate(records[1:]):
         if len(record) > len(header) and any(v.strip() for v in record[len(header) :]):
             raise ExtractError(path, f"at most {len(header)} fields, as in the header", row=position)
         rows.append({h: (record[i] if i < len(record) else "") for i, h in enumerate(header) if h})
     return [h for h in header if h], rows
+
+
+def check_unique_header(path: Path, header: list[str]) -> None:
+    """No two columns share a name (a row read into a dict would keep the last one's value, silently)."""
+    # Positions, not names: in a header-less file the "header" is the first data row.
+    duplicated = [i + 1 for i, h in enumerate(header) if h and header.index(h) != i]
+    if duplicated:
+        first = header.index(header[duplicated[0] - 1]) + 1
+        raise ExtractError(path, f"unique column names in the header (columns {first} and {duplicated[0]}, counting "
+                                 "from 1, have the same name)")
 
 
 def _records(path: Path, data: Any, records_key: str | None) -> list[dict[str, Any]]:
@@ -306,6 +311,7 @@ def _arrow_rows(path: Path, fmt: str) -> tuple[list[str], list[dict[str, Any]]]:
             arrow_table = feather.read_table(path)
     except Exception:  # pyarrow raises several types for damaged files
         raise ExtractError(path, f"a readable {fmt.capitalize()} file") from None
+    check_unique_header(path, list(arrow_table.column_names))
     return list(arrow_table.column_names), arrow_table.to_pylist()
 
 
@@ -331,6 +337,7 @@ def _xlsx_rows(path: Path, sheet: str | None) -> tuple[list[str], list[dict[str,
     if not values:
         raise ExtractError(path, "a non-empty worksheet")
     header = [str(h).strip() if h is not None else "" for h in values[0]]
+    check_unique_header(path, header)
     rows = [{h: (r[i] if i < len(r) else None) for i, h in enumerate(header) if h} for r in values[1:]]
     return [h for h in header if h], rows
 
@@ -365,6 +372,7 @@ def duckdb_rows(path: Path, *, table: str | None, query: str | None) -> tuple[li
         if relation is None:
             raise ExtractError(path, "a query that returns rows")
         header = [str(c) for c in relation.columns]
+        check_unique_header(path, header)
         try:
             records = relation.fetchall()
         except duckdb.Error as exc:

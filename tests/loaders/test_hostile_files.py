@@ -200,3 +200,42 @@ def test_integer_ids_past_2_to_the_53_keep_every_digit(public_data: Path, tmp_pa
     path.write_text(buffer.getvalue(), encoding="utf-8")
     ids = [i.id for i in load_dataset(shipped_spec("medcalc_bench"), path).instances[:3]]
     assert ids == ["9007199254740993", "9007199254740992", "12345678901234567891"]
+
+
+@pytest.mark.parametrize("kind", ["xlsx", "feather", "duckdb"])
+def test_a_duplicated_column_name_is_refused_in_every_format(public_data: Path, tmp_path: Path, kind: str) -> None:
+    """CSV refuses two columns of one name; a workbook, a Feather file or a DuckDB query kept the last one's value,
+    silently (an export with two "Ground Truth" columns, the second a reviewer's)."""
+    lines = (public_data / "medhallu" / "medhallu_pqa_labeled.jsonl").read_text(encoding="utf-8").split("\n")
+    rows = [json.loads(line) for line in lines[:20] if line.strip()]
+    names = [*rows[0], "Ground Truth"]
+    values = [[*(row[n] for n in rows[0]), "no"] for row in rows]
+    spec = shipped_spec("medhallu")
+    spec = spec.model_copy(update={"loader_options": {**spec.loader_options, "format": kind}})
+    path = tmp_path / f"medhallu.{kind}"
+    if kind == "xlsx":
+        from openpyxl import Workbook
+
+        book = Workbook()
+        book.active.append(names)
+        for row in values:
+            book.active.append([json.dumps(v) if isinstance(v, list) else v for v in row])
+        book.save(path)
+    elif kind == "feather":
+        import pyarrow as pa
+        import pyarrow.feather as feather
+
+        columns = [pa.array([row[i] for row in values]) for i in range(len(names))]
+        feather.write_feather(pa.Table.from_arrays(columns, names=names), path)
+    else:
+        import duckdb
+
+        con = duckdb.connect(str(path))
+        con.execute("create table medhallu as select * from read_json_auto(?)", [str(public_data / "medhallu" /
+                                                                                    "medhallu_pqa_labeled.jsonl")])
+        con.close()
+        spec = spec.model_copy(update={"loader_options": {
+            **spec.loader_options, "query": 'select *, "Hallucinated Answer" as "Ground Truth" from medhallu'}})
+    with pytest.raises(ExtractError) as info:
+        load_dataset(spec, path)
+    assert "unique column names" in info.value.expected and info.value.file == str(path)
