@@ -312,7 +312,33 @@ def _arrow_rows(path: Path, fmt: str) -> tuple[list[str], list[dict[str, Any]]]:
     except Exception:  # pyarrow raises several types for damaged files
         raise ExtractError(path, f"a readable {fmt.capitalize()} file") from None
     check_unique_header(path, list(arrow_table.column_names))
-    return list(arrow_table.column_names), arrow_table.to_pylist()
+    return list(arrow_table.column_names), _binary_as_text(path, arrow_table).to_pylist()
+
+
+def _is_utf8(value: bytes | None) -> bool:
+    try:
+        (value or b"").decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return True
+
+
+def _binary_as_text(path: Path, arrow_table: Any) -> Any:
+    """Binary columns read as strict UTF-8 text: Hive, Impala and older Spark write string columns as binary, whose
+    cells would otherwise reach a prompt as ``b'...'`` (and bytes that are not UTF-8 could not be stored)."""
+    import pyarrow as pa
+
+    for index, column_field in enumerate(arrow_table.schema):
+        if not (pa.types.is_binary(column_field.type) or pa.types.is_large_binary(column_field.type)):
+            continue
+        column = arrow_table.column(index)
+        try:
+            text = column.cast(pa.large_string() if pa.types.is_large_binary(column_field.type) else pa.string())
+        except pa.ArrowInvalid:
+            row = next((i for i, value in enumerate(column.to_pylist()) if not _is_utf8(value)), None)
+            raise ExtractError(path, "UTF-8 text in a binary column", row=row, column=column_field.name) from None
+        arrow_table = arrow_table.set_column(index, column_field.name, text)
+    return arrow_table
 
 
 def _xlsx_rows(path: Path, sheet: str | None) -> tuple[list[str], list[dict[str, Any]]]:

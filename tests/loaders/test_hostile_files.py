@@ -239,3 +239,30 @@ def test_a_duplicated_column_name_is_refused_in_every_format(public_data: Path, 
     with pytest.raises(ExtractError) as info:
         load_dataset(spec, path)
     assert "unique column names" in info.value.expected and info.value.file == str(path)
+
+
+def test_parquet_strings_written_as_binary_are_read_as_utf8_text(public_data: Path, tmp_path: Path) -> None:
+    """Hive, Impala and older Spark write strings as Parquet binary: the question reached the prompt as "b'...'",
+    and a cell of bytes that are not UTF-8 failed inside the store with an internal error."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    lines = (public_data / "medhallu" / "medhallu_pqa_labeled.jsonl").read_text(encoding="utf-8").split("\n")
+    table = pa.Table.from_pylist([json.loads(line) for line in lines if line.strip()])
+    binary = table.schema.get_field_index("Question"), table.schema.get_field_index("Difficulty Level")
+    for index in binary:
+        table = table.set_column(index, table.schema.field(index).name, table.column(index).cast(pa.binary()))
+    path = tmp_path / "medhallu.parquet"
+    pq.write_table(table, path)
+    instances = load_dataset(shipped_spec("medhallu"), path).instances
+    first = json.loads(lines[0])
+    assert instances[0].fields["question"] == first["Question"]
+    assert instances[0].meta["difficulty"] == first["Difficulty Level"]
+
+    cells = table.column(binary[1]).to_pylist()
+    cells[7] = SECRET.encode("cp1252") + b"\xe9"
+    table = table.set_column(binary[1], "Difficulty Level", pa.array(cells, pa.binary()))
+    pq.write_table(table, path)
+    with pytest.raises(ExtractError) as info:
+        load_dataset(shipped_spec("medhallu"), path)
+    assert (info.value.row, info.value.column) == (7, "Difficulty Level") and SECRET not in str(info.value)
