@@ -280,13 +280,16 @@ class AuditTrail:
         return record
 
     def records(self) -> list[dict[str, Any]]:
-        """Parsed records (for display; ``audit verify`` is what checks them)."""
+        """Parsed records (for display; ``audit verify`` is what checks them). A line that is not a JSON object
+        (garbled or tampered with) is left out, as an unparseable one is: ``audit verify`` names it."""
         out = []
         for line in read_lines(self.path):
             try:
-                out.append(json.loads(line))
+                record = json.loads(line)
             except ValueError:
                 continue
+            if isinstance(record, dict):
+                out.append(record)
         return out
 
 

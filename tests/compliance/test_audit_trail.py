@@ -120,6 +120,24 @@ def test_show_filters_and_report(evaluated: EvaluatedHome) -> None:
     assert text.code == 0 and evaluated.run_id in text.stdout and APPROVER in text.stdout
 
 
+def test_show_and_report_skip_lines_that_are_not_records(tmp_path: Path) -> None:
+    """A trail garbled or tampered with (a line of JSON that is no object) is still shown and summarised, the
+    damaged lines left out (``audit verify`` names them), never an internal error."""
+    cli = InProcessCli(home=tmp_path / "home")
+    assert cli("init").code == 0
+    trail = cli.home / "audit" / "audit.jsonl"
+    with trail.open("ab") as f:
+        f.write(b'[1, 2]\n"text"\n42\nnull\n{"garbled\n')
+    shown = cli("audit", "show", "--checkpoints", "--json")
+    assert shown.code == 0, shown.stderr
+    assert all(isinstance(r, dict) for r in json.loads(shown.stdout))
+    assert json.loads(shown.stdout)[0]["action"] == "appliance.init"
+    assert cli("audit", "show").code == 0
+    report = cli("audit", "report", "--json")
+    assert report.code == 0 and json.loads(report.stdout)
+    assert cli("audit", "verify").code == 1
+
+
 def test_records_name_the_external_actor(tmp_path: Path) -> None:
     cli = InProcessCli(home=tmp_path / "home")
     assert cli("--actor", "oidc|alice", "init").code == 0
