@@ -118,6 +118,16 @@ def test_doctor_fails_without_init(cli: Cli) -> None:
     assert payload["ok"] is False
 
 
+def test_doctor_names_the_missing_key_file(home_cli: Cli) -> None:
+    (home_cli.home / "keys" / "store-data.key").unlink()
+    result = home_cli("doctor", "--json")
+    assert result.code == 1
+    payload = result.json()
+    assert isinstance(payload, dict)
+    keys = next(c for c in payload["checks"] if c["check"] == "keys")
+    assert keys["status"] == "fail" and str(home_cli.home / "keys" / "store-data.key") in keys["detail"]
+
+
 def test_home_paths_follow_config(tmp_path: Path) -> None:
     home = Home(tmp_path)
     home.init()

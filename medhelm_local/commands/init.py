@@ -72,8 +72,10 @@ def doctor(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", hel
             checks.append({"check": name, "status": status, "detail": detail})
         except MedhelmError as exc:
             checks.append({"check": name, "status": "fail", "detail": str(exc)})
-        except OSError as exc:
-            checks.append({"check": name, "status": "fail", "detail": f"{type(exc).__name__}: {exc.strerror}"})
+        except OSError as exc:  # named by its file, as every other failure is
+            where = f"{exc.filename}: " if exc.filename else ""
+            checks.append({"check": name, "status": "fail",
+                           "detail": f"{where}{type(exc).__name__}: {exc.strerror}"})
 
     check("config", lambda: f"{len(app.home.config.models)} model(s), {len(app.home.config.judges)} judge(s)")
 
