@@ -86,6 +86,14 @@ def show(ctx: typer.Context, run_id: str = typer.Argument(..., help="Run id."),
     for benchmark, cut in payload["truncated"].items():
         info(f"{benchmark}: {cut['prompts']} prompt(s) truncated to fit the model's context (field {cut['field']}, "
              f"{cut['removed_tokens']} tokens removed in all, at most {cut['max_removed_tokens']} from one)")
+    for session in payload["sessions"]:
+        endpoints = ", ".join(f"{e.get('url')}" + (f" ({e['version']})" if e.get("version") else "")
+                              for e in session["endpoints"] or [])
+        info(f"session {session['session_id']} ({session['mode']}"
+             + (f", shard {session['shard']}" if session["shard"] else "")
+             + f"): {session['responses']} response(s), {session['errors']} error(s), wall "
+             f"{duration(session['wall_s'])}s, {session['prompt_tokens']} prompt + {session['completion_tokens']} "
+             f"completion tokens; endpoints: {endpoints or '-'}")
     cost = payload["cost"]
     if cost is not None:
         info(f"tokens {cost['prompt_tokens']} in / {cost['completion_tokens']} out, wall {duration(cost['wall_s'])}s, "

@@ -3,6 +3,7 @@ reads as zero, an unknown one reads as unknown, and ``--json`` keeps the full-pr
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -122,3 +123,20 @@ def test_a_category_leaderboard_costs_only_the_runs_behind_its_scores(tmp_path: 
     assert set(rows["tiny"]["benchmarks"]) == {"medqa"}
     assert rows["tiny"]["cost"] == pytest.approx(medqa_cost, rel=1e-9)  # was medqa + pubmedqa
     assert rows["other"]["cost"] == pytest.approx(medqa_cost, rel=1e-9)
+
+
+def test_runs_show_lists_the_sessions_and_their_endpoints(tmp_path: Path) -> None:
+    """``runs show`` says it shows the sessions (time, tokens, endpoints): its plain output does, not only --json."""
+    home = make_home(tmp_path / "home")
+    data = pubmedqa(12)
+    with Store.open(home) as store:
+        fingerprint = register(store, "pubmedqa", data)
+        run_id = add_run(store, "tiny", "pubmedqa", fingerprint, data, answers(data, 6), prompt_tokens=10,
+                         completion_tokens=1)
+        store.conn.execute("UPDATE runner_sessions SET endpoints = ? WHERE run_id = ?",
+                           [json.dumps([{"url": "http://127.0.0.1:9/v1", "version": "0.9.1"}]), run_id])
+    shown = Cli(home=home.root, env=cli_env())("runs", "show", run_id)
+    assert shown.code == 0, shown.stderr
+    assert "session test (new): 12 response(s), 0 error(s), wall 1.0s, 120 prompt + 12 completion tokens" in (
+        shown.stderr)
+    assert "endpoints: http://127.0.0.1:9/v1 (0.9.1)" in shown.stderr
