@@ -21,6 +21,7 @@ from medhelm_local.errors import MedhelmError
 from medhelm_local.logs import configure_logging
 
 PRIVATE_UMASK = 0o077
+INTERRUPTED = 130  # the exit code of a command ended by Ctrl-C or SIGTERM (128 + SIGINT)
 
 app = typer.Typer(
     name="medhelm-local",
@@ -118,6 +119,8 @@ def main() -> None:
     try:
         # Without standalone mode, click returns (not raises) the code of a typer.Exit.
         code = app(standalone_mode=False)
+        if code == INTERRUPTED:  # typer turns a KeyboardInterrupt (Ctrl-C, SIGTERM) into this code, silently
+            raise KeyboardInterrupt
         if isinstance(code, int) and code:
             sys.exit(code)
     except MedhelmError as exc:
@@ -130,7 +133,7 @@ def main() -> None:
         sys.exit(1)
     except KeyboardInterrupt:
         error("interrupted; completed work is saved and the run can be resumed")
-        sys.exit(130)
+        sys.exit(INTERRUPTED)
     except Exception as exc:
         # Usage errors (typer vendors its own click) know how to show themselves and carry exit code 2.
         show = getattr(exc, "show", None)

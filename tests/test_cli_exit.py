@@ -10,6 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 
 # Runs the command's entry point as the console script does, with an exit handler and, optionally, a worker thread
@@ -74,3 +76,20 @@ def test_a_profiled_command_exits_the_usual_way_so_the_profile_is_written(tmp_pa
 def test_the_console_script_is_the_quick_exit() -> None:
     text = (REPO / "pyproject.toml").read_text()
     assert 'medhelm-local = "medhelm_local.cli:entry"' in text
+
+
+def test_an_interrupted_command_says_its_work_is_saved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """Ctrl-C or SIGTERM (a KeyboardInterrupt inside the command, which typer turns into exit code 130) ends with
+    the message that the completed work is saved, not in silence."""
+    from medhelm_local import cli
+
+    def interrupted(*_args: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli.AppContext, "create", interrupted)
+    monkeypatch.setattr(sys, "argv", ["medhelm-local", "--home", str(tmp_path / "home"), "runs", "list"])
+    with pytest.raises(SystemExit) as ended:
+        cli.main()
+    assert ended.value.code == 130
+    assert "interrupted; completed work is saved" in capsys.readouterr().err
