@@ -32,7 +32,8 @@ def register(
     else:
         info(f"registered {benchmark}: {registration.instances} instances, "
              f"source sha256 {registration.source_sha256[:16]}…"
-             + (f", skipped {registration.skipped}" if registration.skipped else "")
+             + (", skipped " + ", ".join(f"{n} ({why})" for why, n in registration.skipped.items())
+                if registration.skipped else "")
              + ("" if registration.new else " (already registered)"))
 
 

@@ -9,6 +9,7 @@ import pytest
 from medhelm_local.benchmarks.registry import shipped_spec
 from medhelm_local.loaders import load_dataset
 from medhelm_local.prompts import build_request
+from tests.conftest import Cli
 
 EXPECTED = {
     "pubmedqa": ("pubmedqa", 1000),
@@ -123,3 +124,11 @@ def test_medhallu_two_instances_per_row(public_data: Path) -> None:
     assert truth.fields["question"] == fake.fields["question"]
     assert truth.fields["answer"] != fake.fields["answer"]
     assert sum(1 for i in result.instances if i.label == "yes") == 1000
+
+
+def test_registration_says_what_it_skipped_in_words(public_data: Path, home_cli: Cli) -> None:
+    """`datasets register` printed the skipped rows as a Python dict (`{'blank row': 328}`)."""
+    result = home_cli("datasets", "register", "medec", str(public_data / "medec"))
+    assert result.code == 0, result.stderr
+    assert "skipped 328 (blank row)" in result.stdout + result.stderr
+    assert "{" not in result.stdout + result.stderr
