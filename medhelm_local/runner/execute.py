@@ -217,7 +217,7 @@ async def execute_run(store: Store, client: ChatClient, run: RunInfo, *, specs: 
         if settings.errors_only:
             progress.add(benchmark, errors, 0)
         else:
-            progress.add(benchmark, total, answered, errors)
+            progress.add(benchmark, total, answered + errors, errors)
     limiter = AdaptiveLimiter(settings.concurrency, initial=settings.initial_concurrency)
     progress.concurrency = limiter.limit
     store.release()  # from here on the store is attached only for a page read or a commit round

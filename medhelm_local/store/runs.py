@@ -217,9 +217,10 @@ def pending_page(store: Store, run_id: str, benchmark: str, *, after_rank: int, 
 
 
 def item_counts(store: Store, run_id: str, benchmark: str) -> tuple[int, int, int]:
-    """``(planned, answered, errors)`` for one benchmark of a run."""
+    """``(planned, answered, errors)`` for one benchmark of a run: items planned, items with an answer, items whose
+    request failed (recorded; answered and errors together are what is done)."""
     row = store.conn.execute(
-        "SELECT count(*), count(r.instance_id), count(r.error) FROM run_items i "
+        "SELECT count(*), count(r.instance_id) - count(r.error), count(r.error) FROM run_items i "
         "LEFT JOIN responses r USING (run_id, benchmark, instance_id) WHERE i.run_id = ? AND i.benchmark = ?",
         [run_id, benchmark],
     ).fetchone()

@@ -156,8 +156,12 @@ def leaderboard(home: Home, *, prompt_style: str, rule: WinRule, resamples: int 
 class BenchmarkProgress:
     benchmark: str
     planned: int
-    answered: int
-    errors: int
+    answered: int  # items with an answer
+    errors: int  # items whose request failed
+
+    @property
+    def done(self) -> int:
+        return self.answered + self.errors
 
 
 @dataclass
@@ -178,6 +182,10 @@ class RunSummary:
     @property
     def errors(self) -> int:
         return sum(p.errors for p in self.progress)
+
+    @property
+    def done(self) -> int:
+        return self.answered + self.errors
 
 
 def _summary(store: Store, run: RunInfo) -> RunSummary:
