@@ -89,6 +89,7 @@ class AuditSummary(BaseModel):
     config_changes: list[dict[str, Any]]
     egress_denials: list[dict[str, Any]]
     verifications: list[dict[str, Any]]
+    unreadable: int = 0  # records not of the appliance's form, left out of the summary
 
 
 def _brief(record: dict[str, Any], *keys: str) -> dict[str, Any]:
@@ -107,11 +108,13 @@ def summarize(records: list[dict[str, Any]], since: datetime | None) -> AuditSum
     config: list[dict[str, Any]] = []
     egress: list[dict[str, Any]] = []
     verifications: list[dict[str, Any]] = []
-    for record in records:
+
+    def take(record: dict[str, Any]) -> None:
         action = str(record.get("action", ""))
         actor = str(record.get("actor", ""))
-        actors[actor] = actors.get(actor, 0) + 1
         objects = record.get("objects") or {}
+        if not isinstance(objects, dict):
+            raise TypeError("objects")
         ts = str(record.get("ts", ""))
         if action == "dataset.register":
             datasets.append(_brief(record, "benchmark", "fingerprint", "version", "instances"))
@@ -153,17 +156,32 @@ def summarize(records: list[dict[str, Any]], since: datetime | None) -> AuditSum
             egress.append(_brief(record, "target"))
         elif action == "audit.verify":
             verifications.append(_brief(record, "records", "first_bad_seq"))
+
+    unreadable = 0
+    for record in records:
+        # A record not of the form the appliance writes (tampered with: ``objects`` not a mapping, a list
+        # where ids belong) is left out and counted; ``audit verify`` names it.
+        try:
+            take(record)
+        except (AttributeError, TypeError, ValueError):  # pydantic's ValidationError is a ValueError
+            unreadable += 1
+            continue
+        actor = str(record.get("actor", ""))
+        actors[actor] = actors.get(actor, 0) + 1
     return AuditSummary(
         since=since.isoformat() if since else None, records=len(records), actors=actors, datasets=datasets,
         runs=list(runs.values()), exports=list(exports.values()), key_events=keys, config_changes=config,
-        egress_denials=egress, verifications=verifications,
+        egress_denials=egress, verifications=verifications, unreadable=unreadable,
     )
 
 
 def render_text(summary: AuditSummary) -> str:
     """A readable plain-text report."""
-    out = [f"Audit report{' since ' + summary.since if summary.since else ''}: {summary.records} records",
-           "", "Who acted:"]
+    out = [f"Audit report{' since ' + summary.since if summary.since else ''}: {summary.records} records"]
+    if summary.unreadable:
+        out.append(f"{summary.unreadable} record(s) not of the form the appliance writes were left out: run "
+                   "`medhelm-local audit verify`")
+    out += ["", "Who acted:"]
     out += [f"  {actor}: {n} records" for actor, n in sorted(summary.actors.items())] or ["  (nobody)"]
     out += ["", "Datasets registered:"]
     out += [f"  {d['ts']}  {d['actor']}  {d.get('benchmark')}  fingerprint {str(d.get('fingerprint'))[:16]}"
@@ -193,7 +211,7 @@ def render_text(summary: AuditSummary) -> str:
                          ("Egress denials", summary.egress_denials), ("Audit verifications", summary.verifications)):
         out += ["", f"{title}:"]
         out += [f"  {i['ts']}  {i['actor']}  {i['action']}  {i['outcome']}"
-                + "".join(f"  {k}={v}" for k, v in i.items() if k not in ("seq", "ts", "actor", "action", "outcome"))
+                + (f"  {_details(i, '  ')}" if _details(i) else "")
                 for i in items] or ["  (none)"]
     return "\n".join(out) + "\n"
 
@@ -217,6 +235,7 @@ class ComplianceReport(BaseModel):
     last_checkpoint: str | None
     last_export: str | None
     tables: list[ReportTable]
+    unreadable: int = 0  # records not of the appliance's form, left out of the tables
 
 
 def _last(records: list[dict[str, Any]], action: str) -> str | None:
@@ -227,8 +246,9 @@ def _last(records: list[dict[str, Any]], action: str) -> str | None:
     return None
 
 
-def _details(item: dict[str, Any]) -> str:
-    return " ".join(f"{k}={v}" for k, v in item.items() if k not in ("seq", "ts", "actor", "action", "outcome"))
+def _details(item: dict[str, Any], separator: str = " ") -> str:
+    return separator.join(f"{k}={v}" for k, v in item.items()
+                          if k not in ("seq", "ts", "actor", "action", "outcome") and v is not None)
 
 
 def report_tables(summary: AuditSummary) -> list[ReportTable]:
@@ -268,6 +288,6 @@ def compliance_report(records: list[dict[str, Any]], *, since: datetime | None, 
     summary = summarize(filter_records(records, since=since), since)
     return ComplianceReport(
         appliance=appliance, generated=(generated or datetime.now(UTC)).isoformat(timespec="seconds"),
-        since=since.isoformat() if since else None, records=summary.records,
+        since=since.isoformat() if since else None, records=summary.records, unreadable=summary.unreadable,
         last_checkpoint=_last(records, CHECKPOINT_ACTION), last_export=_last(records, "audit.checkpoint_export"),
         tables=report_tables(summary))

@@ -24,7 +24,9 @@ def head_rows(report: ComplianceReport) -> list[tuple[str, str]]:
     return [("Appliance", report.appliance), ("Generated (UTC)", report.generated),
             ("Records covered", str(report.records) + (f" since {report.since}" if report.since else "")),
             ("Last signed checkpoint", report.last_checkpoint or "none"),
-            ("Last checkpoint exported off the appliance", report.last_export or "never")]
+            ("Last checkpoint exported off the appliance", report.last_export or "never"),
+            *([("Records left out", f"{report.unreadable}, not of the form the appliance writes: run audit verify")]
+              if report.unreadable else [])]
 
 
 def column_widths(columns: list[str], rows: list[list[str]]) -> tuple[float, ...]:

@@ -144,3 +144,33 @@ def test_records_name_the_external_actor(tmp_path: Path) -> None:
     record = AuditTrail(cli.home / "audit" / "audit.jsonl").records()[0]
     assert record["actor"].endswith(":oidc|alice") and record["role"] == "it-admin"
     assert record["action"] == "appliance.init" and record["host"]
+
+
+def test_report_leaves_out_records_not_of_the_appliances_form_and_says_so(tmp_path: Path) -> None:
+    """A record whose `objects` is not a mapping, or whose run list is a number (a trail tampered with), was an
+    internal error of `audit report`: the compliance officer got no report at all."""
+    cli = InProcessCli(home=tmp_path / "home")
+    assert cli("init").code == 0
+    assert cli("audit", "verify").code == 0  # recorded with first_bad_seq null: printed as nothing, not "None"
+    trail = cli.home / "audit" / "audit.jsonl"
+    forged = [{"seq": 90, "ts": "2026-11-26T04:00:00Z", "actor": "mallory", "action": "run.start",
+               "objects": "x", "outcome": "success"},
+              {"seq": 91, "ts": "2026-11-26T04:00:01Z", "actor": "mallory", "action": "export.request",
+               "objects": {"request_id": "exp-1", "runs": 7}, "outcome": "ready"}]
+    with trail.open("a", encoding="utf-8") as f:
+        f.writelines(json.dumps(r) + "\n" for r in forged)
+    report = cli("audit", "report", "--json")
+    assert report.code == 0, report.stderr
+    summary = json.loads(report.stdout)
+    assert summary["unreadable"] == 2 and "mallory" not in summary["actors"]
+    text = cli("audit", "report")
+    assert text.code == 0 and "2 record(s) not of the form the appliance writes were left out" in text.stdout
+    assert "first_bad_seq=None" not in text.stdout
+    from medhelm_local.audit.report import compliance_report
+    from medhelm_local.audit.report_pdf import head_rows
+    from medhelm_local.audit.trail import AuditTrail
+
+    printable = compliance_report(AuditTrail(trail).records(), since=None, appliance="a")
+    assert printable.unreadable == 2 and ("Records left out", "2, not of the form the appliance writes: run audit "
+                                          "verify") in head_rows(printable)
+    assert cli("audit", "verify").code == 1
