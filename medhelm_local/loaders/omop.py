@@ -154,13 +154,21 @@ def _cohort(con: duckdb.DuckDBPyConnection, path: Path, cohort_sql: str) -> list
             f"cast(person_id as bigint) as person_id, cast(prediction_date as date) as prediction_date, "
             f"label, {id_expr} as instance_id from _cohort_sql"
         )
-        return con.execute(
-            "select position, person_id, prediction_date, label, instance_id from _cohort order by position"
+        rows = con.execute(
+            "select position, person_id, prediction_date, label, instance_id, isfinite(prediction_date) "
+            "from _cohort order by position"
         ).fetchall()
     except duckdb.Error as exc:
         raise query_failure(
             exc, path, "cohort_sql", "cohort_sql columns person_id (an integer) and prediction_date (a date)"
         ) from None
+    for position, person_id, prediction_date, *_, finite in rows:
+        if person_id is None:
+            raise ExtractError(path, "a person_id in every cohort_sql row", row=int(position), column="person_id")
+        if prediction_date is None or not finite:
+            raise ExtractError(path, "a prediction_date (a finite date) in every cohort_sql row", row=int(position),
+                               column="prediction_date")
+    return [row[:5] for row in rows]
 
 
 def _timelines(

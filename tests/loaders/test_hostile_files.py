@@ -187,6 +187,25 @@ def test_omop_year_of_birth_that_is_not_a_year_is_bad_input(eunomia_db: Path, tm
     assert info.value.column == "year_of_birth" and SECRET not in str(info.value)
 
 
+@pytest.mark.parametrize(("prediction", "column"), [
+    ("null", "prediction_date"),
+    ("date 'infinity'", "prediction_date"),
+    ("date '-infinity'", "prediction_date"),
+])
+def test_omop_cohort_row_without_a_prediction_date_is_named(eunomia_db: Path, tmp_path: Path, prediction: str,
+                                                             column: str) -> None:
+    """A cohort row whose prediction date is null or infinite loaded as "prediction date None" (id `<person>:None`)
+    or 9999-12-31, every event of the patient before it; several such rows were refused as "unique instance
+    ids", naming neither the row nor the column."""
+    spec = _omop_spec(tmp_path)
+    cohort = (f"select person_id, case when person_id = 3 then {prediction} else date '2010-01-01' end "
+              "as prediction_date, 'no' as label from person where person_id <= 5")
+    with pytest.raises(ExtractError) as info:
+        load_dataset(spec.model_copy(update={"loader_options": {**spec.loader_options, "cohort_sql": cohort}}),
+                     eunomia_db)
+    assert info.value.column == column and info.value.row is not None
+
+
 def test_integer_ids_past_2_to_the_53_keep_every_digit(public_data: Path, tmp_path: Path) -> None:
     """An int-typed id was read through a float: 9007199254740993 became ...992, so two patients' ids collided (a
     "duplicate id" error for a file without one) and a single id changed silently."""
