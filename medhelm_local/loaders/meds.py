@@ -158,12 +158,23 @@ def load_meds(spec: BenchmarkSpec, path: Path) -> LoadResult:
             con.execute("create temp view keep as select distinct subject_id from events")
         table = Table(files=[])
         for task, (where, parts) in labels.items():
-            _task_rows(con, table, task, where, parts, questions, budget, max_events)
+            _task_rows(con, table, task, where, parts, data_files, questions, budget, max_events)
             files.extend(parts)
     finally:
         con.close()
     instances, skipped = build_instances(spec, table, MAPPING)
     return LoadResult(instances=instances, files=files, skipped=skipped)
+
+
+def _unreadable(con: duckdb.DuckDBPyConnection, files: list[Path], default: Path) -> Path:
+    """The first of ``files`` DuckDB cannot read through (a damaged page, a column of another type than in the
+    others), to name it in the error; ``default`` when each reads alone."""
+    for file in files:
+        try:
+            con.execute(f"select count(columns(*)) from read_parquet({_sql_path(file)})").fetchall()
+        except duckdb.Error:
+            return file
+    return default
 
 
 def _task_rows(
@@ -172,6 +183,7 @@ def _task_rows(
     task: str,
     where: Path,
     parts: list[Path],
+    data_files: list[Path],
     questions: dict[str, str],
     budget: int,
     max_events: int,
@@ -204,7 +216,8 @@ def _task_rows(
         raise ExtractError(where, "label and event files that fit in DuckDB's memory limit (extracts are read in "
                                   "memory, never spilled to disk; give the appliance more memory)") from None
     except duckdb.Error as exc:
-        raise ExtractError(where, f"label and event columns of the MEDS types ({type(exc).__name__})") from None
+        raise ExtractError(_unreadable(con, [*parts, *data_files], where),
+                           f"label and event columns of the MEDS types ({type(exc).__name__})") from None
     timelines: dict[tuple[Any, Any], tuple[list[str], list[str]]] = {}
     for subject, prediction, time, code, description, numeric, text in events:
         static, dated = timelines.setdefault((subject, prediction), ([], []))

@@ -285,3 +285,18 @@ def test_parquet_strings_written_as_binary_are_read_as_utf8_text(public_data: Pa
     with pytest.raises(ExtractError) as info:
         load_dataset(shipped_spec("medhallu"), path)
     assert (info.value.row, info.value.column) == (7, "Difficulty Level") and SECRET not in str(info.value)
+
+
+def test_a_damaged_meds_event_file_is_named_not_the_label_file(tmp_path: Path) -> None:
+    """A MEDS event file damaged past its footer (its schema still reads) was reported against the task's label
+    file, which was fine: the site looked for the fault in the wrong file."""
+    from tests.loaders.test_native_formats import _meds_folder
+
+    root = _meds_folder(tmp_path / "meds")
+    events = root / "data" / "0.parquet"
+    damaged = bytearray(events.read_bytes())
+    damaged[40:200] = b"\xff" * 160  # column pages; the footer (schema) is intact
+    events.write_bytes(bytes(damaged))
+    with pytest.raises(ExtractError) as info:
+        load_dataset(shipped_spec("ehrshot"), root)
+    assert info.value.file == str(events)
