@@ -217,7 +217,9 @@ def _task_rows(
                                   "memory, never spilled to disk; give the appliance more memory)") from None
     except duckdb.Error as exc:
         raise ExtractError(_unreadable(con, [*parts, *data_files], where),
-                           f"label and event columns of the MEDS types ({type(exc).__name__})") from None
+                           "label and event columns of the MEDS types (subject_id an integer; time and "
+                           "prediction_time timestamps without a time zone; code text; numeric_value a number; "
+                           f"boolean_value a boolean) in files DuckDB can read ({type(exc).__name__})") from None
     timelines: dict[tuple[Any, Any], tuple[list[str], list[str]]] = {}
     for subject, prediction, time, code, description, numeric, text in events:
         static, dated = timelines.setdefault((subject, prediction), ([], []))

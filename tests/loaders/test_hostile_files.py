@@ -300,3 +300,20 @@ def test_a_damaged_meds_event_file_is_named_not_the_label_file(tmp_path: Path) -
     with pytest.raises(ExtractError) as info:
         load_dataset(shipped_spec("ehrshot"), root)
     assert info.value.file == str(events)
+
+
+def test_meds_times_with_a_time_zone_are_refused_saying_what_is_expected(tmp_path: Path) -> None:
+    """A label file written with time-zone-aware prediction times was refused naming only DuckDB's exception."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tests.loaders.test_native_formats import _meds_folder
+
+    root = _meds_folder(tmp_path / "meds")
+    labels = root / "labels" / "new_acutemi.parquet"
+    table = pq.read_table(labels)
+    pq.write_table(table.set_column(1, "prediction_time", table.column(1).cast(pa.timestamp("us", tz="UTC"))),
+                   labels)
+    with pytest.raises(ExtractError) as info:
+        load_dataset(shipped_spec("ehrshot"), root)
+    assert info.value.file == str(labels) and "timestamps without a time zone" in str(info.value)
