@@ -29,6 +29,9 @@ app = typer.Typer(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
+    # Plain help, as click writes it: rich's boxes and its "<bool>" beside every flag (which takes no value) are
+    # noise where help is piped, grepped or read by a screen reader.
+    rich_markup_mode=None,
 )
 
 

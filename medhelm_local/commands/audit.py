@@ -60,7 +60,7 @@ def verify(
     ctx: typer.Context,
     public_key: Path | None = typer.Option(None, "--pubkey", "--public-key",
                                            help="The appliance's Ed25519 public key you trust (PEM or OpenSSH) "
-                                           f"\\[default: ${PUBKEY_FILE_ENV}, else the home's key checked against "
+                                           f"[default: ${PUBKEY_FILE_ENV}, else the home's key checked against "
                                            f"${FINGERPRINT_ENV}]."),
     checkpoint: Path | None = typer.Option(None, "--checkpoint", help="A checkpoint exported earlier with "
                                            "`audit checkpoint --export`: detects a truncated or rewritten tail."),

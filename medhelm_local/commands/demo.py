@@ -28,7 +28,7 @@ def demo(
     ctx: typer.Context,
     instances: int = typer.Option(20, "--instances", min=1, max=60, help="Instances per benchmark."),
     demo_home: Path | None = typer.Option(None, "--demo-home", help="Where to create the throwaway home "
-                                          "\\[default: a new temporary directory]."),
+                                          "[default: a new temporary directory]."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Run PubMedQA, a synthetic private benchmark and MedicationQA (jury-scored) on the embedded CPU model,

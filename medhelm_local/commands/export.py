@@ -209,9 +209,9 @@ def verify(
     ctx: typer.Context,
     bundle: str = typer.Argument(..., metavar="BUNDLE", help="A bundle directory, or a request id in this home."),
     policy: Path | None = typer.Option(None, "--policy", help="The export policy whose keys are trusted "
-                                       "\\[default: $MEDHELM_EXPORT_POLICY]."),
+                                       "[default: $MEDHELM_EXPORT_POLICY]."),
     public_key: Path | None = typer.Option(None, "--public-key", help="The appliance's Ed25519 public key (PEM), "
-                                           "to check its signature and audit checkpoint too \\[default: the home's, "
+                                           "to check its signature and audit checkpoint too [default: the home's, "
                                            "if there is one]."),
     pending: bool = typer.Option(False, "--pending", help="Not approved yet: check the files and the requester's "
                                  "signature, and print the digest an approver signs."),

@@ -113,7 +113,7 @@ def validate(
     ctx: typer.Context,
     ratings: Path | None = typer.Option(None, "--ratings", help="CSV: instance_id, rater, and the rubric's "
                                         "criteria (or one 'score' column), ratings 1-5; with several benchmarks, a "
-                                        "'benchmark' column too \\[default: the ratings clinicians gave in the web "
+                                        "'benchmark' column too [default: the ratings clinicians gave in the web "
                                         "console, stored for this run]."),
     run_id: str = typer.Option(..., "--run", help="The run whose jury ratings and outputs were rated."),
     benchmarks: list[str] = typer.Option(..., "--benchmark", help="Jury-scored benchmark id; repeat to pool "

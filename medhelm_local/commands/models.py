@@ -31,7 +31,7 @@ def add(
     served_model: str | None = typer.Option(None, "--served-model", help="Model id the server expects."),
     api_key_env: str | None = typer.Option(None, "--api-key-env", help="Env var holding the API key."),
     context_length: int | None = typer.Option(None, "--context-length", min=256, help="The model's context in "
-                                              "tokens (prompts are fitted into it) \\[default: what the server "
+                                              "tokens (prompts are fitted into it) [default: what the server "
                                               "reports, else 2048]."),
     judge: bool = typer.Option(False, "--judge", help="Also use this model as a jury member."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
@@ -90,7 +90,7 @@ def list_models(ctx: typer.Context, as_json: bool = typer.Option(False, "--json"
 @app.command("wait")
 def wait(
     ctx: typer.Context,
-    names: list[str] = typer.Argument(None, help="Models or judges to wait for \\[default: every configured "
+    names: list[str] = typer.Argument(None, help="Models or judges to wait for [default: every configured "
                                       "model and judge served over HTTP]."),
     timeout: float = typer.Option(900.0, "--timeout", min=0, help="Seconds to wait for all of them."),
     interval: float = typer.Option(5.0, "--interval", min=0.1, help="Seconds between probes of a replica."),

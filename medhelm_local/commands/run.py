@@ -95,12 +95,12 @@ def run(
     benchmarks: str | None = typer.Option(None, "--benchmarks", help="Comma-separated benchmark ids."),
     max_instances: int | None = typer.Option(None, "--max-instances", min=1,
                                              help="Stratified deterministic sample size per benchmark."),
-    seed: int | None = typer.Option(None, "--seed", help="Sampling and decoding seed \\[default: config]."),
+    seed: int | None = typer.Option(None, "--seed", help="Sampling and decoding seed [default: config]."),
     concurrency: int | None = typer.Option(None, "--concurrency", min=1,
-                                           help="Cap on requests in flight (adaptive below it) \\[default: config]."),
+                                           help="Cap on requests in flight (adaptive below it) [default: config]."),
     initial_concurrency: int | None = typer.Option(
         None, "--initial-concurrency", min=1,
-        help="Requests in flight at the start; the limiter adapts from there \\[default: the cap for vllm models, "
+        help="Requests in flight at the start; the limiter adapts from there [default: the cap for vllm models, "
              "which batch up to it; half the cap for other servers]."),
     resume: str | None = typer.Option(None, "--resume", help="Resume this run: send only what is missing."),
     retry_errors: str | None = typer.Option(None, "--retry-errors", help="Re-send only the failed requests of "
@@ -115,11 +115,11 @@ def run(
     prompt_style: str | None = typer.Option(None, "--prompt-style", help="Prompts and decoding: 'default' (this "
                                             "appliance's) or 'medhelm' (MedHELM's, byte for byte, to compare "
                                             "with its public leaderboard; see benchmarks/PARITY.md) "
-                                            "\\[default: default; on resume: the run's own]."),
+                                            "[default: default; on resume: the run's own]."),
     request_timeout: float | None = typer.Option(None, "--request-timeout", min=0.1,
-                                                 help="Seconds per request attempt \\[default: model's timeout_s]."),
+                                                 help="Seconds per request attempt [default: model's timeout_s]."),
     max_retries: int | None = typer.Option(None, "--max-retries", min=0, max=20,
-                                           help="Retries per request \\[default: config]."),
+                                           help="Retries per request [default: config]."),
     skip_scoring: bool = typer.Option(False, "--skip-scoring", help="Only run inference (the run ends 'inferred'); "
                                       "score it later with `run --resume RUN_ID`."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),

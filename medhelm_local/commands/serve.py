@@ -31,12 +31,12 @@ def vllm(
                                      "weights_path (its URL gives host and port, context_length the max length)."),
     weights: Path | None = typer.Option(None, "--weights", help="Local weights directory (instead of --model)."),
     served_model_name: str | None = typer.Option(None, "--served-model-name", help="Model id clients ask for."),
-    host: str | None = typer.Option(None, "--host", help="Listen address \\[default: 127.0.0.1]."),
-    port: int | None = typer.Option(None, "--port", min=1, max=65535, help="Port \\[default: 8000]."),
+    host: str | None = typer.Option(None, "--host", help="Listen address [default: 127.0.0.1]."),
+    port: int | None = typer.Option(None, "--port", min=1, max=65535, help="Port [default: 8000]."),
     tensor_parallel_size: int | None = typer.Option(None, "--tensor-parallel-size", min=1, help="GPUs per replica."),
     max_model_len: int | None = typer.Option(None, "--max-model-len", min=256, help="Context length."),
     gpu_memory_utilization: float | None = typer.Option(None, "--gpu-memory-utilization", min=0.05, max=1.0,
-                                                        help="Fraction of GPU memory vLLM may use \\[default: 0.9]."),
+                                                        help="Fraction of GPU memory vLLM may use [default: 0.9]."),
     dtype: str | None = typer.Option(None, "--dtype", help="Weights dtype (auto, bfloat16, float16 ...)."),
     api_key_env: str | None = typer.Option(None, "--api-key-env", help="Environment variable holding the API key."),
     api_key_file: Path | None = typer.Option(None, "--api-key-file", help="File holding the API key (a Secret)."),
@@ -128,7 +128,7 @@ def console(
     host: str = typer.Option("127.0.0.1", "--host", help="Listen address (standalone: loopback only)."),
     port: int = typer.Option(8080, "--port", min=0, max=65535, help="Port (0: any free port)."),
     role: list[str] = typer.Option([], "--role", help="Standalone only: the roles of the one-time login "
-                                   "(informatics, compliance, clinician, it; repeatable) \\[default: all]."),
+                                   "(informatics, compliance, clinician, it; repeatable) [default: all]."),
     as_json: bool = typer.Option(False, "--json", help="Print the start line (mode, port, login URL) as JSON."),
 ) -> None:
     """The web console. Behind the hospital's authenticating proxy when `console.trusted_proxies` is set in
