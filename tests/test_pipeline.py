@@ -159,7 +159,8 @@ def test_endpoint_outside_allowlist_is_refused(home_cli: Cli) -> None:
 @pytest.mark.parametrize(("args", "message"), [
     (["sp ace", "--base-url", "http://127.0.0.1:9/v1"], "models add: NAME: String should match pattern"),
     (["local", "--base-url", "127.0.0.1:8000"], "models add: --base-url: '127.0.0.1:8000' is not an http(s) URL"),
-    (["served", "--kind", "vllm"], "models add: base_urls: a vllm model needs at least one base URL"),
+    (["served", "--kind", "vllm"], "models add: base_urls: a model of kind vllm needs at least one base URL "
+                                       "(`models add --base-url URL`)"),
 ])
 def test_a_bad_model_endpoint_names_the_option(home_cli: Cli, args: list[str], message: str) -> None:
     result = home_cli("models", "add", *args)

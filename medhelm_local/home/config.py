@@ -68,7 +68,8 @@ class ModelEndpoint(BaseModel):
     @model_validator(mode="after")
     def _urls_match_kind(self) -> ModelEndpoint:
         if self.kind != BackendKind.EMBEDDED and not self.base_urls:
-            raise ValueError(f"base_urls: a {self.kind.value} model needs at least one base URL")
+            raise ValueError(f"base_urls: a model of kind {self.kind.value} needs at least one base URL "
+                             "(`models add --base-url URL`)")
         if self.kind == BackendKind.EMBEDDED and self.base_urls:
             raise ValueError("base_urls: an embedded model is started by the appliance and takes no URL")
         return self
