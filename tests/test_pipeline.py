@@ -180,3 +180,13 @@ def test_jury_benchmark_without_judges_is_refused_before_inference(home_cli: Cli
     assert run.code == 2
     assert "judges" in run.stderr
     assert sent == 0
+
+
+def test_models_add_says_whether_the_model_is_a_judge(home_cli: Cli) -> None:
+    added = home_cli("models", "add", "grader", "--base-url", "http://127.0.0.1:9/v1", "--judge", "--json")
+    assert added.code == 0, added.stderr
+    assert added.json()["judge"] is True  # was absent: nothing said the model had joined the jury
+    plain = home_cli("models", "add", "candidate", "--base-url", "http://127.0.0.1:9/v1")
+    assert plain.code == 0 and "a jury member" not in plain.stdout + plain.stderr
+    listed = {m["name"]: m["judge"] for m in home_cli("models", "list", "--json").json()}
+    assert listed["grader"] is True and listed["candidate"] is False

@@ -65,9 +65,9 @@ def add(
                 endpoints=endpoint.base_urls, judge=judge)
     app_ctx.home.save_config(updated)
     if as_json:
-        emit_json(endpoint.model_dump(mode="json", exclude_none=True))
+        emit_json({**endpoint.model_dump(mode="json", exclude_none=True), "judge": judge})
     else:
-        info(f"added model {name} ({kind.value})")
+        info(f"added model {name} ({kind.value}" + (", a jury member" if judge else "") + ")")
 
 
 @app.command("list")
