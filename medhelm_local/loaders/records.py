@@ -304,7 +304,8 @@ def _raw_options(mapping: RecordMapping, row: Row) -> dict[str, str]:
                 ) from None
         if isinstance(raw, dict):
             options = {str(k).strip().upper(): as_text(v) for k, v in raw.items()}
-            if sorted(options) != list(LETTERS[: len(options)]):
+            # len(raw): "A" and "a" are one key once upper-cased, and one of the two options would be dropped
+            if len(options) != len(raw) or sorted(options) != list(LETTERS[: len(options)]):
                 raise ExtractError(
                     row.file,
                     "options keyed A, B, C, ... in order",

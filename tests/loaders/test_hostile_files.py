@@ -317,3 +317,18 @@ def test_meds_times_with_a_time_zone_are_refused_saying_what_is_expected(tmp_pat
     with pytest.raises(ExtractError) as info:
         load_dataset(shipped_spec("ehrshot"), root)
     assert info.value.file == str(labels) and "timestamps without a time zone" in str(info.value)
+
+
+def test_options_keyed_by_one_letter_in_both_cases_are_refused(public_data: Path, tmp_path: Path) -> None:
+    """MedQA options {"A": ..., "a": ..., "B": ...} were read as A and B: one of the two A options was dropped
+    silently, and the prompt showed the other."""
+    lines = _medqa_lines(public_data)
+    row = json.loads(lines[2])
+    row["options"] = {"A": row["options"]["A"], "a": "Another first option", **{k: v for k, v in
+                                                                              row["options"].items() if k != "A"}}
+    lines[2] = json.dumps(row)
+    path = tmp_path / "medqa.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(ExtractError) as info:
+        load_dataset(shipped_spec("medqa"), path)
+    assert (info.value.row, info.value.column) == (2, "options")
