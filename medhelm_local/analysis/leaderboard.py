@@ -5,7 +5,9 @@ Win-rate (MedHELM 4.3.2): on each benchmark, each model is compared with every r
 **default rule is the paper's**: a win when the model's score is >= the rival's (so a tie is a win for both).
 HELM's rule (``WinRule.HELM``) counts a tie as half a win. The win-rate is the mean over all (benchmark, rival)
 pairings; the win SD is the SD over benchmarks of the model's per-benchmark win fraction. Macro-average and its
-SD are over the model's benchmarks with equal weight. SDs are population SDs (ddof 0).
+SD are over the model's benchmarks with equal weight. SDs are population SDs (ddof 0). Two scores within
+:data:`TIE_TOLERANCE` of each other tie: equal means summed in another order (jury ratings, thirds and ninths)
+differ by a rounding error of about 1e-16, which must not decide a win.
 """
 
 from __future__ import annotations
@@ -28,6 +30,13 @@ from medhelm_local.analysis.stats import (
 from medhelm_local.benchmarks.registry import SpecRegistry
 from medhelm_local.errors import NotFoundError
 from medhelm_local.records import BenchmarkScore
+
+TIE_TOLERANCE = 1e-12  # far below any real difference of two scores (k/n, n up to 10^5), far above float noise
+
+
+def is_tie(own: float, rival: float) -> bool:
+    """Whether two scores are equal up to the rounding error of computing them (:data:`TIE_TOLERANCE`)."""
+    return abs(own - rival) <= TIE_TOLERANCE
 
 
 class WinRule(StrEnum):
@@ -86,9 +95,9 @@ class ModelRow(BaseModel):
 
 
 def _win_value(own: float, rival: float, rule: WinRule) -> float:
-    if rule == WinRule.HELM:
-        return 1.0 if own > rival else 0.5 if own == rival else 0.0
-    return 1.0 if own >= rival else 0.0
+    if is_tie(own, rival):
+        return 0.5 if rule == WinRule.HELM else 1.0
+    return 1.0 if own > rival else 0.0
 
 
 def win_rate(scores: dict[str, dict[str, float]], model: str, rule: WinRule = WinRule.PAPER) -> float | None:

@@ -15,6 +15,7 @@ import hashlib
 import numpy as np
 
 from medhelm_local.analysis.aggregate import InstanceSeries
+from medhelm_local.analysis.leaderboard import TIE_TOLERANCE
 from medhelm_local.analysis.stats import DEFAULT_RESAMPLES, bootstrap_matrix, percentile_interval
 
 RESAMPLES = DEFAULT_RESAMPLES
@@ -45,7 +46,7 @@ def win_rate_intervals(draws: dict[str, dict[str, list[float]]], *, tie: float =
                        ) -> dict[str, tuple[float, float] | None]:
     """The CI of each model's win rate over the (benchmark, rival) pairs where both have a score, recomputed on
     every resample: a win when the score beats the rival's, ``tie`` for an equal score (1: MedHELM's rule, a tie
-    is a win for both; 0.5: HELM's)."""
+    is a win for both; 0.5: HELM's), equal up to the leaderboard's ``TIE_TOLERANCE`` as in its win rate."""
     arrays = {m: {b: np.array(v, dtype=float) for b, v in own.items()} for m, own in draws.items()}
     out: dict[str, tuple[float, float] | None] = {}
     for model, own in arrays.items():
@@ -55,7 +56,8 @@ def win_rate_intervals(draws: dict[str, dict[str, list[float]]], *, tie: float =
             for rival, theirs in arrays.items():
                 if rival != model and benchmark in theirs:
                     rival_values = theirs[benchmark]
-                    won = (values > rival_values) + tie * (values == rival_values)
+                    equal = np.abs(values - rival_values) <= TIE_TOLERANCE
+                    won = (values > rival_values) * ~equal + tie * equal
                     wins = won if wins is None else wins + won
                     pairs += 1
         out[model] = percentile_interval(wins / pairs) if wins is not None and pairs else None

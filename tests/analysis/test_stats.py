@@ -186,3 +186,27 @@ def test_icc3k_hand_computed() -> None:
     assert math.isnan(float(icc3k(np.array([[1.0, 3.0], [2.0, 2.0], [3.0, 1.0]]))))
     batch = np.stack([matrix, matrix])
     assert icc3k(batch).shape == (2,)
+
+
+def test_equal_jury_means_tie_whatever_the_float_rounding_of_their_sums() -> None:
+    """Two models whose jury ratings have the same mean tie (a win for both under MedHELM's rule, half a win each
+    under HELM's), although summing their per-instance values in another order leaves them 1e-16 apart."""
+    from medhelm_local.export.intervals import win_rate_intervals
+    from medhelm_local.scoring.jury import likert_unit
+    from medhelm_local.scoring.summary import aggregate_values
+
+    # each instance's rating sum over 3 judges x 3 criteria; both lists total 238 (mean rating 238 / 72)
+    a = [33, 22, 15, 40, 10, 33, 36, 9]
+    b = [33, 22, 13, 40, 10, 33, 36, 11]
+    score_a, score_b = (aggregate_values([likert_unit(s / 9) for s in sums], None, Aggregation.MEAN)
+                        for sums in (a, b))
+    assert score_a is not None and score_b is not None
+    assert math.isclose(score_a, score_b) and score_a != score_b  # the same mean, 1e-16 apart as floats
+    scores = {"A": {"b1": score_a}, "B": {"b1": score_b}}
+    assert win_rate(scores, "A") == win_rate(scores, "B") == 1.0
+    assert win_rate(scores, "A", WinRule.HELM) == win_rate(scores, "B", WinRule.HELM) == 0.5
+    assert win_sd(scores, "A") == win_sd(scores, "B") == 0.0
+    # the console's win-rate CI recomputes the same comparison on resamples: a tie there too
+    draws = {"A": {"b1": [score_a] * 3}, "B": {"b1": [score_b] * 3}}
+    assert win_rate_intervals(draws) == {"A": (1.0, 1.0), "B": (1.0, 1.0)}
+    assert win_rate_intervals(draws, tie=0.5) == {"A": (0.5, 0.5), "B": (0.5, 0.5)}
