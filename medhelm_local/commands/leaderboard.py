@@ -101,9 +101,14 @@ def leaderboard_payload(rows: list[ModelRow], *, pairwise: list[PairwiseDifferen
 
 
 def _cell(row: ModelRow, benchmark: str) -> str:
+    """A benchmark's score, CI and n, and how many instances failed (never hidden; a cell whose every instance
+    failed reads as failed, not as a benchmark never run)."""
     score = row.benchmarks.get(benchmark)
-    if score is None or score.score is None:
+    if score is None:
         return "-"
+    counts = f"n={score.n}" + (f", {score.n_failed} failed" if score.n_failed else "")
+    if score.score is None:
+        return f"- ({counts})" if score.n_failed else "-"
     interval = row.ci.get(benchmark)
     ci = f" [{interval.low:.3f}, {interval.high:.3f}]" if interval else ""
     empty = ""
@@ -112,7 +117,7 @@ def _cell(row: ModelRow, benchmark: str) -> str:
         empty = f" [empty gold {score.n_gold_empty}; non-empty gold {nonempty}]"
     share = row.format_rates.get(benchmark, {}).get("truncated_share")
     cut = f" [prompts truncated to fit: {share:.0%}]" if share else ""
-    return f"{score.score:.3f}{ci} (n={score.n}){empty}{cut}"
+    return f"{score.score:.3f}{ci} ({counts}){empty}{cut}"
 
 
 def print_leaderboard(rows: list[ModelRow], *, mdes: dict[str, BenchmarkMDE] | None = None,

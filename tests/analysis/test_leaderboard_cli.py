@@ -127,3 +127,20 @@ def test_an_empty_leaderboard_names_the_style_and_rule_asked_for(home_cli: Cli) 
     result = home_cli("leaderboard", "--prompt-style", "medhelm", "--win-rule", "helm")
     assert result.code == 0, result.stderr
     assert "# leaderboard (prompt style: medhelm; win rule: helm)" in result.stdout
+
+
+def test_the_plain_leaderboard_counts_the_failed_instances_beside_each_score(store_home: Home) -> None:
+    """The table says how many instances failed beside a score, as `--json` and the console do (alpha's pubmedqa:
+    38 scored, 2 failed); a cell whose every instance failed reads as failed, not as a benchmark never run."""
+    from medhelm_local.analysis.leaderboard import ModelRow
+    from medhelm_local.commands.leaderboard import _cell
+    from medhelm_local.records import BenchmarkScore
+
+    result = Cli(home=store_home.root, env=cli_env())("leaderboard", "--resamples", "0")
+    assert result.code == 0, result.stderr
+    alpha = next(line for line in result.stdout.splitlines() if line.startswith("alpha\t"))  # the first table
+    assert "0.789 (n=38, 2 failed)" in alpha and "0.500 (n=40)" in alpha  # medqa: none failed, none said
+    failed = BenchmarkScore(model="m", benchmark="pubmedqa", metric="exact_match", score=None, n=0, n_failed=20)
+    row = ModelRow(model="m", win_rate=None, macro_avg=None, benchmarks={"pubmedqa": failed})
+    assert _cell(row, "pubmedqa") == "- (n=0, 20 failed)"
+    assert _cell(row, "medqa") == "-"  # not run
