@@ -93,6 +93,12 @@ class ModelRow(BaseModel):
     prompt_style: str = "default"  # every cell of a leaderboard comes from runs of this one prompt style
     prompt_sha256: dict[str, str] = Field(default_factory=dict)  # benchmark -> the run's prompt-style hash
 
+    @property
+    def unscored(self) -> list[str]:
+        """Benchmarks the model ran without a single scored instance (every request or judgement failed): left
+        out of its win rate and macro average, never scored as 0, so the row must say so."""
+        return sorted(b for b, s in self.benchmarks.items() if s.score is None)
+
 
 def _win_value(own: float, rival: float, rule: WinRule) -> float:
     if is_tie(own, rival):

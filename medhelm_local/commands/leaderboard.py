@@ -86,7 +86,8 @@ def leaderboard_payload(rows: list[ModelRow], *, pairwise: list[PairwiseDifferen
         row: dict[str, Any] = {
             "model": r.model, "prompt_style": r.prompt_style, "win_rate": r.win_rate, "win_sd": r.win_sd,
             "win_rule": r.win_rule.value,
-            "macro_avg": r.macro_avg, "sd": r.sd, "n_benchmarks": len(r.benchmarks), "categories": r.categories,
+            "macro_avg": r.macro_avg, "sd": r.sd, "n_benchmarks": len(r.benchmarks),
+            "unscored_benchmarks": r.unscored, "categories": r.categories,
             "cost": r.cost, "cost_detail": r.cost_detail, "pareto": r.pareto, "benchmarks": benchmarks,
         }
         if pairwise is not None:
@@ -139,6 +140,10 @@ def print_leaderboard(rows: list[ModelRow], *, mdes: dict[str, BenchmarkMDE] | N
                    ["model", "rival", "benchmark", "difference", "ci low", "ci high", "n"],
                    [[d.model, d.rival, d.benchmark, d.difference, d.ci_low, d.ci_high, d.n]
                     for d in pairwise if d.model < d.rival])
+    for r in rows:
+        if r.unscored:
+            info(f"{r.model}: no scored instance on {', '.join(r.unscored)} (every request or judgement failed); "
+                 "its win rate, macro average and Pareto place leave them out: read them as incomplete")
     if rows and all(r.cost is None for r in rows):
         info(COST_UNAVAILABLE)
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from medhelm_local.analysis.aggregate import latest_scores
@@ -144,3 +146,38 @@ def test_the_plain_leaderboard_counts_the_failed_instances_beside_each_score(sto
     row = ModelRow(model="m", win_rate=None, macro_avg=None, benchmarks={"pubmedqa": failed})
     assert _cell(row, "pubmedqa") == "- (n=0, 20 failed)"
     assert _cell(row, "medqa") == "-"  # not run
+
+
+def test_a_model_whose_every_request_failed_on_a_benchmark_is_flagged_not_ranked_silently(tmp_path: Path) -> None:
+    """alpha answered pubmedqa perfectly and failed every medqa request; beta answered both half right. alpha's win
+    rate leaves medqa out (a failure is never scored 0), so it ranked first with a win rate of 1.0 and nothing said
+    that it had no medqa score. The JSON, the table and the console now name the unscored benchmark."""
+    from starlette.testclient import TestClient
+
+    from medhelm_local.home.config import ConsoleRole
+    from medhelm_local.webconsole.app import create_app
+    from medhelm_local.webconsole.identity import StandaloneSessions
+
+    home = make_home(tmp_path / "home")
+    with Store.open(home) as store:
+        p_data, m_data = pubmedqa(12), medqa(12)
+        p_fp, m_fp = register(store, "pubmedqa", p_data), register(store, "medqa", m_data)
+        for model, benchmark, data, fingerprint, outputs in (
+                ("alpha", "pubmedqa", p_data, p_fp, answers(p_data, 12)),
+                ("alpha", "medqa", m_data, m_fp, answers(m_data, 0, failed=12)),
+                ("beta", "pubmedqa", p_data, p_fp, answers(p_data, 6)),
+                ("beta", "medqa", m_data, m_fp, answers(m_data, 6))):
+            score_benchmark(store, SHIPPED, add_run(store, model, benchmark, fingerprint, data, outputs), benchmark)
+    cli = Cli(home=home.root, env=cli_env())
+    rows = {r["model"]: r for r in cli("leaderboard", "--json", "--resamples", "0").json()}
+    assert rows["alpha"]["win_rate"] == 1.0  # the paper's rule, over the benchmarks it has a score on
+    assert rows["alpha"]["unscored_benchmarks"] == ["medqa"] and rows["beta"]["unscored_benchmarks"] == []
+    table = cli("leaderboard", "--resamples", "0")
+    assert "alpha: no scored instance on medqa (every request or judgement failed)" in table.stdout + table.stderr
+    sessions = StandaloneSessions(user="informatics-user", roles=frozenset({ConsoleRole.INFORMATICS}))
+    with TestClient(create_app(home, sessions), raise_server_exceptions=False) as client:
+        assert client.get(f"/login?token={sessions.new_login_token()}").status_code == 200
+        page = client.get("/leaderboard?resamples=0")
+    assert page.status_code == 200
+    assert "alpha: no scored instance on medqa (every request or judgement failed)" in page.text
+    assert "n=0 (12 failed)" in page.text
