@@ -215,7 +215,9 @@ def export_detail(request: Request) -> Response:
     return console.render(request, "export.html", req=req, preview=preview, mismatched=mismatched,
                           signature_upload=approval_by_signature(),
                           namespace=export_bundle.APPROVAL_NAMESPACE,
-                          approved=request.query_params.get("approved") == "1")
+                          # Where an approval leads (?approved=1); the address alone never says a request is approved.
+                          approved=request.query_params.get("approved") == "1" and req.status == "approved"
+                          and req.decided_by == identity_of(request).user)
 
 
 @requires(COMPLIANCE)

@@ -131,3 +131,28 @@ def test_a_mistyped_audit_filter_keeps_the_form_and_what_was_typed(site: Site) -
     for value in ("ines.informatics", "export.", "25/11/2026"):
         assert f'value="{value}"' in reply.text, value
     assert re.search(r'id="filter-error">since: expected an ISO date', reply.text)
+
+
+def test_the_approved_notice_is_never_shown_for_a_request_this_officer_did_not_approve(site: Site) -> None:
+    """"Approved with your signature" came from the address alone (?approved=1, where an approval leads): a link
+    with it showed a ready request as approved, and another officer as its approver. Now only the approver, on an
+    approved request, reads it."""
+    from starlette.testclient import TestClient
+
+    from medhelm_local.home import Home
+    from medhelm_local.home.config import ConsoleRole
+    from medhelm_local.webconsole.app import create_app
+    from medhelm_local.webconsole.identity import StandaloneSessions
+
+    ready = site.client.get(f"/exports/{site.ready}?approved=1")
+    assert ready.status_code == 200 and 'id="export-status">ready<' in ready.text
+    assert 'id="approved"' not in ready.text
+    people = compliance_fixtures.signers(site.cli.home)
+    approved = site.upload(site.ready, people[compliance_fixtures.APPROVER].sign(site.digest(site.ready)))
+    assert approved.status_code == 200 and 'id="approved"' in approved.text  # the approver, just after approving
+    sessions = StandaloneSessions(user="dora", roles=frozenset({ConsoleRole.COMPLIANCE}))
+    with TestClient(create_app(Home(site.cli.home), sessions), raise_server_exceptions=False) as other:
+        assert other.get(f"/login?token={sessions.new_login_token()}").status_code == 200
+        page = other.get(f"/exports/{site.ready}?approved=1")
+        assert page.status_code == 200 and 'id="export-status">approved<' in page.text
+        assert 'id="approved"' not in page.text
