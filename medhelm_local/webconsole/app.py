@@ -337,12 +337,13 @@ def stylesheet(request: Request) -> Response:
 # -- errors ---------------------------------------------------------------------------------------------------
 
 
-def _error_page(request: Request, status: int, title: str, message: str, *, retry: bool = False) -> Response:
+def _error_page(request: Request, status: int, title: str, message: str, *, retry: bool = False,
+                back: tuple[str, str] | None = None) -> Response:
     console = console_of(request)
     if getattr(request.state, "identity", None) is None:
         return bare_page(status, title)
     response = console.render(request, "error.html", status_code=status, title=title, message=message,
-                              retry=retry)
+                              retry=retry, back=back)
     if retry:
         response.headers["Retry-After"] = "5"
     return response
@@ -376,6 +377,19 @@ async def on_medhelm_error(request: Request, exc: Exception) -> Response:
 
 async def on_http_404(request: Request, exc: Exception) -> Response:
     return _error_page(request, 404, "Not found", "There is no such page.")
+
+
+async def on_http_405(request: Request, exc: Exception) -> Response:
+    """A form's address opened as a page (from history or a bookmark): say so and lead to the page whose form it is
+    (the address above it: /audit for /audit/verify, the request for /exports/ID/approve)."""
+    back = request.url.path.rsplit("/", 1)[0] or "/"
+    response = _error_page(request, 405, "This address takes a form",
+                           "This is where a form is sent; opened as a page it does nothing. Nothing was saved or "
+                           "changed. Open the page and use its form.", back=(back, "Open the page"))
+    allow = getattr(exc, "headers", None) or {}
+    if "Allow" in allow:
+        response.headers["Allow"] = allow["Allow"]
+    return response
 
 
 async def on_http_413(request: Request, exc: Exception) -> Response:
@@ -417,7 +431,7 @@ def create_app(home: Home, sessions: StandaloneSessions | None, *, service_actor
     handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
         RunInProgress: on_run_in_progress, NoStoreYet: on_no_store, NotFoundError: on_not_found,
         AuditWriteError: on_audit_failure, MedhelmError: on_medhelm_error, 404: on_http_404,
-        413: on_http_413,
+        405: on_http_405, 413: on_http_413,
     }
     app = Starlette(routes=routes, middleware=[Middleware(SecurityMiddleware), Middleware(BodyLimitMiddleware)],
                     exception_handlers=handlers)

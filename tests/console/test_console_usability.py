@@ -185,3 +185,18 @@ def test_a_page_that_reloads_itself_says_so_and_can_be_stopped(
     monkeypatch.setattr(pages_informatics, "FINAL_STATUSES", final)
     done = client.get(path).text
     assert 'http-equiv="refresh"' not in done and 'id="auto-reload"' not in done
+
+
+def test_a_form_address_opened_directly_says_so_and_leads_back(signed_in: Client, console_home: ConsoleHome) -> None:
+    """A form's address opened as a page (the verification result's /audit/verify from history or a bookmark, a
+    refused approval's /exports/ID/approve) answered a bare 'Method Not Allowed' in plain text, with no page and no
+    way back. Now it is a console page that says what happened and leads to the page whose form it is."""
+    client = signed_in(ConsoleRole.COMPLIANCE)
+    request = console_home.export_request
+    for path, back in (("/audit/verify", "/audit"), (f"/exports/{request}/approve", f"/exports/{request}")):
+        reply = client.get(path)
+        assert reply.status_code == 405 and reply.headers["allow"] == "POST", path
+        assert reply.headers["content-type"].startswith("text/html") and "<h1>" in reply.text, path
+        assert "Nothing was saved or changed" in reply.text, path
+        link = re.search(r'<a id="back" href="([^"]+)">', reply.text)
+        assert link is not None and link.group(1) == back, path
