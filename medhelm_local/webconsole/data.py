@@ -238,6 +238,8 @@ def benchmark_detail(home: Home, benchmark: str) -> BenchmarkDetail:
 
     specs = SpecRegistry(home.root)
     specs.get(benchmark)  # unknown benchmark: NotFoundError
+    if not home.store_path.exists():  # nothing registered or run yet: the benchmark itself, nothing on it
+        return BenchmarkDetail(benchmark=benchmark, datasets=[], results=[])
     with reading(home) as store:
         datasets = [d for d in store.list_datasets() if d.benchmark == benchmark]
         results = []

@@ -200,3 +200,18 @@ def test_a_form_address_opened_directly_says_so_and_leads_back(signed_in: Client
         assert "Nothing was saved or changed" in reply.text, path
         link = re.search(r'<a id="back" href="([^"]+)">', reply.text)
         assert link is not None and link.group(1) == back, path
+
+
+def test_a_benchmark_opens_on_an_appliance_that_has_evaluated_nothing_yet(signed_in: Client, tmp_path: Path) -> None:
+    """On a new appliance the Benchmarks page lists every benchmark, but each link answered 404 "Nothing evaluated
+    yet" instead of what the benchmark is: its page needed a store. Now it shows the benchmark, with no dataset
+    and no result yet."""
+    from tests.compliance.inproc import InProcessCli
+
+    home = tmp_path / "home"
+    assert InProcessCli(home=home)("init").code == 0
+    client = signed_in(ConsoleRole.INFORMATICS, home)
+    assert 'href="/benchmarks/pubmedqa"' in client.get("/benchmarks").text
+    page = client.get("/benchmarks/pubmedqa")
+    assert page.status_code == 200, page.text[-600:]
+    assert "PubMedQA" in page.text and "Not registered on this appliance" in page.text
