@@ -170,9 +170,14 @@ class ConsoleSettings(BaseModel):
 
         for value in values:
             try:
-                ipaddress.ip_network(value, strict=False)
+                network = ipaddress.ip_network(value, strict=False)
             except ValueError:
                 raise ValueError(f"trusted_proxies: {value!r} is not an IP address or CIDR network") from None
+            # Whoever connects from a trusted address names the user and their groups (a compliance officer's
+            # included): the proxy's address or its own network, never a large share of every address.
+            if network.prefixlen < (8 if network.version == 4 else 32):
+                raise ValueError(f"trusted_proxies: {value!r} is broader than /8 (IPv4) or /32 (IPv6); name the "
+                                 "authenticating proxy's address or network") from None
         return values
 
 

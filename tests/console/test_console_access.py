@@ -50,6 +50,11 @@ def test_console_settings_refuse_a_bad_proxy_address() -> None:
         ConsoleSettings(trusted_proxies=["oauth2-proxy.medhelm.svc"])
     with pytest.raises(ValidationError):
         ConsoleSettings(roles={"superuser": ["x"]})
+    # Trusting the identity headers from every address lets anyone name themselves a compliance officer.
+    for everyone in (["0.0.0.0/0"], ["::/0"], ["0.0.0.0/1", "128.0.0.0/1"], ["2000::/3"]):
+        with pytest.raises(ValidationError, match="broader than"):
+            ConsoleSettings(trusted_proxies=everyone)
+    assert ConsoleSettings(trusted_proxies=["10.0.0.0/8", "fd00:10::/32", "127.0.0.1"]).trusted_proxies
 
 
 def test_login_tokens_work_once() -> None:
