@@ -107,3 +107,28 @@ def test_a_spec_installed_without_its_data_is_not_run(home_cli: Cli, always_a: F
 
     rows = list(csv.DictReader(data.open()))
     assert result["score"] == sum(r["followup"] == "no" for r in rows) / len(rows)  # "no" is A now
+
+
+def test_a_template_naming_a_field_the_loader_does_not_give_is_refused_at_registration(
+        home_cli: Cli, always_a: FakeOpenAIServer, tmp_path: Path) -> None:
+    """`{note}` where the loader options give `context`: refused when the data is registered (exit 2, naming the
+    template and the field, and the fields there are), not accepted and then, at `run`, an internal error."""
+    spec, data = SAMPLES / "followup_needed.yaml", SAMPLES / "followup_needed.csv"
+    typo = tmp_path / "followup_needed.yaml"
+    typo.write_text(spec.read_text().replace("{context}", "{note}").replace("truncate: {field: context}", ""))
+    refused = home_cli("datasets", "register", "followup_needed", str(data), "--spec", str(typo))
+    assert refused.code == 2, refused.stderr
+    assert "prompt.template" in refused.stderr and "{note}" in refused.stderr and "context" in refused.stderr
+    assert "internal error" not in refused.stderr
+    assert not (home_cli.home / "benchmarks" / "followup_needed.yaml").exists()
+
+    # A spec stored before registration checked it (copied in by hand here): the run says what is wrong, exit 2.
+    assert home_cli("datasets", "register", "followup_needed", str(data), "--spec", str(spec)).code == 0
+    assert home_cli("models", "add", "always-a", "--base-url", always_a.base_url).code == 0
+    stored = home_cli.home / "benchmarks" / "followup_needed.yaml"
+    stored.write_text(stored.read_text().replace("{context}", "{note}").replace("truncate:\n  field: context\n"
+                                                                                 "  keep: start\n", ""))
+    run = home_cli("run", "--model", "always-a", "--benchmarks", "followup_needed")
+    assert run.code == 2, run.stderr
+    assert "internal error" not in run.stderr and "note" in run.stderr
+    assert always_a.completions_sent == 0

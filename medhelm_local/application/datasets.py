@@ -12,7 +12,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from medhelm_local.audit import audit_event
-from medhelm_local.benchmarks.registry import custom_dir, load_custom_spec, register_custom_spec
+from medhelm_local.benchmarks.registry import custom_dir, is_custom, load_custom_spec, register_custom_spec
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.context import AppContext
 from medhelm_local.errors import BadInputError
@@ -20,6 +20,7 @@ from medhelm_local.home.layout import atomic_write
 from medhelm_local.loaders.base import LoadResult, load_dataset
 from medhelm_local.loaders.io import csv_field_cap
 from medhelm_local.loaders.paths import refuse_appliance_files
+from medhelm_local.prompts.build import TemplateError, instance_templates
 from medhelm_local.runner.plan import store_prefix_keys
 from medhelm_local.store.store import Store
 
@@ -95,6 +96,22 @@ def _staged_spec(spec_file: Path | None, home: Path) -> Iterator[_StagedSpec | N
         shutil.rmtree(staging, ignore_errors=True)
 
 
+def _refuse_unfilled_templates(spec: BenchmarkSpec, result: LoadResult, spec_file: Path | None) -> None:
+    """A custom spec's template naming a field its loader options do not give (``{note}`` for ``context``) could
+    fill no prompt: refused here, naming the template, the field and the fields there are (names, never values),
+    rather than at every run."""
+    templates = instance_templates(spec)
+    for instance in result.instances:
+        for name, fields in templates.items():
+            missing = sorted(fields - set(instance.fields))
+            if missing:
+                given = ", ".join(sorted(instance.fields)) or "none"
+                raise TemplateError(
+                    f"{spec_file or f'benchmark {spec.id}'}: field {name} uses "
+                    f"{', '.join('{' + m + '}' for m in missing)}, which the loader does not give its instances "
+                    f"(their fields: {given}); map a column to it under loader_options.fields, or use one of those")
+
+
 def register_file(app_ctx: AppContext, spec: BenchmarkSpec, path: Path, *, spec_file: Path | None = None
                   ) -> Registration:
     """Validate ``path`` for ``spec`` and store it, audited: intent first (fail closed), then the outcome.
@@ -109,6 +126,8 @@ def register_file(app_ctx: AppContext, spec: BenchmarkSpec, path: Path, *, spec_
         with csv_field_cap(home.config.loaders.csv_field_max_mib):
             result = load_dataset(spec, path)
         refuse_appliance_files(home, result.files)
+        if spec_file is not None or is_custom(spec.id):
+            _refuse_unfilled_templates(spec, result, spec_file)
     except BadInputError as exc:
         # The error's class (SqlRefused, SpecPathError, ExtractError...) is safe to audit; its message is not.
         audit_event(home, app_ctx.actor, "dataset.register", outcome="rejected", role="informatics",

@@ -5,12 +5,13 @@ from __future__ import annotations
 import hashlib
 import string
 
-from medhelm_local.benchmarks.spec import BenchmarkSpec
+from medhelm_local.benchmarks.spec import BenchmarkSpec, template_fields
+from medhelm_local.errors import BadInputError
 from medhelm_local.records import ChatMessage, InferenceRequest, Instance
 
 
-class TemplateError(ValueError):
-    """A template names a field the instance does not have (a spec or loader bug)."""
+class TemplateError(BadInputError, ValueError):
+    """A template names a field the instance does not have (a spec or loader bug): bad input, exit 2."""
 
 
 def _fill(template: str, fields: dict[str, str], benchmark: str) -> str:
@@ -19,6 +20,13 @@ def _fill(template: str, fields: dict[str, str], benchmark: str) -> str:
     if missing:
         raise TemplateError(f"benchmark {benchmark}: template field(s) {missing} not provided by the loader")
     return template.format_map(fields)
+
+
+def instance_templates(spec: BenchmarkSpec) -> dict[str, set[str]]:
+    """The spec's templates filled from an instance's fields (the spec's field name -> the fields it names)."""
+    templates = {"prompt.template": spec.prompt.template, "judge_question": spec.judge_question,
+                 "judge_gold": spec.judge_gold}
+    return {name: fields for name, template in templates.items() if (fields := template_fields(template))}
 
 
 def build_request(spec: BenchmarkSpec, instance: Instance, *, seed: int | None = None,
