@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from medhelm_local.benchmarks.spec import BenchmarkSpec, JudgeRubric
+from medhelm_local.benchmarks.spec import BenchmarkSpec, JudgeRubric, template_fields
 from medhelm_local.errors import ConfigError, MedhelmError
 from medhelm_local.home.config import ApplianceConfig, ModelEndpoint
 from medhelm_local.inference.client import FORMAT_REJECTED, RequestFailed
@@ -53,6 +53,9 @@ DEFAULT_JURY_CONCURRENCY = 4  # requests in flight per judge: judges are often s
 JUDGE_MAX_TOKENS = 1024
 LIKERT_MIN, LIKERT_MAX = 1, 5
 NO_GOLD = "(no reference response is available for this item)"
+# What a rubric template may use (``judge_values``); an instance's own fields reach the jury through the spec's
+# ``judge_question`` / ``judge_gold`` templates.
+JUDGE_TEMPLATE_FIELDS = ("question", "response", "gold_response", "criteria")
 SCHEMA_NAME = "jury_rating"
 CUT_OFF = "cut_off"  # the reply stopped at the token limit before it was a valid rating
 
@@ -393,6 +396,13 @@ class JuryScorer(Scorer):
     def check(self, spec: BenchmarkSpec, config: ApplianceConfig | None, *, judges: bool) -> None:
         if spec.judge is None:
             raise RubricError(f"benchmark {spec.id}: a jury-scored benchmark needs a judge rubric (field judge)")
+        unknown = sorted(template_fields(spec.judge.template) - set(JUDGE_TEMPLATE_FIELDS))
+        if unknown:
+            raise RubricError(
+                f"benchmark {spec.id}: field judge.template uses {', '.join('{' + u + '}' for u in unknown)}; a "
+                f"judge template may use only {', '.join('{' + f + '}' for f in JUDGE_TEMPLATE_FIELDS)} (what the "
+                "jury sees as {question} is set by the spec's judge_question, a template over the instance's "
+                "fields; by default the prompt the model saw)")
         if judges:
             judge_names(config, spec.id)
 

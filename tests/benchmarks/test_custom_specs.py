@@ -67,6 +67,10 @@ def test_alias_subcategory_is_canonicalised(tmp_path: Path) -> None:
         ({"labels": ["A", "B"], "label_map": {"1": "C"}}, "label_map maps to labels not in labels"),
         ({"colour": "blue"}, "field colour"),
         ({"output_type": "free_text", "metric": "jury"}, "needs a judge rubric"),
+        ({"output_type": "free_text", "labels": None, "metric": "jury",
+          "judge": {"criteria": [{"name": "accuracy", "description": "Faithful to the note?"}],
+                    "template": "<note>{context}</note> <answer>{response}</answer> {criteria}"}},
+         "field judge.template uses {context}; a judge template may use only {question}"),
     ],
 )
 def test_invalid_custom_specs_name_the_field(tmp_path: Path, changes: dict[str, Any], message: str) -> None:
