@@ -403,6 +403,9 @@ class JuryScorer(Scorer):
                 f"judge template may use only {', '.join('{' + f + '}' for f in JUDGE_TEMPLATE_FIELDS)} (what the "
                 "jury sees as {question} is set by the spec's judge_question, a template over the instance's "
                 "fields; by default the prompt the model saw)")
+        if "response" not in template_fields(spec.judge.template):
+            raise RubricError(f"benchmark {spec.id}: field judge.template must show the judges the model's answer as "
+                              "{response}; without it they rate an answer they never see")
         if judges:
             judge_names(config, spec.id)
 

@@ -71,6 +71,10 @@ def test_alias_subcategory_is_canonicalised(tmp_path: Path) -> None:
           "judge": {"criteria": [{"name": "accuracy", "description": "Faithful to the note?"}],
                     "template": "<note>{context}</note> <answer>{response}</answer> {criteria}"}},
          "field judge.template uses {context}; a judge template may use only {question}"),
+        ({"output_type": "free_text", "labels": None, "metric": "jury",
+          "judge": {"criteria": [{"name": "accuracy", "description": "Faithful to the note?"}],
+                    "template": "<note>{question}</note> <reference>{gold_response}</reference> {criteria}"}},
+         "field judge.template must show the judges the model's answer as {response}"),
     ],
 )
 def test_invalid_custom_specs_name_the_field(tmp_path: Path, changes: dict[str, Any], message: str) -> None:
