@@ -218,7 +218,7 @@ def load_custom_spec(path: Path, *, check_clash: bool = True, check_fields: bool
     try:
         spec = BenchmarkSpec.model_validate(data)
     except ValidationError as exc:
-        raise BadInputError(f"{path}: invalid benchmark spec ({validation_problems(exc)})") from None
+        raise BadInputError(f"{path}: invalid benchmark spec ({validation_problems(exc)}){_quote_hint(exc)}") from None
     if check_clash and spec.id in _builtin_specs():
         raise BadInputError(f"{path}: field id {spec.id!r} is a built-in MedHELM benchmark; choose another id")
     if spec.input_format not in available_loaders():
@@ -239,6 +239,15 @@ def load_custom_spec(path: Path, *, check_clash: bool = True, check_fields: bool
     for name, template in templates:
         _check_template(path, name, template)
     return spec
+
+
+def _quote_hint(exc: ValidationError) -> str:
+    """Where YAML read a value as a boolean or a number where text was expected (an unquoted ``yes``, ``No``,
+    ``on`` or ``1`` as a label or a label_map key: pydantic then names the key as 1 or 0), what to do."""
+    if any(e["type"] == "string_type" and isinstance(e.get("input"), (bool, int, float)) for e in exc.errors()):
+        return ("; YAML reads an unquoted yes/no, Yes/No, on/off or true/false as a boolean and an unquoted number "
+                'as a number: quote labels and label_map keys and values, e.g. label_map: {"Yes": "yes", "1": "A"}')
+    return ""
 
 
 def _check_template(path: Path, name: str, template: str) -> None:

@@ -129,3 +129,17 @@ def test_each_context_sees_its_own_homes_specs_and_nothing_is_process_wide(tmp_p
     assert not hasattr(registry, "set_active_home") and not hasattr(registry, "_active_home")
 
 
+
+
+@pytest.mark.parametrize("line", ['labels: [yes, no]\nlabel_map: {"Y": "yes", "N": "no"}',
+                                  'labels: ["yes", "no"]\nlabel_map: {Yes: "yes", No: "no"}',
+                                  'labels: ["A", "B"]\nlabel_map: {1: "A", 0: "B"}'])
+def test_unquoted_yaml_booleans_and_numbers_say_to_quote_them(tmp_path: Path, line: str) -> None:
+    """YAML reads an unquoted yes/no (or Yes, on, off) as a boolean and 1 as a number: the error says to quote them,
+    not only "Input should be a valid string" at a position that names no key the user wrote."""
+    base = {k: v for k, v in BASE.items() if k not in ("labels",)}
+    path = tmp_path / "custom.yaml"
+    path.write_text(yaml.safe_dump(base) + line + "\n", encoding="utf-8")
+    with pytest.raises(BadInputError) as caught:
+        load_custom_spec(path)
+    assert "quote" in str(caught.value) and "yes/no" in str(caught.value)
