@@ -10,6 +10,7 @@ stores it as ``<home>/benchmarks/<id>.yaml``, so it persists across invocations.
 
 from __future__ import annotations
 
+import re
 import string
 from functools import cache
 from importlib import resources
@@ -183,10 +184,25 @@ def _read_yaml(path: Path) -> dict[str, Any]:
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
-        raise BadInputError(f"{path}: invalid YAML{where}") from None
+        raise BadInputError(f"{path}: invalid YAML{where}{_yaml_problem(exc)}") from None
     if not isinstance(data, dict):
         raise BadInputError(f"{path}: expected a YAML mapping with the benchmark's fields")
     return data
+
+
+_QUOTED = re.compile(r"'[^']*'")  # a quoted span of a YAML error, left to right
+_TOKEN_NAME = re.compile(r"'<[a-z ]+>'")  # the parser's token names ('<block mapping start>')
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    """What the YAML scanner or parser expected (``expected ',' or '}', but got '?'``; ``found character '\\t'
+    that cannot start any token``): its own fixed wording around at most a character or a token name; any longer
+    quoted text is left out, in case the file given as a spec is an extract."""
+    problem = getattr(exc, "problem", None)
+    if not isinstance(exc, (yaml.scanner.ScannerError, yaml.parser.ParserError)) or not isinstance(problem, str):
+        return ""
+    return ": " + _QUOTED.sub(
+        lambda m: m.group() if len(m.group()) <= 6 or _TOKEN_NAME.fullmatch(m.group()) else "'...'", problem)
 
 
 def load_custom_spec(path: Path, *, check_clash: bool = True, check_fields: bool | None = None) -> BenchmarkSpec:

@@ -143,3 +143,16 @@ def test_unquoted_yaml_booleans_and_numbers_say_to_quote_them(tmp_path: Path, li
     with pytest.raises(BadInputError) as caught:
         load_custom_spec(path)
     assert "quote" in str(caught.value) and "yes/no" in str(caught.value)
+
+
+@pytest.mark.parametrize(("text", "problem"), [
+    ("id: x\njudge:\n  criteria:\n    - {name: accuracy, description: Faithful to the note?}\n",
+     "expected ',' or '}', but got '?'"),
+    ("id: x\nloader_options:\n\tid_column: note_id\n", "found character '\\t' that cannot start any token"),
+])
+def test_invalid_yaml_says_what_the_parser_expected(tmp_path: Path, text: str, problem: str) -> None:
+    path = tmp_path / "custom.yaml"
+    path.write_text(text, encoding="utf-8")
+    with pytest.raises(BadInputError) as caught:
+        load_custom_spec(path)
+    assert "invalid YAML at line" in str(caught.value) and problem in str(caught.value)
