@@ -18,6 +18,7 @@ from medhelm_local.formatting import duration
 from medhelm_local.prompts.styles import check_style, run_prompt_style
 from medhelm_local.records import BenchmarkScore
 from medhelm_local.runner.plan import ORDER_MODES, parse_shard
+from medhelm_local.scoring.jury import JURY
 from medhelm_local.store.store import RunInfo
 
 
@@ -60,18 +61,34 @@ def outcome_payload(outcome: RunOutcome) -> dict[str, Any]:
     return payload
 
 
-def print_results(run: RunInfo, results: list[BenchmarkScore]) -> None:
+def print_results(run: RunInfo, results: list[BenchmarkScore],
+                  errors: dict[str, dict[str, int]] | None = None) -> None:
+    """The scores, and what the ``failed`` column counts: requests that failed (``errors``, by benchmark), answers
+    the jury gave no valid rating, answers that could not be scored otherwise."""
     emit_table(f"run {run.run_id} — {run.model} (prompt style: {run_prompt_style(run.manifest)})",
                ["benchmark", "metric", "score", "n", "failed"],
                [[r.benchmark, r.metric, r.score, r.n, r.n_failed] for r in results])
-    failed = sum(r.n_failed for r in results)
-    if failed:
-        info(f"{failed} request(s) failed after retries; they are recorded and excluded from the scores")
+    errors = errors or {}
+    requests = unjudged = unscored = 0
+    for r in results:
+        sent_failed = min(r.n_failed, sum(errors.get(r.benchmark, {}).values()))
+        requests += sent_failed
+        if r.metric == JURY:
+            unjudged += r.n_failed - sent_failed
+        else:
+            unscored += r.n_failed - sent_failed
+    if requests:
+        info(f"{requests} request(s) failed after retries; they are recorded and excluded from the scores")
+    if unjudged:
+        info(f"{unjudged} answer(s) got no valid jury rating; they are excluded from the scores: `medhelm-local jury "
+             f"failures` says why, `medhelm-local jury rescore --run {run.run_id}` asks the judges again")
+    if unscored:
+        info(f"{unscored} answer(s) could not be scored; they are excluded from the scores")
 
 
 def print_outcome(outcome: RunOutcome) -> None:
     if outcome.results:
-        print_results(outcome.run, outcome.results)
+        print_results(outcome.run, outcome.results, outcome.errors)
     report = outcome.report
     if report is not None:
         info(f"session {report.session_id}: sent {report.sent} ({report.ok} ok, {report.errors} failed) in "

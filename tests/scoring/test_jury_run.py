@@ -153,3 +153,26 @@ def test_a_judge_done_before_a_kill_keeps_its_manifest_entry(tmp_path: Path) -> 
     assert statuses == [("j1", n), ("j2", n)]
     assert run is not None
     assert sorted(run.manifest["jury"]["judges"]) == ["j1", "j2"]
+
+
+def test_the_run_says_judgements_failed_not_requests(capsys: Any) -> None:
+    """Answers with no valid jury rating are not failed requests: `run` names the jury commands that say why and
+    ask again, not "request(s) failed after retries" (which sent the user to `run --retry-errors`, with nothing to
+    re-send); a benchmark with both says both."""
+    from datetime import datetime
+
+    from medhelm_local.application.evaluation import RunOutcome
+    from medhelm_local.commands.run import print_outcome
+    from medhelm_local.records import BenchmarkScore
+    from medhelm_local.store.store import RunInfo
+
+    run = RunInfo(run_id="run-1", model="m", benchmarks=["summary", "followup"], created_at=datetime(2026, 1, 1),
+                  finished_at=None, status="finished", max_instances=None, seed=0, manifest={})
+    results = [BenchmarkScore(model="m", benchmark="summary", metric="jury", score=0.5, n=30, n_failed=9),
+               BenchmarkScore(model="m", benchmark="followup", metric="exact_match", score=0.5, n=10, n_failed=2)]
+    print_outcome(RunOutcome(run=run, mode="new", results=results,
+                             errors={"summary": {"timeout": 2}, "followup": {"http_5xx": 2}}))
+    err = capsys.readouterr().err
+    assert "4 request(s) failed after retries" in err, err
+    assert "7 answer(s) got no valid jury rating" in err and "jury failures" in err
+    assert "jury rescore --run run-1" in err
