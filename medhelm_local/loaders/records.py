@@ -330,7 +330,8 @@ def _answer_letter(mapping: RecordMapping, row: Row, options: dict[str, str]) ->
         "index0": f"an option number from 0 to {len(letters) - 1}",
         "index1": f"an option number from 1 to {len(letters)}",
         "text": "the text of one of the options",
-    }[mapping.answer_format]
+    }[mapping.answer_format] + (f" (loader option answer_format: {mapping.answer_format}; letter, index0, index1 "
+                                "or text)")
     try:
         if mapping.answer_format == "letter":
             letter = as_text(raw).strip().upper()

@@ -147,3 +147,34 @@ def test_sample_files_are_copied_not_modified(tmp_path: Path) -> None:
     shutil.copyfile(SAMPLES / "followup_needed.csv", copy)
     spec = register_custom_spec(SAMPLES / "followup_needed.yaml", tmp_path / "home")
     assert len(load_dataset(spec, copy).instances) == 6
+
+
+def test_a_multiple_choice_answer_not_in_the_answer_format_names_the_loader_option(tmp_path: Path) -> None:
+    """A Parquet extract whose answer column holds the option's text, read with the default answer_format
+    (letter): the error names the option and its values, so the user can set answer_format: text."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    pq.write_table(pa.table({"note_id": [1, 2], "note": ["knee pain", "cataract"],
+                             "a": ["Orthopedic", "Ophthalmology"], "b": ["Ophthalmology", "Orthopedic"],
+                             "answer": ["Orthopedic", "Orthopedic"]}), tmp_path / "extract.parquet")
+    mapping: dict[str, object] = {"id_column": "note_id", "fields": {"context": "note"}, "option_columns": ["a", "b"],
+               "answer_column": "answer"}
+
+    def spec_with(options: dict[str, object]) -> Path:
+        data = yaml.safe_load((SAMPLES / "followup_needed.yaml").read_text(encoding="utf-8"))
+        data.update(loader_options=options, prompt={"template": "{context}\n{options}\nAnswer:"})
+        del data["label_map"]
+        path = tmp_path / "followup_needed.yaml"
+        path.write_text(yaml.safe_dump(data, sort_keys=False), encoding="utf-8")
+        return path
+
+    spec = register_custom_spec(spec_with(mapping), tmp_path / "home")
+    with pytest.raises(ExtractError) as caught:
+        load_dataset(spec, tmp_path / "extract.parquet")
+    message = str(caught.value)
+    assert "row 0" in message and "'answer'" in message and "option letters A, B" in message
+    assert "answer_format" in message and "text" in message and "index1" in message
+    assert "Orthopedic" not in message  # never a value of the extract
+    text = register_custom_spec(spec_with({**mapping, "answer_format": "text"}), tmp_path / "home")
+    assert [i.label for i in load_dataset(text, tmp_path / "extract.parquet").instances] == ["A", "B"]
