@@ -34,6 +34,7 @@ from medhelm_local.errors import BadInputError, NotFoundError
 from medhelm_local.home.config import ApplianceConfig, BackendKind, ModelEndpoint
 from medhelm_local.inference.backends import describe_servers
 from medhelm_local.inference.client import ChatClient
+from medhelm_local.inference.embedded import smollm2_gguf_path
 from medhelm_local.inference.tokens import TokenCounter, open_counter
 from medhelm_local.logs import get_logger
 from medhelm_local.prompts.styles import (
@@ -211,11 +212,15 @@ def _check_served_model(endpoint: ModelEndpoint, servers: list[dict[str, Any]]) 
 
 async def describe(store: Store, client: ChatClient, endpoint: ModelEndpoint
                    ) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    """The model's servers (url, version, served models) and its weights' fingerprint (if configured)."""
+    """The model's servers (url, version, served models) and its weights' fingerprint (if configured; the
+    embedded model's is always known: the GGUF file its server was started with)."""
     store.release()  # never hold the store's lock across network waits; the next query takes it back
     servers = await describe_servers(client, endpoint)
     _check_served_model(endpoint, servers)
-    weights = weights_fingerprint(store, endpoint.weights_path) if endpoint.weights_path else None
+    weights_path = endpoint.weights_path
+    if weights_path is None and endpoint.kind == BackendKind.EMBEDDED:
+        weights_path = smollm2_gguf_path()
+    weights = weights_fingerprint(store, weights_path) if weights_path else None
     return servers, weights
 
 
