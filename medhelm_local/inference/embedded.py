@@ -127,7 +127,11 @@ class EmbeddedServer:
         self._drainer = threading.Thread(target=self._drain, args=(self._proc,), name="embedded-output", daemon=True)
         self._drainer.start()
         log.info("embedded.starting", port=self.port, model_file=model_path.name)
-        self._wait_ready()
+        try:
+            self._wait_ready()
+        except BaseException:  # Ctrl-C (or SIGTERM) while it starts: `with` calls no __exit__ for a failed __enter__
+            self.stop()
+            raise
         self._started.set()
         self._startup_output.clear()
         log.info("embedded.ready", port=self.port)
@@ -169,18 +173,26 @@ class EmbeddedServer:
         raise EmbeddedServerError(f"the embedded model server did not answer within {self.startup_timeout_s:.0f}s")
 
     def stop(self) -> None:
+        """End the server (it runs in its own session: a Ctrl-C at the terminal never reaches it, only this does)
+        and remove its folder. A second Ctrl-C while it shuts down kills it rather than leave it running."""
         proc = self._proc
-        if proc is not None and proc.poll() is None:
-            proc.terminate()
-            try:
-                proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait(timeout=10)
-            log.info("embedded.stopped", port=self.port)
-        if self._workdir is not None:
-            shutil.rmtree(self._workdir, ignore_errors=True)
-            self._workdir = None
+        try:
+            if proc is not None and proc.poll() is None:
+                try:
+                    proc.terminate()
+                    proc.wait(timeout=10)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait(timeout=10)
+                except BaseException:
+                    proc.kill()
+                    proc.wait(timeout=10)
+                    raise
+                log.info("embedded.stopped", port=self.port)
+        finally:
+            if self._workdir is not None:
+                shutil.rmtree(self._workdir, ignore_errors=True)
+                self._workdir = None
 
     def __enter__(self) -> EmbeddedServer:
         self.start()
