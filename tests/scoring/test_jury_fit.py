@@ -13,6 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from medhelm_local.benchmarks.registry import SHIPPED
 from medhelm_local.home import Home
 from medhelm_local.home.config import BackendKind, ModelEndpoint, RunnerSettings
@@ -157,3 +159,34 @@ def test_prompt_that_cannot_fit_is_a_recorded_failure(tmp_path: Path) -> None:
     assert all(j.status == JudgmentStatus.REQUEST_FAILED and not j.ratings for j in judgments)
     assert all(s.value is None for s in scores if s.metric == "jury")
     assert "context" in failure_hint("prompt_too_long")
+
+
+def test_a_transient_tokenizer_failure_is_retried(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A count that times out (the embedded llama.cpp server answers one request at a time: a count waits behind a
+    long judgement) is asked again, as a run's prompt fitting does, instead of failing the judgement unsent."""
+    from medhelm_local.inference.client import RequestFailed
+    from medhelm_local.scoring import jury_fit
+
+    real = jury_fit.fit_judge_prompt
+    failures: list[dict[str, str]] = []
+
+    async def flaky(counter: TokenCounter, render: Any, values: dict[str, str], budget: int) -> Any:
+        if not failures:
+            failures.append(values)
+            raise RequestFailed("timeout", retryable=True)
+        return await real(counter, render, values, budget)
+
+    monkeypatch.setattr(jury_fit, "fit_judge_prompt", flaky)
+    with FakeOpenAIServer(responder=rating, tokenizer="vllm", context_length=JUDGE_MAX_TOKENS + 600) as server:
+        home = home_with(tmp_path / "home", server.base_url, BackendKind.VLLM)
+        config = home.config.model_copy(deep=True)
+        config.runner = RunnerSettings(max_concurrency=4, max_retries=2, seed=0)
+        home.save_config(config)
+        data = long_instances()
+        with Store.open(home) as store:
+            fingerprint = register(store, BENCHMARK, data)
+            run_id = add_run(store, "m", BENCHMARK, fingerprint, data, {i.id: f"ANSWER-{i.id}" for i in data})
+            score_benchmark(store, SHIPPED, run_id, BENCHMARK, config=home.config)
+            judgments = get_judgments(store, run_id, BENCHMARK)
+    assert len(failures) == 1
+    assert [(j.status, j.error) for j in judgments] == [(JudgmentStatus.OK, None)] * 2
