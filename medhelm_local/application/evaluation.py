@@ -65,7 +65,7 @@ def evaluate(app_ctx: AppContext, request: EvaluationRequest) -> RunOutcome:
     """Run (or resume, or retry the errors of, or send one shard of) an evaluation; score it once complete."""
     home = app_ctx.home
     config = home.config
-    session.refuse_early(config, app_ctx.specs, request.selection)
+    session.refuse_early(config, app_ctx.specs, request.selection, judges=request.score)
     mode = request.mode
     live: list[str] = []  # the run whose status this invocation set: only that one is marked on failure
     with ExitStack() as main_scope:

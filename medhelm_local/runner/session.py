@@ -83,15 +83,16 @@ class Target:
         return None if self.shard is None else f"{self.shard[0]}/{self.shard[1]}"
 
 
-def refuse_early(config: ApplianceConfig, specs: SpecRegistry, selection: Selection) -> None:
+def refuse_early(config: ApplianceConfig, specs: SpecRegistry, selection: Selection, *, judges: bool = True) -> None:
     """What would fail only later, refused before anything else: a benchmark without parity for the asked prompt
-    style; a benchmark its scorers cannot score (no judges for the jury, loader options that give no field a
-    metric reads): it would fail only after all inference."""
+    style; a benchmark its scorers cannot score (no judges for the jury, unless ``judges`` is off because the run
+    is not scored now; loader options that give no field a metric reads): it would fail only after all
+    inference."""
     if selection.prompt_style and selection.benchmarks:
         validate_benchmarks(selection.benchmarks, specs)
         for benchmark in selection.benchmarks:
             styled_spec(specs.get(benchmark), selection.prompt_style)
-    check_benchmarks(config, [specs.get(b) for b in selection.benchmarks or []])
+    check_benchmarks(config, [specs.get(b) for b in selection.benchmarks or []], judges=judges)
 
 
 def _check_run_id(run_id: str) -> str:

@@ -83,7 +83,8 @@ def check_spec(spec: BenchmarkSpec, config: ApplianceConfig | None = None, *, ju
                     "another metric")
 
 
-def check_benchmarks(config: ApplianceConfig | None, specs: Iterable[BenchmarkSpec]) -> None:
-    """Before any inference: every benchmark of a run can be scored (:func:`check_spec`, judges included)."""
+def check_benchmarks(config: ApplianceConfig | None, specs: Iterable[BenchmarkSpec], *, judges: bool = True) -> None:
+    """Before any inference: every benchmark of a run can be scored (:func:`check_spec`; with ``judges``, the jury's
+    judges configured too: not for a run that skips scoring, which the jury scores later)."""
     for spec in specs:
-        check_spec(spec, config, judges=True)
+        check_spec(spec, config, judges=judges)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -69,3 +70,22 @@ def test_skip_scoring_says_how_to_score_the_run_later(tmp_path: Path) -> None:
         (run,) = store.list_runs()
     assert run.status == "inferred"
     assert f"`medhelm-local run --resume {run.run_id}` scores it" in done.stderr
+
+
+def test_skip_scoring_a_jury_benchmark_needs_no_judges_yet(tmp_path: Path) -> None:
+    """`--skip-scoring` runs inference only (the jury scores later), yet a jury-scored benchmark was refused for
+    want of judges before any request; scoring it still needs them."""
+    from medhelm_local.errors import ConfigError
+    from medhelm_local.records import Instance
+
+    questions = [Instance(benchmark="medication_qa", id=f"m{i}", fields={"question": f"Can I take drug {i}?"},
+                          references=[f"Reference answer {i}."]) for i in range(3)]
+    with FakeOpenAIServer(responder=hash_responder()) as server:
+        home = make_home(tmp_path / "home", [server.base_url])
+        assert home.config.judges == []
+        register(home, questions, benchmark="medication_qa")
+        selection = Selection(model="fake", benchmarks=["medication_qa"])
+        inferred = evaluate(app(home), dataclasses.replace(quiet(selection), score=False))
+        assert inferred.run.status == "inferred" and inferred.report is not None and inferred.report.ok == 3
+        with pytest.raises(ConfigError, match="no judges are configured"):
+            evaluate(app(home), quiet(selection, Mode.from_flags(resume=inferred.run.run_id)))
