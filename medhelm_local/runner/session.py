@@ -183,10 +183,6 @@ def resolve(store: Store, config: ApplianceConfig, specs: SpecRegistry, selectio
 # lengthens every wait towards the timeout), nor other OpenAI-compatible servers, which may be rate-limited
 # gateways: they start at half the cap.
 QUEUEING_KINDS = frozenset({BackendKind.VLLM})
-# The embedded server answers one request at a time: one in service and one waiting keep it busy. More only
-# wait, towards the request timeout (half of 256 at once made every request of a run time out and retry 3-4
-# times). ``--concurrency`` still sets it.
-EMBEDDED_CONCURRENCY = 2
 
 
 def execution_settings(config: ApplianceConfig, sending: Sending, endpoint: ModelEndpoint, *,
@@ -196,10 +192,8 @@ def execution_settings(config: ApplianceConfig, sending: Sending, endpoint: Mode
     if sending.concurrency and sending.concurrency > ceiling:  # say so: a silent cap looks like a slow server
         log.warning("run.concurrency_capped", requested=sending.concurrency, ceiling=ceiling,
                     setting="runner.max_concurrency")
-    if endpoint.kind == BackendKind.EMBEDDED and not sending.concurrency:
-        cap = min(cap, EMBEDDED_CONCURRENCY)
     initial = sending.initial_concurrency
-    if initial is None and endpoint.kind in (*QUEUEING_KINDS, BackendKind.EMBEDDED):
+    if initial is None and endpoint.kind in QUEUEING_KINDS:
         initial = cap
     return ExecutionSettings(
         concurrency=cap, max_retries=config.runner.max_retries if sending.max_retries is None else sending.max_retries,

@@ -83,6 +83,7 @@ def test_closing_the_committer_commits_at_once_not_after_the_interval(monkeypatc
 
 @pytest.mark.parametrize(("kind", "requested", "expected"), [
     ("vllm", None, 256),  # vLLM queues what exceeds its batch: no round trip is spent below the cap
+    ("embedded", None, None),  # answers one request at a time: a queue of the cap's size only waits
     ("openai-compatible", None, None),  # maybe a rate-limited gateway: the limiter's own start (half the cap)
     ("openai-compatible", 32, 32),
     ("vllm", 1000, 256),  # never above the cap
@@ -115,19 +116,3 @@ def test_run_initial_concurrency_flag_sets_where_the_limiter_starts(home_cli: Cl
                        "--concurrency", "8", "--json")
     assert run.code == 0, run.stderr
     assert run.json()["session"]["concurrency_steps"][0] == [0.0, 3, "start"]
-
-
-@pytest.mark.parametrize(("requested", "cap"), [(None, 2), (8, 8)])
-def test_the_embedded_model_gets_two_requests_at_a_time_unless_told_otherwise(requested: int | None,
-                                                                            cap: int) -> None:
-    """The embedded llama.cpp server answers one request at a time. The limiter started at half of 256: 128
-    requests queued behind one another, so long prompts reached the 120 s timeout and each was sent 3-4 times
-    (a 4-item run took about 335 s for 2-token answers). One in service and one waiting keep it busy."""
-    from medhelm_local.home.config import ApplianceConfig, BackendKind, ModelEndpoint, RunnerSettings
-    from medhelm_local.runner.options import Sending
-    from medhelm_local.runner.session import execution_settings
-
-    endpoint = ModelEndpoint(name="m", kind=BackendKind.EMBEDDED)
-    config = ApplianceConfig(runner=RunnerSettings(max_concurrency=256))
-    settings = execution_settings(config, Sending(concurrency=requested), endpoint, errors_only=False)
-    assert (settings.concurrency, settings.initial_concurrency) == (cap, cap)
