@@ -12,6 +12,7 @@ import pytest
 from medhelm_local.export.aggregates import round_cost
 from medhelm_local.export.scan import NUMERIC, PATTERNS
 from medhelm_local.formatting import duration, money
+from medhelm_local.home import Home
 from medhelm_local.home.config import ModelEndpoint, Pricing
 from medhelm_local.store import Store
 from medhelm_local.webconsole.app import templates
@@ -59,14 +60,23 @@ def test_the_consoles_filters_write_costs_and_times_with_the_shared_formatter() 
     assert env.from_string("{{ t|duration }}").render(t=0.04) == "0.04"
 
 
-def test_cli_shows_a_small_cost_and_time_non_zero_and_json_keeps_the_number(tmp_path: Path) -> None:
+def _tiny_run(tmp_path: Path, *also: str) -> tuple[Home, str]:
+    """A home whose model "tiny" answered 12 PubMedQA items (6 right, 10 prompt and 1 completion tokens each), and
+    a run of each model in ``also`` (3 right, no token counts)."""
     home = make_home(tmp_path / "home")
     data = pubmedqa(12)
     with Store.open(home) as store:
         fingerprint = register(store, "pubmedqa", data)
         run_id = add_run(store, "tiny", "pubmedqa", fingerprint, data, answers(data, 6), prompt_tokens=10,
                          completion_tokens=1)
-        add_run(store, "unpriced", "pubmedqa", fingerprint, data, answers(data, 3))
+        for model in also:
+            add_run(store, model, "pubmedqa", fingerprint, data, answers(data, 3))
+    return home, run_id
+
+
+def test_cli_shows_a_small_cost_and_time_non_zero_and_json_keeps_the_number(tmp_path: Path) -> None:
+    home, run_id = _tiny_run(tmp_path, "unpriced")
+    with Store.open(home) as store:
         store.conn.execute("UPDATE runner_sessions SET wall_s = 0.04 WHERE run_id = ?", [run_id])
     config = home.config.model_copy(deep=True)
     config.models.append(ModelEndpoint(name="tiny", base_urls=["http://127.0.0.1:9/v1"],
@@ -127,12 +137,8 @@ def test_a_category_leaderboard_costs_only_the_runs_behind_its_scores(tmp_path: 
 
 def test_runs_show_lists_the_sessions_and_their_endpoints(tmp_path: Path) -> None:
     """``runs show`` says it shows the sessions (time, tokens, endpoints): its plain output does, not only --json."""
-    home = make_home(tmp_path / "home")
-    data = pubmedqa(12)
+    home, run_id = _tiny_run(tmp_path)
     with Store.open(home) as store:
-        fingerprint = register(store, "pubmedqa", data)
-        run_id = add_run(store, "tiny", "pubmedqa", fingerprint, data, answers(data, 6), prompt_tokens=10,
-                         completion_tokens=1)
         store.conn.execute("UPDATE runner_sessions SET endpoints = ? WHERE run_id = ?",
                            [json.dumps([{"url": "http://127.0.0.1:9/v1", "version": "0.9.1"}]), run_id])
     shown = Cli(home=home.root, env=cli_env())("runs", "show", run_id)

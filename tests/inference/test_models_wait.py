@@ -9,13 +9,13 @@ import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import yaml
 
 from medhelm_local.testing.fake_openai import FakeOpenAIServer
 from tests.conftest import Cli, cli_env
+from tests.httpstub import QuietHandler, stub_server
 
 
 def _free_port() -> int:
@@ -30,7 +30,7 @@ def loading_server(busy_probes: int) -> Iterator[tuple[str, list[str]]]:
     200. Yields its base URL and the list of paths it was asked for."""
     seen: list[str] = []
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self) -> None:
             seen.append(self.path)
             status = 503 if self.path == "/health" and seen.count("/health") <= busy_probes else 200
@@ -38,17 +38,8 @@ def loading_server(busy_probes: int) -> Iterator[tuple[str, list[str]]]:
             self.send_header("Content-Length", "0")
             self.end_headers()
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1", seen
-    finally:
-        server.shutdown()
-        server.server_close()
+    with stub_server(Handler) as base_url:
+        yield base_url, seen
 
 
 def _config(tmp_path: Path, models: list[dict[str, object]], judges: list[str]) -> Path:

@@ -5,16 +5,15 @@ sent, as a bearer token, to a server they run on an allowlisted address (loopbac
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 import yaml
 
 from tests.conftest import Cli
+from tests.httpstub import QuietHandler, stub_server
 
 
 @contextmanager
@@ -22,7 +21,7 @@ def listener() -> Iterator[tuple[str, list[str]]]:
     """A server on loopback (allowlisted) that records every Authorization header it is sent."""
     seen: list[str] = []
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(QuietHandler):
         def do_GET(self) -> None:
             seen.append(self.headers.get("Authorization") or "")
             body = b'{"data": [{"id": "spy"}]}'
@@ -31,17 +30,8 @@ def listener() -> Iterator[tuple[str, list[str]]]:
             self.end_headers()
             self.wfile.write(body)
 
-        def log_message(self, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/v1", seen
-    finally:
-        server.shutdown()
-        server.server_close()
+    with stub_server(Handler) as base_url:
+        yield base_url, seen
 
 
 def _add_model(home: Path, base_url: str, key_file: Path) -> None:
