@@ -17,7 +17,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC
 from email.utils import parsedate_to_datetime
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeVar
 
 import httpcore
 import httpx
@@ -86,6 +86,25 @@ def retry_delay(attempt: int, *, base_s: float, cap_s: float, retry_after_s: flo
         bound = cap_s if limit_s is None else min(cap_s, limit_s)
         delay = max(delay, min(retry_after_s, bound))
     return delay
+
+
+T = TypeVar("T")
+
+
+async def retry_transient(call: Callable[[], Awaitable[T]], *, max_retries: int, base_s: float = 0.5,
+                          cap_s: float = 30.0, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> T:
+    """``call()``, made again after a retryable :class:`RequestFailed` (a tokenizer that timed out or answered 503)
+    up to ``max_retries`` times, waiting :func:`retry_delay` (a 429's or 503's ``Retry-After`` the least) between
+    attempts; a failure that is not retryable, or the last one, is raised."""
+    attempt = 0
+    while True:
+        try:
+            return await call()
+        except RequestFailed as failure:
+            attempt += 1
+            if not failure.retryable or attempt > max_retries:
+                raise
+            await sleep(retry_delay(attempt, base_s=base_s, cap_s=cap_s, retry_after_s=failure.retry_after_s))
 
 
 class AttemptGate(Protocol):

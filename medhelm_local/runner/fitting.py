@@ -20,7 +20,7 @@ from typing import Any
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.home.config import ModelEndpoint
-from medhelm_local.inference.client import RequestFailed, retry_delay
+from medhelm_local.inference.client import retry_transient
 from medhelm_local.inference.tokens import PromptTooLong, TokenCounter, byte_bound, fit_field, kept_piece
 from medhelm_local.prompts.build import build_request
 from medhelm_local.records import ChatMessage, InferenceRequest, Instance, Truncated
@@ -73,16 +73,8 @@ class PromptFitter:
 
         Raises RequestFailed: ``prompt_too_long``, or the tokenizer's failure after the retries. A 429's or 503's
         ``Retry-After`` is the least a retry waits, up to ``backoff_cap_s`` (as for completions)."""
-        attempt = 0
-        while True:
-            try:
-                return await self._fit_once(spec, instance, request)
-            except RequestFailed as failure:
-                attempt += 1
-                if not failure.retryable or attempt > self.max_retries:
-                    raise
-                await self._sleep(retry_delay(attempt, base_s=self.backoff_base_s, cap_s=self.backoff_cap_s,
-                                              retry_after_s=failure.retry_after_s))
+        return await retry_transient(lambda: self._fit_once(spec, instance, request), max_retries=self.max_retries,
+                                     base_s=self.backoff_base_s, cap_s=self.backoff_cap_s, sleep=self._sleep)
 
     async def _fit_once(self, spec: BenchmarkSpec, instance: Instance, request: InferenceRequest
                         ) -> tuple[InferenceRequest, Truncated | None]:

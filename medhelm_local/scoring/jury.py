@@ -30,7 +30,7 @@ from typing import Any
 from medhelm_local.benchmarks.spec import BenchmarkSpec, JudgeRubric, template_fields
 from medhelm_local.errors import ConfigError, MedhelmError
 from medhelm_local.home.config import ApplianceConfig, ModelEndpoint
-from medhelm_local.inference.client import FORMAT_REJECTED, RequestFailed, retry_delay
+from medhelm_local.inference.client import FORMAT_REJECTED, RequestFailed, retry_transient
 from medhelm_local.inference.egress import EgressPolicy
 from medhelm_local.inference.structured import OutputShape, response_format_for, shapes_for
 from medhelm_local.prompts.build import judge_gold, judge_question
@@ -267,7 +267,7 @@ async def _run_judge(store: Store, config: ApplianceConfig, spec: BenchmarkSpec,
     one; the other items then go out concurrently in the shape that was not refused."""
     from medhelm_local.inference.backends import open_client
     from medhelm_local.inference.tokens import open_counter
-    from medhelm_local.scoring.jury_fit import fit_judge_prompt
+    from medhelm_local.scoring.jury_fit import FittedPrompt, fit_judge_prompt
 
     endpoint: ModelEndpoint = config.model(judge)
     shapes = shapes_for(endpoint.kind)
@@ -279,23 +279,18 @@ async def _run_judge(store: Store, config: ApplianceConfig, spec: BenchmarkSpec,
         return render_judge_prompt(spec, values)
 
     async def ask(item: JudgeWork) -> Judgment:
-        attempt = 0
-        while True:
-            try:
-                async with semaphore:
-                    fitted = await fit_judge_prompt(counter, render, item.values, budget)
-                break
-            except RequestFailed as failed:  # prompt_too_long, or the tokenizer could not be asked
-                attempt += 1
-                # A transient tokenizer failure is retried, as a run's prompt fitting does: the embedded server
-                # answers one request at a time, so a count can wait behind a long judgement and time out.
-                if failed.retryable and attempt <= max_retries:
-                    await asyncio.sleep(retry_delay(attempt, base_s=0.5, cap_s=30.0,
-                                                    retry_after_s=failed.retry_after_s))
-                    continue
-                return Judgment(run_id=scope, benchmark=spec.id, instance_id=item.instance_id, judge=judge,
-                                prompt_hash=item.digest, status=JudgmentStatus.REQUEST_FAILED,
-                                error=failed.category, attempts=0, output_shape=outcome.shape.value)
+        async def fit() -> FittedPrompt:
+            async with semaphore:  # not held while a retry waits
+                return await fit_judge_prompt(counter, render, item.values, budget)
+
+        try:
+            # A transient tokenizer failure is retried, as a run's prompt fitting does: the embedded server
+            # answers one request at a time, so a count can wait behind a long judgement and time out.
+            fitted = await retry_transient(fit, max_retries=max_retries)
+        except RequestFailed as failed:  # prompt_too_long, or the tokenizer could not be asked
+            return Judgment(run_id=scope, benchmark=spec.id, instance_id=item.instance_id, judge=judge,
+                            prompt_hash=item.digest, status=JudgmentStatus.REQUEST_FAILED,
+                            error=failed.category, attempts=0, output_shape=outcome.shape.value)
         return await _judge_one(client, semaphore, scope=scope, spec=spec, judge=judge,
                                 instance_id=item.instance_id, prompt=fitted.prompt, digest=item.digest,
                                 max_retries=max_retries, shape=outcome.shape, truncation=fitted.truncation)
