@@ -217,19 +217,19 @@ def raw_run_ids(raw: agg.RawExport) -> list[str]:
     return [r.run_id for r in raw.runs]
 
 
-def derived_run_ids(store: Store, raw: agg.RawExport) -> set[str]:
-    """The run ids the appliance derived from their run's plan (``run-`` and 24 hex digits of the plan key, which
-    every shard agrees on): generated values, as hashes are, so the encoded-text rule does not read them. The same
-    form chosen with ``--run-id`` for a run of another plan is scanned like any other run id."""
-    from medhelm_local.runner.plan import derived_run_id
+def generated_run_ids(store: Store, raw: agg.RawExport) -> set[str]:
+    """The run ids of a form the runner generates (a timestamp and 6 hex digits, or, for shards, 24 hex digits of
+    the run's own plan key): generated values, as hashes are, so the encoded-text rule does not read them. The
+    shard form chosen with ``--run-id`` for a run of another plan is scanned like any other run id."""
+    from medhelm_local.runner.plan import is_generated_run_id
     from medhelm_local.store.runs import runner_run
 
-    derived = set()
+    generated = set()
     for run in raw.runs:
         planned = runner_run(store, run.run_id)
-        if planned is not None and run.run_id == derived_run_id(planned[0]):
-            derived.add(run.run_id)
-    return derived
+        if is_generated_run_id(run.run_id, None if planned is None else planned[0]):
+            generated.add(run.run_id)
+    return generated
 
 
 def _check(check_id: str, description: str, findings: list[Finding], ok_detail: str) -> Check:
@@ -390,7 +390,7 @@ def build_candidate(store: Store, specs: SpecRegistry, config: Any, run_ids: lis
     fixed = fixed_vocabulary()
     allowed, markers = _data_values(data)
     allowed |= {str(manifest_head.get("requested_by")), str(manifest_head.get("appliance")), *raw_run_ids(raw)}
-    fixed |= markers | derived_run_ids(store, raw)
+    fixed |= markers | generated_run_ids(store, raw)
     scan = policy.scan
     terms: set[str] = set()
     if scan.extract_terms:

@@ -160,12 +160,12 @@ GENERATED = re.compile(
 
 # Text encoded to slip past the patterns and extract terms: "run-4d617267617265742d4f6b61666f72" is a name in hex.
 # A long token mixing letters and digits (base64, base32), 16 or more hex characters in hex tokens that hold a
-# digit, or 16 or more digits in one string. What the appliance generates is exempt (GENERATED, APPLIANCE_RUN_ID).
+# digit, or 16 or more digits in one string. What the appliance generates is exempt (GENERATED; its run ids are
+# passed as ``fixed``).
 _ENCODING_TOKENS = re.compile(r"[A-Za-z0-9+/=]+")
 _MIXED_TOKEN = re.compile(r"(?=[^\d]*\d)(?=[^A-Za-z]*[A-Za-z])[A-Za-z0-9+/=]{16,}")
 _HEX_TOKEN = re.compile(r"(?=\D*\d)[0-9A-Fa-f]+")
 ENCODED_MIN = 16
-APPLIANCE_RUN_ID = re.compile(r"^run-\d{8}T\d{6}Z-[0-9a-f]{6}$")  # runner.plan.new_run_id
 
 
 def looks_encoded(value: str) -> bool:
@@ -201,7 +201,7 @@ def scan_strings(file: str, strings: list[tuple[str, str]], *, patterns: list[st
         for name, pattern in compiled:
             if any(pattern.search(form) for form in forms):
                 pattern_findings.append(Finding(file, location, f"PHI pattern {name}"))
-        if not NUMERIC.match(value) and not APPLIANCE_RUN_ID.match(value) and looks_encoded(value):
+        if not NUMERIC.match(value) and looks_encoded(value):
             pattern_findings.append(Finding(file, location, "encoded text (a long hex, base64 or digit run)"))
         # Published numbers are not matched against extract terms (a score's digits are not an identifier), but a
         # whole number of 5 or more digits is: it may be an extract's identifier standing in for a name.

@@ -11,6 +11,7 @@ keeps the dataset order; ``shuffle`` is a seeded random order (for comparison).
 from __future__ import annotations
 
 import hashlib
+import re
 import secrets
 import string
 from collections.abc import Iterable, Iterator, Sequence
@@ -36,6 +37,9 @@ PREFIX_LEVELS = 16
 _CHUNK = 2000
 
 
+_NEW_RUN_ID = re.compile(r"run-\d{8}T\d{6}Z-[0-9a-f]{6}")  # new_run_id's form
+
+
 def new_run_id() -> str:
     return datetime.now(UTC).strftime("run-%Y%m%dT%H%M%SZ-") + secrets.token_hex(3)
 
@@ -43,6 +47,12 @@ def new_run_id() -> str:
 def derived_run_id(plan_key: str) -> str:
     """The run id every shard of the same plan agrees on without talking to the others."""
     return f"run-{plan_key[:24]}"
+
+
+def is_generated_run_id(run_id: str, plan_key: str | None) -> bool:
+    """Whether ``run_id`` has a form the runner generates: :func:`new_run_id`'s, or the one
+    :func:`derived_run_id` gives the run's own plan (``plan_key``; None: a run the runner did not plan)."""
+    return _NEW_RUN_ID.fullmatch(run_id) is not None or (plan_key is not None and run_id == derived_run_id(plan_key))
 
 
 @dataclass
