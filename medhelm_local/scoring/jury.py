@@ -22,7 +22,6 @@ import hashlib
 import json
 import math
 import re
-import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -53,8 +52,8 @@ DEFAULT_JURY_CONCURRENCY = 4  # requests in flight per judge: judges are often s
 JUDGE_MAX_TOKENS = 1024
 LIKERT_MIN, LIKERT_MAX = 1, 5
 NO_GOLD = "(no reference response is available for this item)"
-# What a rubric template may use (``judge_values``); an instance's own fields reach the jury through the spec's
-# ``judge_question`` / ``judge_gold`` templates.
+# What a rubric template may use (the keys of ``judge_values``); an instance's own fields reach the jury through
+# the spec's ``judge_question`` / ``judge_gold`` templates.
 JUDGE_TEMPLATE_FIELDS = ("question", "response", "gold_response", "criteria")
 SCHEMA_NAME = "jury_rating"
 CUT_OFF = "cut_off"  # the reply stopped at the token limit before it was a valid rating
@@ -122,8 +121,7 @@ def judge_values(spec: BenchmarkSpec, instance: Instance, output: str) -> dict[s
 
 def render_judge_prompt(spec: BenchmarkSpec, values: dict[str, str]) -> str:
     rubric = rubric_of(spec)
-    names = {name for _, name, _, _ in string.Formatter().parse(rubric.template) if name}
-    unknown = sorted(names - set(values))
+    unknown = sorted(template_fields(rubric.template) - set(values))
     if unknown:
         raise RubricError(f"benchmark {spec.id}: judge template uses unknown field(s) {unknown}")
     return rubric.template.format_map(values)

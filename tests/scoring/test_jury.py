@@ -231,3 +231,11 @@ def test_score_command_runs_the_jury_on_a_predictions_file(tmp_path: Path) -> No
     assert payload["score"] == pytest.approx(sum(expected) / 4)
     assert payload["breakdown"]["secondary"]["rouge_l"]["n"] == 4
     assert SECRET not in result.stdout + result.stderr
+
+
+def test_a_rubric_may_use_exactly_the_fields_the_jury_fills() -> None:
+    """The fields registration allows in a rubric (JUDGE_TEMPLATE_FIELDS) are those a judge prompt is filled with."""
+    from medhelm_local.scoring.jury import JUDGE_TEMPLATE_FIELDS, judge_values
+
+    spec = shipped_spec(BENCHMARK)
+    assert set(judge_values(spec, instances(1)[0], "An answer.")) == set(JUDGE_TEMPLATE_FIELDS)
