@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import string
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec, template_fields
 from medhelm_local.errors import BadInputError
@@ -15,8 +14,7 @@ class TemplateError(BadInputError, ValueError):
 
 
 def _fill(template: str, fields: dict[str, str], benchmark: str) -> str:
-    names = {name for _, name, _, _ in string.Formatter().parse(template) if name}
-    missing = sorted(names - set(fields))
+    missing = sorted(template_fields(template) - set(fields))
     if missing:
         raise TemplateError(f"benchmark {benchmark}: template field(s) {missing} not provided by the loader")
     return template.format_map(fields)
