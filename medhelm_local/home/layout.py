@@ -61,33 +61,35 @@ class Home:
         return config
 
     def _refuse_appliance_key_files(self, config: ApplianceConfig) -> None:
-        """No model's ``api_key_file`` lies (symlinks followed) in the appliance's keys, store or audit folders:
-        its content is sent as a bearer token to the model's server, which whoever edits the configuration (or
-        points ``MEDHELM_CONFIG`` at a copy) may run on an allowlisted address, so it would hand them the store's
-        data key or the signing key."""
-        override = os.environ.get("MEDHELM_KEYS_DIR")
-        root = self.root.resolve()
-        folders = {"keys": (Path(override) if override else self.resolve(config.paths.keys)).resolve()}
-        files: dict[str, Path] = {}
-        for name, path in (("store", config.paths.store), ("audit trail", config.paths.audit)):
-            file = self.resolve(path).resolve()
-            # its own folder; where that folder is the home itself (or above it), the file and its companions
-            # (``medhelm.duckdb.wal``, ``audit.jsonl.state``) only
-            if root.is_relative_to(file.parent):
-                files[name] = file
-            else:
-                folders[name] = file.parent
+        """No model's ``api_key_file`` lies in the appliance's own places (:meth:`appliance_place`): its content is
+        sent as a bearer token to the model's server, which whoever edits the configuration (or points
+        ``MEDHELM_CONFIG`` at a copy) may run on an allowlisted address, so it would hand them the store's data key
+        or the signing key."""
         for model in config.models:
-            if model.api_key_file is None:
-                continue
-            resolved = model.api_key_file.resolve()  # a relative name is read relative to the working directory
-            hits = [(name, folder) for name, folder in folders.items() if resolved.is_relative_to(folder)]
-            hits += [(name, file) for name, file in files.items()
-                     if resolved.parent == file.parent and resolved.name.startswith(file.name)]
-            if hits:
-                name, place = hits[0]
+            place = None if model.api_key_file is None else self.appliance_place(model.api_key_file, config)
+            if place is not None:
                 raise ConfigError(f"{self.config_path}: model {model.name}: api_key_file lies in the appliance's "
-                                  f"{name} ({place}); a model's API key is never read from there")
+                                  f"{place}; a model's API key is never read from there")
+
+    def appliance_place(self, path: Path, config: ApplianceConfig | None = None) -> str | None:
+        """Which of the appliance's own places ``path`` lies in, symlinks followed (a relative path is read from
+        the working directory): its keys folder, the store's or the audit trail's folder, named with the folder;
+        None: none of them. Where the store or the trail lies at the top of the home (or above it), its folder is
+        the home: only the file and its companions (``medhelm.duckdb.wal``, ``audit.jsonl.state``) are its."""
+        config = config or self.config
+        resolved = path.resolve()
+        home = self.root.resolve()
+        keys = self._keys_dir(config).resolve()
+        if resolved.is_relative_to(keys):
+            return f"keys folder {keys}"
+        for name, where in (("store", config.paths.store), ("audit trail", config.paths.audit)):
+            file = self.resolve(where).resolve()
+            if home.is_relative_to(file.parent):
+                if resolved.parent == file.parent and resolved.name.startswith(file.name):
+                    return f"{name} ({file})"
+            elif resolved.is_relative_to(file.parent):
+                return f"{name} folder {file.parent}"
+        return None
 
     def resolve(self, path: Path) -> Path:
         return path if path.is_absolute() else self.root / path
@@ -98,8 +100,11 @@ class Home:
 
     @property
     def keys_dir(self) -> Path:
+        return self._keys_dir(self.config)
+
+    def _keys_dir(self, config: ApplianceConfig) -> Path:
         override = os.environ.get("MEDHELM_KEYS_DIR")
-        return Path(override) if override else self.resolve(self.config.paths.keys)
+        return Path(override) if override else self.resolve(config.paths.keys)
 
     @property
     def audit_path(self) -> Path:

@@ -79,11 +79,8 @@ def confined_child(folder: Path, name: object, option: str) -> Path:
 def refuse_appliance_files(home: Home, files: list[Path]) -> None:
     """No extract, and no file a spec names beside it, is read from the appliance's own keys, store or audit
     folders: a spec cannot put the store's data key or the signing key into a prompt."""
-    protected = {"keys": home.keys_dir, "store": home.store_path.parent, "audit trail": home.audit_path.parent}
     for file in files:
-        resolved = file.resolve()
-        for name, folder in protected.items():
-            root = folder.resolve()
-            if resolved.is_relative_to(root):
-                raise BadInputError(f"{file}: lies in the appliance's {name} folder {root}; extracts and the "
-                                    "files a spec names are never read from there")
+        place = home.appliance_place(file)
+        if place is not None:
+            raise BadInputError(f"{file}: lies in the appliance's {place}; extracts and the files a spec names are "
+                                "never read from there")
