@@ -138,6 +138,14 @@ def lone_surrogate_line(text: str) -> int | None:
     return None
 
 
+def loads_cell(text: str) -> Any:
+    """A JSON value held in one cell (a list, the options): ``json.loads``, and a ``ValueError`` for an unpaired
+    surrogate escape too (see :func:`lone_surrogate_line`), as for text that is not JSON."""
+    if lone_surrogate_line(text) is not None:
+        raise ValueError("an unpaired surrogate escape")
+    return json.loads(text)
+
+
 def parse_json(path: Path, text: str) -> Any:
     line = lone_surrogate_line(text)
     if line is not None:

@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import BadInputError, ExtractError, validation_problems
 from medhelm_local.loaders.base import canonical_label
-from medhelm_local.loaders.io import Row, Table, lone_surrogate_line
+from medhelm_local.loaders.io import Row, Table, loads_cell
 from medhelm_local.records import Instance
 
 ColumnType = Literal["text", "int", "number", "bool", "date", "number_or_date", "list"]
@@ -244,9 +244,7 @@ def _convert(value: Any, kind: ColumnType, separator: str) -> Any:
             return [as_text(v).strip() for v in value.tolist() if not is_blank(v)]
         text = str(value).strip()
         if text.startswith("["):
-            if lone_surrogate_line(text) is not None:
-                raise ValueError(kind)
-            parsed = json.loads(text)
+            parsed = loads_cell(text)
             if not isinstance(parsed, list):
                 raise TypeError(kind)
             return [as_text(v).strip() for v in parsed if not is_blank(v)]
@@ -292,9 +290,7 @@ def _raw_options(mapping: RecordMapping, row: Row) -> dict[str, str]:
         raw = _cell(row, mapping.options_column, required=True)
         if isinstance(raw, str) and raw.strip()[:1] in "[{":
             try:
-                if lone_surrogate_line(raw) is not None:
-                    raise ValueError("a lone surrogate")
-                raw = json.loads(raw)
+                raw = loads_cell(raw)
             except (ValueError, RecursionError):  # not JSON, an integer of too many digits, or nested too deeply
                 raise ExtractError(
                     row.file,
