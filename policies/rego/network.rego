@@ -177,15 +177,15 @@ broad_block(cidr) if {
 
 # The console's identity-provider rule names the identity provider, never everything: a peer with an empty (or
 # absent) namespaceSelector and podSelector, or with either present but empty, selects every namespace or every
-# pod of one; an ipBlock of /0 selects every address (broad blocks are denied above in any rule, this one
-# included). values.schema.json refuses the same peers in console.egress.
+# pod of one (an ipBlock of every address is a broad block, denied above in any rule). values.schema.json refuses
+# the same peers in console.egress.
 deny contains msg if {
 	some p in policies
 	some i, rule in object.get(p.spec, "egress", [])
 	console_idp_rule(p, rule)
 	some peer in object.get(rule, "to", [])
 	selects_everything(peer)
-	msg := sprintf("NetworkPolicy/%s: egress rule %d: an identity-provider peer selects every pod, namespace or address (an empty selector, or an ipBlock of /0)", [p.metadata.name, i])
+	msg := sprintf("NetworkPolicy/%s: egress rule %d: an identity-provider peer selects every pod or namespace (an empty selector)", [p.metadata.name, i])
 }
 
 selects_everything(peer) if {
@@ -202,12 +202,6 @@ selects_everything(peer) if {
 selects_everything(peer) if {
 	"podSelector" in object.keys(peer)
 	empty_selector(peer.podSelector)
-}
-
-selects_everything(peer) if {
-	parts := split(peer.ipBlock.cidr, "/")
-	count(parts) == 2
-	to_number(parts[1]) == 0
 }
 
 empty_selector(null)

@@ -471,7 +471,7 @@ def test_schema_and_policy_agree_on_identity_provider_peers(case, console_docs):
     in_policy = network == []
     assert (in_schema, in_policy) == ((True, True) if case in IDP_PEERS_ALLOWED else (False, False)), network
     if not in_policy:
-        assert all("an identity-provider peer selects every pod, namespace or address" in m
+        assert all("an identity-provider peer selects every pod or namespace" in m
                    or "is broader than /8 (IPv4) or /32 (IPv6)" in m for m in network), network
 
 
