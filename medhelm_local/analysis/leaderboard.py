@@ -92,6 +92,8 @@ class ModelRow(BaseModel):
     win_rule: WinRule = WinRule.PAPER
     prompt_style: str = "default"  # every cell of a leaderboard comes from runs of this one prompt style
     prompt_sha256: dict[str, str] = Field(default_factory=dict)  # benchmark -> the run's prompt-style hash
+    # benchmark -> rival -> what differs between their runs (dataset version, spec, instances): not comparable
+    not_comparable: dict[str, dict[str, list[str]]] = Field(default_factory=dict)
 
     @property
     def unscored(self) -> list[str]:

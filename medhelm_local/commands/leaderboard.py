@@ -7,6 +7,7 @@ from typing import Any
 import typer
 
 from medhelm_local.analysis.aggregate import finished_runs_by_style, latest_runs, latest_scores, latest_series
+from medhelm_local.analysis.comparability import incomparable
 from medhelm_local.analysis.cost_performance import ModelCost, model_costs, pareto_front
 from medhelm_local.analysis.leaderboard import (
     BenchmarkMDE,
@@ -58,6 +59,25 @@ def apply_costs(rows: list[ModelRow], costs: dict[str, ModelCost]) -> None:
         row.pareto = (row.model in front) if row.cost is not None and row.win_rate is not None else None
 
 
+def apply_comparability(rows: list[ModelRow], found: dict[tuple[str, str], dict[str, list[str]]]) -> None:
+    """Mark each benchmark whose run differs from a rival's in dataset version, spec or instances (``found``:
+    :func:`~medhelm_local.analysis.comparability.incomparable` over the rows' runs)."""
+    for row in rows:
+        row.not_comparable = {b: found[(row.model, b)] for b in sorted(row.benchmarks) if (row.model, b) in found}
+
+
+def not_comparable_lines(rows: list[ModelRow]) -> list[str]:
+    """One sentence per model and benchmark that is not comparable with a rival's (the table's and console's)."""
+    lines = []
+    for row in rows:
+        for benchmark, rivals in row.not_comparable.items():
+            said = "; ".join(f"{rival}: {', '.join(found)}" for rival, found in rivals.items())
+            lines.append(f"{row.model} on {benchmark} is not comparable with {said}. Its win rate and paired "
+                         "differences there compare unlike runs: run the models again on the same dataset version, "
+                         "spec and instances")
+    return lines
+
+
 def leaderboard_payload(rows: list[ModelRow], *, pairwise: list[PairwiseDifference] | None = None,
                         mdes: dict[str, BenchmarkMDE] | None = None) -> list[dict[str, Any]]:
     """One object per model: win_rate, win_sd, macro_avg, sd, categories, cost, and per benchmark score, CI, n
@@ -79,6 +99,7 @@ def leaderboard_payload(rows: list[ModelRow], *, pairwise: list[PairwiseDifferen
                 entry["judge_failure_rates"] = r.judge_failures[b]
             if b in r.prompt_sha256:
                 entry["prompt_sha256"] = r.prompt_sha256[b]
+            entry["not_comparable_with"] = r.not_comparable.get(b, {})
             if b in mdes:
                 entry["mde"] = mdes[b].mde
                 entry["mde_sd"] = mdes[b].sd
@@ -118,7 +139,8 @@ def _cell(row: ModelRow, benchmark: str) -> str:
         empty = f" [empty gold {score.n_gold_empty}; non-empty gold {nonempty}]"
     share = row.format_rates.get(benchmark, {}).get("truncated_share")
     cut = f" [prompts truncated to fit: {share:.0%}]" if share else ""
-    return f"{score.score:.3f}{ci} ({counts}){empty}{cut}"
+    unlike = " [not comparable: see below]" if benchmark in row.not_comparable else ""
+    return f"{score.score:.3f}{ci} ({counts}){empty}{cut}{unlike}"
 
 
 def print_leaderboard(rows: list[ModelRow], *, mdes: dict[str, BenchmarkMDE] | None = None,
@@ -144,6 +166,8 @@ def print_leaderboard(rows: list[ModelRow], *, mdes: dict[str, BenchmarkMDE] | N
         if r.unscored:
             info(f"{r.model}: no scored instance on {', '.join(r.unscored)} (every request or judgement failed); "
                  "its win rate, macro average and Pareto place leave them out: read them as incomplete")
+    for line in not_comparable_lines(rows):
+        info(line)
     if rows and all(r.cost is None for r in rows):
         info(COST_UNAVAILABLE)
 
@@ -175,6 +199,7 @@ def leaderboard(
                   if resolved is None or specs.category_of(key[1]) == resolved}
         costs = model_costs(store, app_ctx.home.config, behind)
         hashes = _prompt_hashes(store, chosen)
+        unlike = incomparable(store, behind)
         other_styles = {s: n for s, n in finished_runs_by_style(store).items() if s != prompt_style}
     if resolved is not None:
         series = [s for s in series if specs.category_of(s.benchmark) == resolved]
@@ -184,6 +209,7 @@ def leaderboard(
         row.prompt_style = prompt_style
         row.prompt_sha256 = {b: h for (m, b), h in hashes.items() if m == row.model and b in row.benchmarks}
     apply_costs(rows, costs)
+    apply_comparability(rows, unlike)
     pairwise = pairwise_differences(series, resamples=resamples, seed=seed)
     mdes = benchmark_mdes(series)
     audit_event(app_ctx.home, app_ctx.actor, "leaderboard.view", role="informatics", models=len(rows),

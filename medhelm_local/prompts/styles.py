@@ -158,10 +158,16 @@ def spec_changes(benchmark: str, manifest: Mapping[str, Any] | None, specs: Spec
         return []
     except ParityUnavailable:
         return ["medhelm (MedHELM parity is no longer available for it)"]
-    snapshot = upgrade_spec_data(snapshot)  # a run created before ``metrics:`` froze the older ``metric:``
-    before = {k: v for k, v in snapshot.items() if k not in NOT_DECIDING}
-    after = {k: v for k, v in current.items() if k not in NOT_DECIDING}
-    return _diff(before, after, "")
+    return snapshot_differences(snapshot, current)
+
+
+def snapshot_differences(before: Mapping[str, Any], after: Mapping[str, Any]) -> list[str]:
+    """The deciding fields (dotted paths) in which two spec snapshots differ: what a run sends or how it scores
+    (:data:`NOT_DECIDING` fields are left out)."""
+    # a run created before ``metrics:`` froze the older ``metric:``
+    old, new = upgrade_spec_data(dict(before)), upgrade_spec_data(dict(after))
+    return _diff({k: v for k, v in old.items() if k not in NOT_DECIDING},
+                 {k: v for k, v in new.items() if k not in NOT_DECIDING}, "")
 
 
 def manifest_entry(style: str, specs: Mapping[str, BenchmarkSpec]) -> dict[str, Any]:

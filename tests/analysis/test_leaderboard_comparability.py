@@ -1,0 +1,86 @@
+"""The leaderboard compares each model's latest run of a benchmark. Runs made on another version of the dataset,
+with another spec or on other instances measured something else: the leaderboard (JSON, table, console) names
+what differs instead of ranking them silently as if they were alike."""
+
+from __future__ import annotations
+
+import shutil
+from importlib import resources
+from pathlib import Path
+
+from medhelm_local.analysis.comparability import RunConditions, differences
+from medhelm_local.testing.fake_openai import FakeOpenAIServer
+from tests.conftest import Cli
+
+SAMPLES = Path(str(resources.files("medhelm_local.data") / "samples"))
+
+
+def _register(cli: Cli, folder: Path, spec: Path) -> None:
+    result = cli("datasets", "register", "followup_needed", str(folder / "followup_needed.csv"), "--spec", str(spec))
+    assert result.code == 0, result.stderr
+
+
+def _run(cli: Cli, model: str, *extra: str) -> None:
+    result = cli("run", "--model", model, "--benchmarks", "followup_needed", "--json", *extra)
+    assert result.code == 0, result.stderr
+
+
+def test_runs_on_another_dataset_version_spec_or_sample_are_named_not_compared_silently(
+        home_cli: Cli, tmp_path: Path) -> None:
+    from starlette.testclient import TestClient
+
+    from medhelm_local.home import Home
+    from medhelm_local.home.config import ConsoleRole
+    from medhelm_local.webconsole.app import create_app
+    from medhelm_local.webconsole.identity import StandaloneSessions
+
+    extract = tmp_path / "extract"
+    extract.mkdir()
+    shutil.copy(SAMPLES / "followup_needed.csv", extract)
+    spec = tmp_path / "followup_needed.yaml"
+    shutil.copy(SAMPLES / "followup_needed.yaml", spec)
+    _register(home_cli, extract, spec)
+    with FakeOpenAIServer(responder=lambda _m: "A") as server:
+        for model in ("alpha", "beta", "gamma", "delta"):
+            assert home_cli("models", "add", model, "--base-url", server.base_url).code == 0
+        _run(home_cli, "alpha")
+        _run(home_cli, "beta")  # alike: comparable with alpha
+        _run(home_cli, "gamma", "--max-instances", "3")  # a sample of the same dataset
+        lines = (extract / "followup_needed.csv").read_text().splitlines(keepends=True)
+        (extract / "followup_needed.csv").write_text("".join(lines[:-1]))  # the extract loses a row
+        _register(home_cli, extract, spec)
+        _run(home_cli, "delta")
+
+    rows = {r["model"]: r["benchmarks"]["followup_needed"]["not_comparable_with"]
+            for r in home_cli("leaderboard", "--json", "--resamples", "0").json()}
+    assert rows["alpha"] == rows["beta"] == {"delta": ["dataset version"], "gamma": ["instances (all 6 against 3 of "
+                                                                                     "6 sampled with seed 0)"]}
+    assert rows["alpha"]["gamma"] == ["instances (all 6 against 3 of 6 sampled with seed 0)"]
+    assert rows["delta"] == {"alpha": ["dataset version"], "beta": ["dataset version"],
+                             "gamma": ["dataset version"]}
+    assert set(rows["gamma"]) == {"alpha", "beta", "delta"}
+
+    table = home_cli("leaderboard", "--resamples", "0")
+    assert table.code == 0
+    said = table.stdout + table.stderr
+    assert "delta on followup_needed is not comparable with alpha: dataset version; beta: dataset version" in said
+    assert "[not comparable: see below]" in said
+
+    home = Home(home_cli.home)
+    sessions = StandaloneSessions(user="informatics-user", roles=frozenset({ConsoleRole.INFORMATICS}))
+    with TestClient(create_app(home, sessions), raise_server_exceptions=False) as client:
+        assert client.get(f"/login?token={sessions.new_login_token()}").status_code == 200
+        page = client.get("/leaderboard?resamples=0")
+    assert page.status_code == 200
+    assert "delta on followup_needed is not comparable with alpha: dataset version" in page.text
+
+
+def test_a_changed_spec_is_named_by_its_fields() -> None:
+    spec = {"id": "b", "name": "B", "max_tokens": 8, "prompt": {"template": "{q}"}}
+    own = RunConditions(dataset="v1", spec=spec, instances="all 10")
+    edited = RunConditions(dataset="v1", spec={**spec, "name": "Renamed", "max_tokens": 16,
+                                               "prompt": {"template": "Q: {q}"}}, instances="all 10")
+    assert differences(own, edited) == ["spec (max_tokens, prompt.template)"]  # the name decides nothing
+    assert differences(own, own) == []
+    before_snapshots = RunConditions(dataset="v1", spec=None, instances="all 10")
+    assert differences(own, before_snapshots) == []  # nothing to compare: not claimed to differ
