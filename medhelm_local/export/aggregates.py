@@ -40,6 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from medhelm_local import __version__
 from medhelm_local.analysis.aggregate import benchmark_score, instance_series
+from medhelm_local.analysis.comparability import incomparable
 from medhelm_local.analysis.stats import DEFAULT_RESAMPLES, bootstrap_ci
 from medhelm_local.benchmarks.registry import SpecRegistry
 from medhelm_local.errors import BadInputError, NotFoundError
@@ -168,6 +169,18 @@ def _model_costs(config: ApplianceConfig, store: Store, cells: Sequence[RawCell]
     return {model: cost.total for model, cost in model_costs(store, config, behind).items()}
 
 
+def _refuse_unlike(store: Store, cells: Sequence[RawCell]) -> None:
+    """The published win rates compare each model's latest cell of a benchmark with its rivals': refuse runs
+    that measured something else (another dataset version, spec or sample), as the leaderboard names them."""
+    found = incomparable(store, {key: cells[index].run_id for key, index in latest_cells(cells).items()})
+    if found:
+        (model, benchmark), rivals = min(found.items())
+        said = "; ".join(f"{rival}'s: {', '.join(what)}" for rival, what in rivals.items())
+        raise BadInputError(f"--runs: {model}'s run of {benchmark} is not comparable with {said}; their win rates "
+                            "would compare unlike runs: export runs made on the same dataset version, spec and "
+                            "instances (see `leaderboard`)")
+
+
 def collect(store: Store, specs: SpecRegistry, config: ApplianceConfig, run_ids: list[str]) -> RawExport:
     runs = load_runs(store, run_ids)
     styles = sorted({run_prompt_style(run.manifest) for run in runs})
@@ -203,6 +216,7 @@ def collect(store: Store, specs: SpecRegistry, config: ApplianceConfig, run_ids:
                 replicates=intervals.replicates(series),
             ))
         n_totals[run.model] = n_totals.get(run.model, 0) + n_run
+    _refuse_unlike(store, cells)
     costs = _model_costs(config, store, cells)
     usage = [RawModelUsage(model=model, cost=costs.get(model), n_total=n) for model, n in n_totals.items()]
     return RawExport(runs=raw_runs, cells=cells, usage=usage)

@@ -8,7 +8,13 @@ import shutil
 from importlib import resources
 from pathlib import Path
 
+import pytest
+
 from medhelm_local.analysis.comparability import RunConditions, differences
+from medhelm_local.benchmarks.registry import SpecRegistry
+from medhelm_local.errors import BadInputError
+from medhelm_local.export.aggregates import collect
+from medhelm_local.store import Store
 from medhelm_local.testing.fake_openai import FakeOpenAIServer
 from tests.conftest import Cli
 
@@ -73,6 +79,15 @@ def test_runs_on_another_dataset_version_spec_or_sample_are_named_not_compared_s
         page = client.get("/leaderboard?resamples=0")
     assert page.status_code == 200
     assert "delta on followup_needed is not comparable with alpha: dataset version" in page.text
+
+    # An export publishes win rates too: it refuses unlike runs, naming them, and takes alike ones.
+    runs = {r["model"]: r["run_id"] for r in home_cli("runs", "list", "--json").json()}
+    specs = SpecRegistry(home.root)
+    with Store.open(home, read_only=True) as store:
+        assert len(collect(store, specs, home.config, [runs["alpha"], runs["beta"]]).cells) == 2
+        with pytest.raises(BadInputError, match="alpha's run of followup_needed is not comparable with delta's: "
+                                                "dataset version"):
+            collect(store, specs, home.config, [runs["alpha"], runs["delta"]])
 
 
 def test_a_changed_spec_is_named_by_its_fields() -> None:
