@@ -7,6 +7,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from medhelm_local.patterns import describe
+
 if TYPE_CHECKING:
     from pydantic import ValidationError
 
@@ -41,6 +43,8 @@ def validation_problems(exc: ValidationError, names: Mapping[str, str] | None = 
     problems = []
     for error in exc.errors():
         loc, message = tuple(error["loc"]), error["msg"].removeprefix("Value error, ")
+        if error["type"] == "string_pattern_mismatch":  # words, not pydantic's regular expression
+            message = f"expected {describe(str(error.get('ctx', {}).get('pattern', '')))}"
         if not loc:
             problems.append(message)
             continue

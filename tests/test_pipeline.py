@@ -157,7 +157,8 @@ def test_endpoint_outside_allowlist_is_refused(home_cli: Cli) -> None:
 
 
 @pytest.mark.parametrize(("args", "message"), [
-    (["sp ace", "--base-url", "http://127.0.0.1:9/v1"], "models add: NAME: String should match pattern"),
+    (["sp ace", "--base-url", "http://127.0.0.1:9/v1"],
+     "models add: NAME: expected 1 to 64 letters, digits, '.', '_' or '-', starting with a letter or digit"),
     (["local", "--base-url", "127.0.0.1:8000"], "models add: --base-url: '127.0.0.1:8000' is not an http(s) URL"),
     (["served", "--kind", "vllm"], "models add: base_urls: a model of kind vllm needs at least one base URL "
                                        "(`models add --base-url URL`)"),

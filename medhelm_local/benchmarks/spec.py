@@ -9,6 +9,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from medhelm_local.patterns import FIELD_NAME, LOWER_ID
+
 
 class Access(StrEnum):
     PUBLIC = "public"
@@ -46,7 +48,7 @@ class Truncation(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    field: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    field: str = Field(pattern=FIELD_NAME)
     keep: Literal["start", "end"] = "start"
 
 
@@ -82,7 +84,7 @@ class MetricChoice(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    name: str = Field(pattern=LOWER_ID)
     main: bool = False
 
 
@@ -150,7 +152,7 @@ class MedhelmParity(BaseModel):
 class BenchmarkSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    id: str = Field(pattern=r"^[a-z][a-z0-9_]*$")
+    id: str = Field(pattern=LOWER_ID)
     name: str
     description: str
     category: str

@@ -10,6 +10,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from medhelm_local.errors import ConfigError, validation_problems
+from medhelm_local.patterns import HEADER_NAME, MODEL_NAME
 
 CONFIG_VERSION = 1
 
@@ -50,7 +51,7 @@ class ModelEndpoint(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    name: Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$")]
+    name: Annotated[str, Field(pattern=MODEL_NAME)]
     kind: BackendKind = BackendKind.OPENAI_COMPATIBLE
     base_urls: list[str] = Field(default_factory=list)
     served_model: str | None = None
@@ -156,8 +157,8 @@ class ConsoleSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     trusted_proxies: list[str] = Field(default_factory=list)  # IP addresses or CIDR networks of the proxy
-    user_header: str = Field(default="X-Forwarded-User", pattern=r"^[A-Za-z0-9-]{1,64}$")
-    groups_header: str = Field(default="X-Forwarded-Groups", pattern=r"^[A-Za-z0-9-]{1,64}$")
+    user_header: str = Field(default="X-Forwarded-User", pattern=HEADER_NAME)
+    groups_header: str = Field(default="X-Forwarded-Groups", pattern=HEADER_NAME)
     roles: dict[ConsoleRole, list[str]] = Field(default_factory=dict)  # role -> groups holding it
     raters_per_item: int = Field(default=2, ge=2, le=10)  # clinicians who rate each sampled response
     sample_per_stratum: int = Field(default=10, ge=1, le=1000)  # sampled responses per (run, benchmark)

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from medhelm_local.errors import BadInputError, ConfigError, MedhelmError
 from medhelm_local.home.config import BackendKind, ModelEndpoint
 from medhelm_local.inference.backends import server_root
+from medhelm_local.patterns import SERVED_MODEL_NAME
 
 OFFLINE_ENV = {
     "VLLM_NO_USAGE_STATS": "1",
@@ -54,7 +55,7 @@ class VllmSpec(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     weights: Path
-    served_model_name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$")
+    served_model_name: str = Field(pattern=SERVED_MODEL_NAME)
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
     tensor_parallel_size: int = Field(default=1, ge=1, le=64)

@@ -23,6 +23,7 @@ from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import BadInputError, ExtractError, validation_problems
 from medhelm_local.loaders.base import canonical_label
 from medhelm_local.loaders.io import Row, Table, loads_cell
+from medhelm_local.patterns import SUFFIX
 from medhelm_local.records import Instance
 
 ColumnType = Literal["text", "int", "number", "bool", "date", "number_or_date", "list"]
@@ -39,7 +40,7 @@ class Variant(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    suffix: str = Field(pattern=r"^[A-Za-z0-9_.-]+$")
+    suffix: str = Field(pattern=SUFFIX)
     fields: dict[str, str] = Field(default_factory=dict)
     label: str | None = None
     reference_columns: list[str] = Field(default_factory=list)
