@@ -101,6 +101,9 @@ def run_cost(store: Store, run_id: str, model: ModelEndpoint | ApplianceConfig) 
                                            completion_tokens=totals.completion_tokens, wall_s=wall_s,
                                            tokens_complete=totals.without_usage == 0)
     responses = totals.responses
+    if method == "tokens" and total is not None and responses > totals.ok:
+        # a failed request has no usage to price; a server that bills failed requests costs more than this
+        note += f"; {responses - totals.ok} failed request(s) carry no usage and are not priced"
     return CostSummary(
         run_id=run_id, model=run.model, method=method, responses=responses, ok=totals.ok,
         errors=responses - totals.ok, prompt_tokens=totals.prompt_tokens, completion_tokens=totals.completion_tokens,

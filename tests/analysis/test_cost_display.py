@@ -146,3 +146,24 @@ def test_runs_show_lists_the_sessions_and_their_endpoints(tmp_path: Path) -> Non
     assert "session test (new): 12 response(s), 0 error(s), wall 1.0s, 120 prompt + 12 completion tokens" in (
         shown.stderr)
     assert "endpoints: http://127.0.0.1:9/v1 (0.9.1)" in shown.stderr
+
+
+def test_failed_requests_are_said_to_be_unpriced_under_token_pricing(tmp_path: Path) -> None:
+    """A failed request has no usage: under token pricing it adds nothing, and the note says so rather than let
+    a run with failures read as cheaper than it may have been."""
+    from medhelm_local.analysis.cost import run_cost
+
+    home = make_home(tmp_path / "home")
+    endpoint = ModelEndpoint(name="tiny", base_urls=["http://127.0.0.1:9/v1"],
+                             pricing=Pricing(input_per_million=1.0, output_per_million=1.0))
+    data = pubmedqa(6)
+    with Store.open(home) as store:
+        fingerprint = register(store, "pubmedqa", data)
+        failing = add_run(store, "tiny", "pubmedqa", fingerprint, data, answers(data, 2, failed=2), prompt_tokens=10,
+                          completion_tokens=1)
+        clean = add_run(store, "tiny", "pubmedqa", fingerprint, data, answers(data, 2), prompt_tokens=10,
+                        completion_tokens=1)
+        with_failures, without = run_cost(store, failing, endpoint), run_cost(store, clean, endpoint)
+    assert (with_failures.errors, with_failures.total) == (2, pytest.approx(4 * 11 / 1e6))
+    assert with_failures.note.endswith("; 2 failed request(s) carry no usage and are not priced")
+    assert "failed" not in without.note
