@@ -109,7 +109,7 @@ def _time(request: Request, name: str) -> datetime | None:
 def audit_trail(request: Request) -> Response:
     console = console_of(request)
     filters = {k: request.query_params.get(k, "").strip() for k in ("actor", "action", "since", "until")}
-    records = AuditTrail(console.home.audit_path).records()
+    records = filter_records(AuditTrail(console.home.audit_path).records())  # events: checkpoints not listed
     times: dict[str, datetime | None] = {}
     errors: dict[str, str] = {}
     for name in ("since", "until"):

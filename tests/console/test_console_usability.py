@@ -83,6 +83,21 @@ def test_the_audit_filter_marks_the_field_that_is_wrong(signed_in: Client) -> No
     assert reply.status_code == 200 and "aria-invalid" not in reply.text
 
 
+def test_the_audit_page_counts_the_records_it_lists(signed_in: Client, console_home: ConsoleHome) -> None:
+    """The page lists events, not the signed checkpoints between them; its count said "31 of 62 records match"
+    with no filter at all, counting checkpoints among the records that could match."""
+    from medhelm_local.audit.trail import CHECKPOINT_ACTION, AuditTrail
+
+    client = signed_in(ConsoleRole.COMPLIANCE)
+    reply = client.get("/audit")  # the page's own view is audited: count the trail after it
+    records = AuditTrail(Home(console_home.home).audit_path).records()
+    events = sum(1 for r in records if r.get("action") != CHECKPOINT_ACTION)
+    assert events < len(records)  # the trail has checkpoints: the case that was miscounted
+    found = re.search(r"(\d+) of (\d+) records match", reply.text)
+    assert found is not None and found.group(1) == found.group(2)  # no filter: every listed record matches
+    assert events - 1 <= int(found.group(2)) <= events  # the view itself may be recorded after the count
+
+
 def test_keyboard_users_skip_the_navigation_and_the_current_page_is_named_once(
         browser: Any, proxies: dict[str, HeaderProxy]) -> None:
     """In a real browser: the first Tab reaches a "Skip to main content" link, shown when focused, that moves focus
