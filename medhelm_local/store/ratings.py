@@ -6,12 +6,15 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable
 from datetime import datetime
+from typing import Literal
 
 from pydantic import BaseModel
 
 from medhelm_local.store.store import Store, utcnow
 
 TABLE = "clinician_ratings"
+
+RatingOutcome = Literal["saved", "duplicate", "full"]
 
 
 class ClinicianRating(BaseModel):
@@ -31,18 +34,22 @@ def has_table(store: Store) -> bool:
     return bool(row and row[0])
 
 
-def record_rating(store: Store, rating: ClinicianRating) -> bool:
-    """Store one clinician's rating of one item; False (nothing written) if this clinician rated it already."""
+def record_rating(store: Store, rating: ClinicianRating, raters_per_item: int) -> RatingOutcome:
+    """Store one clinician's rating of one item, unless this clinician rated it already (``duplicate``) or
+    ``raters_per_item`` others did (``full``: two clinicians sent the last rating an item needed at once). Checked
+    and written in one transaction, so an item never gets more ratings than it asks for."""
+    key = [rating.run_id, rating.benchmark, rating.instance_id]
     with store.transaction():
-        exists = store.conn.execute(
-            f"SELECT 1 FROM {TABLE} WHERE run_id = ? AND benchmark = ? AND instance_id = ? AND rater = ?",
-            [rating.run_id, rating.benchmark, rating.instance_id, rating.rater]).fetchone()
-        if exists:
-            return False
+        raters = {r[0] for r in store.conn.execute(
+            f"SELECT rater FROM {TABLE} WHERE run_id = ? AND benchmark = ? AND instance_id = ?", key).fetchall()}
+        if rating.rater in raters:
+            return "duplicate"
+        if len(raters) >= raters_per_item:
+            return "full"
         store.conn.execute(f"INSERT INTO {TABLE} VALUES (?, ?, ?, ?, ?, ?)",
-                           [rating.run_id, rating.benchmark, rating.instance_id, rating.rater,
-                            json.dumps(rating.ratings, sort_keys=True), rating.rated_at or utcnow()])
-    return True
+                           [*key, rating.rater, json.dumps(rating.ratings, sort_keys=True),
+                            rating.rated_at or utcnow()])
+    return "saved"
 
 
 def list_ratings(store: Store, run_id: str | None = None, benchmarks: Iterable[str] | None = None

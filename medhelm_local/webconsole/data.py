@@ -48,7 +48,7 @@ from medhelm_local.store import console as console_db
 from medhelm_local.store import runs as runs_db
 from medhelm_local.store.connection import StoreError
 from medhelm_local.store.judgments import get_judgments
-from medhelm_local.store.ratings import ClinicianRating, list_ratings, record_rating
+from medhelm_local.store.ratings import ClinicianRating, RatingOutcome, list_ratings, record_rating
 from medhelm_local.store.store import DatasetInfo, RunInfo, Store
 
 
@@ -395,9 +395,9 @@ def item_text(home: Home, run_id: str, benchmark: str, instance_id: str) -> Item
     return ItemText(question=judge_question(spec, instance), response=output)
 
 
-def save_rating(home: Home, rating: ClinicianRating) -> bool:
+def save_rating(home: Home, rating: ClinicianRating, raters_per_item: int) -> RatingOutcome:
     with writing(home) as store:
-        return record_rating(store, rating)
+        return record_rating(store, rating, raters_per_item)
 
 
 # -- IT --------------------------------------------------------------------------------------------------------

@@ -63,6 +63,7 @@ async def submit(request: Request) -> Response:
                                           "rated already). Your rating was not saved; open the next item.",
                                   back=("/rate", "Open the next response to rate"))
         item = found[0]
+        settings = console.home.config.console
         spec = console.specs.get(item.benchmark)
         criteria = [c.name for c in spec.judge.criteria] if spec.judge else []
         values: dict[str, int] = {}
@@ -73,11 +74,16 @@ async def submit(request: Request) -> Response:
                                       message=f"Rate every criterion from 1 to 5 (missing: {name}). Nothing was saved.",
                                       back=("/rate", "Back to rating"))
             values[name] = int(raw)
-        saved = data.save_rating(console.home, ClinicianRating(
+        outcome = data.save_rating(console.home, ClinicianRating(
             run_id=item.run_id, benchmark=item.benchmark, instance_id=item.instance_id, rater=identity.user,
-            ratings=values, rated_at=utcnow()))
-        console.audit(identity, "console.rating.submit", outcome="success" if saved else "duplicate",
+            ratings=values, rated_at=utcnow()), settings.raters_per_item)
+        console.audit(identity, "console.rating.submit", outcome="success" if outcome == "saved" else outcome,
                       role="clinician", run_id=item.run_id, benchmark=item.benchmark, position=item.position)
+        if outcome == "full":
+            return console.render(request, "error.html", status_code=409, title="Item already rated",
+                                  message=f"{settings.raters_per_item} other clinicians rated this response while you "
+                                          "were reading it, as many as it needs. Your rating was not saved; open "
+                                          "the next item.", back=("/rate", "Open the next response to rate"))
         return RedirectResponse("/rate?saved=1", status_code=303)
 
     return await run_in_threadpool(save)

@@ -172,6 +172,44 @@ def test_a_refused_rating_leads_back_to_the_rating_page(signed_in: Client, ratin
     assert client.get("/rate").status_code == 200  # and the same response is still offered
 
 
+def test_the_rating_that_would_pass_the_raters_limit_is_refused(signed_in: Client, rating_home: Path,
+                                                                 tmp_path: Path) -> None:
+    """Clinicians reading the last open slot of an item at once all saved their rating: the item got more ratings
+    than ``raters_per_item``. The count is now checked in the transaction that saves, and a clinician too late is
+    told their rating was not saved."""
+    from medhelm_local.store.ratings import ClinicianRating
+    from medhelm_local.store.store import utcnow
+    from medhelm_local.webconsole import data, rating
+
+    home = tmp_path / "home"
+    shutil.copytree(rating_home, home, symlinks=True)
+    limit = Home(home).config.console.raters_per_item
+    client = signed_in(ConsoleRole.CLINICIAN, home)
+    page = client.get("/rate").text
+    csrf = re.search(r'name="csrf" value="([0-9a-f]+)"', page)
+    token = re.search(r'name="item" value="([^"]+)"', page)
+    assert csrf is not None and token is not None
+    criteria = set(re.findall(r'name="(c_[a-z_]+)"', page))
+    assert criteria
+
+    # While "clinician-user" reads the item, others rate it: as many ratings as it needs.
+    sample = rating.stratified_sample(data.ratable_responses(Home(home)), 1000)
+    shown = rating.queue(sample, data.clinician_ratings(Home(home)), "clinician-user", limit)[0]
+    key = (shown.run_id, shown.benchmark, shown.instance_id)
+    before = [r.rater for r in data.clinician_ratings(Home(home)) if (r.run_id, r.benchmark, r.instance_id) == key]
+    others = [ClinicianRating(run_id=shown.run_id, benchmark=shown.benchmark, instance_id=shown.instance_id,
+                              rater=f"other-{n}", ratings={c.removeprefix("c_"): 4 for c in criteria},
+                              rated_at=utcnow()) for n in range(limit - len(before))]
+    assert [data.save_rating(Home(home), r, limit) for r in others] == ["saved"] * len(others)
+
+    reply = client.post("/rate", data={"csrf": csrf.group(1), "item": token.group(1), **dict.fromkeys(criteria, "3")},
+                        follow_redirects=False)
+    assert reply.status_code == 409 and "Item already rated" in reply.text and "was not saved" in reply.text
+    after = [r.rater for r in data.clinician_ratings(Home(home)) if (r.run_id, r.benchmark, r.instance_id) == key]
+    assert len(after) == limit and "clinician-user" not in after
+    assert data.save_rating(Home(home), others[0], limit) == "duplicate"
+
+
 @pytest.mark.parametrize("page", ["/runs", "/runs/{run}"])
 def test_a_page_that_reloads_itself_says_so_and_can_be_stopped(
         page: str, signed_in: Client, console_home: ConsoleHome, monkeypatch: pytest.MonkeyPatch) -> None:
