@@ -249,6 +249,8 @@ def load_custom_spec(path: Path, *, check_clash: bool = True, check_fields: bool
         raise BadInputError(f"{path}: {exc}") from None
     templates = [("prompt.template", spec.prompt.template), ("prompt.system", spec.prompt.system or ""),
                  ("judge_question", spec.judge_question or ""), ("judge_gold", spec.judge_gold or "")]
+    if spec.judge is not None:
+        templates.append(("judge.template", spec.judge.template))
     if spec.medhelm is not None:
         templates += [(f"medhelm.{key}", getattr(spec.medhelm, key) or "")
                       for key in ("template", "judge_question", "judge_gold", "judge_template")]
@@ -268,14 +270,20 @@ def _quote_hint(exc: ValidationError) -> str:
 
 def _check_template(path: Path, name: str, template: str) -> None:
     try:
-        fields = [f for _, f, _, _ in string.Formatter().parse(template) if f is not None]
+        parsed = [(f, spec) for _, f, spec, _ in string.Formatter().parse(template) if f is not None]
     except ValueError:
         raise BadInputError(
             f"{path}: field {name} is not a valid template (use {{field}}, and {{{{ }}}} for literal braces)"
         ) from None
-    for field in fields:
+    for field, format_spec in parsed:
         if not field.isidentifier():
             raise BadInputError(f"{path}: field {name} uses {{{field}}}; template fields must be plain names")
+        # A field inside a format spec ({question:{context}}) is filled too, but unseen by template_fields: every
+        # check of the fields a template names would miss it, and the filled value becomes the format spec, which
+        # Python's error then quotes (an extract's text).
+        if format_spec and "{" in format_spec:
+            raise BadInputError(f"{path}: field {name} uses {{{field}:{format_spec}}}; a field may not sit inside "
+                                "another's format spec")
 
 
 def register_custom_spec(path: Path, home: Path) -> BenchmarkSpec:

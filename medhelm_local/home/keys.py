@@ -18,6 +18,9 @@ from medhelm_local.errors import MedhelmError
 SIGNING_KEY_FILE = "signing-ed25519.pem"
 PUBLIC_KEY_FILE = "signing-ed25519.pub.pem"
 DATA_KEY_FILE = "store-data.key"
+NEW_DATA_KEY_FILE = DATA_KEY_FILE + ".new"  # written by a key rotation before the swap
+# The names of the private key files, wherever they lie (Home.appliance_place: never read as data).
+SECRET_KEY_FILES = frozenset({SIGNING_KEY_FILE, DATA_KEY_FILE, NEW_DATA_KEY_FILE})
 
 
 class KeyError_(MedhelmError):

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from medhelm_local.errors import BadInputError, ConfigError, MedhelmError
 from medhelm_local.home.config import ApplianceConfig, default_config, dump_config, load_config
-from medhelm_local.home.keys import ensure_keys
+from medhelm_local.home.keys import SECRET_KEY_FILES, ensure_keys
 
 CONFIG_FILE = "appliance.yaml"
 
@@ -75,13 +75,17 @@ class Home:
         """Which of the appliance's own places ``path`` lies in, symlinks followed (a relative path is read from
         the working directory): its keys folder, the store's or the audit trail's folder, named with the folder;
         None: none of them. Where the store or the trail lies at the top of the home (or above it), its folder is
-        the home: only the file and its companions (``medhelm.duckdb.wal``, ``audit.jsonl.state``) are its."""
+        the home: only the file and its companions (``medhelm.duckdb.wal``, ``audit.jsonl.state``) are its. A private
+        key file (:data:`SECRET_KEY_FILES`) is one wherever it lies: whoever edits appliance.yaml can point
+        ``paths.keys`` at a new folder, and the keys folder it named before is then none of these places."""
         config = config or self.config
         resolved = path.resolve()
         home = self.root.resolve()
         keys = self._keys_dir(config).resolve()
         if resolved.is_relative_to(keys):
             return f"keys folder {keys}"
+        if resolved.name in SECRET_KEY_FILES:
+            return f"key file {resolved}"
         for name, where in (("store", config.paths.store), ("audit trail", config.paths.audit)):
             file = self.resolve(where).resolve()
             if home.is_relative_to(file.parent):

@@ -135,9 +135,11 @@ class EncryptedDatabase:
             return
         limit = lock_timeout_s(self.settings) if wait_s is None else wait_s
         deadline = time.monotonic() + limit
-        options = "ENCRYPTION_KEY $key" + (", READ_ONLY" if self.read_only else "")
-        statement = (f"ATTACH $path AS {STORE_ALIAS} ({options})".replace("$path", sql_literal(str(self.path)))
-                     .replace("$key", sql_literal(self._key)))
+        # Both values quoted in one step: a path (chosen in appliance.yaml) spelling a placeholder must never put
+        # the key into the statement's path, where DuckDB's parser error would quote it back.
+        read_only = ", READ_ONLY" if self.read_only else ""
+        statement = (f"ATTACH {sql_literal(str(self.path))} AS {STORE_ALIAS} "
+                     f"(ENCRYPTION_KEY {sql_literal(self._key)}{read_only})")
         while True:
             try:
                 self.conn.execute(statement)

@@ -29,7 +29,7 @@ from typing import Any
 import duckdb
 from pydantic import BaseModel
 
-from medhelm_local.home.keys import DATA_KEY_FILE, load_data_key
+from medhelm_local.home.keys import DATA_KEY_FILE, NEW_DATA_KEY_FILE, load_data_key
 from medhelm_local.sinks import AuditSink
 from medhelm_local.store.connection import StoreError, connect_engine, sql_literal
 
@@ -56,7 +56,7 @@ def _paths(store: Path, keys_dir: Path) -> dict[str, Path]:
         "journal": store.with_name(store.name + ".rekey.json"),
         "lock": store.with_name(store.name + ".rekey.lock"),
         "key": keys_dir / DATA_KEY_FILE,
-        "new_key": keys_dir / (DATA_KEY_FILE + ".new"),
+        "new_key": keys_dir / NEW_DATA_KEY_FILE,
     }
 
 
