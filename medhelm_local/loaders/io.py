@@ -222,6 +222,7 @@ def _csv_rows(path: Path, text: str, delimiter: str) -> tuple[list[str], list[di
     header = [h.strip() for h in records[0]]
     if not any(header):
         raise ExtractError(path, "a header row naming the columns")
+    check_separator(path, header, delimiter)
     check_unique_header(path, header)
     rows: list[dict[str, Any]] = []
     for position, record in enumerate(records[1:]):
@@ -229,6 +230,28 @@ def _csv_rows(path: Path, text: str, delimiter: str) -> tuple[list[str], list[di
             raise ExtractError(path, f"at most {len(header)} fields, as in the header", row=position)
         rows.append({h: (record[i] if i < len(record) else "") for i, h in enumerate(header) if h})
     return [h for h in header if h], rows
+
+
+# Separators a "CSV" may use instead of the one its format reads, and what to do about each.
+_OTHER_SEPARATORS = {
+    ";": ("semicolon", "save it again as \"CSV UTF-8 (comma delimited)\" (Excel writes ';' where the decimal mark is a "
+                       "comma), or as .xlsx"),
+    "\t": ("tab", "name it .tsv, or set the loader option format: tsv"),
+    ",": ("comma", "name it .csv, or set the loader option format: csv"),
+    "|": ("pipe", "save it again with commas (CSV) or tabs (.tsv)"),
+}
+
+
+def check_separator(path: Path, header: list[str], delimiter: str) -> None:
+    """A header read as one column that holds another separator: the file is separated by that one, and each row
+    would be read as a single column; say so, naming the separator only (the header may be a data row)."""
+    if len(header) != 1:
+        return
+    for separator, (name, fix) in _OTHER_SEPARATORS.items():
+        if separator != delimiter and separator in header[0]:
+            kind = "CSV" if delimiter == "," else "TSV"
+            raise ExtractError(path, f"{kind} columns separated by {'commas' if delimiter == ',' else 'tabs'} (the "
+                                     f"header row is one column holding {name}s: the file is {name}-separated; {fix})")
 
 
 def check_unique_header(path: Path, header: list[str]) -> None:

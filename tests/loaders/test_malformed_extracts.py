@@ -111,6 +111,28 @@ def test_header_only_file_holds_no_instance(tmp_path: Path) -> None:
     assert "at least one instance" in _fail(_hospice(), path).expected
 
 
+def test_semicolon_separated_csv_is_named_as_such(tmp_path: Path) -> None:
+    # Excel in a locale whose decimal mark is a comma saves "CSV" with ';', a BOM and CRLF line ends
+    path = tmp_path / "hospice.csv"
+    path.write_bytes(f"prompt;context;label\r\nRefer?;\"{SECRET}, stable\";A\r\n".encode("utf-8-sig"))
+    error = _fail(_hospice(), path)
+    assert (error.row, error.column) == (None, None)
+    assert "semicolon-separated" in error.expected and "CSV UTF-8 (comma delimited)" in error.expected
+
+
+def test_tab_separated_file_named_csv_is_named_as_such(tmp_path: Path) -> None:
+    path = tmp_path / "hospice.csv"
+    path.write_text(f"prompt\tcontext\tlabel\nRefer?\t{SECRET}\tA\n", encoding="utf-8")
+    error = _fail(_hospice(), path)
+    assert "tab-separated" in error.expected and "format: tsv" in error.expected
+
+
+def test_one_column_csv_is_not_taken_for_another_separator(tmp_path: Path) -> None:
+    path = tmp_path / "hospice.csv"
+    path.write_text("prompt\nRefer?\n", encoding="utf-8")
+    assert "a column named 'context'" in _fail(_hospice(), path).expected
+
+
 def test_non_utf8(tmp_path: Path) -> None:
     path = tmp_path / "hospice.csv"
     path.write_bytes("prompt,context,label\nRefer?,caf\u00e9 note,A\n".encode("latin-1"))
