@@ -98,13 +98,14 @@ def _match(path: Path, benchmark: str, predictions: list[tuple[int, str, str | N
     return [(instances[iid], output, None if output is not None else "no_output") for _, iid, output in predictions]
 
 
-def score_payload(breakdown: Breakdown, *, fingerprint: str, dataset_size: int, file_sha256: str,
+def score_payload(breakdown: Breakdown, *, fingerprint: str, dataset_size: int, predicted: int, file_sha256: str,
                   judges: list[dict[str, Any]] | None = None, source_format: str = "jsonl",
                   prompt_style: str = DEFAULT_STYLE) -> dict[str, Any]:
     payload: dict[str, Any] = {
         "benchmark": breakdown.benchmark, "metric": breakdown.metric, "prompt_style": prompt_style,
         "score": breakdown.score, "n": breakdown.n,
-        "n_failed": breakdown.n_failed, "dataset_fingerprint": fingerprint, "dataset_instances": dataset_size,
+        "n_failed": breakdown.n_failed, "n_predictions": predicted,
+        "dataset_fingerprint": fingerprint, "dataset_instances": dataset_size,
         "predictions_sha256": file_sha256, "predictions_format": source_format,
         "n_gold_empty": breakdown.n_gold_empty, "score_nonempty_gold": breakdown.score_nonempty_gold,
         "breakdown": {
@@ -183,6 +184,7 @@ def score(
                 dataset=dataset.fingerprint,
                 scored=breakdown.n, failed=breakdown.n_failed)
     payload = score_payload(breakdown, fingerprint=dataset.fingerprint, dataset_size=dataset.n_instances,
+                            predicted=len(items),
                             file_sha256=file_sha256, judges=judges, source_format=source_format,
                             prompt_style=prompt_style)
     if as_json:
@@ -207,3 +209,6 @@ def score(
                     for j in judges])
     if breakdown.n_failed:
         info(f"{breakdown.n_failed} instance(s) could not be scored and are excluded: {breakdown.failures}")
+    if len(items) < dataset.n_instances:
+        info(f"{len(items)} of the dataset's {dataset.n_instances} instances have a prediction in {source.name}; the "
+             f"other {dataset.n_instances - len(items)} are not scored, so this is a score on part of {benchmark}")

@@ -54,7 +54,7 @@ def test_score_predictions_json(pubmedqa_cli: Cli, public_data: Path, tmp_path: 
     assert payload["benchmark"] == "pubmedqa" and payload["metric"] == "exact_match"
     assert payload["score"] == pytest.approx(30 / 35)
     assert payload["n"] == 35 and payload["n_failed"] == 5
-    assert payload["dataset_instances"] == 1000
+    assert payload["dataset_instances"] == 1000 and payload["n_predictions"] == 40
     breakdown = payload["breakdown"]
     assert breakdown["strict_format_rate"] == pytest.approx(25 / 35)
     assert breakdown["parse_rate"] == 1.0
@@ -63,6 +63,9 @@ def test_score_predictions_json(pubmedqa_cli: Cli, public_data: Path, tmp_path: 
 
     plain = pubmedqa_cli("score", "pubmedqa", "--predictions", str(tmp_path / "p.jsonl"))
     assert plain.code == 0 and "exact_match" in plain.stdout
+    # the table's n (35 scored, 5 failed) never said that 960 of the dataset's instances had no prediction at all
+    assert ("40 of the dataset's 1000 instances have a prediction in p.jsonl; the other 960 are not scored, so this "
+            "is a score on part of pubmedqa") in plain.stderr
 
 
 @pytest.mark.parametrize(("lines", "message"), [
