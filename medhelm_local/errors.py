@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import difflib
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -54,6 +55,22 @@ def validation_problems(exc: ValidationError, names: Mapping[str, str] | None = 
         given = names.get(str(loc[0])) if names and len(loc) == 1 else None
         problems.append(f"{given or f'field {field_path(loc)}'}: {message}")
     return "; ".join(problems)
+
+
+def unknown_field_hint(exc: ValidationError, known: Collection[str], elsewhere: Collection[str], belongs: str) -> str:
+    """What to do with each field pydantic refused as unknown at the top of the model ("Extra inputs are not
+    permitted"): a field of ``elsewhere`` ``belongs`` there (a loader option written at the spec's top level), else
+    the ``known`` field it most resembles is named (a typo); "" when there is no such field."""
+    hints = []
+    for error in exc.errors():
+        if error["type"] != "extra_forbidden" or len(error["loc"]) != 1:
+            continue
+        name = str(error["loc"][0])
+        if name in elsewhere:
+            hints.append(f"{name} belongs {belongs}")
+        elif close := difflib.get_close_matches(name, known, n=1):
+            hints.append(f"{name}: did you mean {close[0]}?")
+    return "".join(f"; {hint}" for hint in hints)
 
 
 class ConfigError(BadInputError):

@@ -132,3 +132,28 @@ def test_a_template_naming_a_field_the_loader_does_not_give_is_refused_at_regist
     assert run.code == 2, run.stderr
     assert "internal error" not in run.stderr and "note" in run.stderr
     assert always_a.completions_sent == 0
+
+
+@pytest.mark.parametrize(("change", "hint"), [
+    # a loader option written at the spec's top level
+    (lambda text: text.replace("  label_column: followup\n", "").replace("output_type:", "label_column: followup\n"
+                                                                         "output_type:"),
+     "label_column belongs under loader_options"),
+    # a spec field written under loader_options
+    (lambda text: text.replace('labels: ["A", "B"]\n', "").replace("  label_column: followup\n",
+                                                                   '  label_column: followup\n  labels: ["A", "B"]\n'),
+     "labels belongs at the spec's top level, not under loader_options"),
+    # typos, in the loader options and in the spec
+    (lambda text: text.replace("  label_column:", "  label_colum:"), "label_colum: did you mean label_column?"),
+    (lambda text: text.replace("max_tokens:", "max_token:"), "max_token: did you mean max_tokens?"),
+])
+def test_an_unknown_spec_field_says_where_it_belongs_or_what_it_resembles(
+        home_cli: Cli, tmp_path: Path, change: Any, hint: str) -> None:
+    """pydantic's "Extra inputs are not permitted" alone left an analyst to guess that the field was in the wrong
+    place, or misspelt; the message now says which."""
+    spec = tmp_path / "followup_needed.yaml"
+    spec.write_text(change((SAMPLES / "followup_needed.yaml").read_text()))
+    refused = home_cli("benchmarks", "add", str(spec))
+    assert refused.code == 2, refused.stderr
+    assert hint in refused.stderr
+    assert not (home_cli.home / "benchmarks" / "followup_needed.yaml").exists()

@@ -21,7 +21,7 @@ import yaml
 from pydantic import ValidationError
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec
-from medhelm_local.errors import BadInputError, MedhelmError, NotFoundError, validation_problems
+from medhelm_local.errors import BadInputError, MedhelmError, NotFoundError, unknown_field_hint, validation_problems
 from medhelm_local.home.layout import atomic_write
 
 CUSTOM_DIR = "benchmarks"
@@ -234,7 +234,8 @@ def load_custom_spec(path: Path, *, check_clash: bool = True, check_fields: bool
     try:
         spec = BenchmarkSpec.model_validate(data)
     except ValidationError as exc:
-        raise BadInputError(f"{path}: invalid benchmark spec ({validation_problems(exc)}){_quote_hint(exc)}") from None
+        raise BadInputError(f"{path}: invalid benchmark spec ({validation_problems(exc)}){_quote_hint(exc)}"
+                            f"{_loader_option_hint(exc)}") from None
     if check_clash and spec.id in _builtin_specs():
         raise BadInputError(f"{path}: field id {spec.id!r} is a built-in MedHELM benchmark; choose another id")
     if spec.input_format not in available_loaders():
@@ -266,6 +267,16 @@ def _quote_hint(exc: ValidationError) -> str:
         return ("; YAML reads an unquoted yes/no, Yes/No, on/off or true/false as a boolean and an unquoted number "
                 'as a number: quote labels and label_map keys and values, e.g. label_map: {"Yes": "yes", "1": "A"}')
     return ""
+
+
+def _loader_option_hint(exc: ValidationError) -> str:
+    """A loader option (``label_column``, ``fields``, ``format``...) written at the spec's top level: where it goes;
+    another unknown field: the spec field it most resembles."""
+    from medhelm_local.loaders.records import RecordMapping
+    from medhelm_local.loaders.tabular import READER_KEYS
+
+    return unknown_field_hint(exc, BenchmarkSpec.model_fields, [*RecordMapping.model_fields, *READER_KEYS],
+                              "under loader_options")
 
 
 def _check_template(path: Path, name: str, template: str) -> None:

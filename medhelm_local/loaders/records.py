@@ -20,7 +20,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec
-from medhelm_local.errors import BadInputError, ExtractError, validation_problems
+from medhelm_local.errors import BadInputError, ExtractError, unknown_field_hint, validation_problems
 from medhelm_local.loaders.base import canonical_label
 from medhelm_local.loaders.io import Row, Table, loads_cell
 from medhelm_local.patterns import SUFFIX
@@ -131,7 +131,9 @@ def parse_mapping(spec: BenchmarkSpec, options: dict[str, Any]) -> RecordMapping
     try:
         return RecordMapping.model_validate(options)
     except ValidationError as exc:
-        raise BadInputError(f"benchmark {spec.id}: invalid loader_options ({validation_problems(exc)})") from None
+        hint = unknown_field_hint(exc, RecordMapping.model_fields, BenchmarkSpec.model_fields,
+                                  "at the spec's top level, not under loader_options")
+        raise BadInputError(f"benchmark {spec.id}: invalid loader_options ({validation_problems(exc)}){hint}") from None
 
 
 def check_option_keys(spec: BenchmarkSpec, allowed: set[str]) -> None:
