@@ -33,6 +33,9 @@ class InstanceSeries:
     n_failed: int = 0
     extra: dict[str, float] = field(default_factory=dict)  # parse_rate, strict_format_rate
     judge_failure_rates: dict[str, float] = field(default_factory=dict)  # jury benchmarks: judge -> rate
+    # the dataset versions its run planned from: an instance id of another version may be another item, or have
+    # another label (the extract was corrected and registered again)
+    datasets: frozenset[str] = frozenset()
 
     @property
     def score(self) -> float | None:
@@ -95,6 +98,7 @@ def instance_series(store: Store, specs: SpecRegistry, run_id: str, model: str, 
         model=model, benchmark=benchmark, metric=metric, run_id=run_id, aggregation=aggregation,
         ids=[iid for iid, _, _ in scored], values=np.array([v for _, v, _ in scored], dtype=float),
         counts=counts, n_failed=len(rows) - len(scored), extra=extra, judge_failure_rates=judges,
+        datasets=store.run_dataset_versions(run_id, benchmark),
     )
 
 

@@ -3,8 +3,10 @@
 The leaderboard takes each model's latest finished run of a benchmark. Runs of different models may have been
 made on different versions of the dataset (registered again after the extract changed), with different specs (a
 custom spec edited between the runs, an upgrade that changed a prompt or ``max_tokens``) or on different
-instances (``--max-instances`` or ``--seed``). Their scores are then not comparable, yet a win rate or a paired
-difference would compare them: the leaderboard names what differs, so nobody reads such a comparison as a result.
+instances (``--max-instances`` or ``--seed``). Their scores are then not comparable, yet a win rate would compare
+them: the leaderboard names what differs, so nobody reads such a comparison as a result (paired differences and
+MDEs never pair two dataset versions: ``analysis.leaderboard``). A run of a version other than the one registered
+last is named too, with no rival: it is not a score on the benchmark as the appliance now holds it.
 """
 
 from __future__ import annotations
@@ -27,16 +29,16 @@ class RunConditions:
     instances: str  # "all 1000", or "50 sampled with seed 0"
 
     @classmethod
-    def of(cls, manifest: Mapping[str, Any], benchmark: str) -> RunConditions:
+    def of(cls, store: Store, run_id: str, manifest: Mapping[str, Any], benchmark: str) -> RunConditions:
         entry = (manifest.get("datasets") or {}).get(benchmark) or {}
         eligible = entry.get("style_instances", entry.get("instances"))
         planned = entry.get("planned", eligible)
         seed = (manifest.get("seeds") or {}).get("sampling")
         instances = (f"all {eligible}" if planned == eligible
                      else f"{planned} of {eligible} sampled with seed {seed}")
-        fingerprint = entry.get("fingerprint")
-        return cls(dataset=None if fingerprint is None else str(fingerprint), spec=run_snapshot(benchmark, manifest),
-                   instances=instances)
+        # the versions its items were planned from (one; the store, not the manifest, is what the run scored)
+        versions = sorted(store.run_dataset_versions(run_id, benchmark))
+        return cls(dataset=",".join(versions) or None, spec=run_snapshot(benchmark, manifest), instances=instances)
 
 
 def differences(own: RunConditions, rival: RunConditions) -> list[str]:
@@ -53,18 +55,29 @@ def differences(own: RunConditions, rival: RunConditions) -> list[str]:
     return found
 
 
-def incomparable(store: Store, chosen: Mapping[tuple[str, str], str]) -> dict[tuple[str, str], dict[str, list[str]]]:
-    """``(model, benchmark) -> {rival: what differs}`` for each model whose run of a benchmark differs from a
-    rival's (``chosen``: the leaderboard's runs, ``(model, benchmark) -> run_id``); comparable pairs are absent."""
+@dataclass
+class Comparability:
+    # (model, benchmark) -> rival -> what differs between their runs; comparable pairs are absent
+    unlike: dict[tuple[str, str], dict[str, list[str]]]
+    # (model, benchmark) whose run scored a dataset version other than the one registered last
+    outdated: set[tuple[str, str]]
+
+
+def compare_runs(store: Store, chosen: Mapping[tuple[str, str], str]) -> Comparability:
+    """The comparability of the leaderboard's runs (``chosen``: ``(model, benchmark) -> run_id``)."""
     manifests = {run_id: (run.manifest if (run := store.get_run(run_id)) else {}) for run_id in set(chosen.values())}
     by_benchmark: dict[str, dict[str, RunConditions]] = defaultdict(dict)
     for (model, benchmark), run_id in chosen.items():
-        by_benchmark[benchmark][model] = RunConditions.of(manifests[run_id], benchmark)
-    out: dict[tuple[str, str], dict[str, list[str]]] = {}
+        by_benchmark[benchmark][model] = RunConditions.of(store, run_id, manifests[run_id], benchmark)
+    unlike: dict[tuple[str, str], dict[str, list[str]]] = {}
+    outdated: set[tuple[str, str]] = set()
     for benchmark, models in by_benchmark.items():
+        registered = store.current_dataset(benchmark)
         for model, own in models.items():
+            if registered is not None and own.dataset is not None and own.dataset != registered.fingerprint:
+                outdated.add((model, benchmark))
             rivals = {rival: found for rival, theirs in models.items()
                       if rival != model and (found := differences(own, theirs))}
             if rivals:
-                out[(model, benchmark)] = dict(sorted(rivals.items()))
-    return out
+                unlike[(model, benchmark)] = dict(sorted(rivals.items()))
+    return Comparability(unlike=unlike, outdated=outdated)

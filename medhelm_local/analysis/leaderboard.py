@@ -94,6 +94,8 @@ class ModelRow(BaseModel):
     prompt_sha256: dict[str, str] = Field(default_factory=dict)  # benchmark -> the run's prompt-style hash
     # benchmark -> rival -> what differs between their runs (dataset version, spec, instances): not comparable
     not_comparable: dict[str, dict[str, list[str]]] = Field(default_factory=dict)
+    # benchmark -> whether its run scored the dataset version registered last (the one new runs use)
+    dataset_current: dict[str, bool] = Field(default_factory=dict)
 
     @property
     def unscored(self) -> list[str]:
@@ -235,7 +237,9 @@ def _by_benchmark(series: list[InstanceSeries]) -> dict[str, list[InstanceSeries
 
 
 def _common(a: InstanceSeries, b: InstanceSeries) -> tuple[np.ndarray, np.ndarray]:
-    index_b = {iid: i for i, iid in enumerate(b.ids)}
+    """The positions of the instances both scored; none when they scored different versions of the dataset (the
+    same id may be another item there, or carry another label), so no paired statistic pairs them."""
+    index_b = {iid: i for i, iid in enumerate(b.ids)} if a.datasets == b.datasets else {}
     pairs = [(i, index_b[iid]) for i, iid in enumerate(a.ids) if iid in index_b]
     ia = np.array([p[0] for p in pairs], dtype=int)
     ib = np.array([p[1] for p in pairs], dtype=int)

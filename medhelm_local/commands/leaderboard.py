@@ -7,7 +7,7 @@ from typing import Any
 import typer
 
 from medhelm_local.analysis.aggregate import finished_runs_by_style, latest_runs, latest_scores, latest_series
-from medhelm_local.analysis.comparability import incomparable
+from medhelm_local.analysis.comparability import Comparability, compare_runs
 from medhelm_local.analysis.cost_performance import ModelCost, model_costs, pareto_front
 from medhelm_local.analysis.leaderboard import (
     BenchmarkMDE,
@@ -59,22 +59,27 @@ def apply_costs(rows: list[ModelRow], costs: dict[str, ModelCost]) -> None:
         row.pareto = (row.model in front) if row.cost is not None and row.win_rate is not None else None
 
 
-def apply_comparability(rows: list[ModelRow], found: dict[tuple[str, str], dict[str, list[str]]]) -> None:
-    """Mark each benchmark whose run differs from a rival's in dataset version, spec or instances (``found``:
-    :func:`~medhelm_local.analysis.comparability.incomparable` over the rows' runs)."""
+def apply_comparability(rows: list[ModelRow], found: Comparability) -> None:
+    """Mark each benchmark whose run differs from a rival's in dataset version, spec or instances, and whether it
+    scored the dataset version registered last (``found``: :func:`compare_runs` over the rows' runs)."""
     for row in rows:
-        row.not_comparable = {b: found[(row.model, b)] for b in sorted(row.benchmarks) if (row.model, b) in found}
+        row.not_comparable = {b: found.unlike[(row.model, b)] for b in sorted(row.benchmarks)
+                              if (row.model, b) in found.unlike}
+        row.dataset_current = {b: (row.model, b) not in found.outdated for b in sorted(row.benchmarks)}
 
 
-def not_comparable_lines(rows: list[ModelRow]) -> list[str]:
-    """One sentence per model and benchmark that is not comparable with a rival's (the table's and console's)."""
+def comparability_lines(rows: list[ModelRow]) -> list[str]:
+    """One sentence per model and benchmark whose run scored another dataset version than the one registered last,
+    or is not comparable with a rival's (the table's and the console's)."""
     lines = []
     for row in rows:
+        for benchmark in sorted(b for b, current in row.dataset_current.items() if not current):
+            lines.append(f"{row.model} on {benchmark} scored another version of its dataset than the one registered "
+                         f"last: run it again (`medhelm-local run --model {row.model} --benchmarks {benchmark}`)")
         for benchmark, rivals in row.not_comparable.items():
             said = "; ".join(f"{rival}: {', '.join(found)}" for rival, found in rivals.items())
-            lines.append(f"{row.model} on {benchmark} is not comparable with {said}. Its win rate and paired "
-                         "differences there compare unlike runs: run the models again on the same dataset version, "
-                         "spec and instances")
+            lines.append(f"{row.model} on {benchmark} is not comparable with {said}. Its win rate there compares "
+                         "unlike runs: run the models again on the same dataset version, spec and instances")
     return lines
 
 
@@ -100,6 +105,7 @@ def leaderboard_payload(rows: list[ModelRow], *, pairwise: list[PairwiseDifferen
             if b in r.prompt_sha256:
                 entry["prompt_sha256"] = r.prompt_sha256[b]
             entry["not_comparable_with"] = r.not_comparable.get(b, {})
+            entry["dataset_current"] = r.dataset_current.get(b, True)
             if b in mdes:
                 entry["mde"] = mdes[b].mde
                 entry["mde_sd"] = mdes[b].sd
@@ -139,7 +145,9 @@ def _cell(row: ModelRow, benchmark: str) -> str:
         empty = f" [empty gold {score.n_gold_empty}; non-empty gold {nonempty}]"
     share = row.format_rates.get(benchmark, {}).get("truncated_share")
     cut = f" [prompts truncated to fit: {share:.0%}]" if share else ""
-    unlike = " [not comparable: see below]" if benchmark in row.not_comparable else ""
+    marks = [*(["another dataset version"] if not row.dataset_current.get(benchmark, True) else []),
+             *(["not comparable"] if benchmark in row.not_comparable else [])]
+    unlike = f" [{'; '.join(marks)}: see below]" if marks else ""
     return f"{score.score:.3f}{ci} ({counts}){empty}{cut}{unlike}"
 
 
@@ -166,7 +174,7 @@ def print_leaderboard(rows: list[ModelRow], *, mdes: dict[str, BenchmarkMDE] | N
         if r.unscored:
             info(f"{r.model}: no scored instance on {', '.join(r.unscored)} (every request or judgement failed); "
                  "its win rate, macro average and Pareto place leave them out: read them as incomplete")
-    for line in not_comparable_lines(rows):
+    for line in comparability_lines(rows):
         info(line)
     if rows and all(r.cost is None for r in rows):
         info(COST_UNAVAILABLE)
@@ -199,7 +207,7 @@ def leaderboard(
                   if resolved is None or specs.category_of(key[1]) == resolved}
         costs = model_costs(store, app_ctx.home.config, behind)
         hashes = _prompt_hashes(store, chosen)
-        unlike = incomparable(store, behind)
+        comparability = compare_runs(store, behind)
         other_styles = {s: n for s, n in finished_runs_by_style(store).items() if s != prompt_style}
     if resolved is not None:
         series = [s for s in series if specs.category_of(s.benchmark) == resolved]
@@ -209,7 +217,7 @@ def leaderboard(
         row.prompt_style = prompt_style
         row.prompt_sha256 = {b: h for (m, b), h in hashes.items() if m == row.model and b in row.benchmarks}
     apply_costs(rows, costs)
-    apply_comparability(rows, unlike)
+    apply_comparability(rows, comparability)
     pairwise = pairwise_differences(series, resamples=resamples, seed=seed)
     mdes = benchmark_mdes(series)
     audit_event(app_ctx.home, app_ctx.actor, "leaderboard.view", role="informatics", models=len(rows),

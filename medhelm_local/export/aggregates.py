@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from medhelm_local import __version__
 from medhelm_local.analysis.aggregate import benchmark_score, instance_series
-from medhelm_local.analysis.comparability import incomparable
+from medhelm_local.analysis.comparability import compare_runs
 from medhelm_local.analysis.stats import DEFAULT_RESAMPLES, bootstrap_ci
 from medhelm_local.benchmarks.registry import SpecRegistry
 from medhelm_local.errors import BadInputError, NotFoundError
@@ -172,7 +172,7 @@ def _model_costs(config: ApplianceConfig, store: Store, cells: Sequence[RawCell]
 def _refuse_unlike(store: Store, cells: Sequence[RawCell]) -> None:
     """The published win rates compare each model's latest cell of a benchmark with its rivals': refuse runs
     that measured something else (another dataset version, spec or sample), as the leaderboard names them."""
-    found = incomparable(store, {key: cells[index].run_id for key, index in latest_cells(cells).items()})
+    found = compare_runs(store, {key: cells[index].run_id for key, index in latest_cells(cells).items()}).unlike
     if found:
         (model, benchmark), rivals = min(found.items())
         said = "; ".join(f"{rival}'s: {', '.join(what)}" for rival, what in rivals.items())

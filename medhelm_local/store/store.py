@@ -364,6 +364,15 @@ class Store:
             ).fetchall()
         ]
 
+    def run_dataset_versions(self, run_id: str, benchmark: str) -> frozenset[str]:
+        """The dataset versions (fingerprints) a run planned its items of ``benchmark`` from."""
+        return frozenset(
+            r[0]
+            for r in self._conn.execute(
+                "SELECT DISTINCT fingerprint FROM run_items WHERE run_id = ? AND benchmark = ?", [run_id, benchmark]
+            ).fetchall()
+        )
+
     def count_items(self, run_id: str, benchmark: str) -> int:
         row = self._conn.execute(
             "SELECT count(*) FROM run_items WHERE run_id = ? AND benchmark = ?", [run_id, benchmark]

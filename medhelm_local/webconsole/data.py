@@ -127,14 +127,14 @@ class LeaderboardView:
     benchmarks: list[str] = field(default_factory=list)
     categories: list[str] = field(default_factory=list)
     series: list[InstanceSeries] = field(default_factory=list)  # per-instance values: the summaries' CIs
-    not_comparable: list[str] = field(default_factory=list)  # the CLI's sentences on runs that differ
+    comparability: list[str] = field(default_factory=list)  # the CLI's sentences on unlike or outdated runs
 
 
 def leaderboard(home: Home, *, prompt_style: str, rule: WinRule, resamples: int = DEFAULT_RESAMPLES,
                 seed: int = 0) -> LeaderboardView:
     """The CLI leaderboard's numbers (same functions, same bootstrap seed)."""
-    from medhelm_local.analysis.comparability import incomparable
-    from medhelm_local.commands.leaderboard import apply_comparability, apply_costs, not_comparable_lines
+    from medhelm_local.analysis.comparability import compare_runs
+    from medhelm_local.commands.leaderboard import apply_comparability, apply_costs, comparability_lines
 
     specs = SpecRegistry(home.root)
     with reading(home) as store:
@@ -142,19 +142,19 @@ def leaderboard(home: Home, *, prompt_style: str, rule: WinRule, resamples: int 
         results = latest_scores(store, specs, prompt_style)
         series = latest_series(store, specs, prompt_style)
         costs = model_costs(store, home.config, chosen)
-        unlike = incomparable(store, chosen)
+        comparability = compare_runs(store, chosen)
         other = {s: n for s, n in finished_runs_by_style(store).items() if s != prompt_style}
     rows = build_leaderboard(results, specs=specs, series=series, rule=rule, resamples=resamples, seed=seed)
     for row in rows:
         row.prompt_style = prompt_style
     apply_costs(rows, costs)
-    apply_comparability(rows, unlike)
+    apply_comparability(rows, comparability)
     pairwise = [d for d in pairwise_differences(series, resamples=resamples, seed=seed) if d.model < d.rival]
     return LeaderboardView(rows=rows, mdes=benchmark_mdes(series), prompt_style=prompt_style, rule=rule,
                            other_styles=other, pairwise=pairwise,
                            benchmarks=sorted({b for r in rows for b in r.benchmarks}),
                            categories=sorted({c for r in rows for c in r.categories}), series=series,
-                           not_comparable=not_comparable_lines(rows))
+                           comparability=comparability_lines(rows))
 
 
 @dataclass

@@ -181,3 +181,34 @@ def test_a_model_whose_every_request_failed_on_a_benchmark_is_flagged_not_ranked
     assert page.status_code == 200
     assert "alpha: no scored instance on medqa (every request or judgement failed)" in page.text
     assert "n=0 (12 failed)" in page.text
+
+
+def test_models_scored_on_different_versions_of_a_dataset_are_named_and_never_paired(tmp_path: Path) -> None:
+    """alpha ran pubmedqa, then the extract was corrected (every label changed) and registered again, and beta ran
+    it. The same ids are other gold answers now: the leaderboard said nothing and showed a paired difference over
+    "40 common instances". It now names the model scored on the other version, marks each cell, pairs neither."""
+    home = make_home(tmp_path / "home")
+    with Store.open(home) as store:
+        first = pubmedqa()
+        first_fp = register(store, "pubmedqa", first)
+        corrected = [i.model_copy(update={"label": "no" if i.label != "no" else "yes",
+                                          "references": ["no" if i.label != "no" else "yes"]}) for i in first]
+        corrected_fp, _ = store.register_dataset("pubmedqa", "corrected-extract-sha256", "test-loader", "test",
+                                                 corrected, {})
+        assert corrected_fp != first_fp
+        for model, data, fingerprint in (("alpha", first, first_fp), ("beta", corrected, corrected_fp)):
+            run_id = add_run(store, model, "pubmedqa", fingerprint, data, answers(data, 20))
+            score_benchmark(store, SHIPPED, run_id, "pubmedqa")
+    cli = Cli(home=home.root, env=cli_env())
+    rows = {r["model"]: r for r in cli("leaderboard", "--json", "--resamples", "0").json()}
+    assert rows["alpha"]["benchmarks"]["pubmedqa"]["dataset_current"] is False
+    assert rows["beta"]["benchmarks"]["pubmedqa"]["dataset_current"] is True
+    assert rows["alpha"]["pairwise"] == {} and rows["beta"]["pairwise"] == {}
+    table = cli("leaderboard", "--resamples", "0")
+    assert table.code == 0, table.stderr
+    assert "paired differences" not in table.stdout
+    assert ("alpha on pubmedqa scored another version of its dataset than the one registered last: run it again "
+            "(`medhelm-local run --model alpha --benchmarks pubmedqa`)") in table.stderr
+    assert "beta on pubmedqa scored another version" not in table.stderr
+    assert "alpha on pubmedqa is not comparable with beta: dataset version" in table.stderr
+    assert "[another dataset version; not comparable: see below]" in table.stdout

@@ -57,8 +57,10 @@ def test_runs_on_another_dataset_version_spec_or_sample_are_named_not_compared_s
         _register(home_cli, extract, spec)
         _run(home_cli, "delta")
 
-    rows = {r["model"]: r["benchmarks"]["followup_needed"]["not_comparable_with"]
-            for r in home_cli("leaderboard", "--json", "--resamples", "0").json()}
+    board = home_cli("leaderboard", "--json", "--resamples", "0").json()
+    current = {r["model"]: r["benchmarks"]["followup_needed"]["dataset_current"] for r in board}
+    assert current == {"alpha": False, "beta": False, "gamma": False, "delta": True}
+    rows = {r["model"]: r["benchmarks"]["followup_needed"]["not_comparable_with"] for r in board}
     assert rows["alpha"] == rows["beta"] == {"delta": ["dataset version"], "gamma": ["instances (all 6 against 3 of "
                                                                                      "6 sampled with seed 0)"]}
     assert rows["alpha"]["gamma"] == ["instances (all 6 against 3 of 6 sampled with seed 0)"]
@@ -70,7 +72,8 @@ def test_runs_on_another_dataset_version_spec_or_sample_are_named_not_compared_s
     assert table.code == 0
     said = table.stdout + table.stderr
     assert "delta on followup_needed is not comparable with alpha: dataset version; beta: dataset version" in said
-    assert "[not comparable: see below]" in said
+    assert "[another dataset version; not comparable: see below]" in said
+    assert "alpha on followup_needed scored another version of its dataset than the one registered last" in said
 
     home = Home(home_cli.home)
     sessions = StandaloneSessions(user="informatics-user", roles=frozenset({ConsoleRole.INFORMATICS}))
