@@ -135,7 +135,7 @@ def main() -> None:
         error("aborted")
         sys.exit(1)
     except KeyboardInterrupt:
-        error("interrupted; completed work is saved and the run can be resumed")
+        error("interrupted; what was already committed is kept")
         sys.exit(INTERRUPTED)
     except Exception as exc:
         # Usage errors (typer vendors its own click) know how to show themselves and carry exit code 2.

@@ -22,6 +22,13 @@ class MedhelmError(Exception):
     exit_code = 1
 
 
+class Interrupted(MedhelmError):
+    """Ctrl-C or SIGTERM ended a command that can say what it kept and how to go on (a run: its id and
+    ``run --resume``). Exit code 130, as the shell gives a command ended by SIGINT."""
+
+    exit_code = 130
+
+
 class BadInputError(MedhelmError):
     """The user gave something invalid: an option, a config file, an extract."""
 

@@ -78,10 +78,11 @@ def test_the_console_script_is_the_quick_exit() -> None:
     assert 'medhelm-local = "medhelm_local.cli:entry"' in text
 
 
-def test_an_interrupted_command_says_its_work_is_saved(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
-                                                       capsys: pytest.CaptureFixture[str]) -> None:
+def test_an_interrupted_command_says_its_work_is_kept(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
     """Ctrl-C or SIGTERM (a KeyboardInterrupt inside the command, which typer turns into exit code 130) ends with
-    the message that the completed work is saved, not in silence."""
+    the message that committed work is kept, not in silence, and not a run's resume hint for a command that is
+    not a run (an interrupted run names itself: tests/runner/test_kill_resume.py)."""
     from medhelm_local import cli
 
     def interrupted(*_args: object) -> None:
@@ -92,4 +93,5 @@ def test_an_interrupted_command_says_its_work_is_saved(tmp_path: Path, monkeypat
     with pytest.raises(SystemExit) as ended:
         cli.main()
     assert ended.value.code == 130
-    assert "interrupted; completed work is saved" in capsys.readouterr().err
+    said = capsys.readouterr().err
+    assert "interrupted; what was already committed is kept" in said and "resume" not in said

@@ -20,6 +20,7 @@ run split across pods. In order:
 from __future__ import annotations
 
 import asyncio
+import shlex
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager, nullcontext
 from dataclasses import dataclass, field
@@ -28,7 +29,7 @@ from typing import Any
 from medhelm_local.analysis.aggregate import benchmark_score
 from medhelm_local.audit import audit_event
 from medhelm_local.context import AppContext
-from medhelm_local.errors import NotFoundError
+from medhelm_local.errors import Interrupted, NotFoundError
 from medhelm_local.inference.backends import open_client
 from medhelm_local.inference.client import ChatClient
 from medhelm_local.inference.tokens import TokenCounter
@@ -91,6 +92,10 @@ def evaluate(app_ctx: AppContext, request: EvaluationRequest) -> RunOutcome:
             elif mode.shard is not None:
                 audit_event(home, app_ctx.actor, "run.finish", outcome="failure", role="informatics",
                             shard=mode.shard_label, error_type=type(exc).__name__)
+            if isinstance(exc, KeyboardInterrupt) and live:
+                raise Interrupted(f"interrupted: run {live[0]} keeps every answer it received; "
+                                  f"`medhelm-local --home {shlex.quote(str(home.root))} run --resume {live[0]}` "
+                                  "sends the rest") from None
             raise
     outcome.report = report
     return outcome

@@ -144,6 +144,9 @@ def test_a_signal_mid_run_saves_the_answers_and_marks_the_run_interrupted(tmp_pa
             server.release_held()
         assert proc.returncode == 130, stderr
         (run_id,) = _run_ids(home)
+        # what was kept and the command that goes on, the run named (it said "the run can be resumed", no id)
+        assert (f"interrupted: run {run_id} keeps every answer it received; `medhelm-local --home {home.root} run "
+                f"--resume {run_id}` sends the rest") in stderr
         with Store.open(home, read_only=True) as store:
             run = store.get_run(run_id)
         assert run is not None and run.status == "interrupted"
