@@ -27,6 +27,7 @@ from pydantic import BaseModel, Field
 from medhelm_local.analysis.stats import DEFAULT_RESAMPLES, icc3k, icc3k_with_ci, mean_with_ci, zscore
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import BadInputError, ExtractError
+from medhelm_local.loaders.io import check_separator
 from medhelm_local.loaders.records import header_summary
 
 INSTANCE_COLUMN = "instance_id"
@@ -81,6 +82,7 @@ def read_clinician_ratings(path: Path, specs: BenchmarkSpec | Sequence[Benchmark
     reader = csv.DictReader(io.StringIO(text))
     header = [h.strip() for h in reader.fieldnames or []]
     reader.fieldnames = header
+    check_separator(path, header, ",")  # a ratings sheet saved by Excel with ';' is named as such
     required = [INSTANCE_COLUMN, RATER_COLUMN, *([BENCHMARK_COLUMN] if combined else [])]
     for column in required:
         if column not in header:

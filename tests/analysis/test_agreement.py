@@ -93,6 +93,8 @@ def test_constant_rater_is_excluded(tmp_path: Path) -> None:
     ("instance_id,rater,score\nm1,a,3\nm1,a,4\n", "row 3"),
     ("instance_id,rater,score\nm1,,3\n", "row 2, column 'rater'"),
     ("instance_id,rater,score\n", "at least one rating row"),
+    # Excel where the decimal mark is a comma saves ';': it was "a column named 'instance_id' (found none ...)"
+    ("instance_id;rater;score\nm1;a;3\n", "the file is semicolon-separated"),
 ])
 def test_bad_ratings_csv(tmp_path: Path, text: str, message: str) -> None:
     path = tmp_path / "bad.csv"
