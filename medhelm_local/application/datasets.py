@@ -136,20 +136,30 @@ def register_file(app_ctx: AppContext, spec: BenchmarkSpec, path: Path, *, spec_
     # The store first (waiting, bounded, for its lock): a registration that cannot take it writes nothing. The
     # custom spec is validated into a staging folder and moved into place as the data's transaction commits;
     # any failure leaves the home's spec as it was (issue 12 §6).
-    with app_ctx.open_store() as store:
-        with _staged_spec(spec_file, home.root) as staged:
-            if staged is not None:
-                spec = staged.spec
-            registration = store_dataset(store, spec, path, result,
-                                         before_commit=staged.install if staged is not None else None)
-            if staged is not None:
-                staged.installed_and_committed()
-        # Each prompt's send-order key, once, so that planning a run reads them instead of building every prompt.
-        store_prefix_keys(store, spec, registration.fingerprint, result.instances)
-    audit_event(home, app_ctx.actor, "dataset.register", role="informatics", benchmark=spec.id,
-                # the audit trail's keys keep their meaning: fingerprint is the source's sha256
-                fingerprint=registration.source_sha256, version=registration.fingerprint,
-                instances=registration.instances, skipped=sum(registration.skipped.values()))
+    # Every attempt ends with an outcome in the trail: the registration once its data is committed (whatever
+    # follows), else the failure that stopped it (a store error, Ctrl-C).
+    registration: Registration | None = None
+    try:
+        with app_ctx.open_store() as store:
+            with _staged_spec(spec_file, home.root) as staged:
+                if staged is not None:
+                    spec = staged.spec
+                registration = store_dataset(store, spec, path, result,
+                                             before_commit=staged.install if staged is not None else None)
+                if staged is not None:
+                    staged.installed_and_committed()
+            audit_event(home, app_ctx.actor, "dataset.register", role="informatics", benchmark=spec.id,
+                        # the audit trail's keys keep their meaning: fingerprint is the source's sha256
+                        fingerprint=registration.source_sha256, version=registration.fingerprint,
+                        instances=registration.instances, skipped=sum(registration.skipped.values()))
+            # Each prompt's send-order key, once, so that planning a run reads them instead of building every
+            # prompt (without them, planning builds the keys itself).
+            store_prefix_keys(store, spec, registration.fingerprint, result.instances)
+    except BaseException as exc:
+        if registration is None:
+            audit_event(home, app_ctx.actor, "dataset.register", outcome="failure", role="informatics",
+                        benchmark=spec.id, source_name=path.name, reason=type(exc).__name__)
+        raise
     return registration
 
 

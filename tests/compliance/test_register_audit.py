@@ -1,0 +1,66 @@
+"""Every dataset registration attempt ends with its outcome in the audit trail: the registration once its data is
+committed, whatever fails after it, and the failure that stopped it before. A failure after the validation (a
+store error, Ctrl-C, an error building the send-order keys) left only the ``attempt`` record."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from medhelm_local.application import datasets
+from medhelm_local.context import AppContext
+from medhelm_local.home import Home
+from medhelm_local.store import Store
+
+
+def _registrations(home: Home) -> list[dict[str, object]]:
+    records = [json.loads(line) for line in home.audit_path.read_text().splitlines()]
+    return [r for r in records if r.get("action") == "dataset.register"]
+
+
+def _outcomes(home: Home) -> list[object]:
+    return [r.get("outcome") for r in _registrations(home)]
+
+
+def _sample(_tmp_path: Path) -> Path:
+    from medhelm_local.demo.run_demo import pubmedqa_sample_path
+
+    return pubmedqa_sample_path()
+
+
+@pytest.fixture
+def ctx(tmp_path: Path) -> AppContext:
+    home = Home(tmp_path / "home")
+    home.init()
+    return AppContext(home=home, actor="analyst")
+
+
+def test_a_failure_before_the_data_is_committed_is_audited(ctx: AppContext, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    def store_fails(*_args: object, **_kwargs: object) -> None:
+        raise KeyboardInterrupt  # Ctrl-C while the store is written: nothing is committed
+
+    monkeypatch.setattr(datasets, "store_dataset", store_fails)
+    with pytest.raises(KeyboardInterrupt):
+        datasets.register_dataset(ctx, "pubmedqa", _sample(tmp_path))
+    assert _outcomes(ctx.home) == ["attempt", "failure"]
+    assert _registrations(ctx.home)[-1]["objects"] == {"benchmark": "pubmedqa", "source_name": _sample(tmp_path).name,
+                                                        "reason": "KeyboardInterrupt"}
+
+
+def test_a_failure_after_the_data_is_committed_still_records_the_registration(
+        ctx: AppContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    def keys_fail(*_args: object, **_kwargs: object) -> None:
+        raise RuntimeError("building the send-order keys failed")
+
+    monkeypatch.setattr(datasets, "store_prefix_keys", keys_fail)
+    with pytest.raises(RuntimeError):
+        datasets.register_dataset(ctx, "pubmedqa", _sample(tmp_path))
+    with Store.open(ctx.home, read_only=True) as store:
+        registered = store.current_dataset("pubmedqa")
+    assert registered is not None  # the data was committed: planning builds the keys it lacks
+    assert _outcomes(ctx.home) == ["attempt", "success"]  # the registration itself, with its version
+    objects = _registrations(ctx.home)[-1]["objects"]
+    assert isinstance(objects, dict) and objects["version"] == registered.fingerprint
