@@ -15,6 +15,7 @@ from medhelm_local.records import Instance
 from medhelm_local.scoring.engine import score_benchmark
 from medhelm_local.store import Store
 from tests.conftest import Cli, cli_env
+from tests.console.pages import page_as
 from tests.scoring.helpers import add_run, make_home, register
 
 N = 40
@@ -152,12 +153,6 @@ def test_a_model_whose_every_request_failed_on_a_benchmark_is_flagged_not_ranked
     """alpha answered pubmedqa perfectly and failed every medqa request; beta answered both half right. alpha's win
     rate leaves medqa out (a failure is never scored 0), so it ranked first with a win rate of 1.0 and nothing said
     that it had no medqa score. The JSON, the table and the console now name the unscored benchmark."""
-    from starlette.testclient import TestClient
-
-    from medhelm_local.home.config import ConsoleRole
-    from medhelm_local.webconsole.app import create_app
-    from medhelm_local.webconsole.identity import StandaloneSessions
-
     home = make_home(tmp_path / "home")
     with Store.open(home) as store:
         p_data, m_data = pubmedqa(12), medqa(12)
@@ -174,10 +169,7 @@ def test_a_model_whose_every_request_failed_on_a_benchmark_is_flagged_not_ranked
     assert rows["alpha"]["unscored_benchmarks"] == ["medqa"] and rows["beta"]["unscored_benchmarks"] == []
     table = cli("leaderboard", "--resamples", "0")
     assert "alpha: no scored instance on medqa (every request or judgement failed)" in table.stdout + table.stderr
-    sessions = StandaloneSessions(user="informatics-user", roles=frozenset({ConsoleRole.INFORMATICS}))
-    with TestClient(create_app(home, sessions), raise_server_exceptions=False) as client:
-        assert client.get(f"/login?token={sessions.new_login_token()}").status_code == 200
-        page = client.get("/leaderboard?resamples=0")
+    page = page_as(home, "/leaderboard?resamples=0")
     assert page.status_code == 200
     assert "alpha: no scored instance on medqa (every request or judgement failed)" in page.text
     assert "n=0 (12 failed)" in page.text

@@ -17,6 +17,7 @@ from medhelm_local.export.aggregates import collect
 from medhelm_local.store import Store
 from medhelm_local.testing.fake_openai import FakeOpenAIServer
 from tests.conftest import Cli
+from tests.console.pages import page_as
 
 SAMPLES = Path(str(resources.files("medhelm_local.data") / "samples"))
 
@@ -33,12 +34,7 @@ def _run(cli: Cli, model: str, *extra: str) -> None:
 
 def test_runs_on_another_dataset_version_spec_or_sample_are_named_not_compared_silently(
         home_cli: Cli, tmp_path: Path) -> None:
-    from starlette.testclient import TestClient
-
     from medhelm_local.home import Home
-    from medhelm_local.home.config import ConsoleRole
-    from medhelm_local.webconsole.app import create_app
-    from medhelm_local.webconsole.identity import StandaloneSessions
 
     extract = tmp_path / "extract"
     extract.mkdir()
@@ -76,10 +72,7 @@ def test_runs_on_another_dataset_version_spec_or_sample_are_named_not_compared_s
     assert "alpha on followup_needed scored another version of its dataset than the one registered last" in said
 
     home = Home(home_cli.home)
-    sessions = StandaloneSessions(user="informatics-user", roles=frozenset({ConsoleRole.INFORMATICS}))
-    with TestClient(create_app(home, sessions), raise_server_exceptions=False) as client:
-        assert client.get(f"/login?token={sessions.new_login_token()}").status_code == 200
-        page = client.get("/leaderboard?resamples=0")
+    page = page_as(home, "/leaderboard?resamples=0")
     assert page.status_code == 200
     assert "delta on followup_needed is not comparable with alpha: dataset version" in page.text
 
