@@ -289,3 +289,32 @@ def test_a_bundle_changed_between_its_check_and_the_copy_is_not_released(tmp_pat
     monkeypatch.setattr("medhelm_local.export.bundle.shutil.copytree", copytree)
     (bundle / "approval.sig").write_bytes(original)
     assert cli("export", "release", request_id, "--out", str(out)).code == 0
+
+
+def test_a_request_checked_under_a_weakened_copy_of_the_policy_fails_the_approvers_check(tmp_path: Path) -> None:
+    """The insider points $MEDHELM_EXPORT_POLICY at a copy of the site policy, same people, min_cell_size 2. The
+    approver checks the bundle against compliance's own policy before signing (`export verify --pending
+    --policy`): that said CHECKED with a note, exit 0, and the signature then released it under the weak rules."""
+    import os
+
+    import yaml
+
+    from medhelm_local.export.policy import POLICY_ENV
+
+    cli = site(tmp_path)
+    run_id = evaluate(cli, notes(tmp_path / "notes.csv", 24))
+    policy = Path(os.environ[POLICY_ENV])
+    weak = tmp_path / "insider" / "export-policy.yaml"
+    weak.parent.mkdir()
+    weak.write_text(yaml.safe_dump({**yaml.safe_load(policy.read_text()), "min_cell_size": 2}))
+    os.environ[POLICY_ENV] = str(weak)
+    request = request_export(cli, run_id)
+    assert request["status"] == "ready"
+    copy = tmp_path / "approver-copy"
+    shutil.copytree(_bundle(cli, request), copy)
+    checked = cli("export", "verify", str(copy), "--pending", "--policy", str(policy))
+    assert checked.code == 1 and "NOT VERIFIED" in checked.stdout, checked.stdout
+    assert "another version of the export policy" in checked.stdout and "do not sign it" in checked.stdout
+    assert str(request["manifest_sha256"]) not in checked.stdout  # no digest to sign
+    # Under the policy it was made with, the check passes as before.
+    assert cli("export", "verify", str(copy), "--pending", "--policy", str(weak)).code == 0
