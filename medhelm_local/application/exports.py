@@ -87,7 +87,8 @@ def request_export(app_ctx: AppContext, run_ids: list[str], key: Path) -> Export
                      sshsig.sign(private, digest.encode("ascii"), REQUEST_NAMESPACE).encode("ascii"), mode=0o600)
         audit_event(home, app_ctx.actor, "export.request", outcome=status, role="informatics",
                     request_id=request_id, runs=run_ids, policy_sha256=loaded.sha256, files=req.files,
-                    run_manifests=candidate.run_manifests, requester_key=requester_key, requested_at=requested_at,
+                    run_manifests=candidate.run_manifests, requester=requester.name, requester_key=requester_key,
+                    requested_at=requested_at,
                     manifest_sha256=digest, failed_checks=[c.id for c in candidate.checks if c.result == "fail"])
         tmp.rename(request_dir(home.exports_dir, request_id))
     except BaseException:

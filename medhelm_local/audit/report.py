@@ -70,6 +70,7 @@ class ExportSummary(BaseModel):
     request_id: str
     requested: str
     requested_by: str
+    requester: str | None = None  # the policy's name for the key that signed the request
     runs: list[str]
     status: str
     decided_by: str | None = None
@@ -103,7 +104,8 @@ def _export_of(record: dict[str, Any]) -> ExportSummary:
     """The summary of an ``export.request`` record (ready or blocked)."""
     objects = record.get("objects") or {}
     return ExportSummary(request_id=str(objects.get("request_id", "?")), requested=str(record.get("ts", "")),
-                         requested_by=str(record.get("actor", "")), runs=list(objects.get("runs") or []),
+                         requested_by=str(record.get("actor", "")), requester=objects.get("requester"),
+                         runs=list(objects.get("runs") or []),
                          status=str(record.get("outcome")))
 
 
@@ -220,6 +222,11 @@ def summarize(records: list[dict[str, Any]], since: datetime | None) -> AuditSum
     )
 
 
+def _requested_by(export: ExportSummary) -> str:
+    """Who requested: the acting identity and, as for the approver, the policy's name for the key that signed."""
+    return export.requested_by + (f" (requester {export.requester})" if export.requester else "")
+
+
 def render_text(summary: AuditSummary) -> str:
     """A readable plain-text report."""
     out = [f"Audit report{' since ' + summary.since if summary.since else ''}: {summary.records} records"]
@@ -243,7 +250,7 @@ def render_text(summary: AuditSummary) -> str:
         out.append("  (none)")
     out += ["", "Exports:"]
     for export in summary.exports:
-        line = f"  {export.requested}  {export.request_id} requested by {export.requested_by} for runs " \
+        line = f"  {export.requested}  {export.request_id} requested by {_requested_by(export)} for runs " \
                f"{', '.join(export.runs)}: {export.status}"
         if export.decided_by:
             line += f" by {export.decided_by}" + (f" (approver {export.approver})" if export.approver else "")
@@ -300,7 +307,7 @@ def report_tables(summary: AuditSummary) -> list[ReportTable]:
     runs = [[r.started, r.actor, str(r.model or ""), r.run_id,
              "\n".join(f"{b} {fp[:16]}" for b, fp in sorted(r.benchmarks.items())), ", ".join(r.endpoints),
              (r.outcome or "open") + (f", resumed {r.resumed}x" if r.resumed else "")] for r in summary.runs]
-    exports = [[e.requested, e.request_id, e.requested_by, ", ".join(e.runs), e.status,
+    exports = [[e.requested, e.request_id, _requested_by(e), ", ".join(e.runs), e.status,
                 (e.decided_by or "-") + (f" (approver {e.approver})" if e.approver else ""),
                 ", ".join(e.released_to) or "-"] for e in summary.exports]
     tables = [

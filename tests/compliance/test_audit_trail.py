@@ -13,7 +13,7 @@ from medhelm_local.audit.merkle import MerkleAccumulator, merkle_root
 from medhelm_local.audit.trail import AuditTrail, AuditWriteError
 from medhelm_local.audit.verify import verify_file
 from medhelm_local.home.keys import ensure_keys, load_signing_key
-from tests.compliance.conftest import APPROVER, EvaluatedHome, approve_args, hospice_csv, request_export
+from tests.compliance.conftest import APPROVER, REQUESTER, EvaluatedHome, approve_args, hospice_csv, request_export
 from tests.compliance.inproc import InProcessCli
 
 # RFC 6962 test vectors (certificate-transparency merkle_tree_test): leaves and the roots of each prefix.
@@ -118,6 +118,9 @@ def test_show_filters_and_report(evaluated: EvaluatedHome) -> None:
     assert summary["exports"][0]["status"] == "approved" and summary["exports"][0]["approver"] == APPROVER
     text = cli("audit", "report", "--since", "2000-01-01")
     assert text.code == 0 and evaluated.run_id in text.stdout and APPROVER in text.stdout
+    # Who requested: beside the account, the policy's name for the key that signed the request, as for the approver
+    # (the report said only "requested by root").
+    assert summary["exports"][0]["requester"] == REQUESTER and f"(requester {REQUESTER})" in text.stdout
 
 
 def test_a_report_since_a_date_lists_what_was_approved_and_released_in_it(evaluated: EvaluatedHome,
