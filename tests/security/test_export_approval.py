@@ -318,3 +318,20 @@ def test_a_request_checked_under_a_weakened_copy_of_the_policy_fails_the_approve
     assert str(request["manifest_sha256"]) not in checked.stdout  # no digest to sign
     # Under the policy it was made with, the check passes as before.
     assert cli("export", "verify", str(copy), "--pending", "--policy", str(weak)).code == 0
+
+
+def test_an_approved_request_edited_back_to_ready_is_not_denied(tmp_path: Path) -> None:
+    """request.json of an approved request is edited back to ready: `export deny` said 'denied' (exit 0), the report
+    then showed the request denied, and the bundle was still released (the trail's approval is what release
+    reads). The trail's decision is what counts, for a denial as for an approval."""
+    cli = site(tmp_path)
+    request = request_export(cli, evaluate(cli, notes(tmp_path / "notes.csv", 24)))
+    request_id = str(request["request_id"])
+    assert cli("export", "approve", request_id, *approve_args(cli.home)).code == 0
+    _edit_request(cli, request, status="ready", decided_by=None, decided_at=None, approver=None, approver_key=None)
+    denied = cli("export", "deny", request_id)
+    assert denied.code == 2 and "already approved (audit trail)" in denied.stderr, denied.stderr
+    records = AuditTrail(cli.home / "audit" / "audit.jsonl").records()
+    assert [r["outcome"] for r in records if r["action"] == "export.deny"] == ["refused"]
+    summary = json.loads(cli("audit", "report", "--json").stdout)
+    assert [e["status"] for e in summary["exports"]] == ["approved"]
