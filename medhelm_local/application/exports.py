@@ -14,7 +14,7 @@ from medhelm_local.audit.trail import AuditTrail, audit_event
 from medhelm_local.context import AppContext
 from medhelm_local.export import sshsig
 from medhelm_local.export.approval import approve as approve_request
-from medhelm_local.export.approval import audited_approval
+from medhelm_local.export.approval import audited_approval, audited_decision
 from medhelm_local.export.bundle import (
     REQUEST_NAMESPACE,
     REQUEST_SIG,
@@ -87,7 +87,8 @@ def request_export(app_ctx: AppContext, run_ids: list[str], key: Path) -> Export
                      sshsig.sign(private, digest.encode("ascii"), REQUEST_NAMESPACE).encode("ascii"), mode=0o600)
         audit_event(home, app_ctx.actor, "export.request", outcome=status, role="informatics",
                     request_id=request_id, runs=run_ids, policy_sha256=loaded.sha256, files=req.files,
-                    run_manifests=candidate.run_manifests, requester_key=requester_key, requested_at=requested_at,
+                    run_manifests=candidate.run_manifests, requester=requester.name, requester_key=requester_key,
+                    requested_at=requested_at,
                     manifest_sha256=digest, failed_checks=[c.id for c in candidate.checks if c.result == "fail"])
         tmp.rename(request_dir(home.exports_dir, request_id))
     except BaseException:
@@ -148,6 +149,13 @@ def deny_export(app_ctx: AppContext, request_id: str) -> ExportRequest:
         req = load_request(app_ctx.home.exports_dir, request_id)
         if req.status in ("approved", "denied"):
             raise ExportRefused(f"export request {request_id} was already {req.status}")
+        decided = audited_decision(app_ctx.home, request_id)
+        if decided is not None:  # request.json said otherwise (changed by hand): the trail is what counts
+            audit_event(app_ctx.home, app_ctx.actor, "export.deny", outcome="refused", role="compliance",
+                        request_id=request_id, reason="already_decided")
+            raise ExportRefused(f"export request {request_id} was already {decided} (audit trail), so it cannot be "
+                                f"denied; its request.json says {req.status}, so it was changed by hand: run "
+                                "`medhelm-local audit show --action export.` to see who decided it")
         audit_event(app_ctx.home, app_ctx.actor, "export.deny", outcome="denied", role="compliance",
                     request_id=request_id)
         req.status, req.decided_by, req.decided_at = "denied", app_ctx.actor, now_utc()

@@ -70,6 +70,7 @@ class ExportSummary(BaseModel):
     request_id: str
     requested: str
     requested_by: str
+    requester: str | None = None  # the policy's name for the key that signed the request
     runs: list[str]
     status: str
     decided_by: str | None = None
@@ -99,7 +100,48 @@ def _brief(record: dict[str, Any], *keys: str) -> dict[str, Any]:
             **{k: objects.get(k) for k in keys if k in objects}}
 
 
+def _export_of(record: dict[str, Any]) -> ExportSummary:
+    """The summary of an ``export.request`` record (ready or blocked)."""
+    objects = record.get("objects") or {}
+    return ExportSummary(request_id=str(objects.get("request_id", "?")), requested=str(record.get("ts", "")),
+                         requested_by=str(record.get("actor", "")), requester=objects.get("requester"),
+                         runs=list(objects.get("runs") or []),
+                         status=str(record.get("outcome")))
+
+
+def _run_of(record: dict[str, Any]) -> RunSummary:
+    """The summary of a ``run.start`` (or ``run.resume``) record."""
+    objects = record.get("objects") or {}
+    fingerprints = {b: str((d or {}).get("fingerprint", "")) if isinstance(d, dict) else str(d)
+                    for b, d in (objects.get("datasets") or {}).items()}
+    return RunSummary(run_id=str(objects.get("run_id", "?")), started=str(record.get("ts", "")),
+                      actor=str(record.get("actor", "")), model=objects.get("model"), benchmarks=fingerprints,
+                      endpoints=list(objects.get("endpoints") or []))
+
+
+def _started_before(records: list[dict[str, Any]], since: datetime | None
+                    ) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]]]:
+    """The export requests and run starts recorded before ``since``, by request and run id: what a decision, a
+    release or a run's end inside the period belongs to."""
+    requests: dict[str, dict[str, Any]] = {}
+    starts: dict[str, dict[str, Any]] = {}
+    for record in filter_records(records, until=since) if since else []:
+        objects = record.get("objects")
+        if not isinstance(objects, dict):
+            continue
+        if record.get("action") == "export.request" and record.get("outcome") in ("ready", "blocked"):
+            requests[str(objects.get("request_id"))] = record
+        elif record.get("action") in ("run.start", "run.resume"):
+            starts[str(objects.get("run_id"))] = record
+    return requests, starts
+
+
 def summarize(records: list[dict[str, Any]], since: datetime | None) -> AuditSummary:
+    """The summary of the trail's records (checkpoints left out) at or after ``since``. ``records`` is the whole
+    trail: an approval, denial or release in the period of a request made before it is listed with that request,
+    and a run started before it with its end."""
+    requested_before, started_before = _started_before(records, since)
+    records = filter_records(records, since=since)
     actors: dict[str, int] = {}
     datasets: list[dict[str, Any]] = []
     runs: dict[str, RunSummary] = {}
@@ -108,6 +150,16 @@ def summarize(records: list[dict[str, Any]], since: datetime | None) -> AuditSum
     config: list[dict[str, Any]] = []
     egress: list[dict[str, Any]] = []
     verifications: list[dict[str, Any]] = []
+
+    def export(request_id: str) -> ExportSummary | None:
+        if request_id not in exports and request_id in requested_before:
+            exports[request_id] = _export_of(requested_before[request_id])
+        return exports.get(request_id)
+
+    def run_of(run_id: str) -> RunSummary | None:
+        if run_id not in runs and run_id in started_before:
+            runs[run_id] = _run_of(started_before[run_id])
+        return runs.get(run_id)
 
     def take(record: dict[str, Any]) -> None:
         action = str(record.get("action", ""))
@@ -125,29 +177,24 @@ def summarize(records: list[dict[str, Any]], since: datetime | None) -> AuditSum
             if url not in runs[str(objects.get("run_id"))].endpoints:
                 runs[str(objects.get("run_id"))].endpoints.append(url)
         elif action in ("run.start", "run.resume"):
-            fingerprints = {b: str((d or {}).get("fingerprint", "")) if isinstance(d, dict) else str(d)
-                            for b, d in (objects.get("datasets") or {}).items()}
-            run_id = str(objects.get("run_id", "?"))
-            runs[run_id] = RunSummary(run_id=run_id, started=ts, actor=actor, model=objects.get("model"),
-                                      benchmarks=fingerprints, endpoints=list(objects.get("endpoints") or []))
+            started = _run_of(record)
+            runs[started.run_id] = started
         elif action == "run.finish":
-            run = runs.get(str(objects.get("run_id")))
-            if run is not None:
-                run.outcome, run.finished = str(record.get("outcome")), ts
+            finished = run_of(str(objects.get("run_id")))
+            if finished is not None:
+                finished.outcome, finished.finished = str(record.get("outcome")), ts
         elif action == "export.request" and record.get("outcome") in ("ready", "blocked"):
-            request_id = str(objects.get("request_id", "?"))
-            exports[request_id] = ExportSummary(request_id=request_id, requested=ts, requested_by=actor,
-                                                runs=list(objects.get("runs") or []),
-                                                status=str(record.get("outcome")))
+            request = _export_of(record)
+            exports[request.request_id] = request
         elif action in ("export.approve", "export.deny") and record.get("outcome") in ("approved", "denied"):
-            export = exports.get(str(objects.get("request_id")))
-            if export is not None:
-                export.status, export.decided_by, export.decided = str(record.get("outcome")), actor, ts
-                export.approver = objects.get("approver")
+            decided = export(str(objects.get("request_id")))
+            if decided is not None:
+                decided.status, decided.decided_by, decided.decided = str(record.get("outcome")), actor, ts
+                decided.approver = objects.get("approver")
         elif action == "export.release" and record.get("outcome") == "success":
-            export = exports.get(str(objects.get("request_id")))
-            if export is not None:
-                export.released_to.append(str(objects.get("destination", "?")))
+            released = export(str(objects.get("request_id")))
+            if released is not None:
+                released.released_to.append(str(objects.get("destination", "?")))
         elif action.startswith("keys."):
             keys.append(_brief(record, "key", "key_id", "old_key_id", "new_key_id"))
         elif action.startswith("config."):
@@ -175,6 +222,11 @@ def summarize(records: list[dict[str, Any]], since: datetime | None) -> AuditSum
     )
 
 
+def _requested_by(export: ExportSummary) -> str:
+    """Who requested: the acting identity and, as for the approver, the policy's name for the key that signed."""
+    return export.requested_by + (f" (requester {export.requester})" if export.requester else "")
+
+
 def render_text(summary: AuditSummary) -> str:
     """A readable plain-text report."""
     out = [f"Audit report{' since ' + summary.since if summary.since else ''}: {summary.records} records"]
@@ -198,7 +250,7 @@ def render_text(summary: AuditSummary) -> str:
         out.append("  (none)")
     out += ["", "Exports:"]
     for export in summary.exports:
-        line = f"  {export.requested}  {export.request_id} requested by {export.requested_by} for runs " \
+        line = f"  {export.requested}  {export.request_id} requested by {_requested_by(export)} for runs " \
                f"{', '.join(export.runs)}: {export.status}"
         if export.decided_by:
             line += f" by {export.decided_by}" + (f" (approver {export.approver})" if export.approver else "")
@@ -255,7 +307,7 @@ def report_tables(summary: AuditSummary) -> list[ReportTable]:
     runs = [[r.started, r.actor, str(r.model or ""), r.run_id,
              "\n".join(f"{b} {fp[:16]}" for b, fp in sorted(r.benchmarks.items())), ", ".join(r.endpoints),
              (r.outcome or "open") + (f", resumed {r.resumed}x" if r.resumed else "")] for r in summary.runs]
-    exports = [[e.requested, e.request_id, e.requested_by, ", ".join(e.runs), e.status,
+    exports = [[e.requested, e.request_id, _requested_by(e), ", ".join(e.runs), e.status,
                 (e.decided_by or "-") + (f" (approver {e.approver})" if e.approver else ""),
                 ", ".join(e.released_to) or "-"] for e in summary.exports]
     tables = [
@@ -285,7 +337,7 @@ def report_tables(summary: AuditSummary) -> list[ReportTable]:
 def compliance_report(records: list[dict[str, Any]], *, since: datetime | None, appliance: str,
                       generated: datetime | None = None) -> ComplianceReport:
     """The report over ``records`` (the whole trail: checkpoints are read from it) since ``since``."""
-    summary = summarize(filter_records(records, since=since), since)
+    summary = summarize(records, since)
     return ComplianceReport(
         appliance=appliance, generated=(generated or datetime.now(UTC)).isoformat(timespec="seconds"),
         since=since.isoformat() if since else None, records=summary.records, unreadable=summary.unreadable,

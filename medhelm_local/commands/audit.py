@@ -184,7 +184,7 @@ def report(
     start = parse_time(since, "--since") if since else None
     home = app_context(ctx).home
     everything = AuditTrail(home.audit_path).records()
-    summary = summarize(filter_records(everything, since=start), start)
+    summary = summarize(everything, start)
     if pdf is not None:
         from medhelm_local.audit.report import compliance_report
         from medhelm_local.audit.report_pdf import render_pdf

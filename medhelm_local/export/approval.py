@@ -159,7 +159,8 @@ def check_against_audit(app_ctx: AppContext, request_id: str, loaded: LoadedPoli
             differences.append(f"bundle/{name}:missing")
     if differences:
         raise _refuse(app_ctx, request_id, "candidate_mismatch", f"request {request_id} is not what the appliance "
-                      "computes from the store and audited: " + "; ".join(differences) + ". Not approved",
+                      "computes from the store and audited: " + "; ".join(differences) + ". Not approved: deny it "
+                      f"(medhelm-local export deny {request_id}) and ask for a new request",
                       exit_one=True, differences=differences)
     if candidate.status != "ready":
         raise _refuse(app_ctx, request_id, "blocked", f"export request {request_id} is blocked: a check failed, so "

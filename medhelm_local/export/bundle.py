@@ -491,7 +491,8 @@ def verify_bundle(bundle: Path, loaded: LoadedPolicy, *, appliance_key: Ed25519P
                   pending: bool = False, same_policy: bool = False) -> BundleVerification:
     """Every file against the manifest; the requester's and an approver's SSH signatures over the manifest
     digest, by keys the policy lists (different keys, different names); with ``appliance_key``, the appliance's
-    own signature and audit checkpoint. ``pending``: no approval yet (what an approver checks before signing).
+    own signature and audit checkpoint. ``pending``: no approval yet (what an approver checks before signing,
+    against the policy in force: the bundle must have been checked under exactly it, as with ``same_policy``).
     ``same_policy``: the bundle must have been checked under exactly this policy (on the appliance); a recipient
     may hold a later version of it (more approvers), which is noted, not refused."""
     from medhelm_local.audit.trail import checkpoint_signature_ok
@@ -524,7 +525,11 @@ def verify_bundle(bundle: Path, loaded: LoadedPolicy, *, appliance_key: Ed25519P
         manifest, listed, requester_key = {}, {}, ""
     notes: list[str] = []
     matches = manifest.get("policy_sha256") == loaded.sha256
-    if not matches:
+    if not matches and pending:  # its disclosure rules may not be the ones the approver holds: min_cell_size: 2
+        problems.append(f"the request was checked under another version of the export policy than {loaded.source}, "
+                        "so its suppression and rounding may not be this policy's: do not sign it; ask the "
+                        "requester for a new request made under this policy")
+    elif not matches:
         (problems if same_policy else notes).append(
             f"the request was checked under another version of the export policy than {loaded.source}")
     if set(manifest.get("checks", {}).values()) - {"pass"}:

@@ -274,11 +274,11 @@ async def export_approve(request: Request) -> Response:
     if not check_csrf(request, form):
         return bad_form_token(request, f"/exports/{request_id}")
     _request(console.home, request_id)  # an unknown id: not found
+    approval = importlib.import_module(APPROVAL_MODULE)
 
     def approve() -> None:
         from medhelm_local.context import AppContext
 
-        approval = importlib.import_module(APPROVAL_MODULE)
         with export_bundle.request_lock(console.home.exports_dir, request_id):
             approval.approve(AppContext(home=console.home, actor=identity.user), request_id,
                              signature=signature, key_file=None)
@@ -288,9 +288,10 @@ async def export_approve(request: Request) -> Response:
         await run_in_threadpool(approve)
     except NotFoundError:
         raise
-    except (BadInputError, export_bundle.ExportRefused) as exc:
-        # Refused: say so and why, and give the form again with what was pasted (an uploaded file cannot be put back
-        # into its field), while the request can still be approved; and lead back to the request.
+    except (BadInputError, export_bundle.ExportRefused, approval.ApprovalRefused) as exc:
+        # Refused (a bad signature, or the request is no longer what was requested and audited): say so and why,
+        # and give the form again with what was pasted (an uploaded file cannot be put back into its field), while
+        # the request can still be approved; and lead back to the request.
         return console.render(request, "approve_refused.html",
                               status_code=400 if isinstance(exc, BadInputError) else 409,
                               req=_request(console.home, request_id), message=str(exc), refused=True,

@@ -13,7 +13,7 @@ from medhelm_local.audit.merkle import MerkleAccumulator, merkle_root
 from medhelm_local.audit.trail import AuditTrail, AuditWriteError
 from medhelm_local.audit.verify import verify_file
 from medhelm_local.home.keys import ensure_keys, load_signing_key
-from tests.compliance.conftest import APPROVER, EvaluatedHome, approve_args, hospice_csv, request_export
+from tests.compliance.conftest import APPROVER, REQUESTER, EvaluatedHome, approve_args, hospice_csv, request_export
 from tests.compliance.inproc import InProcessCli
 
 # RFC 6962 test vectors (certificate-transparency merkle_tree_test): leaves and the roots of each prefix.
@@ -118,6 +118,40 @@ def test_show_filters_and_report(evaluated: EvaluatedHome) -> None:
     assert summary["exports"][0]["status"] == "approved" and summary["exports"][0]["approver"] == APPROVER
     text = cli("audit", "report", "--since", "2000-01-01")
     assert text.code == 0 and evaluated.run_id in text.stdout and APPROVER in text.stdout
+    # Who requested: beside the account, the policy's name for the key that signed the request, as for the approver
+    # (the report said only "requested by root").
+    assert summary["exports"][0]["requester"] == REQUESTER and f"(requester {REQUESTER})" in text.stdout
+
+
+def test_a_report_since_a_date_lists_what_was_approved_and_released_in_it(evaluated: EvaluatedHome,
+                                                                         tmp_path: Path) -> None:
+    """A request made last month, approved and released this month: `audit report --since` the first of this month
+    (text, JSON and the printable report) listed no export at all, as if nothing had left the appliance."""
+    import time
+    from datetime import timedelta
+
+    from medhelm_local.audit.report import compliance_report, parse_time, record_time
+
+    cli = evaluated.cli
+    request_id = str(request_export(cli, evaluated.run_id)["request_id"])
+    trail = AuditTrail(cli.home / "audit" / "audit.jsonl")
+    last = record_time(trail.records()[-1])
+    assert last is not None
+    since = (last + timedelta(microseconds=1)).isoformat()
+    time.sleep(0.01)
+    assert cli("export", "approve", request_id, *approve_args(cli.home), "--out", str(tmp_path / "out")).code == 0
+
+    summary = json.loads(cli("audit", "report", "--since", since, "--json").stdout)
+    assert [e["request_id"] for e in summary["exports"]] == [request_id]
+    export = summary["exports"][0]
+    assert export["status"] == "approved" and export["approver"] == APPROVER
+    assert export["released_to"] == [str((tmp_path / "out" / request_id).resolve())]
+    assert export["requested"] < since  # shown with the request it decided, made before the period
+    assert summary["runs"] == []  # what happened before the period is not listed for itself
+    assert request_id in cli("audit", "report", "--since", since).stdout
+    printable = compliance_report(trail.records(), since=parse_time(since, "since"), appliance="a")
+    exports = next(t for t in printable.tables if t.id == "report-exports")
+    assert [row[1] for row in exports.rows] == [request_id] and "approved" in exports.rows[0]
 
 
 def test_show_and_report_skip_lines_that_are_not_records(tmp_path: Path) -> None:

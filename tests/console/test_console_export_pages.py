@@ -82,6 +82,24 @@ def test_a_refused_approval_says_it_was_refused_and_leads_back_to_the_request(si
     assert site.client.get(f"/exports/{site.ready}").text.count('id="export-status">ready<') == 1
 
 
+def test_a_tampered_bundle_refused_at_approval_is_an_approval_refused_page_with_the_reason(site: Site) -> None:
+    """The approver's signature is fine, but the candidate in the home was changed after the request: approval is
+    refused (as `export release --signature` refuses it, exit 1, audited). The console showed a generic 'Cannot show
+    this page' (HTTP 400), as if the page were broken, and did not say that nothing was approved."""
+    people = compliance_fixtures.signers(site.cli.home)
+    digest = site.digest(site.ready)
+    bundle = site.cli.home / "exports" / site.ready / "bundle"
+    with (bundle / "leaderboard.csv").open("a") as handle:
+        handle.write("Ada Quillonby\n")
+    reply = site.upload(site.ready, people[compliance_fixtures.APPROVER].sign(digest))
+    assert reply.status_code == 409
+    assert "<h1>Approval refused</h1>" in reply.text and "Cannot show this page" not in reply.text
+    page = text_of(reply.text)
+    assert "bundle/leaderboard.csv" in page and "Nothing was approved" in page
+    assert f"medhelm-local export deny {site.ready}" in page  # what to do about it
+    assert site.client.get(f"/exports/{site.ready}").text.count('id="export-status">ready<') == 1
+
+
 def test_a_blocked_request_lists_its_findings_and_says_how_to_deny_it(site: Site, console_home: ConsoleHome) -> None:
     """A model named like a medical record number blocks the export (phi_patterns). The page lists where each finding
     is (file, place, rule, never the value) and gives the command that denies the request: it showed only

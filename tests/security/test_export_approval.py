@@ -289,3 +289,49 @@ def test_a_bundle_changed_between_its_check_and_the_copy_is_not_released(tmp_pat
     monkeypatch.setattr("medhelm_local.export.bundle.shutil.copytree", copytree)
     (bundle / "approval.sig").write_bytes(original)
     assert cli("export", "release", request_id, "--out", str(out)).code == 0
+
+
+def test_a_request_checked_under_a_weakened_copy_of_the_policy_fails_the_approvers_check(tmp_path: Path) -> None:
+    """The insider points $MEDHELM_EXPORT_POLICY at a copy of the site policy, same people, min_cell_size 2. The
+    approver checks the bundle against compliance's own policy before signing (`export verify --pending
+    --policy`): that said CHECKED with a note, exit 0, and the signature then released it under the weak rules."""
+    import os
+
+    import yaml
+
+    from medhelm_local.export.policy import POLICY_ENV
+
+    cli = site(tmp_path)
+    run_id = evaluate(cli, notes(tmp_path / "notes.csv", 24))
+    policy = Path(os.environ[POLICY_ENV])
+    weak = tmp_path / "insider" / "export-policy.yaml"
+    weak.parent.mkdir()
+    weak.write_text(yaml.safe_dump({**yaml.safe_load(policy.read_text()), "min_cell_size": 2}))
+    os.environ[POLICY_ENV] = str(weak)
+    request = request_export(cli, run_id)
+    assert request["status"] == "ready"
+    copy = tmp_path / "approver-copy"
+    shutil.copytree(_bundle(cli, request), copy)
+    checked = cli("export", "verify", str(copy), "--pending", "--policy", str(policy))
+    assert checked.code == 1 and "NOT VERIFIED" in checked.stdout, checked.stdout
+    assert "another version of the export policy" in checked.stdout and "do not sign it" in checked.stdout
+    assert str(request["manifest_sha256"]) not in checked.stdout  # no digest to sign
+    # Under the policy it was made with, the check passes as before.
+    assert cli("export", "verify", str(copy), "--pending", "--policy", str(weak)).code == 0
+
+
+def test_an_approved_request_edited_back_to_ready_is_not_denied(tmp_path: Path) -> None:
+    """request.json of an approved request is edited back to ready: `export deny` said 'denied' (exit 0), the report
+    then showed the request denied, and the bundle was still released (the trail's approval is what release
+    reads). The trail's decision is what counts, for a denial as for an approval."""
+    cli = site(tmp_path)
+    request = request_export(cli, evaluate(cli, notes(tmp_path / "notes.csv", 24)))
+    request_id = str(request["request_id"])
+    assert cli("export", "approve", request_id, *approve_args(cli.home)).code == 0
+    _edit_request(cli, request, status="ready", decided_by=None, decided_at=None, approver=None, approver_key=None)
+    denied = cli("export", "deny", request_id)
+    assert denied.code == 2 and "already approved (audit trail)" in denied.stderr, denied.stderr
+    records = AuditTrail(cli.home / "audit" / "audit.jsonl").records()
+    assert [r["outcome"] for r in records if r["action"] == "export.deny"] == ["refused"]
+    summary = json.loads(cli("audit", "report", "--json").stdout)
+    assert [e["status"] for e in summary["exports"]] == ["approved"]
