@@ -41,6 +41,13 @@ _NUMBER_ANSWER_MARKER = re.compile(
 # ("...272.317 mmol/L.The patient's ..."), never the point of a decimal.
 _SENTENCE_BREAK = re.compile(r"\n+|(?<=[.!?])\s+|(?<=[A-Za-z%)\]]\.)(?=[A-Z])")
 _PERCENT_AFTER = re.compile(r"\s*(?:%|per\s*cent\b)", re.IGNORECASE)
+# Numbers that frame an answer rather than state it: a range's ends ("normal range 135-145", "10 to 20", "between
+# 2 and 4"), a threshold ("above 5", "> 100", "the cutoff of 2") and a scale's maximum ("2 out of 5").
+_RANGE_START = re.compile(r"[ \t]*[\u2013\u2014][ \t]*-?\d|-\d|[ \t]+to[ \t]+-?\d", re.IGNORECASE)
+_FRAMING_BEFORE = re.compile(
+    r"(?:\d[ \t]*[\u2013\u2014][ \t]*|\d-|\d[ \t]+to[ \t]+|\bbetween[ \t]+-?[\d.,]+[ \t]+and[ \t]+|"
+    r"\b(?:above|below|over|under|exceed(?:s|ing)?|(?:greater|less|more|fewer|higher|lower)[ \t]+than|out[ \t]+of|"
+    r"between|cut-?off(?:[ \t]+of)?|threshold(?:[ \t]+of)?)[ \t]+|[<>\u2264\u2265]=?[ \t]*)$", re.IGNORECASE)
 _MONTHS = {m: i + 1 for i, m in enumerate(
     ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"])}
 
@@ -149,13 +156,17 @@ def _to_float(token: str) -> float | None:
         return None
 
 
-def _numbers(text: str, *, percentages: bool = True) -> list[tuple[int, float]]:
+def _numbers(text: str, *, percentages: bool = True, framing: bool = True) -> list[tuple[int, float]]:
+    """The numbers of ``text``; ``framing=False`` leaves out those that frame an answer (:data:`_FRAMING_BEFORE`)."""
     out = []
     for match in _NUMBER.finditer(text):
         value = _to_float(match.group(0))
         if value is None or not re.search(r"\d", match.group(0)):
             continue
         if not percentages and _PERCENT_AFTER.match(text, match.end()):
+            continue
+        if not framing and (_RANGE_START.match(text, match.end())
+                            or _FRAMING_BEFORE.search(text, max(0, match.start() - 40), match.start())):
             continue
         out.append((match.start(), value))
     return out
@@ -214,13 +225,19 @@ def extract_number(output: str, *, percentages: bool = True) -> Extracted[float]
     (:func:`_stated_value`); numbers that are part of a unit ("/1.73 m²") are never read.
 
     ``percentages=False`` where the answer is a score or a count: a percentage beside it is what the score means
-    ("a score of 4, which corresponds to a 4.8% annual risk"), never the score, so it is not read."""
+    ("a score of 4, which corresponds to a 4.8% annual risk"), never the score, so it is not read.
+
+    Numbers that frame the answer (a reference range, a threshold, a scale's maximum: "140 mEq/L, within the normal
+    range of 135-145", "2 out of 5", "A value above 5 ...") are read only when the output states no other."""
     text = answer_text(output)
     bare = _bare(text)
     value = _to_float(bare) if re.fullmatch(r"[-\u2212\u2013]?[\d,]*\.?\d+(?:[eE][-+]?\d+)?", bare) else None
     if value is not None:
         return Extracted(value, True)
-    return Extracted(_stated_value(text, lambda part: _numbers(part, percentages=percentages)), False)
+    stated = _stated_value(text, lambda part: _numbers(part, percentages=percentages, framing=False))
+    if stated is None:
+        stated = _stated_value(text, lambda part: _numbers(part, percentages=percentages))
+    return Extracted(stated, False)
 
 
 def parse_date(text: str) -> date | None:

@@ -209,6 +209,34 @@ def test_medcalc_score_answers_with_the_risk_they_mean_on_real_items(public_data
         assert summary.parse_rate == 1.0
 
 
+def test_medcalc_answers_with_a_range_threshold_or_scale_beside_them_on_real_items(public_data: Path) -> None:
+    """Chatty answers put the stated value beside numbers that frame it: a reference range, a threshold, the
+    scale's maximum. Those are never the answer while the output states another."""
+    rows = medcalc_rows(public_data)
+    data = instances("medcalc_bench")
+    for form in ("The result is {gold}, which is outside the reference range of 10-20.",
+                 "The patient's score is {gold} out of 10.",
+                 "The calculated value is {gold}. A value above 5 indicates high risk.",
+                 "The patient's value is {gold}, above the cutoff of 2."):
+        outputs = [(i, form.format(gold=rows[i.id]["Ground Truth Answer"])) for i in data]
+        summary = score_all("medcalc_bench", outputs)
+        assert summary.score == 1.0, form  # read 10, 10, 5 and 2: 0.080, 0.080, 0.074, 0.120
+        assert summary.parse_rate == 1.0
+
+
+@pytest.mark.parametrize(("output", "value"), [
+    ("The corrected sodium is 140 mEq/L, which is within the normal range of 135-145 mEq/L.", 140.0),
+    ("The corrected sodium is 150 mEq/L, above the normal range of 135\u2013145 mEq/L.", 150.0),
+    ("The CURB-65 score is 2 out of 5.", 2.0),
+    ("The score is 3. Scores between 2 and 4 mean moderate risk; > 4 means high risk.", 3.0),
+    ("The heart rate is above 100.", 100.0),  # nothing else stated: the framing number is read as before
+])
+def test_medcalc_framing_numbers_are_not_the_answer(output: str, value: float) -> None:
+    from medhelm_local.scoring.extract import extract_number
+
+    assert extract_number(output).value == value
+
+
 def test_percentages_are_read_where_a_quantity_may_be_one() -> None:
     from medhelm_local.scoring.extract import extract_number
 
