@@ -113,21 +113,25 @@ def extract_label(output: str, labels: Sequence[str]) -> tuple[str | None, bool]
         found = re.compile(pattern).match(text, at)
         return found is not None and found.group(1).lower() != found.group(2).lower()
 
+    # A leading label: "B) ...", "(C) ...", "Yes, because ...".
+    after = r"(?:\s*[).:,\-]|\s|$)" if single else r"(?:\s*[).:,;!\-]|$)"
+    leading = re.match(rf"\s*{token}{after}", text)
+    if leading and single and re.match(r"\s*A\s+[a-z]", text):
+        leading = None
     # The last explicit answer marker wins: reasoning models restate their final choice at the end. An answer
     # marker ("Answer: C", "the correct option is C") outranks a bare "option A" / "choice A", which is as often
-    # an explanation discussing an option ("Answer: C. Option A is wrong because ...").
+    # an explanation discussing an option ("Answer: C. Option A is wrong because ..."); so does a leading label
+    # set off as the answer ("C) Metformin\n\nOption A is wrong ...", "**B**\n\n...").
     hits = list(re.finditer(marker + token, text))
     stated = [hit for hit in hits if _STATED_ANSWER.match(hit.group(0))]
-    hits = stated or hits
+    set_off = leading is not None and re.match(r"[)\]*\"'`]*\s*(?:[).:\-]|\n|$)", text[leading.end(1):]) is not None
+    hits = stated or ([] if set_off else hits)
     if hits:
         last = hits[-1]
         if hedged(marker + hedge, last.start()):
             return None, False
         return by_lower[last.group(1).lower()], False
-    # A leading label: "B) ...", "(C) ...", "Yes, because ...".
-    after = r"(?:\s*[).:,\-]|\s|$)" if single else r"(?:\s*[).:,;!\-]|$)"
-    leading = re.match(rf"\s*{token}{after}", text)
-    if leading and (not single or not re.match(r"\s*A\s+[a-z]", text)):
+    if leading:
         if hedged(rf"\s*{hedge}", 0):
             return None, False
         return by_lower[leading.group(1).lower()], False

@@ -57,6 +57,9 @@ def test_yes_no_maybe(output: str, expected: str | None, strict: bool) -> None:
     ("The answer is (B), since option A ignores the renal function.", "B"),
     ("Final answer: D. Choice C would be right only in pregnancy.", "D"),
     ("Option A is unlikely. Option C fits the findings.", "C"),  # no answer marker: the last option stated
+    ("C) Metformin\n\nExplanation: Option A is wrong because the drug is contraindicated.", "C"),
+    ("**C**. Metformin\n\nOption A is wrong.", "C"),
+    ("C is wrong here; option B fits the findings.", "B"),  # a leading letter in a sentence is not set off
 ])
 def test_an_answer_marker_outranks_an_option_discussed_after_it(output: str, expected: str) -> None:
     assert extract_label(output, LETTERS) == (expected, False)

@@ -274,6 +274,24 @@ def test_medcalc_stated_date(output: str) -> None:
     assert extract_date(output).value == date(2014, 9, 23)
 
 
+# -- Multiple choice: a leading answer, then the other options discussed ------------------------------------------
+
+@pytest.mark.parametrize("form", [
+    "{gold}) {text}\n\nExplanation: Option {other} is incorrect because it does not fit the presentation.",
+    "**{gold}. {text}**\n\nWhy not the others: option {other} would apply only in pregnancy.",
+    "{gold}\n\nOption {other} is a distractor.",
+])
+def test_medqa_leading_answer_outranks_an_option_discussed_after_it_on_real_items(public_data: Path,
+                                                                                   form: str) -> None:
+    data = instances("medqa")
+    outputs = [(i, form.format(gold=i.label, text=i.meta["options"][i.label],
+                               other=next(k for k in "ABCD" if k != i.label))) for i in data]
+    summary = score_all("medqa", outputs)
+    assert summary.n == 1273
+    assert summary.score == 1.0  # read the option discussed after the answer: 0.0
+    assert summary.parse_rate == 1.0
+
+
 # -- Hedges: two different labels offered as alternatives are no answer ----------------------------------------
 
 @pytest.mark.parametrize(("benchmark", "hedge"), [
