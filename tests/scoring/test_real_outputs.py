@@ -49,8 +49,28 @@ def test_medec_native_answer_format_on_real_rows(public_data: Path) -> None:
     assert summary.secondary["error_sentence_accuracy"]["score"] == 1.0
 
 
+@pytest.mark.parametrize("form", [
+    "Error sentence ID: {id}\nCorrected sentence: {corrected}",
+    "The error is in sentence ID: {id}.",
+    "ID {id}: {corrected}",
+    "[{id}] {corrected}",
+    "{id}",
+])
+def test_medec_sentence_id_forms_on_real_rows(public_data: Path, form: str) -> None:
+    flagged = {r["Text ID"]: r for r in medec_rows(public_data) if r["Error Flag"] == "1"}
+    outputs = [(i, "CORRECT" if i.meta["error_flag"] == 0 else
+                form.format(id=flagged[i.id]["Error Sentence ID"], corrected=flagged[i.id]["Corrected Sentence"]))
+               for i in instances("medec")]
+    summary = score_all("medec", outputs)
+    assert summary.score == 1.0, form  # the 311 flagged notes' answers were unparsed and scored 0 (0.479 overall)
+    assert summary.parse_rate == 1.0
+    assert summary.secondary["error_sentence_accuracy"]["score"] == 1.0
+
+
 @pytest.mark.parametrize(("output", "expected"), [
     ("10 Patient's symptoms are suspected to be due to Schistosoma mansoni.", (1, 10, True)),
+    ("The erroneous sentence (ID 10) should read: ...", (1, 10, False)),
+    ("**10**", (1, 10, False)),
     ("**10** Patient's symptoms are suspected to be due to Schistosoma mansoni.", (1, 10, False)),
     ("10: Patient's symptoms are suspected to be due to Schistosoma mansoni.", (1, 10, True)),
     ("Sentence 4: The patient was given aspirin.", (1, 4, False)),
