@@ -120,6 +120,22 @@ def test_ehrsql_fenced_real_gold_queries_score_one(public_data: Path) -> None:
     assert summary.secondary["valid_sql"]["score"] == 1.0
 
 
+@pytest.mark.parametrize("abstention", [
+    "**null**",
+    "null\n\nThe schema has no table that records this.",
+    "Answer: null",
+    "**SQL:** null",
+])
+def test_ehrsql_abstentions_in_markdown_or_with_a_reason_on_real_items(public_data: Path, abstention: str) -> None:
+    data = instances("ehrsql")
+    summary = score_all("ehrsql", [(i, i.references[0] if i.references else abstention) for i in data])
+    assert summary.score == 1.0, abstention  # read as SQL that failed: every unanswerable question 0 (0.672)
+    assert summary.groups["unanswerable"]["score"] == 1.0
+    everywhere = score_all("ehrsql", [(i, abstention) for i in data])
+    assert everywhere.secondary["abstention"]["score"] == 1.0  # not counted as invalid SQL on answerable ones
+    assert extract_sql("**SQL:**\nSELECT 1;") == "SELECT 1"
+
+
 def test_ehrsql_empty_gold_reported_beside_execution_accuracy(public_data: Path) -> None:
     data = instances("ehrsql")
     db = str(public_data / "ehrsql" / "eicu.sqlite")
