@@ -20,6 +20,8 @@ _REASONING_BLOCK = re.compile(rf"<({_REASONING_TAGS})>.*?</\1>", re.IGNORECASE |
 _REASONING_OPEN = re.compile(rf"<{_REASONING_TAGS}>", re.IGNORECASE)
 _REASONING_CLOSE = re.compile(rf"</{_REASONING_TAGS}>", re.IGNORECASE)
 _FENCE = re.compile(r"```[A-Za-z0-9_+-]*\s*\n?(.*?)```", re.DOTALL)
+# LaTeX's boxed final answer, as reasoning models write it: "$\boxed{B}$", "\(\boxed{140}\)".
+_BOXED = re.compile(r"\$*\\boxed\{(?:\\text\{)?([^{}]*)\}?\}\$*")
 # "The answer is (B)", "Answer: B", "final answer: **B**", "correct option is B"
 _ANSWER_MARKER = re.compile(
     r"(?:final\s+answer|answer|correct\s+(?:option|choice)|option|choice)\s*(?:is|would\s+be|:|=|-)?\s*[:\-]?\s*",
@@ -75,8 +77,9 @@ def strip_reasoning(text: str) -> str:
 
 
 def answer_text(output: str) -> str:
-    """The part of an output that may hold the answer: reasoning dropped, a lone code fence unwrapped."""
-    text = strip_reasoning(output).strip()
+    """The part of an output that may hold the answer: reasoning dropped, a lone code fence unwrapped, a LaTeX
+    ``\\boxed{...}`` read as the final answer it marks."""
+    text = _BOXED.sub(r" Final answer: \1 ", strip_reasoning(output)).strip()
     fences = _FENCE.findall(text)
     if len(fences) == 1 and not _FENCE.sub("", text).strip():
         text = fences[0].strip()

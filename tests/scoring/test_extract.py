@@ -26,6 +26,7 @@ YES_NO = ["yes", "no", "maybe"]
     ("**D**", "D", False),
     ("B) Praziquantel", "B", False),
     ("(C)", "C", False),
+    ("A is tempting, but $\\boxed{C}$", "C", False),  # LaTeX's boxed final answer
     ("<think>A looks right, or maybe C</think>\nThe answer is D", "D", False),
     ("I weighed A against B.</think>Final answer: B", "B", False),  # template opened the block
     ("A 45-year-old man is described. The correct option is D.", "D", False),

@@ -328,6 +328,17 @@ def test_medqa_leading_answer_outranks_an_option_discussed_after_it_on_real_item
     assert summary.parse_rate == 1.0
 
 
+@pytest.mark.parametrize(("benchmark", "form"), [
+    ("medqa", "Weighing the options, $\\boxed{{{gold}}}$"),
+    ("medqa", "\\(\\boxed{{\\text{{{gold}}}}}\\)"),
+    ("pubmedqa", "$\\boxed{{{gold}}}$"),
+])
+def test_latex_boxed_answers_on_real_items(public_data: Path, benchmark: str, form: str) -> None:
+    summary = score_all(benchmark, [(i, form.format(gold=i.label)) for i in instances(benchmark)])
+    assert summary.score == 1.0  # unparsed: 0.0
+    assert summary.parse_rate == 1.0
+
+
 # -- Hedges: two different labels offered as alternatives are no answer ----------------------------------------
 
 @pytest.mark.parametrize(("benchmark", "hedge"), [
