@@ -75,17 +75,23 @@ def _sql_candidates(text: str) -> list[str]:
     return [b.strip() for b in blocks if _SQL_START.search(b)]
 
 
+def _bare_abstention(text: str) -> bool:
+    return text.strip().strip(".;'\"`*_ ").lower() in _ABSTAIN
+
+
 def extract_sql(output: str) -> str:
     """The SQL in an output; '' = abstained.
 
     A fenced block holding SQL wins wherever it stands ("Here is the query:\n```sql ... ```", ~~~ fences, inline
     fences, `single backticks`; the last such block when there are several); otherwise the text from the first
-    SELECT/WITH. A leading "SQL:", a trailing semicolon and anything after it are dropped, and so is prose after a
-    blank line that ends an unfenced query.
+    SELECT/WITH. A leading "SQL:" (or "Answer:", "**SQL:**"), a trailing semicolon and anything after it are
+    dropped, and so is prose after a blank line that ends an unfenced query. An abstention may be in markdown
+    ("**null**") and followed by its reason after a blank line ("null\n\nThe schema has no ...").
     """
     text = answer_text(output)
-    text = re.sub(r"^\s*(?:sql|sqlite|query)\s*:\s*", "", text, flags=re.IGNORECASE)
-    if text.strip().strip(".;'\"` ").lower() in _ABSTAIN:
+    text = re.sub(r"^[\s*_]*(?:sql|sqlite|query|answer)[\s*_]*:[\s*_]*", "", text, flags=re.IGNORECASE)
+    first_paragraph = re.split(r"\n[ \t]*\n", text.strip(), maxsplit=1)[0]
+    if _bare_abstention(text) or (_bare_abstention(first_paragraph) and not _SQL_START.search(text)):
         return ""
     blocks = _sql_candidates(text)
     if blocks:

@@ -20,6 +20,8 @@ _REASONING_BLOCK = re.compile(rf"<({_REASONING_TAGS})>.*?</\1>", re.IGNORECASE |
 _REASONING_OPEN = re.compile(rf"<{_REASONING_TAGS}>", re.IGNORECASE)
 _REASONING_CLOSE = re.compile(rf"</{_REASONING_TAGS}>", re.IGNORECASE)
 _FENCE = re.compile(r"```[A-Za-z0-9_+-]*\s*\n?(.*?)```", re.DOTALL)
+# LaTeX's boxed final answer, as reasoning models write it: "$\boxed{B}$", "\(\boxed{140}\)".
+_BOXED = re.compile(r"\$*\\boxed\{(?:\\text\{)?([^{}]*)\}?\}\$*")
 # "The answer is (B)", "Answer: B", "final answer: **B**", "correct option is B"
 _ANSWER_MARKER = re.compile(
     r"(?:final\s+answer|answer|correct\s+(?:option|choice)|option|choice)\s*(?:is|would\s+be|:|=|-)?\s*[:\-]?\s*",
@@ -41,6 +43,13 @@ _NUMBER_ANSWER_MARKER = re.compile(
 # ("...272.317 mmol/L.The patient's ..."), never the point of a decimal.
 _SENTENCE_BREAK = re.compile(r"\n+|(?<=[.!?])\s+|(?<=[A-Za-z%)\]]\.)(?=[A-Z])")
 _PERCENT_AFTER = re.compile(r"\s*(?:%|per\s*cent\b)", re.IGNORECASE)
+# Numbers that frame an answer rather than state it: a range's ends ("normal range 135-145", "10 to 20", "between
+# 2 and 4"), a threshold ("above 5", "> 100", "the cutoff of 2") and a scale's maximum ("2 out of 5").
+_RANGE_START = re.compile(r"[ \t]*[\u2013\u2014][ \t]*-?\d|-\d|[ \t]+to[ \t]+-?\d", re.IGNORECASE)
+_FRAMING_BEFORE = re.compile(
+    r"(?:\d[ \t]*[\u2013\u2014][ \t]*|\d-|\d[ \t]+to[ \t]+|\bbetween[ \t]+-?[\d.,]+[ \t]+and[ \t]+|"
+    r"\b(?:above|below|over|under|exceed(?:s|ing)?|(?:greater|less|more|fewer|higher|lower)[ \t]+than|out[ \t]+of|"
+    r"between|cut-?off(?:[ \t]+of)?|threshold(?:[ \t]+of)?)[ \t]+|[<>\u2264\u2265]=?[ \t]*)$", re.IGNORECASE)
 _MONTHS = {m: i + 1 for i, m in enumerate(
     ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"])}
 
@@ -68,8 +77,9 @@ def strip_reasoning(text: str) -> str:
 
 
 def answer_text(output: str) -> str:
-    """The part of an output that may hold the answer: reasoning dropped, a lone code fence unwrapped."""
-    text = strip_reasoning(output).strip()
+    """The part of an output that may hold the answer: reasoning dropped, a lone code fence unwrapped, a LaTeX
+    ``\\boxed{...}`` read as the final answer it marks."""
+    text = _BOXED.sub(r" Final answer: \1 ", strip_reasoning(output)).strip()
     fences = _FENCE.findall(text)
     if len(fences) == 1 and not _FENCE.sub("", text).strip():
         text = fences[0].strip()
@@ -106,21 +116,25 @@ def extract_label(output: str, labels: Sequence[str]) -> tuple[str | None, bool]
         found = re.compile(pattern).match(text, at)
         return found is not None and found.group(1).lower() != found.group(2).lower()
 
+    # A leading label: "B) ...", "(C) ...", "Yes, because ...".
+    after = r"(?:\s*[).:,\-]|\s|$)" if single else r"(?:\s*[).:,;!\-]|$)"
+    leading = re.match(rf"\s*{token}{after}", text)
+    if leading and single and re.match(r"\s*A\s+[a-z]", text):
+        leading = None
     # The last explicit answer marker wins: reasoning models restate their final choice at the end. An answer
     # marker ("Answer: C", "the correct option is C") outranks a bare "option A" / "choice A", which is as often
-    # an explanation discussing an option ("Answer: C. Option A is wrong because ...").
+    # an explanation discussing an option ("Answer: C. Option A is wrong because ..."); so does a leading label
+    # set off as the answer ("C) Metformin\n\nOption A is wrong ...", "**B**\n\n...").
     hits = list(re.finditer(marker + token, text))
     stated = [hit for hit in hits if _STATED_ANSWER.match(hit.group(0))]
-    hits = stated or hits
+    set_off = leading is not None and re.match(r"[)\]*\"'`]*\s*(?:[).:\-]|\n|$)", text[leading.end(1):]) is not None
+    hits = stated or ([] if set_off else hits)
     if hits:
         last = hits[-1]
         if hedged(marker + hedge, last.start()):
             return None, False
         return by_lower[last.group(1).lower()], False
-    # A leading label: "B) ...", "(C) ...", "Yes, because ...".
-    after = r"(?:\s*[).:,\-]|\s|$)" if single else r"(?:\s*[).:,;!\-]|$)"
-    leading = re.match(rf"\s*{token}{after}", text)
-    if leading and (not single or not re.match(r"\s*A\s+[a-z]", text)):
+    if leading:
         if hedged(rf"\s*{hedge}", 0):
             return None, False
         return by_lower[leading.group(1).lower()], False
@@ -149,13 +163,17 @@ def _to_float(token: str) -> float | None:
         return None
 
 
-def _numbers(text: str, *, percentages: bool = True) -> list[tuple[int, float]]:
+def _numbers(text: str, *, percentages: bool = True, framing: bool = True) -> list[tuple[int, float]]:
+    """The numbers of ``text``; ``framing=False`` leaves out those that frame an answer (:data:`_FRAMING_BEFORE`)."""
     out = []
     for match in _NUMBER.finditer(text):
         value = _to_float(match.group(0))
         if value is None or not re.search(r"\d", match.group(0)):
             continue
         if not percentages and _PERCENT_AFTER.match(text, match.end()):
+            continue
+        if not framing and (_RANGE_START.match(text, match.end())
+                            or _FRAMING_BEFORE.search(text, max(0, match.start() - 40), match.start())):
             continue
         out.append((match.start(), value))
     return out
@@ -214,13 +232,19 @@ def extract_number(output: str, *, percentages: bool = True) -> Extracted[float]
     (:func:`_stated_value`); numbers that are part of a unit ("/1.73 m²") are never read.
 
     ``percentages=False`` where the answer is a score or a count: a percentage beside it is what the score means
-    ("a score of 4, which corresponds to a 4.8% annual risk"), never the score, so it is not read."""
+    ("a score of 4, which corresponds to a 4.8% annual risk"), never the score, so it is not read.
+
+    Numbers that frame the answer (a reference range, a threshold, a scale's maximum: "140 mEq/L, within the normal
+    range of 135-145", "2 out of 5", "A value above 5 ...") are read only when the output states no other."""
     text = answer_text(output)
     bare = _bare(text)
     value = _to_float(bare) if re.fullmatch(r"[-\u2212\u2013]?[\d,]*\.?\d+(?:[eE][-+]?\d+)?", bare) else None
     if value is not None:
         return Extracted(value, True)
-    return Extracted(_stated_value(text, lambda part: _numbers(part, percentages=percentages)), False)
+    stated = _stated_value(text, lambda part: _numbers(part, percentages=percentages, framing=False))
+    if stated is None:
+        stated = _stated_value(text, lambda part: _numbers(part, percentages=percentages))
+    return Extracted(stated, False)
 
 
 def parse_date(text: str) -> date | None:

@@ -1,10 +1,11 @@
 """MEDEC: error-flag accuracy (main score) and error-sentence accuracy, as in the MEDEC shared task.
 
 The prompt asks for ``CORRECT`` or ``<sentence id>: <corrected sentence>``. Read tolerantly: reasoning blocks
-dropped, "Sentence 8: ...", "8. ..." and the benchmark's own ``<sentence id> <corrected sentence>`` ("10 Patient's
-symptoms are ...", what HELM's prompt asks for) accepted. A reply that opens with neither is read for the first
-verdict it states: a sentence named ("the error is in sentence 4") or the note called correct ("no error, but
-sentence 4 could be clearer" is correct). A reply with none of these is unparsed and wrong.
+dropped, "Sentence 8: ...", "8. ...", "[8] ...", a bare "8" and the benchmark's own ``<sentence id> <corrected
+sentence>`` ("10 Patient's symptoms are ...", what HELM's prompt asks for) accepted. A reply that opens with none
+of these is read for the first verdict it states: a sentence named ("the error is in sentence 4", "Error sentence
+ID: 4", "(ID 4)") or the note called correct ("no error, but sentence 4 could be clearer" is correct). A reply with
+none of these is unparsed and wrong.
 
 - flag accuracy: predicted flag (1 = an error was flagged) equals ``meta.error_flag``;
 - error-sentence accuracy (secondary, ``sub.error_sentence_accuracy``): for a note with an error, the flagged
@@ -27,11 +28,13 @@ from medhelm_local.scoring.metrics import MetricInputError
 from medhelm_local.scoring.registry import instance_scorer
 from medhelm_local.scoring.scorer import LABEL, Needs, meta_field
 
-_SENTENCE_ID = re.compile(r"^\W*(?:sentence\s*(?:id)?\s*#?\s*)?(\d+)\s*[:.)\-]", re.IGNORECASE)
+# A sentence named: "sentence 4", "Sentence #4", "sentence ID: 4", "ID 4", "(ID 4)".
+_SENTENCE_NAME = r"(?:sentence\s*(?:id)?|\bid)\s*[#:=]?\s*"
+_SENTENCE_ID = re.compile(rf"^\W*(?:{_SENTENCE_NAME})?(\d+)\s*(?:[:.)\]\-]|\**\s*$)", re.IGNORECASE)
 # MEDEC's native answer: the sentence id, a space, the corrected sentence (which may itself start with a number,
 # "11 100% oxygen is administered.", or a quote).
 _NATIVE_ANSWER = re.compile(r"^[\s*]*(\d+)\**[ \t]+\S")
-_SENTENCE_ANYWHERE = re.compile(r"\bsentence\s*(?:id)?\s*#?\s*(\d+)\b", re.IGNORECASE)
+_SENTENCE_ANYWHERE = re.compile(rf"(?:\b{_SENTENCE_NAME})(\d+)\b", re.IGNORECASE)
 _CORRECT = re.compile(r"\b(?:correct|no\s+(?:medical\s+)?errors?)\b", re.IGNORECASE)
 # "The note is not correct", "isn't entirely correct": a negated "correct" says the opposite of CORRECT.
 _NEGATION_BEFORE = re.compile(r"(?:\bnot|n't|\bnever)\s+(?:\w+\s+)?$", re.IGNORECASE)

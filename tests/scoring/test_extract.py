@@ -26,6 +26,7 @@ YES_NO = ["yes", "no", "maybe"]
     ("**D**", "D", False),
     ("B) Praziquantel", "B", False),
     ("(C)", "C", False),
+    ("A is tempting, but $\\boxed{C}$", "C", False),  # LaTeX's boxed final answer
     ("<think>A looks right, or maybe C</think>\nThe answer is D", "D", False),
     ("I weighed A against B.</think>Final answer: B", "B", False),  # template opened the block
     ("A 45-year-old man is described. The correct option is D.", "D", False),
@@ -57,6 +58,9 @@ def test_yes_no_maybe(output: str, expected: str | None, strict: bool) -> None:
     ("The answer is (B), since option A ignores the renal function.", "B"),
     ("Final answer: D. Choice C would be right only in pregnancy.", "D"),
     ("Option A is unlikely. Option C fits the findings.", "C"),  # no answer marker: the last option stated
+    ("C) Metformin\n\nExplanation: Option A is wrong because the drug is contraindicated.", "C"),
+    ("**C**. Metformin\n\nOption A is wrong.", "C"),
+    ("C is wrong here; option B fits the findings.", "B"),  # a leading letter in a sentence is not set off
 ])
 def test_an_answer_marker_outranks_an_option_discussed_after_it(output: str, expected: str) -> None:
     assert extract_label(output, LETTERS) == (expected, False)

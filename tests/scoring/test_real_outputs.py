@@ -49,8 +49,28 @@ def test_medec_native_answer_format_on_real_rows(public_data: Path) -> None:
     assert summary.secondary["error_sentence_accuracy"]["score"] == 1.0
 
 
+@pytest.mark.parametrize("form", [
+    "Error sentence ID: {id}\nCorrected sentence: {corrected}",
+    "The error is in sentence ID: {id}.",
+    "ID {id}: {corrected}",
+    "[{id}] {corrected}",
+    "{id}",
+])
+def test_medec_sentence_id_forms_on_real_rows(public_data: Path, form: str) -> None:
+    flagged = {r["Text ID"]: r for r in medec_rows(public_data) if r["Error Flag"] == "1"}
+    outputs = [(i, "CORRECT" if i.meta["error_flag"] == 0 else
+                form.format(id=flagged[i.id]["Error Sentence ID"], corrected=flagged[i.id]["Corrected Sentence"]))
+               for i in instances("medec")]
+    summary = score_all("medec", outputs)
+    assert summary.score == 1.0, form  # the 311 flagged notes' answers were unparsed and scored 0 (0.479 overall)
+    assert summary.parse_rate == 1.0
+    assert summary.secondary["error_sentence_accuracy"]["score"] == 1.0
+
+
 @pytest.mark.parametrize(("output", "expected"), [
     ("10 Patient's symptoms are suspected to be due to Schistosoma mansoni.", (1, 10, True)),
+    ("The erroneous sentence (ID 10) should read: ...", (1, 10, False)),
+    ("**10**", (1, 10, False)),
     ("**10** Patient's symptoms are suspected to be due to Schistosoma mansoni.", (1, 10, False)),
     ("10: Patient's symptoms are suspected to be due to Schistosoma mansoni.", (1, 10, True)),
     ("Sentence 4: The patient was given aspirin.", (1, 4, False)),
@@ -98,6 +118,22 @@ def test_ehrsql_fenced_real_gold_queries_score_one(public_data: Path) -> None:
     summary = score_all("ehrsql", outputs)
     assert summary.score == 1.0
     assert summary.secondary["valid_sql"]["score"] == 1.0
+
+
+@pytest.mark.parametrize("abstention", [
+    "**null**",
+    "null\n\nThe schema has no table that records this.",
+    "Answer: null",
+    "**SQL:** null",
+])
+def test_ehrsql_abstentions_in_markdown_or_with_a_reason_on_real_items(public_data: Path, abstention: str) -> None:
+    data = instances("ehrsql")
+    summary = score_all("ehrsql", [(i, i.references[0] if i.references else abstention) for i in data])
+    assert summary.score == 1.0, abstention  # read as SQL that failed: every unanswerable question 0 (0.672)
+    assert summary.groups["unanswerable"]["score"] == 1.0
+    everywhere = score_all("ehrsql", [(i, abstention) for i in data])
+    assert everywhere.secondary["abstention"]["score"] == 1.0  # not counted as invalid SQL on answerable ones
+    assert extract_sql("**SQL:**\nSELECT 1;") == "SELECT 1"
 
 
 def test_ehrsql_empty_gold_reported_beside_execution_accuracy(public_data: Path) -> None:
@@ -209,6 +245,34 @@ def test_medcalc_score_answers_with_the_risk_they_mean_on_real_items(public_data
         assert summary.parse_rate == 1.0
 
 
+def test_medcalc_answers_with_a_range_threshold_or_scale_beside_them_on_real_items(public_data: Path) -> None:
+    """Chatty answers put the stated value beside numbers that frame it: a reference range, a threshold, the
+    scale's maximum. Those are never the answer while the output states another."""
+    rows = medcalc_rows(public_data)
+    data = instances("medcalc_bench")
+    for form in ("The result is {gold}, which is outside the reference range of 10-20.",
+                 "The patient's score is {gold} out of 10.",
+                 "The calculated value is {gold}. A value above 5 indicates high risk.",
+                 "The patient's value is {gold}, above the cutoff of 2."):
+        outputs = [(i, form.format(gold=rows[i.id]["Ground Truth Answer"])) for i in data]
+        summary = score_all("medcalc_bench", outputs)
+        assert summary.score == 1.0, form  # read 10, 10, 5 and 2: 0.080, 0.080, 0.074, 0.120
+        assert summary.parse_rate == 1.0
+
+
+@pytest.mark.parametrize(("output", "value"), [
+    ("The corrected sodium is 140 mEq/L, which is within the normal range of 135-145 mEq/L.", 140.0),
+    ("The corrected sodium is 150 mEq/L, above the normal range of 135\u2013145 mEq/L.", 150.0),
+    ("The CURB-65 score is 2 out of 5.", 2.0),
+    ("The score is 3. Scores between 2 and 4 mean moderate risk; > 4 means high risk.", 3.0),
+    ("The heart rate is above 100.", 100.0),  # nothing else stated: the framing number is read as before
+])
+def test_medcalc_framing_numbers_are_not_the_answer(output: str, value: float) -> None:
+    from medhelm_local.scoring.extract import extract_number
+
+    assert extract_number(output).value == value
+
+
 def test_percentages_are_read_where_a_quantity_may_be_one() -> None:
     from medhelm_local.scoring.extract import extract_number
 
@@ -244,6 +308,35 @@ def test_medcalc_stated_date(output: str) -> None:
     from medhelm_local.scoring.extract import extract_date
 
     assert extract_date(output).value == date(2014, 9, 23)
+
+
+# -- Multiple choice: a leading answer, then the other options discussed ------------------------------------------
+
+@pytest.mark.parametrize("form", [
+    "{gold}) {text}\n\nExplanation: Option {other} is incorrect because it does not fit the presentation.",
+    "**{gold}. {text}**\n\nWhy not the others: option {other} would apply only in pregnancy.",
+    "{gold}\n\nOption {other} is a distractor.",
+])
+def test_medqa_leading_answer_outranks_an_option_discussed_after_it_on_real_items(public_data: Path,
+                                                                                   form: str) -> None:
+    data = instances("medqa")
+    outputs = [(i, form.format(gold=i.label, text=i.meta["options"][i.label],
+                               other=next(k for k in "ABCD" if k != i.label))) for i in data]
+    summary = score_all("medqa", outputs)
+    assert summary.n == 1273
+    assert summary.score == 1.0  # read the option discussed after the answer: 0.0
+    assert summary.parse_rate == 1.0
+
+
+@pytest.mark.parametrize(("benchmark", "form"), [
+    ("medqa", "Weighing the options, $\\boxed{{{gold}}}$"),
+    ("medqa", "\\(\\boxed{{\\text{{{gold}}}}}\\)"),
+    ("pubmedqa", "$\\boxed{{{gold}}}$"),
+])
+def test_latex_boxed_answers_on_real_items(public_data: Path, benchmark: str, form: str) -> None:
+    summary = score_all(benchmark, [(i, form.format(gold=i.label)) for i in instances(benchmark)])
+    assert summary.score == 1.0  # unparsed: 0.0
+    assert summary.parse_rate == 1.0
 
 
 # -- Hedges: two different labels offered as alternatives are no answer ----------------------------------------
