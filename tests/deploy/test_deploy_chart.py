@@ -474,6 +474,26 @@ def test_site_adaptations_reach_the_pods(rendered):
     assert "runtimeClassName" not in pod_spec(other)
 
 
+def test_one_models_node_selector_and_affinity_stay_with_that_model():
+    """A model pinned to its own GPU pool (nodeSelector, affinity) pins only itself: the models and judges
+    rendered after it keep vllm.*'s placement. Merging into vllm.*'s own maps sent every later server to the
+    first model's pool (and a later model's nodeSelector added to it)."""
+    zone = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a"]}]}]}}}
+    values = load_values("gpu")
+    values["vllm"] = {"nodeSelector": {"nvidia.com/gpu.present": "true"}}
+    values["models"][0] |= {"nodeSelector": {"gpu-pool": "l40s"}, "affinity": zone}
+    values["judges"][0] |= {"nodeSelector": {"gpu-pool": "h100"}}
+    placement = {s["metadata"]["labels"]["medhelm.local/model"]: pod_spec(s) for s in servers(render(values))}
+    assert placement["llama-3-8b"]["nodeSelector"] == {"nvidia.com/gpu.present": "true", "gpu-pool": "l40s"}
+    assert placement["llama-3-8b"]["affinity"] == zone
+    assert placement["judge-a"]["nodeSelector"] == {"nvidia.com/gpu.present": "true", "gpu-pool": "h100"}
+    assert "affinity" not in placement["judge-a"]
+    for name in ("judge-b", "judge-c"):
+        assert placement[name]["nodeSelector"] == {"nvidia.com/gpu.present": "true"}, name
+        assert "affinity" not in placement[name], name
+
+
 @pytest.mark.parametrize("where", ["runner", "vllm", "models", "judges"])
 @pytest.mark.parametrize(
     ("name", "value"),
