@@ -933,6 +933,7 @@ REJECTION_REASONS = {
     "api-key-in-argv": r"/models/0/extraArgs/0",
     "output-logging": r"/models/0/extraArgs/0",
     "request-logging-underscores": r"/models/0/extraArgs/0",
+    "request-logging-abbreviated": r"/vllm/extraArgs/1",
     "flags-from-a-file": r"/models/0/extraArgs/0",
     "latest-tag": r"/image/appliance/tag",
     "bad-digest": r"/image/vllm/digest",
@@ -976,6 +977,10 @@ REJECTION_REASONS = {
         pytest.param(  # vLLM's parser reads underscores as dashes
             {"models": [_SERVED | {"extraArgs": ["--enable_log_requests"]}], "runner": {"model": "m"}},
             id="request-logging-underscores",
+        ),
+        pytest.param(  # argparse takes an unambiguous abbreviation: this is --enable-log-requests
+            {"vllm": {"extraArgs": ["--disable-uvicorn-access-log", "--enable-log-req"]}},
+            id="request-logging-abbreviated",
         ),
         pytest.param(  # any flag, a refused one included, from a YAML file
             {"models": [_SERVED | {"extraArgs": ["--config=/weights/flags.yaml"]}], "runner": {"model": "m"}},
