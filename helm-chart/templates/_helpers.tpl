@@ -251,6 +251,14 @@ true
 {{- if and (eq .Values.keys.mode "secret") (or (not .Values.keys.signingKey) (not .Values.keys.signingPublicKey) (not .Values.keys.storeDataKey)) -}}
 {{- fail "keys.mode=secret needs keys.signingKey, keys.signingPublicKey and keys.storeDataKey" -}}
 {{- end -}}
+{{- /* Key values another mode would ignore: the pods would run on keys the site never made (mode home: `init`
+     generates them on the home volume), not on the Secret or values it gave. */ -}}
+{{- if and .Values.keys.existingSecret (ne .Values.keys.mode "existingSecret") -}}
+{{- fail (printf "keys.existingSecret %q is set but keys.mode is %q, which does not read it (mode home: `medhelm-local init` would generate new keys on the home volume): set keys.mode: existingSecret" .Values.keys.existingSecret .Values.keys.mode) -}}
+{{- end -}}
+{{- if and (ne .Values.keys.mode "secret") (or .Values.keys.signingKey .Values.keys.signingPublicKey .Values.keys.storeDataKey) -}}
+{{- fail (printf "keys.signingKey, keys.signingPublicKey and keys.storeDataKey are read only in keys.mode: secret, not %q: remove them from the values (Helm keeps every value, private keys included, in its release history; deploy/RUNBOOK.md, Key rotation)" .Values.keys.mode) -}}
+{{- end -}}
 {{- if and (gt (int .Values.runner.shards) 1) (gt (int .Values.runner.parallelism) 1) -}}
 {{- range $volume := list "home" "audit" -}}
 {{- $modes := (get $.Values.persistence $volume).accessModes -}}

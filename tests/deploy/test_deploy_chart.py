@@ -646,6 +646,25 @@ def test_incomplete_key_settings_are_rejected(values, message):
         render(values)
 
 
+@pytest.mark.parametrize(
+    "keys, message",
+    [
+        # keys.mode left at its default (home): the Secret was never mounted and `init` made new keys on the home PVC.
+        ({"existingSecret": "medhelm-appliance-keys-v1"}, r'keys\.existingSecret "medhelm-appliance-keys-v1" is set '
+                                                          r'but keys\.mode is "home".*set keys\.mode: existingSecret'),
+        ({"mode": "secret", "existingSecret": "medhelm-appliance-keys-v1", "signingKey": "s", "signingPublicKey": "p",
+          "storeDataKey": "d"}, r'keys\.mode is "secret", which does not read it'),
+        # RUNBOOK's migration to existingSecret with the old private keys left in the values (and Helm's history).
+        ({"mode": "existingSecret", "existingSecret": "medhelm-appliance-keys-v2", "signingKey": "s"},
+         r'read only in keys\.mode: secret, not "existingSecret": remove them'),
+        ({"storeDataKey": "d"}, r'read only in keys\.mode: secret, not "home"'),
+    ],
+)
+def test_key_values_another_mode_would_ignore_are_refused(keys, message):
+    with pytest.raises(helm_python.HelmError, match=message):
+        render({"keys": keys})
+
+
 # --- vLLM model servers and judges ------------------------------------------------------------------------
 
 
