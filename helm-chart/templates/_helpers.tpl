@@ -244,6 +244,12 @@ true
 {{- fail (printf "runner.model %q has replicas: 0: nothing would answer its requests" .name) -}}
 {{- end -}}
 {{- end -}}
+{{- /* vLLM runs tensorParallelSize workers, one per GPU of the replica: more than the pod was given never starts. */ -}}
+{{- $gpus := int (dig "gpu" "count" 1 .) -}}
+{{- $tp := int (default 1 .tensorParallelSize) -}}
+{{- if gt $tp $gpus -}}
+{{- fail (printf "model %q: tensorParallelSize %d needs %d GPUs per replica, but gpu.count is %d: vLLM would fail at start (one worker per GPU); set gpu.count: %d, or tensorParallelSize to the GPUs one replica has" .name $tp $tp $gpus $tp) -}}
+{{- end -}}
 {{- end -}}
 {{- if and (eq .Values.keys.mode "existingSecret") (not .Values.keys.existingSecret) -}}
 {{- fail "keys.mode=existingSecret needs keys.existingSecret" -}}

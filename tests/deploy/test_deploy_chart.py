@@ -959,6 +959,8 @@ REJECTION_REASONS = {
     "weights-path-escape": r"/models/0/weights/subPath",
     "weights-missing": r"missing property 'weights'",
     "zero-gpus": r"/models/0/gpu/count",
+    "tensor-parallel-beyond-gpus": r'model "m": tensorParallelSize 2 needs 2 GPUs per replica, but gpu\.count is 1',
+    "judge-tensor-parallel-beyond-gpus": r'model "j": tensorParallelSize 4 needs 4 GPUs.*gpu\.count is 2',
     "duplicate-model": r"used twice",
     "zero-shards": r"/runner/shards",
     "bad-label-value": r"/models/0/name",
@@ -1013,6 +1015,14 @@ REJECTION_REASONS = {
         ),
         pytest.param({"models": [{"name": "m"}], "runner": {"model": "m"}}, id="weights-missing"),
         pytest.param({"models": [_SERVED | {"gpu": {"count": 0}}], "runner": {"model": "m"}}, id="zero-gpus"),
+        pytest.param(  # the default gpu.count is 1: vLLM cannot start 2 tensor-parallel workers on it
+            {"models": [_SERVED | {"tensorParallelSize": 2}]},
+            id="tensor-parallel-beyond-gpus",
+        ),
+        pytest.param(
+            {"judges": [{"name": "j", "weights": {"claim": "w"}, "gpu": {"count": 2}, "tensorParallelSize": 4}]},
+            id="judge-tensor-parallel-beyond-gpus",
+        ),
         pytest.param({"models": [_SERVED, _SERVED], "runner": {"model": "m"}}, id="duplicate-model"),
         pytest.param({"runner": {"shards": 0}}, id="zero-shards"),
         pytest.param({"models": [_SERVED | {"name": "m-"}], "runner": {"model": "m-"}}, id="bad-label-value"),
