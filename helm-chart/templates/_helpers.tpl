@@ -244,12 +244,26 @@ true
 {{- fail (printf "runner.model %q has replicas: 0: nothing would answer its requests" .name) -}}
 {{- end -}}
 {{- end -}}
+{{- /* vLLM runs tensorParallelSize workers, one per GPU of the replica: more than the pod was given never starts. */ -}}
+{{- $gpus := int (dig "gpu" "count" 1 .) -}}
+{{- $tp := int (default 1 .tensorParallelSize) -}}
+{{- if gt $tp $gpus -}}
+{{- fail (printf "model %q: tensorParallelSize %d needs %d GPUs per replica, but gpu.count is %d: vLLM would fail at start (one worker per GPU); set gpu.count: %d, or tensorParallelSize to the GPUs one replica has" .name $tp $tp $gpus $tp) -}}
+{{- end -}}
 {{- end -}}
 {{- if and (eq .Values.keys.mode "existingSecret") (not .Values.keys.existingSecret) -}}
 {{- fail "keys.mode=existingSecret needs keys.existingSecret" -}}
 {{- end -}}
 {{- if and (eq .Values.keys.mode "secret") (or (not .Values.keys.signingKey) (not .Values.keys.signingPublicKey) (not .Values.keys.storeDataKey)) -}}
 {{- fail "keys.mode=secret needs keys.signingKey, keys.signingPublicKey and keys.storeDataKey" -}}
+{{- end -}}
+{{- /* Key values another mode would ignore: the pods would run on keys the site never made (mode home: `init`
+     generates them on the home volume), not on the Secret or values it gave. */ -}}
+{{- if and .Values.keys.existingSecret (ne .Values.keys.mode "existingSecret") -}}
+{{- fail (printf "keys.existingSecret %q is set but keys.mode is %q, which does not read it (mode home: `medhelm-local init` would generate new keys on the home volume): set keys.mode: existingSecret" .Values.keys.existingSecret .Values.keys.mode) -}}
+{{- end -}}
+{{- if and (ne .Values.keys.mode "secret") (or .Values.keys.signingKey .Values.keys.signingPublicKey .Values.keys.storeDataKey) -}}
+{{- fail (printf "keys.signingKey, keys.signingPublicKey and keys.storeDataKey are read only in keys.mode: secret, not %q: remove them from the values (Helm keeps every value, private keys included, in its release history; deploy/RUNBOOK.md, Key rotation)" .Values.keys.mode) -}}
 {{- end -}}
 {{- if and (gt (int .Values.runner.shards) 1) (gt (int .Values.runner.parallelism) 1) -}}
 {{- range $volume := list "home" "audit" -}}

@@ -14,7 +14,8 @@ required_env := {
 }
 
 # Flags that would write prompts or outputs to logs, put the API key in argv (visible in `ps` and events), or read
-# any other flag from a file. vLLM's parser reads underscores as dashes: so are they read here.
+# any other flag from a file. They are read as vLLM's parser reads them: underscores as dashes, and an abbreviation
+# (argparse takes --enable-log-req for --enable-log-requests), as medhelm_local.inference.vllm.forbidden_arg does.
 forbidden_flags := {"--enable-log-requests", "--enable-log-outputs", "--api-key", "--config"}
 
 vllm_containers contains [obj, spec, c] if {
@@ -32,7 +33,11 @@ deny contains msg if {
 	argv := array.concat(object.get(c, "command", []), object.get(c, "args", []))
 	some word in argv
 	flag := split(word, "=")[0]
-	replace(flag, "_", "-") in forbidden_flags
+	name := replace(flag, "_", "-")
+	startswith(name, "--")
+	count(name) > 2
+	some forbidden in forbidden_flags
+	startswith(forbidden, name)
 	msg := sprintf("%s: container %s: flag %s is not allowed", [lib.id(obj), c.name, flag])
 }
 

@@ -474,6 +474,26 @@ def test_site_adaptations_reach_the_pods(rendered):
     assert "runtimeClassName" not in pod_spec(other)
 
 
+def test_one_models_node_selector_and_affinity_stay_with_that_model():
+    """A model pinned to its own GPU pool (nodeSelector, affinity) pins only itself: the models and judges
+    rendered after it keep vllm.*'s placement. Merging into vllm.*'s own maps sent every later server to the
+    first model's pool (and a later model's nodeSelector added to it)."""
+    zone = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+        {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a"]}]}]}}}
+    values = load_values("gpu")
+    values["vllm"] = {"nodeSelector": {"nvidia.com/gpu.present": "true"}}
+    values["models"][0] |= {"nodeSelector": {"gpu-pool": "l40s"}, "affinity": zone}
+    values["judges"][0] |= {"nodeSelector": {"gpu-pool": "h100"}}
+    placement = {s["metadata"]["labels"]["medhelm.local/model"]: pod_spec(s) for s in servers(render(values))}
+    assert placement["llama-3-8b"]["nodeSelector"] == {"nvidia.com/gpu.present": "true", "gpu-pool": "l40s"}
+    assert placement["llama-3-8b"]["affinity"] == zone
+    assert placement["judge-a"]["nodeSelector"] == {"nvidia.com/gpu.present": "true", "gpu-pool": "h100"}
+    assert "affinity" not in placement["judge-a"]
+    for name in ("judge-b", "judge-c"):
+        assert placement[name]["nodeSelector"] == {"nvidia.com/gpu.present": "true"}, name
+        assert "affinity" not in placement[name], name
+
+
 @pytest.mark.parametrize("where", ["runner", "vllm", "models", "judges"])
 @pytest.mark.parametrize(
     ("name", "value"),
@@ -624,6 +644,25 @@ def test_toolbox_can_rotate_keys_but_is_off_by_default(rendered):
 def test_incomplete_key_settings_are_rejected(values, message):
     with pytest.raises(helm_python.HelmError, match=message):
         render(values)
+
+
+@pytest.mark.parametrize(
+    "keys, message",
+    [
+        # keys.mode left at its default (home): the Secret was never mounted and `init` made new keys on the home PVC.
+        ({"existingSecret": "medhelm-appliance-keys-v1"}, r'keys\.existingSecret "medhelm-appliance-keys-v1" is set '
+                                                          r'but keys\.mode is "home".*set keys\.mode: existingSecret'),
+        ({"mode": "secret", "existingSecret": "medhelm-appliance-keys-v1", "signingKey": "s", "signingPublicKey": "p",
+          "storeDataKey": "d"}, r'keys\.mode is "secret", which does not read it'),
+        # RUNBOOK's migration to existingSecret with the old private keys left in the values (and Helm's history).
+        ({"mode": "existingSecret", "existingSecret": "medhelm-appliance-keys-v2", "signingKey": "s"},
+         r'read only in keys\.mode: secret, not "existingSecret": remove them'),
+        ({"storeDataKey": "d"}, r'read only in keys\.mode: secret, not "home"'),
+    ],
+)
+def test_key_values_another_mode_would_ignore_are_refused(keys, message):
+    with pytest.raises(helm_python.HelmError, match=message):
+        render({"keys": keys})
 
 
 # --- vLLM model servers and judges ------------------------------------------------------------------------
@@ -913,12 +952,15 @@ REJECTION_REASONS = {
     "api-key-in-argv": r"/models/0/extraArgs/0",
     "output-logging": r"/models/0/extraArgs/0",
     "request-logging-underscores": r"/models/0/extraArgs/0",
+    "request-logging-abbreviated": r"/vllm/extraArgs/1",
     "flags-from-a-file": r"/models/0/extraArgs/0",
     "latest-tag": r"/image/appliance/tag",
     "bad-digest": r"/image/vllm/digest",
     "weights-path-escape": r"/models/0/weights/subPath",
     "weights-missing": r"missing property 'weights'",
     "zero-gpus": r"/models/0/gpu/count",
+    "tensor-parallel-beyond-gpus": r'model "m": tensorParallelSize 2 needs 2 GPUs per replica, but gpu\.count is 1',
+    "judge-tensor-parallel-beyond-gpus": r'model "j": tensorParallelSize 4 needs 4 GPUs.*gpu\.count is 2',
     "duplicate-model": r"used twice",
     "zero-shards": r"/runner/shards",
     "bad-label-value": r"/models/0/name",
@@ -957,6 +999,10 @@ REJECTION_REASONS = {
             {"models": [_SERVED | {"extraArgs": ["--enable_log_requests"]}], "runner": {"model": "m"}},
             id="request-logging-underscores",
         ),
+        pytest.param(  # argparse takes an unambiguous abbreviation: this is --enable-log-requests
+            {"vllm": {"extraArgs": ["--disable-uvicorn-access-log", "--enable-log-req"]}},
+            id="request-logging-abbreviated",
+        ),
         pytest.param(  # any flag, a refused one included, from a YAML file
             {"models": [_SERVED | {"extraArgs": ["--config=/weights/flags.yaml"]}], "runner": {"model": "m"}},
             id="flags-from-a-file",
@@ -969,6 +1015,14 @@ REJECTION_REASONS = {
         ),
         pytest.param({"models": [{"name": "m"}], "runner": {"model": "m"}}, id="weights-missing"),
         pytest.param({"models": [_SERVED | {"gpu": {"count": 0}}], "runner": {"model": "m"}}, id="zero-gpus"),
+        pytest.param(  # the default gpu.count is 1: vLLM cannot start 2 tensor-parallel workers on it
+            {"models": [_SERVED | {"tensorParallelSize": 2}]},
+            id="tensor-parallel-beyond-gpus",
+        ),
+        pytest.param(
+            {"judges": [{"name": "j", "weights": {"claim": "w"}, "gpu": {"count": 2}, "tensorParallelSize": 4}]},
+            id="judge-tensor-parallel-beyond-gpus",
+        ),
         pytest.param({"models": [_SERVED, _SERVED], "runner": {"model": "m"}}, id="duplicate-model"),
         pytest.param({"runner": {"shards": 0}}, id="zero-shards"),
         pytest.param({"models": [_SERVED | {"name": "m-"}], "runner": {"model": "m-"}}, id="bad-label-value"),

@@ -242,6 +242,10 @@ def _m_log_requests_underscores(docs):  # vLLM's parser reads underscores as das
     _vllm(docs)["args"].append("--enable_log_requests")
 
 
+def _m_log_requests_abbreviated(docs):  # argparse takes an unambiguous abbreviation of a long flag
+    _vllm(docs)["args"].append("--enable-log-req")
+
+
 def _m_flags_from_a_file(docs):  # any flag, a refused one included, from a YAML file
     _vllm(docs)["args"] += ["--config", "/weights/flags.yaml"]
 
@@ -330,6 +334,7 @@ MUTATIONS: dict[str, tuple[Mutation, str, str]] = {
     "api-key-argv": (_m_api_key_argv, "vllm", "flag --api-key is not allowed"),
     "log-outputs": (_m_log_outputs, "vllm", "flag --enable-log-outputs is not allowed"),
     "log-requests-underscores": (_m_log_requests_underscores, "vllm", "flag --enable_log_requests is not allowed"),
+    "log-requests-abbreviated": (_m_log_requests_abbreviated, "vllm", "flag --enable-log-req is not allowed"),
     "flags-from-a-file": (_m_flags_from_a_file, "vllm", "flag --config is not allowed"),
     "usage-stats": (_m_usage_stats, "vllm", "env VLLM_NO_USAGE_STATS must be 1"),
     "hub-online": (_m_hub_online, "vllm", "env HF_HUB_OFFLINE must be 1"),
@@ -407,6 +412,30 @@ def test_schema_and_policy_agree_on_dns_peers(case, rendered):
     _policy(docs, "-allow-dns")["spec"]["egress"][0]["to"] = copy.deepcopy(peers)
     in_policy = evaluate(docs)["network"] == []
     assert (in_schema, in_policy) == ((True, True) if case in DNS_PEERS_ALLOWED else (False, False))
+
+
+# vLLM's parser reads a flag with underscores as dashes and takes an unambiguous abbreviation (argparse): the schema
+# (models[].extraArgs) and the policy refuse exactly what `medhelm-local serve vllm --extra-arg` refuses.
+VLLM_ARGS = ["--enable-log-requests", "--enable_log_requests", "--enable-log-req", "--enable_log_req=true",
+             "--enable-log-out", "--api-key=abc", "--api-k=abc", "--api_ke", "--config", "--conf=/weights/flags.yaml",
+             "--enable-prefix-caching", "--enable-lora", "--max_num_seqs=8", "--config-format=hf",
+             "--api-server-count=2", "-tp", "2", "--disable-uvicorn-access-log"]
+
+
+@pytest.mark.parametrize("arg", VLLM_ARGS)
+def test_schema_policy_and_serve_vllm_agree_on_vllm_flags(arg, rendered):
+    import jsonschema
+
+    from medhelm_local.inference.vllm import forbidden_arg
+
+    schema = json.loads((REPO / "helm-chart" / "values.schema.json").read_text(encoding="utf-8"))
+    model = {"name": "m", "weights": {"claim": "w"}, "extraArgs": [arg]}
+    in_schema = jsonschema.Draft7Validator(schema).is_valid({"models": [model]})
+    docs = rendered("gpu")
+    _vllm(docs)["args"].append(arg)
+    in_policy = evaluate(docs)["vllm"] == []
+    refused_by_cli = forbidden_arg(arg) is not None
+    assert (in_schema, in_policy) == (not refused_by_cli, not refused_by_cli)
 
 
 # The same agreement for the console's identity-provider rule (HTTPS, console.egress): its peers name the identity
