@@ -250,6 +250,25 @@ true
 {{- if gt $tp $gpus -}}
 {{- fail (printf "model %q: tensorParallelSize %d needs %d GPUs per replica, but gpu.count is %d: vLLM would fail at start (one worker per GPU); set gpu.count: %d, or tensorParallelSize to the GPUs one replica has" .name $tp $tp $gpus $tp) -}}
 {{- end -}}
+{{- /* The GPU limit is gpu.count's: one written under resources would be replaced without a word. */ -}}
+{{- $resource := dig "gpu" "resource" "nvidia.com/gpu" . -}}
+{{- $limit := dig "resources" "limits" $resource nil . -}}
+{{- if and (not (kindIs "invalid" $limit)) (ne (int $limit) $gpus) -}}
+{{- fail (printf "model %q: resources.limits.%s is %v but gpu.count is %d; the pod gets gpu.count GPUs: set gpu.count, not the limit" .name $resource $limit $gpus) -}}
+{{- end -}}
+{{- end -}}
+{{- /* One pinned audit key: the pods read only one of these, so a second one given would be ignored unseen. */ -}}
+{{- $pins := list -}}
+{{- range $field := list "fingerprint" "existingConfigMap" "existingSecret" -}}
+{{- if get $.Values.auditKey $field -}}
+{{- $pins = append $pins (printf "auditKey.%s" $field) -}}
+{{- end -}}
+{{- end -}}
+{{- if gt (len $pins) 1 -}}
+{{- fail (printf "%s are all set, but the pods read the audit key's fingerprint from one place: set only one of auditKey.fingerprint, auditKey.existingConfigMap or auditKey.existingSecret" (join " and " $pins)) -}}
+{{- end -}}
+{{- if and .Values.runner.command .Values.runner.extraArgs -}}
+{{- fail "runner.extraArgs is added to the run command the chart builds; with runner.command it would be ignored: put those arguments in runner.command" -}}
 {{- end -}}
 {{- if and (eq .Values.keys.mode "existingSecret") (not .Values.keys.existingSecret) -}}
 {{- fail "keys.mode=existingSecret needs keys.existingSecret" -}}
