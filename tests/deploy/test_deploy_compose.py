@@ -94,6 +94,17 @@ def test_compose_has_the_appliance_a_model_and_a_judge():
     assert services["appliance"]["healthcheck"]["test"] == ["CMD", "medhelm-local", "doctor", "--json"]
 
 
+def test_compose_servers_serve_the_names_the_appliance_asks_for():
+    """Each vLLM service's --served-model-name is one appliance.compose.yaml's models ask for, written out: it was
+    ${MEDHELM_MODEL_NAME:-llama-3-8b}, a variable documented nowhere that broke the match when set."""
+    services = load()["services"]
+    config = yaml.safe_load((REPO / "deploy" / "appliance.compose.yaml").read_text(encoding="utf-8"))
+    asked = {m["served_model"] for m in config["models"] if m.get("kind") == "vllm"}
+    served = {name: _arg(services[name]["command"], "--served-model-name") for name in ("vllm-model", "vllm-judge")}
+    assert set(served.values()) == asked, served
+    assert not any("$" in str(name) for name in served.values())
+
+
 def test_compose_appliance_config_is_valid():
     from medhelm_local.home.config import DEFAULT_ALLOWLIST, ApplianceConfig
 
