@@ -170,6 +170,12 @@ def _token_count(value: Any) -> int | None:
     return value
 
 
+def _finish_reason(value: Any) -> str | None:
+    """The reply's ``finish_reason`` as the server reported it, or None (unknown) when it is not a string: a number
+    or an object is no reason, and is never kept."""
+    return value if isinstance(value, str) else None
+
+
 def parse_completion(payload: bytes) -> Completion:
     try:
         data = json.loads(payload)
@@ -186,7 +192,7 @@ def parse_completion(payload: bytes) -> Completion:
             text=text,
             prompt_tokens=_token_count(usage.get("prompt_tokens")),
             completion_tokens=_token_count(usage.get("completion_tokens")),
-            finish_reason=choice.get("finish_reason"),
+            finish_reason=_finish_reason(choice.get("finish_reason")),
         )
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):
         raise RequestFailed("invalid_json", retryable=True) from None

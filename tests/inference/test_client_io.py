@@ -272,6 +272,23 @@ def test_usage_that_is_not_a_token_count_is_unknown_never_coerced_and_the_answer
         assert usage_of(not_an_object) == ("yes", None, None), not_an_object
 
 
+def test_a_finish_reason_that_is_not_a_string_is_unknown_and_the_answer_is_kept() -> None:
+    """A broken server's ``finish_reason`` (a number, an object echoing the prompt, a list): unknown (None), the
+    answer kept. It raised pydantic's ValidationError out of ``complete`` (its message quoting the value), which
+    ended the run as an internal error, and every resume met the same reply again."""
+    async def finish_reason_of(value: object) -> tuple[str | None, str | None, str | None]:
+        raw = RawServer(reply=json.dumps({"choices": [{"message": {"content": "yes"}, "finish_reason": value}]})
+                        .encode())
+        server = await raw.start()
+        async with server, ChatClient([f"http://127.0.0.1:{raw.port}/v1"], "m", LOCAL) as client:
+            result = await client.complete(_request(0), max_retries=0)
+            return result.text, result.error, result.finish_reason
+
+    assert asyncio.run(finish_reason_of("length")) == ("yes", None, "length")
+    for bad in (123, {"echo": "question 0"}, ["stop"], True):
+        assert asyncio.run(finish_reason_of(bad)) == ("yes", None, None), bad
+
+
 def test_a_reply_without_content_is_an_empty_answer_scored_as_given() -> None:
     """``content: null`` (an OpenAI-style refusal, or a reasoning model cut off while thinking, its text in
     ``reasoning_content``): the model gave no answer. It is an empty answer, kept with its finish reason and
