@@ -25,6 +25,7 @@ import httpx
 from medhelm_local.inference.egress import EgressPolicy
 from medhelm_local.inference.lane import MAX_RESPONSE_BYTES, Lane, ResponseTooLarge, UnsupportedEncoding
 from medhelm_local.inference.structured import is_format_rejection
+from medhelm_local.jsontext import loads_strict
 from medhelm_local.records import InferenceRequest, InferenceResult
 
 POOL_CONNECTIONS = 16  # connections of the client for small requests (see ChatClient)
@@ -177,8 +178,10 @@ def _finish_reason(value: Any) -> str | None:
 
 
 def parse_completion(payload: bytes) -> Completion:
+    """The completion in a 200 reply; ``invalid_json`` when it is not one, or holds a string the store cannot keep
+    (an unpaired surrogate escape: see ``jsontext``)."""
     try:
-        data = json.loads(payload)
+        data = loads_strict(payload)
         choice = data["choices"][0]
         text = choice["message"]["content"]
         if text is None:

@@ -12,7 +12,6 @@ import gzip
 import io
 import json
 import os
-import re
 import sys
 import zlib
 from collections import Counter
@@ -24,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from medhelm_local.errors import ConfigError, ExtractError
+from medhelm_local.jsontext import lone_surrogate_line
 
 # One CSV/TSV field (a discharge summary can be long) is capped at this many MiB by default; appliance.yaml
 # loaders.csv_field_max_mib or env MEDHELM_CSV_FIELD_MAX_MIB changes it (1 to MAX_CSV_FIELD_MIB).
@@ -114,36 +114,6 @@ def decode_utf8(path: Path, data: bytes) -> str:
 
 def read_text(path: Path) -> str:
     return decode_utf8(path, read_bytes(path))
-
-
-# A \uD800-\uDFFF escape, and the low half that may pair with it.
-_SURROGATE_ESCAPE = re.compile(r"\\u([dD][89a-fA-F][0-9a-fA-F]{2})(\\u[dD][c-fC-F][0-9a-fA-F]{2})?")
-
-
-def lone_surrogate_line(text: str) -> int | None:
-    """The line (from 1) of the first ``\\uD800``-``\\uDFFF`` escape in JSON text that is not half of a surrogate pair:
-    Python's parser reads it into a string that cannot be written as UTF-8 (the store refuses it). None: there is none.
-    """
-    position = 0
-    while (match := _SURROGATE_ESCAPE.search(text, position)) is not None:
-        start = before = match.start()
-        while before > 0 and text[before - 1] == "\\":
-            before -= 1
-        if (start - before) % 2:  # an escaped backslash, then the letters "u", "d", ...
-            position = start + 2
-            continue
-        if match.group(1)[1].lower() not in "89ab" or match.group(2) is None:
-            return text.count("\n", 0, start) + 1
-        position = match.end()
-    return None
-
-
-def loads_cell(text: str) -> Any:
-    """A JSON value held in one cell (a list, the options): ``json.loads``, and a ``ValueError`` for an unpaired
-    surrogate escape too (see :func:`lone_surrogate_line`), as for text that is not JSON."""
-    if lone_surrogate_line(text) is not None:
-        raise ValueError("an unpaired surrogate escape")
-    return json.loads(text)
 
 
 def parse_json(path: Path, text: str) -> Any:

@@ -21,8 +21,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import BadInputError, ExtractError, unknown_field_hint, validation_problems
+from medhelm_local.jsontext import loads_strict
 from medhelm_local.loaders.base import canonical_label
-from medhelm_local.loaders.io import Row, Table, loads_cell
+from medhelm_local.loaders.io import Row, Table
 from medhelm_local.patterns import SUFFIX
 from medhelm_local.records import Instance
 
@@ -247,7 +248,7 @@ def _convert(value: Any, kind: ColumnType, separator: str) -> Any:
             return [as_text(v).strip() for v in value.tolist() if not is_blank(v)]
         text = str(value).strip()
         if text.startswith("["):
-            parsed = loads_cell(text)
+            parsed = loads_strict(text)
             if not isinstance(parsed, list):
                 raise TypeError(kind)
             return [as_text(v).strip() for v in parsed if not is_blank(v)]
@@ -293,7 +294,7 @@ def _raw_options(mapping: RecordMapping, row: Row) -> dict[str, str]:
         raw = _cell(row, mapping.options_column, required=True)
         if isinstance(raw, str) and raw.strip()[:1] in "[{":
             try:
-                raw = loads_cell(raw)
+                raw = loads_strict(raw)
             except (ValueError, RecursionError):  # not JSON, an integer of too many digits, or nested too deeply
                 raise ExtractError(
                     row.file,

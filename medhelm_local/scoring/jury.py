@@ -32,6 +32,7 @@ from medhelm_local.home.config import ApplianceConfig, ModelEndpoint
 from medhelm_local.inference.client import FORMAT_REJECTED, RequestFailed, retry_transient
 from medhelm_local.inference.egress import EgressPolicy
 from medhelm_local.inference.structured import OutputShape, response_format_for, shapes_for
+from medhelm_local.jsontext import loads_strict
 from medhelm_local.prompts.build import judge_gold, judge_question
 from medhelm_local.records import ChatMessage, InferenceRequest, Instance, InstanceScore
 from medhelm_local.scoring.details import ScoreDetails
@@ -167,7 +168,7 @@ def parse_judgement(text: str, rubric: JudgeRubric) -> tuple[dict[str, int], dic
     if fenced:
         body = fenced.group(1)
     try:
-        data = json.loads(body)
+        data = loads_strict(body)  # an unpaired surrogate in an explanation is no text: the store refuses it
     except (ValueError, RecursionError):
         raise InvalidJudgement("not_json") from None
     if not isinstance(data, dict):

@@ -78,6 +78,30 @@ def test_exhausted_retries_are_recorded_then_retry_errors_replaces_them(tmp_path
     assert cost.method == "none" and cost.total is None and cost.responses == 30
 
 
+def test_a_reply_the_store_cannot_keep_is_a_failed_request_never_the_end_of_the_run(tmp_path: Path) -> None:
+    """A completion whose text holds an unpaired surrogate escape (``"\\ud800"``: no character, and no UTF-8) is
+    ``invalid_json``, counted and retried like any broken reply; the other answers are kept and scored. It reached
+    the group commit, whose batch DuckDB refused ("no low surrogate", quoting the batch's outputs): the run ended
+    as an internal error with that round's answers unsaved, and every resume met the same reply again."""
+    answer = hash_responder()
+
+    def respond(messages: list[dict[str, object]]) -> str:
+        text = answer(messages)
+        return "yes \ud800" if text == "maybe" else text
+
+    with FakeOpenAIServer(responder=respond) as server:
+        home = make_home(tmp_path / "home", [server.base_url], max_retries=1)
+        register(home, synthetic_instances(30))
+        outcome = evaluate(app(home), quiet(backoff_base_s=0.01))
+    rows = outcomes(home, outcome.run.run_id)
+    broken = [r for r in rows if r[3] is not None]
+    assert outcome.run.status == "finished" and len(rows) == 30
+    assert broken and {r[3] for r in broken} == {"invalid_json"} and all(r[2] is None for r in broken)
+    assert outcome.errors == {"pubmedqa": {"invalid_json": len(broken)}}
+    (result,) = outcome.results
+    assert result.n == 30 - len(broken) and result.n_failed == len(broken)  # counted, never scored 0
+
+
 def test_retry_errors_with_nothing_failed_sends_nothing(tmp_path: Path) -> None:
     with FakeOpenAIServer(responder=hash_responder()) as server:
         home = make_home(tmp_path / "home", [server.base_url])

@@ -171,6 +171,8 @@ def test_parse_judgement_validates_every_criterion() -> None:
     assert parse_judgement(rating(5, 4, 3), rubric)[0] == {"accuracy": 5, "completeness": 4, "clarity": 3}
     assert parse_judgement('{"Accuracy": 2, "Completeness": {"score": 3.0}, "clarity": {"score": 1}}',
                            rubric)[0] == {"accuracy": 2, "completeness": 3, "clarity": 1}
+    paired = '{"accuracy": {"score": 4, "explanation": "\\ud83d\\ude00"}, "completeness": 3, "clarity": 3}'
+    assert parse_judgement(paired, rubric)[1] == {"accuracy": "\U0001F600"}
     for bad, category in [
         ("[1, 2, 3]", "not_object"),
         ("{", "not_json"),
@@ -184,6 +186,9 @@ def test_parse_judgement_validates_every_criterion() -> None:
         ('{"accuracy": {"score": 1e400}, "completeness": 3, "clarity": 3}', "bad_score:accuracy"),
         ('{"accuracy": {"score": NaN}, "completeness": 3, "clarity": 3}', "bad_score:accuracy"),
         ('{"accuracy": {"score": -Infinity}, "completeness": 3, "clarity": 3}', "bad_score:accuracy"),
+        # an explanation holding an unpaired surrogate escape is no text: the store refused it (DuckDB's error
+        # quoting the explanation), which ended the whole jury
+        ('{"accuracy": {"score": 4, "explanation": "ok \\ud800"}, "completeness": 3, "clarity": 3}', "not_json"),
     ]:
         with pytest.raises(InvalidJudgement) as caught:
             parse_judgement(bad, rubric)
