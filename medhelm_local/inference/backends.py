@@ -37,6 +37,15 @@ def server_root(base_url: str) -> str:
     return base_url[: -len("/v1")] if base_url.endswith("/v1") else base_url
 
 
+def served_models(listing: Any) -> list[str] | None:
+    """The model ids a ``/models`` reply lists, sorted; None when it is no list of models (not an object with a
+    ``data`` array): what a broken server or proxy sends there is reported as such, never an exception."""
+    data = listing.get("data") if isinstance(listing, dict) else None
+    if not isinstance(data, list):
+        return None
+    return sorted(str(m.get("id")) for m in data if isinstance(m, dict))
+
+
 async def describe_servers(client: ChatClient, endpoint: ModelEndpoint) -> list[dict[str, Any]]:
     """What each replica says about itself: served model ids (``/v1/models``) and version (``/version``), in the
     order of the endpoint's URLs. Every replica is asked at once: a fleet costs one round trip, not two per
@@ -50,9 +59,8 @@ async def describe_servers(client: ChatClient, endpoint: ModelEndpoint) -> list[
 
     async def describe(url: str) -> dict[str, Any]:
         models, version = await asyncio.gather(client.get_json(url, "/models"), version_of(url))
-        ids = sorted(str(m.get("id")) for m in (models or {}).get("data", []) if isinstance(m, dict))
         return {"url": url if endpoint.kind != BackendKind.EMBEDDED else "embedded:127.0.0.1",
-                "version": version, "models": ids, "reachable": models is not None}
+                "version": version, "models": served_models(models) or [], "reachable": models is not None}
 
     return list(await asyncio.gather(*(describe(url) for url in client.base_urls)))
 

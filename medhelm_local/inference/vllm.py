@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from medhelm_local.errors import BadInputError, ConfigError, MedhelmError
 from medhelm_local.home.config import BackendKind, ModelEndpoint
-from medhelm_local.inference.backends import server_root
+from medhelm_local.inference.backends import served_models, server_root
 from medhelm_local.patterns import SERVED_MODEL_NAME
 
 OFFLINE_ENV = {
@@ -250,11 +250,10 @@ class VllmProcess:
         if not isinstance(version, str) or not version:
             raise VllmError(f"vLLM's version at {root}/version carries no version: its identity cannot be checked")
         listing = self._get_json(f"{self.spec.base_url}/models", "model list", headers=self._headers())
-        data = listing.get("data") if isinstance(listing, dict) else None
-        if not isinstance(data, list):
+        models = served_models(listing)
+        if models is None:
             raise VllmError(f"vLLM's model list at {self.spec.base_url}/models has no data: its identity cannot be "
                             "checked")
-        models = sorted(str(m.get("id")) for m in data if isinstance(m, dict))
         if self.spec.served_model_name not in models:
             raise ConfigError(f"vLLM serves {models}, not {self.spec.served_model_name!r}")
         return {"base_url": self.spec.base_url, "version": version, "models": models}

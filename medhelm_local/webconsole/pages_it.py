@@ -15,7 +15,7 @@ from starlette.routing import Route
 from medhelm_local.audit.trail import CHECKPOINT_ACTION, AuditTrail
 from medhelm_local.errors import MedhelmError
 from medhelm_local.home.config import ApplianceConfig, BackendKind, ConsoleRole
-from medhelm_local.inference.backends import resolve_api_key
+from medhelm_local.inference.backends import resolve_api_key, served_models
 from medhelm_local.inference.egress import EgressPolicy
 from medhelm_local.webconsole import data
 from medhelm_local.webconsole.app import console_of, requires
@@ -59,13 +59,16 @@ def _probe(egress: EgressPolicy, name: str, base: str, endpoint: Any) -> Probe:
             reply = client.get(f"{base}/models", headers=headers)
             if reply.status_code != 200:
                 return Probe(name, base, False, f"HTTP {reply.status_code} from /models", [], None)
-            served = [str(m.get("id")) for m in reply.json().get("data", []) if isinstance(m, dict)]
+            served = served_models(reply.json())
+            if served is None:
+                raise ValueError("no list of models")
             version = None
             root = base.removesuffix("/v1")
             try:
                 answer = client.get(f"{root}/version")
-                if answer.status_code == 200:
-                    version = str(answer.json().get("version"))
+                body = answer.json() if answer.status_code == 200 else None
+                if isinstance(body, dict) and body.get("version") is not None:
+                    version = str(body["version"])
             except (httpx.HTTPError, ValueError):
                 version = None
     except httpx.HTTPError as exc:

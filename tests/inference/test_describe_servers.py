@@ -4,6 +4,7 @@ order: a fleet of replicas costs one round trip before a run, not two per replic
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from typing import Any
 
@@ -44,3 +45,39 @@ def test_every_replica_is_asked_at_once_and_listed_in_order(monkeypatch: pytest.
     assert [s["reachable"] for s in servers] == [True, True, False, True]
     assert [s["version"] for s in servers] == ["0.9.8000", "0.9.8001", None, "0.9.8003"]
     assert servers[0]["models"] == ["m"]
+
+
+@pytest.mark.parametrize("listing", [["m"], "m", 7, {"data": None}, {"data": 5}, {"data": {"id": "m"}}])
+def test_a_models_reply_that_is_no_list_of_models_is_reported_never_raised(listing: Any) -> None:
+    """A broken server or proxy's ``/v1/models`` (a bare array, a string, ``data`` null or not an array): the
+    replica lists no model (reachable, its reply kept out), for the run and for the console's probe alike. It
+    raised AttributeError or TypeError before any request: every run against it ended as an internal error, and
+    the console's system page failed."""
+    from http.server import BaseHTTPRequestHandler
+
+    from medhelm_local.inference.egress import EgressPolicy
+    from medhelm_local.webconsole.pages_it import _probe
+    from tests.httpstub import QuietHandler, stub_server
+
+    body = json.dumps(listing).encode()
+
+    class Models(QuietHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("content-type", "application/json")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    handler: type[BaseHTTPRequestHandler] = Models
+    with stub_server(handler) as url:
+        endpoint = ModelEndpoint(name="odd", kind=BackendKind.OPENAI_COMPATIBLE, base_urls=[url], served_model="m")
+
+        async def scenario() -> list[dict[str, Any]]:
+            async with ChatClient([url], "m", ["http://127.0.0.1"]) as client:
+                return await describe_servers(client, endpoint)
+
+        (server,) = asyncio.run(scenario())
+        probe = _probe(EgressPolicy.of(["http://127.0.0.1"]), "odd", url, endpoint)
+    assert server["reachable"] is True and server["models"] == []
+    assert probe.healthy is False and probe.served == [] and probe.detail == "not an OpenAI-compatible /models reply"
