@@ -162,11 +162,11 @@ def request_body(model_id: str, request: InferenceRequest) -> dict[str, Any]:
     return body
 
 
-def _token_count(value: Any) -> int | None:
+def _token_count(value: Any, limit: int = MAX_TOKEN_COUNT) -> int | None:
     """A usage count as the server reported it, or None (unknown) when it is not a count: not an integer (a
-    string, a float, a boolean), negative, or beyond what the store keeps (a 32-bit INTEGER column), never coerced
-    or assumed."""
-    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_TOKEN_COUNT:
+    string, a float, a boolean), negative, or beyond ``limit`` (what the store keeps, a 32-bit INTEGER column; for
+    the reply's tokens, the request's ``max_tokens``, which no server generates past), never coerced or assumed."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= min(limit, MAX_TOKEN_COUNT):
         return None
     return value
 
@@ -177,9 +177,9 @@ def _finish_reason(value: Any) -> str | None:
     return value if isinstance(value, str) else None
 
 
-def parse_completion(payload: bytes) -> Completion:
-    """The completion in a 200 reply; ``invalid_json`` when it is not one, or holds a string the store cannot keep
-    (an unpaired surrogate escape: see ``jsontext``)."""
+def parse_completion(payload: bytes, max_tokens: int = MAX_TOKEN_COUNT) -> Completion:
+    """The completion in a 200 reply to a request for at most ``max_tokens``; ``invalid_json`` when it is not one,
+    or holds a string the store cannot keep (an unpaired surrogate escape: see ``jsontext``)."""
     try:
         data = loads_strict(payload)
         choice = data["choices"][0]
@@ -194,7 +194,7 @@ def parse_completion(payload: bytes) -> Completion:
         return Completion(
             text=text,
             prompt_tokens=_token_count(usage.get("prompt_tokens")),
-            completion_tokens=_token_count(usage.get("completion_tokens")),
+            completion_tokens=_token_count(usage.get("completion_tokens"), max_tokens),
             finish_reason=_finish_reason(choice.get("finish_reason")),
         )
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):
@@ -508,7 +508,7 @@ class ChatClient:
             wait_s = self._retry_after_s(status, retry_after)
             raise RequestFailed(f"http_{status}", retryable=status in RETRYABLE_STATUS, status=status,
                                 retry_after_s=wait_s)
-        return parse_completion(content)
+        return parse_completion(content, request.max_tokens)
 
     async def complete(
         self, request: InferenceRequest, *, max_retries: int = 4, backoff_base_s: float = 0.5,

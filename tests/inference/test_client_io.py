@@ -272,6 +272,24 @@ def test_usage_that_is_not_a_token_count_is_unknown_never_coerced_and_the_answer
         assert usage_of(not_an_object) == ("yes", None, None), not_an_object
 
 
+def test_more_reply_tokens_than_the_request_allowed_is_no_measurement() -> None:
+    """A server claiming more completion tokens than the request's ``max_tokens`` (2**31 - 1 for a one-token
+    reply) reports no measurement: the count is unknown, and the run's cost with it, never priced from it. It was
+    kept, and the run's measured tokens and token-priced cost were whatever the server said."""
+    async def usage_of(completion_tokens: int) -> tuple[str | None, int | None, int | None]:
+        raw = RawServer(reply=json.dumps({"choices": [{"message": {"content": "yes"}, "finish_reason": "length"}],
+                                          "usage": {"prompt_tokens": 3, "completion_tokens": completion_tokens}})
+                        .encode())
+        server = await raw.start()
+        async with server, ChatClient([f"http://127.0.0.1:{raw.port}/v1"], "m", LOCAL) as client:
+            result = await client.complete(_request(0), max_retries=0)  # max_tokens=1
+            return result.text, result.prompt_tokens, result.completion_tokens
+
+    assert asyncio.run(usage_of(1)) == ("yes", 3, 1)
+    for absurd in (2, 2**31 - 1):
+        assert asyncio.run(usage_of(absurd)) == ("yes", 3, None), absurd
+
+
 def test_a_finish_reason_that_is_not_a_string_is_unknown_and_the_answer_is_kept() -> None:
     """A broken server's ``finish_reason`` (a number, an object echoing the prompt, a list): unknown (None), the
     answer kept. It raised pydantic's ValidationError out of ``complete`` (its message quoting the value), which
