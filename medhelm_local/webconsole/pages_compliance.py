@@ -117,15 +117,27 @@ def audit_trail(request: Request) -> Response:
             times[name] = _time(request, name)
         except BadInputError as exc:
             errors[name] = str(exc)
+    try:
+        page = max(0, int(request.query_params.get("page", "0")))
+    except ValueError:
+        errors["page"] = "page: expected a number"
     if errors:  # the form again, with what was typed, each wrong field marked and what is wrong with it
         return console.render(request, "audit.html", records=[], matched=0, total=len(records), filters=filters,
                               limit=MAX_RECORDS, error="; ".join(errors.values()), invalid=set(errors),
                               status_code=400)
     chosen = filter_records(records, since=times["since"], until=times["until"],
                             actor=filters["actor"] or None, action=filters["action"] or None)
-    shown = list(reversed(chosen))[:MAX_RECORDS]
+    pages = max(1, -(-len(chosen) // MAX_RECORDS))
+    page = min(page, pages - 1)  # past the end (the trail as it was when the link was made): its last page
+
+    def link(number: int) -> str | None:  # the same filters, another page of what they match
+        kept = {k: v for k, v in filters.items() if v}
+        return "/audit?" + urlencode({**kept, "page": number}) if 0 <= number < pages else None
+
+    shown = list(reversed(chosen))[page * MAX_RECORDS:(page + 1) * MAX_RECORDS]
     return console.render(request, "audit.html", records=shown, matched=len(chosen), total=len(records),
-                          filters=filters, limit=MAX_RECORDS, invalid=set())
+                          filters=filters, limit=MAX_RECORDS, invalid=set(), page=page, pages=pages,
+                          previous=link(page - 1), next=link(page + 1))
 
 
 @requires(COMPLIANCE)

@@ -98,6 +98,37 @@ def test_the_audit_page_counts_the_records_it_lists(signed_in: Client, console_h
     assert events - 1 <= int(found.group(2)) <= events  # the view itself may be recorded after the count
 
 
+def test_every_audit_record_can_be_reached_a_page_at_a_time(signed_in: Client, console_home: ConsoleHome,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the page's limit the audit trail said "first N shown" and nothing more: the older records (the ones an
+    inquiry asks about) could not be reached from the page. Now Older / Newer links page through every record the
+    filter matches, the filter kept."""
+    from medhelm_local.audit.report import filter_records
+    from medhelm_local.audit.trail import AuditTrail
+    from medhelm_local.webconsole import pages_compliance
+
+    monkeypatch.setattr(pages_compliance, "MAX_RECORDS", 5)
+    client = signed_in(ConsoleRole.COMPLIANCE)
+    wanted = [r["seq"] for r in filter_records(AuditTrail(Home(console_home.home).audit_path).records(),
+                                               actor="root")]  # a filter whose matches do not change as we read
+    assert len(wanted) > 10
+    seen: list[int] = []
+    reply = client.get("/audit", params={"actor": "root"})
+    pages = -(-len(wanted) // 5)
+    assert f"page 1 of {pages}" in reply.text and 'id="page-newer"' not in reply.text
+    while True:
+        seen += [int(seq) for seq in re.findall(r'<tr><td class="num">(\d+)</td>', reply.text)]
+        older = re.search(r'id="page-older" href="([^"]+)"', reply.text)
+        if older is None:
+            break
+        href = older.group(1).replace("&amp;", "&")
+        assert "actor=root" in href  # the filter is kept
+        reply = client.get(href)
+        assert reply.status_code == 200 and 'id="page-newer"' in reply.text
+    assert seen == sorted(wanted, reverse=True)  # every matching record once, newest first
+    assert client.get("/audit", params={"page": "two"}).status_code == 400
+
+
 def test_keyboard_users_skip_the_navigation_and_the_current_page_is_named_once(
         browser: Any, proxies: dict[str, HeaderProxy]) -> None:
     """In a real browser: the first Tab reaches a "Skip to main content" link, shown when focused, that moves focus
