@@ -297,19 +297,28 @@ async def export_approve(request: Request) -> Response:
 
     try:
         signature = await _signature_text(form)
+    except BadInputError as exc:  # nothing the export module could check: refused, and audited, here
+        console.audit(identity, "export.approve", outcome="refused", role="compliance", request_id=request_id,
+                      reason="signature_unreadable")
+        return _approval_refused(request, request_id, exc, form)
+    try:
         await run_in_threadpool(approve)
     except NotFoundError:
         raise
     except (BadInputError, export_bundle.ExportRefused, approval.ApprovalRefused) as exc:
-        # Refused (a bad signature, or the request is no longer what was requested and audited): say so and why,
-        # and give the form again with what was pasted (an uploaded file cannot be put back into its field), while
-        # the request can still be approved; and lead back to the request.
-        return console.render(request, "approve_refused.html",
-                              status_code=400 if isinstance(exc, BadInputError) else 409,
-                              req=_request(console.home, request_id), message=str(exc), refused=True,
-                              signature=pasted if isinstance(pasted := form.get("signature"), str) else "",
-                              namespace=export_bundle.APPROVAL_NAMESPACE)
+        return _approval_refused(request, request_id, exc, form)
     return RedirectResponse(f"/exports/{request_id}?approved=1", status_code=303)
+
+
+def _approval_refused(request: Request, request_id: str, exc: Exception, form: Any) -> Response:
+    """Refused (a bad signature, or the request is no longer what was requested and audited): say so and why, and
+    give the form again with what was pasted (an uploaded file cannot be put back into its field), while the request
+    can still be approved; and lead back to the request."""
+    console = console_of(request)
+    return console.render(request, "approve_refused.html", status_code=400 if isinstance(exc, BadInputError) else 409,
+                          req=_request(console.home, request_id), message=str(exc), refused=True,
+                          signature=pasted if isinstance(pasted := form.get("signature"), str) else "",
+                          namespace=export_bundle.APPROVAL_NAMESPACE)
 
 
 def routes() -> list[Route]:
