@@ -158,6 +158,44 @@ def test_keyboard_users_skip_the_navigation_and_the_current_page_is_named_once(
     assert after.get_attribute("id") == "verify", after.get_attribute("outerHTML")
 
 
+def test_a_wide_table_scrolls_by_itself_on_a_laptop_and_a_tablet(browser: Any, proxies: dict[str, HeaderProxy],
+                                                                  console_home: ConsoleHome) -> None:
+    """At 1280 px (a laptop) the leaderboard's models table, and at 800 px (a tablet) the runs, audit, exports and
+    report tables, were wider than the window, and the whole page scrolled sideways under them: the header and the
+    text moved out of view, and the only scroll bar was at the page's foot. Now a table that does not fit scrolls in
+    a region of its own, named for a screen reader and reached (and scrolled) with the keyboard; the page does not."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    run = console_home.runs["model-a"]
+    pages = {"ines.informatics": ["/leaderboard", "/runs", f"/runs/{run}", "/benchmarks"],
+             "carl.compliance": ["/audit", "/audit/report", "/exports", f"/exports/{console_home.export_request}"],
+             "ivan.it": ["/system"]}
+    try:
+        for width in (1280, 800):
+            browser.set_window_size(width, 900)
+            for user, paths in pages.items():
+                for path in paths:
+                    browser.get(proxies[user].url + path)
+                    wide, window = browser.execute_script(
+                        "return [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+                    assert wide <= window, (width, path, wide, window)
+                    for table in browser.find_elements(By.CSS_SELECTOR, "main table"):
+                        region = table.find_element(By.XPATH, "..")
+                        assert region.get_attribute("role") == "region" and region.get_attribute("aria-label"), path
+                        assert region.get_attribute("tabindex") == "0", path
+        # At 800 px the models table is wider than its region: the keyboard scrolls it, the page stays put.
+        browser.get(proxies["ines.informatics"].url + "/leaderboard")
+        region = browser.find_element(By.CSS_SELECTOR, "[role=region][aria-label=Models]")
+        assert browser.execute_script("return arguments[0].scrollWidth > arguments[0].clientWidth", region)
+        region.send_keys(Keys.ARROW_RIGHT * 5)
+        WebDriverWait(browser, 5).until(lambda d: d.execute_script("return arguments[0].scrollLeft", region) > 0)
+        assert browser.execute_script("return window.scrollX") == 0
+    finally:
+        browser.set_window_size(1400, 1000)
+
+
 def test_a_rating_scale_says_what_its_numbers_mean_to_a_screen_reader(browser: Any, rating_home: Path) -> None:
     """Each radio button was named only "1" ... "5": what 1 and 5 mean, and what the criterion asks, sat in a
     paragraph a screen reader skips when moving between a form's controls. The ends of the scale are in their
