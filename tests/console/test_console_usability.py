@@ -83,6 +83,23 @@ def test_the_audit_filter_marks_the_field_that_is_wrong(signed_in: Client) -> No
     assert reply.status_code == 200 and "aria-invalid" not in reply.text
 
 
+def test_the_audit_until_field_says_its_day_is_not_included(signed_in: Client, console_home: ConsoleHome) -> None:
+    """Until is "before" (as `audit show --until`): a date is its midnight, so the day itself is left out. The field
+    was labelled "Until" with a month's last day as its example (2026-11-30), which read as "through": a filter for
+    November so written dropped every record of November 30 without a word. The label says the day is not included,
+    and the example is the day after the period."""
+    from medhelm_local.audit.trail import AuditTrail
+
+    client = signed_in(ConsoleRole.COMPLIANCE)
+    last_day = str(AuditTrail(Home(console_home.home).audit_path).records()[-1]["ts"])[:10]
+    reply = client.get("/audit", params={"since": last_day, "until": last_day})
+    found = re.search(r"(\d+) of \d+ records match", reply.text)
+    assert found is not None and found.group(1) == "0"  # the day named in Until is not in the result
+    label = re.search(r"<label>([^<]*)<input name=\"until\"[^>]*>", reply.text)
+    assert label is not None and "not included" in label.group(1)
+    assert 'placeholder="2026-11-30"' not in label.group(0)
+
+
 def test_the_audit_page_counts_the_records_it_lists(signed_in: Client, console_home: ConsoleHome) -> None:
     """The page lists events, not the signed checkpoints between them; its count said "31 of 62 records match"
     with no filter at all, counting checkpoints among the records that could match."""
