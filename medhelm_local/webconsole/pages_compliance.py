@@ -117,15 +117,27 @@ def audit_trail(request: Request) -> Response:
             times[name] = _time(request, name)
         except BadInputError as exc:
             errors[name] = str(exc)
+    try:
+        page = max(0, int(request.query_params.get("page", "0")))
+    except ValueError:
+        errors["page"] = "page: expected a number"
     if errors:  # the form again, with what was typed, each wrong field marked and what is wrong with it
         return console.render(request, "audit.html", records=[], matched=0, total=len(records), filters=filters,
                               limit=MAX_RECORDS, error="; ".join(errors.values()), invalid=set(errors),
                               status_code=400)
     chosen = filter_records(records, since=times["since"], until=times["until"],
                             actor=filters["actor"] or None, action=filters["action"] or None)
-    shown = list(reversed(chosen))[:MAX_RECORDS]
+    pages = max(1, -(-len(chosen) // MAX_RECORDS))
+    page = min(page, pages - 1)  # past the end (the trail as it was when the link was made): its last page
+
+    def link(number: int) -> str | None:  # the same filters, another page of what they match
+        kept = {k: v for k, v in filters.items() if v}
+        return "/audit?" + urlencode({**kept, "page": number}) if 0 <= number < pages else None
+
+    shown = list(reversed(chosen))[page * MAX_RECORDS:(page + 1) * MAX_RECORDS]
     return console.render(request, "audit.html", records=shown, matched=len(chosen), total=len(records),
-                          filters=filters, limit=MAX_RECORDS, invalid=set())
+                          filters=filters, limit=MAX_RECORDS, invalid=set(), page=page, pages=pages,
+                          previous=link(page - 1), next=link(page + 1))
 
 
 @requires(COMPLIANCE)
@@ -285,19 +297,28 @@ async def export_approve(request: Request) -> Response:
 
     try:
         signature = await _signature_text(form)
+    except BadInputError as exc:  # nothing the export module could check: refused, and audited, here
+        console.audit(identity, "export.approve", outcome="refused", role="compliance", request_id=request_id,
+                      reason="signature_unreadable")
+        return _approval_refused(request, request_id, exc, form)
+    try:
         await run_in_threadpool(approve)
     except NotFoundError:
         raise
     except (BadInputError, export_bundle.ExportRefused, approval.ApprovalRefused) as exc:
-        # Refused (a bad signature, or the request is no longer what was requested and audited): say so and why,
-        # and give the form again with what was pasted (an uploaded file cannot be put back into its field), while
-        # the request can still be approved; and lead back to the request.
-        return console.render(request, "approve_refused.html",
-                              status_code=400 if isinstance(exc, BadInputError) else 409,
-                              req=_request(console.home, request_id), message=str(exc), refused=True,
-                              signature=pasted if isinstance(pasted := form.get("signature"), str) else "",
-                              namespace=export_bundle.APPROVAL_NAMESPACE)
+        return _approval_refused(request, request_id, exc, form)
     return RedirectResponse(f"/exports/{request_id}?approved=1", status_code=303)
+
+
+def _approval_refused(request: Request, request_id: str, exc: Exception, form: Any) -> Response:
+    """Refused (a bad signature, or the request is no longer what was requested and audited): say so and why, and
+    give the form again with what was pasted (an uploaded file cannot be put back into its field), while the request
+    can still be approved; and lead back to the request."""
+    console = console_of(request)
+    return console.render(request, "approve_refused.html", status_code=400 if isinstance(exc, BadInputError) else 409,
+                          req=_request(console.home, request_id), message=str(exc), refused=True,
+                          signature=pasted if isinstance(pasted := form.get("signature"), str) else "",
+                          namespace=export_bundle.APPROVAL_NAMESPACE)
 
 
 def routes() -> list[Route]:

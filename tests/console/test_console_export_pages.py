@@ -174,3 +174,31 @@ def test_the_approved_notice_is_never_shown_for_a_request_this_officer_did_not_a
         page = other.get(f"/exports/{site.ready}?approved=1")
         assert page.status_code == 200 and 'id="export-status">approved<' in page.text
         assert 'id="approved"' not in page.text
+
+
+def test_every_refused_approval_is_in_the_audit_trail(site: Site) -> None:
+    """A refusal the export module makes (a key it does not list) was audited; one the console made before asking it
+    (nothing pasted or uploaded, a file that is no signature) left no record, though every refusal is one: an
+    attempt to approve an export, however it ended, is what a compliance review looks for."""
+    from medhelm_local.audit import AuditTrail
+    from medhelm_local.home import Home
+
+    def refusals() -> list[dict[str, Any]]:
+        return [r for r in AuditTrail(Home(site.cli.home).audit_path).records()
+                if r.get("action") == "export.approve" and r.get("outcome") == "refused"]
+
+    people = compliance_fixtures.signers(site.cli.home)
+    before = len(refusals())  # the home is a copy of the shared one: other tests' refusals may be in it
+    assert site.upload(site.ready, people["mallory"].sign(site.digest(site.ready))).status_code == 409
+    assert [r["objects"]["reason"] for r in refusals()[before:]] == ["not_an_approver"]
+    empty = site.client.post(f"/exports/{site.ready}/approve", data={"csrf": site.csrf(f"/exports/{site.ready}")})
+    junk = site.client.post(f"/exports/{site.ready}/approve", data={"csrf": site.csrf(f"/exports/{site.ready}")},
+                            files={"signature_file": ("approval.sig", b"\xff\xfe not a signature")})
+    for reply in (empty, junk):
+        assert reply.status_code == 400 and "<h1>Approval refused</h1>" in reply.text
+    recorded = refusals()[before + 1:]
+    assert len(recorded) == 2
+    for record in recorded:
+        assert record["actor"] == "carl" and record["role"] == "compliance"
+        assert record["objects"]["request_id"] == site.ready and record["objects"]["reason"] == "signature_unreadable"
+    assert site.client.get(f"/exports/{site.ready}").text.count('id="export-status">ready<') == 1

@@ -83,6 +83,23 @@ def test_the_audit_filter_marks_the_field_that_is_wrong(signed_in: Client) -> No
     assert reply.status_code == 200 and "aria-invalid" not in reply.text
 
 
+def test_the_audit_until_field_says_its_day_is_not_included(signed_in: Client, console_home: ConsoleHome) -> None:
+    """Until is "before" (as `audit show --until`): a date is its midnight, so the day itself is left out. The field
+    was labelled "Until" with a month's last day as its example (2026-11-30), which read as "through": a filter for
+    November so written dropped every record of November 30 without a word. The label says the day is not included,
+    and the example is the day after the period."""
+    from medhelm_local.audit.trail import AuditTrail
+
+    client = signed_in(ConsoleRole.COMPLIANCE)
+    last_day = str(AuditTrail(Home(console_home.home).audit_path).records()[-1]["ts"])[:10]
+    reply = client.get("/audit", params={"since": last_day, "until": last_day})
+    found = re.search(r"(\d+) of \d+ records match", reply.text)
+    assert found is not None and found.group(1) == "0"  # the day named in Until is not in the result
+    label = re.search(r"<label>([^<]*)<input name=\"until\"[^>]*>", reply.text)
+    assert label is not None and "not included" in label.group(1)
+    assert 'placeholder="2026-11-30"' not in label.group(0)
+
+
 def test_the_audit_page_counts_the_records_it_lists(signed_in: Client, console_home: ConsoleHome) -> None:
     """The page lists events, not the signed checkpoints between them; its count said "31 of 62 records match"
     with no filter at all, counting checkpoints among the records that could match."""
@@ -96,6 +113,37 @@ def test_the_audit_page_counts_the_records_it_lists(signed_in: Client, console_h
     found = re.search(r"(\d+) of (\d+) records match", reply.text)
     assert found is not None and found.group(1) == found.group(2)  # no filter: every listed record matches
     assert events - 1 <= int(found.group(2)) <= events  # the view itself may be recorded after the count
+
+
+def test_every_audit_record_can_be_reached_a_page_at_a_time(signed_in: Client, console_home: ConsoleHome,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    """Past the page's limit the audit trail said "first N shown" and nothing more: the older records (the ones an
+    inquiry asks about) could not be reached from the page. Now Older / Newer links page through every record the
+    filter matches, the filter kept."""
+    from medhelm_local.audit.report import filter_records
+    from medhelm_local.audit.trail import AuditTrail
+    from medhelm_local.webconsole import pages_compliance
+
+    monkeypatch.setattr(pages_compliance, "MAX_RECORDS", 5)
+    client = signed_in(ConsoleRole.COMPLIANCE)
+    wanted = [r["seq"] for r in filter_records(AuditTrail(Home(console_home.home).audit_path).records(),
+                                               actor="root")]  # a filter whose matches do not change as we read
+    assert len(wanted) > 10
+    seen: list[int] = []
+    reply = client.get("/audit", params={"actor": "root"})
+    pages = -(-len(wanted) // 5)
+    assert f"page 1 of {pages}" in reply.text and 'id="page-newer"' not in reply.text
+    while True:
+        seen += [int(seq) for seq in re.findall(r'<tr><td class="num">(\d+)</td>', reply.text)]
+        older = re.search(r'id="page-older" href="([^"]+)"', reply.text)
+        if older is None:
+            break
+        href = older.group(1).replace("&amp;", "&")
+        assert "actor=root" in href  # the filter is kept
+        reply = client.get(href)
+        assert reply.status_code == 200 and 'id="page-newer"' in reply.text
+    assert seen == sorted(wanted, reverse=True)  # every matching record once, newest first
+    assert client.get("/audit", params={"page": "two"}).status_code == 400
 
 
 def test_keyboard_users_skip_the_navigation_and_the_current_page_is_named_once(
@@ -125,6 +173,44 @@ def test_keyboard_users_skip_the_navigation_and_the_current_page_is_named_once(
     focused.send_keys(Keys.TAB)
     after = browser.switch_to.active_element
     assert after.get_attribute("id") == "verify", after.get_attribute("outerHTML")
+
+
+def test_a_wide_table_scrolls_by_itself_on_a_laptop_and_a_tablet(browser: Any, proxies: dict[str, HeaderProxy],
+                                                                  console_home: ConsoleHome) -> None:
+    """At 1280 px (a laptop) the leaderboard's models table, and at 800 px (a tablet) the runs, audit, exports and
+    report tables, were wider than the window, and the whole page scrolled sideways under them: the header and the
+    text moved out of view, and the only scroll bar was at the page's foot. Now a table that does not fit scrolls in
+    a region of its own, named for a screen reader and reached (and scrolled) with the keyboard; the page does not."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.common.keys import Keys
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    run = console_home.runs["model-a"]
+    pages = {"ines.informatics": ["/leaderboard", "/runs", f"/runs/{run}", "/benchmarks"],
+             "carl.compliance": ["/audit", "/audit/report", "/exports", f"/exports/{console_home.export_request}"],
+             "ivan.it": ["/system"]}
+    try:
+        for width in (1280, 800):
+            browser.set_window_size(width, 900)
+            for user, paths in pages.items():
+                for path in paths:
+                    browser.get(proxies[user].url + path)
+                    wide, window = browser.execute_script(
+                        "return [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+                    assert wide <= window, (width, path, wide, window)
+                    for table in browser.find_elements(By.CSS_SELECTOR, "main table"):
+                        region = table.find_element(By.XPATH, "..")
+                        assert region.get_attribute("role") == "region" and region.get_attribute("aria-label"), path
+                        assert region.get_attribute("tabindex") == "0", path
+        # At 800 px the models table is wider than its region: the keyboard scrolls it, the page stays put.
+        browser.get(proxies["ines.informatics"].url + "/leaderboard")
+        region = browser.find_element(By.CSS_SELECTOR, "[role=region][aria-label=Models]")
+        assert browser.execute_script("return arguments[0].scrollWidth > arguments[0].clientWidth", region)
+        region.send_keys(Keys.ARROW_RIGHT * 5)
+        WebDriverWait(browser, 5).until(lambda d: d.execute_script("return arguments[0].scrollLeft", region) > 0)
+        assert browser.execute_script("return window.scrollX") == 0
+    finally:
+        browser.set_window_size(1400, 1000)
 
 
 def test_a_rating_scale_says_what_its_numbers_mean_to_a_screen_reader(browser: Any, rating_home: Path) -> None:
