@@ -354,3 +354,39 @@ def test_a_benchmark_opens_on_an_appliance_that_has_evaluated_nothing_yet(signed
     page = client.get("/benchmarks/pubmedqa")
     assert page.status_code == 200, page.text[-600:]
     assert "PubMedQA" in page.text and "Not registered on this appliance" in page.text
+
+
+def test_the_run_page_counts_what_was_not_scored_and_the_leaderboard_says_what_its_figures_mean(
+        signed_in: Client, console_home: ConsoleHome) -> None:
+    """The run page showed failed requests and n scored, but not the answers the metric or the jury could not score:
+    n scored fell short of answered with nothing saying why. The leaderboard's MDE column was never spelt out, its
+    Cost had no unit, and the link to another prompt style's runs dropped the win-rate rule chosen."""
+    from medhelm_local.analysis.aggregate import benchmark_score
+    from medhelm_local.benchmarks.registry import SpecRegistry
+    from medhelm_local.store import Store
+
+    client = signed_in(ConsoleRole.INFORMATICS)
+    model, run_id = next(iter(console_home.runs.items()))
+    page = client.get(f"/runs/{run_id}").text
+    header = re.search(r'<table id="run-benchmarks">\s*<thead><tr>(.*?)</tr>', page, re.DOTALL)
+    assert header is not None
+    columns = re.findall(r"<th[^>]*>([^<]*)</th>", header.group(1))
+    at = columns.index("Not scored")
+    home = Home(console_home.home)
+    with Store.open(home, read_only=True) as store:
+        run = store.get_run(run_id)
+        assert run is not None
+        expected = {b: benchmark_score(store, SpecRegistry(home.root), run_id, model, b).n_failed
+                    for b in run.benchmarks}
+    body = page.split('<table id="run-benchmarks">', 1)[1].split("</table>", 1)[0]
+    for row in re.findall(r"<tr><td><a href=\"/benchmarks/([^\"]+)\">.*?</tr>", body, re.DOTALL):
+        cells = re.findall(r"<td[^>]*>(.*?)</td>",
+                           body.split(f'href="/benchmarks/{row}"', 1)[1].split("</tr>", 1)[0], re.DOTALL)
+        assert cells[at - 1].strip() == str(expected[row]), row  # the first cell (the benchmark) was split off
+
+    board = client.get("/leaderboard?rule=helm").text
+    assert '<abbr title="minimum detectable effect' in board
+    assert re.search(r'<th class="num" title="Measured cost[^"]*currency of the pricing', board)
+    other = client.get("/leaderboard?style=medhelm&rule=helm").text  # the runs are of the default style
+    links = re.findall(r'href="(/leaderboard\?style=[^"]+)"', other)
+    assert links == ["/leaderboard?style=default&amp;rule=helm"]
