@@ -174,8 +174,8 @@ def approve(app_ctx: AppContext, request_id: str, *, signature: str | None, key_
     """Check everything, then accept an approver's signature over the manifest digest (see module doc)."""
     home = app_ctx.home
     req = load_request(home.exports_dir, request_id)
-    if req.status in ("approved", "denied"):
-        raise ExportRefused(f"export request {request_id} was already {req.status}")
+    if req.status in ("approved", "denied"):  # a second approval (a stale tab, a retried command): refused, audited
+        raise _refuse(app_ctx, request_id, "already_decided", f"export request {request_id} was already {req.status}")
     decided = audited_decision(home, request_id)
     if decided is not None:  # request.json said otherwise: the trail is what counts
         raise _refuse(app_ctx, request_id, "already_decided", f"export request {request_id} was already {decided} "

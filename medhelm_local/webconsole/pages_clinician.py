@@ -58,6 +58,8 @@ async def submit(request: Request) -> Response:
         token = str(form.get("item", ""))
         found = [i for i in sample if console.csrf.opaque(rating.item_key(i)) == token]
         if not found:
+            console.audit(identity, "console.rating.submit", outcome="refused", role="clinician",
+                          reason="not_offered")
             return console.render(request, "error.html", status_code=409, title="Item no longer offered",
                                   message="This item is no longer in your queue (the console restarted, or it was "
                                           "rated already). Your rating was not saved; open the next item.",
@@ -70,6 +72,9 @@ async def submit(request: Request) -> Response:
         for name in criteria:
             raw = str(form.get(f"c_{name}", ""))
             if raw not in {"1", "2", "3", "4", "5"}:
+                console.audit(identity, "console.rating.submit", outcome="refused", role="clinician",
+                              run_id=item.run_id, benchmark=item.benchmark, position=item.position,
+                              reason="incomplete")
                 return console.render(request, "error.html", status_code=400, title="Rating incomplete",
                                       message=f"Rate every criterion from 1 to 5 (missing: {name}). Nothing was saved.",
                                       back=("/rate", "Back to rating"))

@@ -256,6 +256,11 @@ def test_a_refused_rating_leads_back_to_the_rating_page(signed_in: Client, ratin
         back = re.search(r'<a id="back" href="([^"]+)">([^<]+)</a>', reply.text)
         assert back is not None and back.group(1) == "/rate", reply.text[-800:]
     assert client.get("/rate").status_code == 200  # and the same response is still offered
+    from medhelm_local.audit.trail import AuditTrail
+
+    refusals = [r["objects"]["reason"] for r in AuditTrail(Home(rating_home).audit_path).records()
+                if r.get("action") == "console.rating.submit" and r.get("outcome") == "refused"]
+    assert refusals[-2:] == ["not_offered", "incomplete"]  # each refusal is in the trail, as a saved rating is
 
 
 def test_the_rating_that_would_pass_the_raters_limit_is_refused(signed_in: Client, rating_home: Path,

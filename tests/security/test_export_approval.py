@@ -193,6 +193,16 @@ def test_a_bundle_changed_after_approval_is_not_released(tmp_path: Path) -> None
     assert refused.code == 2 and "leaderboard.csv" in refused.stderr and not out.exists()
 
 
+def test_a_second_approval_is_refused_and_audited(tmp_path: Path) -> None:
+    """Approving an approved request again (a stale console tab, a retried command) was refused with no record."""
+    cli = site(tmp_path)
+    request = request_export(cli, evaluate(cli, notes(tmp_path / "notes.csv", 24)))
+    assert cli("export", "approve", str(request["request_id"]), *approve_args(cli.home)).code == 0
+    again = cli("export", "approve", str(request["request_id"]), *approve_args(cli.home))
+    assert again.code == 2 and "already approved" in again.stderr
+    assert _approvals(cli)[-1] == ("refused", "already_decided")
+
+
 def test_a_denied_request_edited_back_to_ready_is_not_approved(tmp_path: Path) -> None:
     cli = site(tmp_path)
     request = request_export(cli, evaluate(cli, notes(tmp_path / "notes.csv", 24)))
