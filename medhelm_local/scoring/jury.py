@@ -22,6 +22,7 @@ import hashlib
 import json
 import math
 import re
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -162,7 +163,7 @@ _FENCED = re.compile(r"^```(?:json)?\s*(.*?)\s*```$", re.DOTALL)
 def parse_judgement(text: str, rubric: JudgeRubric) -> tuple[dict[str, int], dict[str, str]]:
     """Validate a reply: a JSON object with an integer score 1-5 for every criterion. Raises
     :class:`InvalidJudgement` with a category (``not_json``, ``not_object``, ``missing:<criterion>``,
-    ``bad_score:<criterion>``)."""
+    ``bad_score:<criterion>``: not an integer from 1 to 5, or rated twice under names differing in case)."""
     body = strip_reasoning(text).strip()
     fenced = _FENCED.match(body)
     if fenced:
@@ -176,10 +177,13 @@ def parse_judgement(text: str, rubric: JudgeRubric) -> tuple[dict[str, int], dic
     ratings: dict[str, int] = {}
     explanations: dict[str, str] = {}
     lowered = {str(k).strip().lower(): v for k, v in data.items()}
+    keys = Counter(str(k).strip().lower() for k in data)
     for criterion in rubric.criteria:
         entry = lowered.get(criterion.name.lower())
         if entry is None:
             raise InvalidJudgement(f"missing:{criterion.name}")
+        if keys[criterion.name.lower()] > 1:  # "Accuracy": 5 and "accuracy": 1: no single rating to take
+            raise InvalidJudgement(f"bad_score:{criterion.name}")
         score = entry.get("score") if isinstance(entry, dict) else entry
         if (isinstance(score, bool) or not isinstance(score, int | float)
                 or (isinstance(score, float) and not math.isfinite(score)) or float(score) != int(score)):

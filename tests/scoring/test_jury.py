@@ -189,6 +189,8 @@ def test_parse_judgement_validates_every_criterion() -> None:
         # an explanation holding an unpaired surrogate escape is no text: the store refused it (DuckDB's error
         # quoting the explanation), which ended the whole jury
         ('{"accuracy": {"score": 4, "explanation": "ok \\ud800"}, "completeness": 3, "clarity": 3}', "not_json"),
+        # one criterion rated twice under names differing in case: the last one silently won
+        ('{"Accuracy": 5, "accuracy": 1, "completeness": 3, "clarity": 3}', "bad_score:accuracy"),
     ]:
         with pytest.raises(InvalidJudgement) as caught:
             parse_judgement(bad, rubric)
