@@ -358,6 +358,9 @@ def _xlsx_rows(path: Path, sheet: str | None) -> tuple[list[str], list[dict[str,
         if sheet is not None and sheet not in workbook.sheetnames:
             raise ExtractError(path, f"a worksheet named {sheet!r}")
         worksheet = workbook[sheet] if sheet else workbook.worksheets[0]
+        # Read-only mode reads no further than the sheet's recorded <dimension>, which tools that fill a template
+        # or stream rows leave stale: the rows and columns past it would be dropped without a word. Read them all.
+        worksheet.reset_dimensions()
         values = [list(r) for r in worksheet.iter_rows(values_only=True)]
     finally:
         workbook.close()
