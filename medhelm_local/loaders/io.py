@@ -404,9 +404,11 @@ def duckdb_rows(path: Path, *, table: str | None, query: str | None) -> tuple[li
         header = [str(c) for c in relation.columns]
         check_unique_header(path, header)
         try:
-            records = relation.fetchall()
+            # Through Arrow: DuckDB's own conversion of a TIMESTAMPTZ needs pytz (not installed), and refused the
+            # whole table; Arrow gives a datetime in its zone through the standard library, as for Parquet.
+            arrow_table = relation.to_arrow_table()
         except duckdb.Error as exc:
             raise query_failure(exc, path, "table" if query is None else "query", "a query that runs") from None
-        return header, [dict(zip(header, r, strict=True)) for r in records]
+        return header, arrow_table.to_pylist()
     finally:
         con.close()

@@ -184,7 +184,7 @@ def _timelines(
     for domain in domains:
         table, date_col, concept_col, label, value = DOMAINS[domain]
         selects.append(
-            f"select c.position, t.{date_col} as event_date, '{label}' as kind, "
+            f"select c.position, cast(t.{date_col} as date) as event_date, '{label}' as kind, "
             f"coalesce(k.concept_name, 'concept ' || cast(t.{concept_col} as varchar)) as name, "
             f"{value} as value from _cohort c join {table} t on t.person_id = c.person_id "
             f"left join concept k on k.concept_id = t.{concept_col} "

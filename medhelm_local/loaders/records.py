@@ -479,8 +479,8 @@ def _references(mapping: RecordMapping, row: Row, columns: list[str], *, require
 def _json_safe(value: Any) -> Any:
     if isinstance(value, datetime | date):
         return value.isoformat()
-    if isinstance(value, Decimal):
-        return float(value)
+    if isinstance(value, Decimal):  # a whole number (HUGEINT, NUMBER(19,0)) stays exact; through a float it would not
+        return int(value) if value.as_tuple().exponent == 0 else float(value)
     if isinstance(value, list | tuple):
         return [_json_safe(v) for v in value]
     if isinstance(value, dict):

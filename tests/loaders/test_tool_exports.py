@@ -4,15 +4,18 @@ instances, or fails with one precise error naming file, row and column, never a 
 from __future__ import annotations
 
 import re
+import shutil
 import zipfile
 from pathlib import Path
 
+import duckdb
 import openpyxl
 
-from medhelm_local.benchmarks.registry import shipped_spec
+from medhelm_local.benchmarks.registry import register_custom_spec, shipped_spec
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.loaders import load_dataset
 
+SAMPLES = Path(__file__).resolve().parents[2] / "medhelm_local" / "data" / "samples"
 OPTIONS = {"id_column": "ref_id", "fields": {"context": "note", "question": "prompt"}, "label_column": "outcome"}
 
 
@@ -42,3 +45,34 @@ def test_a_workbook_whose_recorded_dimension_is_stale_loads_every_row(tmp_path: 
     instances = load_dataset(_ent(), path).instances
     assert [i.id for i in instances] == [str(n) for n in range(1, 21)]
     assert instances[-1].fields == {"context": "note 20", "question": "Refer to ENT?"} and instances[-1].label == "A"
+
+
+def test_a_duckdb_table_with_a_time_zone_column_loads(tmp_path: Path) -> None:
+    # Any TIMESTAMPTZ column (a note's signing time) made the whole table unreadable: DuckDB's Python conversion
+    # needs pytz, and the error blamed the query. HUGEINT ids stay exact in meta.
+    db = tmp_path / "referrals.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute("create table referrals (ref_id hugeint, note varchar, prompt varchar, outcome varchar, "
+                "signed_at timestamptz, mrn hugeint)")
+    con.execute("insert into referrals values (1, 'ear pain', 'Refer to ENT?', 'A', '2024-03-01 12:00:00+00', "
+                "123456789012345678901), (2, 'mild cold', 'Refer to ENT?', 'B', null, 2)")
+    con.close()
+    spec = _ent(table="referrals", meta={"signed_at": "signed_at", "mrn": "mrn"},
+                types={"signed_at": "date"})
+    first, second = load_dataset(spec, db).instances
+    assert (first.id, first.label, first.fields["context"]) == ("1", "A", "ear pain")
+    assert first.meta == {"signed_at": "2024-03-01", "mrn": 123456789012345678901}
+    assert second.meta == {"signed_at": None, "mrn": 2}
+
+
+def test_an_omop_cdm_with_time_zone_event_dates_loads(tmp_path: Path, eunomia_db: Path) -> None:
+    db = tmp_path / "cdm.duckdb"
+    shutil.copyfile(eunomia_db, db)
+    con = duckdb.connect(str(db))
+    con.execute("alter table condition_occurrence alter condition_start_date type timestamptz")
+    con.close()
+    spec = register_custom_spec(SAMPLES / "omop_gi_bleed.yaml", tmp_path / "home")
+    expected = load_dataset(spec, eunomia_db).instances
+    instances = load_dataset(spec, db).instances
+    assert [(i.id, i.label, i.fields) for i in instances] == [(i.id, i.label, i.fields) for i in expected]
+    assert "| Condition: " in instances[0].fields["timeline"]
