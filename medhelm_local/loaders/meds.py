@@ -129,12 +129,16 @@ def load_meds(spec: BenchmarkSpec, path: Path) -> LoadResult:
     con = folder_reader(root)
     try:
         data_source = "[" + ", ".join(_sql_path(f) for f in data_files) + "]"
-        data_columns = _columns(con, data_source, data_dir)
-        _require(data_columns, ["subject_id", "time", "code", "numeric_value"], data_dir)
+        # Each shard has the MEDS columns; text_value is optional, so shards are read by column name, not position.
+        data_columns: set[str] = set()
+        for file in data_files:
+            columns = _columns(con, _sql_path(file), file)
+            _require(columns, ["subject_id", "time", "code", "numeric_value"], file)
+            data_columns.update(columns)
         text_value = "text_value" if "text_value" in data_columns else "null"
         con.execute(
             f"create temp view events as select subject_id, time, code, numeric_value, "
-            f"{text_value} as text_value from read_parquet({data_source})"
+            f"{text_value} as text_value from read_parquet({data_source}, union_by_name = true)"
         )
         if codes_file.is_file():
             _require(_columns(con, _sql_path(codes_file), codes_file), ["code", "description"], codes_file)

@@ -6,10 +6,13 @@ from __future__ import annotations
 import re
 import shutil
 import zipfile
+from datetime import datetime
 from pathlib import Path
 
 import duckdb
 import openpyxl
+import pyarrow as pa
+import pyarrow.parquet as pq
 
 from medhelm_local.benchmarks.registry import register_custom_spec, shipped_spec
 from medhelm_local.benchmarks.spec import BenchmarkSpec
@@ -76,3 +79,48 @@ def test_an_omop_cdm_with_time_zone_event_dates_loads(tmp_path: Path, eunomia_db
     instances = load_dataset(spec, db).instances
     assert [(i.id, i.label, i.fields) for i in instances] == [(i.id, i.label, i.fields) for i in expected]
     assert "| Condition: " in instances[0].fields["timeline"]
+
+
+def _meds(root: Path) -> Path:
+    """A MEDS v0.3 folder as MEDS ETLs write it: event shards per split (only the notes shard has text_value),
+    codes.parquet with parent_codes, static events with a null time, labels in several part files."""
+    for folder in ("data/held_out", "data/train", "metadata", "labels/new_acutemi"):
+        (root / folder).mkdir(parents=True)
+
+    def events(subjects: list[int], times: list[datetime | None], codes: list[str], text: list[str | None] | None
+               ) -> pa.Table:
+        columns = {"subject_id": pa.array(subjects, pa.int64()), "time": pa.array(times, pa.timestamp("us")),
+                   "code": codes, "numeric_value": pa.array([None] * len(codes), pa.float32())}
+        return pa.table(columns if text is None else {**columns, "text_value": pa.array(text, pa.large_string())})
+
+    pq.write_table(events([1, 1, 2], [None, datetime(2020, 1, 1), datetime(2019, 5, 5)],
+                          ["GENDER/F", "SNOMED/38341003", "SNOMED/44054006"], None), root / "data/held_out/0.parquet")
+    pq.write_table(events([1, 2], [datetime(2020, 6, 1), datetime(2019, 6, 6)], ["NOTE", "NOTE"],
+                          ["chest pain", "follow-up"]), root / "data/held_out/1.parquet")
+    pq.write_table(events([3], [datetime(2018, 1, 1)], ["SNOMED/1"], None), root / "data/train/0.parquet")
+    pq.write_table(pa.table({"code": ["SNOMED/38341003"], "description": ["Hypertension"],
+                             "parent_codes": [["SNOMED/1"]]}), root / "metadata/codes.parquet")
+    splits = {"subject_id": pa.array([1, 2, 3], pa.int64()), "split": ["held_out", "held_out", "train"]}
+    pq.write_table(pa.table(splits), root / "metadata/subject_splits.parquet")
+
+    def labels(subjects: list[int], times: list[datetime | None], values: list[bool]) -> pa.Table:
+        return pa.table({"subject_id": pa.array(subjects, pa.int64()),
+                         "prediction_time": pa.array(times, pa.timestamp("us")), "boolean_value": values})
+
+    pq.write_table(labels([1], [datetime(2020, 12, 31)], [True]), root / "labels/new_acutemi/0.parquet")
+    pq.write_table(labels([3, 2], [datetime(2019, 1, 1), datetime(2019, 12, 31)], [True, False]),
+                   root / "labels/new_acutemi/1.parquet")
+    return root
+
+
+def test_meds_shards_with_and_without_text_value_load(tmp_path: Path) -> None:
+    # DuckDB read the shards by position and refused them (blaming the label file's types): text_value is optional
+    # in MEDS, and a shard of codes alone has none.
+    instances = load_dataset(shipped_spec("ehrshot"), _meds(tmp_path / "meds")).instances
+    by_id = {i.id: i for i in instances}
+    assert set(by_id) == {"new_acutemi:1:2020-12-31T00:00", "new_acutemi:2:2019-12-31T00:00"}
+    first = by_id["new_acutemi:1:2020-12-31T00:00"]
+    assert first.label == "yes" and first.meta["subject_id"] == 1
+    assert first.fields["timeline"].splitlines()[1:] == [
+        "Static: GENDER/F", "2020-01-01 00:00 | Hypertension (SNOMED/38341003)", "2020-06-01 00:00 | NOTE = chest pain"]
+
