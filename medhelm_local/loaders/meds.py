@@ -195,10 +195,11 @@ def _task_rows(
     source = "[" + ", ".join(_sql_path(p) for p in parts) + "]"
     _require(_columns(con, source, where), ["subject_id", "prediction_time", "boolean_value"], where)
     try:
+        # Each row's own file and 0-based place in it, counted before the split filter drops any row.
         labels = con.execute(
-            f"select row_number() over () - 1 as position, subject_id, prediction_time, boolean_value "
-            f"from read_parquet({source}) where subject_id in (select subject_id from keep) "
-            f"order by subject_id, prediction_time"
+            f"select filename, file_row_number, subject_id, prediction_time, boolean_value "
+            f"from read_parquet({source}, filename = true, file_row_number = true) "
+            f"where subject_id in (select subject_id from keep) order by subject_id, prediction_time"
         ).fetchall()
         events = con.execute(
             f"""
@@ -233,14 +234,15 @@ def _task_rows(
             dated.append(_event_line(time, code, description, numeric, text))
     question = questions.get(task) or f"Will the outcome '{task}' occur after the prediction time?"
     table.headers[parts[0]] = list(MAPPING.required_columns())
-    for position, subject, prediction, value in labels:
+    for filename, position, subject, prediction, value in labels:
+        file = Path(filename)
         if subject is None or prediction is None:
-            raise ExtractError(parts[0], "a subject_id and a prediction_time", row=int(position))
+            raise ExtractError(file, "a subject_id and a prediction_time", row=int(position))
         if value is None:
             table.skipped["label without boolean_value"] += 1
             continue
         if not isinstance(value, bool):  # the text "false" would be true, and so would 2
-            raise ExtractError(parts[0], "true or false (a boolean_value column of type boolean)", row=int(position),
+            raise ExtractError(file, "true or false (a boolean_value column of type boolean)", row=int(position),
                                column="boolean_value")
         static, dated = timelines.get((subject, prediction), ([], []))
         header = f"Prediction time: {_fmt_time(prediction)}"
@@ -249,7 +251,7 @@ def _task_rows(
         truncated = keep_recent_lines(dated, budget, header=header)
         table.rows.append(
             Row(
-                parts[0],
+                file,
                 int(position),
                 {
                     "id": f"{task}:{subject}:{_fmt_time(prediction).replace(' ', 'T')}",

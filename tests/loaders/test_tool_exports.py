@@ -13,9 +13,11 @@ import duckdb
 import openpyxl
 import pyarrow as pa
 import pyarrow.parquet as pq
+import pytest
 
 from medhelm_local.benchmarks.registry import register_custom_spec, shipped_spec
 from medhelm_local.benchmarks.spec import BenchmarkSpec
+from medhelm_local.errors import ExtractError
 from medhelm_local.loaders import load_dataset
 
 SAMPLES = Path(__file__).resolve().parents[2] / "medhelm_local" / "data" / "samples"
@@ -124,3 +126,18 @@ def test_meds_shards_with_and_without_text_value_load(tmp_path: Path) -> None:
     assert first.fields["timeline"].splitlines()[1:] == [
         "Static: GENDER/F", "2020-01-01 00:00 | Hypertension (SNOMED/38341003)", "2020-06-01 00:00 | NOTE = chest pain"]
 
+
+def test_a_meds_label_error_names_its_own_file_and_row(tmp_path: Path) -> None:
+    # Rows were numbered after the split filter dropped subject 3 (file row 0), across all part files, and blamed
+    # on the first part file.
+    root = _meds(tmp_path / "meds")
+    (root / "data/held_out/1.parquet").unlink()  # every shard without text_value, as the loader read them before
+    part = root / "labels/new_acutemi/1.parquet"
+    pq.write_table(pa.table({"subject_id": pa.array([3, 3, 2], pa.int64()),
+                             "prediction_time": pa.array([datetime(2019, 1, 1), datetime(2019, 2, 1), None],
+                                                         pa.timestamp("us")),
+                             "boolean_value": [True, True, False]}), part)
+    with pytest.raises(ExtractError) as info:
+        load_dataset(shipped_spec("ehrshot"), root)
+    assert (Path(info.value.file), info.value.row) == (part, 2)
+    assert "prediction_time" in info.value.expected
