@@ -1,4 +1,5 @@
-"""Reading native files into rows: strict UTF-8, gzip-aware, and every failure an :class:`ExtractError`.
+"""Reading native files into rows: strict UTF-8 (or UTF-16 with a byte-order mark), gzip-aware, and every failure
+an :class:`ExtractError`.
 
 Formats: CSV, TSV, JSON (a list of objects, or an object holding one under ``records_key``), JSONL, Parquet,
 Feather/Arrow IPC, Excel ``.xlsx`` and a DuckDB table or query. A ``.gz`` suffix on the text formats is read
@@ -7,6 +8,7 @@ through gzip. Row numbers are 0-based positions among the data rows of one file 
 
 from __future__ import annotations
 
+import codecs
 import csv
 import gzip
 import io
@@ -103,8 +105,16 @@ def read_bytes(path: Path) -> bytes:
 
 
 def decode_utf8(path: Path, data: bytes) -> str:
+    """UTF-8 text (a BOM dropped); a file that begins with a UTF-16 byte-order mark (SQL Server's and Excel's
+    "Unicode" exports) is read as UTF-16, which that mark makes unambiguous."""
     if not data.strip():
         raise ExtractError(path, "a non-empty file")
+    if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) and not data.startswith(codecs.BOM_UTF32_LE):
+        try:
+            return data.decode("utf-16")
+        except UnicodeDecodeError as exc:
+            raise ExtractError(path, f"UTF-16 text, as its byte-order mark says (invalid data at offset {exc.start})"
+                               ) from None
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:

@@ -141,3 +141,26 @@ def test_a_meds_label_error_names_its_own_file_and_row(tmp_path: Path) -> None:
         load_dataset(shipped_spec("ehrshot"), root)
     assert (Path(info.value.file), info.value.row) == (part, 2)
     assert "prediction_time" in info.value.expected
+
+
+@pytest.mark.parametrize(("name", "separator"), [("referrals.csv", ","), ("referrals.tsv", "\t")])
+def test_a_utf16_export_with_its_byte_order_mark_loads(tmp_path: Path, name: str, separator: str) -> None:
+    # SQL Server's and Excel's "Unicode" exports: UTF-16 LE with a BOM, CRLF, a note with a line break, empty
+    # trailing columns. They were refused as "UTF-8 text (invalid byte at line 1, offset 0)".
+    rows = [["ref_id", "note", "prompt", "outcome", "", ""],
+            ["1", '"Otalgia, 3 months.\r\nPlan: ENT"', "Refer?", "A", "", ""],
+            ["2", "Résumé: cold", "Refer?", "B", "", ""]]
+    path = tmp_path / name
+    path.write_bytes("".join(separator.join(r) + "\r\n" for r in rows).encode("utf-16"))
+    assert path.read_bytes()[:2] == b"\xff\xfe"
+    instances = load_dataset(_ent(), path).instances
+    assert [(i.id, i.label, i.fields["context"]) for i in instances] == [
+        ("1", "A", "Otalgia, 3 months.\r\nPlan: ENT"), ("2", "B", "Résumé: cold")]
+
+
+def test_utf16_that_is_damaged_is_named_as_utf16(tmp_path: Path) -> None:
+    path = tmp_path / "referrals.csv"
+    path.write_bytes("ref_id,note,prompt,outcome\r\n1,a,b,A\r\n".encode("utf-16") + b"\x00\xd8")  # a lone surrogate
+    with pytest.raises(ExtractError) as info:
+        load_dataset(_ent(), path)
+    assert info.value.expected.startswith("UTF-16 text")
