@@ -94,7 +94,8 @@ class RecordMapping(BaseModel):
     # Reference values meaning "no reference" (EHRSQL writes the query of an unanswerable question as null).
     empty_reference_values: list[str] = Field(default_factory=list)
     meta: dict[str, str] = Field(default_factory=dict)
-    # Meta cell values that mean "no value" (MEDEC writes NA), stored as None.
+    # Cell values that mean "no value" (MEDEC writes NA, SQL Server exports NULL): a meta value stored as None, a
+    # prompt field empty (a required one refused, naming row and column), never the text "NULL" in a prompt.
     null_values: list[str] = Field(default_factory=list)
     meta_constants: dict[str, Any] = Field(default_factory=dict)
     types: dict[str, ColumnType] = Field(default_factory=dict)
@@ -397,17 +398,23 @@ def _row_instances(spec: BenchmarkSpec, mapping: RecordMapping, row: Row, multi_
             convert(value, kind, row.file, row.position, column, mapping.list_separator)
     instance_id = _instance_id(mapping, row, multi_file)
     fields = dict(mapping.constant_fields)
+    def no_value(value: Any) -> bool:
+        return is_blank(value) or (isinstance(value, str) and value.strip() in mapping.null_values)
+
     for name, column in mapping.fields.items():
-        fields[name] = as_text(_cell(row, column, required=True))
+        value = _cell(row, column, required=True)
+        if no_value(value):
+            raise ExtractError(row.file, "a value (not one of null_values)", row=row.position, column=column)
+        fields[name] = as_text(value)
     for name, column in mapping.optional_fields.items():
         value = row.values.get(column)
-        fields[name] = "" if is_blank(value) else as_text(value)
+        fields[name] = "" if no_value(value) else as_text(value)
     for name, field_view in mapping.view_fields.items():
         fields[name] = render_view(_cell(row, field_view.column, required=True), field_view.view)
     meta: dict[str, Any] = dict(mapping.meta_constants)
     for key, column in mapping.meta.items():
         value = row.values.get(column)
-        if is_blank(value) or (isinstance(value, str) and value.strip() in mapping.null_values):
+        if no_value(value):
             meta[key] = None
         else:
             meta[key] = _json_safe(_typed(mapping, row, column, value))

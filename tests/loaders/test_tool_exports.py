@@ -164,3 +164,21 @@ def test_utf16_that_is_damaged_is_named_as_utf16(tmp_path: Path) -> None:
     with pytest.raises(ExtractError) as info:
         load_dataset(_ent(), path)
     assert info.value.expected.startswith("UTF-16 text")
+
+
+def test_a_sql_server_null_never_reaches_a_prompt_as_text(tmp_path: Path) -> None:
+    # SQL Server and Clarity exports write an empty cell as NULL. null_values applied to meta only: a note cell
+    # holding NULL went into the prompt as the text "NULL". A required field is now refused (row and column
+    # named), an optional one is empty, as a blank cell is.
+    path = tmp_path / "referrals.csv"
+    path.write_text("ref_id,note,prompt,outcome,history\r\n1,Otalgia for 3 weeks.,Refer to ENT?,A,NULL\r\n"
+                    "2,NULL,Refer to ENT?,B,Prior tonsillectomy.\r\n", encoding="utf-8")
+    spec = _ent(null_values=["NULL"], optional_fields={"history": "history"})
+    with pytest.raises(ExtractError) as caught:
+        load_dataset(spec, path)
+    assert "row 1" in str(caught.value) and "'note'" in str(caught.value) and "not one of null_values" in str(
+        caught.value)
+    path.write_text(path.read_text(encoding="utf-8").replace("2,NULL,", "2,Hoarse voice.,"), encoding="utf-8")
+    first, second = load_dataset(spec, path).instances
+    assert first.fields["history"] == "" and second.fields["history"] == "Prior tonsillectomy."
+    assert load_dataset(_ent(optional_fields={"history": "history"}), path).instances[0].fields["history"] == "NULL"
