@@ -17,11 +17,11 @@ import typer
 from medhelm_local import __version__
 from medhelm_local.console import error
 from medhelm_local.context import AppContext
-from medhelm_local.errors import MedhelmError
+from medhelm_local.errors import Interrupted, MedhelmError
 from medhelm_local.logs import configure_logging
 
 PRIVATE_UMASK = 0o077
-INTERRUPTED = 130  # the exit code of a command ended by Ctrl-C or SIGTERM (128 + SIGINT)
+INTERRUPTED = Interrupted.exit_code  # the exit code of a command ended by Ctrl-C or SIGTERM (128 + SIGINT)
 
 app = typer.Typer(
     name="medhelm-local",

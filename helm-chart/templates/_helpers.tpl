@@ -212,6 +212,11 @@ true
 {{- default (printf "%s-audit" (include "medhelm.fullname" .)) .Values.persistence.audit.existingClaim -}}
 {{- end -}}
 
+{{- /* A model's or judge's GPUs per replica, as JSON: its gpu map over the defaults (one nvidia.com/gpu). */ -}}
+{{- define "medhelm.gpu" -}}
+{{- mergeOverwrite (dict "count" 1 "resource" "nvidia.com/gpu") (default (dict) .gpu) | toJson -}}
+{{- end -}}
+
 {{/* Checks that cannot be expressed in values.schema.json. */}}
 {{- define "medhelm.validate" -}}
 {{- $names := list -}}
@@ -245,13 +250,14 @@ true
 {{- end -}}
 {{- end -}}
 {{- /* vLLM runs tensorParallelSize workers, one per GPU of the replica: more than the pod was given never starts. */ -}}
-{{- $gpus := int (dig "gpu" "count" 1 .) -}}
+{{- $gpu := include "medhelm.gpu" . | fromJson -}}
+{{- $gpus := int $gpu.count -}}
 {{- $tp := int (default 1 .tensorParallelSize) -}}
 {{- if gt $tp $gpus -}}
 {{- fail (printf "model %q: tensorParallelSize %d needs %d GPUs per replica, but gpu.count is %d: vLLM would fail at start (one worker per GPU); set gpu.count: %d, or tensorParallelSize to the GPUs one replica has" .name $tp $tp $gpus $tp) -}}
 {{- end -}}
 {{- /* The GPU limit is gpu.count's: one written under resources would be replaced without a word. */ -}}
-{{- $resource := dig "gpu" "resource" "nvidia.com/gpu" . -}}
+{{- $resource := $gpu.resource -}}
 {{- $limit := dig "resources" "limits" $resource nil . -}}
 {{- if and (not (kindIs "invalid" $limit)) (ne (int $limit) $gpus) -}}
 {{- fail (printf "model %q: resources.limits.%s is %v but gpu.count is %d; the pod gets gpu.count GPUs: set gpu.count, not the limit" .name $resource $limit $gpus) -}}

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from medhelm_local.analysis.leaderboard import ModelRow
 from medhelm_local.prompts.styles import run_snapshot, snapshot_differences
 from medhelm_local.store.store import Store
 
@@ -81,3 +82,27 @@ def compare_runs(store: Store, chosen: Mapping[tuple[str, str], str]) -> Compara
             if rivals:
                 unlike[(model, benchmark)] = dict(sorted(rivals.items()))
     return Comparability(unlike=unlike, outdated=outdated)
+
+
+def apply_comparability(rows: list[ModelRow], found: Comparability) -> None:
+    """Mark each benchmark whose run differs from a rival's in dataset version, spec or instances, and whether it
+    scored the dataset version registered last (``found``: :func:`compare_runs` over the rows' runs)."""
+    for row in rows:
+        row.not_comparable = {b: found.unlike[(row.model, b)] for b in sorted(row.benchmarks)
+                              if (row.model, b) in found.unlike}
+        row.dataset_current = {b: (row.model, b) not in found.outdated for b in sorted(row.benchmarks)}
+
+
+def comparability_lines(rows: list[ModelRow]) -> list[str]:
+    """One sentence per model and benchmark whose run scored another dataset version than the one registered last,
+    or is not comparable with a rival's (the table's and the console's)."""
+    lines = []
+    for row in rows:
+        for benchmark in sorted(b for b, current in row.dataset_current.items() if not current):
+            lines.append(f"{row.model} on {benchmark} scored another version of its dataset than the one registered "
+                         f"last: run it again (`medhelm-local run --model {row.model} --benchmarks {benchmark}`)")
+        for benchmark, rivals in row.not_comparable.items():
+            said = "; ".join(f"{rival}: {', '.join(found)}" for rival, found in rivals.items())
+            lines.append(f"{row.model} on {benchmark} is not comparable with {said}. Its win rate there compares "
+                         "unlike runs: run the models again on the same dataset version, spec and instances")
+    return lines

@@ -19,6 +19,7 @@ import numpy as np
 from pydantic import BaseModel, Field
 
 from medhelm_local.analysis.aggregate import InstanceSeries, statistic
+from medhelm_local.analysis.cost_performance import ModelCost, pareto_front
 from medhelm_local.analysis.stats import (
     DEFAULT_RESAMPLES,
     bootstrap_ci,
@@ -197,6 +198,19 @@ def build_leaderboard(results: list[BenchmarkScore], *, specs: SpecRegistry,
         ))
     rows.sort(key=lambda r: (-(r.win_rate or 0), -(r.macro_avg or 0), r.model))
     return rows
+
+
+def apply_costs(rows: list[ModelRow], costs: dict[str, ModelCost]) -> None:
+    """Attach each model's cost and mark the cost / win-rate Pareto front."""
+    for row in rows:
+        found = costs.get(row.model)
+        if found is not None:
+            row.cost = found.total
+            row.cost_detail = {"benchmark_cost": found.benchmark_cost, "jury_cost": found.jury_cost,
+                               "note": found.note}
+    front = pareto_front({r.model: (r.cost, r.win_rate) for r in rows})
+    for row in rows:
+        row.pareto = (row.model in front) if row.cost is not None and row.win_rate is not None else None
 
 
 def _shared_ids(members: list[InstanceSeries]) -> bool:

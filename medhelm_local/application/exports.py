@@ -14,7 +14,7 @@ from medhelm_local.audit.trail import AuditTrail, audit_event
 from medhelm_local.context import AppContext
 from medhelm_local.export import sshsig
 from medhelm_local.export.approval import approve as approve_request
-from medhelm_local.export.approval import audited_approval, audited_decision
+from medhelm_local.export.approval import audited_approval, audited_decision, decided_by_hand
 from medhelm_local.export.bundle import (
     REQUEST_NAMESPACE,
     REQUEST_SIG,
@@ -153,9 +153,7 @@ def deny_export(app_ctx: AppContext, request_id: str) -> ExportRequest:
         if decided is not None:  # request.json said otherwise (changed by hand): the trail is what counts
             audit_event(app_ctx.home, app_ctx.actor, "export.deny", outcome="refused", role="compliance",
                         request_id=request_id, reason="already_decided")
-            raise ExportRefused(f"export request {request_id} was already {decided} (audit trail), so it cannot be "
-                                f"denied; its request.json says {req.status}, so it was changed by hand: run "
-                                "`medhelm-local audit show --action export.` to see who decided it")
+            raise ExportRefused(decided_by_hand(req, decided, "denied"))
         audit_event(app_ctx.home, app_ctx.actor, "export.deny", outcome="denied", role="compliance",
                     request_id=request_id)
         req.status, req.decided_by, req.decided_at = "denied", app_ctx.actor, now_utc()

@@ -7,13 +7,14 @@ from typing import Any
 import typer
 
 from medhelm_local.analysis.aggregate import finished_runs_by_style, latest_runs, latest_scores, latest_series
-from medhelm_local.analysis.comparability import Comparability, compare_runs
-from medhelm_local.analysis.cost_performance import ModelCost, model_costs, pareto_front
+from medhelm_local.analysis.comparability import apply_comparability, comparability_lines, compare_runs
+from medhelm_local.analysis.cost_performance import model_costs
 from medhelm_local.analysis.leaderboard import (
     BenchmarkMDE,
     ModelRow,
     PairwiseDifference,
     WinRule,
+    apply_costs,
     benchmark_mdes,
     build_leaderboard,
     pairwise_differences,
@@ -44,43 +45,6 @@ def _prompt_hashes(store: Store, chosen: dict[tuple[str, str], str]) -> dict[tup
 
 def register(app: typer.Typer) -> None:
     app.command("leaderboard")(leaderboard)
-
-
-def apply_costs(rows: list[ModelRow], costs: dict[str, ModelCost]) -> None:
-    """Attach each model's cost and mark the cost / win-rate Pareto front."""
-    for row in rows:
-        found = costs.get(row.model)
-        if found is not None:
-            row.cost = found.total
-            row.cost_detail = {"benchmark_cost": found.benchmark_cost, "jury_cost": found.jury_cost,
-                               "note": found.note}
-    front = pareto_front({r.model: (r.cost, r.win_rate) for r in rows})
-    for row in rows:
-        row.pareto = (row.model in front) if row.cost is not None and row.win_rate is not None else None
-
-
-def apply_comparability(rows: list[ModelRow], found: Comparability) -> None:
-    """Mark each benchmark whose run differs from a rival's in dataset version, spec or instances, and whether it
-    scored the dataset version registered last (``found``: :func:`compare_runs` over the rows' runs)."""
-    for row in rows:
-        row.not_comparable = {b: found.unlike[(row.model, b)] for b in sorted(row.benchmarks)
-                              if (row.model, b) in found.unlike}
-        row.dataset_current = {b: (row.model, b) not in found.outdated for b in sorted(row.benchmarks)}
-
-
-def comparability_lines(rows: list[ModelRow]) -> list[str]:
-    """One sentence per model and benchmark whose run scored another dataset version than the one registered last,
-    or is not comparable with a rival's (the table's and the console's)."""
-    lines = []
-    for row in rows:
-        for benchmark in sorted(b for b, current in row.dataset_current.items() if not current):
-            lines.append(f"{row.model} on {benchmark} scored another version of its dataset than the one registered "
-                         f"last: run it again (`medhelm-local run --model {row.model} --benchmarks {benchmark}`)")
-        for benchmark, rivals in row.not_comparable.items():
-            said = "; ".join(f"{rival}: {', '.join(found)}" for rival, found in rivals.items())
-            lines.append(f"{row.model} on {benchmark} is not comparable with {said}. Its win rate there compares "
-                         "unlike runs: run the models again on the same dataset version, spec and instances")
-    return lines
 
 
 def leaderboard_payload(rows: list[ModelRow], *, pairwise: list[PairwiseDifference] | None = None,

@@ -178,8 +178,7 @@ def approve(app_ctx: AppContext, request_id: str, *, signature: str | None, key_
         raise _refuse(app_ctx, request_id, "already_decided", f"export request {request_id} was already {req.status}")
     decided = audited_decision(home, request_id)
     if decided is not None:  # request.json said otherwise: the trail is what counts
-        raise _refuse(app_ctx, request_id, "already_decided", f"export request {request_id} was already {decided} "
-                      "(audit trail)")
+        raise _refuse(app_ctx, request_id, "already_decided", decided_by_hand(req, decided, "approved"))
     loaded = load_policy(home.root)
     audited, digest, candidate = check_against_audit(app_ctx, request_id, loaded)
     approval = loaded.policy.approval
@@ -234,6 +233,14 @@ def audited_decision(home: Any, request_id: str) -> str | None:
                 and record.get("outcome") in ("approved", "denied")):
             return str(record["outcome"])
     return None
+
+
+def decided_by_hand(req: ExportRequest, decided: str, verb: str) -> str:
+    """Why ``req`` cannot be ``verb`` (approved, denied): the trail records it ``decided`` though its request.json
+    says otherwise, so request.json was changed by hand."""
+    return (f"export request {req.request_id} was already {decided} (audit trail), so it cannot be {verb}; its "
+            f"request.json says {req.status}, so it was changed by hand: run `medhelm-local audit show --action "
+            "export.` to see who decided it")
 
 
 def audited_approval(home: Any, request_id: str) -> str | None:

@@ -30,6 +30,7 @@ from medhelm_local.analysis.leaderboard import (
     ModelRow,
     PairwiseDifference,
     WinRule,
+    apply_costs,
     benchmark_mdes,
     build_leaderboard,
     pairwise_differences,
@@ -133,8 +134,7 @@ class LeaderboardView:
 def leaderboard(home: Home, *, prompt_style: str, rule: WinRule, resamples: int = DEFAULT_RESAMPLES,
                 seed: int = 0) -> LeaderboardView:
     """The CLI leaderboard's numbers (same functions, same bootstrap seed)."""
-    from medhelm_local.analysis.comparability import compare_runs
-    from medhelm_local.commands.leaderboard import apply_comparability, apply_costs, comparability_lines
+    from medhelm_local.analysis.comparability import apply_comparability, comparability_lines, compare_runs
 
     specs = SpecRegistry(home.root)
     with reading(home) as store:

@@ -22,6 +22,7 @@ from medhelm_local.webconsole.app import console_of, requires
 
 IT = ConsoleRole.IT
 PROBE_TIMEOUT_S = 2.0
+NOT_A_MODELS_REPLY = "not an OpenAI-compatible /models reply"
 
 
 @dataclass
@@ -60,8 +61,8 @@ def _probe(egress: EgressPolicy, name: str, base: str, endpoint: Any) -> Probe:
             if reply.status_code != 200:
                 return Probe(name, base, False, f"HTTP {reply.status_code} from /models", [], None)
             served = served_models(reply.json())
-            if served is None:
-                raise ValueError("no list of models")
+            if served is None:  # JSON, but no list of models
+                return Probe(name, base, False, NOT_A_MODELS_REPLY, [], None)
             version = None
             root = base.removesuffix("/v1")
             try:
@@ -73,8 +74,8 @@ def _probe(egress: EgressPolicy, name: str, base: str, endpoint: Any) -> Probe:
                 version = None
     except httpx.HTTPError as exc:
         return Probe(name, base, False, f"unreachable ({type(exc).__name__})", [], None)
-    except ValueError:
-        return Probe(name, base, False, "not an OpenAI-compatible /models reply", [], None)
+    except ValueError:  # not JSON
+        return Probe(name, base, False, NOT_A_MODELS_REPLY, [], None)
     expected = endpoint.model_id
     ok = expected in served
     detail = "serving " + ", ".join(served) if ok else f"up, but does not serve {expected!r} ({', '.join(served)})"

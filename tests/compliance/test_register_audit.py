@@ -24,7 +24,7 @@ def _outcomes(home: Home) -> list[object]:
     return [r.get("outcome") for r in _registrations(home)]
 
 
-def _sample(_tmp_path: Path) -> Path:
+def _sample() -> Path:
     from medhelm_local.demo.run_demo import pubmedqa_sample_path
 
     return pubmedqa_sample_path()
@@ -37,27 +37,27 @@ def ctx(tmp_path: Path) -> AppContext:
     return AppContext(home=home, actor="analyst")
 
 
-def test_a_failure_before_the_data_is_committed_is_audited(ctx: AppContext, tmp_path: Path,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failure_before_the_data_is_committed_is_audited(ctx: AppContext, monkeypatch: pytest.MonkeyPatch
+                                                             ) -> None:
     def store_fails(*_args: object, **_kwargs: object) -> None:
         raise KeyboardInterrupt  # Ctrl-C while the store is written: nothing is committed
 
     monkeypatch.setattr(datasets, "store_dataset", store_fails)
     with pytest.raises(KeyboardInterrupt):
-        datasets.register_dataset(ctx, "pubmedqa", _sample(tmp_path))
+        datasets.register_dataset(ctx, "pubmedqa", _sample())
     assert _outcomes(ctx.home) == ["attempt", "failure"]
-    assert _registrations(ctx.home)[-1]["objects"] == {"benchmark": "pubmedqa", "source_name": _sample(tmp_path).name,
+    assert _registrations(ctx.home)[-1]["objects"] == {"benchmark": "pubmedqa", "source_name": _sample().name,
                                                         "reason": "KeyboardInterrupt"}
 
 
 def test_a_failure_after_the_data_is_committed_still_records_the_registration(
-        ctx: AppContext, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+        ctx: AppContext, monkeypatch: pytest.MonkeyPatch) -> None:
     def keys_fail(*_args: object, **_kwargs: object) -> None:
         raise RuntimeError("building the send-order keys failed")
 
     monkeypatch.setattr(datasets, "store_prefix_keys", keys_fail)
     with pytest.raises(RuntimeError):
-        datasets.register_dataset(ctx, "pubmedqa", _sample(tmp_path))
+        datasets.register_dataset(ctx, "pubmedqa", _sample())
     with Store.open(ctx.home, read_only=True) as store:
         registered = store.current_dataset("pubmedqa")
     assert registered is not None  # the data was committed: planning builds the keys it lacks
