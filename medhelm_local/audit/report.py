@@ -170,12 +170,12 @@ def summarize(records: list[dict[str, Any]], since: datetime | None) -> AuditSum
         ts = str(record.get("ts", ""))
         if action == "dataset.register":
             datasets.append(_brief(record, "benchmark", "fingerprint", "version", "instances"))
-        elif action == "run.resume" and str(objects.get("run_id")) in runs:
-            runs[str(objects.get("run_id"))].resumed += 1
-        elif action == "endpoint.use" and str(objects.get("run_id")) in runs:
+        elif action == "run.resume" and (resumed := run_of(str(objects.get("run_id")))) is not None:
+            resumed.resumed += 1
+        elif action == "endpoint.use" and (used := run_of(str(objects.get("run_id")))) is not None:
             url = str(objects.get("url"))
-            if url not in runs[str(objects.get("run_id"))].endpoints:
-                runs[str(objects.get("run_id"))].endpoints.append(url)
+            if url not in used.endpoints:
+                used.endpoints.append(url)
         elif action in ("run.start", "run.resume"):
             started = _run_of(record)
             runs[started.run_id] = started

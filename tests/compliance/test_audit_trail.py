@@ -208,3 +208,24 @@ def test_report_leaves_out_records_not_of_the_appliances_form_and_says_so(tmp_pa
     assert printable.unreadable == 2 and ("Records left out", "2, not of the form the appliance writes: run audit "
                                           "verify") in head_rows(printable)
     assert cli("audit", "verify").code == 1
+
+
+def test_a_report_since_a_date_attaches_a_resume_and_an_endpoint_to_a_run_started_before_it() -> None:
+    """A run started last month and resumed this month: `audit report --since` listed the resume as a new run
+    started this month (resumed 0) and dropped the endpoint it used; they belong to the run it resumed."""
+    from medhelm_local.audit.report import parse_time, summarize
+
+    def record(ts: str, action: str, outcome: str = "success", **objects: object) -> dict[str, object]:
+        return {"ts": ts, "action": action, "actor": "analyst", "outcome": outcome, "objects": objects}
+
+    records = [
+        record("2026-10-30T10:00:00Z", "run.start", run_id="run-1", model="m", datasets={"pubmedqa": "v1"},
+               endpoints=[]),
+        record("2026-11-02T09:00:00Z", "run.resume", run_id="run-1", model="m", datasets={"pubmedqa": "v1"},
+               endpoints=[]),
+        record("2026-11-02T09:00:01Z", "endpoint.use", run_id="run-1", url="http://vllm:8000/v1"),
+        record("2026-11-02T10:00:00Z", "run.finish", run_id="run-1"),
+    ]
+    (run,) = summarize(records, parse_time("2026-11-01", "since")).runs
+    assert (run.run_id, run.started, run.resumed) == ("run-1", "2026-10-30T10:00:00Z", 1)
+    assert run.endpoints == ["http://vllm:8000/v1"] and run.outcome == "success"
