@@ -156,9 +156,10 @@ def register_file(app_ctx: AppContext, spec: BenchmarkSpec, path: Path, *, spec_
             # prompt (without them, planning builds the keys itself).
             store_prefix_keys(store, spec, registration.fingerprint, result.instances)
     except BaseException as exc:
-        if registration is None:
-            audit_event(home, app_ctx.actor, "dataset.register", outcome="failure", role="informatics",
-                        benchmark=spec.id, source_name=path.name, reason=type(exc).__name__)
+        if registration is None:  # a spec refused as it is staged is rejected, as a refused file is
+            audit_event(home, app_ctx.actor, "dataset.register", role="informatics", benchmark=spec.id,
+                        outcome="rejected" if isinstance(exc, BadInputError) else "failure",
+                        source_name=path.name, reason=type(exc).__name__)
         raise
     return registration
 

@@ -147,13 +147,12 @@ def deny_export(app_ctx: AppContext, request_id: str) -> ExportRequest:
     """Deny (withdraw) a pending request: its candidate stays inside the home and can never be released."""
     with request_lock(app_ctx.home.exports_dir, request_id):
         req = load_request(app_ctx.home.exports_dir, request_id)
-        if req.status in ("approved", "denied"):
-            raise ExportRefused(f"export request {request_id} was already {req.status}")
         decided = audited_decision(app_ctx.home, request_id)
-        if decided is not None:  # request.json said otherwise (changed by hand): the trail is what counts
+        if req.status in ("approved", "denied") or decided is not None:  # refused, audited, as approve refuses
             audit_event(app_ctx.home, app_ctx.actor, "export.deny", outcome="refused", role="compliance",
                         request_id=request_id, reason="already_decided")
-            raise ExportRefused(decided_by_hand(req, decided, "denied"))
+            raise ExportRefused(f"export request {request_id} was already {req.status}" if decided is None
+                                or req.status == decided else decided_by_hand(req, decided, "denied"))
         audit_event(app_ctx.home, app_ctx.actor, "export.deny", outcome="denied", role="compliance",
                     request_id=request_id)
         req.status, req.decided_by, req.decided_at = "denied", app_ctx.actor, now_utc()

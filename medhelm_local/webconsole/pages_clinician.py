@@ -82,8 +82,10 @@ async def submit(request: Request) -> Response:
         outcome = data.save_rating(console.home, ClinicianRating(
             run_id=item.run_id, benchmark=item.benchmark, instance_id=item.instance_id, rater=identity.user,
             ratings=values, rated_at=utcnow()), settings.raters_per_item)
-        console.audit(identity, "console.rating.submit", outcome="success" if outcome == "saved" else outcome,
-                      role="clinician", run_id=item.run_id, benchmark=item.benchmark, position=item.position)
+        refused = {"reason": outcome} if outcome == "full" else {}  # refused as the other refusals are
+        console.audit(identity, "console.rating.submit",
+                      outcome={"saved": "success", "full": "refused"}.get(outcome, outcome), role="clinician",
+                      run_id=item.run_id, benchmark=item.benchmark, position=item.position, **refused)
         if outcome == "full":
             return console.render(request, "error.html", status_code=409, title="Item already rated",
                                   message=f"{settings.raters_per_item} other clinicians rated this response while you "

@@ -299,6 +299,10 @@ def test_the_rating_that_would_pass_the_raters_limit_is_refused(signed_in: Clien
     after = [r.rater for r in data.clinician_ratings(Home(home)) if (r.run_id, r.benchmark, r.instance_id) == key]
     assert len(after) == limit and "clinician-user" not in after
     assert data.save_rating(Home(home), others[0], limit) == "duplicate"
+    from medhelm_local.audit.trail import AuditTrail
+
+    submits = [r for r in AuditTrail(Home(home).audit_path).records() if r.get("action") == "console.rating.submit"]
+    assert (submits[-1]["outcome"], submits[-1]["objects"]["reason"]) == ("refused", "full")
 
 
 @pytest.mark.parametrize("page", ["/runs", "/runs/{run}"])

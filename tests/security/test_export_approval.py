@@ -193,7 +193,7 @@ def test_a_bundle_changed_after_approval_is_not_released(tmp_path: Path) -> None
     assert refused.code == 2 and "leaderboard.csv" in refused.stderr and not out.exists()
 
 
-def test_a_second_approval_is_refused_and_audited(tmp_path: Path) -> None:
+def test_a_second_decision_is_refused_and_audited(tmp_path: Path) -> None:
     """Approving an approved request again (a stale console tab, a retried command) was refused with no record."""
     cli = site(tmp_path)
     request = request_export(cli, evaluate(cli, notes(tmp_path / "notes.csv", 24)))
@@ -201,6 +201,11 @@ def test_a_second_approval_is_refused_and_audited(tmp_path: Path) -> None:
     again = cli("export", "approve", str(request["request_id"]), *approve_args(cli.home))
     assert again.code == 2 and "already approved" in again.stderr
     assert _approvals(cli)[-1] == ("refused", "already_decided")
+    denied = cli("export", "deny", str(request["request_id"]))  # and a denial of it: refused, audited too
+    assert denied.code == 2 and "already approved" in denied.stderr
+    denials = [(r["outcome"], r["objects"].get("reason")) for r in AuditTrail(cli.home / "audit" / "audit.jsonl")
+               .records() if r["action"] == "export.deny"]
+    assert denials == [("refused", "already_decided")]
 
 
 def test_a_denied_request_edited_back_to_ready_is_not_approved(tmp_path: Path) -> None:
