@@ -258,9 +258,9 @@ true
 {{- end -}}
 {{- /* The GPU limit is gpu.count's: one written under resources would be replaced without a word. */ -}}
 {{- $resource := $gpu.resource -}}
-{{- $limit := dig "resources" "limits" $resource nil . -}}
+{{- $limit := dig "resources" "limits" $resource (dig "resources" "limits" $resource nil $.Values.vllm) . -}}
 {{- if and (not (kindIs "invalid" $limit)) (ne (int $limit) $gpus) -}}
-{{- fail (printf "model %q: resources.limits.%s is %v but gpu.count is %d; the pod gets gpu.count GPUs: set gpu.count, not the limit" .name $resource $limit $gpus) -}}
+{{- fail (printf "model %q: resources.limits.%s is %v (its own, or vllm.resources') but gpu.count is %d; the pod gets gpu.count GPUs: set gpu.count, not the limit" .name $resource $limit $gpus) -}}
 {{- end -}}
 {{- end -}}
 {{- /* One pinned audit key: the pods read only one of these, so a second one given would be ignored unseen. */ -}}
