@@ -236,7 +236,8 @@ def render_text(summary: AuditSummary) -> str:
     out += ["", "Who acted:"]
     out += [f"  {actor}: {n} records" for actor, n in sorted(summary.actors.items())] or ["  (nobody)"]
     out += ["", "Datasets registered:"]
-    out += [f"  {d['ts']}  {d['actor']}  {d.get('benchmark')}  fingerprint {str(d.get('fingerprint'))[:16]}"
+    out += [f"  {d['ts']}  {d['actor']}  {d.get('benchmark')}"  # an attempt or a refusal has no fingerprint
+            + (f"  fingerprint {str(d['fingerprint'])[:16]}" if d.get("fingerprint") else "")
             + (f" (stored version {str(d['version'])[:16]})" if d.get("version") else "") + f"  {d['outcome']}"
             for d in summary.datasets] or ["  (none)"]
     out += ["", "Runs:"]

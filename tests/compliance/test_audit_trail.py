@@ -229,3 +229,20 @@ def test_a_report_since_a_date_attaches_a_resume_and_an_endpoint_to_a_run_starte
     (run,) = summarize(records, parse_time("2026-11-01", "since")).runs
     assert (run.run_id, run.started, run.resumed) == ("run-1", "2026-10-30T10:00:00Z", 1)
     assert run.endpoints == ["http://vllm:8000/v1"] and run.outcome == "success"
+
+
+def test_a_reports_registration_attempt_shows_no_fingerprint_rather_than_none() -> None:
+    """Every registration writes an `attempt` record (no fingerprint yet) before its outcome: `audit report`
+    printed it as "fingerprint None  attempt", a Python None in a document for the compliance officer."""
+    from medhelm_local.audit.report import render_text, summarize
+
+    def record(outcome: str, **objects: object) -> dict[str, object]:
+        return {"ts": "2026-11-02T09:00:00Z", "action": "dataset.register", "actor": "analyst",
+                "outcome": outcome, "objects": {"benchmark": "pubmedqa", **objects}}
+
+    text = render_text(summarize([record("attempt", source_name="ori_pqal.json"),
+                                  record("success", fingerprint="8b3276be8942ebbd" * 4, version="51f45f95" * 8,
+                                         instances=1000)], None))
+    assert "None" not in text
+    assert "  analyst  pubmedqa  attempt" in text
+    assert "pubmedqa  fingerprint 8b3276be8942ebbd (stored version 51f45f9551f45f95)  success" in text
