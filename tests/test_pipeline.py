@@ -132,6 +132,9 @@ def test_failed_requests_are_recorded_not_scored(home_cli: Cli, tmp_path: Path) 
     assert result["score"] is None
     assert result["n"] == 0
     assert result["n_failed"] == 12
+    # and so the trail says: it recorded "success" for it, and the compliance report read "outcome success"
+    report = home_cli("audit", "report")
+    assert f"({run.json()['run_id']}), outcome failure (scored 0, failed 12)" in report.stdout, report.stdout
 
 
 def test_bad_extract_registers_nothing(home_cli: Cli, tmp_path: Path) -> None:

@@ -242,8 +242,10 @@ def _finish(app_ctx: AppContext, store: Store, run: RunInfo, *, score: bool, mod
             results.append(benchmark_score(store, app_ctx.specs, run.run_id, run.model, benchmark))
     store.set_run_status(run.run_id, "finished" if score else "inferred", finished=True)
     errors = runs_db.errors_by_category(store, run.run_id)
+    scored_n, failed_n = sum(r.n for r in results), sum(r.n_failed for r in results)
+    # A run that scored nothing of what it tried is no success, in the trail as in its exit code.
     audit_event(app_ctx.home, app_ctx.actor, "run.finish", role="informatics", run_id=run.run_id, model=run.model,
-                scored=sum(r.n for r in results), failed=sum(r.n_failed for r in results),
+                outcome="failure" if failed_n and not scored_n else "success", scored=scored_n, failed=failed_n,
                 errors=sum(sum(v.values()) for v in errors.values()))
     finished = store.get_run(run.run_id)
     assert finished is not None

@@ -64,6 +64,8 @@ class RunSummary(BaseModel):
     outcome: str | None = None
     finished: str | None = None
     resumed: int = 0
+    scored: int | None = None  # instances scored and failed, as the run's finish recorded them
+    failed: int | None = None
 
 
 class ExportSummary(BaseModel):
@@ -98,6 +100,11 @@ def _brief(record: dict[str, Any], *keys: str) -> dict[str, Any]:
     return {"seq": record.get("seq"), "ts": record.get("ts"), "actor": record.get("actor"),
             "action": record.get("action"), "outcome": record.get("outcome"),
             **{k: objects.get(k) for k in keys if k in objects}}
+
+
+def _count(value: Any) -> int | None:
+    """A count a record carries (a forged record may carry anything else: no count)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def _export_of(record: dict[str, Any]) -> ExportSummary:
@@ -183,6 +190,7 @@ def summarize(records: list[dict[str, Any]], since: datetime | None) -> AuditSum
             finished = run_of(str(objects.get("run_id")))
             if finished is not None:
                 finished.outcome, finished.finished = str(record.get("outcome")), ts
+                finished.scored, finished.failed = _count(objects.get("scored")), _count(objects.get("failed"))
         elif action == "export.request" and record.get("outcome") in ("ready", "blocked"):
             request = _export_of(record)
             exports[request.request_id] = request
@@ -243,6 +251,7 @@ def render_text(summary: AuditSummary) -> str:
     out += ["", "Runs:"]
     for run in summary.runs:
         out.append(f"  {run.started}  {run.actor} ran {run.model} ({run.run_id}), outcome {run.outcome or 'open'}"
+                   + (f" (scored {run.scored}, failed {run.failed})" if run.scored is not None else "")
                    + (f", resumed {run.resumed} time(s)" if run.resumed else ""))
         out += [f"      {b} on dataset version {fp[:16]}" for b, fp in sorted(run.benchmarks.items())]
         if run.endpoints:
@@ -307,7 +316,8 @@ def _details(item: dict[str, Any], separator: str = " ") -> str:
 def report_tables(summary: AuditSummary) -> list[ReportTable]:
     runs = [[r.started, r.actor, str(r.model or ""), r.run_id,
              "\n".join(f"{b} {fp[:16]}" for b, fp in sorted(r.benchmarks.items())), ", ".join(r.endpoints),
-             (r.outcome or "open") + (f", resumed {r.resumed}x" if r.resumed else "")] for r in summary.runs]
+             (r.outcome or "open") + (f" (scored {r.scored}, failed {r.failed})" if r.scored is not None else "")
+             + (f", resumed {r.resumed}x" if r.resumed else "")] for r in summary.runs]
     exports = [[e.requested, e.request_id, _requested_by(e), ", ".join(e.runs), e.status,
                 (e.decided_by or "-") + (f" (approver {e.approver})" if e.approver else ""),
                 ", ".join(e.released_to) or "-"] for e in summary.exports]
