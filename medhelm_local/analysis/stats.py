@@ -19,6 +19,15 @@ from medhelm_local.scoring.metrics import Aggregation
 CI_LEVEL = 0.95
 DEFAULT_RESAMPLES = 1000
 _CHUNK_CELLS = 2_000_000  # resample index cells per batch, to bound memory
+# Values this close (relative to their size, at least 1) are equal: the mean of n copies of 10/3 is 1 ulp off 10/3,
+# so a spread computed from it is ~1e-16, not 0, for data that have none.
+FLOAT_NOISE = 1e-12
+
+
+def _no_spread(spread: np.ndarray, magnitude: np.ndarray) -> np.ndarray:
+    """Where a spread (max - min) is float noise relative to the values' magnitude: there is no spread at all."""
+    result: np.ndarray = ~(spread > FLOAT_NOISE * np.maximum(magnitude, 1.0))
+    return result
 
 
 def _resample_batches(n: int, resamples: int, rng: np.random.Generator) -> Iterator[np.ndarray]:
@@ -122,6 +131,8 @@ def mde(pair_differences: list[np.ndarray], *, alpha: float = 0.05, power: float
 def zscore(values: np.ndarray) -> np.ndarray | None:
     """Standardise one rater's scores (ddof 1); None when the rater gave the same score throughout."""
     if len(values) < 2:
+        return None
+    if _no_spread(np.ptp(values), np.max(np.abs(values))):  # a constant rater's sd is float noise, not always 0
         return None
     sd = float(np.std(values, ddof=1))
     if sd == 0 or not np.isfinite(sd):
