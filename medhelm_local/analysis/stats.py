@@ -144,7 +144,9 @@ def zscore(values: np.ndarray) -> np.ndarray | None:
 def icc3k(matrix: np.ndarray) -> np.ndarray:
     """ICC(3,k) of ratings ``(..., n cases, k raters)``: (MS_cases - MS_error) / MS_cases (Shrout & Fleiss).
 
-    Vectorised over leading axes (bootstrap batches). NaN where MS_cases is 0 or n < 2.
+    Vectorised over leading axes (bootstrap batches). NaN where MS_cases is 0 or n < 2. MS_cases is 0 when every
+    case has the same mean (a bootstrap resample drawing one case n times): computed, it is float noise (1e-33)
+    and the ratio of two noises is any number at all, so it is decided on the spread of the case means.
     """
     n, k = matrix.shape[-2], matrix.shape[-1]
     grand = matrix.mean(axis=(-2, -1), keepdims=True)
@@ -154,10 +156,12 @@ def icc3k(matrix: np.ndarray) -> np.ndarray:
     ss_cols = n * ((col_means - grand) ** 2).sum(axis=(-2, -1))
     ss_total = ((matrix - grand) ** 2).sum(axis=(-2, -1))
     ss_error = ss_total - ss_rows - ss_cols
+    case_means = row_means[..., 0]
+    constant = _no_spread(np.ptp(case_means, axis=-1), np.abs(matrix).max(axis=(-2, -1)))
     with np.errstate(divide="ignore", invalid="ignore"):
         ms_rows = ss_rows / (n - 1)
         ms_error = ss_error / ((n - 1) * (k - 1))
-        result: np.ndarray = np.where(ms_rows > 0, (ms_rows - ms_error) / ms_rows, np.nan)
+        result: np.ndarray = np.where((ms_rows > 0) & ~constant, (ms_rows - ms_error) / ms_rows, np.nan)
     return result
 
 
