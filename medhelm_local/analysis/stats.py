@@ -19,6 +19,15 @@ from medhelm_local.scoring.metrics import Aggregation
 CI_LEVEL = 0.95
 DEFAULT_RESAMPLES = 1000
 _CHUNK_CELLS = 2_000_000  # resample index cells per batch, to bound memory
+# Values this close (relative to their size, at least 1) are equal: the mean of n copies of 10/3 is 1 ulp off 10/3,
+# so a spread computed from it is ~1e-16, not 0, for data that have none.
+FLOAT_NOISE = 1e-12
+
+
+def _no_spread(spread: np.ndarray, magnitude: np.ndarray) -> np.ndarray:
+    """Where a spread (max - min) is float noise relative to the values' magnitude: there is no spread at all."""
+    result: np.ndarray = ~(spread > FLOAT_NOISE * np.maximum(magnitude, 1.0))
+    return result
 
 
 def _resample_batches(n: int, resamples: int, rng: np.random.Generator) -> Iterator[np.ndarray]:
@@ -123,6 +132,8 @@ def zscore(values: np.ndarray) -> np.ndarray | None:
     """Standardise one rater's scores (ddof 1); None when the rater gave the same score throughout."""
     if len(values) < 2:
         return None
+    if _no_spread(np.ptp(values), np.max(np.abs(values))):  # a constant rater's sd is float noise, not always 0
+        return None
     sd = float(np.std(values, ddof=1))
     if sd == 0 or not np.isfinite(sd):
         return None
@@ -133,7 +144,9 @@ def zscore(values: np.ndarray) -> np.ndarray | None:
 def icc3k(matrix: np.ndarray) -> np.ndarray:
     """ICC(3,k) of ratings ``(..., n cases, k raters)``: (MS_cases - MS_error) / MS_cases (Shrout & Fleiss).
 
-    Vectorised over leading axes (bootstrap batches). NaN where MS_cases is 0 or n < 2.
+    Vectorised over leading axes (bootstrap batches). NaN where MS_cases is 0 or n < 2. MS_cases is 0 when every
+    case has the same mean (a bootstrap resample drawing one case n times): computed, it is float noise (1e-33)
+    and the ratio of two noises is any number at all, so it is decided on the spread of the case means.
     """
     n, k = matrix.shape[-2], matrix.shape[-1]
     grand = matrix.mean(axis=(-2, -1), keepdims=True)
@@ -143,10 +156,12 @@ def icc3k(matrix: np.ndarray) -> np.ndarray:
     ss_cols = n * ((col_means - grand) ** 2).sum(axis=(-2, -1))
     ss_total = ((matrix - grand) ** 2).sum(axis=(-2, -1))
     ss_error = ss_total - ss_rows - ss_cols
+    case_means = row_means[..., 0]
+    constant = _no_spread(np.ptp(case_means, axis=-1), np.abs(matrix).max(axis=(-2, -1)))
     with np.errstate(divide="ignore", invalid="ignore"):
         ms_rows = ss_rows / (n - 1)
         ms_error = ss_error / ((n - 1) * (k - 1))
-        result: np.ndarray = np.where(ms_rows > 0, (ms_rows - ms_error) / ms_rows, np.nan)
+        result: np.ndarray = np.where((ms_rows > 0) & ~constant, (ms_rows - ms_error) / ms_rows, np.nan)
     return result
 
 

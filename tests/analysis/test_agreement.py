@@ -44,7 +44,8 @@ def test_perfect_jury_agreement_and_pairwise_clinicians(tmp_path: Path) -> None:
     # judges on their own scales (a harsh and a lenient one): z-scoring removes that
     jury = {"j1": {i: 1 + (q - 1) * 0.5 for i, q in zip(IDS, QUALITY, strict=True)},
             "j2": {i: q for i, q in zip(IDS, QUALITY, strict=True)}}
-    rouge = {i: 1 - q / 5 for i, q in zip(IDS, QUALITY, strict=True)}  # ROUGE-L ranks them backwards
+    # ROUGE-L ranks them backwards (not exactly: an exact mirror has MS_cases = 0, an undefined ICC)
+    rouge = {i: 1 - q / 5 + (0.05 if n % 2 else 0.0) for n, (i, q) in enumerate(zip(IDS, QUALITY, strict=True))}
     result = validate_jury(SPEC, "run-1", clinicians, jury, rouge, resamples=200)
     assert result.jury.icc == pytest.approx(1.0)
     assert result.jury.n == 8
@@ -200,3 +201,21 @@ def test_jury_validate_combined_over_benchmarks(tmp_path: Path) -> None:
     bad = cli("jury", "validate", "--ratings", str(missing_column), "--run", run_id, "--benchmark", "medication_qa",
               "--benchmark", "aci_bench")
     assert bad.code == 2 and "'benchmark'" in bad.stderr
+
+
+def test_a_constant_rater_is_excluded_whatever_the_float_rounding_of_their_mean(tmp_path: Path) -> None:
+    """A clinician who gives (3, 3, 4) to each of 12 responses has the composite 10/3 throughout: no spread, so no
+    z-score. The mean of twelve 3.3333333333333335 is 1 ulp off, so the computed SD was 4.6e-16, not 0: the rater
+    was kept with z = 0.957 on every instance, shrank the clinicians' mean and added a clinician pair of ICC 0."""
+    ids = [f"m{i}" for i in range(12)]
+    quality = [1.0, 1.5, 2.0, 2.5, 3.0, 3.5, 4.0, 4.5, 5.0, 2.0, 3.0, 4.0]
+    rows = [(i, "dr_a", q, q, q) for i, q in zip(ids, quality, strict=True)]
+    rows += [(i, "dr_flat", 3.0, 3.0, 4.0) for i in ids]
+    clinicians = read_clinician_ratings(write_csv(tmp_path / "r.csv", rows), SPEC)
+    assert np.std(list(clinicians.composites["dr_flat"].values()), ddof=1) > 0  # the float noise this is about
+    assert zscore(np.array(list(clinicians.composites["dr_flat"].values()))) is None
+    jury = {"j1": dict(zip(ids, quality, strict=True))}
+    result = validate_jury(SPEC, "run-1", clinicians, jury, {}, resamples=50)
+    assert result.excluded_raters == {"dr_flat": "the same rating for every instance"}
+    assert result.jury.icc == pytest.approx(1.0)  # dr_a alone, who agrees with the judge
+    assert result.clinician_clinician.icc is None and result.clinician_clinician.n == 0

@@ -16,7 +16,15 @@ from medhelm_local.analysis.leaderboard import (
     win_rate,
     win_sd,
 )
-from medhelm_local.analysis.stats import bootstrap_ci, icc3k, mde, mde_multiplier, pair_mde, paired_bootstrap_diff
+from medhelm_local.analysis.stats import (
+    bootstrap_ci,
+    icc3k,
+    mde,
+    mde_multiplier,
+    pair_mde,
+    paired_bootstrap_diff,
+    zscore,
+)
 from medhelm_local.benchmarks.registry import SHIPPED
 from medhelm_local.records import BenchmarkScore
 from medhelm_local.scoring.metrics import Aggregation
@@ -210,3 +218,39 @@ def test_equal_jury_means_tie_whatever_the_float_rounding_of_their_sums() -> Non
     draws = {"A": {"b1": [score_a] * 3}, "B": {"b1": [score_b] * 3}}
     assert win_rate_intervals(draws) == {"A": (1.0, 1.0), "B": (1.0, 1.0)}
     assert win_rate_intervals(draws, tie=0.5) == {"A": (0.5, 0.5), "B": (0.5, 0.5)}
+
+
+def _exact_icc3k(matrix: np.ndarray) -> float:
+    """ICC(3,k) in exact rational arithmetic on the matrix's float values: NaN where MS_cases is exactly 0."""
+    from fractions import Fraction
+
+    rows = [[Fraction(float(v)) for v in row] for row in matrix]
+    n, k = len(rows), len(rows[0])
+    grand = sum(sum(row) for row in rows) / (n * k)
+    row_means = [sum(row) / k for row in rows]
+    col_means = [sum(row[j] for row in rows) / n for j in range(k)]
+    ss_rows = k * sum((m - grand) ** 2 for m in row_means)
+    ss_cols = n * sum((m - grand) ** 2 for m in col_means)
+    ss_total = sum((v - grand) ** 2 for row in rows for v in row)
+    if ss_rows == 0:
+        return math.nan
+    ms_rows, ms_error = ss_rows / (n - 1), (ss_total - ss_rows - ss_cols) / ((n - 1) * (k - 1))
+    return float((ms_rows - ms_error) / ms_rows)
+
+
+def test_icc3k_of_cases_with_one_mean_is_undefined_not_float_noise_over_float_noise() -> None:
+    """A bootstrap resample that draws one case n times has MS_cases = 0 (ICC undefined, dropped from the CI); in
+    floats MS_cases came out 1e-33 and ICC(3,k) 1.2e16, the upper end of the 95% CI."""
+    from medhelm_local.analysis.stats import icc3k_with_ci
+
+    z_a, z_b = zscore(np.array([2.0, 4.0, 5.0])), zscore(np.array([1.0, 3.0, 2.0]))
+    assert z_a is not None and z_b is not None
+    matrix = np.column_stack([z_a, z_b])
+    assert math.isnan(float(icc3k(matrix[[2, 2, 2]])))
+    assert math.isnan(float(icc3k(np.column_stack([z_a, -z_a]))))  # mirror images: every case mean is 0 (was -1e32)
+    point, interval = icc3k_with_ci(matrix, resamples=1000, seed=0)
+    assert point == pytest.approx(_exact_icc3k(matrix))
+    draws = np.random.default_rng(0).integers(0, 3, size=(1000, 3))  # the resamples icc3k_with_ci draws
+    exact = np.array([_exact_icc3k(matrix[index]) for index in draws])
+    assert interval == pytest.approx(tuple(np.quantile(exact[np.isfinite(exact)], [0.025, 0.975])))
+    assert interval is not None and interval[1] <= 1.0
