@@ -3,8 +3,10 @@ differences, minimum detectable effects and cost-performance.
 
 Win-rate (MedHELM 4.3.2): on each benchmark, each model is compared with every rival that has a score there; the
 **default rule is the paper's**: a win when the model's score is >= the rival's (so a tie is a win for both).
-HELM's rule (``WinRule.HELM``) counts a tie as half a win. The win-rate is the mean over all (benchmark, rival)
-pairings; the win SD is the SD over benchmarks of the model's per-benchmark win fraction. Macro-average and its
+HELM's rule (``WinRule.HELM``) counts a tie as half a win and, as HELM's mean win rate, averages the model's
+per-benchmark win fractions. The paper's win-rate is the mean over all (benchmark, rival) pairings (the two agree
+when every benchmark has the same rivals); the win SD is the SD over benchmarks of the model's per-benchmark win
+fraction. Macro-average and its
 SD are over the model's benchmarks with equal weight. SDs are population SDs (ddof 0). Two scores within
 :data:`TIE_TOLERANCE` of each other tie: equal means summed in another order (jury ratings, thirds and ninths)
 differ by a rounding error of about 1e-16, which must not decide a win.
@@ -111,26 +113,31 @@ def _win_value(own: float, rival: float, rule: WinRule) -> float:
     return 1.0 if own > rival else 0.0
 
 
-def win_rate(scores: dict[str, dict[str, float]], model: str, rule: WinRule = WinRule.PAPER) -> float | None:
-    """The mean win over all (benchmark, rival) pairs where both have a score; None without any pair."""
-    wins = 0.0
-    pairs = 0
+def _win_fractions(scores: dict[str, dict[str, float]], model: str, rule: WinRule) -> list[tuple[float, int]]:
+    """Per benchmark where the model has a rival's score: (its wins there, how many rivals)."""
+    out = []
     for benchmark, own in scores[model].items():
-        for rival, rival_scores in scores.items():
-            if rival == model or benchmark not in rival_scores:
-                continue
-            pairs += 1
-            wins += _win_value(own, rival_scores[benchmark], rule)
-    return wins / pairs if pairs else None
+        rivals = [s[benchmark] for r, s in scores.items() if r != model and benchmark in s]
+        if rivals:
+            out.append((sum(_win_value(own, r, rule) for r in rivals), len(rivals)))
+    return out
+
+
+def win_rate(scores: dict[str, dict[str, float]], model: str, rule: WinRule = WinRule.PAPER) -> float | None:
+    """The paper's rule: the mean win over all (benchmark, rival) pairs where both have a score. HELM's: the mean
+    over benchmarks of the model's win fraction there (HELM's mean win rate), which weighs a benchmark with few
+    rivals as much as one with many. None without any pair."""
+    fractions = _win_fractions(scores, model, rule)
+    if not fractions:
+        return None
+    if rule == WinRule.HELM:
+        return float(np.mean([wins / rivals for wins, rivals in fractions]))
+    return sum(wins for wins, _ in fractions) / sum(rivals for _, rivals in fractions)
 
 
 def win_sd(scores: dict[str, dict[str, float]], model: str, rule: WinRule = WinRule.PAPER) -> float | None:
     """SD over benchmarks of the model's per-benchmark win fraction (how consistently it wins)."""
-    fractions = []
-    for benchmark, own in scores[model].items():
-        rivals = [s[benchmark] for r, s in scores.items() if r != model and benchmark in s]
-        if rivals:
-            fractions.append(sum(_win_value(own, r, rule) for r in rivals) / len(rivals))
+    fractions = [wins / rivals for wins, rivals in _win_fractions(scores, model, rule)]
     return float(np.std(fractions)) if fractions else None
 
 

@@ -150,7 +150,8 @@ def leaderboard(
     category: str | None = typer.Option(None, "--category",
                                          help="Only the benchmarks of this category (and the cost of their runs)."),
     ties: WinRule = typer.Option(WinRule.PAPER, "--win-rule",
-                                 help="paper: a win when score >= rival's (default); helm: half a win for a tie."),
+                                 help="paper: a win when score >= rival's, over all (benchmark, rival) pairs "
+                                      "(default); helm: half a win for a tie, per-benchmark fractions averaged."),
     resamples: int = typer.Option(DEFAULT_RESAMPLES, "--resamples", min=0, max=100_000,
                                   help="Bootstrap resamples for the 95% CIs (0: no CIs)."),
     seed: int = typer.Option(0, "--seed", help="Bootstrap seed."),

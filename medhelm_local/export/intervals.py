@@ -15,7 +15,7 @@ import hashlib
 import numpy as np
 
 from medhelm_local.analysis.aggregate import InstanceSeries
-from medhelm_local.analysis.leaderboard import TIE_TOLERANCE
+from medhelm_local.analysis.leaderboard import TIE_TOLERANCE, WinRule
 from medhelm_local.analysis.stats import DEFAULT_RESAMPLES, bootstrap_matrix, percentile_interval
 
 RESAMPLES = DEFAULT_RESAMPLES
@@ -42,23 +42,33 @@ def mean_interval(draws: list[list[float]]) -> tuple[float, float] | None:
     return percentile_interval(np.mean(np.array(draws, dtype=float), axis=0))
 
 
-def win_rate_intervals(draws: dict[str, dict[str, list[float]]], *, tie: float = 1.0
+def win_rate_intervals(draws: dict[str, dict[str, list[float]]], *, rule: WinRule = WinRule.PAPER
                        ) -> dict[str, tuple[float, float] | None]:
-    """The CI of each model's win rate over the (benchmark, rival) pairs where both have a score, recomputed on
-    every resample: a win when the score beats the rival's, ``tie`` for an equal score (1: MedHELM's rule, a tie
-    is a win for both; 0.5: HELM's), equal up to the leaderboard's ``TIE_TOLERANCE`` as in its win rate."""
+    """The CI of each model's win rate, recomputed on every resample as the leaderboard computes it under ``rule``
+    (:func:`~medhelm_local.analysis.leaderboard.win_rate`): a win when the score beats the rival's, a tie (equal up
+    to ``TIE_TOLERANCE``) a win for both (MedHELM's rule) or half a win (HELM's); the paper's rate over all
+    (benchmark, rival) pairs, HELM's the mean of the per-benchmark fractions."""
+    tie = 0.5 if rule == WinRule.HELM else 1.0
     arrays = {m: {b: np.array(v, dtype=float) for b, v in own.items()} for m, own in draws.items()}
     out: dict[str, tuple[float, float] | None] = {}
     for model, own in arrays.items():
-        wins: np.ndarray | None = None
-        pairs = 0
+        fractions: list[tuple[np.ndarray, int]] = []  # per benchmark: wins on each resample, rivals
         for benchmark, values in own.items():
+            wins: np.ndarray | None = None
+            rivals = 0
             for rival, theirs in arrays.items():
                 if rival != model and benchmark in theirs:
                     rival_values = theirs[benchmark]
                     equal = np.abs(values - rival_values) <= TIE_TOLERANCE
                     won = (values > rival_values) * ~equal + tie * equal
                     wins = won if wins is None else wins + won
-                    pairs += 1
-        out[model] = percentile_interval(wins / pairs) if wins is not None and pairs else None
+                    rivals += 1
+            if wins is not None:
+                fractions.append((wins, rivals))
+        if not fractions:
+            out[model] = None
+        elif rule == WinRule.HELM:
+            out[model] = percentile_interval(np.mean([wins / rivals for wins, rivals in fractions], axis=0))
+        else:
+            out[model] = percentile_interval(np.sum([w for w, _ in fractions], axis=0) / sum(r for _, r in fractions))
     return out

@@ -25,7 +25,8 @@ INFORMATICS = ConsoleRole.INFORMATICS
 LIVE_REFRESH_S = 10  # while a run is going, its pages reload themselves (a meta refresh: no script)
 FINAL_STATUSES = {"finished", "inferred", "failed", "interrupted"}
 WIN_RULES = {WinRule.PAPER: "MedHELM rule: a win when the score is >= the rival's (a tie is a win for both)",
-             WinRule.HELM: "HELM rule: a win when the score is > the rival's, half a win for a tie"}
+             WinRule.HELM: "HELM rule: a win when the score is > the rival's, half a win for a tie, the "
+                           "win fractions of each benchmark averaged (HELM's mean win rate)"}
 
 
 MAX_PAGE = 10**9  # a page number past any run's items (SQLite takes the offset as a 64-bit integer)
@@ -69,9 +70,8 @@ def summary_intervals(view: data.LeaderboardView, specs: SpecRegistry) -> dict[s
             draws.setdefault(series.model, {})[series.benchmark] = intervals.replicates(series)
     complete = {m: {b: v for b, v in own.items() if v is not None} for m, own in draws.items()
                 if all(v is not None for v in own.values())}
-    tie = 1.0 if view.rule == WinRule.PAPER else 0.5
-    wins = intervals.win_rate_intervals(complete, tie=tie) if len(view.rows) > 1 and len(complete) == len(draws) \
-        else {}
+    wins = intervals.win_rate_intervals(complete, rule=view.rule) if len(view.rows) > 1 and \
+        len(complete) == len(draws) else {}
     out = {}
     for model, own in draws.items():
         by_category: dict[str, list[list[float] | None]] = {}

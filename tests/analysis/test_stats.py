@@ -217,7 +217,22 @@ def test_equal_jury_means_tie_whatever_the_float_rounding_of_their_sums() -> Non
     # the console's win-rate CI recomputes the same comparison on resamples: a tie there too
     draws = {"A": {"b1": [score_a] * 3}, "B": {"b1": [score_b] * 3}}
     assert win_rate_intervals(draws) == {"A": (1.0, 1.0), "B": (1.0, 1.0)}
-    assert win_rate_intervals(draws, tie=0.5) == {"A": (0.5, 0.5), "B": (0.5, 0.5)}
+    assert win_rate_intervals(draws, rule=WinRule.HELM) == {"A": (0.5, 0.5), "B": (0.5, 0.5)}
+
+
+def test_helms_win_rate_is_the_mean_of_per_benchmark_fractions() -> None:
+    """HELM's mean win rate averages each benchmark's win fraction; --win-rule helm only halved ties, and still
+    pooled every (benchmark, rival) pair as the paper does. They differ when benchmarks have different rivals: A
+    beats its one rival on b1 and one of three on b2."""
+    from medhelm_local.export.intervals import win_rate_intervals
+
+    scores = {"A": {"b1": 0.9, "b2": 0.5}, "B": {"b1": 0.1, "b2": 0.9}, "C": {"b2": 0.1}, "D": {"b2": 0.8}}
+    assert win_rate(scores, "A") == 2 / 4  # the paper: 2 wins over 4 (benchmark, rival) pairs
+    assert win_rate(scores, "A", WinRule.HELM) == (1 + 1 / 3) / 2  # HELM: mean of 1 and 1/3 (was 0.5)
+    draws = {m: {b: [v] * 4 for b, v in own.items()} for m, own in scores.items()}
+    assert win_rate_intervals(draws)["A"] == (0.5, 0.5)
+    low, high = win_rate_intervals(draws, rule=WinRule.HELM)["A"] or (0.0, 0.0)
+    assert math.isclose(low, 2 / 3) and math.isclose(high, 2 / 3)  # the CI on the same aggregation
 
 
 def _exact_icc3k(matrix: np.ndarray) -> float:
