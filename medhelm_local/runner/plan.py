@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
-import string
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -23,7 +22,7 @@ from medhelm_local.benchmarks.registry import SpecRegistry, is_custom
 from medhelm_local.benchmarks.sampling import sample_ids
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import BadInputError
-from medhelm_local.prompts.build import TemplateError, build_request, template_hash
+from medhelm_local.prompts.build import TemplateError, build_request, instance_templates, template_hash
 from medhelm_local.prompts.styles import DEFAULT_STYLE, check_style, styled_spec
 from medhelm_local.records import InferenceRequest, Instance
 from medhelm_local.runner.manifest import canonical_json
@@ -158,8 +157,7 @@ def check_style_fields(store: Store, spec: BenchmarkSpec, fingerprint: str) -> N
     first = next(iter(store.iter_instances(spec.id, fingerprint, chunk=1)), [])
     if not first:
         return
-    templates = [spec.prompt.template, spec.judge_question or "", spec.judge_gold or ""]
-    needed = {name for t in templates for _, name, _, _ in string.Formatter().parse(t) if name}
+    needed = set().union(*instance_templates(spec).values())
     missing = sorted(needed - set(first[0].fields))
     if missing:
         raise BadInputError(f"benchmark {spec.id}: its registered dataset lacks field(s) {missing} that this prompt "
