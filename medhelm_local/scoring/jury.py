@@ -176,8 +176,8 @@ def parse_judgement(text: str, rubric: JudgeRubric) -> tuple[dict[str, int], dic
         raise InvalidJudgement("not_object")
     ratings: dict[str, int] = {}
     explanations: dict[str, str] = {}
-    lowered = {str(k).strip().lower(): v for k, v in data.items()}
-    keys = Counter(str(k).strip().lower() for k in data)
+    pairs = [(str(k).strip().lower(), v) for k, v in data.items()]
+    lowered, keys = dict(pairs), Counter(name for name, _ in pairs)
     for criterion in rubric.criteria:
         entry = lowered.get(criterion.name.lower())
         if entry is None:
