@@ -6,18 +6,13 @@ from typing import Any
 
 import typer
 
-from medhelm_local.analysis.aggregate import finished_runs_by_style, latest_runs, latest_scores, latest_series
-from medhelm_local.analysis.comparability import apply_comparability, comparability_lines, compare_runs
-from medhelm_local.analysis.cost_performance import model_costs
+from medhelm_local.analysis.board import build_board, read_board
+from medhelm_local.analysis.comparability import comparability_lines
 from medhelm_local.analysis.leaderboard import (
     BenchmarkMDE,
     ModelRow,
     PairwiseDifference,
     WinRule,
-    apply_costs,
-    benchmark_mdes,
-    build_leaderboard,
-    pairwise_differences,
     resolve_category,
 )
 from medhelm_local.analysis.stats import DEFAULT_RESAMPLES
@@ -26,21 +21,8 @@ from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import app_context
 from medhelm_local.formatting import money
 from medhelm_local.prompts.styles import DEFAULT_STYLE, check_style
-from medhelm_local.store import Store
 
 COST_UNAVAILABLE = "cost unavailable: no pricing configured (models and judges need `pricing` in appliance.yaml)"
-
-
-def _prompt_hashes(store: Store, chosen: dict[tuple[str, str], str]) -> dict[tuple[str, str], str]:
-    """(model, benchmark) -> the prompt-style hash its run recorded (runs from before styles: none)."""
-    manifests = {run_id: (store.get_run(run_id) or None) for run_id in set(chosen.values())}
-    out = {}
-    for key, run_id in chosen.items():
-        run = manifests[run_id]
-        recorded = ((run.manifest if run else {}).get("prompt_style") or {}).get("sha256") or {}
-        if key[1] in recorded:
-            out[key] = str(recorded[key[1]])
-    return out
 
 
 def register(app: typer.Typer) -> None:
@@ -164,33 +146,16 @@ def leaderboard(
     resolved = resolve_category(category, specs) if category else None
     check_style(prompt_style)
     with app_ctx.open_store(read_only=True) as store:  # works during a run (issue 12 §6)
-        chosen = latest_runs(store, prompt_style)
-        results = latest_scores(store, specs, prompt_style)
-        series = latest_series(store, specs, prompt_style)
-        # the cost beside a category's win rate is that of the runs behind the category's scores only
-        behind = {key: run_id for key, run_id in chosen.items()
-                  if resolved is None or specs.category_of(key[1]) == resolved}
-        costs = model_costs(store, app_ctx.home.config, behind)
-        hashes = _prompt_hashes(store, chosen)
-        comparability = compare_runs(store, behind)
-        other_styles = {s: n for s, n in finished_runs_by_style(store).items() if s != prompt_style}
-    if resolved is not None:
-        series = [s for s in series if specs.category_of(s.benchmark) == resolved]
-    rows = build_leaderboard(results, specs=specs, series=series, rule=ties, category=resolved, resamples=resamples,
-                             seed=seed)
-    for row in rows:
-        row.prompt_style = prompt_style
-        row.prompt_sha256 = {b: h for (m, b), h in hashes.items() if m == row.model and b in row.benchmarks}
-    apply_costs(rows, costs)
-    apply_comparability(rows, comparability)
-    pairwise = pairwise_differences(series, resamples=resamples, seed=seed)
-    mdes = benchmark_mdes(series)
+        data = read_board(store, specs, app_ctx.home.config, prompt_style=prompt_style, category=resolved)
+    board = build_board(data, specs, prompt_style=prompt_style, rule=ties, category=resolved, resamples=resamples,
+                        seed=seed)
+    rows, pairwise, mdes = board.rows, board.pairwise, board.mdes
     audit_event(app_ctx.home, app_ctx.actor, "leaderboard.view", role="informatics", models=len(rows),
                 category=resolved)
     if as_json:
         emit_json(leaderboard_payload(rows, pairwise=pairwise, mdes=mdes))
     else:
         print_leaderboard(rows, mdes=mdes, pairwise=pairwise, prompt_style=prompt_style, win_rule=ties)
-        for style, count in other_styles.items():
+        for style, count in board.other_styles.items():
             info(f"{count} finished run(s) of prompt style {style!r} not shown: "
                  f"`medhelm-local leaderboard --prompt-style {style}`")

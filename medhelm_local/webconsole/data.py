@@ -19,21 +19,12 @@ from typing import Any
 
 from medhelm_local.analysis.aggregate import (
     InstanceSeries,
-    finished_runs_by_style,
-    latest_runs,
-    latest_scores,
-    latest_series,
 )
-from medhelm_local.analysis.cost_performance import model_costs
 from medhelm_local.analysis.leaderboard import (
     BenchmarkMDE,
     ModelRow,
     PairwiseDifference,
     WinRule,
-    apply_costs,
-    benchmark_mdes,
-    build_leaderboard,
-    pairwise_differences,
 )
 from medhelm_local.analysis.stats import DEFAULT_RESAMPLES
 from medhelm_local.benchmarks.registry import SpecRegistry
@@ -133,27 +124,19 @@ class LeaderboardView:
 
 def leaderboard(home: Home, *, prompt_style: str, rule: WinRule, resamples: int = DEFAULT_RESAMPLES,
                 seed: int = 0) -> LeaderboardView:
-    """The CLI leaderboard's numbers (same functions, same bootstrap seed)."""
-    from medhelm_local.analysis.comparability import apply_comparability, comparability_lines, compare_runs
+    """The CLI leaderboard's numbers (the same assembly, the same bootstrap seed)."""
+    from medhelm_local.analysis.board import build_board, read_board
+    from medhelm_local.analysis.comparability import comparability_lines
 
     specs = SpecRegistry(home.root)
     with reading(home) as store:
-        chosen = latest_runs(store, prompt_style)
-        results = latest_scores(store, specs, prompt_style)
-        series = latest_series(store, specs, prompt_style)
-        costs = model_costs(store, home.config, chosen)
-        comparability = compare_runs(store, chosen)
-        other = {s: n for s, n in finished_runs_by_style(store).items() if s != prompt_style}
-    rows = build_leaderboard(results, specs=specs, series=series, rule=rule, resamples=resamples, seed=seed)
-    for row in rows:
-        row.prompt_style = prompt_style
-    apply_costs(rows, costs)
-    apply_comparability(rows, comparability)
-    pairwise = [d for d in pairwise_differences(series, resamples=resamples, seed=seed) if d.model < d.rival]
-    return LeaderboardView(rows=rows, mdes=benchmark_mdes(series), prompt_style=prompt_style, rule=rule,
-                           other_styles=other, pairwise=pairwise,
+        found = read_board(store, specs, home.config, prompt_style=prompt_style)
+    board = build_board(found, specs, prompt_style=prompt_style, rule=rule, resamples=resamples, seed=seed)
+    rows = board.rows
+    return LeaderboardView(rows=rows, mdes=board.mdes, prompt_style=prompt_style, rule=rule,
+                           other_styles=board.other_styles, pairwise=[d for d in board.pairwise if d.model < d.rival],
                            benchmarks=sorted({b for r in rows for b in r.benchmarks}),
-                           categories=sorted({c for r in rows for c in r.categories}), series=series,
+                           categories=sorted({c for r in rows for c in r.categories}), series=board.series,
                            comparability=comparability_lines(rows))
 
 

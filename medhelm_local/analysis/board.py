@@ -1,0 +1,95 @@
+"""The leaderboard as the CLI and the console show it, assembled in one place: what it needs is read from the store
+in one short read (:func:`read_board`, a reader never holds the store while the bootstrap runs), then computed
+(:func:`build_board`)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from medhelm_local.analysis.aggregate import (
+    InstanceSeries,
+    finished_runs_by_style,
+    latest_runs,
+    latest_scores,
+    latest_series,
+)
+from medhelm_local.analysis.comparability import Comparability, apply_comparability, compare_runs
+from medhelm_local.analysis.cost_performance import ModelCost, model_costs
+from medhelm_local.analysis.leaderboard import (
+    BenchmarkMDE,
+    ModelRow,
+    PairwiseDifference,
+    WinRule,
+    apply_costs,
+    benchmark_mdes,
+    build_leaderboard,
+    pairwise_differences,
+)
+from medhelm_local.benchmarks.registry import SpecRegistry
+from medhelm_local.home.config import ApplianceConfig
+from medhelm_local.records import BenchmarkScore
+from medhelm_local.store.store import Store
+
+
+@dataclass
+class BoardData:
+    """What the leaderboard reads from the store: the latest runs of one prompt style (of one category)."""
+
+    results: list[BenchmarkScore]
+    series: list[InstanceSeries]
+    costs: dict[str, ModelCost]
+    comparability: Comparability
+    prompt_hashes: dict[tuple[str, str], str]  # (model, benchmark) -> the prompt-style hash its run recorded
+    other_styles: dict[str, int]  # finished runs of the prompt styles not shown
+
+
+@dataclass
+class Board:
+    rows: list[ModelRow]
+    series: list[InstanceSeries]  # per-instance values behind the rows
+    pairwise: list[PairwiseDifference]
+    mdes: dict[str, BenchmarkMDE]
+    other_styles: dict[str, int]
+
+
+def _prompt_hashes(store: Store, chosen: dict[tuple[str, str], str]) -> dict[tuple[str, str], str]:
+    """(model, benchmark) -> the prompt-style hash its run recorded (runs from before styles: none)."""
+    manifests = {run_id: (store.get_run(run_id) or None) for run_id in set(chosen.values())}
+    out = {}
+    for key, run_id in chosen.items():
+        run = manifests[run_id]
+        recorded = ((run.manifest if run else {}).get("prompt_style") or {}).get("sha256") or {}
+        if key[1] in recorded:
+            out[key] = str(recorded[key[1]])
+    return out
+
+
+def read_board(store: Store, specs: SpecRegistry, config: ApplianceConfig, *, prompt_style: str,
+               category: str | None = None) -> BoardData:
+    """The leaderboard's inputs; with ``category``, the cost and comparability of the runs behind that category's
+    scores only."""
+    chosen = latest_runs(store, prompt_style)
+    behind = {key: run_id for key, run_id in chosen.items()
+              if category is None or specs.category_of(key[1]) == category}
+    series = latest_series(store, specs, prompt_style)
+    if category is not None:
+        series = [s for s in series if specs.category_of(s.benchmark) == category]
+    return BoardData(results=latest_scores(store, specs, prompt_style), series=series,
+                     costs=model_costs(store, config, behind), comparability=compare_runs(store, behind),
+                     prompt_hashes=_prompt_hashes(store, chosen),
+                     other_styles={s: n for s, n in finished_runs_by_style(store).items() if s != prompt_style})
+
+
+def build_board(data: BoardData, specs: SpecRegistry, *, prompt_style: str, rule: WinRule,
+                category: str | None = None, resamples: int, seed: int) -> Board:
+    """Rows (win rate, CIs, costs, Pareto place, comparability), paired differences and MDEs."""
+    rows = build_leaderboard(data.results, specs=specs, series=data.series, rule=rule, category=category,
+                             resamples=resamples, seed=seed)
+    for row in rows:
+        row.prompt_style = prompt_style
+        row.prompt_sha256 = {b: h for (m, b), h in data.prompt_hashes.items() if m == row.model and b in row.benchmarks}
+    apply_costs(rows, data.costs)
+    apply_comparability(rows, data.comparability)
+    return Board(rows=rows, series=data.series,
+                 pairwise=pairwise_differences(data.series, resamples=resamples, seed=seed),
+                 mdes=benchmark_mdes(data.series), other_styles=data.other_styles)
