@@ -25,7 +25,7 @@ from medhelm_local.store.store import Store
 class RunConditions:
     """What decides a benchmark's scores in one run besides the model."""
 
-    dataset: str | None  # the registered dataset's fingerprint (its version)
+    datasets: frozenset[str]  # the dataset versions (fingerprints) its items were planned from: one
     spec: dict[str, Any] | None  # the run's frozen spec (None: a run created before snapshots)
     instances: str  # "all 1000", or "50 sampled with seed 0"
 
@@ -37,21 +37,21 @@ class RunConditions:
         seed = (manifest.get("seeds") or {}).get("sampling")
         instances = (f"all {eligible}" if planned == eligible
                      else f"{planned} of {eligible} sampled with seed {seed}")
-        # the versions its items were planned from (one; the store, not the manifest, is what the run scored)
-        versions = sorted(store.run_dataset_versions(run_id, benchmark))
-        return cls(dataset=",".join(versions) or None, spec=run_snapshot(benchmark, manifest), instances=instances)
+        # as InstanceSeries.datasets: the store, not the manifest, is what the run scored
+        return cls(datasets=store.run_dataset_versions(run_id, benchmark), spec=run_snapshot(benchmark, manifest),
+                   instances=instances)
 
 
 def differences(own: RunConditions, rival: RunConditions) -> list[str]:
     """What differs between two runs' conditions, in words (empty: comparable)."""
     found = []
-    if own.dataset != rival.dataset:
+    if own.datasets != rival.datasets:
         found.append("dataset version")
     if own.spec is not None and rival.spec is not None:
         fields = snapshot_differences(own.spec, rival.spec)
         if fields:
             found.append("spec (" + ", ".join(fields) + ")")
-    if own.dataset == rival.dataset and own.instances != rival.instances:  # another version has other instances
+    if own.datasets == rival.datasets and own.instances != rival.instances:  # another version has other instances
         found.append(f"instances ({own.instances} against {rival.instances})")
     return found
 
@@ -75,7 +75,7 @@ def compare_runs(store: Store, chosen: Mapping[tuple[str, str], str]) -> Compara
     for benchmark, models in by_benchmark.items():
         registered = store.current_dataset(benchmark)
         for model, own in models.items():
-            if registered is not None and own.dataset is not None and own.dataset != registered.fingerprint:
+            if registered is not None and own.datasets and own.datasets != {registered.fingerprint}:
                 outdated.add((model, benchmark))
             rivals = {rival: found for rival, theirs in models.items()
                       if rival != model and (found := differences(own, theirs))}

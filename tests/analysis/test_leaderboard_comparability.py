@@ -88,10 +88,10 @@ def test_runs_on_another_dataset_version_spec_or_sample_are_named_not_compared_s
 
 def test_a_changed_spec_is_named_by_its_fields() -> None:
     spec = {"id": "b", "name": "B", "max_tokens": 8, "prompt": {"template": "{q}"}}
-    own = RunConditions(dataset="v1", spec=spec, instances="all 10")
-    edited = RunConditions(dataset="v1", spec={**spec, "name": "Renamed", "max_tokens": 16,
+    own = RunConditions(datasets=frozenset({"v1"}), spec=spec, instances="all 10")
+    edited = RunConditions(datasets=frozenset({"v1"}), spec={**spec, "name": "Renamed", "max_tokens": 16,
                                                "prompt": {"template": "Q: {q}"}}, instances="all 10")
     assert differences(own, edited) == ["spec (max_tokens, prompt.template)"]  # the name decides nothing
     assert differences(own, own) == []
-    before_snapshots = RunConditions(dataset="v1", spec=None, instances="all 10")
+    before_snapshots = RunConditions(datasets=frozenset({"v1"}), spec=None, instances="all 10")
     assert differences(own, before_snapshots) == []  # nothing to compare: not claimed to differ
