@@ -53,17 +53,23 @@ async def submit(request: Request) -> Response:
     if not check_csrf(request, form):
         return bad_form_token(request, "/rate")
 
+    def refused(reason: str, status: int, title: str, message: str, back: str,
+                item: data.RatableResponse | None = None) -> Response:
+        """A rating not saved: audited (by the item's position, never its id), and the page that says why."""
+        where = {} if item is None else {"run_id": item.run_id, "benchmark": item.benchmark,
+                                         "position": item.position}
+        console.audit(identity, "console.rating.submit", outcome="refused", role="clinician", reason=reason, **where)
+        return console.render(request, "error.html", status_code=status, title=title, message=message,
+                              back=("/rate", back))
+
     def save() -> Response:
         sample, _ = _state(console, identity.user)
         token = str(form.get("item", ""))
         found = [i for i in sample if console.csrf.opaque(rating.item_key(i)) == token]
         if not found:
-            console.audit(identity, "console.rating.submit", outcome="refused", role="clinician",
-                          reason="not_offered")
-            return console.render(request, "error.html", status_code=409, title="Item no longer offered",
-                                  message="This item is no longer in your queue (the console restarted, or it was "
-                                          "rated already). Your rating was not saved; open the next item.",
-                                  back=("/rate", "Open the next response to rate"))
+            return refused("not_offered", 409, "Item no longer offered",
+                           "This item is no longer in your queue (the console restarted, or it was rated already). "
+                           "Your rating was not saved; open the next item.", "Open the next response to rate")
         item = found[0]
         settings = console.home.config.console
         spec = console.specs.get(item.benchmark)
@@ -72,25 +78,20 @@ async def submit(request: Request) -> Response:
         for name in criteria:
             raw = str(form.get(f"c_{name}", ""))
             if raw not in {"1", "2", "3", "4", "5"}:
-                console.audit(identity, "console.rating.submit", outcome="refused", role="clinician",
-                              run_id=item.run_id, benchmark=item.benchmark, position=item.position,
-                              reason="incomplete")
-                return console.render(request, "error.html", status_code=400, title="Rating incomplete",
-                                      message=f"Rate every criterion from 1 to 5 (missing: {name}). Nothing was saved.",
-                                      back=("/rate", "Back to rating"))
+                return refused("incomplete", 400, "Rating incomplete",
+                               f"Rate every criterion from 1 to 5 (missing: {name}). Nothing was saved.",
+                               "Back to rating", item)
             values[name] = int(raw)
         outcome = data.save_rating(console.home, ClinicianRating(
             run_id=item.run_id, benchmark=item.benchmark, instance_id=item.instance_id, rater=identity.user,
             ratings=values, rated_at=utcnow()), settings.raters_per_item)
-        refused = {"reason": outcome} if outcome == "full" else {}  # refused as the other refusals are
-        console.audit(identity, "console.rating.submit",
-                      outcome={"saved": "success", "full": "refused"}.get(outcome, outcome), role="clinician",
-                      run_id=item.run_id, benchmark=item.benchmark, position=item.position, **refused)
         if outcome == "full":
-            return console.render(request, "error.html", status_code=409, title="Item already rated",
-                                  message=f"{settings.raters_per_item} other clinicians rated this response while you "
-                                          "were reading it, as many as it needs. Your rating was not saved; open "
-                                          "the next item.", back=("/rate", "Open the next response to rate"))
+            return refused("full", 409, "Item already rated",
+                           f"{settings.raters_per_item} other clinicians rated this response while you were reading "
+                           "it, as many as it needs. Your rating was not saved; open the next item.",
+                           "Open the next response to rate", item)
+        console.audit(identity, "console.rating.submit", outcome="success" if outcome == "saved" else outcome,
+                      role="clinician", run_id=item.run_id, benchmark=item.benchmark, position=item.position)
         return RedirectResponse("/rate?saved=1", status_code=303)
 
     return await run_in_threadpool(save)
