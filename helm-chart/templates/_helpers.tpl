@@ -505,8 +505,8 @@ volumes:
       medium: Memory
       sizeLimit: 1Mi
   {{- end }}
-  {{- with .Values.runner.extraVolumes }}
-  {{- toYaml . | nindent 2 }}
+  {{- with include "medhelm.extraVolumes" . }}
+  {{- . | nindent 2 }}
   {{- end }}
 {{- $colocate := include "medhelm.homeColocation" . }}
 {{- $term := dict }}
@@ -553,6 +553,17 @@ volumes:
 {{- end }}
 {{- end -}}
 
+{{/* runner.extraVolumes: the site's own volumes (a CA bundle, an extraModels key, an extract share), in every pod
+     that runs the appliance (runner, toolbox, console): they share runner.extraEnv and appliance.yaml, which may
+     name files on these volumes. */}}
+{{- define "medhelm.extraVolumes" -}}
+{{- with .Values.runner.extraVolumes -}}
+{{ toYaml . }}
+{{- end -}}
+{{- end -}}
+
+{{/* The appliance containers' mounts (runner, toolbox, console, and the runner's init containers), with
+     runner.extraVolumeMounts. Argument: dict root, keysWritable, toolbox. */}}
 {{- define "medhelm.runnerVolumeMounts" -}}
 {{- $keysWritable := .keysWritable -}}
 {{- $toolbox := .toolbox -}}

@@ -474,6 +474,45 @@ def test_site_adaptations_reach_the_pods(rendered):
     assert "runtimeClassName" not in pod_spec(other)
 
 
+def test_console_mounts_the_site_volumes_the_runner_mounts():
+    """The console runs the appliance on the runner's environment (runner.extraEnv) and appliance.yaml (extraModels
+    included), and its IT page probes every model with the model's API key. runner.extraVolumes and
+    extraVolumeMounts reached the runner and the toolbox only: a key file for an extraModels server, mounted from
+    the site's Secret, worked from the CLI and read "cannot read api_key_file" on the console, and a CA bundle named
+    in runner.extraEnv pointed at nothing there. Every file the console's config and environment name is mounted."""
+    from tests.deploy.test_deploy_rego import evaluate
+
+    values = load_values("gpu") | {"console": _CONSOLE}
+    values["appliance"] = {"extraModels": [{"name": "site-llm", "kind": "openai-compatible",
+                                            "base_urls": ["https://llm.site-llm.svc.cluster.local/v1"],
+                                            "api_key_file": "/etc/site-llm/api-key"}]}
+    values["runner"] |= {
+        "extraEnv": [{"name": "SSL_CERT_FILE", "value": "/etc/site-ca/ca.pem"}],
+        "extraVolumes": [{"name": "site-ca", "configMap": {"name": "site-ca"}},
+                         {"name": "site-llm-key", "secret": {"secretName": "site-llm-key", "defaultMode": 0o440}}],
+        "extraVolumeMounts": [{"name": "site-ca", "mountPath": "/etc/site-ca", "readOnly": True},
+                              {"name": "site-llm-key", "mountPath": "/etc/site-llm", "readOnly": True}],
+    }
+    docs = render(values)
+    (deployment,) = [d for d in by_kind(docs, "Deployment") if d["metadata"]["name"].endswith("-console")]
+    spec = pod_spec(deployment)
+    (console,) = [c for c in spec["containers"] if c["name"] == "console"]
+    _cron, runner_spec, runner = _runner(docs)
+    for volume in values["runner"]["extraVolumes"]:
+        assert volume in spec["volumes"] and volume in runner_spec["volumes"], volume["name"]
+    for mount in values["runner"]["extraVolumeMounts"]:
+        assert mount in console["volumeMounts"] and mount in runner["volumeMounts"], mount["mountPath"]
+    (cm,) = [d for d in by_kind(docs, "ConfigMap") if d["metadata"]["name"].endswith("-console")]
+    config = yaml.safe_load(cm["data"]["appliance.yaml"])
+    named = [m["api_key_file"] for m in config["models"] if m.get("api_key_file")] + [env_map(console)["SSL_CERT_FILE"]]
+    mounted = [m["mountPath"].rstrip("/") + "/" for m in console["volumeMounts"]]
+    assert "/etc/site-llm/api-key" in named
+    assert [f for f in named if not any(f.startswith(p) for p in mounted)] == []
+    for doc in docs:
+        kubernetes_validate.validate(doc, K8S_VERSIONS[-1], strict=True)
+    assert {package: denied for package, denied in evaluate(docs).items() if denied} == {}
+
+
 def test_one_models_node_selector_and_affinity_stay_with_that_model():
     """A model pinned to its own GPU pool (nodeSelector, affinity) pins only itself: the models and judges
     rendered after it keep vllm.*'s placement. Merging into vllm.*'s own maps sent every later server to the
