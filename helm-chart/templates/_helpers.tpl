@@ -229,6 +229,11 @@ true
 {{- end -}}
 {{- $names = append $names .name -}}
 {{- end -}}
+{{- range $arg := .Values.vllm.extraArgs -}}
+{{- with include "medhelm.parallelFlag" $arg -}}
+{{- fail (printf "vllm.extraArgs %q sets the %s of every model, which the chart passes itself and checks each model's gpu.count against: remove it and set %s on the models and judges" $arg . .) -}}
+{{- end -}}
+{{- end -}}
 {{- $servers := list -}}
 {{- range (concat .Values.models .Values.judges) -}}
 {{- $server := include "medhelm.serverName" (dict "name" .name "root" $) -}}
@@ -249,12 +254,27 @@ true
 {{- fail (printf "runner.model %q has replicas: 0: nothing would answer its requests" .name) -}}
 {{- end -}}
 {{- end -}}
-{{- /* vLLM runs tensorParallelSize workers, one per GPU of the replica: more than the pod was given never starts. */ -}}
+{{- /* The parallel sizes come from the values alone: one in extraArgs comes after the chart's and wins in vLLM,
+     unseen by the GPU check below. */ -}}
+{{- $model := .name -}}
+{{- range $arg := (default (list) .extraArgs) -}}
+{{- with include "medhelm.parallelFlag" $arg -}}
+{{- fail (printf "model %q: extraArgs %q sets the %s vLLM runs with, which the chart passes itself and checks gpu.count against: remove it and set %s on the model" $model $arg . .) -}}
+{{- end -}}
+{{- end -}}
+{{- /* vLLM runs one worker per GPU: tensorParallelSize x pipelineParallelSize x dataParallelSize of them per replica.
+     Fewer GPUs than workers never starts; more are held by the pod and never used. */ -}}
 {{- $gpu := include "medhelm.gpu" . | fromJson -}}
 {{- $gpus := int $gpu.count -}}
 {{- $tp := int (default 1 .tensorParallelSize) -}}
-{{- if gt $tp $gpus -}}
-{{- fail (printf "model %q: tensorParallelSize %d needs %d GPUs per replica, but gpu.count is %d: vLLM would fail at start (one worker per GPU); set gpu.count: %d, or tensorParallelSize to the GPUs one replica has" .name $tp $tp $gpus $tp) -}}
+{{- $pp := int (default 1 .pipelineParallelSize) -}}
+{{- $dp := int (default 1 .dataParallelSize) -}}
+{{- $workers := mul $tp $pp $dp -}}
+{{- $sizes := printf "tensorParallelSize %d x pipelineParallelSize %d x dataParallelSize %d" $tp $pp $dp -}}
+{{- if gt $workers $gpus -}}
+{{- fail (printf "model %q: %s needs %d GPUs per replica, but gpu.count is %d: vLLM would fail at start (one worker per GPU); set gpu.count: %d, or parallel sizes whose product is %d" .name $sizes $workers $gpus $workers $gpus) -}}
+{{- else if lt $workers $gpus -}}
+{{- fail (printf "model %q: gpu.count is %d, but %s uses %d GPUs per replica: the pod would hold %d GPUs vLLM never uses; set gpu.count: %d, or parallel sizes whose product is %d (tensorParallelSize and pipelineParallelSize split the model over GPUs, dataParallelSize serves copies of it)" .name $gpus $sizes $workers (sub $gpus $workers) $workers $gpus) -}}
 {{- end -}}
 {{- /* The GPU limit is gpu.count's: one written under resources would be replaced without a word. */ -}}
 {{- $resource := $gpu.resource -}}
@@ -297,6 +317,19 @@ true
 {{- fail (printf "runner.shards > 1 with runner.parallelism > 1 needs persistence.%s.accessModes [ReadWriteMany]: every shard mounts the %s volume and shards run on different nodes (a ReadWriteOnce volume attaches to one node: Multi-Attach error). With an existingClaim, set accessModes to the claim's own modes" $volume $volume) -}}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The value (tensorParallelSize, pipelineParallelSize, dataParallelSize) whose vLLM flag an extra `vllm serve`
+     argument sets, as vLLM's parser reads it: underscores as dashes, "=value" attached, an abbreviation (argparse
+     takes --pipeline-par for --pipeline-parallel-size) and the short -tp/-pp/-dp, prefixes included; or nothing. */}}
+{{- define "medhelm.parallelFlag" -}}
+{{- $name := regexReplaceAll "=.*$" . "" | replace "_" "-" -}}
+{{- $flags := dict "tensorParallelSize" (list "--tensor-parallel-size" "-tp") "pipelineParallelSize" (list "--pipeline-parallel-size" "-pp") "dataParallelSize" (list "--data-parallel-size" "-dp") -}}
+{{- range $value, $spellings := $flags -}}
+{{- $long := and (hasPrefix "--" $name) (gt (len $name) 2) (hasPrefix $name (index $spellings 0)) -}}
+{{- $short := and (not (hasPrefix "--" $name)) (gt (len $name) 1) (hasPrefix $name (index $spellings 1)) -}}
+{{- if or $long $short -}}{{- $value -}}{{- end -}}
 {{- end -}}
 {{- end -}}
 

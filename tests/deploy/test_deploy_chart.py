@@ -779,6 +779,37 @@ def test_mig_profiles_are_requested_as_resources(rendered):
     assert len(manifests) == 1 and manifests[0]["data"]["SHA256SUMS"].count("\n") >= 3
 
 
+def test_pipeline_and_data_parallelism_use_every_gpu_of_the_replica():
+    """Beyond tensor parallelism, vLLM splits a model into pipeline stages or serves copies of it in one pod: each
+    worker on one GPU, tensorParallelSize x pipelineParallelSize x dataParallelSize of them. The chart passes
+    those sizes from the values (the GPU check sees them) and requests exactly that many GPUs, and the pricing's
+    GPU count is the pod's. A release that sets neither keeps its servers' arguments (no restart on upgrade)."""
+    from tests.deploy.test_deploy_rego import evaluate
+
+    values = load_values("gpu")
+    values["models"][0] |= {"gpu": {"count": 4}, "tensorParallelSize": 2, "pipelineParallelSize": 2}
+    values["judges"][0] |= {"gpu": {"count": 4}, "tensorParallelSize": 2, "dataParallelSize": 2}
+    docs = render(values)
+    by_model = {s["metadata"]["labels"]["medhelm.local/model"]: pod_spec(s)["containers"][0] for s in servers(docs)}
+    model, judge = by_model["llama-3-8b"], by_model["judge-a"]
+    flags = dict(zip(model["args"][1::2], model["args"][2::2], strict=False))
+    assert (flags["--tensor-parallel-size"], flags["--pipeline-parallel-size"]) == ("2", "2")
+    assert "--data-parallel-size" not in model["args"]
+    assert model["resources"]["limits"]["nvidia.com/gpu"] == model["resources"]["requests"]["nvidia.com/gpu"] == 4
+    flags = dict(zip(judge["args"][1::2], judge["args"][2::2], strict=False))
+    assert (flags["--tensor-parallel-size"], flags["--data-parallel-size"]) == ("2", "2")
+    assert "--pipeline-parallel-size" not in judge["args"]
+    assert judge["resources"]["limits"]["nvidia.com/gpu"] == 4
+    pricing = {m["name"]: m.get("pricing") for m in appliance_yaml(docs)["models"]}
+    assert pricing["llama-3-8b"]["gpus"] == 4 * 2  # per replica, 2 replicas
+    for name in ("judge-b", "judge-c"):
+        args = by_model[name]["args"]
+        assert "--pipeline-parallel-size" not in args and "--data-parallel-size" not in args, name
+    for doc in docs:
+        kubernetes_validate.validate(doc, K8S_VERSIONS[-1], strict=True)
+    assert {package: denied for package, denied in evaluate(docs).items() if denied} == {}
+
+
 def _mib(size: str) -> int:
     number = int(re.fullmatch(r"(\d+)(Mi|Gi)", size).group(1))  # type: ignore[union-attr]
     return number * 1024 if size.endswith("Gi") else number
@@ -1002,8 +1033,19 @@ REJECTION_REASONS = {
     "global-gpu-limit-beside-gpu-count": r'model "m": resources.limits.nvidia.com/gpu is 4 .* but gpu.count is 1',
     "two-audit-key-pins": r"auditKey.fingerprint and auditKey.existingConfigMap are all set",
     "extra-args-beside-command": r"with runner.command it would be ignored",
-    "tensor-parallel-beyond-gpus": r'model "m": tensorParallelSize 2 needs 2 GPUs per replica, but gpu\.count is 1',
-    "judge-tensor-parallel-beyond-gpus": r'model "j": tensorParallelSize 4 needs 4 GPUs.*gpu\.count is 2',
+    "tensor-parallel-beyond-gpus": r'model "m": tensorParallelSize 2 x pipelineParallelSize 1 x dataParallelSize 1 '
+    r"needs 2 GPUs per replica, but gpu\.count is 1: vLLM would fail at start",
+    "judge-tensor-parallel-beyond-gpus": r'model "j": tensorParallelSize 4 x .* needs 4 GPUs.*gpu\.count is 2',
+    "pipeline-parallel-beyond-gpus": r'model "j": tensorParallelSize 2 x pipelineParallelSize 2 x dataParallelSize 1 '
+    r"needs 4 GPUs per replica, but gpu\.count is 2",
+    "gpus-beyond-parallelism": r'model "m": gpu\.count is 4, but tensorParallelSize 2 x pipelineParallelSize 1 x '
+    r"dataParallelSize 1 uses 2 GPUs per replica: the pod would hold 2 GPUs vLLM never uses; set gpu\.count: 2",
+    "gpus-beyond-data-parallelism": r'model "j": gpu\.count is 8, but .* x dataParallelSize 2 uses 4 GPUs',
+    "parallel-size-in-extra-args": r'model "m": extraArgs "--tensor-parallel-size=4" sets the tensorParallelSize '
+    r"vLLM runs with, .* set tensorParallelSize on the model",
+    "pipeline-parallel-short-flag": r'model "m": extraArgs "-pp" sets the pipelineParallelSize',
+    "data-parallel-abbreviated": r'model "m": extraArgs "--data_parallel" sets the dataParallelSize',
+    "parallel-size-in-global-extra-args": r'vllm\.extraArgs "-tp" sets the tensorParallelSize of every model',
     "duplicate-model": r"used twice",
     "zero-shards": r"/runner/shards",
     "bad-label-value": r"/models/0/name",
@@ -1065,6 +1107,36 @@ REJECTION_REASONS = {
         pytest.param(
             {"judges": [{"name": "j", "weights": {"claim": "w"}, "gpu": {"count": 2}, "tensorParallelSize": 4}]},
             id="judge-tensor-parallel-beyond-gpus",
+        ),
+        pytest.param(  # 2 tensor-parallel workers on each of 2 pipeline stages: 4 GPUs
+            {"judges": [{"name": "j", "weights": {"claim": "w"}, "gpu": {"count": 2}, "tensorParallelSize": 2,
+                         "pipelineParallelSize": 2}]},
+            id="pipeline-parallel-beyond-gpus",
+        ),
+        pytest.param(  # 2 of the 4 GPUs held by the pod and never used
+            {"models": [_SERVED | {"gpu": {"count": 4}, "tensorParallelSize": 2}]},
+            id="gpus-beyond-parallelism",
+        ),
+        pytest.param(
+            {"judges": [{"name": "j", "weights": {"claim": "w"}, "gpu": {"count": 8}, "tensorParallelSize": 2,
+                         "dataParallelSize": 2}]},
+            id="gpus-beyond-data-parallelism",
+        ),
+        pytest.param(  # after the chart's own flag, vLLM takes this one: 4 workers on the pod's 1 GPU
+            {"models": [_SERVED | {"extraArgs": ["--tensor-parallel-size=4"]}]},
+            id="parallel-size-in-extra-args",
+        ),
+        pytest.param(
+            {"models": [_SERVED | {"gpu": {"count": 4}, "tensorParallelSize": 2, "extraArgs": ["-pp", "2"]}]},
+            id="pipeline-parallel-short-flag",
+        ),
+        pytest.param(  # vLLM reads underscores as dashes and takes an unambiguous abbreviation
+            {"models": [_SERVED | {"gpu": {"count": 2}, "extraArgs": ["--data_parallel", "2"]}]},
+            id="data-parallel-abbreviated",
+        ),
+        pytest.param(
+            {"vllm": {"extraArgs": ["--disable-uvicorn-access-log", "-tp", "2"]}, "models": [_SERVED]},
+            id="parallel-size-in-global-extra-args",
         ),
         pytest.param(  # the pod's GPU limit is gpu.count's: this one would be replaced, unseen
             {"models": [_SERVED | {"resources": {"limits": {"nvidia.com/gpu": 2}}}]},
