@@ -215,6 +215,46 @@ def load_console() -> tuple[dict[str, Any], dict[str, Any]]:
     return merged, yaml.safe_load(APPLIANCE_CONFIG.read_text(encoding="utf-8"))
 
 
+# What `docker compose` needs from the environment besides the overridable defaults (the `:?` variables).
+REQUIRED_ENV = {"MEDHELM_MODEL_WEIGHTS": "/srv/weights/model", "MEDHELM_JUDGE_WEIGHTS": "/srv/weights/judge",
+                "MEDHELM_OIDC_ISSUER": "https://idp.hospital.example/realms/staff",
+                "MEDHELM_OIDC_CLIENT_ID": "medhelm-console"}
+_VARIABLE = re.compile(r"\$(?:(?P<escaped>\$)|\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}"
+                       r"|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))")
+
+
+def interpolate(value: Any, env: dict[str, str]) -> Any:
+    """A compose file's values with its variables replaced as `docker compose` does: ${VAR}, $VAR, ${VAR:-default},
+    ${VAR-default}, ${VAR:?error}, ${VAR?error} and $$ (nested defaults are not used here)."""
+    if isinstance(value, dict):
+        return {k: interpolate(v, env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [interpolate(v, env) for v in value]
+    if not isinstance(value, str):
+        return value
+
+    def one(m: re.Match[str]) -> str:
+        if m["escaped"]:
+            return "$"
+        name = m["name"] or m["bare"]
+        op, arg = m["op"], m["arg"] or ""
+        unset = name not in env
+        missing = unset or (env[name] == "" and op is not None and op.startswith(":"))
+        if op in (":-", "-") and missing:
+            return arg
+        if op in (":?", "?") and missing:
+            raise ValueError(f"{name}: {arg}")
+        return env.get(name, "")
+
+    return _VARIABLE.sub(one, value)
+
+
+def resolved_console(env: dict[str, str] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """load_console() as `docker compose` runs it with this environment (the defaults where it sets nothing)."""
+    doc, config = load_console()
+    return interpolate(doc, REQUIRED_ENV | (env or {})), config
+
+
 def _networks_of(service: dict[str, Any]) -> dict[str, dict[str, Any]]:
     nets = service.get("networks", {})
     return {n: {} for n in nets} if isinstance(nets, list) else {n: (v or {}) for n, v in nets.items()}
@@ -304,7 +344,7 @@ def test_console_overlay_keeps_the_console_off_non_internal_networks():
     """The single-host console matches the chart's isolation: the console (store and keys) has no route off the
     host; only oauth2-proxy is on a non-internal network; the console listens only where oauth2-proxy alone can
     reach it and trusts identity headers from oauth2-proxy's address alone."""
-    doc, config = load_console()
+    doc, config = resolved_console()
     assert schema_errors(doc) == []
     assert console_layout_problems(doc, config) == []
     nets = doc["networks"]
@@ -354,9 +394,47 @@ def _break_console(doc: dict[str, Any], config: dict[str, Any], change: str) -> 
     ("unbound healthcheck", "healthcheck must probe"),
 ])
 def test_console_layout_check_rejects_a_weakened_overlay(change, expected):
-    doc, config = load_console()
+    doc, config = resolved_console()
     _break_console(doc, config, change)
     assert any(expected in p for p in console_layout_problems(doc, config)), console_layout_problems(doc, config)
+
+
+SITE_CONSOLE_NETWORK = {"MEDHELM_CONSOLE_SUBNET": "10.250.7.0/29", "MEDHELM_CONSOLE_ADDRESS": "10.250.7.2",
+                        "MEDHELM_CONSOLE_PROXY_ADDRESS": "10.250.7.3"}
+
+
+def test_console_network_follows_the_sites_address_plan():
+    """medhelm-console's subnet was written into the overlay: where 172.31.255.0/29 was taken (another Docker
+    network: "Pool overlaps", nothing starts; a site network: its hosts vanish from this host), moving it meant
+    editing six places in the overlay by hand. The
+    subnet and both addresses now come from the environment (deploy/.env) with the old values as defaults; the
+    console's --host, its healthcheck and oauth2-proxy's --upstream follow, and the layout stays as isolated once
+    console.trusted_proxies names the new proxy address. Left unchanged there, the check says so (and the console,
+    believing no header, signs nobody in)."""
+    default, config = resolved_console()
+    assert default["networks"]["medhelm-console"]["ipam"]["config"] == [{"subnet": "172.31.255.0/29"}]
+    assert config["console"]["trusted_proxies"] == ["172.31.255.3/32"]
+    assert console_layout_problems(default, config) == []
+
+    doc, _ = resolved_console(SITE_CONSOLE_NETWORK)
+    assert "172.31.255" not in json.dumps(doc) and "${" not in json.dumps(doc)
+    assert doc["networks"]["medhelm-console"]["ipam"]["config"] == [{"subnet": "10.250.7.0/29"}]
+    assert _networks_of(doc["services"]["console-proxy"])["medhelm-console"]["ipv4_address"] == "10.250.7.3"
+    assert schema_errors(doc) == []
+    stale = console_layout_problems(doc, config)
+    assert stale == ["console.trusted_proxies ['172.31.255.3/32'] must be oauth2-proxy's address (10.250.7.3) alone"]
+    site_config = copy.deepcopy(config)
+    site_config["console"]["trusted_proxies"] = ["10.250.7.3/32"]
+    assert console_layout_problems(doc, site_config) == []
+
+
+def test_airgap_documents_the_console_network_variables():
+    """The console network's variables are named in deploy/AIRGAP.md with the defaults the overlay gives them."""
+    airgap = (REPO / "deploy" / "AIRGAP.md").read_text(encoding="utf-8")
+    text = CONSOLE_OVERLAY.read_text(encoding="utf-8")
+    for name in SITE_CONSOLE_NETWORK:
+        (default,) = set(re.findall(rf"\$\{{{name}:-([^}}]+)\}}", text))
+        assert f"`{name}` (`{default}`)" in airgap, name
 
 
 # --- resource limits: a runaway model server or a fork bomb in a compromised container must not take the host --
