@@ -269,6 +269,9 @@ def _arg(command: list[str], flag: str) -> str | None:
     return None
 
 
+BRIDGE_NAME_OPTION = "com.docker.network.bridge.name"
+
+
 def console_layout_problems(doc: dict[str, Any], config: dict[str, Any]) -> list[str]:
     """The single-host console's isolation, as a list of violations (empty: compliant). The console process holds
     the store and the keys: it may be on internal networks only, listen only where oauth2-proxy alone can reach it,
@@ -288,8 +291,14 @@ def console_layout_problems(doc: dict[str, Any], config: dict[str, Any]) -> list
     for net, who in members.items():
         if net not in networks:
             found.append(f"network {net} is not declared")
-        elif (networks[net] or {}).get("internal") is not True and who != {"console-proxy"}:
-            found.append(f"non-internal network {net} is joined by {sorted(who - {'console-proxy'}) or sorted(who)}")
+        elif (networks[net] or {}).get("internal") is not True:
+            if who != {"console-proxy"}:
+                others = sorted(who - {"console-proxy"}) or sorted(who)
+                found.append(f"non-internal network {net} is joined by {others}")
+            bridge = ((networks[net] or {}).get("driver_opts") or {}).get(BRIDGE_NAME_OPTION)
+            if not bridge or len(str(bridge)) > 15:  # Linux interface names: 15 characters
+                found.append(f"non-internal network {net} must name its bridge ({BRIDGE_NAME_OPTION}): the host "
+                             "firewall's rules hold its egress by that name")
     for name, svc in services.items():
         if name != "console-proxy" and "ports" in svc:
             found.append(f"service {name}: only console-proxy may publish ports")
@@ -376,6 +385,8 @@ def _break_console(doc: dict[str, Any], config: dict[str, Any], change: str) -> 
     elif change == "shared /tmp":
         proxy["tmpfs"] = []
         proxy["volumes_from"] = ["console"]
+    elif change == "frontend bridge unnamed":  # Docker's br-<id>, new on every `up`: no firewall rule can name it
+        networks["medhelm-console-frontend"].pop("driver_opts")
     elif change == "unbound healthcheck":
         console["healthcheck"]["test"] = ["CMD", "python3", "-c", "import urllib.request; "
                                           "urllib.request.urlopen('http://127.0.0.1:8080/healthz', timeout=3)"]
@@ -392,11 +403,35 @@ def _break_console(doc: dict[str, Any], config: dict[str, Any], change: str) -> 
     ("trusts loopback", "oauth2-proxy's address (172.31.255.3) alone"),
     ("shared /tmp", "volumes_from is not allowed"),
     ("unbound healthcheck", "healthcheck must probe"),
+    ("frontend bridge unnamed", "non-internal network medhelm-console-frontend must name its bridge"),
 ])
 def test_console_layout_check_rejects_a_weakened_overlay(change, expected):
     doc, config = resolved_console()
     _break_console(doc, config, change)
     assert any(expected in p for p in console_layout_problems(doc, config)), console_layout_problems(doc, config)
+
+
+def test_airgap_firewall_holds_oauth2_proxy_to_the_identity_provider():
+    """oauth2-proxy relays every console page and is the only container Docker lets connect anywhere: its egress is
+    held by the host firewall alone. AIRGAP.md said only "restrict it on the DOCKER-USER chain", on a bridge whose
+    name (br-<id>) changed on every `docker compose up`. Its rules now name the overlay's fixed bridge, let new
+    connections go to HTTPS (the identity provider) and DNS only, and drop the rest."""
+    doc, _ = resolved_console()
+    bridge = doc["networks"]["medhelm-console-frontend"]["driver_opts"][BRIDGE_NAME_OPTION]
+    airgap = (REPO / "deploy" / "AIRGAP.md").read_text(encoding="utf-8")
+    section = airgap[airgap.index("### Host firewall"):]
+    rules = [line.split("#")[0].split() for line in section.splitlines() if line.startswith("iptables ")]
+    (jump,) = [r for r in rules if r[1:3] == ["-I", "DOCKER-USER"] and "-i" in r]
+    assert jump[jump.index("-i") + 1] == bridge
+    chain = jump[jump.index("-j") + 1]
+    own = [r for r in rules if r[1:3] == ["-A", chain]]
+    assert own and own[-1][3:] == ["-j", "DROP"], own
+    for rule in own[:-1]:
+        assert rule[-2:] == ["-j", "RETURN"], rule
+        words = " ".join(rule)
+        assert ("--ctstate ESTABLISHED,RELATED" in words or re.search(r"-p tcp -d \S+ --dport 443\b", words)
+                or re.search(r"-p (udp|tcp) -d \S+ --dport 53\b", words)), rule
+    assert "medhelm-console-frontend" in section and f"`{bridge}`" in section
 
 
 SITE_CONSOLE_NETWORK = {"MEDHELM_CONSOLE_SUBNET": "10.250.7.0/29", "MEDHELM_CONSOLE_ADDRESS": "10.250.7.2",
