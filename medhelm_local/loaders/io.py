@@ -3,7 +3,9 @@ an :class:`ExtractError`.
 
 Formats: CSV, TSV, JSON (a list of objects, or an object holding one under ``records_key``), JSONL, Parquet,
 Feather/Arrow IPC, Excel ``.xlsx`` and a DuckDB table or query. A ``.gz`` suffix on the text formats is read
-through gzip. Row numbers are 0-based positions among the data rows of one file (the header is not a row).
+through gzip. Each row carries its :class:`~medhelm_local.errors.Place`, the way a user finds it in the file:
+a CSV's, TSV's or sheet's row as a spreadsheet numbers it (the header row 1), a JSON Lines file's line, and
+elsewhere the record's number from 1.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from medhelm_local.errors import ConfigError, ExtractError
+from medhelm_local.errors import ConfigError, ExtractError, Place
 from medhelm_local.jsontext import lone_surrogate_line
 
 # One CSV/TSV field (a discharge summary can be long) is capped at this many MiB by default; appliance.yaml
@@ -57,9 +59,27 @@ _SUFFIX_FORMAT = {
 
 @dataclass
 class Row:
+    """One record: ``position`` is its 0-based index among the file's records (instance ids are made of it),
+    ``place`` where a user finds it (errors say this); None when the whole file is the record."""
+
     file: Path
     position: int
     values: dict[str, Any]
+    place: Place | None
+
+
+@dataclass
+class FileRows:
+    """One file's header, its rows, and where each row is in the file."""
+
+    header: list[str]
+    rows: list[dict[str, Any]]
+    places: list[Place]
+
+
+def numbered(rows: list[dict[str, Any]], unit: str = "record") -> list[Place]:
+    """Places for records a file has no lines or rows to number by: ``record 1``, ``record 2``, ..."""
+    return [Place.record(i + 1, unit) for i in range(len(rows))]
 
 
 @dataclass
@@ -71,11 +91,12 @@ class Table:
     rows: list[Row] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)
 
-    def extend(self, file: Path, header: list[str], rows: list[dict[str, Any]]) -> None:
+    def extend(self, file: Path, read: FileRows) -> None:
         if file not in self.files:
             self.files.append(file)
-        self.headers[file] = header
-        self.rows.extend(Row(file, i, r) for i, r in enumerate(rows))
+        self.headers[file] = read.header
+        self.rows.extend(Row(file, i, r, place) for i, (r, place) in enumerate(zip(read.rows, read.places,
+                                                                                      strict=True)))
 
 
 def detect_format(path: Path) -> str:
@@ -167,49 +188,70 @@ def csv_field_cap(mib: int) -> Iterator[None]:
         _csv_field_max.reset(token)
 
 
-def _csv_rows(path: Path, text: str, delimiter: str) -> tuple[list[str], list[dict[str, Any]]]:
+@dataclass
+class _CsvRecords:
+    """Records read so far, each with the line it starts on (a quoted field may hold line breaks), and the line
+    the next one starts on: where a record that cannot be read is."""
+
+    records: list[tuple[list[str], int]] = field(default_factory=list)
+    next_line: int = 1
+
+    def read(self, text: str, delimiter: str, *, strict: bool) -> None:
+        reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=strict)
+        for record in reader:
+            self.records.append((record, self.next_line))
+            self.next_line = reader.line_num + 1
+
+    def failing_place(self) -> Place:
+        if not self.records:
+            return Place("row", 1, "the header row")
+        return Place.sheet_row(len(self.records) + 1, len(self.records), self.next_line)
+
+
+def _csv_rows(path: Path, text: str, delimiter: str) -> FileRows:
     kind = "CSV" if delimiter == "," else "TSV"
     cap_mib = csv_field_max_mib()
-    records: list[list[str]] = []
+    read = _CsvRecords()
     previous = csv.field_size_limit(cap_mib << 20)
     try:
         try:  # strict first: the lenient reader reads a quote left open into one field to the end of the file
-            for record in csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True):
-                records.append(record)
+            read.read(text, delimiter, strict=True)
         except csv.Error as exc:
             if "unexpected end of data" in str(exc):
                 raise ExtractError(path, f"well-formed {kind} (a quoted field is never closed: the rest of the file "
-                                         "would be read into it)", row=max(len(records) - 1, 0)) from None
+                                         "would be read into it)", place=read.failing_place()) from None
             if "field larger than field limit" in str(exc):
                 raise
-            records = []  # a quirk the lenient reader accepts ('"a"b'): read the file as before
-            for record in csv.reader(io.StringIO(text, newline=""), delimiter=delimiter):
-                records.append(record)
+            read = _CsvRecords()  # a quirk the lenient reader accepts ('"a"b'): read the file as before
+            read.read(text, delimiter, strict=False)
     except csv.Error as exc:
-        row = max(len(records) - 1, 0)  # the data row being read (the header is records[0])
         if "field larger than field limit" in str(exc):
             raise ExtractError(
                 path,
                 f"{kind} fields of at most {cap_mib} MiB ({cap_mib << 20} characters); raise the cap with "
                 f"loaders.csv_field_max_mib in appliance.yaml or env {CSV_FIELD_ENV}",
-                row=row,
+                place=read.failing_place(),
             ) from None
-        raise ExtractError(path, f"well-formed {kind} ({exc})", row=row) from None
+        raise ExtractError(path, f"well-formed {kind} ({exc})", place=read.failing_place()) from None
     finally:
         csv.field_size_limit(previous)
+    records = read.records
     if not records:
         raise ExtractError(path, "a header row")
-    header = [h.strip() for h in records[0]]
+    header = [h.strip() for h in records[0][0]]
     if not any(header):
         raise ExtractError(path, "a header row naming the columns")
     check_separator(path, header, delimiter)
     check_unique_header(path, header)
     rows: list[dict[str, Any]] = []
-    for position, record in enumerate(records[1:]):
+    places: list[Place] = []
+    for index, (record, line) in enumerate(records[1:], start=1):
+        place = Place.sheet_row(index + 1, index, line)
         if len(record) > len(header) and any(v.strip() for v in record[len(header) :]):
-            raise ExtractError(path, f"at most {len(header)} fields, as in the header", row=position)
+            raise ExtractError(path, f"at most {len(header)} fields, as in the header", place=place)
         rows.append({h: (record[i] if i < len(record) else "") for i, h in enumerate(header) if h})
-    return [h for h in header if h], rows
+        places.append(place)
+    return FileRows([h for h in header if h], rows, places)
 
 
 # Separators a "CSV" may use instead of the one its format reads, and what to do about each.
@@ -253,7 +295,7 @@ def _records(path: Path, data: Any, records_key: str | None) -> list[dict[str, A
         raise ExtractError(path, "a JSON array of objects" + (f" under {records_key!r}" if records_key else ""))
     for position, item in enumerate(data):
         if not isinstance(item, dict):
-            raise ExtractError(path, "a JSON object", row=position)
+            raise ExtractError(path, "a JSON object", place=Place.record(position + 1))
     return data
 
 
@@ -273,32 +315,33 @@ def read_table_file(
     sheet: str | None = None,
     table: str | None = None,
     query: str | None = None,
-) -> tuple[list[str], list[dict[str, Any]]]:
+) -> FileRows:
     """Header and rows of one file. ``table``/``query`` select the rows of a DuckDB database."""
     fmt = fmt or detect_format(path)
     if fmt in ("csv", "tsv"):
         return _csv_rows(path, read_text(path), "," if fmt == "csv" else "\t")
     if fmt == "json":
         rows = _records(path, parse_json(path, read_text(path)), records_key)
-        return _header_of(rows), rows
+        return FileRows(_header_of(rows), rows, numbered(rows))
     if fmt == "jsonl":
         rows = []
-        for line_no, line in enumerate(read_text(path).split("\n")):
+        places = []
+        for line_no, line in enumerate(read_text(path).split("\n"), start=1):
             if not line.strip():
                 continue
+            place = Place.line(line_no)
             try:
                 obj = json.loads(line)
             except (ValueError, RecursionError):  # ValueError: not JSON, or an integer of too many digits
-                raise ExtractError(
-                    path, f"one JSON object per line (line {line_no + 1} is not JSON)", row=len(rows)
-                ) from None
+                raise ExtractError(path, "one JSON object per line (this line is not JSON)", place=place) from None
             if not isinstance(obj, dict):
-                raise ExtractError(path, "a JSON object on each line", row=len(rows))
+                raise ExtractError(path, "a JSON object on each line", place=place)
             if lone_surrogate_line(line) is not None:
-                raise ExtractError(path, f"valid JSON text (a \\u escape on line {line_no + 1} is an unpaired "
-                                         "surrogate, not a character)", row=len(rows))
+                raise ExtractError(path, "valid JSON text (a \\u escape on this line is an unpaired surrogate, not a "
+                                         "character)", place=place)
             rows.append(obj)
-        return _header_of(rows), rows
+            places.append(place)
+        return FileRows(_header_of(rows), rows, places)
     if fmt in ("parquet", "feather"):
         return _arrow_rows(path, fmt)
     if fmt == "xlsx":
@@ -308,7 +351,7 @@ def read_table_file(
     raise ExtractError(path, f"a supported format ({', '.join(FORMATS)})")
 
 
-def _arrow_rows(path: Path, fmt: str) -> tuple[list[str], list[dict[str, Any]]]:
+def _arrow_rows(path: Path, fmt: str) -> FileRows:
     if path.stat().st_size == 0:
         raise ExtractError(path, "a non-empty file")
     try:
@@ -323,7 +366,8 @@ def _arrow_rows(path: Path, fmt: str) -> tuple[list[str], list[dict[str, Any]]]:
     except Exception:  # pyarrow raises several types for damaged files
         raise ExtractError(path, f"a readable {fmt.capitalize()} file") from None
     check_unique_header(path, list(arrow_table.column_names))
-    return list(arrow_table.column_names), _binary_as_text(path, arrow_table).to_pylist()
+    rows = _binary_as_text(path, arrow_table).to_pylist()
+    return FileRows(list(arrow_table.column_names), rows, numbered(rows))
 
 
 def _is_utf8(value: bytes | None) -> bool:
@@ -347,12 +391,13 @@ def _binary_as_text(path: Path, arrow_table: Any) -> Any:
             text = column.cast(pa.large_string() if pa.types.is_large_binary(column_field.type) else pa.string())
         except pa.ArrowInvalid:
             row = next((i for i, value in enumerate(column.to_pylist()) if not _is_utf8(value)), None)
-            raise ExtractError(path, "UTF-8 text in a binary column", row=row, column=column_field.name) from None
+            place = None if row is None else Place.record(row + 1)
+            raise ExtractError(path, "UTF-8 text in a binary column", place=place, column=column_field.name) from None
         arrow_table = arrow_table.set_column(index, column_field.name, text)
     return arrow_table
 
 
-def _xlsx_rows(path: Path, sheet: str | None) -> tuple[list[str], list[dict[str, Any]]]:
+def _xlsx_rows(path: Path, sheet: str | None) -> FileRows:
     import zipfile
 
     from openpyxl import load_workbook
@@ -379,10 +424,10 @@ def _xlsx_rows(path: Path, sheet: str | None) -> tuple[list[str], list[dict[str,
     header = [str(h).strip() if h is not None else "" for h in values[0]]
     check_unique_header(path, header)
     rows = [{h: (r[i] if i < len(r) else None) for i, h in enumerate(header) if h} for r in values[1:]]
-    return [h for h in header if h], rows
+    return FileRows([h for h in header if h], rows, [Place.sheet_row(i + 2, i + 1) for i in range(len(rows))])
 
 
-def duckdb_rows(path: Path, *, table: str | None, query: str | None) -> tuple[list[str], list[dict[str, Any]]]:
+def duckdb_rows(path: Path, *, table: str | None, query: str | None) -> FileRows:
     """Rows of a table or of one read-only SELECT over a DuckDB database file, on a sealed connection
     (:mod:`medhelm_local.loaders.sql_sandbox`): the query is checked before it runs and reads the file's tables only."""
     import duckdb
@@ -419,6 +464,7 @@ def duckdb_rows(path: Path, *, table: str | None, query: str | None) -> tuple[li
             arrow_table = relation.to_arrow_table()
         except duckdb.Error as exc:
             raise query_failure(exc, path, "table" if query is None else "query", "a query that runs") from None
-        return header, arrow_table.to_pylist()
+        rows = arrow_table.to_pylist()
+        return FileRows(header, rows, numbered(rows))
     finally:
         con.close()

@@ -25,7 +25,7 @@ from typing import Any
 import duckdb
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec
-from medhelm_local.errors import ExtractError
+from medhelm_local.errors import ExtractError, Place
 from medhelm_local.loaders.base import LoadResult, register_loader
 from medhelm_local.loaders.io import Row, Table
 from medhelm_local.loaders.paths import inside
@@ -236,13 +236,14 @@ def _task_rows(
     table.headers[parts[0]] = list(MAPPING.required_columns())
     for filename, position, subject, prediction, value in labels:
         file = Path(filename)
+        place = Place.record(int(position) + 1)
         if subject is None or prediction is None:
-            raise ExtractError(file, "a subject_id and a prediction_time", row=int(position))
+            raise ExtractError(file, "a subject_id and a prediction_time", place=place)
         if value is None:
             table.skipped["label without boolean_value"] += 1
             continue
         if not isinstance(value, bool):  # the text "false" would be true, and so would 2
-            raise ExtractError(file, "true or false (a boolean_value column of type boolean)", row=int(position),
+            raise ExtractError(file, "true or false (a boolean_value column of type boolean)", place=place,
                                column="boolean_value")
         static, dated = timelines.get((subject, prediction), ([], []))
         header = f"Prediction time: {_fmt_time(prediction)}"
@@ -264,6 +265,7 @@ def _task_rows(
                     "n_events": truncated.kept,
                     "events_dropped": truncated.dropped,
                 },
+                place,
             )
         )
     if parts[0] not in table.files:

@@ -105,7 +105,7 @@ def read_table(path: Path, reader: dict[str, Any]) -> Table:
         files = data_files(path, pattern, fmt)
     table = Table(files=[])
     for file in files:
-        header, rows = read_table_file(
+        read = read_table_file(
             file,
             fmt,
             records_key=reader.get("records_key"),
@@ -113,7 +113,7 @@ def read_table(path: Path, reader: dict[str, Any]) -> Table:
             table=reader.get("table"),
             query=reader.get("query"),
         )
-        table.extend(file, header, rows)
+        table.extend(file, read)
     return table
 
 

@@ -139,7 +139,7 @@ def test_a_meds_label_error_names_its_own_file_and_row(tmp_path: Path) -> None:
                              "boolean_value": [True, True, False]}), part)
     with pytest.raises(ExtractError) as info:
         load_dataset(shipped_spec("ehrshot"), root)
-    assert (Path(info.value.file), info.value.row) == (part, 2)
+    assert (Path(info.value.file), str(info.value.place)) == (part, "record 3 (counting from 1)")
     assert "prediction_time" in info.value.expected
 
 
@@ -176,8 +176,8 @@ def test_a_sql_server_null_never_reaches_a_prompt_as_text(tmp_path: Path) -> Non
     spec = _ent(null_values=["NULL"], optional_fields={"history": "history"})
     with pytest.raises(ExtractError) as caught:
         load_dataset(spec, path)
-    assert "row 1" in str(caught.value) and "'note'" in str(caught.value) and "not one of null_values" in str(
-        caught.value)
+    assert "row 3 (the 2nd data row)" in str(caught.value) and "'note'" in str(caught.value)
+    assert "not one of null_values" in str(caught.value)
     path.write_text(path.read_text(encoding="utf-8").replace("2,NULL,", "2,Hoarse voice.,"), encoding="utf-8")
     first, second = load_dataset(spec, path).instances
     assert first.fields["history"] == "" and second.fields["history"] == "Prior tonsillectomy."
