@@ -243,12 +243,19 @@ def _csv_rows(path: Path, text: str, delimiter: str) -> FileRows:
         raise ExtractError(path, "a header row naming the columns")
     check_separator(path, header, delimiter)
     check_unique_header(path, header)
+    named = max(i for i, h in enumerate(header) if h) + 1  # trailing unnamed columns may be left out
+    separator = "comma" if delimiter == "," else "tab"
     rows: list[dict[str, Any]] = []
     places: list[Place] = []
     for index, (record, line) in enumerate(records[1:], start=1):
         place = Place.sheet_row(index + 1, index, line)
-        if len(record) > len(header) and any(v.strip() for v in record[len(header) :]):
-            raise ExtractError(path, f"at most {len(header)} fields, as in the header", place=place)
+        blank = not any(v.strip() for v in record)  # an empty line, or a row of empty fields: a blank row
+        if not blank and len(record) < named:  # a truncated export or a missing separator: a column would be ""
+            raise ExtractError(path, f"{len(header)} fields as in the header, found {len(record)} (the row is cut "
+                                     f"short, or a {separator} is missing)", place=place)
+        if any(v.strip() for v in record[len(header) :]):  # never dropped: it is data, or the row is misaligned
+            raise ExtractError(path, f"{len(header)} fields as in the header, found {len(record)} (a value holding a "
+                                     f"{separator} must be quoted)", place=place)
         rows.append({h: (record[i] if i < len(record) else "") for i, h in enumerate(header) if h})
         places.append(place)
     return FileRows([h for h in header if h], rows, places)

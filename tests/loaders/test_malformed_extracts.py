@@ -13,6 +13,7 @@ from medhelm_local.benchmarks.registry import shipped_spec
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import BadInputError, ExtractError
 from medhelm_local.loaders import load_dataset
+from tests.conftest import Cli
 
 
 def spec_with(benchmark: str, **changes: object) -> BenchmarkSpec:
@@ -249,3 +250,41 @@ def test_a_pipe_is_refused_before_it_is_read(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     with pytest.raises(BadInputError, match="expected a regular file or a folder"):
         load_dataset(_hospice(), fifo)  # refused without opening it (opening a FIFO with no writer would block)
+
+
+def test_a_csv_cut_short_is_refused_not_padded(home_cli: Cli, public_data: Path, tmp_path: Path) -> None:
+    # An export interrupted after a field: the last row of the real MedCalc-Bench file lacks its last column. It was
+    # padded with "" and registered (1047 instances, one with a Ground Truth Explanation it never had).
+    text = (public_data / "medcalc_bench" / "test_data.csv").read_text(encoding="utf-8")
+    cut = text.rindex(',"To compute the estimated gestational age')
+    path = tmp_path / "test_data.csv"
+    path.write_text(text[:cut] + "\n", encoding="utf-8")
+    start = text[:cut].rindex("\n1047,") + 2  # the line the 1047th data row starts on
+    line = text[:start].count("\n") + 1
+    result = home_cli("datasets", "register", "medcalc_bench", str(path))
+    assert result.code == 2, result.stderr
+    assert (f"file {path}, row 1048 (the 1047th data row, starting on line {line} of the file): expected 14 fields "
+            "as in the header, found 13") in result.stderr
+    assert "gestational" not in result.stderr
+    assert home_cli("datasets", "list", "--json").json() == []
+
+
+@pytest.mark.parametrize(("row", "found"), [("Refer?,ok", 2), (f"Refer?,{SECRET}, stable,A", 4)])
+def test_a_row_of_another_field_count_is_refused(tmp_path: Path, row: str, found: int) -> None:
+    # A missing separator left "label" padded with "" (refused only because label is required: an optional
+    # column or a meta column was registered empty); an unquoted comma shifted the row.
+    path = tmp_path / "hospice.csv"
+    path.write_text(f'prompt,context,label\nRefer?,"first\nnote",A\n{row}\nRefer?,last,B\n', encoding="utf-8")
+    error = _fail(_hospice(), path)
+    assert str(error.place) == "row 3 (the 2nd data row, starting on line 4 of the file)" and error.column is None
+    assert error.expected.startswith(f"3 fields as in the header, found {found} (")
+
+
+def test_blank_rows_and_trailing_unnamed_columns_still_load(tmp_path: Path) -> None:
+    # A header written with a trailing separator, rows without it; an empty line; a row of empty fields (MEDEC's
+    # trailing rows); a quoted note holding line breaks.
+    path = tmp_path / "hospice.csv"
+    path.write_text('prompt,context,label,\nRefer?,"line one\nline two",A\n\n,,\nRefer?,ok,B,\n', encoding="utf-8")
+    result = load_dataset(_hospice(), path)
+    assert [i.fields["context"] for i in result.instances] == ["line one\nline two", "ok"]
+    assert result.skipped["blank row"] == 2
