@@ -70,11 +70,13 @@ class Row:
 
 @dataclass
 class FileRows:
-    """One file's header, its rows, and where each row is in the file."""
+    """One file's header, its rows, and where each row is in the file; ``binary``: column -> (its type, the first
+    record whose bytes are not UTF-8 text) for a binary column that could not be read as text."""
 
     header: list[str]
     rows: list[dict[str, Any]]
     places: list[Place]
+    binary: dict[str, tuple[str, Place]] = field(default_factory=dict)
 
 
 def numbered(rows: list[dict[str, Any]], unit: str = "record") -> list[Place]:
@@ -90,11 +92,13 @@ class Table:
     headers: dict[Path, list[str]] = field(default_factory=dict)
     rows: list[Row] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)
+    binary: dict[Path, dict[str, tuple[str, Place]]] = field(default_factory=dict)
 
     def extend(self, file: Path, read: FileRows) -> None:
         if file not in self.files:
             self.files.append(file)
         self.headers[file] = read.header
+        self.binary[file] = read.binary
         self.rows.extend(Row(file, i, r, place) for i, (r, place) in enumerate(zip(read.rows, read.places,
                                                                                       strict=True)))
 
@@ -373,8 +377,7 @@ def _arrow_rows(path: Path, fmt: str) -> FileRows:
     except Exception:  # pyarrow raises several types for damaged files
         raise ExtractError(path, f"a readable {fmt.capitalize()} file") from None
     check_unique_header(path, list(arrow_table.column_names))
-    rows = _binary_as_text(path, arrow_table).to_pylist()
-    return FileRows(list(arrow_table.column_names), rows, numbered(rows))
+    return arrow_rows(path, arrow_table)
 
 
 def _is_utf8(value: bytes | None) -> bool:
@@ -385,23 +388,38 @@ def _is_utf8(value: bytes | None) -> bool:
     return True
 
 
-def _binary_as_text(path: Path, arrow_table: Any) -> Any:
-    """Binary columns read as strict UTF-8 text: Hive, Impala and older Spark write string columns as binary, whose
-    cells would otherwise reach a prompt as ``b'...'`` (and bytes that are not UTF-8 could not be stored)."""
+def arrow_rows(path: Path, arrow_table: Any, type_names: dict[str, str] | None = None) -> FileRows:
+    """Rows of an Arrow table whose binary columns are read as strict UTF-8 text: Hive, Impala and older Spark write
+    string columns as binary, and DuckDB reads those into BLOB columns (``read_parquet`` keeps them binary), whose
+    cells would otherwise reach a prompt as ``b'...'``. A binary column holding bytes that are not UTF-8 (an image,
+    another encoding) stays undecoded and is named in :attr:`FileRows.binary`, refused if the spec uses it.
+    ``type_names``: column -> its type as the source names it (DuckDB's ``BLOB``), for the error."""
     import pyarrow as pa
 
+    binary: dict[str, tuple[str, Place]] = {}
     for index, column_field in enumerate(arrow_table.schema):
-        if not (pa.types.is_binary(column_field.type) or pa.types.is_large_binary(column_field.type)):
+        kind = column_field.type
+        large = pa.types.is_large_binary(kind)
+        if not (pa.types.is_binary(kind) or large or pa.types.is_fixed_size_binary(kind)
+                or pa.types.is_binary_view(kind)):
             continue
         column = arrow_table.column(index)
         try:
-            text = column.cast(pa.large_string() if pa.types.is_large_binary(column_field.type) else pa.string())
-        except pa.ArrowInvalid:
-            row = next((i for i, value in enumerate(column.to_pylist()) if not _is_utf8(value)), None)
-            place = None if row is None else Place.record(row + 1)
-            raise ExtractError(path, "UTF-8 text in a binary column", place=place, column=column_field.name) from None
+            text = column.cast(pa.large_binary() if large else pa.binary()).cast(
+                pa.large_string() if large else pa.string())
+        except pa.ArrowInvalid:  # Arrow validates UTF-8 when it casts
+            first = next(i for i, value in enumerate(column.to_pylist()) if not _is_utf8(value))
+            binary[column_field.name] = ((type_names or {}).get(column_field.name, str(kind)), Place.record(first + 1))
+            continue
         arrow_table = arrow_table.set_column(index, column_field.name, text)
-    return arrow_table
+    rows = arrow_table.to_pylist()
+    return FileRows(list(arrow_table.column_names), rows, numbered(rows), binary)
+
+
+def binary_not_text(file: Path, column: str, kind: str, place: Place) -> ExtractError:
+    """The error for a binary column read as text whose bytes are not UTF-8 (never the bytes)."""
+    return ExtractError(file, f"text (the column is of type {kind}, and the bytes of this cell are not UTF-8 text)",
+                        place=place, column=column)
 
 
 def _xlsx_rows(path: Path, sheet: str | None) -> FileRows:
@@ -471,7 +489,6 @@ def duckdb_rows(path: Path, *, table: str | None, query: str | None) -> FileRows
             arrow_table = relation.to_arrow_table()
         except duckdb.Error as exc:
             raise query_failure(exc, path, "table" if query is None else "query", "a query that runs") from None
-        rows = arrow_table.to_pylist()
-        return FileRows(header, rows, numbered(rows))
+        return arrow_rows(path, arrow_table, dict(zip(header, map(str, relation.types), strict=True)))
     finally:
         con.close()

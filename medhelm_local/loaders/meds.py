@@ -27,7 +27,7 @@ import duckdb
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import ExtractError, Place
 from medhelm_local.loaders.base import LoadResult, register_loader
-from medhelm_local.loaders.io import Row, Table
+from medhelm_local.loaders.io import Row, Table, arrow_rows, binary_not_text
 from medhelm_local.loaders.paths import inside
 from medhelm_local.loaders.records import RecordMapping, build_instances, check_option_keys, header_summary
 from medhelm_local.loaders.sql_sandbox import folder_reader
@@ -162,12 +162,34 @@ def load_meds(spec: BenchmarkSpec, path: Path) -> LoadResult:
             con.execute("create temp view keep as select distinct subject_id from events")
         table = Table(files=[])
         for task, (where, parts) in labels.items():
-            _task_rows(con, table, task, where, parts, data_files, questions, budget, max_events)
+            _task_rows(con, table, task, where, parts, data_files, codes_file, questions, budget, max_events)
             files.extend(parts)
     finally:
         con.close()
     instances, skipped = build_instances(spec, table, MAPPING)
     return LoadResult(instances=instances, files=files, skipped=skipped)
+
+
+def _text(value: Any, column: str, files: list[Path]) -> Any:
+    """A cell of a binary column read as UTF-8 text, as the table loader reads one (Hive and Spark write text so)."""
+    if not isinstance(value, bytes):
+        return value
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _not_text(column, files) from None
+
+
+def _not_text(column: str, files: list[Path]) -> ExtractError:
+    """The error naming the first file and record whose ``column`` holds bytes that are not UTF-8."""
+    import pyarrow.parquet as pq
+
+    for file in files:
+        if column in pq.read_schema(file).names:
+            binary = arrow_rows(file, pq.read_table(file, columns=[column])).binary
+            if column in binary:
+                return binary_not_text(file, column, *binary[column])
+    return ExtractError(files[0].parent if files else Path("."), "UTF-8 text", column=column)
 
 
 def _unreadable(con: duckdb.DuckDBPyConnection, files: list[Path], default: Path) -> Path:
@@ -188,6 +210,7 @@ def _task_rows(
     where: Path,
     parts: list[Path],
     data_files: list[Path],
+    codes_file: Path,
     questions: dict[str, str],
     budget: int,
     max_events: int,
@@ -227,6 +250,8 @@ def _task_rows(
                            f"boolean_value a boolean) in files DuckDB can read ({type(exc).__name__})") from None
     timelines: dict[tuple[Any, Any], tuple[list[str], list[str]]] = {}
     for subject, prediction, time, code, description, numeric, text in events:
+        code, text = _text(code, "code", data_files), _text(text, "text_value", data_files)
+        description = _text(description, "description", [codes_file])
         static, dated = timelines.setdefault((subject, prediction), ([], []))
         if time is None:
             static.append(f"{description or code}" + (f" = {text}" if text else ""))

@@ -23,7 +23,7 @@ from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import BadInputError, ExtractError, Place, unknown_field_hint, validation_problems
 from medhelm_local.jsontext import loads_strict
 from medhelm_local.loaders.base import canonical_label
-from medhelm_local.loaders.io import Row, Table
+from medhelm_local.loaders.io import Row, Table, binary_not_text
 from medhelm_local.patterns import SUFFIX
 from medhelm_local.records import Instance
 
@@ -370,12 +370,16 @@ def header_summary(header: list[str], known: list[str]) -> str:
 
 
 def check_columns(table: Table, columns: list[str]) -> None:
+    """Each file has every column the mapping reads, and none of them is binary data that is not text."""
     for file, header in table.headers.items():
         present = set(header)
+        binary = table.binary.get(file, {})
         for column in columns:
             if column not in present:
                 raise ExtractError(file, f"a column named {column!r} ({header_summary(header, columns)})",
                                    column=column)
+            if column in binary:
+                raise binary_not_text(file, column, *binary[column])
 
 
 def build_instances(spec: BenchmarkSpec, table: Table, mapping: RecordMapping) -> tuple[list[Instance], Counter[str]]:
