@@ -11,7 +11,8 @@ Folder layout (MEDS v0.3):
 names to use; default all), ``task_questions`` (task -> question), ``max_context_tokens`` [6000],
 ``max_events`` [2000: most recent events fetched per prediction before the token budget is applied].
 
-One instance per label row with a non-null ``boolean_value``; id ``<task>:<subject_id>:<prediction_time>``.
+One instance per label row with a non-null ``boolean_value``; id ``<task>:<subject_id>:<prediction_time>``, the
+time as ``2020-01-01T12:30``, with seconds and a fraction when it has them (``12:30:45``, ``12:30:45.250``).
 Fields: ``timeline`` (events up to the prediction time, oldest first, truncated keeping the most recent),
 ``question``. Label: ``yes``/``no``. Meta: ``task``, ``subject_id``, ``prediction_time``, ``n_events``,
 ``events_dropped``.
@@ -19,6 +20,7 @@ Fields: ``timeline`` (events up to the prediction time, oldest first, truncated 
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -91,7 +93,16 @@ def _label_files(root: Path, tasks: list[str] | None) -> dict[str, tuple[Path, l
 
 
 def _fmt_time(value: Any) -> str:
-    return value.isoformat(sep=" ", timespec="minutes") if hasattr(value, "isoformat") else str(value)
+    """A time to the minute, with its seconds and fraction of a second when it has them: cut to the minute, two
+    predictions of one subject within a minute had one id, and a prediction at 12:30:45 read "12:30" above events
+    of 12:30:30."""
+    if not isinstance(value, datetime):
+        return str(value)
+    if value.microsecond:
+        spec = "milliseconds" if value.microsecond % 1000 == 0 else "microseconds"
+    else:
+        spec = "seconds" if value.second else "minutes"
+    return value.isoformat(sep=" ", timespec=spec)
 
 
 def _event_line(time: Any, code: str, description: str | None, numeric: Any, text: Any) -> str:

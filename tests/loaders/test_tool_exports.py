@@ -182,3 +182,29 @@ def test_a_sql_server_null_never_reaches_a_prompt_as_text(tmp_path: Path) -> Non
     first, second = load_dataset(spec, path).instances
     assert first.fields["history"] == "" and second.fields["history"] == "Prior tonsillectomy."
     assert load_dataset(_ent(optional_fields={"history": "history"}), path).instances[0].fields["history"] == "NULL"
+
+
+def test_meds_prediction_times_with_seconds_keep_them(tmp_path: Path) -> None:
+    # Times were cut to the minute: two predictions of one subject within a minute had one id (refused as
+    # "unique instance ids"), and a prediction at 12:30:45 read "12:30" above the events of 12:30:30 it includes.
+    root = _meds(tmp_path / "meds")
+    pq.write_table(pa.table({"subject_id": pa.array([1, 1, 1, 1], pa.int64()),
+                             "prediction_time": pa.array([datetime(2020, 6, 1, 12, 30, 45),
+                                                          datetime(2020, 6, 1, 12, 30, 15),
+                                                          datetime(2020, 6, 1, 12, 30, 45, 250000),
+                                                          datetime(2020, 6, 1, 12, 30, 45, 250001)],
+                                                         pa.timestamp("us")),
+                             "boolean_value": [True, False, True, False]}), root / "labels/new_acutemi/0.parquet")
+    pq.write_table(pa.table({"subject_id": pa.array([1], pa.int64()),
+                             "time": pa.array([datetime(2020, 6, 1, 12, 30, 30)], pa.timestamp("us")),
+                             "code": ["LOINC/2160-0"], "numeric_value": pa.array([1.4], pa.float32())}),
+                   root / "data/held_out/2.parquet")
+    instances = {i.id: i for i in load_dataset(shipped_spec("ehrshot"), root).instances}
+    assert set(instances) == {"new_acutemi:1:2020-06-01T12:30:45", "new_acutemi:1:2020-06-01T12:30:15",
+                              "new_acutemi:1:2020-06-01T12:30:45.250", "new_acutemi:1:2020-06-01T12:30:45.250001",
+                              "new_acutemi:2:2019-12-31T00:00"}
+    later, earlier = instances["new_acutemi:1:2020-06-01T12:30:45"], instances["new_acutemi:1:2020-06-01T12:30:15"]
+    assert later.meta["prediction_time"] == "2020-06-01 12:30:45"
+    assert later.fields["timeline"].splitlines()[0] == "Prediction time: 2020-06-01 12:30:45"
+    assert later.fields["timeline"].splitlines()[-1] == "2020-06-01 12:30:30 | LOINC/2160-0 = 1.4"
+    assert "LOINC/2160-0" not in earlier.fields["timeline"]
