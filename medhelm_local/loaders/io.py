@@ -77,6 +77,7 @@ class FileRows:
     rows: list[dict[str, Any]]
     places: list[Place]
     binary: dict[str, tuple[str, Place]] = field(default_factory=dict)
+    header_row: int | None = None  # the row the header was read from, in a file of rows (CSV, TSV, a sheet)
 
 
 def numbered(rows: list[dict[str, Any]], unit: str = "record") -> list[Place]:
@@ -93,12 +94,15 @@ class Table:
     rows: list[Row] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)
     binary: dict[Path, dict[str, tuple[str, Place]]] = field(default_factory=dict)
+    header_rows: dict[Path, int] = field(default_factory=dict)
 
     def extend(self, file: Path, read: FileRows) -> None:
         if file not in self.files:
             self.files.append(file)
         self.headers[file] = read.header
         self.binary[file] = read.binary
+        if read.header_row is not None:
+            self.header_rows[file] = read.header_row
         self.rows.extend(Row(file, i, r, place) for i, (r, place) in enumerate(zip(read.rows, read.places,
                                                                                       strict=True)))
 
@@ -197,6 +201,7 @@ class _CsvRecords:
     """Records read so far, each with the line it starts on (a quoted field may hold line breaks), and the line
     the next one starts on: where a record that cannot be read is."""
 
+    header_row: int = 1
     records: list[tuple[list[str], int]] = field(default_factory=list)
     next_line: int = 1
 
@@ -207,15 +212,16 @@ class _CsvRecords:
             self.next_line = reader.line_num + 1
 
     def failing_place(self) -> Place:
-        if not self.records:
-            return Place("row", 1, "the header row")
-        return Place.sheet_row(len(self.records) + 1, len(self.records), self.next_line)
+        number = len(self.records) + 1
+        if number <= self.header_row:
+            return Place("row", number, "the header row" if number == self.header_row else "above the header row")
+        return Place.sheet_row(number, number - self.header_row, self.next_line)
 
 
-def _csv_rows(path: Path, text: str, delimiter: str) -> FileRows:
+def _csv_rows(path: Path, text: str, delimiter: str, header_row: int = 1) -> FileRows:
     kind = "CSV" if delimiter == "," else "TSV"
     cap_mib = csv_field_max_mib()
-    read = _CsvRecords()
+    read = _CsvRecords(header_row)
     previous = csv.field_size_limit(cap_mib << 20)
     try:
         try:  # strict first: the lenient reader reads a quote left open into one field to the end of the file
@@ -226,7 +232,7 @@ def _csv_rows(path: Path, text: str, delimiter: str) -> FileRows:
                                          "would be read into it)", place=read.failing_place()) from None
             if "field larger than field limit" in str(exc):
                 raise
-            read = _CsvRecords()  # a quirk the lenient reader accepts ('"a"b'): read the file as before
+            read = _CsvRecords(header_row)  # a quirk the lenient reader accepts ('"a"b'): read the file as before
             read.read(text, delimiter, strict=False)
     except csv.Error as exc:
         if "field larger than field limit" in str(exc):
@@ -242,27 +248,38 @@ def _csv_rows(path: Path, text: str, delimiter: str) -> FileRows:
     records = read.records
     if not records:
         raise ExtractError(path, "a header row")
-    header = [h.strip() for h in records[0][0]]
+    if len(records) < header_row:
+        raise ExtractError(path, f"a header at row {header_row} (loader option header_row; the file has "
+                                 f"{len(records)} rows)")
+    header = [h.strip() for h in records[header_row - 1][0]]
     if not any(header):
-        raise ExtractError(path, "a header row naming the columns")
+        raise ExtractError(path, f"a header row naming the columns (row {header_row} is empty; loader option "
+                                 "header_row names the row that holds them)")
     check_separator(path, header, delimiter)
     check_unique_header(path, header)
     named = max(i for i, h in enumerate(header) if h) + 1  # trailing unnamed columns may be left out
     separator = "comma" if delimiter == "," else "tab"
+    # A report's title above the header is read as the header: its rows then seem short or long.
+    title = "" if header_row != 1 else "; if row 1 is a title above the header, give the header's row with loader " \
+                                       "option header_row"
     rows: list[dict[str, Any]] = []
     places: list[Place] = []
-    for index, (record, line) in enumerate(records[1:], start=1):
-        place = Place.sheet_row(index + 1, index, line)
+    for number, (record, line) in enumerate(records[header_row:], start=header_row + 1):
+        place = Place.sheet_row(number, number - header_row, line)
         blank = not any(v.strip() for v in record)  # an empty line, or a row of empty fields: a blank row
         if not blank and len(record) < named:  # a truncated export or a missing separator: a column would be ""
-            raise ExtractError(path, f"{len(header)} fields as in the header, found {len(record)} (the row is cut "
-                                     f"short, or a {separator} is missing)", place=place)
+            raise ExtractError(path, f"{_fields(len(header))} as in the header, found {len(record)} (the row is cut "
+                                     f"short, or a {separator} is missing{title})", place=place)
         if any(v.strip() for v in record[len(header) :]):  # never dropped: it is data, or the row is misaligned
-            raise ExtractError(path, f"{len(header)} fields as in the header, found {len(record)} (a value holding a "
-                                     f"{separator} must be quoted)", place=place)
+            raise ExtractError(path, f"{_fields(len(header))} as in the header, found {len(record)} (a value holding a "
+                                     f"{separator} must be quoted{title})", place=place)
         rows.append({h: (record[i] if i < len(record) else "") for i, h in enumerate(header) if h})
         places.append(place)
-    return FileRows([h for h in header if h], rows, places)
+    return FileRows([h for h in header if h], rows, places, header_row=header_row)
+
+
+def _fields(count: int) -> str:
+    return f"{count} field" + ("" if count == 1 else "s")
 
 
 # Separators a "CSV" may use instead of the one its format reads, and what to do about each.
@@ -326,11 +343,15 @@ def read_table_file(
     sheet: str | None = None,
     table: str | None = None,
     query: str | None = None,
+    header_row: int | None = None,
 ) -> FileRows:
-    """Header and rows of one file. ``table``/``query`` select the rows of a DuckDB database."""
+    """Header and rows of one file. ``table``/``query`` select the rows of a DuckDB database; ``header_row``: the
+    row (from 1) of a CSV, TSV or sheet that holds the header, the rows above it (a report's title) ignored."""
     fmt = fmt or detect_format(path)
+    if header_row is not None and fmt not in ("csv", "tsv", "xlsx"):
+        raise ExtractError(path, "a CSV, TSV or .xlsx file, the formats loader option header_row applies to")
     if fmt in ("csv", "tsv"):
-        return _csv_rows(path, read_text(path), "," if fmt == "csv" else "\t")
+        return _csv_rows(path, read_text(path), "," if fmt == "csv" else "\t", header_row or 1)
     if fmt == "json":
         rows = _records(path, parse_json(path, read_text(path)), records_key)
         return FileRows(_header_of(rows), rows, numbered(rows))
@@ -356,7 +377,7 @@ def read_table_file(
     if fmt in ("parquet", "feather"):
         return _arrow_rows(path, fmt)
     if fmt == "xlsx":
-        return _xlsx_rows(path, sheet)
+        return _xlsx_rows(path, sheet, header_row or 1)
     if fmt == "duckdb":
         return duckdb_rows(path, table=table, query=query)
     raise ExtractError(path, f"a supported format ({', '.join(FORMATS)})")
@@ -422,7 +443,7 @@ def binary_not_text(file: Path, column: str, kind: str, place: Place) -> Extract
                         place=place, column=column)
 
 
-def _xlsx_rows(path: Path, sheet: str | None) -> FileRows:
+def _xlsx_rows(path: Path, sheet: str | None, header_row: int = 1) -> FileRows:
     import zipfile
 
     from openpyxl import load_workbook
@@ -446,10 +467,17 @@ def _xlsx_rows(path: Path, sheet: str | None) -> FileRows:
         workbook.close()
     if not values:
         raise ExtractError(path, "a non-empty worksheet")
-    header = [str(h).strip() if h is not None else "" for h in values[0]]
+    if len(values) < header_row:
+        raise ExtractError(path, f"a header at row {header_row} (loader option header_row; the sheet has "
+                                 f"{len(values)} rows)")
+    header = [str(h).strip() if h is not None else "" for h in values[header_row - 1]]
+    if not any(header):
+        raise ExtractError(path, f"a header row naming the columns (row {header_row} is empty; loader option "
+                                 "header_row names the row that holds them)")
     check_unique_header(path, header)
-    rows = [{h: (r[i] if i < len(r) else None) for i, h in enumerate(header) if h} for r in values[1:]]
-    return FileRows([h for h in header if h], rows, [Place.sheet_row(i + 2, i + 1) for i in range(len(rows))])
+    rows = [{h: (r[i] if i < len(r) else None) for i, h in enumerate(header) if h} for r in values[header_row:]]
+    places = [Place.sheet_row(header_row + 1 + i, i + 1) for i in range(len(rows))]
+    return FileRows([h for h in header if h], rows, places, header_row=header_row)
 
 
 def duckdb_rows(path: Path, *, table: str | None, query: str | None) -> FileRows:

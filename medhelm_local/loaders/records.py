@@ -374,9 +374,13 @@ def check_columns(table: Table, columns: list[str]) -> None:
     for file, header in table.headers.items():
         present = set(header)
         binary = table.binary.get(file, {})
+        header_row = table.header_rows.get(file)
+        # A report export's title above the header is read as the header: say where the header was read from.
+        hint = "" if header_row is None else (f"; the header was read from row {header_row}: if the column names are "
+                                              "on another row, below a title, set loader option header_row to it")
         for column in columns:
             if column not in present:
-                raise ExtractError(file, f"a column named {column!r} ({header_summary(header, columns)})",
+                raise ExtractError(file, f"a column named {column!r} ({header_summary(header, columns)}{hint})",
                                    column=column)
             if column in binary:
                 raise binary_not_text(file, column, *binary[column])
