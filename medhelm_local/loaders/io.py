@@ -23,6 +23,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -462,7 +463,7 @@ def _xlsx_rows(path: Path, sheet: str | None, header_row: int = 1) -> FileRows:
         # Read-only mode reads no further than the sheet's recorded <dimension>, which tools that fill a template
         # or stream rows leave stale: the rows and columns past it would be dropped without a word. Read them all.
         worksheet.reset_dimensions()
-        values = [list(r) for r in worksheet.iter_rows(values_only=True)]
+        values = [[_cell_value(cell) for cell in r] for r in worksheet.iter_rows()]
     finally:
         workbook.close()
     if not values:
@@ -478,6 +479,18 @@ def _xlsx_rows(path: Path, sheet: str | None, header_row: int = 1) -> FileRows:
     rows = [{h: (r[i] if i < len(r) else None) for i, h in enumerate(header) if h} for r in values[header_row:]]
     places = [Place.sheet_row(header_row + 1 + i, i + 1) for i in range(len(rows))]
     return FileRows([h for h in header if h], rows, places, header_row=header_row)
+
+
+def _cell_value(cell: Any) -> Any:
+    """A cell's value as the sheet shows it. openpyxl reads a cell with a date format as a datetime (never the serial
+    number, 45292); one whose format shows a date and no time ("m/d/yy", "dd.mm.yyyy") is that date, not a datetime
+    at midnight (a prompt read "2024-01-01T00:00:00" for a cell Excel shows as 1/1/24)."""
+    from openpyxl.styles.numbers import is_datetime
+
+    value = cell.value
+    if isinstance(value, datetime) and is_datetime(cell.number_format) == "date":
+        return value.date()
+    return value
 
 
 def duckdb_rows(path: Path, *, table: str | None, query: str | None) -> FileRows:
