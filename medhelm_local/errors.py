@@ -5,6 +5,7 @@ from __future__ import annotations
 import difflib
 import re
 from collections.abc import Collection, Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -84,8 +85,46 @@ class ConfigError(BadInputError):
     """``appliance.yaml`` (or another config file) is invalid; the message names the field."""
 
 
+def ordinal(number: int) -> str:
+    """``1st``, ``2nd``, ``3rd``, ``11th``, ``22nd``."""
+    suffix = "th" if 10 <= number % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(number % 10, "th")
+    return f"{number}{suffix}"
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a record is in its file, said so that a user who opens the file finds it, whatever its format:
+    ``row 7 (the 6th data row)`` as a spreadsheet numbers the rows of a CSV, TSV or sheet (the header row 1),
+    ``line 7`` of a JSON Lines or text file, ``record 3 (counting from 1)`` of a file that has no lines to count
+    (Parquet, Feather, a DuckDB table or query, a JSON array)."""
+
+    unit: str
+    number: int
+    detail: str = ""
+
+    def __str__(self) -> str:
+        return f"{self.unit} {self.number}" + (f" ({self.detail})" if self.detail else "")
+
+    @classmethod
+    def sheet_row(cls, number: int, data_row: int, line: int | None = None) -> Place:
+        """Row ``number`` as a spreadsheet shows it, the ``data_row``-th after the header; ``line``: the line of a
+        text file it starts on, said when it differs (a quoted field holding line breaks above it)."""
+        detail = f"the {ordinal(data_row)} data row"
+        if line is not None and line != number:
+            detail += f", starting on line {line} of the file"
+        return cls("row", number, detail)
+
+    @classmethod
+    def line(cls, number: int) -> Place:
+        return cls("line", number)
+
+    @classmethod
+    def record(cls, number: int, unit: str = "record") -> Place:
+        return cls(unit, number, "counting from 1")
+
+
 class ExtractError(BadInputError):
-    """A data file failed validation. Carries where (file, row, column) and what was expected.
+    """A data file failed validation. Carries where (file, place in it, column) and what was expected.
 
     The offending *value* is deliberately never included: it may be patient text.
     """
@@ -95,16 +134,16 @@ class ExtractError(BadInputError):
         file: Path | str,
         expected: str,
         *,
-        row: int | None = None,
+        place: Place | None = None,
         column: str | None = None,
     ) -> None:
         self.file = str(file)
-        self.row = row
+        self.place = place
         self.column = column
         self.expected = expected
         where = [f"file {self.file}"]
-        if row is not None:
-            where.append(f"row {row}")
+        if place is not None:
+            where.append(str(place))
         if column is not None:
             where.append(f"column {column!r}")
         super().__init__(f"{', '.join(where)}: expected {expected}")

@@ -146,7 +146,7 @@ def test_bad_extract_registers_nothing(home_cli: Cli, tmp_path: Path) -> None:
     bad.write_text("prompt,context,label\nq,c,A\nq,c,Z\n")
     result = home_cli("datasets", "register", "hospice_referral", str(bad))
     assert result.code == 2
-    assert "row 1" in result.stderr and "'label'" in result.stderr
+    assert "row 3 (the 2nd data row)" in result.stderr and "'label'" in result.stderr
     listing = home_cli("datasets", "list", "--json")
     assert listing.code == 0
     assert listing.json() == []

@@ -15,8 +15,6 @@ gave the same composite to every instance cannot be z-scored and is excluded (an
 
 from __future__ import annotations
 
-import csv
-import io
 from collections import defaultdict
 from collections.abc import Sequence
 from pathlib import Path
@@ -27,7 +25,7 @@ from pydantic import BaseModel, Field
 from medhelm_local.analysis.stats import DEFAULT_RESAMPLES, icc3k, icc3k_with_ci, mean_with_ci, zscore
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import BadInputError, ExtractError
-from medhelm_local.loaders.io import check_separator
+from medhelm_local.loaders.io import read_table_file
 from medhelm_local.loaders.records import header_summary
 
 INSTANCE_COLUMN = "instance_id"
@@ -73,16 +71,12 @@ def read_clinician_ratings(path: Path, specs: BenchmarkSpec | Sequence[Benchmark
     spec_list = [specs] if isinstance(specs, BenchmarkSpec) else list(specs)
     by_id = {spec.id: spec for spec in spec_list}
     combined = len(spec_list) > 1
-    try:
-        text = path.read_bytes().decode("utf-8-sig")
-    except FileNotFoundError:
-        raise BadInputError(f"{path}: no such file") from None
-    except UnicodeDecodeError:
-        raise ExtractError(path, "UTF-8 text") from None
-    reader = csv.DictReader(io.StringIO(text))
-    header = [h.strip() for h in reader.fieldnames or []]
-    reader.fieldnames = header
-    check_separator(path, header, ",")  # a ratings sheet saved by Excel with ';' is named as such
+    if not path.is_file():
+        raise BadInputError(f"{path}: no such file")
+    # The extracts' CSV reader: strict UTF-8 (or UTF-16 with its mark), a ';'-separated sheet named as such, and
+    # each row numbered as a spreadsheet shows it, whatever blank lines or line breaks inside quotes come before it.
+    ratings = read_table_file(path, "csv")
+    header = ratings.header
     required = [INSTANCE_COLUMN, RATER_COLUMN, *([BENCHMARK_COLUMN] if combined else [])]
     for column in required:
         if column not in header:
@@ -101,19 +95,19 @@ def read_clinician_ratings(path: Path, specs: BenchmarkSpec | Sequence[Benchmark
             raise ExtractError(path, f"rating columns for {spec.id} (any of: {', '.join([*criteria, SCORE_COLUMN])})")
     composites: dict[str, dict[str, float]] = defaultdict(dict)
     rows = 0
-    for row_number, row in enumerate(reader, start=2):  # line 1 is the header
-        if not any((v or "").strip() for v in row.values() if isinstance(v, str)):
+    for row, place in zip(ratings.rows, ratings.places, strict=True):
+        if not any(v.strip() for v in row.values()):
             continue
         instance_id = (row.get(INSTANCE_COLUMN) or "").strip()
         rater = (row.get(RATER_COLUMN) or "").strip()
         if not instance_id:
-            raise ExtractError(path, "a non-empty instance id", row=row_number, column=INSTANCE_COLUMN)
+            raise ExtractError(path, "a non-empty instance id", place=place, column=INSTANCE_COLUMN)
         if not rater:
-            raise ExtractError(path, "a non-empty rater name", row=row_number, column=RATER_COLUMN)
+            raise ExtractError(path, "a non-empty rater name", place=place, column=RATER_COLUMN)
         benchmark = (row.get(BENCHMARK_COLUMN) or spec_list[0].id).strip()
         row_spec = by_id.get(benchmark)
         if row_spec is None:
-            raise ExtractError(path, f"one of the benchmarks {', '.join(by_id)}", row=row_number,
+            raise ExtractError(path, f"one of the benchmarks {', '.join(by_id)}", place=place,
                                column=BENCHMARK_COLUMN)
         values = []
         for column in rating_columns(row_spec):
@@ -122,12 +116,11 @@ def read_clinician_ratings(path: Path, specs: BenchmarkSpec | Sequence[Benchmark
             except ValueError:
                 value = float("nan")
             if not 1 <= value <= 5:
-                raise ExtractError(path, "a rating from 1 to 5", row=row_number, column=column)
+                raise ExtractError(path, "a rating from 1 to 5", place=place, column=column)
             values.append(value)
         key = instance_key(benchmark, instance_id, combined=combined)
         if key in composites[rater]:
-            raise ExtractError(path, "one row per (rater, instance) pair; this pair is repeated",
-                               row=row_number)
+            raise ExtractError(path, "one row per (rater, instance) pair; this pair is repeated", place=place)
         composites[rater][key] = float(np.mean(values))
         rows += 1
     if not rows:

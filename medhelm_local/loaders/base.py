@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec
-from medhelm_local.errors import BadInputError, ExtractError
+from medhelm_local.errors import BadInputError, ExtractError, Place
 from medhelm_local.loaders.paths import SpecPathError, extract_folder, inside
 from medhelm_local.records import Instance
 
@@ -117,15 +117,17 @@ def check_meta_files(spec: BenchmarkSpec, result: LoadResult, path: Path) -> Non
 
 
 def check_unique_ids(instances: Iterable[Instance], path: Path) -> None:
+    """Every loader's instances have distinct, non-empty ids. Loaders that build instances from rows check this
+    themselves, naming the rows (:func:`~medhelm_local.loaders.records.build_instances`); here instances are
+    numbered in the order read."""
     seen: dict[str, int] = {}
-    for position, instance in enumerate(instances):
+    for number, instance in enumerate(instances, start=1):
         if not instance.id.strip():
-            raise ExtractError(path, "a non-empty instance id", row=position)
+            raise ExtractError(path, "a non-empty instance id", place=Place.record(number, "instance"))
         if instance.id in seen:
-            raise ExtractError(
-                path, f"unique instance ids (id duplicates the one at row {seen[instance.id]})", row=position
-            )
-        seen[instance.id] = position
+            raise ExtractError(path, f"unique instance ids (this instance has the id of instance {seen[instance.id]})",
+                               place=Place.record(number, "instance"))
+        seen[instance.id] = number
 
 
 def fingerprint_files(files: list[Path]) -> str:
@@ -146,16 +148,16 @@ def sha256_file(path: Path) -> str:
     return digest.hexdigest()
 
 
-def canonical_label(spec: BenchmarkSpec, raw: str, path: Path, row: int, column: str) -> str:
+def canonical_label(spec: BenchmarkSpec, raw: str, path: Path, place: Place | None, column: str) -> str:
     """Map a raw label through the spec's label map and check it is one of the spec's labels."""
     value = raw.strip()
     if spec.label_map is not None:
         mapped = spec.label_map.get(value)
         if mapped is None:
             allowed = ", ".join(repr(k) for k in spec.label_map)
-            raise ExtractError(path, f"a label in the label map ({allowed})", row=row, column=column)
+            raise ExtractError(path, f"a label in the label map ({allowed})", place=place, column=column)
         value = mapped
     if spec.labels is not None and value not in spec.labels:
         allowed = ", ".join(repr(k) for k in spec.labels)
-        raise ExtractError(path, f"one of the labels {allowed}", row=row, column=column)
+        raise ExtractError(path, f"one of the labels {allowed}", place=place, column=column)
     return value

@@ -50,9 +50,8 @@ def _find(folder: Path, stem: str) -> Path:
 
 
 def _read(file: Path, columns: list[str]) -> list[Row]:
-    header, rows = read_table_file(file, "csv")
     table = Table(files=[])
-    table.extend(file, header, rows)
+    table.extend(file, read_table_file(file, "csv"))
     check_columns(table, columns)
     return table.rows
 
@@ -75,7 +74,7 @@ def load_dischargeme(spec: BenchmarkSpec, path: Path) -> LoadResult:
     for row in discharge_rows:
         hadm = _hadm(row)
         if hadm in discharge:
-            raise ExtractError(row.file, "one discharge summary per hadm_id", row=row.position, column="hadm_id")
+            raise ExtractError(row.file, "one discharge summary per hadm_id", place=row.place, column="hadm_id")
         discharge[hadm] = row
     radiology: dict[str, list[str]] = defaultdict(list)
     for row in radiology_rows:
@@ -88,22 +87,22 @@ def load_dischargeme(spec: BenchmarkSpec, path: Path) -> LoadResult:
     for row in target_rows:
         hadm = _hadm(row)
         if hadm in seen:
-            raise ExtractError(row.file, "one target row per hadm_id", row=row.position, column="hadm_id")
+            raise ExtractError(row.file, "one target row per hadm_id", place=row.place, column="hadm_id")
         seen.add(hadm)
         source = discharge.get(hadm)
         if source is None:
             raise ExtractError(
                 files[0],
-                f"a discharge summary for the hadm_id at row {row.position} of {files[2].name}",
+                f"a discharge summary for the hadm_id at {row.place} of {files[2].name}",
                 column="hadm_id",
             )
         text = as_text(source.values.get("text") or "")
         if not text.strip():
-            raise ExtractError(files[0], "a non-empty value", row=source.position, column="text")
+            raise ExtractError(files[0], "a non-empty value", place=source.place, column="text")
         gold = {t: as_text(row.values.get(t) or "").strip() for t in targets}
         for target in targets:
             if not gold[target]:
-                raise ExtractError(row.file, "a non-empty value", row=row.position, column=target)
+                raise ExtractError(row.file, "a non-empty value", place=row.place, column=target)
             cleaned = text
             for other in gold.values():
                 cleaned = cleaned.replace(other, "")
@@ -116,7 +115,7 @@ def load_dischargeme(spec: BenchmarkSpec, path: Path) -> LoadResult:
                 "hadm_id": hadm,
                 "target": target,
             }
-            table.rows.append(Row(row.file, row.position, values))
+            table.rows.append(Row(row.file, row.position, values, row.place))
     instances, skipped = build_instances(spec, table, MAPPING)
     return LoadResult(instances=instances, files=files, skipped=skipped)
 
@@ -124,5 +123,5 @@ def load_dischargeme(spec: BenchmarkSpec, path: Path) -> LoadResult:
 def _hadm(row: Row) -> str:
     value = row.values.get("hadm_id")
     if is_blank(value):
-        raise ExtractError(row.file, "a non-empty value", row=row.position, column="hadm_id")
+        raise ExtractError(row.file, "a non-empty value", place=row.place, column="hadm_id")
     return as_text(value).strip()

@@ -3,7 +3,9 @@ an :class:`ExtractError`.
 
 Formats: CSV, TSV, JSON (a list of objects, or an object holding one under ``records_key``), JSONL, Parquet,
 Feather/Arrow IPC, Excel ``.xlsx`` and a DuckDB table or query. A ``.gz`` suffix on the text formats is read
-through gzip. Row numbers are 0-based positions among the data rows of one file (the header is not a row).
+through gzip. Each row carries its :class:`~medhelm_local.errors.Place`, the way a user finds it in the file:
+a CSV's, TSV's or sheet's row as a spreadsheet numbers it (the header row 1), a JSON Lines file's line, and
+elsewhere the record's number from 1.
 """
 
 from __future__ import annotations
@@ -21,10 +23,11 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from medhelm_local.errors import ConfigError, ExtractError
+from medhelm_local.errors import ConfigError, ExtractError, Place
 from medhelm_local.jsontext import lone_surrogate_line
 
 # One CSV/TSV field (a discharge summary can be long) is capped at this many MiB by default; appliance.yaml
@@ -57,9 +60,30 @@ _SUFFIX_FORMAT = {
 
 @dataclass
 class Row:
+    """One record: ``position`` is its 0-based index among the file's records (instance ids are made of it),
+    ``place`` where a user finds it (errors say this); None when the whole file is the record."""
+
     file: Path
     position: int
     values: dict[str, Any]
+    place: Place | None
+
+
+@dataclass
+class FileRows:
+    """One file's header, its rows, and where each row is in the file; ``binary``: column -> (its type, the first
+    record whose bytes are not UTF-8 text) for a binary column that could not be read as text."""
+
+    header: list[str]
+    rows: list[dict[str, Any]]
+    places: list[Place]
+    binary: dict[str, tuple[str, Place]] = field(default_factory=dict)
+    header_row: int | None = None  # the row the header was read from, in a file of rows (CSV, TSV, a sheet)
+
+
+def numbered(rows: list[dict[str, Any]], unit: str = "record") -> list[Place]:
+    """Places for records a file has no lines or rows to number by: ``record 1``, ``record 2``, ..."""
+    return [Place.record(i + 1, unit) for i in range(len(rows))]
 
 
 @dataclass
@@ -70,12 +94,18 @@ class Table:
     headers: dict[Path, list[str]] = field(default_factory=dict)
     rows: list[Row] = field(default_factory=list)
     skipped: Counter[str] = field(default_factory=Counter)
+    binary: dict[Path, dict[str, tuple[str, Place]]] = field(default_factory=dict)
+    header_rows: dict[Path, int] = field(default_factory=dict)
 
-    def extend(self, file: Path, header: list[str], rows: list[dict[str, Any]]) -> None:
+    def extend(self, file: Path, read: FileRows) -> None:
         if file not in self.files:
             self.files.append(file)
-        self.headers[file] = header
-        self.rows.extend(Row(file, i, r) for i, r in enumerate(rows))
+        self.headers[file] = read.header
+        self.binary[file] = read.binary
+        if read.header_row is not None:
+            self.header_rows[file] = read.header_row
+        self.rows.extend(Row(file, i, r, place) for i, (r, place) in enumerate(zip(read.rows, read.places,
+                                                                                      strict=True)))
 
 
 def detect_format(path: Path) -> str:
@@ -167,49 +197,90 @@ def csv_field_cap(mib: int) -> Iterator[None]:
         _csv_field_max.reset(token)
 
 
-def _csv_rows(path: Path, text: str, delimiter: str) -> tuple[list[str], list[dict[str, Any]]]:
+@dataclass
+class _CsvRecords:
+    """Records read so far, each with the line it starts on (a quoted field may hold line breaks), and the line
+    the next one starts on: where a record that cannot be read is."""
+
+    header_row: int = 1
+    records: list[tuple[list[str], int]] = field(default_factory=list)
+    next_line: int = 1
+
+    def read(self, text: str, delimiter: str, *, strict: bool) -> None:
+        reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=strict)
+        for record in reader:
+            self.records.append((record, self.next_line))
+            self.next_line = reader.line_num + 1
+
+    def failing_place(self) -> Place:
+        number = len(self.records) + 1
+        if number <= self.header_row:
+            return Place("row", number, "the header row" if number == self.header_row else "above the header row")
+        return Place.sheet_row(number, number - self.header_row, self.next_line)
+
+
+def _csv_rows(path: Path, text: str, delimiter: str, header_row: int = 1) -> FileRows:
     kind = "CSV" if delimiter == "," else "TSV"
     cap_mib = csv_field_max_mib()
-    records: list[list[str]] = []
+    read = _CsvRecords(header_row)
     previous = csv.field_size_limit(cap_mib << 20)
     try:
         try:  # strict first: the lenient reader reads a quote left open into one field to the end of the file
-            for record in csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=True):
-                records.append(record)
+            read.read(text, delimiter, strict=True)
         except csv.Error as exc:
             if "unexpected end of data" in str(exc):
                 raise ExtractError(path, f"well-formed {kind} (a quoted field is never closed: the rest of the file "
-                                         "would be read into it)", row=max(len(records) - 1, 0)) from None
+                                         "would be read into it)", place=read.failing_place()) from None
             if "field larger than field limit" in str(exc):
                 raise
-            records = []  # a quirk the lenient reader accepts ('"a"b'): read the file as before
-            for record in csv.reader(io.StringIO(text, newline=""), delimiter=delimiter):
-                records.append(record)
+            read = _CsvRecords(header_row)  # a quirk the lenient reader accepts ('"a"b'): read the file as before
+            read.read(text, delimiter, strict=False)
     except csv.Error as exc:
-        row = max(len(records) - 1, 0)  # the data row being read (the header is records[0])
         if "field larger than field limit" in str(exc):
             raise ExtractError(
                 path,
                 f"{kind} fields of at most {cap_mib} MiB ({cap_mib << 20} characters); raise the cap with "
                 f"loaders.csv_field_max_mib in appliance.yaml or env {CSV_FIELD_ENV}",
-                row=row,
+                place=read.failing_place(),
             ) from None
-        raise ExtractError(path, f"well-formed {kind} ({exc})", row=row) from None
+        raise ExtractError(path, f"well-formed {kind} ({exc})", place=read.failing_place()) from None
     finally:
         csv.field_size_limit(previous)
+    records = read.records
     if not records:
         raise ExtractError(path, "a header row")
-    header = [h.strip() for h in records[0]]
+    if len(records) < header_row:
+        raise ExtractError(path, f"a header at row {header_row} (loader option header_row; the file has "
+                                 f"{len(records)} rows)")
+    header = [h.strip() for h in records[header_row - 1][0]]
     if not any(header):
-        raise ExtractError(path, "a header row naming the columns")
+        raise ExtractError(path, f"a header row naming the columns (row {header_row} is empty; loader option "
+                                 "header_row names the row that holds them)")
     check_separator(path, header, delimiter)
     check_unique_header(path, header)
+    named = max(i for i, h in enumerate(header) if h) + 1  # trailing unnamed columns may be left out
+    separator = "comma" if delimiter == "," else "tab"
+    # A report's title above the header is read as the header: its rows then seem short or long.
+    title = "" if header_row != 1 else "; if row 1 is a title above the header, give the header's row with loader " \
+                                       "option header_row"
     rows: list[dict[str, Any]] = []
-    for position, record in enumerate(records[1:]):
-        if len(record) > len(header) and any(v.strip() for v in record[len(header) :]):
-            raise ExtractError(path, f"at most {len(header)} fields, as in the header", row=position)
+    places: list[Place] = []
+    for number, (record, line) in enumerate(records[header_row:], start=header_row + 1):
+        place = Place.sheet_row(number, number - header_row, line)
+        blank = not any(v.strip() for v in record)  # an empty line, or a row of empty fields: a blank row
+        if not blank and len(record) < named:  # a truncated export or a missing separator: a column would be ""
+            raise ExtractError(path, f"{_fields(len(header))} as in the header, found {len(record)} (the row is cut "
+                                     f"short, or a {separator} is missing{title})", place=place)
+        if any(v.strip() for v in record[len(header) :]):  # never dropped: it is data, or the row is misaligned
+            raise ExtractError(path, f"{_fields(len(header))} as in the header, found {len(record)} (a value holding a "
+                                     f"{separator} must be quoted{title})", place=place)
         rows.append({h: (record[i] if i < len(record) else "") for i, h in enumerate(header) if h})
-    return [h for h in header if h], rows
+        places.append(place)
+    return FileRows([h for h in header if h], rows, places, header_row=header_row)
+
+
+def _fields(count: int) -> str:
+    return f"{count} field" + ("" if count == 1 else "s")
 
 
 # Separators a "CSV" may use instead of the one its format reads, and what to do about each.
@@ -253,7 +324,7 @@ def _records(path: Path, data: Any, records_key: str | None) -> list[dict[str, A
         raise ExtractError(path, "a JSON array of objects" + (f" under {records_key!r}" if records_key else ""))
     for position, item in enumerate(data):
         if not isinstance(item, dict):
-            raise ExtractError(path, "a JSON object", row=position)
+            raise ExtractError(path, "a JSON object", place=Place.record(position + 1))
     return data
 
 
@@ -273,42 +344,47 @@ def read_table_file(
     sheet: str | None = None,
     table: str | None = None,
     query: str | None = None,
-) -> tuple[list[str], list[dict[str, Any]]]:
-    """Header and rows of one file. ``table``/``query`` select the rows of a DuckDB database."""
+    header_row: int | None = None,
+) -> FileRows:
+    """Header and rows of one file. ``table``/``query`` select the rows of a DuckDB database; ``header_row``: the
+    row (from 1) of a CSV, TSV or sheet that holds the header, the rows above it (a report's title) ignored."""
     fmt = fmt or detect_format(path)
+    if header_row is not None and fmt not in ("csv", "tsv", "xlsx"):
+        raise ExtractError(path, "a CSV, TSV or .xlsx file, the formats loader option header_row applies to")
     if fmt in ("csv", "tsv"):
-        return _csv_rows(path, read_text(path), "," if fmt == "csv" else "\t")
+        return _csv_rows(path, read_text(path), "," if fmt == "csv" else "\t", header_row or 1)
     if fmt == "json":
         rows = _records(path, parse_json(path, read_text(path)), records_key)
-        return _header_of(rows), rows
+        return FileRows(_header_of(rows), rows, numbered(rows))
     if fmt == "jsonl":
         rows = []
-        for line_no, line in enumerate(read_text(path).split("\n")):
+        places = []
+        for line_no, line in enumerate(read_text(path).split("\n"), start=1):
             if not line.strip():
                 continue
+            place = Place.line(line_no)
             try:
                 obj = json.loads(line)
             except (ValueError, RecursionError):  # ValueError: not JSON, or an integer of too many digits
-                raise ExtractError(
-                    path, f"one JSON object per line (line {line_no + 1} is not JSON)", row=len(rows)
-                ) from None
+                raise ExtractError(path, "one JSON object per line (this line is not JSON)", place=place) from None
             if not isinstance(obj, dict):
-                raise ExtractError(path, "a JSON object on each line", row=len(rows))
+                raise ExtractError(path, "a JSON object on each line", place=place)
             if lone_surrogate_line(line) is not None:
-                raise ExtractError(path, f"valid JSON text (a \\u escape on line {line_no + 1} is an unpaired "
-                                         "surrogate, not a character)", row=len(rows))
+                raise ExtractError(path, "valid JSON text (a \\u escape on this line is an unpaired surrogate, not a "
+                                         "character)", place=place)
             rows.append(obj)
-        return _header_of(rows), rows
+            places.append(place)
+        return FileRows(_header_of(rows), rows, places)
     if fmt in ("parquet", "feather"):
         return _arrow_rows(path, fmt)
     if fmt == "xlsx":
-        return _xlsx_rows(path, sheet)
+        return _xlsx_rows(path, sheet, header_row or 1)
     if fmt == "duckdb":
         return duckdb_rows(path, table=table, query=query)
     raise ExtractError(path, f"a supported format ({', '.join(FORMATS)})")
 
 
-def _arrow_rows(path: Path, fmt: str) -> tuple[list[str], list[dict[str, Any]]]:
+def _arrow_rows(path: Path, fmt: str) -> FileRows:
     if path.stat().st_size == 0:
         raise ExtractError(path, "a non-empty file")
     try:
@@ -323,7 +399,7 @@ def _arrow_rows(path: Path, fmt: str) -> tuple[list[str], list[dict[str, Any]]]:
     except Exception:  # pyarrow raises several types for damaged files
         raise ExtractError(path, f"a readable {fmt.capitalize()} file") from None
     check_unique_header(path, list(arrow_table.column_names))
-    return list(arrow_table.column_names), _binary_as_text(path, arrow_table).to_pylist()
+    return arrow_rows(path, arrow_table)
 
 
 def _is_utf8(value: bytes | None) -> bool:
@@ -334,25 +410,41 @@ def _is_utf8(value: bytes | None) -> bool:
     return True
 
 
-def _binary_as_text(path: Path, arrow_table: Any) -> Any:
-    """Binary columns read as strict UTF-8 text: Hive, Impala and older Spark write string columns as binary, whose
-    cells would otherwise reach a prompt as ``b'...'`` (and bytes that are not UTF-8 could not be stored)."""
+def arrow_rows(path: Path, arrow_table: Any, type_names: dict[str, str] | None = None) -> FileRows:
+    """Rows of an Arrow table whose binary columns are read as strict UTF-8 text: Hive, Impala and older Spark write
+    string columns as binary, and DuckDB reads those into BLOB columns (``read_parquet`` keeps them binary), whose
+    cells would otherwise reach a prompt as ``b'...'``. A binary column holding bytes that are not UTF-8 (an image,
+    another encoding) stays undecoded and is named in :attr:`FileRows.binary`, refused if the spec uses it.
+    ``type_names``: column -> its type as the source names it (DuckDB's ``BLOB``), for the error."""
     import pyarrow as pa
 
+    binary: dict[str, tuple[str, Place]] = {}
     for index, column_field in enumerate(arrow_table.schema):
-        if not (pa.types.is_binary(column_field.type) or pa.types.is_large_binary(column_field.type)):
+        kind = column_field.type
+        large = pa.types.is_large_binary(kind)
+        if not (pa.types.is_binary(kind) or large or pa.types.is_fixed_size_binary(kind)
+                or pa.types.is_binary_view(kind)):
             continue
         column = arrow_table.column(index)
         try:
-            text = column.cast(pa.large_string() if pa.types.is_large_binary(column_field.type) else pa.string())
-        except pa.ArrowInvalid:
-            row = next((i for i, value in enumerate(column.to_pylist()) if not _is_utf8(value)), None)
-            raise ExtractError(path, "UTF-8 text in a binary column", row=row, column=column_field.name) from None
+            text = column.cast(pa.large_binary() if large else pa.binary()).cast(
+                pa.large_string() if large else pa.string())
+        except pa.ArrowInvalid:  # Arrow validates UTF-8 when it casts
+            first = next(i for i, value in enumerate(column.to_pylist()) if not _is_utf8(value))
+            binary[column_field.name] = ((type_names or {}).get(column_field.name, str(kind)), Place.record(first + 1))
+            continue
         arrow_table = arrow_table.set_column(index, column_field.name, text)
-    return arrow_table
+    rows = arrow_table.to_pylist()
+    return FileRows(list(arrow_table.column_names), rows, numbered(rows), binary)
 
 
-def _xlsx_rows(path: Path, sheet: str | None) -> tuple[list[str], list[dict[str, Any]]]:
+def binary_not_text(file: Path, column: str, kind: str, place: Place) -> ExtractError:
+    """The error for a binary column read as text whose bytes are not UTF-8 (never the bytes)."""
+    return ExtractError(file, f"text (the column is of type {kind}, and the bytes of this cell are not UTF-8 text)",
+                        place=place, column=column)
+
+
+def _xlsx_rows(path: Path, sheet: str | None, header_row: int = 1) -> FileRows:
     import zipfile
 
     from openpyxl import load_workbook
@@ -371,18 +463,37 @@ def _xlsx_rows(path: Path, sheet: str | None) -> tuple[list[str], list[dict[str,
         # Read-only mode reads no further than the sheet's recorded <dimension>, which tools that fill a template
         # or stream rows leave stale: the rows and columns past it would be dropped without a word. Read them all.
         worksheet.reset_dimensions()
-        values = [list(r) for r in worksheet.iter_rows(values_only=True)]
+        values = [[_cell_value(cell) for cell in r] for r in worksheet.iter_rows()]
     finally:
         workbook.close()
     if not values:
         raise ExtractError(path, "a non-empty worksheet")
-    header = [str(h).strip() if h is not None else "" for h in values[0]]
+    if len(values) < header_row:
+        raise ExtractError(path, f"a header at row {header_row} (loader option header_row; the sheet has "
+                                 f"{len(values)} rows)")
+    header = [str(h).strip() if h is not None else "" for h in values[header_row - 1]]
+    if not any(header):
+        raise ExtractError(path, f"a header row naming the columns (row {header_row} is empty; loader option "
+                                 "header_row names the row that holds them)")
     check_unique_header(path, header)
-    rows = [{h: (r[i] if i < len(r) else None) for i, h in enumerate(header) if h} for r in values[1:]]
-    return [h for h in header if h], rows
+    rows = [{h: (r[i] if i < len(r) else None) for i, h in enumerate(header) if h} for r in values[header_row:]]
+    places = [Place.sheet_row(header_row + 1 + i, i + 1) for i in range(len(rows))]
+    return FileRows([h for h in header if h], rows, places, header_row=header_row)
 
 
-def duckdb_rows(path: Path, *, table: str | None, query: str | None) -> tuple[list[str], list[dict[str, Any]]]:
+def _cell_value(cell: Any) -> Any:
+    """A cell's value as the sheet shows it. openpyxl reads a cell with a date format as a datetime (never the serial
+    number, 45292); one whose format shows a date and no time ("m/d/yy", "dd.mm.yyyy") is that date, not a datetime
+    at midnight (a prompt read "2024-01-01T00:00:00" for a cell Excel shows as 1/1/24)."""
+    from openpyxl.styles.numbers import is_datetime
+
+    value = cell.value
+    if isinstance(value, datetime) and is_datetime(cell.number_format) == "date":
+        return value.date()
+    return value
+
+
+def duckdb_rows(path: Path, *, table: str | None, query: str | None) -> FileRows:
     """Rows of a table or of one read-only SELECT over a DuckDB database file, on a sealed connection
     (:mod:`medhelm_local.loaders.sql_sandbox`): the query is checked before it runs and reads the file's tables only."""
     import duckdb
@@ -419,6 +530,6 @@ def duckdb_rows(path: Path, *, table: str | None, query: str | None) -> tuple[li
             arrow_table = relation.to_arrow_table()
         except duckdb.Error as exc:
             raise query_failure(exc, path, "table" if query is None else "query", "a query that runs") from None
-        return header, arrow_table.to_pylist()
+        return arrow_rows(path, arrow_table, dict(zip(header, map(str, relation.types), strict=True)))
     finally:
         con.close()

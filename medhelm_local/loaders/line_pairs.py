@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec
-from medhelm_local.errors import ExtractError
+from medhelm_local.errors import ExtractError, Place
 from medhelm_local.loaders.base import LoadResult, register_loader
 from medhelm_local.loaders.io import Row, Table, read_text
 from medhelm_local.loaders.paths import confined_glob
@@ -68,10 +68,11 @@ def load_line_pairs(spec: BenchmarkSpec, path: Path) -> LoadResult:
                 continue
             for file, text in ((source, src), (target, tgt)):
                 if not text.strip():
-                    raise ExtractError(file, "a non-empty line (its pair is not empty)", row=line_no)
+                    raise ExtractError(file, "a non-empty line (its pair is not empty)", place=Place.line(line_no + 1))
             instance_id = f"{key or source.stem}:{line_no}" if multi else str(line_no)
             table.rows.append(
-                Row(source, line_no, {"id": instance_id, field: src.strip(), "target": tgt.strip(), "split": key})
+                Row(source, line_no, {"id": instance_id, field: src.strip(), "target": tgt.strip(), "split": key},
+                    Place.line(line_no + 1))
             )
     mapping = RecordMapping(
         id_column="id", fields={field: field}, reference_columns=["target"], meta={"split": "split"}

@@ -51,9 +51,8 @@ def load_medalign(spec: BenchmarkSpec, path: Path) -> LoadResult:
     ehr_dir = confined_child(tsv.parent, options.get("ehr_dir", "ehrs"), "ehr_dir")
     if not ehr_dir.is_dir():
         ehr_dir = tsv.parent
-    header, rows = read_table_file(tsv, "tsv")
     source = Table(files=[])
-    source.extend(tsv, header, rows)
+    source.extend(tsv, read_table_file(tsv, "tsv"))
     check_columns(source, [id_column, instruction, reference, ehr_column])
 
     table = Table(files=[tsv])
@@ -68,17 +67,17 @@ def load_medalign(spec: BenchmarkSpec, path: Path) -> LoadResult:
             table.skipped["no clinician response"] += 1
             continue
         if is_blank(row.values.get(id_column)):
-            raise ExtractError(tsv, "a non-empty value", row=row.position, column=id_column)
+            raise ExtractError(tsv, "a non-empty value", place=row.place, column=id_column)
         name = as_text(row.values.get(ehr_column) or "").strip()
         if not name:
-            raise ExtractError(tsv, "a non-empty value", row=row.position, column=ehr_column)
+            raise ExtractError(tsv, "a non-empty value", place=row.place, column=ehr_column)
         ehr_file = (ehr_dir / name).resolve()
         if ehr_dir.resolve() not in ehr_file.parents:
-            raise ExtractError(tsv, "a file name inside the EHR folder", row=row.position, column=ehr_column)
+            raise ExtractError(tsv, "a file name inside the EHR folder", place=row.place, column=ehr_column)
         if name not in ehr_cache:
             if not ehr_file.is_file():
                 raise ExtractError(
-                    tsv, f"an EHR file that exists in {ehr_dir.name}/", row=row.position, column=ehr_column
+                    tsv, f"an EHR file that exists in {ehr_dir.name}/", place=row.place, column=ehr_column
                 )
             parse_xml(ehr_file)
             truncated = keep_recent_text(read_text(ehr_file).strip(), budget)
@@ -98,6 +97,7 @@ def load_medalign(spec: BenchmarkSpec, path: Path) -> LoadResult:
                     "person_id": row.values.get("person_id"),
                     "ehr_truncated": dropped > 0,
                 },
+                row.place,
             )
         )
     mapping = RecordMapping(

@@ -14,9 +14,9 @@ from defusedxml import ElementTree
 from defusedxml.common import DefusedXmlException
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec
-from medhelm_local.errors import ExtractError
+from medhelm_local.errors import ExtractError, Place
 from medhelm_local.loaders.base import LoadResult, register_loader
-from medhelm_local.loaders.io import Table, read_text
+from medhelm_local.loaders.io import FileRows, Table, read_text
 from medhelm_local.loaders.records import RecordMapping, build_instances, check_option_keys
 from medhelm_local.loaders.tabular import data_files
 
@@ -38,13 +38,15 @@ def parse_xml(file: Path) -> Any:
 def _rows(file: Path, table: Table) -> None:
     root = parse_xml(file)
     rows: list[dict[str, Any]] = []
-    for position, question in enumerate(root.iter("Question")):
+    places: list[Place] = []
+    for number, question in enumerate(root.iter("Question"), start=1):
+        place = Place.record(number, "Question element")
         qid = question.get("QID")
         if not qid:
-            raise ExtractError(file, "a QID attribute on each Question", row=position, column="QID")
+            raise ExtractError(file, "a QID attribute on each Question", place=place, column="QID")
         text = (question.findtext("QuestionText") or "").strip()
         if not text:
-            raise ExtractError(file, "a non-empty QuestionText", row=position, column="QuestionText")
+            raise ExtractError(file, "a non-empty QuestionText", place=place, column="QuestionText")
         answers = question.findall("./AnswerList/Answer")
         best = [a for a in answers if (a.get("ReferenceRank") or "").strip() == "1"]
         if not best:
@@ -52,9 +54,10 @@ def _rows(file: Path, table: Table) -> None:
             continue
         answer = (best[0].findtext("AnswerText") or "").strip()
         rows.append({"QID": qid, "question": text, "answer": answer, "n_answers": len(answers)})
+        places.append(place)
     if not rows and not table.skipped:
         raise ExtractError(file, "at least one Question element")
-    table.extend(file, ["QID", "question", "answer", "n_answers"], rows)
+    table.extend(file, FileRows(["QID", "question", "answer", "n_answers"], rows, places))
 
 
 @register_loader("mediqa_xml")

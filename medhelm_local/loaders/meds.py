@@ -11,7 +11,8 @@ Folder layout (MEDS v0.3):
 names to use; default all), ``task_questions`` (task -> question), ``max_context_tokens`` [6000],
 ``max_events`` [2000: most recent events fetched per prediction before the token budget is applied].
 
-One instance per label row with a non-null ``boolean_value``; id ``<task>:<subject_id>:<prediction_time>``.
+One instance per label row with a non-null ``boolean_value``; id ``<task>:<subject_id>:<prediction_time>``, the
+time as ``2020-01-01T12:30``, with seconds and a fraction when it has them (``12:30:45``, ``12:30:45.250``).
 Fields: ``timeline`` (events up to the prediction time, oldest first, truncated keeping the most recent),
 ``question``. Label: ``yes``/``no``. Meta: ``task``, ``subject_id``, ``prediction_time``, ``n_events``,
 ``events_dropped``.
@@ -19,15 +20,16 @@ Fields: ``timeline`` (events up to the prediction time, oldest first, truncated 
 
 from __future__ import annotations
 
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import duckdb
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec
-from medhelm_local.errors import ExtractError
+from medhelm_local.errors import ExtractError, Place
 from medhelm_local.loaders.base import LoadResult, register_loader
-from medhelm_local.loaders.io import Row, Table
+from medhelm_local.loaders.io import Row, Table, arrow_rows, binary_not_text
 from medhelm_local.loaders.paths import inside
 from medhelm_local.loaders.records import RecordMapping, build_instances, check_option_keys, header_summary
 from medhelm_local.loaders.sql_sandbox import folder_reader
@@ -91,7 +93,16 @@ def _label_files(root: Path, tasks: list[str] | None) -> dict[str, tuple[Path, l
 
 
 def _fmt_time(value: Any) -> str:
-    return value.isoformat(sep=" ", timespec="minutes") if hasattr(value, "isoformat") else str(value)
+    """A time to the minute, with its seconds and fraction of a second when it has them: cut to the minute, two
+    predictions of one subject within a minute had one id, and a prediction at 12:30:45 read "12:30" above events
+    of 12:30:30."""
+    if not isinstance(value, datetime):
+        return str(value)
+    if value.microsecond:
+        spec = "milliseconds" if value.microsecond % 1000 == 0 else "microseconds"
+    else:
+        spec = "seconds" if value.second else "minutes"
+    return value.isoformat(sep=" ", timespec=spec)
 
 
 def _event_line(time: Any, code: str, description: str | None, numeric: Any, text: Any) -> str:
@@ -162,12 +173,34 @@ def load_meds(spec: BenchmarkSpec, path: Path) -> LoadResult:
             con.execute("create temp view keep as select distinct subject_id from events")
         table = Table(files=[])
         for task, (where, parts) in labels.items():
-            _task_rows(con, table, task, where, parts, data_files, questions, budget, max_events)
+            _task_rows(con, table, task, where, parts, data_files, codes_file, questions, budget, max_events)
             files.extend(parts)
     finally:
         con.close()
     instances, skipped = build_instances(spec, table, MAPPING)
     return LoadResult(instances=instances, files=files, skipped=skipped)
+
+
+def _text(value: Any, column: str, files: list[Path]) -> Any:
+    """A cell of a binary column read as UTF-8 text, as the table loader reads one (Hive and Spark write text so)."""
+    if not isinstance(value, bytes):
+        return value
+    try:
+        return value.decode("utf-8")
+    except UnicodeDecodeError:
+        raise _not_text(column, files) from None
+
+
+def _not_text(column: str, files: list[Path]) -> ExtractError:
+    """The error naming the first file and record whose ``column`` holds bytes that are not UTF-8."""
+    import pyarrow.parquet as pq
+
+    for file in files:
+        if column in pq.read_schema(file).names:
+            binary = arrow_rows(file, pq.read_table(file, columns=[column])).binary
+            if column in binary:
+                return binary_not_text(file, column, *binary[column])
+    return ExtractError(files[0].parent if files else Path("."), "UTF-8 text", column=column)
 
 
 def _unreadable(con: duckdb.DuckDBPyConnection, files: list[Path], default: Path) -> Path:
@@ -188,6 +221,7 @@ def _task_rows(
     where: Path,
     parts: list[Path],
     data_files: list[Path],
+    codes_file: Path,
     questions: dict[str, str],
     budget: int,
     max_events: int,
@@ -227,6 +261,8 @@ def _task_rows(
                            f"boolean_value a boolean) in files DuckDB can read ({type(exc).__name__})") from None
     timelines: dict[tuple[Any, Any], tuple[list[str], list[str]]] = {}
     for subject, prediction, time, code, description, numeric, text in events:
+        code, text = _text(code, "code", data_files), _text(text, "text_value", data_files)
+        description = _text(description, "description", [codes_file])
         static, dated = timelines.setdefault((subject, prediction), ([], []))
         if time is None:
             static.append(f"{description or code}" + (f" = {text}" if text else ""))
@@ -236,13 +272,14 @@ def _task_rows(
     table.headers[parts[0]] = list(MAPPING.required_columns())
     for filename, position, subject, prediction, value in labels:
         file = Path(filename)
+        place = Place.record(int(position) + 1)
         if subject is None or prediction is None:
-            raise ExtractError(file, "a subject_id and a prediction_time", row=int(position))
+            raise ExtractError(file, "a subject_id and a prediction_time", place=place)
         if value is None:
             table.skipped["label without boolean_value"] += 1
             continue
         if not isinstance(value, bool):  # the text "false" would be true, and so would 2
-            raise ExtractError(file, "true or false (a boolean_value column of type boolean)", row=int(position),
+            raise ExtractError(file, "true or false (a boolean_value column of type boolean)", place=place,
                                column="boolean_value")
         static, dated = timelines.get((subject, prediction), ([], []))
         header = f"Prediction time: {_fmt_time(prediction)}"
@@ -264,6 +301,7 @@ def _task_rows(
                     "n_events": truncated.kept,
                     "events_dropped": truncated.dropped,
                 },
+                place,
             )
         )
     if parts[0] not in table.files:

@@ -189,6 +189,6 @@ def load_mtsamples(spec: BenchmarkSpec, path: Path) -> LoadResult:
             row.update(report_medhelm=helm_input(helm, cut), reference_medhelm=helm_ref or "",
                        medhelm_kept=helm_ref is not None)
         table.headers[file] = list(row)
-        table.rows.append(Row(file=file, position=0, values=row))
+        table.rows.append(Row(file=file, position=0, values=row, place=None))
     instances, skipped = build_instances(spec, table, MAPPING if cut is None else MEDHELM_MAPPING)
     return LoadResult(instances=instances, files=table.files, skipped=skipped)

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec
-from medhelm_local.errors import ExtractError
+from medhelm_local.errors import ExtractError, Place
 from medhelm_local.loaders.base import LoadResult, register_loader
 from medhelm_local.loaders.io import Row, Table
 from medhelm_local.loaders.mediqa import parse_xml
@@ -62,12 +62,13 @@ def load_n2c2(spec: BenchmarkSpec, path: Path) -> LoadResult:
         table.files.append(file)
         table.headers[file] = ["id", "context", "criterion", "met", "patient", "tag"]
         for position, tag in enumerate(tags):
+            place = Place.record(position + 1, "criterion tag")
             definition = CRITERIA.get(tag.tag)
             if definition is None:
-                raise ExtractError(file, f"a criterion tag among {', '.join(CRITERIA)}", row=position)
+                raise ExtractError(file, f"a criterion tag among {', '.join(CRITERIA)}", place=place)
             met = (tag.get("met") or "").strip().lower()
             if met not in ("met", "not met"):
-                raise ExtractError(file, 'met="met" or met="not met"', row=position, column=tag.tag)
+                raise ExtractError(file, 'met="met" or met="not met"', place=place, column=tag.tag)
             table.rows.append(
                 Row(
                     file,
@@ -80,6 +81,7 @@ def load_n2c2(spec: BenchmarkSpec, path: Path) -> LoadResult:
                         "patient": file.stem,
                         "tag": tag.tag,
                     },
+                    place,
                 )
             )
     instances, skipped = build_instances(spec, table, MAPPING)

@@ -23,7 +23,7 @@ from typing import Any
 import duckdb
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec
-from medhelm_local.errors import BadInputError, ExtractError
+from medhelm_local.errors import BadInputError, ExtractError, Place
 from medhelm_local.loaders.base import LoadResult, register_loader
 from medhelm_local.loaders.io import Row, Table
 from medhelm_local.loaders.records import RecordMapping, as_text, build_instances, check_option_keys, header_summary
@@ -112,6 +112,10 @@ def load_omop(spec: BenchmarkSpec, path: Path) -> LoadResult:
     return LoadResult(instances=instances, files=[path], skipped=skipped)
 
 
+def cohort_place(position: int) -> Place:
+    return Place.record(int(position) + 1, "cohort_sql row")
+
+
 def _check_date_columns(con: duckdb.DuckDBPyConnection, path: Path, schema: str, domains: list[str]) -> None:
     """Each domain's date column exists and is a DATE or TIMESTAMP (a CDM loaded from CSV as text is not)."""
     for domain in domains:
@@ -163,10 +167,11 @@ def _cohort(con: duckdb.DuckDBPyConnection, path: Path, cohort_sql: str) -> list
             exc, path, "cohort_sql", "cohort_sql columns person_id (an integer) and prediction_date (a date)"
         ) from None
     for position, person_id, prediction_date, *_, finite in rows:
+        place = cohort_place(position)
         if person_id is None:
-            raise ExtractError(path, "a person_id in every cohort_sql row", row=int(position), column="person_id")
+            raise ExtractError(path, "a person_id in every cohort_sql row", place=place, column="person_id")
         if prediction_date is None or not finite:
-            raise ExtractError(path, "a prediction_date (a finite date) in every cohort_sql row", row=int(position),
+            raise ExtractError(path, "a prediction_date (a finite date) in every cohort_sql row", place=place,
                                column="prediction_date")
     return [row[:5] for row in rows]
 
@@ -225,6 +230,7 @@ def _timelines(
                     "n_events": truncated.kept,
                     "events_dropped": truncated.dropped,
                 },
+                cohort_place(position),
             )
         )
     return rows

@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec
-from medhelm_local.errors import ExtractError
+from medhelm_local.errors import ExtractError, Place
 from medhelm_local.loaders.base import LoadResult, canonical_label, register_loader
 from medhelm_local.loaders.io import parse_json, read_text
 from medhelm_local.records import Instance
@@ -29,18 +29,19 @@ def load_pubmedqa(spec: BenchmarkSpec, path: Path) -> LoadResult:
     if not isinstance(data, dict):
         raise ExtractError(file, "a JSON object keyed by PMID")
     instances = []
-    for row, (pmid, item) in enumerate(data.items()):
+    for number, (pmid, item) in enumerate(data.items(), start=1):
+        place = Place.record(number, "entry")
         if not isinstance(item, dict):
-            raise ExtractError(file, "an object per PMID", row=row)
+            raise ExtractError(file, "an object per PMID", place=place)
         for key in ("QUESTION", "CONTEXTS", "final_decision"):
             if key not in item:
-                raise ExtractError(file, f"key {key!r} in each PMID's entry", row=row, column=key)
+                raise ExtractError(file, f"key {key!r} in each PMID's entry", place=place, column=key)
         contexts = item["CONTEXTS"]
         if not isinstance(contexts, list) or not all(isinstance(c, str) for c in contexts):
-            raise ExtractError(file, "a list of strings", row=row, column="CONTEXTS")
+            raise ExtractError(file, "a list of strings", place=place, column="CONTEXTS")
         if not isinstance(item["QUESTION"], str) or not item["QUESTION"].strip():
-            raise ExtractError(file, "a non-empty question string", row=row, column="QUESTION")
-        label = canonical_label(spec, str(item["final_decision"]), file, row, "final_decision")
+            raise ExtractError(file, "a non-empty question string", place=place, column="QUESTION")
+        label = canonical_label(spec, str(item["final_decision"]), file, place, "final_decision")
         instances.append(
             Instance(
                 benchmark=spec.id,

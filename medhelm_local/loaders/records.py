@@ -20,10 +20,10 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec
-from medhelm_local.errors import BadInputError, ExtractError, unknown_field_hint, validation_problems
+from medhelm_local.errors import BadInputError, ExtractError, Place, unknown_field_hint, validation_problems
 from medhelm_local.jsontext import loads_strict
 from medhelm_local.loaders.base import canonical_label
-from medhelm_local.loaders.io import Row, Table
+from medhelm_local.loaders.io import Row, Table, binary_not_text
 from medhelm_local.patterns import SUFFIX
 from medhelm_local.records import Instance
 
@@ -178,7 +178,8 @@ def as_text(value: Any) -> str:
     return str(value)
 
 
-def convert(value: Any, kind: ColumnType, file: Path, row: int, column: str, separator: str = ";") -> Any:
+def convert(value: Any, kind: ColumnType, file: Path, place: Place | None, column: str, separator: str = ";"
+            ) -> Any:
     """Check and convert one cell to ``kind``; the error names the column and the type, never the value."""
     try:
         return _convert(value, kind, separator)
@@ -192,7 +193,7 @@ def convert(value: Any, kind: ColumnType, file: Path, row: int, column: str, sep
             "list": "a list (JSON array or separated values)",
             "text": "text",
         }[kind]
-        raise ExtractError(file, expected, row=row, column=column) from None
+        raise ExtractError(file, expected, place=place, column=column) from None
 
 
 def _convert(value: Any, kind: ColumnType, separator: str) -> Any:
@@ -274,13 +275,13 @@ def _parse_date(value: Any) -> date:
 def _cell(row: Row, column: str, *, required: bool) -> Any:
     value = row.values.get(column)
     if required and is_blank(value):
-        raise ExtractError(row.file, "a non-empty value", row=row.position, column=column)
+        raise ExtractError(row.file, "a non-empty value", place=row.place, column=column)
     return value
 
 
 def _typed(mapping: RecordMapping, row: Row, column: str, value: Any) -> Any:
     kind = mapping.types.get(column)
-    return convert(value, kind, row.file, row.position, column, mapping.list_separator) if kind else value
+    return convert(value, kind, row.file, row.place, column, mapping.list_separator) if kind else value
 
 
 def _options(mapping: RecordMapping, row: Row) -> dict[str, str]:
@@ -300,7 +301,7 @@ def _raw_options(mapping: RecordMapping, row: Row) -> dict[str, str]:
                 raise ExtractError(
                     row.file,
                     "a JSON object or array of options",
-                    row=row.position,
+                    place=row.place,
                     column=mapping.options_column,
                 ) from None
         if isinstance(raw, dict):
@@ -310,14 +311,14 @@ def _raw_options(mapping: RecordMapping, row: Row) -> dict[str, str]:
                 raise ExtractError(
                     row.file,
                     "options keyed A, B, C, ... in order",
-                    row=row.position,
+                    place=row.place,
                     column=mapping.options_column,
                 )
             return dict(sorted(options.items()))
         if isinstance(raw, list | tuple) and raw:
             return {LETTERS[i]: as_text(v) for i, v in enumerate(raw)}
         raise ExtractError(
-            row.file, "a non-empty object or list of options", row=row.position, column=mapping.options_column
+            row.file, "a non-empty object or list of options", place=row.place, column=mapping.options_column
         )
     return {LETTERS[i]: as_text(_cell(row, c, required=True)) for i, c in enumerate(mapping.option_columns)}
 
@@ -344,9 +345,9 @@ def _answer_letter(mapping: RecordMapping, row: Row, options: dict[str, str]) ->
                 raise ValueError(column)
             letter = letters[index]
     except (ValueError, TypeError, IndexError, StopIteration):
-        raise ExtractError(row.file, expected, row=row.position, column=column) from None
+        raise ExtractError(row.file, expected, place=row.place, column=column) from None
     if letter not in options:
-        raise ExtractError(row.file, expected, row=row.position, column=column)
+        raise ExtractError(row.file, expected, place=row.place, column=column)
     return letter
 
 
@@ -369,12 +370,20 @@ def header_summary(header: list[str], known: list[str]) -> str:
 
 
 def check_columns(table: Table, columns: list[str]) -> None:
+    """Each file has every column the mapping reads, and none of them is binary data that is not text."""
     for file, header in table.headers.items():
         present = set(header)
+        binary = table.binary.get(file, {})
+        header_row = table.header_rows.get(file)
+        # A report export's title above the header is read as the header: say where the header was read from.
+        hint = "" if header_row is None else (f"; the header was read from row {header_row}: if the column names are "
+                                              "on another row, below a title, set loader option header_row to it")
         for column in columns:
             if column not in present:
-                raise ExtractError(file, f"a column named {column!r} ({header_summary(header, columns)})",
+                raise ExtractError(file, f"a column named {column!r} ({header_summary(header, columns)}{hint})",
                                    column=column)
+            if column in binary:
+                raise binary_not_text(file, column, *binary[column])
 
 
 def build_instances(spec: BenchmarkSpec, table: Table, mapping: RecordMapping) -> tuple[list[Instance], Counter[str]]:
@@ -383,19 +392,31 @@ def build_instances(spec: BenchmarkSpec, table: Table, mapping: RecordMapping) -
     skipped: Counter[str] = Counter(table.skipped)
     multi_file = len(table.headers) > 1
     instances: list[Instance] = []
+    first_row: dict[str, Row] = {}  # instance id -> the row that gave it
     for row in table.rows:
         if mapping.skip_blank_rows and all(is_blank(v) for v in row.values.values()):
             skipped["blank row"] += 1
             continue
-        instances.extend(_row_instances(spec, mapping, row, multi_file))
+        for instance in _row_instances(spec, mapping, row, multi_file):
+            earlier = first_row.setdefault(instance.id, row)
+            if earlier is not row:
+                raise ExtractError(row.file, f"unique instance ids (this row's id is the id of {_where(earlier, row)})",
+                                   place=row.place, column=mapping.id_column)
+            instances.append(instance)
     return instances, skipped
+
+
+def _where(earlier: Row, row: Row) -> str:
+    """The earlier row, named so that it can be found from the later one's error."""
+    place = str(earlier.place) if earlier.place is not None else "the record"
+    return place if earlier.file == row.file else f"{place} of {earlier.file}"
 
 
 def _row_instances(spec: BenchmarkSpec, mapping: RecordMapping, row: Row, multi_file: bool) -> list[Instance]:
     for column, kind in mapping.types.items():
         value = row.values.get(column)
         if not is_blank(value):
-            convert(value, kind, row.file, row.position, column, mapping.list_separator)
+            convert(value, kind, row.file, row.place, column, mapping.list_separator)
     instance_id = _instance_id(mapping, row, multi_file)
     fields = dict(mapping.constant_fields)
     def no_value(value: Any) -> bool:
@@ -404,7 +425,7 @@ def _row_instances(spec: BenchmarkSpec, mapping: RecordMapping, row: Row, multi_
     for name, column in mapping.fields.items():
         value = _cell(row, column, required=True)
         if no_value(value):
-            raise ExtractError(row.file, "a value (not one of null_values)", row=row.position, column=column)
+            raise ExtractError(row.file, "a value (not one of null_values)", place=row.place, column=column)
         fields[name] = as_text(value)
     for name, column in mapping.optional_fields.items():
         value = row.values.get(column)
@@ -425,16 +446,16 @@ def _row_instances(spec: BenchmarkSpec, mapping: RecordMapping, row: Row, multi_
         meta["options"] = options
         if mapping.answer_column:
             letter = _answer_letter(mapping, row, options)
-            label = canonical_label(spec, letter, row.file, row.position, mapping.answer_column)
+            label = canonical_label(spec, letter, row.file, row.place, mapping.answer_column)
     if mapping.label_column:
         raw = _cell(row, mapping.label_column, required=True)
-        label = canonical_label(spec, as_text(raw), row.file, row.position, mapping.label_column)
+        label = canonical_label(spec, as_text(raw), row.file, row.place, mapping.label_column)
     references = _references(mapping, row, mapping.reference_columns, required=True)
     if mapping.reference_list_column:
         raw = _cell(row, mapping.reference_list_column, required=True)
-        references = convert(raw, "list", row.file, row.position, mapping.reference_list_column, mapping.list_separator)
+        references = convert(raw, "list", row.file, row.place, mapping.reference_list_column, mapping.list_separator)
         if not references:
-            raise ExtractError(row.file, "a non-empty list", row=row.position, column=mapping.reference_list_column)
+            raise ExtractError(row.file, "a non-empty list", place=row.place, column=mapping.reference_list_column)
     if not mapping.variants:
         if not references and label is not None and not mapping.reference_columns:
             references = [label]
@@ -455,7 +476,7 @@ def _row_instances(spec: BenchmarkSpec, mapping: RecordMapping, row: Row, multi_
             v_fields[name] = as_text(_cell(row, column, required=True))
         v_label = label
         if variant.label is not None:
-            v_label = canonical_label(spec, variant.label, row.file, row.position, f"variant {variant.suffix}")
+            v_label = canonical_label(spec, variant.label, row.file, row.place, f"variant {variant.suffix}")
         v_refs = _references(mapping, row, variant.reference_columns, required=True) or list(references)
         if not v_refs and v_label is not None:
             v_refs = [v_label]

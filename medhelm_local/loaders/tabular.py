@@ -7,6 +7,8 @@ and maps rows to instances with a :class:`~medhelm_local.loaders.records.RecordM
 ``spec.loader_options`` = the mapping's keys plus:
   ``format``: force a format (default: from the file suffix); ``glob``: files to read in a folder;
   ``records_key``: JSON key holding the array of records (ACI-Bench: ``data``); ``sheet``: Excel sheet;
+  ``header_row``: the row (from 1, as a spreadsheet numbers it) of a CSV, TSV or sheet holding the column names,
+  the rows above it (a report's title, its date) ignored [1];
   ``table`` / ``query``: DuckDB source; ``sibling_files``: meta key -> glob of a file beside the data whose
   absolute path goes into each instance's meta (EHRSQL: the SQLite database, meta ``db_path``);
   ``sibling_text``: template field -> glob of a UTF-8 text file beside the data (EHRSQL: the schema), or
@@ -29,7 +31,8 @@ from medhelm_local.loaders.io import FORMATS, Table, detect_format, read_table_f
 from medhelm_local.loaders.paths import confined_glob, extract_folder
 from medhelm_local.loaders.records import build_instances, parse_mapping
 
-READER_KEYS = ("format", "glob", "records_key", "sheet", "table", "query", "sibling_files", "sibling_text")
+READER_KEYS = ("format", "glob", "records_key", "sheet", "header_row", "table", "query", "sibling_files",
+               "sibling_text")
 DEFAULT_COLUMNS = {"question": "prompt", "context": "context", "label": "label"}
 
 
@@ -49,6 +52,10 @@ def split_options(spec: BenchmarkSpec) -> tuple[dict[str, Any], dict[str, Any]]:
     fmt = reader.get("format")
     if fmt is not None and fmt not in FORMATS:
         raise BadInputError(f"benchmark {spec.id}: loader option format must be one of {', '.join(FORMATS)}")
+    header_row = reader.get("header_row")
+    if header_row is not None and (isinstance(header_row, bool) or not isinstance(header_row, int) or header_row < 1):
+        raise BadInputError(f"benchmark {spec.id}: loader option header_row must be a row number from 1 (the row "
+                            "of a CSV, TSV or sheet that holds the column names)")
     return reader, options
 
 
@@ -105,15 +112,16 @@ def read_table(path: Path, reader: dict[str, Any]) -> Table:
         files = data_files(path, pattern, fmt)
     table = Table(files=[])
     for file in files:
-        header, rows = read_table_file(
+        read = read_table_file(
             file,
             fmt,
             records_key=reader.get("records_key"),
             sheet=reader.get("sheet"),
             table=reader.get("table"),
             query=reader.get("query"),
+            header_row=reader.get("header_row"),
         )
-        table.extend(file, header, rows)
+        table.extend(file, read)
     return table
 
 

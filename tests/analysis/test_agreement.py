@@ -90,10 +90,15 @@ def test_constant_rater_is_excluded(tmp_path: Path) -> None:
 @pytest.mark.parametrize(("text", "message"), [
     ("instance_id,accuracy\nm1,3\n", "column named 'rater'"),
     ("instance_id,rater,colour\nm1,a,3\n", "rating columns"),
-    ("instance_id,rater,accuracy,completeness,clarity\nm1,a,3,3,3\nm2,a,3,9,3\n", "row 3, column 'completeness'"),
-    ("instance_id,rater,score\nm1,a,3\nm1,a,4\n", "row 3"),
-    ("instance_id,rater,score\nm1,,3\n", "row 2, column 'rater'"),
+    ("instance_id,rater,accuracy,completeness,clarity\nm1,a,3,3,3\nm2,a,3,9,3\n",
+     "row 3 (the 2nd data row), column 'completeness'"),
+    ("instance_id,rater,score\nm1,a,3\nm1,a,4\n", "row 3 (the 2nd data row)"),
+    ("instance_id,rater,score\nm1,,3\n", "row 2 (the 1st data row), column 'rater'"),
     ("instance_id,rater,score\n", "at least one rating row"),
+    # A row cut short was read with None for its missing cells; one with an extra field lost it silently.
+    ("instance_id,rater,score,comment\nm1,a,3\n",
+     "row 2 (the 1st data row): expected 4 fields as in the header, found 3"),
+    ("instance_id,rater,score\nm1,a,3,4\n", "row 2 (the 1st data row): expected 3 fields as in the header, found 4"),
     # Excel where the decimal mark is a comma saves ';': it was "a column named 'instance_id' (found none ...)"
     ("instance_id;rater;score\nm1;a;3\n", "the file is semicolon-separated"),
 ])

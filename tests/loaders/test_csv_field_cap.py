@@ -48,7 +48,7 @@ def test_a_field_past_the_env_cap_names_the_file_row_and_setting(tmp_path: Path,
     with pytest.raises(ExtractError) as caught:
         load_dataset(shipped_spec("hospice_referral"), data)
     error = caught.value
-    assert error.file == str(data) and error.row == 2
+    assert error.file == str(data) and str(error.place) == "row 4 (the 3rd data row)"  # header row 1
     assert "at most 1 MiB" in str(error) and "MEDHELM_CSV_FIELD_MAX_MIB" in str(error)
     assert "csv_field_max_mib" in str(error)
     assert SENTENCE.strip() not in str(error)
@@ -62,7 +62,7 @@ def test_the_cap_from_appliance_yaml_applies_to_registration(home_cli: Cli, tmp_
     data = _hospice_csv(tmp_path / "hospice.csv", 2 << 20)
     result = home_cli("datasets", "register", "hospice_referral", str(data))
     assert result.code == 2, result.stderr
-    assert "at most 1 MiB" in result.stderr and "row 1" in result.stderr
+    assert "at most 1 MiB" in result.stderr and "row 3 (the 2nd data row)" in result.stderr
 
 
 def test_the_block_cap_and_a_bad_env_value(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

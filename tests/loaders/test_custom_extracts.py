@@ -123,7 +123,7 @@ def test_omop_bad_label_names_the_row(tmp_path: Path, eunomia_db: Path) -> None:
                                 tmp_path / "home")
     with pytest.raises(ExtractError) as info:
         load_dataset(spec, eunomia_db)
-    assert (info.value.row, info.value.column) == (0, "label")
+    assert (str(info.value.place), info.value.column) == ("cohort_sql row 1 (counting from 1)", "label")
 
 
 def test_omop_database_without_cdm_tables(tmp_path: Path) -> None:
@@ -173,7 +173,7 @@ def test_a_multiple_choice_answer_not_in_the_answer_format_names_the_loader_opti
     with pytest.raises(ExtractError) as caught:
         load_dataset(spec, tmp_path / "extract.parquet")
     message = str(caught.value)
-    assert "row 0" in message and "'answer'" in message and "option letters A, B" in message
+    assert "record 1 (counting from 1)" in message and "'answer'" in message and "option letters A, B" in message
     assert "answer_format" in message and "text" in message and "index1" in message
     assert "Orthopedic" not in message  # never a value of the extract
     text = register_custom_spec(spec_with({**mapping, "answer_format": "text"}), tmp_path / "home")

@@ -35,7 +35,7 @@ def test_a_json_integer_past_pythons_digit_limit_is_bad_input(public_data: Path,
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     with pytest.raises(ExtractError) as info:
         load_dataset(shipped_spec("medqa"), path)
-    assert (info.value.file, info.value.row) == (str(path), 3)
+    assert (info.value.file, str(info.value.place)) == (str(path), "line 4")
 
     data = json.loads((public_data / PUBMEDQA).read_text(encoding="utf-8"))
     first = next(iter(data))
@@ -62,7 +62,7 @@ def test_a_json_cell_the_parser_refuses_is_bad_input(public_data: Path, tmp_path
     spec = spec.model_copy(update={"loader_options": {**spec.loader_options, "format": "csv"}})
     with pytest.raises(ExtractError) as info:
         load_dataset(spec, path)
-    assert (info.value.row, info.value.column) == (2, "options")
+    assert (str(info.value.place), info.value.column) == ("row 4 (the 3rd data row)", "options")
     if not cell.startswith("["):
         return  # a list column reads text that is not a JSON array as separated values
     lists = tmp_path / "billing.csv"
@@ -70,7 +70,7 @@ def test_a_json_cell_the_parser_refuses_is_bad_input(public_data: Path, tmp_path
                      encoding="utf-8")
     with pytest.raises(ExtractError) as info:
         load_dataset(shipped_spec("mimic_iv_billing"), lists)
-    assert (info.value.row, info.value.column) == (1, "target")
+    assert (str(info.value.place), info.value.column) == ("row 3 (the 2nd data row)", "target")
 
 
 @pytest.mark.parametrize("escape", ["\\ud800", "\\udfff", "\\ud83d\\ud83d"])
@@ -85,7 +85,7 @@ def test_an_unpaired_surrogate_escape_is_bad_input_not_a_store_failure(public_da
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     with pytest.raises(ExtractError) as info:
         load_dataset(shipped_spec("medqa"), path)
-    assert (info.value.file, info.value.row) == (str(path), 5)
+    assert (info.value.file, str(info.value.place)) == (str(path), "line 6")
 
     data = (public_data / PUBMEDQA).read_text(encoding="utf-8")
     path = tmp_path / "ori_pqal.json"
@@ -107,7 +107,7 @@ def test_an_unpaired_surrogate_escape_is_bad_input_not_a_store_failure(public_da
     spec = shipped_spec("medqa")
     with pytest.raises(ExtractError) as info:
         load_dataset(spec.model_copy(update={"loader_options": {**spec.loader_options, "format": "csv"}}), path)
-    assert (info.value.row, info.value.column) == (1, "options")
+    assert (str(info.value.place), info.value.column) == ("row 3 (the 2nd data row)", "options")
 
 
 def test_paired_surrogate_escapes_still_load(public_data: Path, tmp_path: Path) -> None:
@@ -137,7 +137,7 @@ def test_meds_boolean_value_that_is_not_boolean_is_bad_input(tmp_path: Path, val
     }), root / "labels" / "new_acutemi.parquet")
     with pytest.raises(ExtractError) as info:
         load_dataset(shipped_spec("ehrshot"), root)
-    assert (info.value.row, info.value.column) == (0, "boolean_value")
+    assert (str(info.value.place), info.value.column) == ("record 1 (counting from 1)", "boolean_value")
 
 
 def _omop_copy(eunomia_db: Path, tmp_path: Path, *statements: str) -> Path:
@@ -203,7 +203,7 @@ def test_omop_cohort_row_without_a_prediction_date_is_named(eunomia_db: Path, tm
     with pytest.raises(ExtractError) as info:
         load_dataset(spec.model_copy(update={"loader_options": {**spec.loader_options, "cohort_sql": cohort}}),
                      eunomia_db)
-    assert info.value.column == column and info.value.row is not None
+    assert info.value.column == column and str(info.value.place).startswith("cohort_sql row ")
 
 
 def test_integer_ids_past_2_to_the_53_keep_every_digit(public_data: Path, tmp_path: Path) -> None:
@@ -284,7 +284,8 @@ def test_parquet_strings_written_as_binary_are_read_as_utf8_text(public_data: Pa
     pq.write_table(table, path)
     with pytest.raises(ExtractError) as info:
         load_dataset(shipped_spec("medhallu"), path)
-    assert (info.value.row, info.value.column) == (7, "Difficulty Level") and SECRET not in str(info.value)
+    assert (str(info.value.place), info.value.column) == ("record 8 (counting from 1)", "Difficulty Level")
+    assert SECRET not in str(info.value)
 
 
 def test_a_damaged_meds_event_file_is_named_not_the_label_file(tmp_path: Path) -> None:
@@ -331,4 +332,4 @@ def test_options_keyed_by_one_letter_in_both_cases_are_refused(public_data: Path
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
     with pytest.raises(ExtractError) as info:
         load_dataset(shipped_spec("medqa"), path)
-    assert (info.value.row, info.value.column) == (2, "options")
+    assert (str(info.value.place), info.value.column) == ("line 3", "options")

@@ -13,6 +13,7 @@ from medhelm_local.benchmarks.registry import shipped_spec
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import BadInputError, ExtractError
 from medhelm_local.loaders import load_dataset
+from tests.conftest import Cli
 
 
 def spec_with(benchmark: str, **changes: object) -> BenchmarkSpec:
@@ -38,7 +39,7 @@ def test_missing_column(tmp_path: Path) -> None:
     path = tmp_path / "hospice.csv"
     path.write_text(f"prompt,context\nRefer to hospice?,{SECRET}\n", encoding="utf-8")
     error = _fail(_hospice(), path)
-    assert (error.file, error.row, error.column) == (str(path), None, "label")
+    assert (error.file, error.place, error.column) == (str(path), None, "label")
     assert "a column named 'label'" in error.expected and "found: prompt, context" in error.expected
 
 
@@ -50,7 +51,7 @@ def test_wrong_type(tmp_path: Path) -> None:
     path = tmp_path / "test_data.csv"
     path.write_text(f"{header}\n{good}\n{bad}\n", encoding="utf-8")
     error = _fail(shipped_spec("medcalc_bench"), path)
-    assert (error.row, error.column) == (1, "Ground Truth Answer")
+    assert (str(error.place), error.column) == ("row 3 (the 2nd data row)", "Ground Truth Answer")
     assert error.expected.startswith("a number, a date")
 
 
@@ -61,14 +62,14 @@ def test_wrong_type_in_id_column(tmp_path: Path) -> None:
         "id_column": "note_id", "fields": {"context": "note_text", "question": "question"},
         "label_column": "followup", "types": {"note_id": "int"}}, label_map={"yes": "A", "no": "B"})
     error = _fail(spec, path)
-    assert (error.row, error.column, error.expected) == (0, "note_id", "an integer")
+    assert (str(error.place), error.column, error.expected) == ("row 2 (the 1st data row)", "note_id", "an integer")
 
 
 def test_label_outside_the_label_map(tmp_path: Path) -> None:
     path = tmp_path / "hospice.csv"
     path.write_text(f"prompt,context,label\nRefer?,ok,A\nRefer?,{SECRET},Z\n", encoding="utf-8")
     error = _fail(_hospice(), path)
-    assert (error.row, error.column) == (1, "label")
+    assert (str(error.place), error.column) == ("row 3 (the 2nd data row)", "label")
     assert "label map" in error.expected
 
 
@@ -79,7 +80,8 @@ def test_duplicate_id(tmp_path: Path) -> None:
         "id_column": "note_id", "fields": {"context": "note_text", "question": "question"},
         "label_column": "followup"}, label_map={"yes": "A", "no": "B"})
     error = _fail(spec, path)
-    assert error.row == 2 and "duplicates the one at row 0" in error.expected
+    assert (str(error.place), error.column) == ("row 4 (the 3rd data row)", "note_id")
+    assert "this row's id is the id of row 2 (the 1st data row)" in error.expected
 
 
 def test_empty_id(tmp_path: Path) -> None:
@@ -89,14 +91,15 @@ def test_empty_id(tmp_path: Path) -> None:
     (tmp_path / "eicu.sqlite").write_bytes(b"")
     (tmp_path / "eicu.sql").write_text("CREATE TABLE patient (x int);", encoding="utf-8")
     error = _fail(shipped_spec("ehrsql"), tmp_path)
-    assert (error.row, error.column, error.expected) == (0, "id", "a non-empty value")
+    assert (str(error.place), error.column, error.expected) == ("record 1 (counting from 1)", "id", "a non-empty value")
 
 
 def test_empty_value_in_a_required_field(tmp_path: Path) -> None:
     path = tmp_path / "hospice.csv"
     path.write_text("prompt,context,label\nRefer?,,A\n", encoding="utf-8")
     error = _fail(_hospice(), path)
-    assert (error.row, error.column, error.expected) == (0, "context", "a non-empty value")
+    assert (str(error.place), error.column) == ("row 2 (the 1st data row)", "context")
+    assert error.expected == "a non-empty value"
 
 
 def test_empty_file(tmp_path: Path) -> None:
@@ -116,7 +119,7 @@ def test_semicolon_separated_csv_is_named_as_such(tmp_path: Path) -> None:
     path = tmp_path / "hospice.csv"
     path.write_bytes(f"prompt;context;label\r\nRefer?;\"{SECRET}, stable\";A\r\n".encode("utf-8-sig"))
     error = _fail(_hospice(), path)
-    assert (error.row, error.column) == (None, None)
+    assert (error.place, error.column) == (None, None)
     assert "semicolon-separated" in error.expected and "CSV UTF-8 (comma delimited)" in error.expected
 
 
@@ -159,7 +162,7 @@ def test_invalid_json(tmp_path: Path) -> None:
     path.write_text('{"question": "q", "options": {"A": "a"}, "answer_idx": "A", "meta_info": "step1"}\n'
                     '{"question": \n', encoding="utf-8")
     error = _fail(shipped_spec("medqa"), path)
-    assert error.row == 1 and "line 2 is not JSON" in error.expected
+    assert str(error.place) == "line 2" and "this line is not JSON" in error.expected
 
 
 def test_answer_outside_the_options(tmp_path: Path) -> None:
@@ -167,7 +170,7 @@ def test_answer_outside_the_options(tmp_path: Path) -> None:
     row = {"question": SECRET, "options": {"A": "a", "B": "b"}, "answer_idx": "F", "meta_info": "step1"}
     path.write_text(json.dumps(row) + "\n", encoding="utf-8")
     error = _fail(shipped_spec("medqa"), path)
-    assert (error.row, error.column) == (0, "answer_idx") and "A, B" in error.expected
+    assert (str(error.place), error.column) == ("line 1", "answer_idx") and "A, B" in error.expected
 
 
 def test_damaged_parquet(tmp_path: Path) -> None:
@@ -187,7 +190,8 @@ def test_a_quote_left_open_is_refused_not_read_to_the_end_of_the_file(tmp_path: 
     path = tmp_path / "hospice.csv"  # three rows; the lenient reader made one instance of them, silently
     path.write_text(f'label,prompt,context\nA,q,"{SECRET} open\nB,q,second note\nA,q,third note\n', encoding="utf-8")
     error = _fail(shipped_spec("hospice_referral"), path)
-    assert error.row == 0 and "never closed" in error.expected and SECRET not in str(error)
+    assert str(error.place) == "row 2 (the 1st data row)" and "never closed" in error.expected
+    assert SECRET not in str(error)
 
 
 def test_quirks_the_lenient_reader_accepts_still_load(tmp_path: Path) -> None:
@@ -209,7 +213,7 @@ def test_n2c2_unknown_met_value(tmp_path: Path) -> None:
         f'<PatientMatching><TEXT>{SECRET}</TEXT><TAGS><ENGLISH met="perhaps"/></TAGS></PatientMatching>',
         encoding="utf-8")
     error = _fail(shipped_spec("n2c2_ct"), tmp_path)
-    assert (error.row, error.column) == (0, "ENGLISH")
+    assert (str(error.place), error.column) == ("criterion tag 1 (counting from 1)", "ENGLISH")
 
 
 def test_malformed_xml_names_the_line(tmp_path: Path) -> None:
@@ -246,3 +250,41 @@ def test_a_pipe_is_refused_before_it_is_read(tmp_path: Path) -> None:
     os.mkfifo(fifo)
     with pytest.raises(BadInputError, match="expected a regular file or a folder"):
         load_dataset(_hospice(), fifo)  # refused without opening it (opening a FIFO with no writer would block)
+
+
+def test_a_csv_cut_short_is_refused_not_padded(home_cli: Cli, public_data: Path, tmp_path: Path) -> None:
+    # An export interrupted after a field: the last row of the real MedCalc-Bench file lacks its last column. It was
+    # padded with "" and registered (1047 instances, one with a Ground Truth Explanation it never had).
+    text = (public_data / "medcalc_bench" / "test_data.csv").read_text(encoding="utf-8")
+    cut = text.rindex(',"To compute the estimated gestational age')
+    path = tmp_path / "test_data.csv"
+    path.write_text(text[:cut] + "\n", encoding="utf-8")
+    start = text[:cut].rindex("\n1047,") + 2  # the line the 1047th data row starts on
+    line = text[:start].count("\n") + 1
+    result = home_cli("datasets", "register", "medcalc_bench", str(path))
+    assert result.code == 2, result.stderr
+    assert (f"file {path}, row 1048 (the 1047th data row, starting on line {line} of the file): expected 14 fields "
+            "as in the header, found 13") in result.stderr
+    assert "gestational" not in result.stderr
+    assert home_cli("datasets", "list", "--json").json() == []
+
+
+@pytest.mark.parametrize(("row", "found"), [("Refer?,ok", 2), (f"Refer?,{SECRET}, stable,A", 4)])
+def test_a_row_of_another_field_count_is_refused(tmp_path: Path, row: str, found: int) -> None:
+    # A missing separator left "label" padded with "" (refused only because label is required: an optional
+    # column or a meta column was registered empty); an unquoted comma shifted the row.
+    path = tmp_path / "hospice.csv"
+    path.write_text(f'prompt,context,label\nRefer?,"first\nnote",A\n{row}\nRefer?,last,B\n', encoding="utf-8")
+    error = _fail(_hospice(), path)
+    assert str(error.place) == "row 3 (the 2nd data row, starting on line 4 of the file)" and error.column is None
+    assert error.expected.startswith(f"3 fields as in the header, found {found} (")
+
+
+def test_blank_rows_and_trailing_unnamed_columns_still_load(tmp_path: Path) -> None:
+    # A header written with a trailing separator, rows without it; an empty line; a row of empty fields (MEDEC's
+    # trailing rows); a quoted note holding line breaks.
+    path = tmp_path / "hospice.csv"
+    path.write_text('prompt,context,label,\nRefer?,"line one\nline two",A\n\n,,\nRefer?,ok,B,\n', encoding="utf-8")
+    result = load_dataset(_hospice(), path)
+    assert [i.fields["context"] for i in result.instances] == ["line one\nline two", "ok"]
+    assert result.skipped["blank row"] == 2

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import gzip
 import json
+from datetime import datetime
 from pathlib import Path
 
 import pyarrow as pa
@@ -14,6 +15,7 @@ import pytest
 from openpyxl import Workbook
 
 from medhelm_local.benchmarks.registry import shipped_spec
+from medhelm_local.errors import ExtractError
 from medhelm_local.loaders import load_dataset
 from medhelm_local.prompts import build_request
 
@@ -312,3 +314,39 @@ def test_mimic_iv_billing_codes(tmp_path: Path, kind: str) -> None:
     result = load_dataset(shipped_spec("mimic_iv_billing"), path)
     assert [i.references for i in result.instances] == [["I50.9", "E11.9"], ["J18.9"]]
     _check_prompts("mimic_iv_billing", result.instances)
+
+
+SHEET_ENT = {"id_column": "ref_id", "fields": {"context": "note", "question": "prompt"}, "label_column": "outcome"}
+
+
+def test_sheet_dates_read_as_the_cells_format_shows_them(tmp_path: Path) -> None:
+    # openpyxl reads a date-formatted cell as a datetime, never the serial number (45292); a date-only cell reached
+    # the prompt as "2024-01-01T00:00:00", a time the cell never had. A General cell holding 45292 stays a number,
+    # and a date-typed column refuses it rather than guess an epoch. Mac Excel's 1904 date system reads the same.
+    from openpyxl.utils.datetime import CALENDAR_MAC_1904
+
+    for epoch in (None, CALENDAR_MAC_1904):
+        workbook = Workbook()
+        if epoch is not None:
+            workbook.epoch = epoch
+        sheet = workbook.active
+        sheet.append(["ref_id", "note", "prompt", "outcome", "seen"])
+        cells = [(datetime(2024, 1, 1), "m/d/yy"), (datetime(2024, 1, 1), "[$-409]d-mmm-yy;@"),
+                 (datetime(2024, 1, 1, 12, 30, 45), "yyyy-mm-dd hh:mm:ss"), (45292, "General")]
+        for number, (value, number_format) in enumerate(cells, start=1):
+            sheet.append([number, value, "Refer?", "A", value])
+            for column in ("B", "E"):
+                sheet[f"{column}{number + 1}"].number_format = number_format
+        path = tmp_path / "dates.xlsx"
+        workbook.save(path)
+        options = {**SHEET_ENT, "meta": {"seen": "seen"}, "types": {"seen": "date"}}
+        spec = shipped_spec("ent_referral").model_copy(update={"loader_options": options})
+        with pytest.raises(ExtractError) as info:  # the General serial number is not a date
+            load_dataset(spec, path)
+        assert (str(info.value.place), info.value.column, info.value.expected) == (
+            "row 5 (the 4th data row)", "seen", "a date")
+        instances = load_dataset(spec.model_copy(update={"loader_options": {**SHEET_ENT, "meta": {"seen": "seen"}}}),
+                                 path).instances
+        assert [i.fields["context"] for i in instances] == ["2024-01-01", "2024-01-01", "2024-01-01T12:30:45",
+                                                             "45292"]
+        assert [i.meta["seen"] for i in instances] == ["2024-01-01", "2024-01-01", "2024-01-01T12:30:45", 45292]

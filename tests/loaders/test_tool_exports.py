@@ -139,7 +139,7 @@ def test_a_meds_label_error_names_its_own_file_and_row(tmp_path: Path) -> None:
                              "boolean_value": [True, True, False]}), part)
     with pytest.raises(ExtractError) as info:
         load_dataset(shipped_spec("ehrshot"), root)
-    assert (Path(info.value.file), info.value.row) == (part, 2)
+    assert (Path(info.value.file), str(info.value.place)) == (part, "record 3 (counting from 1)")
     assert "prediction_time" in info.value.expected
 
 
@@ -176,9 +176,35 @@ def test_a_sql_server_null_never_reaches_a_prompt_as_text(tmp_path: Path) -> Non
     spec = _ent(null_values=["NULL"], optional_fields={"history": "history"})
     with pytest.raises(ExtractError) as caught:
         load_dataset(spec, path)
-    assert "row 1" in str(caught.value) and "'note'" in str(caught.value) and "not one of null_values" in str(
-        caught.value)
+    assert "row 3 (the 2nd data row)" in str(caught.value) and "'note'" in str(caught.value)
+    assert "not one of null_values" in str(caught.value)
     path.write_text(path.read_text(encoding="utf-8").replace("2,NULL,", "2,Hoarse voice.,"), encoding="utf-8")
     first, second = load_dataset(spec, path).instances
     assert first.fields["history"] == "" and second.fields["history"] == "Prior tonsillectomy."
     assert load_dataset(_ent(optional_fields={"history": "history"}), path).instances[0].fields["history"] == "NULL"
+
+
+def test_meds_prediction_times_with_seconds_keep_them(tmp_path: Path) -> None:
+    # Times were cut to the minute: two predictions of one subject within a minute had one id (refused as
+    # "unique instance ids"), and a prediction at 12:30:45 read "12:30" above the events of 12:30:30 it includes.
+    root = _meds(tmp_path / "meds")
+    pq.write_table(pa.table({"subject_id": pa.array([1, 1, 1, 1], pa.int64()),
+                             "prediction_time": pa.array([datetime(2020, 6, 1, 12, 30, 45),
+                                                          datetime(2020, 6, 1, 12, 30, 15),
+                                                          datetime(2020, 6, 1, 12, 30, 45, 250000),
+                                                          datetime(2020, 6, 1, 12, 30, 45, 250001)],
+                                                         pa.timestamp("us")),
+                             "boolean_value": [True, False, True, False]}), root / "labels/new_acutemi/0.parquet")
+    pq.write_table(pa.table({"subject_id": pa.array([1], pa.int64()),
+                             "time": pa.array([datetime(2020, 6, 1, 12, 30, 30)], pa.timestamp("us")),
+                             "code": ["LOINC/2160-0"], "numeric_value": pa.array([1.4], pa.float32())}),
+                   root / "data/held_out/2.parquet")
+    instances = {i.id: i for i in load_dataset(shipped_spec("ehrshot"), root).instances}
+    assert set(instances) == {"new_acutemi:1:2020-06-01T12:30:45", "new_acutemi:1:2020-06-01T12:30:15",
+                              "new_acutemi:1:2020-06-01T12:30:45.250", "new_acutemi:1:2020-06-01T12:30:45.250001",
+                              "new_acutemi:2:2019-12-31T00:00"}
+    later, earlier = instances["new_acutemi:1:2020-06-01T12:30:45"], instances["new_acutemi:1:2020-06-01T12:30:15"]
+    assert later.meta["prediction_time"] == "2020-06-01 12:30:45"
+    assert later.fields["timeline"].splitlines()[0] == "Prediction time: 2020-06-01 12:30:45"
+    assert later.fields["timeline"].splitlines()[-1] == "2020-06-01 12:30:30 | LOINC/2160-0 = 1.4"
+    assert "LOINC/2160-0" not in earlier.fields["timeline"]

@@ -69,7 +69,7 @@ def test_pubmedqa_missing_key_does_not_name_the_pmid(tmp_path: Path) -> None:
     with pytest.raises(ExtractError) as caught:
         load_dataset(shipped_spec("pubmedqa"), data)
     _assert_clean(str(caught.value))
-    assert caught.value.column == "final_decision" and caught.value.row == 0
+    assert caught.value.column == "final_decision" and str(caught.value.place) == "entry 1 (counting from 1)"
 
 
 def test_headqa_bad_exam_does_not_name_its_key(tmp_path: Path) -> None:
@@ -78,7 +78,7 @@ def test_headqa_bad_exam_does_not_name_its_key(tmp_path: Path) -> None:
     with pytest.raises(ExtractError) as caught:
         load_dataset(shipped_spec("head_qa"), data)
     _assert_clean(str(caught.value))
-    assert "exam number 0" in str(caught.value)
+    assert "exam 1 (counting from 1), column 'data'" in str(caught.value)
 
 
 def test_n2c2_unknown_tag_is_not_named(tmp_path: Path) -> None:
@@ -91,7 +91,7 @@ def test_n2c2_unknown_tag_is_not_named(tmp_path: Path) -> None:
     with pytest.raises(ExtractError) as caught:
         load_dataset(shipped_spec("n2c2_ct"), folder)
     assert tag not in str(caught.value)
-    assert caught.value.row == 0
+    assert str(caught.value.place) == "criterion tag 1 (counting from 1)"
 
 
 def test_omop_cohort_columns_are_not_listed(tmp_path: Path) -> None:

@@ -29,7 +29,8 @@ table = pa.Table.from_pylist([{"mrn": "synthetic-1", "age": 41}, {"mrn": "synthe
 assert pa.array(range(3)).to_pylist() == [0, 1, 2]
 pq.write_table(table, sys.argv[2])
 assert pq.read_table(sys.argv[2]).to_pylist() == table.to_pylist()
-assert read_table_file(Path(sys.argv[2])) == (["mrn", "age"], table.to_pylist())
+read = read_table_file(Path(sys.argv[2]))
+assert (read.header, read.rows) == (["mrn", "age"], table.to_pylist())
 print("ok")
 """
 
