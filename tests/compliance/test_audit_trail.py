@@ -261,7 +261,8 @@ def test_a_report_lists_every_refused_export_action_with_its_reason_and_actor(ev
     """A request signed by a key the policy does not list (`not_a_requester`), an approval by an outsider's key, one
     with a garbled signature and a denial of a decided request were each refused and written to the trail, but
     `audit report` (text, --json, the console's printable report) listed none of them: the compliance officer saw
-    only the exports that went through."""
+    only the exports that went through. A refused release (of a request nobody approved, to a folder that already
+    holds it) was not even written to the trail."""
     from medhelm_local.audit.report import compliance_report
     from medhelm_local.export import sshsig
 
@@ -275,15 +276,20 @@ def test_a_report_lists_every_refused_export_action_with_its_reason_and_actor(ev
     garbled = tmp_path / "approval.sig"
     garbled.write_text("-----BEGIN SSH SIGNATURE-----\nAAAA\n-----END SSH SIGNATURE-----\n", encoding="ascii")
     assert cli("export", "approve", request_id, "--signature", str(garbled)).code == 2
+    assert cli("export", "release", request_id, "--out", str(tmp_path / "early")).code == 2
     assert cli("export", "approve", request_id, *approve_args(cli.home)).code == 0
     assert cli("export", "deny", request_id).code == 2
+    (tmp_path / "outbox" / request_id).mkdir(parents=True)
+    assert cli("export", "release", request_id, "--out", str(tmp_path / "outbox")).code == 2
 
     summary = json.loads(cli("audit", "report", "--json").stdout)
     refused = [(r["action"], r["reason"], r["request_id"]) for r in summary["export_refusals"]]
     assert refused == [("export.request", "not_a_requester", None),
                        ("export.approve", "not_an_approver", request_id),
                        ("export.approve", "bad_signature", request_id),
-                       ("export.deny", "already_decided", request_id)]
+                       ("export.release", "not_approved", request_id),
+                       ("export.deny", "already_decided", request_id),
+                       ("export.release", "destination_exists", request_id)]
     first = summary["export_refusals"][0]
     assert first["actor"].endswith("mallory") and first["runs"] == [evaluated.run_id]
     assert first["key"] == sshsig.fingerprint(sshsig.load_private_key(people["mallory"].private).public_key())
@@ -291,10 +297,10 @@ def test_a_report_lists_every_refused_export_action_with_its_reason_and_actor(ev
     text = cli("audit", "report").stdout
     exports = text.split("\nExports:\n", 1)[1].split("\n\n", 1)[0]
     assert "export.request refused (not_a_requester)" in exports and "mallory" in exports
-    for reason in ("not_an_approver", "bad_signature", "already_decided"):
+    for reason in ("not_an_approver", "bad_signature", "not_approved", "already_decided", "destination_exists"):
         assert f"refused ({reason})" in exports
     printable = compliance_report(AuditTrail(cli.home / "audit" / "audit.jsonl").records(), since=None,
                                   appliance="a")
     table = next(t for t in printable.tables if t.id == "report-export-refusals")
     assert [row[3] for row in table.rows] == ["not_a_requester", "not_an_approver", "bad_signature",
-                                              "already_decided"]
+                                              "not_approved", "already_decided", "destination_exists"]
