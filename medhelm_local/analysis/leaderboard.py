@@ -7,7 +7,8 @@ HELM's rule (``WinRule.HELM``) counts a tie as half a win and, as HELM's mean wi
 per-benchmark win fractions. The paper's win-rate is the mean over all (benchmark, rival) pairings (the two agree
 when every benchmark has the same rivals); the win SD is the SD over benchmarks of the model's per-benchmark win
 fraction. Macro-average and its
-SD are over the model's benchmarks with equal weight. SDs are population SDs (ddof 0). Two scores within
+SD are over the model's benchmarks with equal weight. SDs are population SDs (ddof 0), and undefined (None, never
+0.0) over fewer than two values: one benchmark says nothing about how a model's scores spread. Two scores within
 :data:`TIE_TOLERANCE` of each other tie: equal means summed in another order (jury ratings, thirds and ninths)
 differ by a rounding error of about 1e-16, which must not decide a win.
 """
@@ -29,10 +30,16 @@ from medhelm_local.analysis.stats import (
     mde,
     paired_bootstrap_diff,
     percentile_interval,
+    spread,
 )
 from medhelm_local.benchmarks.registry import SpecRegistry
 from medhelm_local.errors import NotFoundError
 from medhelm_local.records import BenchmarkScore
+
+# What a table shows for an SD over fewer than two values, and why (the CLI and the console say it the same way).
+SD_UNDEFINED = "n/a"
+SD_UNDEFINED_NOTE = ("SD n/a: undefined, an SD needs two values: the SD over a model's benchmarks with one scored "
+                     "benchmark, the win SD with one benchmark that has a rival, an MDE's SD with one model pair")
 
 TIE_TOLERANCE = 1e-12  # far below any real difference of two scores (k/n, n up to 10^5), far above float noise
 
@@ -69,11 +76,11 @@ class PairwiseDifference(BaseModel):
 
 
 class BenchmarkMDE(BaseModel):
-    """Appendix E: mean pairwise MDE and its SD over the model pairs (alpha 0.05, power 0.8)."""
+    """Appendix E: mean pairwise MDE and its SD over the model pairs (alpha 0.05, power 0.8; no SD of one pair)."""
 
     benchmark: str
     mde: float
-    sd: float
+    sd: float | None
     pairs: int
 
 
@@ -82,8 +89,8 @@ class ModelRow(BaseModel):
     win_rate: float | None
     macro_avg: float | None
     benchmarks: dict[str, BenchmarkScore]
-    win_sd: float | None = None
-    sd: float | None = None  # SD of the benchmark scores around the macro-average
+    win_sd: float | None = None  # None with fewer than two benchmarks that have a rival: undefined
+    sd: float | None = None  # SD of the benchmark scores around the macro-average; None with fewer than two
     categories: dict[str, float] = Field(default_factory=dict)  # category -> mean score of its benchmarks
     ci: dict[str, Interval | None] = Field(default_factory=dict)  # benchmark -> bootstrap 95% CI
     # benchmark -> parse/strict rates, and the share of prompts truncated to fit the model (truncated_share)
@@ -136,9 +143,9 @@ def win_rate(scores: dict[str, dict[str, float]], model: str, rule: WinRule = Wi
 
 
 def win_sd(scores: dict[str, dict[str, float]], model: str, rule: WinRule = WinRule.PAPER) -> float | None:
-    """SD over benchmarks of the model's per-benchmark win fraction (how consistently it wins)."""
-    fractions = [wins / rivals for wins, rivals in _win_fractions(scores, model, rule)]
-    return float(np.std(fractions)) if fractions else None
+    """SD over benchmarks of the model's per-benchmark win fraction (how consistently it wins); None over fewer
+    than two benchmarks."""
+    return spread([wins / rivals for wins, rivals in _win_fractions(scores, model, rule)])
 
 
 def known_categories(specs: SpecRegistry) -> list[str]:
@@ -198,7 +205,7 @@ def build_leaderboard(results: list[BenchmarkScore], *, specs: SpecRegistry,
             win_rate=win_rate(numeric, model, rule) if compared else None,
             win_sd=win_sd(numeric, model, rule) if compared else None,
             macro_avg=float(np.mean(values)) if values else None,
-            sd=float(np.std(values)) if values else None,
+            sd=spread(values),
             categories={c: float(np.mean(v)) for c, v in sorted(by_category.items())},
             benchmarks=benchmarks, ci=ci, format_rates=format_rates, judge_failures=judge_failures,
             cost=(costs or {}).get(model), win_rule=rule,

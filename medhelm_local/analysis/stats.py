@@ -76,6 +76,11 @@ def percentile_interval(samples: np.ndarray) -> tuple[float, float]:
 
 
 
+def spread(values: list[float]) -> float | None:
+    """Population SD (ddof 0) of ``values``; None for fewer than two: an SD of one value is undefined, not 0."""
+    return float(np.std(values)) if len(values) >= 2 else None
+
+
 def bootstrap_ci(values: np.ndarray, counts: np.ndarray | None = None, aggregation: Aggregation = Aggregation.MEAN,
                  *, resamples: int = DEFAULT_RESAMPLES, seed: int = 0) -> tuple[float, float] | None:
     """Percentile bootstrap CI over instances; None for fewer than two instances."""
@@ -120,12 +125,13 @@ def pair_mde(differences: np.ndarray, *, alpha: float = 0.05, power: float = 0.8
 
 
 def mde(pair_differences: list[np.ndarray], *, alpha: float = 0.05, power: float = 0.8
-        ) -> tuple[float, float, int] | None:
-    """Appendix E: the mean over model pairs of the pair MDE, its SD over pairs (ddof 0) and the number of pairs."""
+        ) -> tuple[float, float | None, int] | None:
+    """Appendix E: the mean over model pairs of the pair MDE, its SD over pairs (ddof 0; None for one pair) and the
+    number of pairs."""
     values = [v for v in (pair_mde(d, alpha=alpha, power=power) for d in pair_differences) if v is not None]
     if not values:
         return None
-    return float(np.mean(values)), float(np.std(values)), len(values)
+    return float(np.mean(values)), spread(values), len(values)
 
 
 def zscore(values: np.ndarray) -> np.ndarray | None:

@@ -123,10 +123,15 @@ def release_export(app_ctx: AppContext, req: ExportRequest, out: Path) -> Path:
 
     problems = problems_of(bundle)
     if problems:
-        raise ExportRefused(f"bundle {req.request_id} does not verify ({'; '.join(problems)}); not released")
+        raise _refuse_release(app_ctx, req.request_id, out, ExportRefused(
+            f"bundle {req.request_id} does not verify ({'; '.join(problems)}); not released",
+            reason="bundle_does_not_verify"))
     audit_event(home, app_ctx.actor, "export.release", outcome="started", role="compliance",
                 request_id=req.request_id, manifest_sha256=approved, destination=str(out.resolve()))
-    target = release(bundle, out, req.request_id, check_copy=problems_of)  # the copy is what is checked last
+    try:
+        target = release(bundle, out, req.request_id, check_copy=problems_of)  # the copy is what is checked last
+    except ExportRefused as exc:
+        raise _refuse_release(app_ctx, req.request_id, out, exc) from None
     audit_event(home, app_ctx.actor, "export.release", outcome="success", role="compliance",
                 request_id=req.request_id, manifest_sha256=approved, destination=str(target.resolve()))
     req.released_to.append(str(target.resolve()))
@@ -138,9 +143,17 @@ def release_approved(app_ctx: AppContext, request_id: str, out: Path) -> Path:
     """Release ``request_id`` only if it was approved (an approver's signature is what lets a bundle leave)."""
     req = load_request(app_ctx.home.exports_dir, request_id)
     if req.status != "approved":
-        raise ExportRefused(f"export request {request_id} is {req.status}; only a bundle an approver signed leaves "
-                            "the home (--signature FILE)")
+        raise _refuse_release(app_ctx, request_id, out, ExportRefused(
+            f"export request {request_id} is {req.status}; only a bundle an approver signed leaves the home "
+            "(--signature FILE)", reason="not_approved"))
     return release_export(app_ctx, req, out)
+
+
+def _refuse_release(app_ctx: AppContext, request_id: str, out: Path, refused: ExportRefused) -> ExportRefused:
+    """Audit a refused release (an attempt to take a bundle out of the home is recorded, whatever stopped it)."""
+    audit_event(app_ctx.home, app_ctx.actor, "export.release", outcome="refused", role="compliance",
+                request_id=request_id, reason=refused.reason, destination=str(out.resolve()))
+    return refused
 
 
 def deny_export(app_ctx: AppContext, request_id: str) -> ExportRequest:

@@ -9,7 +9,7 @@ home, so a trail is only as trustworthy as the key it is checked against. The ke
   ConfigMap mount.
 
 In the Helm chart both come from a ConfigMap or Secret the appliance's service account cannot write. ``audit
-verify`` checks against the pinned key (or ``--pubkey FILE``), ``doctor`` checks that the private key matches
+verify`` checks against the pinned key (or ``--public-key FILE``), ``doctor`` checks that the private key matches
 it, and ``audit checkpoint --export`` signs a head that a verifier keeps and compares later.
 
 The fingerprint's digest is the checkpoints' ``key_id`` (hex): a fingerprint alone is enough to tell whether a
@@ -132,7 +132,7 @@ def pinned_anchor(environ: dict[str, str] | None = None) -> Anchor | None:
     return from_file
 
 
-def option_anchor(path: Path, option: str = "--pubkey") -> Anchor:
+def option_anchor(path: Path, option: str = "--public-key") -> Anchor:
     """A key named on the command line by the verifier (it outranks the environment)."""
     key = load_public_key_file(path, source=f"{option}: {path}")
     return Anchor(fingerprint=fingerprint(key), source=f"{option} {path}", public_key=key)

@@ -17,6 +17,8 @@ from pydantic import BaseModel
 from medhelm_local.audit.trail import CHECKPOINT_ACTION
 from medhelm_local.errors import BadInputError
 
+EXPORT_ACTIONS = ("export.request", "export.approve", "export.deny", "export.release")
+
 
 def parse_time(value: str, option: str) -> datetime:
     """An ISO date or date-time; naive values are taken as UTC."""
@@ -81,6 +83,19 @@ class ExportSummary(BaseModel):
     released_to: list[str] = []
 
 
+class ExportRefusal(BaseModel):
+    """An export action (request, approve, deny, release) the appliance refused, as its record says: who tried,
+    on what and why (the record's reason code)."""
+
+    time: str
+    actor: str
+    action: str
+    reason: str
+    request_id: str | None = None  # a refused request has no id yet
+    runs: list[str] = []
+    key: str | None = None  # the fingerprint of the key that signed the attempt, where one did
+
+
 class AuditSummary(BaseModel):
     since: str | None
     records: int
@@ -88,6 +103,7 @@ class AuditSummary(BaseModel):
     datasets: list[dict[str, Any]]
     runs: list[RunSummary]
     exports: list[ExportSummary]
+    export_refusals: list[ExportRefusal] = []
     key_events: list[dict[str, Any]]
     config_changes: list[dict[str, Any]]
     egress_denials: list[dict[str, Any]]
@@ -114,6 +130,18 @@ def _export_of(record: dict[str, Any]) -> ExportSummary:
                          requested_by=str(record.get("actor", "")), requester=objects.get("requester"),
                          runs=list(objects.get("runs") or []),
                          status=str(record.get("outcome")))
+
+
+def _refusal_of(record: dict[str, Any], requested: dict[str, Any] | None) -> ExportRefusal:
+    """The summary of a refused ``export.*`` record; ``requested``: the request record it refers to, if known (a
+    refused decision or release names only the request; its runs are the request's)."""
+    objects = record.get("objects") or {}
+    request_id = objects.get("request_id")
+    runs = objects.get("runs", (requested or {}).get("objects", {}).get("runs")) or []
+    return ExportRefusal(time=str(record.get("ts", "")), actor=str(record.get("actor", "")),
+                         action=str(record.get("action")), reason=str(objects.get("reason") or "not recorded"),
+                         request_id=None if request_id is None else str(request_id), runs=list(runs),
+                         key=objects.get("approver_key") or objects.get("requester_key"))
 
 
 def _run_of(record: dict[str, Any]) -> RunSummary:
@@ -153,6 +181,8 @@ def summarize(records: list[dict[str, Any]], since: datetime | None) -> AuditSum
     datasets: list[dict[str, Any]] = []
     runs: dict[str, RunSummary] = {}
     exports: dict[str, ExportSummary] = {}
+    requests: dict[str, dict[str, Any]] = dict(requested_before)  # the request records, by id, for refusals
+    refusals: list[ExportRefusal] = []
     keys: list[dict[str, Any]] = []
     config: list[dict[str, Any]] = []
     egress: list[dict[str, Any]] = []
@@ -191,9 +221,12 @@ def summarize(records: list[dict[str, Any]], since: datetime | None) -> AuditSum
             if finished is not None:
                 finished.outcome, finished.finished = str(record.get("outcome")), ts
                 finished.scored, finished.failed = _count(objects.get("scored")), _count(objects.get("failed"))
+        elif action in EXPORT_ACTIONS and record.get("outcome") == "refused":
+            refusals.append(_refusal_of(record, requests.get(str(objects.get("request_id")))))
         elif action == "export.request" and record.get("outcome") in ("ready", "blocked"):
             request = _export_of(record)
             exports[request.request_id] = request
+            requests[request.request_id] = record
         elif action in ("export.approve", "export.deny") and record.get("outcome") in ("approved", "denied"):
             decided = export(str(objects.get("request_id")))
             if decided is not None:
@@ -225,14 +258,21 @@ def summarize(records: list[dict[str, Any]], since: datetime | None) -> AuditSum
         actors[actor] = actors.get(actor, 0) + 1
     return AuditSummary(
         since=since.isoformat() if since else None, records=len(records), actors=actors, datasets=datasets,
-        runs=list(runs.values()), exports=list(exports.values()), key_events=keys, config_changes=config,
-        egress_denials=egress, verifications=verifications, unreadable=unreadable,
+        runs=list(runs.values()), exports=list(exports.values()), export_refusals=refusals, key_events=keys,
+        config_changes=config, egress_denials=egress, verifications=verifications, unreadable=unreadable,
     )
 
 
 def _requested_by(export: ExportSummary) -> str:
     """Who requested: the acting identity and, as for the approver, the policy's name for the key that signed."""
     return export.requested_by + (f" (requester {export.requester})" if export.requester else "")
+
+
+def _refused_on(refusal: ExportRefusal) -> str:
+    """What a refused export action was about: the request, its runs, the key that signed the attempt."""
+    return ((f", request {refusal.request_id}" if refusal.request_id else "")
+            + (f", runs {', '.join(refusal.runs)}" if refusal.runs else "")
+            + (f", key {refusal.key}" if refusal.key else ""))
 
 
 def render_text(summary: AuditSummary) -> str:
@@ -267,7 +307,9 @@ def render_text(summary: AuditSummary) -> str:
             line += f" at {export.decided}"
         out.append(line)
         out += [f"      released to {dest}" for dest in export.released_to]
-    if not summary.exports:
+    out += [f"  {r.time}  {r.action} refused ({r.reason}), by {r.actor}" + _refused_on(r)
+            for r in summary.export_refusals]
+    if not summary.exports and not summary.export_refusals:
         out.append("  (none)")
     for title, items in (("Key events", summary.key_events), ("Configuration changes", summary.config_changes),
                          ("Egress denials", summary.egress_denials), ("Audit verifications", summary.verifications)):
@@ -334,6 +376,10 @@ def report_tables(summary: AuditSummary) -> list[ReportTable]:
                     rows=runs),
         ReportTable(id="report-exports", title="Exports", columns=["Requested", "Request", "By", "Runs", "Status",
                                                                     "Decided by", "Released to"], rows=exports),
+        ReportTable(id="report-export-refusals", title="Refused export actions",
+                    columns=["Time", "Actor", "Action", "Reason", "Request", "Runs", "Key"],
+                    rows=[[r.time, r.actor, r.action, r.reason, r.request_id or "-", ", ".join(r.runs) or "-",
+                           r.key or "-"] for r in summary.export_refusals]),
     ]
     for table_id, title, items in (("report-keys", "Key events", summary.key_events),
                                    ("report-config", "Configuration changes", summary.config_changes),

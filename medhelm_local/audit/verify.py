@@ -86,7 +86,7 @@ class VerifyReport(BaseModel):
     last_checkpoint: dict[str, Any] | None
     external_checkpoint: dict[str, Any] | None
     fingerprint: str = ""
-    anchored: bool = False  # checked against a key pinned outside the home (or named with --pubkey)
+    anchored: bool = False  # checked against a key pinned outside the home (or named with --public-key)
     anchor_source: str | None = None
     state_count: int | None = None  # the record count audit.jsonl.state recorded, when it was read
 

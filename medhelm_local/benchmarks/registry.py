@@ -209,8 +209,9 @@ def load_custom_spec(path: Path, *, check_clash: bool = True, check_fields: bool
     """Read and validate a user's benchmark YAML; every problem is a :class:`BadInputError` naming the field.
 
     Its metrics are checked against the scorer registry (``metrics:``, or the older single ``metric:``); with
-    ``check_fields`` (default: when registering, ``check_clash``) also the instance fields its scorers need against
-    its loader options (``scoring/checks.py``; a stored spec is checked again when a run is planned)."""
+    ``check_fields`` (default: when registering, ``check_clash``) also that each metric suits the task and the
+    instance fields its scorers need against its loader options (``scoring/checks.py``). A stored spec is checked
+    so again when a run is planned: one stored by an earlier version is still listed, and its results read."""
     from medhelm_local.loaders.base import available_loaders
     from medhelm_local.scoring.checks import check_spec
     from medhelm_local.scoring.registry import MetricNotAvailable, known_metrics
@@ -241,7 +242,8 @@ def load_custom_spec(path: Path, *, check_clash: bool = True, check_fields: bool
     if spec.input_format not in available_loaders():
         raise BadInputError(f"{path}: field input_format must be one of {', '.join(available_loaders())}")
     try:
-        check_spec(spec, fields=check_clash if check_fields is None else check_fields)
+        check = check_clash if check_fields is None else check_fields
+        check_spec(spec, fields=check, task=check)
     except MetricNotAvailable:
         unknown = [name for name in spec.metric_names if name not in known_metrics()]
         raise BadInputError(f"{path}: field {metric_field} must be one of {', '.join(known_metrics())} (not "

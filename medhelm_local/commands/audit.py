@@ -23,7 +23,7 @@ from medhelm_local.audit.verify import ExportedCheckpoint, verify_file
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import app_context
 from medhelm_local.errors import BadInputError
-from medhelm_local.home.keys import PUBLIC_KEY_FILE, load_public_key, load_signing_key
+from medhelm_local.home.keys import PUBLIC_KEY_FILE, VERIFIER_KEY_NAME, load_public_key, load_signing_key
 from medhelm_local.home.layout import atomic_write
 
 NAME = "audit"
@@ -58,14 +58,15 @@ def show(
 @app.command("verify")
 def verify(
     ctx: typer.Context,
-    public_key: Path | None = typer.Option(None, "--pubkey", "--public-key",
-                                           help="The appliance's Ed25519 public key you trust (PEM or OpenSSH) "
+    public_key: Path | None = typer.Option(None, "--public-key", "--pubkey",
+                                           help="The appliance's Ed25519 public key you trust (PEM or OpenSSH; "
+                                           f"`keys export-public --out {VERIFIER_KEY_NAME}` wrote it) "
                                            f"[default: ${PUBKEY_FILE_ENV}, else the home's key checked against "
                                            f"${FINGERPRINT_ENV}]."),
     checkpoint: Path | None = typer.Option(None, "--checkpoint", help="A checkpoint exported earlier with "
                                            "`audit checkpoint --export`: detects a truncated or rewritten tail."),
     trail: Path | None = typer.Option(None, "--trail", help="Verify this copy of an audit trail instead of the "
-                                      "home's (needs --pubkey or a pinned key file; nothing is written)."),
+                                      "home's (needs --public-key or a pinned key file; nothing is written)."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Recompute the hash chain and Merkle roots, check every signature against the pinned key, and the record
@@ -77,7 +78,7 @@ def verify(
         path = app_ctx.home.audit_path
     else:
         if anchor is None or anchor.public_key is None:
-            raise BadInputError("--trail needs --pubkey (the key you trust, not one shipped with the copy) or "
+            raise BadInputError("--trail needs --public-key (the key you trust, not one shipped with the copy) or "
                                 f"{PUBKEY_FILE_ENV}")
         path = trail
     if anchor is not None and anchor.public_key is not None:
@@ -115,7 +116,7 @@ def verify(
         else:
             info(f"warning: UNANCHORED: checked with the home's own public key, which anyone who can rewrite the "
                  f"trail can replace. Pin the key outside the home ({FINGERPRINT_ENV}={report.fingerprint}, as "
-                 "`init` printed it) or name it with --pubkey")
+                 "`init` printed it) or name it with --public-key")
         if trail is None and not recorded:
             info("note: this verification could not be recorded in the trail (read-only copy, missing private "
                  "key, or a damaged trail)")

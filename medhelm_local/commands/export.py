@@ -37,7 +37,7 @@ from medhelm_local.export.bundle import (
     verify_bundle,
 )
 from medhelm_local.export.policy import load_policy, load_policy_file
-from medhelm_local.home.keys import PUBLIC_KEY_FILE, load_public_key
+from medhelm_local.home.keys import PUBLIC_KEY_FILE, VERIFIER_KEY_NAME, load_public_key
 
 NAME = "export"
 HELP = "Request, approve and verify aggregate-only export bundles (compliance)."
@@ -210,9 +210,10 @@ def verify(
     bundle: str = typer.Argument(..., metavar="BUNDLE", help="A bundle directory, or a request id in this home."),
     policy: Path | None = typer.Option(None, "--policy", help="The export policy whose keys are trusted "
                                        "[default: $MEDHELM_EXPORT_POLICY]."),
-    public_key: Path | None = typer.Option(None, "--public-key", help="The appliance's Ed25519 public key (PEM), "
-                                           "to check its signature and audit checkpoint too [default: the home's, "
-                                           "if there is one]."),
+    public_key: Path | None = typer.Option(None, "--public-key", "--pubkey", help="The appliance's Ed25519 public "
+                                           f"key (PEM; `keys export-public --out {VERIFIER_KEY_NAME}` wrote it), to "
+                                           "check its signature and audit checkpoint too [default: the home's, if "
+                                           "there is one]."),
     pending: bool = typer.Option(False, "--pending", help="Not approved yet: check the files and the requester's "
                                  "signature, and print the digest an approver signs."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),

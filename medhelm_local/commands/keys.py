@@ -18,7 +18,7 @@ from medhelm_local.audit.trail import key_id
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import app_context
 from medhelm_local.errors import BadInputError
-from medhelm_local.home.keys import PUBLIC_KEY_FILE, load_data_key, load_public_key
+from medhelm_local.home.keys import PUBLIC_KEY_FILE, VERIFIER_KEY_NAME, load_data_key, load_public_key
 from medhelm_local.store.connection import StoreError
 from medhelm_local.store.rekey import check_new_data_key, data_key_id
 
@@ -43,9 +43,11 @@ def show(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help=
 @app.command("export-public")
 def export_public(
     ctx: typer.Context,
-    out: Path = typer.Option(..., "--out", help="Where to write the Ed25519 public key (PEM) for verifiers."),
+    out: Path = typer.Option(..., "--out", help="Where to write the Ed25519 public key (PEM) for verifiers; the "
+                             f"documents call it {VERIFIER_KEY_NAME}."),
 ) -> None:
-    """Write the signing public key, for `audit verify --public-key` and `export verify` elsewhere."""
+    """Write the signing public key, for `audit verify --public-key FILE` and `export verify --public-key FILE`
+    elsewhere."""
     public_id = export_public_key(app_context(ctx), out)
     info(f"public key {public_id[:16]} written to {out}")
 

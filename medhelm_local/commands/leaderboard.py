@@ -9,6 +9,8 @@ import typer
 from medhelm_local.analysis.board import build_board, read_board
 from medhelm_local.analysis.comparability import comparability_lines
 from medhelm_local.analysis.leaderboard import (
+    SD_UNDEFINED,
+    SD_UNDEFINED_NOTE,
     BenchmarkMDE,
     ModelRow,
     PairwiseDifference,
@@ -97,6 +99,12 @@ def _cell(row: ModelRow, benchmark: str) -> str:
     return f"{score.score:.3f}{ci} ({counts}){empty}{cut}{unlike}"
 
 
+def _sd(sd: float | None, of: float | None) -> float | str | None:
+    """An SD as the table shows it: undefined (n/a) where the value it spreads around exists but rests on fewer than
+    two values; a dash where there is nothing at all."""
+    return SD_UNDEFINED if sd is None and of is not None else sd
+
+
 def print_leaderboard(rows: list[ModelRow], *, mdes: dict[str, BenchmarkMDE] | None = None,
                       pairwise: list[PairwiseDifference] | None = None, prompt_style: str = DEFAULT_STYLE,
                       win_rule: WinRule = WinRule.PAPER) -> None:
@@ -106,11 +114,12 @@ def print_leaderboard(rows: list[ModelRow], *, mdes: dict[str, BenchmarkMDE] | N
     style = rows[0].prompt_style if rows else prompt_style
     emit_table(f"leaderboard (prompt style: {style}; win rule: {rule})",
                ["model", "win rate", "win sd", "macro avg", "sd", "cost", "pareto", *categories, *benchmarks],
-               [[r.model, r.win_rate, r.win_sd, r.macro_avg, r.sd, money(r.cost, unknown="unavailable"), r.pareto,
-                 *[r.categories.get(c) for c in categories], *[_cell(r, b) for b in benchmarks]] for r in rows])
+               [[r.model, r.win_rate, _sd(r.win_sd, r.win_rate), r.macro_avg, _sd(r.sd, r.macro_avg),
+                 money(r.cost, unknown="unavailable"), r.pareto, *[r.categories.get(c) for c in categories],
+                 *[_cell(r, b) for b in benchmarks]] for r in rows])
     if mdes:
         emit_table("minimum detectable effect (alpha 0.05, power 0.8)", ["benchmark", "mde", "sd", "pairs"],
-                   [[m.benchmark, m.mde, m.sd, m.pairs] for m in mdes.values()])
+                   [[m.benchmark, m.mde, _sd(m.sd, m.mde), m.pairs] for m in mdes.values()])
     if pairwise:
         emit_table("paired differences (model - rival, bootstrap 95% CI)",
                    ["model", "rival", "benchmark", "difference", "ci low", "ci high", "n"],
@@ -120,6 +129,10 @@ def print_leaderboard(rows: list[ModelRow], *, mdes: dict[str, BenchmarkMDE] | N
         if r.unscored:
             info(f"{r.model}: no scored instance on {', '.join(r.unscored)} (every request or judgement failed); "
                  "its win rate, macro average and Pareto place leave them out: read them as incomplete")
+    if any(_sd(sd, of) == SD_UNDEFINED for sd, of in [*((r.sd, r.macro_avg) for r in rows),
+                                                       *((r.win_sd, r.win_rate) for r in rows),
+                                                       *((m.sd, m.mde) for m in (mdes or {}).values())]):
+        info(SD_UNDEFINED_NOTE)
     for line in comparability_lines(rows):
         info(line)
     if rows and all(r.cost is None for r in rows):

@@ -109,9 +109,14 @@ class BundleVerification(BaseModel):
 
 
 class ExportRefused(MedhelmError):
-    """A decision or release that the request's state or the policy does not allow."""
+    """A decision or release that the request's state or the policy does not allow. ``reason``: the short code the
+    audit record of the refusal carries."""
 
     exit_code = 2
+
+    def __init__(self, message: str, reason: str = "refused") -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 def now_utc() -> str:
@@ -621,13 +626,15 @@ def release(bundle: Path, destination: Path, request_id: str,
     copy: what leaves is what was checked)."""
     target = destination / request_id
     if target.exists():
-        raise ExportRefused(f"--out: {target} already exists; choose another directory")
+        raise ExportRefused(f"--out: {target} already exists; choose another directory",
+                            reason="destination_exists")
     if destination.exists() and not destination.is_dir():
-        raise ExportRefused(f"--out: {destination} is not a directory")
+        raise ExportRefused(f"--out: {destination} is not a directory", reason="destination_not_a_directory")
     try:
         destination.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # a file on the way to it, no permission
-        raise ExportRefused(f"--out: cannot create the directory {destination} ({exc.strerror})") from None
+        raise ExportRefused(f"--out: cannot create the directory {destination} ({exc.strerror})",
+                            reason="destination_not_writable") from None
     tmp = destination / f".{request_id}.partial-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(bundle, tmp)
@@ -640,6 +647,7 @@ def release(bundle: Path, destination: Path, request_id: str,
     problems = check_copy(tmp) if check_copy is not None else []
     if problems:
         shutil.rmtree(tmp, ignore_errors=True)
-        raise ExportRefused(f"bundle {request_id} changed while it was copied ({'; '.join(problems)}); not released")
+        raise ExportRefused(f"bundle {request_id} changed while it was copied ({'; '.join(problems)}); not released",
+                            reason="changed_while_copied")
     os.replace(tmp, target)
     return target

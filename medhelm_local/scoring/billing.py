@@ -22,7 +22,7 @@ import re
 from functools import cache
 from pathlib import Path
 
-from medhelm_local.benchmarks.spec import BenchmarkSpec
+from medhelm_local.benchmarks.spec import BenchmarkSpec, OutputType
 from medhelm_local.errors import MedhelmError
 from medhelm_local.records import Instance
 from medhelm_local.scoring.details import ScoreDetails
@@ -87,7 +87,8 @@ def extract_codes(output: str, gold: set[str] | None = None) -> set[str]:
     return {code for code in candidate_codes(output) if (gold is not None and code in gold) or is_code(code)}
 
 
-@instance_scorer("billing_micro_f1", Aggregation.MICRO_F1, needs=Needs(fields=((REFERENCES,),)))
+@instance_scorer("billing_micro_f1", Aggregation.MICRO_F1,
+                 needs=Needs(answers=(OutputType.CODE_LIST,), fields=((REFERENCES,),)))
 def billing_micro_f1(spec: BenchmarkSpec, instance: Instance, output: str) -> tuple[float, ScoreDetails]:
     gold = {normalise_code(code) for code in instance.references if code.strip()}
     if not gold:

@@ -1,6 +1,7 @@
-"""Checking a spec against its scorers, before any inference: every metric known, each scorer's own conditions
-(the jury: a judge rubric, and judges configured), and the instance fields the scorers need given by the loader
-options.
+"""Checking a spec against its scorers, before any inference: every metric known, each metric suited to the
+task (the kind of answer it reads, the spec fields it reads: :class:`~medhelm_local.scoring.scorer.Needs`), each
+scorer's own conditions (the jury: a judge rubric, and judges configured), and the instance fields the scorers need
+given by the loader options.
 
 Runs when a custom spec is registered (``benchmarks add``) and when a run is planned, so that a mismatch is a
 clear error (exit 2) up front, not a failure of scoring after all the inference.
@@ -17,14 +18,50 @@ from collections.abc import Iterable
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import BadInputError
 from medhelm_local.home.config import ApplianceConfig
-from medhelm_local.scoring.registry import spec_scorers
-from medhelm_local.scoring.scorer import LABEL, REFERENCES, meta_field
+from medhelm_local.scoring.registry import known_metrics, scorer_for, spec_scorers
+from medhelm_local.scoring.scorer import LABEL, REFERENCES, Scorer, meta_field
 
 TABLE_LOADERS = ("table", "private_table")
 
 
 class ScorerInputMismatch(BadInputError):
     """A spec's loader options do not give an instance field one of its metrics needs."""
+
+
+class MetricUnsuited(BadInputError):
+    """A spec's metric cannot score its task: not the kind of answer it reads, or a spec field it reads not given."""
+
+
+# What a spec field a metric reads gives it, for the message when it is not given.
+SPEC_FIELD_PURPOSE = {"labels": "the answer labels (labels: the choices, e.g. [\"A\", \"B\"]) to read the model's "
+                                "choice by"}
+
+
+def suited_metrics(spec: BenchmarkSpec) -> list[str]:
+    """The metrics whose scorers read answers of the spec's output type."""
+    suited = []
+    for name in known_metrics():
+        scorer = scorer_for(name)
+        answers = scorer.needs(spec).answers if scorer is not None else ()
+        if not answers or spec.output_type in answers:
+            suited.append(name)
+    return suited
+
+
+def check_suited(spec: BenchmarkSpec, scorer: Scorer, metric: str) -> None:
+    """Raise :class:`MetricUnsuited` where ``metric`` (of ``scorer``) cannot score ``spec``'s task."""
+    needs = scorer.needs(spec)
+    kind = spec.output_type.value
+    if needs.answers and spec.output_type not in needs.answers:
+        raise MetricUnsuited(
+            f"benchmark {spec.id}: field output_type: metric {metric} scores "
+            f"{' or '.join(a.value for a in needs.answers)} answers, but this task's answers are {kind}; choose a "
+            f"metric for {kind} answers ({', '.join(suited_metrics(spec))}) or correct output_type")
+    for name in needs.spec_fields:
+        if not getattr(spec, name):
+            raise MetricUnsuited(
+                f"benchmark {spec.id}: field {name}: metric {metric} on {kind} answers needs "
+                f"{SPEC_FIELD_PURPOSE.get(name, 'it')}, but the spec gives none")
 
 
 def provided_fields(spec: BenchmarkSpec) -> set[str] | None:
@@ -62,15 +99,19 @@ def _describe(field: str) -> str:
 
 
 def check_spec(spec: BenchmarkSpec, config: ApplianceConfig | None = None, *, judges: bool = False,
-               fields: bool = True) -> None:
+               fields: bool = True, task: bool = True) -> None:
     """Raise (a :class:`~medhelm_local.errors.BadInputError` or a config error) where ``spec`` cannot be scored.
 
     ``judges``: check the judges configured in ``config`` too (planning a run); ``fields``: check the instance
-    fields the scorers need against the loader options."""
+    fields the scorers need against the loader options; ``task``: check each metric suits the task
+    (:func:`check_suited`)."""
     scorers = spec_scorers(spec)
+    provided = provided_fields(spec) if fields else None  # first: loader options in error are named as such
+    for scorer, roles in scorers:
+        for metric in roles if task else ():
+            check_suited(spec, scorer, metric)
     for scorer, _ in scorers:
         scorer.check(spec, config, judges=judges)
-    provided = provided_fields(spec) if fields else None
     if provided is None:
         return
     for scorer, roles in scorers:
@@ -78,7 +119,8 @@ def check_spec(spec: BenchmarkSpec, config: ApplianceConfig | None = None, *, ju
             if not provided.intersection(alternatives):
                 metric = next(iter(roles))
                 raise ScorerInputMismatch(
-                    f"benchmark {spec.id}: metric {metric} needs {' or '.join(_describe(a) for a in alternatives)} "
+                    f"benchmark {spec.id}: field loader_options: metric {metric} needs "
+                    f"{' or '.join(_describe(a) for a in alternatives)} "
                     "of every instance, but the spec's loader_options give none: map the column, or choose "
                     "another metric")
 

@@ -30,7 +30,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any
 
-from medhelm_local.benchmarks.spec import BenchmarkSpec
+from medhelm_local.benchmarks.spec import BenchmarkSpec, OutputType
 from medhelm_local.records import Instance
 from medhelm_local.scoring.details import ScoreDetails
 from medhelm_local.scoring.extract import answer_text, strip_reasoning
@@ -196,7 +196,8 @@ class EhrsqlDetails(ScoreDetails):
     sql_error: str | None = None
 
 
-@instance_scorer("ehrsql_execution_accuracy", needs=Needs(fields=((meta_field("db_path"),),)), details=EhrsqlDetails)
+@instance_scorer("ehrsql_execution_accuracy", details=EhrsqlDetails,
+                 needs=Needs(answers=(OutputType.SQL,), fields=((meta_field("db_path"),),)))
 def ehrsql_execution_accuracy(spec: BenchmarkSpec, instance: Instance, output: str) -> tuple[float, EhrsqlDetails]:
     db_path = str(require_meta(spec, instance, "db_path", "the path of the benchmark's SQLite database"))
     impossible = bool(instance.meta.get("is_impossible", False)) or not instance.references

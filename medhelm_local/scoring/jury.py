@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from medhelm_local.benchmarks.spec import BenchmarkSpec, JudgeRubric, template_fields
+from medhelm_local.benchmarks.spec import BenchmarkSpec, JudgeRubric, OutputType, template_fields
 from medhelm_local.errors import ConfigError, MedhelmError
 from medhelm_local.home.config import ApplianceConfig, ModelEndpoint
 from medhelm_local.inference.client import FORMAT_REJECTED, RequestFailed, retry_transient
@@ -39,7 +39,7 @@ from medhelm_local.records import ChatMessage, InferenceRequest, Instance, Insta
 from medhelm_local.scoring.details import ScoreDetails
 from medhelm_local.scoring.extract import strip_reasoning
 from medhelm_local.scoring.registry import register_scorer
-from medhelm_local.scoring.scorer import Item, Metric, Scorer, ScoringContext
+from medhelm_local.scoring.scorer import REFERENCES, Item, Metric, Needs, Scorer, ScoringContext
 from medhelm_local.store.judgments import (
     Judgment,
     JudgmentStatus,
@@ -400,6 +400,14 @@ class JuryScorer(Scorer):
     metrics = (Metric(JURY),)
     details_model = JuryDetails
     calls_models = True
+
+    def needs(self, spec: BenchmarkSpec) -> Needs:
+        """Judges rate a written answer (not a letter or a number); a rubric that shows them the gold answer
+        ({gold_response}) needs one of every instance, unless ``judge_gold`` builds it from the instance's fields."""
+        rubric = spec.judge
+        gold = (rubric is not None and rubric.uses_gold and "gold_response" in template_fields(rubric.template)
+                and spec.judge_gold is None)
+        return Needs(answers=(OutputType.FREE_TEXT,), fields=((REFERENCES,),) if gold else ())
 
     def check(self, spec: BenchmarkSpec, config: ApplianceConfig | None, *, judges: bool) -> None:
         if spec.judge is None:

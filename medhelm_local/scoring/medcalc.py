@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from medhelm_local.benchmarks.spec import BenchmarkSpec
+from medhelm_local.benchmarks.spec import BenchmarkSpec, OutputType
 from medhelm_local.records import Instance
 from medhelm_local.scoring.details import ScoreDetails
 from medhelm_local.scoring.extract import (
@@ -51,7 +51,8 @@ def _gold_text(spec: BenchmarkSpec, instance: Instance) -> str:
     return instance.references[0].strip()
 
 
-NEEDS = Needs(fields=((REFERENCES,), (meta_field("category"),), (meta_field("lower_limit"),),
+NEEDS = Needs(answers=(OutputType.NUMBER_OR_DATE,),
+              fields=((REFERENCES,), (meta_field("category"),), (meta_field("lower_limit"),),
                       (meta_field("upper_limit"),)))
 
 

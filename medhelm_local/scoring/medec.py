@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import re
 
-from medhelm_local.benchmarks.spec import BenchmarkSpec
+from medhelm_local.benchmarks.spec import BenchmarkSpec, OutputType
 from medhelm_local.records import Instance
 from medhelm_local.scoring.details import ScoreDetails
 from medhelm_local.scoring.extract import answer_text
@@ -74,7 +74,8 @@ def _gold_flag(spec: BenchmarkSpec, instance: Instance) -> int:
     return flag
 
 
-NEEDS = Needs(fields=((meta_field("error_flag"), LABEL), (meta_field("error_sentence_id"),)))
+NEEDS = Needs(answers=(OutputType.FREE_TEXT,),
+              fields=((meta_field("error_flag"), LABEL), (meta_field("error_sentence_id"),)))
 
 
 @instance_scorer("medec_flag_accuracy", needs=NEEDS, as_answered=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from medhelm_local.benchmarks.spec import BenchmarkSpec
+from medhelm_local.benchmarks.spec import BenchmarkSpec, OutputType
 from medhelm_local.records import Instance
 from medhelm_local.scoring.details import Counts, ScoreDetails
 from medhelm_local.scoring.extract import answer_text, extract_label
@@ -46,8 +46,13 @@ def _normalise_text(text: str) -> str:
     return " ".join(text.split()).strip().lower()
 
 
+# Answers that are one of a fixed set of labels: exact match reads the model's choice by the spec's labels.
+CHOICE_ANSWERS = (OutputType.CHOICE_LETTER, OutputType.YES_NO_MAYBE)
+
+
 def _exact_match_needs(spec: BenchmarkSpec) -> Needs:
-    return Needs(fields=((LABEL, REFERENCES),) if spec.labels else ((REFERENCES,),))
+    return Needs(spec_fields=("labels",) if spec.output_type in CHOICE_ANSWERS else (),
+                 fields=((LABEL, REFERENCES),) if spec.labels else ((REFERENCES,),))
 
 
 @instance_scorer("exact_match", needs=_exact_match_needs, as_answered=True)

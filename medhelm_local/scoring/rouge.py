@@ -11,11 +11,12 @@ from collections.abc import Sequence
 from functools import lru_cache
 from typing import Any
 
-from medhelm_local.benchmarks.spec import BenchmarkSpec
+from medhelm_local.benchmarks.spec import BenchmarkSpec, OutputType
 from medhelm_local.records import Instance
 from medhelm_local.scoring.details import ScoreDetails
 from medhelm_local.scoring.extract import strip_reasoning
 from medhelm_local.scoring.registry import instance_scorer
+from medhelm_local.scoring.scorer import Needs
 
 ROUGE_L = "rouge_l"
 
@@ -36,7 +37,7 @@ def rouge_l(output: str, references: Sequence[str]) -> float | None:
     return max(float(_scorer().score(ref, text)["rougeL"].fmeasure) for ref in refs)
 
 
-@instance_scorer(ROUGE_L)
+@instance_scorer(ROUGE_L, needs=Needs(answers=(OutputType.FREE_TEXT,)))  # prose against prose
 def rouge_l_metric(spec: BenchmarkSpec, instance: Instance, output: str) -> tuple[float | None, ScoreDetails]:
     """The ``rouge_l`` metric: :func:`rouge_l` against the instance's references (None: it has none)."""
     return rouge_l(output, instance.references), ScoreDetails()

@@ -4,8 +4,9 @@ per-instance values, in the spirit of inspect_ai's ``@scorer(metrics=[...])``.
 - a scorer emits one or several named values (:class:`Metric`: a name and how a benchmark's values combine);
   a spec's ``metrics:`` list names the values it reports, one of them ``main`` (the benchmark's score);
 - its :meth:`Scorer.score` is async: it may call models (the LLM jury, ``scoring/jury.py``, is a scorer);
-- it declares what it reads of an instance (:meth:`Scorer.needs`), so that a spec whose loader options do not
-  give it is refused before any inference (``scoring/checks.py``);
+- it declares what it needs of a benchmark (:meth:`Scorer.needs`): the kind of answer it reads (the spec's
+  ``output_type``), the spec fields and the instance fields it reads, so that a spec it cannot score is refused
+  when it is registered and before any inference (``scoring/checks.py``);
 - its details are a typed model (:class:`~medhelm_local.scoring.details.ScoreDetails` or a subclass).
 
 Most metrics score one instance at a time, without models: :class:`InstanceScorer` wraps such a function
@@ -27,7 +28,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict
 
-from medhelm_local.benchmarks.spec import BenchmarkSpec
+from medhelm_local.benchmarks.spec import BenchmarkSpec, OutputType
 from medhelm_local.errors import MedhelmError
 from medhelm_local.records import Instance, InstanceScore
 from medhelm_local.scoring.details import ScoreDetails
@@ -62,12 +63,16 @@ def meta_field(key: str) -> str:
 
 
 class Needs(BaseModel):
-    """The instance fields a scorer reads: each entry of ``fields`` lists alternatives, one of which every instance
-    must carry (``("label", "references")``: a gold label or a reference). What else it needs (the jury: a rubric,
-    judges) its :meth:`Scorer.check` checks."""
+    """What a scorer needs of a benchmark. ``answers``: the output types whose answers it can read (empty: any; the
+    jury rates written answers, not a letter); ``spec_fields``: spec fields it reads that must be given (``labels``:
+    the answer labels a choice is read by); ``fields``: the instance fields it reads, each entry listing
+    alternatives one of which every instance must carry (``("label", "references")``: a gold label or a
+    reference). What else it needs (the jury: a rubric, judges) its :meth:`Scorer.check` checks."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
+    answers: tuple[OutputType, ...] = ()
+    spec_fields: tuple[str, ...] = ()
     fields: tuple[tuple[str, ...], ...] = ()
 
 

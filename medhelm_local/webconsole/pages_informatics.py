@@ -12,7 +12,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from medhelm_local.analysis.figures import LeaderboardFigures, leaderboard_figures
-from medhelm_local.analysis.leaderboard import WinRule
+from medhelm_local.analysis.leaderboard import SD_UNDEFINED, SD_UNDEFINED_NOTE, WinRule
 from medhelm_local.benchmarks.registry import SpecRegistry
 from medhelm_local.errors import NotFoundError
 from medhelm_local.export import intervals
@@ -112,7 +112,8 @@ def leaderboard(request: Request) -> Response:
     summaries = summary_intervals(view, console.specs)
     figures = console_figures(view, summaries)
     return console.render(request, "leaderboard.html", view=view, figures=figures, styles=PROMPT_STYLES,
-                          rules=WIN_RULES, rule_text=WIN_RULES[rule], summaries=summaries)
+                          rules=WIN_RULES, rule_text=WIN_RULES[rule], summaries=summaries,
+                          sd_undefined=SD_UNDEFINED, sd_note=SD_UNDEFINED_NOTE)
 
 
 def _reloading(request: Request, live: bool) -> dict[str, Any]:

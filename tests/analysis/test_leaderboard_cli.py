@@ -204,3 +204,33 @@ def test_models_scored_on_different_versions_of_a_dataset_are_named_and_never_pa
     assert "beta on pubmedqa scored another version" not in table.stderr
     assert "alpha on pubmedqa is not comparable with beta: dataset version" in table.stderr
     assert "[another dataset version; not comparable: see below]" in table.stdout
+
+
+def test_an_sd_over_one_benchmark_is_undefined_not_zero(tmp_path: Path) -> None:
+    """alpha and beta were run on pubmedqa only: `leaderboard` gave each an SD across benchmarks of 0.0 and a win SD
+    of 0.0 (and the benchmark's MDE, from one model pair, an SD of 0.0), as if their scores were perfectly
+    consistent; an SD of one value is undefined. --json says null, the table and the console n/a and why."""
+    home = make_home(tmp_path / "home")
+    with Store.open(home) as store:
+        data = pubmedqa(12)
+        fingerprint = register(store, "pubmedqa", data)
+        for model, right in (("alpha", 9), ("beta", 6)):
+            run_id = add_run(store, model, "pubmedqa", fingerprint, data, answers(data, right))
+            score_benchmark(store, SHIPPED, run_id, "pubmedqa")
+    cli = Cli(home=home.root, env=cli_env())
+    rows = {r["model"]: r for r in cli("leaderboard", "--json", "--resamples", "50").json()}
+    assert rows["alpha"]["macro_avg"] == pytest.approx(0.75) and rows["alpha"]["win_rate"] == 1.0
+    assert rows["alpha"]["sd"] is None and rows["alpha"]["win_sd"] is None
+    assert rows["alpha"]["benchmarks"]["pubmedqa"]["mde"] > 0
+    assert rows["alpha"]["benchmarks"]["pubmedqa"]["mde_sd"] is None
+    table = cli("leaderboard", "--resamples", "50")
+    assert table.code == 0, table.stderr
+    lines = table.stdout.splitlines()
+    alpha = next(line for line in lines if line.startswith("alpha\t")).split("\t")
+    assert alpha[2] == "n/a" and alpha[4] == "n/a"  # win sd, sd
+    assert next(line for line in lines if line.startswith("pubmedqa\t")).split("\t")[2] == "n/a"  # the MDE's sd
+    assert "SD n/a: undefined, an SD needs two values" in table.stderr
+    page = page_as(home, "/leaderboard?resamples=0")
+    assert page.status_code == 200
+    assert page.text.count('<abbr class="sd-undefined"') == 4  # two models: win SD and macro average SD
+    assert "SD n/a: undefined, an SD needs two values" in page.text

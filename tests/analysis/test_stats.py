@@ -213,7 +213,7 @@ def test_equal_jury_means_tie_whatever_the_float_rounding_of_their_sums() -> Non
     scores = {"A": {"b1": score_a}, "B": {"b1": score_b}}
     assert win_rate(scores, "A") == win_rate(scores, "B") == 1.0
     assert win_rate(scores, "A", WinRule.HELM) == win_rate(scores, "B", WinRule.HELM) == 0.5
-    assert win_sd(scores, "A") == win_sd(scores, "B") == 0.0
+    assert win_sd(scores, "A") is None and win_sd(scores, "B") is None  # one benchmark: no SD at all
     # the console's win-rate CI recomputes the same comparison on resamples: a tie there too
     draws = {"A": {"b1": [score_a] * 3}, "B": {"b1": [score_b] * 3}}
     assert win_rate_intervals(draws) == {"A": (1.0, 1.0), "B": (1.0, 1.0)}
@@ -269,3 +269,19 @@ def test_icc3k_of_cases_with_one_mean_is_undefined_not_float_noise_over_float_no
     exact = np.array([_exact_icc3k(matrix[index]) for index in draws])
     assert interval == pytest.approx(tuple(np.quantile(exact[np.isfinite(exact)], [0.025, 0.975])))
     assert interval is not None and interval[1] <= 1.0
+
+
+def test_an_sd_of_fewer_than_two_values_is_undefined() -> None:
+    """One benchmark (or one model pair) has no spread to measure: the SDs were 0.0, a perfect consistency that
+    nothing showed. A CI from one instance is undefined as well."""
+    results = [BenchmarkScore(model=m, benchmark="b1", metric="exact_match", score=s, n=10)
+               for m, s in (("M1", 0.8), ("M2", 0.6))]
+    rows = build_leaderboard(results, specs=SHIPPED)
+    assert [(r.macro_avg, r.sd, r.win_rate, r.win_sd) for r in rows] == [(0.8, None, 1.0, None), (0.6, None, 0.0, None)]
+    alone = build_leaderboard(results[:1], specs=SHIPPED)[0]
+    assert alone.sd is None and alone.win_sd is None and alone.win_rate is None
+    result = mde([np.array([1.0, 0.0, 1.0, 0.0])])
+    assert result is not None and result[0] > 0 and result[1:] == (None, 1)
+    two = mde([np.array([1.0, 0.0, 1.0, 0.0]), np.array([1.0, 1.0, 1.0, 0.0])])
+    assert two is not None and two[1] is not None and two[1] > 0
+    assert bootstrap_ci(np.array([1.0])) is None

@@ -13,7 +13,15 @@ from medhelm_local.audit.merkle import MerkleAccumulator, merkle_root
 from medhelm_local.audit.trail import AuditTrail, AuditWriteError
 from medhelm_local.audit.verify import verify_file
 from medhelm_local.home.keys import ensure_keys, load_signing_key
-from tests.compliance.conftest import APPROVER, REQUESTER, EvaluatedHome, approve_args, hospice_csv, request_export
+from tests.compliance.conftest import (
+    APPROVER,
+    REQUESTER,
+    EvaluatedHome,
+    approve_args,
+    hospice_csv,
+    request_export,
+    signers,
+)
 from tests.compliance.inproc import InProcessCli
 
 # RFC 6962 test vectors (certificate-transparency merkle_tree_test): leaves and the roots of each prefix.
@@ -246,3 +254,53 @@ def test_a_reports_registration_attempt_shows_no_fingerprint_rather_than_none() 
     assert "None" not in text
     assert "  analyst  pubmedqa  attempt" in text
     assert "pubmedqa  fingerprint 8b3276be8942ebbd (stored version 51f45f9551f45f95)  success" in text
+
+
+def test_a_report_lists_every_refused_export_action_with_its_reason_and_actor(evaluated: EvaluatedHome,
+                                                                              tmp_path: Path) -> None:
+    """A request signed by a key the policy does not list (`not_a_requester`), an approval by an outsider's key, one
+    with a garbled signature and a denial of a decided request were each refused and written to the trail, but
+    `audit report` (text, --json, the console's printable report) listed none of them: the compliance officer saw
+    only the exports that went through. A refused release (of a request nobody approved, to a folder that already
+    holds it) was not even written to the trail."""
+    from medhelm_local.audit.report import compliance_report
+    from medhelm_local.export import sshsig
+
+    cli = evaluated.cli
+    people = signers(cli.home)
+    outsider = cli("--actor", "mallory", "export", "request", "--runs", evaluated.run_id, "--key",
+                   str(people["mallory"].private))
+    assert outsider.code == 2, outsider.stderr
+    request_id = str(request_export(cli, evaluated.run_id)["request_id"])
+    assert cli("export", "approve", request_id, *approve_args(cli.home, "mallory")).code == 2
+    garbled = tmp_path / "approval.sig"
+    garbled.write_text("-----BEGIN SSH SIGNATURE-----\nAAAA\n-----END SSH SIGNATURE-----\n", encoding="ascii")
+    assert cli("export", "approve", request_id, "--signature", str(garbled)).code == 2
+    assert cli("export", "release", request_id, "--out", str(tmp_path / "early")).code == 2
+    assert cli("export", "approve", request_id, *approve_args(cli.home)).code == 0
+    assert cli("export", "deny", request_id).code == 2
+    (tmp_path / "outbox" / request_id).mkdir(parents=True)
+    assert cli("export", "release", request_id, "--out", str(tmp_path / "outbox")).code == 2
+
+    summary = json.loads(cli("audit", "report", "--json").stdout)
+    refused = [(r["action"], r["reason"], r["request_id"]) for r in summary["export_refusals"]]
+    assert refused == [("export.request", "not_a_requester", None),
+                       ("export.approve", "not_an_approver", request_id),
+                       ("export.approve", "bad_signature", request_id),
+                       ("export.release", "not_approved", request_id),
+                       ("export.deny", "already_decided", request_id),
+                       ("export.release", "destination_exists", request_id)]
+    first = summary["export_refusals"][0]
+    assert first["actor"].endswith("mallory") and first["runs"] == [evaluated.run_id]
+    assert first["key"] == sshsig.fingerprint(sshsig.load_private_key(people["mallory"].private).public_key())
+    assert summary["export_refusals"][1]["runs"] == [evaluated.run_id]  # the runs of the request it refers to
+    text = cli("audit", "report").stdout
+    exports = text.split("\nExports:\n", 1)[1].split("\n\n", 1)[0]
+    assert "export.request refused (not_a_requester)" in exports and "mallory" in exports
+    for reason in ("not_an_approver", "bad_signature", "not_approved", "already_decided", "destination_exists"):
+        assert f"refused ({reason})" in exports
+    printable = compliance_report(AuditTrail(cli.home / "audit" / "audit.jsonl").records(), since=None,
+                                  appliance="a")
+    table = next(t for t in printable.tables if t.id == "report-export-refusals")
+    assert [row[3] for row in table.rows] == ["not_a_requester", "not_an_approver", "bad_signature",
+                                              "not_approved", "already_decided", "destination_exists"]

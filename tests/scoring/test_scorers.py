@@ -226,3 +226,78 @@ def test_stored_details_read_back_typed_and_unknown_keys_are_left_out() -> None:
     jury = read_details("jury", {"criteria": {"accuracy": 4}, "judges": 3})
     assert isinstance(jury, JuryDetails) and jury.criteria == {"accuracy": 4.0}
     assert read_details("no_such_metric", {"parsed": False}).parsed is False
+
+
+# -- a metric paired with a task it cannot score ------------------------------------------------------------------
+
+RUBRIC = {"criteria": [{"name": "accuracy", "description": "Is the answer right?"}],
+          "template": "Question: {question}\nAnswer: {response}\nGold: {gold_response}\n{criteria}"}
+
+
+@pytest.mark.parametrize(("changes", "field", "message"), [
+    # the jury rates a written answer; a closed multiple-choice task's answer is a letter
+    ({"metric": None, "metrics": [{"name": "jury", "main": True}, "rouge_l"], "judge": RUBRIC}, "output_type",
+     "metric jury scores free_text answers, but this task's answers are choice_letter"),
+    ({"metric": None, "metrics": [{"name": "rouge_l", "main": True}]}, "output_type",
+     "metric rouge_l scores free_text answers, but this task's answers are choice_letter"),
+    ({"metric": "medcalc_accuracy", "output_type": "free_text", "labels": None, "label_map": None}, "output_type",
+     "metric medcalc_accuracy scores number_or_date answers"),
+    # exact match reads the chosen letter by the answer labels: without them it compares the whole reply
+    ({"labels": None, "label_map": None}, "labels",
+     "metric exact_match on choice_letter answers needs the answer labels"),
+    ({"output_type": "yes_no_maybe", "labels": None, "label_map": None}, "labels",
+     "metric exact_match on yes_no_maybe answers needs the answer labels"),
+])
+def test_a_metric_paired_with_a_task_it_cannot_score_is_refused_at_registration(
+        home_cli: Cli, tmp_path: Path, changes: dict[str, Any], field: str, message: str) -> None:
+    """A jury on a closed multiple-choice task, ROUGE-L on a letter, a calculator's accuracy on prose, exact match on
+    a choice task without its labels: `benchmarks add` took them, and the run then sent every request and scored
+    nonsense. Refused now at registration, naming the file, the field, the metric and what it needs (exit 2)."""
+    spec = _write(tmp_path / "followup_unsuitable.yaml", _sample_spec(id="followup_unsuitable", **changes))
+    result = home_cli("benchmarks", "add", str(spec))
+    assert result.code == 2, result.stdout
+    error = " ".join(result.stderr.split())
+    assert str(spec) in error and f"field {field}" in error and message in error, error
+    assert not (home_cli.home / "benchmarks" / "followup_unsuitable.yaml").exists()
+
+
+def test_a_stored_spec_pairing_the_jury_with_a_multiple_choice_task_is_refused_before_any_inference(
+        home_cli: Cli, tmp_path: Path) -> None:
+    """Stored by an earlier version, which took it: the home still lists it, and a run is refused (exit 2) before a
+    single request, rather than asking every judge to rate a letter."""
+    folder = home_cli.home / "benchmarks"
+    folder.mkdir(exist_ok=True)
+    data = _sample_spec(id="followup_jury", metric=None, metrics=[{"name": "jury", "main": True}, "rouge_l"],
+                        judge=RUBRIC)
+    _write(folder / "followup_jury.yaml", {**data, "category": None})
+    listed = home_cli("benchmarks", "list", "--json")
+    assert listed.code == 0 and "followup_jury" in {b["id"] for b in listed.json()}, listed.stderr
+    assert home_cli("datasets", "register", "followup_jury", str(SAMPLES / "followup_needed.csv")).code == 0
+    with FakeOpenAIServer(responder=lambda _m: "A") as server:
+        assert home_cli("models", "add", "always-a", "--base-url", server.base_url).code == 0
+        result = home_cli("run", "--model", "always-a", "--benchmarks", "followup_jury", "--json")
+        assert result.code == 2, result.stderr
+        assert "field output_type: metric jury scores free_text answers" in " ".join(result.stderr.split())
+        assert server.requests_seen == 0
+
+
+def test_a_jury_comparing_with_a_gold_answer_needs_one(home_cli: Cli, tmp_path: Path) -> None:
+    """The rubric shows the judges {gold_response}, but the loader options map no reference column and no
+    judge_gold: every judge would have compared the answer with "no reference". uses_gold: false, or a reference
+    column, is accepted."""
+    open_ended = {"id": "followup_open", "metric": None, "metrics": [{"name": "jury", "main": True}, "rouge_l"],
+                  "judge": RUBRIC, "output_type": "free_text", "labels": None, "label_map": None}
+    data = _sample_spec(**open_ended)
+    data["loader_options"] = {k: v for k, v in data["loader_options"].items() if k != "label_column"}
+    result = home_cli("benchmarks", "add", str(_write(tmp_path / "followup_open.yaml", data)))
+    assert result.code == 2 and "metric jury needs references" in " ".join(result.stderr.split()), result.stderr
+    no_gold = {**data, "judge": {**RUBRIC, "uses_gold": False}}
+    assert home_cli("benchmarks", "add", str(_write(tmp_path / "followup_open.yaml", no_gold))).code == 0
+    with_gold = {**data, "loader_options": {**data["loader_options"], "reference_columns": ["followup"]}}
+    assert home_cli("benchmarks", "add", str(_write(tmp_path / "followup_open.yaml", with_gold))).code == 0
+
+
+def test_every_shipped_spec_pairs_its_metrics_with_tasks_they_score() -> None:
+    assert len(shipped_specs()) >= 35
+    for spec in shipped_specs():
+        check_spec(spec)  # output type, spec fields and (table loaders) instance fields

@@ -191,6 +191,12 @@ def test_a_bundle_changed_after_approval_is_not_released(tmp_path: Path) -> None
     out = tmp_path / "outbox"
     refused = cli("export", "release", request_id, "--out", str(out))
     assert refused.code == 2 and "leaderboard.csv" in refused.stderr and not out.exists()
+    assert _releases(cli) == [("refused", "bundle_does_not_verify")]  # the attempt is on the record
+
+
+def _releases(cli: InProcessCli) -> list[tuple[str, str | None]]:
+    return [(r["outcome"], r["objects"].get("reason")) for r in AuditTrail(cli.home / "audit" / "audit.jsonl")
+            .records() if r["action"] == "export.release"]
 
 
 def test_a_second_decision_is_refused_and_audited(tmp_path: Path) -> None:
@@ -301,6 +307,7 @@ def test_a_bundle_changed_between_its_check_and_the_copy_is_not_released(tmp_pat
     refused = cli("export", "release", request_id, "--out", str(out))
     assert refused.code == 2 and "changed while it was copied" in refused.stderr, refused.stderr
     assert not (out / request_id).exists() and not any(out.iterdir())
+    assert _releases(cli) == [("started", None), ("refused", "changed_while_copied")]
     monkeypatch.setattr("medhelm_local.export.bundle.shutil.copytree", copytree)
     (bundle / "approval.sig").write_bytes(original)
     assert cli("export", "release", request_id, "--out", str(out)).code == 0
