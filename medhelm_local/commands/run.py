@@ -1,7 +1,9 @@
 """``run``: evaluate a model on benchmarks; every response is committed as it arrives.
 
 The same command after a crash resumes the unfinished run with the same plan; ``--resume RUN_ID`` and
-``--retry-errors RUN_ID`` name a run; ``--shard I/N`` runs one slice of a run split across pods.
+``--retry-errors RUN_ID`` name a run; ``--shard I/N`` runs one slice of a run split across pods. A run adding to
+an existing run sends with that run's own ``--concurrency``, ``--initial-concurrency``, ``--request-timeout`` and
+``--max-retries`` unless they are given again.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ def outcome_payload(outcome: RunOutcome) -> dict[str, Any]:
     report = outcome.report
     payload.update({
         "mode": outcome.mode, "shard": outcome.shard, "complete": outcome.complete, "merged": outcome.merged,
-        "errors": outcome.errors,
+        "errors": outcome.errors, "sending": outcome.sending,
         "session": None if report is None else {
             "session_id": report.session_id, "sent": report.sent, "ok": report.ok, "errors": report.errors,
             "prompt_tokens": report.prompt_tokens, "completion_tokens": report.completion_tokens,
@@ -114,11 +116,12 @@ def run(
                                              help="Stratified deterministic sample size per benchmark."),
     seed: int | None = typer.Option(None, "--seed", help="Sampling and decoding seed [default: config]."),
     concurrency: int | None = typer.Option(None, "--concurrency", min=1,
-                                           help="Cap on requests in flight (adaptive below it) [default: config]."),
+                                           help="Cap on requests in flight (adaptive below it) [default: on resume "
+                                                "or retry, the run's own; else config]."),
     initial_concurrency: int | None = typer.Option(
         None, "--initial-concurrency", min=1,
-        help="Requests in flight at the start; the limiter adapts from there [default: the cap for vllm models, "
-             "which batch up to it; half the cap for other servers]."),
+        help="Requests in flight at the start; the limiter adapts from there [default: on resume or retry, the "
+             "run's own; else the cap for vllm models, which batch up to it; half the cap for other servers]."),
     resume: str | None = typer.Option(None, "--resume", help="Resume this run: send only what is missing."),
     retry_errors: str | None = typer.Option(None, "--retry-errors", help="Re-send only the failed requests of "
                                             "this run; each new outcome replaces the error atomically."),
@@ -134,9 +137,11 @@ def run(
                                             "with its public leaderboard; see benchmarks/PARITY.md) "
                                             "[default: default; on resume: the run's own]."),
     request_timeout: float | None = typer.Option(None, "--request-timeout", min=0.1,
-                                                 help="Seconds per request attempt [default: model's timeout_s]."),
+                                                 help="Seconds per request attempt [default: on resume or retry, "
+                                                      "the run's own; else the model's timeout_s]."),
     max_retries: int | None = typer.Option(None, "--max-retries", min=0, max=20,
-                                           help="Retries per request [default: config]."),
+                                           help="Retries per request [default: on resume or retry, the run's "
+                                                "own; else config]."),
     skip_scoring: bool = typer.Option(False, "--skip-scoring", help="Only run inference (the run ends 'inferred'); "
                                       "score it later with `run --resume RUN_ID`."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),

@@ -34,7 +34,11 @@ class Selection:
 
 @dataclass(frozen=True)
 class Sending:
-    """How to send: caps and timing of the requests, and whether progress bars are shown."""
+    """How to send: caps and timing of the requests, and whether progress bars are shown.
+
+    An option left None is the run's own when the invocation adds to an existing run (resume, retry of its
+    errors, shard: what the run was created with, or last given again), else the default said below; the first
+    four fields are kept with the run (``runner.session.SENT_WITH``)."""
 
     concurrency: int | None = None  # None: the config's runner.max_concurrency (also the ceiling)
     # where the adaptive limiter starts (None: the cap for vLLM, which batches up to it; half the cap, at least
