@@ -17,6 +17,7 @@ from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import app_context
 from medhelm_local.errors import BadInputError
 from medhelm_local.formatting import duration
+from medhelm_local.inference.client import MODEL_MISMATCH
 from medhelm_local.prompts.styles import check_style, run_prompt_style
 from medhelm_local.records import BenchmarkScore
 from medhelm_local.runner.plan import ORDER_MODES, parse_shard
@@ -100,6 +101,9 @@ def print_outcome(outcome: RunOutcome) -> None:
         detail = ", ".join(f"{c}: {n}" for c, n in categories.items())
         info(f"{benchmark}: recorded failures ({detail}); `medhelm-local run --retry-errors {outcome.run.run_id}` "
              "re-sends only those")
+    if any(MODEL_MISMATCH in categories for categories in outcome.errors.values()):
+        info(f"{MODEL_MISMATCH}: the server's reply named another model than the one asked for (a router or proxy "
+             "in front of it sending requests elsewhere?); those answers are not scored")
     if outcome.run.status == "inferred":
         info(f"run {outcome.run.run_id}: inference done, not scored; `medhelm-local run --resume "
              f"{outcome.run.run_id}` scores it")
