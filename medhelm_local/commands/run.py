@@ -115,10 +115,13 @@ def print_outcome(outcome: RunOutcome) -> None:
 def run(
     ctx: typer.Context,
     model: str | None = typer.Option(None, "--model", help="Configured model name (see `models list`)."),
-    benchmarks: str | None = typer.Option(None, "--benchmarks", help="Comma-separated benchmark ids."),
+    benchmarks: str | None = typer.Option(None, "--benchmarks", help="Comma-separated benchmark ids (on resume "
+                                          "or retry, the run's own: another is refused)."),
     max_instances: int | None = typer.Option(None, "--max-instances", min=1,
-                                             help="Stratified deterministic sample size per benchmark."),
-    seed: int | None = typer.Option(None, "--seed", help="Sampling and decoding seed [default: config]."),
+                                             help="Stratified deterministic sample size per benchmark (on resume or "
+                                                  "retry, the run's own: another is refused)."),
+    seed: int | None = typer.Option(None, "--seed", help="Sampling and decoding seed (on resume or retry, the run's "
+                                    "own: another is refused) [default: config]."),
     concurrency: int | None = typer.Option(None, "--concurrency", min=1,
                                            help="Cap on requests in flight (adaptive below it) [default: on resume "
                                                 "or retry, the run's own; else config]."),
@@ -134,8 +137,9 @@ def run(
                                      "shards merge into one run."),
     new_run: bool = typer.Option(False, "--new-run", help="Start a new run even if an unfinished one has the "
                                  "same plan (default: resume it)."),
-    order: str = typer.Option("prefix", "--order", help=f"Send order: {', '.join(ORDER_MODES)} (prefix groups "
-                              "requests sharing a prefix, for the server's prefix cache)."),
+    order: str | None = typer.Option(None, "--order", help=f"Send order: {', '.join(ORDER_MODES)} (prefix groups "
+                                     "requests sharing a prefix, for the server's prefix cache) [default: prefix; "
+                                     "on resume: the run's own]."),
     prompt_style: str | None = typer.Option(None, "--prompt-style", help="Prompts and decoding: 'default' (this "
                                             "appliance's) or 'medhelm' (MedHELM's, byte for byte, to compare "
                                             "with its public leaderboard; see benchmarks/PARITY.md) "

@@ -22,13 +22,13 @@ ModeKind = Literal["new", "resume", "retry_errors", "shard"]
 @dataclass(frozen=True)
 class Selection:
     """What to evaluate. ``model`` and ``benchmarks`` are required for a new run or a shard; on resume or retry
-    the run's own are used (a ``model`` given must be the run's)."""
+    the run's own plan is sent: each of these given must be the run's own (refused otherwise, never ignored)."""
 
     model: str | None = None
     benchmarks: list[str] | None = None
     max_instances: int | None = None
     seed: int | None = None  # None: the config's runner.seed
-    order: str = "prefix"
+    order: str | None = None  # None: "prefix"
     prompt_style: str | None = None  # None: the default style for a new run, the run's own on resume
 
 

@@ -112,6 +112,24 @@ def _check_style_of(run: RunInfo, selection: Selection) -> None:
                             f"{selection.prompt_style!r}; a run never mixes styles (start a new run)")
 
 
+def _check_plan_of(run: RunInfo, selection: Selection) -> None:
+    """A resume or retry sends the run's own plan: an option that plans a run, given with a value the run was not
+    planned with, is refused, never silently ignored (``--max-instances 30`` on a run of 10 sent the 10)."""
+    def names(benchmarks: list[str]) -> str:
+        return ",".join(sorted(set(benchmarks)))
+
+    given: dict[str, object] = {
+        "--benchmarks": None if selection.benchmarks is None else names(selection.benchmarks),
+        "--max-instances": selection.max_instances, "--seed": selection.seed, "--order": selection.order}
+    own: dict[str, object] = {"--benchmarks": names(run.benchmarks),
+                              "--max-instances": "all" if run.max_instances is None else run.max_instances,
+                              "--seed": run.seed, "--order": run.manifest.get("order")}
+    for flag, value in given.items():
+        if value is not None and own[flag] is not None and value != own[flag]:
+            raise BadInputError(f"{flag}: run {run.run_id} was planned with {own[flag]}, not {value}; a resume or "
+                                "retry sends the run's own plan (leave the option out, or start a new run)")
+
+
 def _check_specs_frozen(run: RunInfo, specs: SpecRegistry) -> None:
     """Refuse to add to a run whose benchmarks' spec files changed since it was created: one run never mixes
     prompts or decoding. (The run itself always uses its snapshot; this says why it cannot go on.)"""
@@ -136,6 +154,7 @@ def _named_run(store: Store, specs: SpecRegistry, selection: Selection, mode: Mo
     if selection.model and selection.model != run.model:
         raise BadInputError(f"--model: run {mode.run_id} evaluates {run.model!r}, not {selection.model!r}")
     _check_style_of(run, selection)
+    _check_plan_of(run, selection)
     _check_specs_frozen(run, specs)
     return run
 
@@ -159,7 +178,7 @@ def resolve(store: Store, config: ApplianceConfig, specs: SpecRegistry, selectio
         return Target(endpoint=endpoint, mode=mode.kind, run=run, run_id=run.run_id, seed=run.seed)
     seed = config.runner.seed if selection.seed is None else selection.seed
     plan = compute_plan(store, specs, model, benchmarks, max_instances=selection.max_instances, seed=seed,
-                        order_mode=selection.order, prompt_style=selection.prompt_style or DEFAULT_STYLE,
+                        order_mode=selection.order or "prefix", prompt_style=selection.prompt_style or DEFAULT_STYLE,
                         shard=mode.shard)
     run_id = _check_run_id(mode.run_id) if mode.run_id else None
     if plan.shard is not None:
