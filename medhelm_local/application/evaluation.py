@@ -6,10 +6,12 @@ run split across pods. In order:
 1. refuse early what would fail later (prompt-style parity; a benchmark its scorers cannot score: a jury
    without judges, loader options giving no field a metric reads);
 2. open the main store (a shard waits, with jitter, while another pod holds it) and resolve the run and its
-   model (``runner.session.resolve``: the one place the model is resolved); take the run's lock (not a shard:
-   shards of one run send in parallel, each from its own store file);
-3. ask the model's servers who they are; create the run (audit ``run.start``, manifest and plan stored before
-   any request) or check that the model is the one the run started with (audit ``run.resume``);
+   model (``runner.session.resolve``: the one place the model is resolved) and how it sends (the options given,
+   else the run's own: ``runner.session.sending_for``); take the run's lock (not a shard: shards of one run send
+   in parallel, each from its own store file);
+3. ask the model's servers who they are; create the run (audit ``run.start``, manifest, sending options and
+   plan stored before any request) or check that the model is the one the run started with (audit
+   ``run.resume``, with the sending options and any an option given again changed);
 4. send: from the main store, or, for a shard, from its own store file holding its slice of the send order (the
    main store is given back meanwhile);
 5. a shard merges its outcomes back; a run with every item answered is scored and finished (audit
@@ -56,6 +58,7 @@ class RunOutcome:
     mode: str  # new | resume | retry_errors | shard | merge
     results: list[BenchmarkScore] = field(default_factory=list)
     report: ExecutionReport | None = None
+    sending: dict[str, Any] | None = None  # the options this invocation sent with (runner.session.SENT_WITH)
     errors: dict[str, dict[str, int]] = field(default_factory=dict)
     complete: bool = True
     shard: str | None = None
@@ -73,11 +76,12 @@ def evaluate(app_ctx: AppContext, request: EvaluationRequest) -> RunOutcome:
         try:
             main = main_scope.enter_context(_open_main(app_ctx, mode))
             target = session.resolve(main, config, app_ctx.specs, request.selection, mode)
-            settings = session.execution_settings(config, request.sending, target.endpoint,
+            sending = session.sending_for(main, config, target, request.sending)
+            settings = session.execution_settings(config, sending.sending, target.endpoint,
                                                   errors_only=mode.kind == "retry_errors")
             exclusive = nullcontext() if target.shard else run_lock(home.store_path, target.run_id, config.store)
             with exclusive:
-                run, report = asyncio.run(_infer(app_ctx, main, main_scope, target, request.sending, settings, live,
+                run, report = asyncio.run(_infer(app_ctx, main, main_scope, target, sending, settings, live,
                                                  score=request.score))
                 if target.shard is None:
                     outcome = _finish(app_ctx, main, run, score=request.score, mode=target.mode,
@@ -98,6 +102,7 @@ def evaluate(app_ctx: AppContext, request: EvaluationRequest) -> RunOutcome:
                                   "sends the rest") from None
             raise
     outcome.report = report
+    outcome.sending = sending.record
     return outcome
 
 
@@ -127,14 +132,14 @@ def _open_main(app_ctx: AppContext, mode: Mode) -> Iterator[Store]:
 
 
 async def _infer(app_ctx: AppContext, main: Store, main_scope: ExitStack, target: session.Target,
-                 sending: Sending, settings: ExecutionSettings, live: list[str], *, score: bool
+                 sending: session.SessionSending, settings: ExecutionSettings, live: list[str], *, score: bool
                  ) -> tuple[RunInfo, ExecutionReport]:
     config = app_ctx.home.config
     async with open_client(config, target.endpoint, max_connections=settings.concurrency,
-                           timeout_s=sending.request_timeout_s, egress=app_ctx.egress) as client:
+                           timeout_s=sending.sending.request_timeout_s, egress=app_ctx.egress) as client:
         servers, weights = await session.describe(main, client, target.endpoint)
         counter = await session.token_counter(client, target.endpoint)
-        run = _open_run(app_ctx, main, target, servers, weights, counter)
+        run = _open_run(app_ctx, main, target, servers, weights, counter, sending)
         if target.shard is None:
             live.append(run.run_id)
         with _sending_store(app_ctx, main, main_scope, target, run) as store:
@@ -144,9 +149,10 @@ async def _infer(app_ctx: AppContext, main: Store, main_scope: ExitStack, target
 
 
 def _open_run(app_ctx: AppContext, main: Store, target: session.Target, servers: list[dict[str, Any]],
-              weights: dict[str, Any] | None, counter: TokenCounter) -> RunInfo:
-    """Create the run (audit ``run.start``, then its plan), or check the model is the one the run started with;
-    the run is then ``running`` (a shard of an existing run leaves its status to the shard that created it)."""
+              weights: dict[str, Any] | None, counter: TokenCounter, sending: session.SessionSending) -> RunInfo:
+    """Create the run (audit ``run.start``, then its plan and sending options), or check the model is the one
+    the run started with (and keep the sending options an option given again changed); the run is then
+    ``running`` (a shard of an existing run leaves its status to the shard that created it)."""
     home = app_ctx.home
     if target.run is None:
         assert target.plan is not None
@@ -154,16 +160,19 @@ def _open_run(app_ctx: AppContext, main: Store, target: session.Target, servers:
         digest = manifest_sha256(run.manifest)
         audit_event(home, app_ctx.actor, "run.start", role="informatics", run_id=run.run_id, model=run.model,
                     endpoints=[s["url"] for s in servers], datasets=target.plan.datasets, manifest_sha256=digest,
-                    shards=None if target.shard is None else target.shard[1])
-        session.record_plan(main, run, target.plan, digest)
+                    shards=None if target.shard is None else target.shard[1], sending=sending.record)
+        session.record_plan(main, run, target.plan, digest, sending)
     else:
         run = target.run
         unverified = session.check_identity(run, target.endpoint, servers, weights)
         if target.shard is not None:
             return run
-        unverified_fields: dict[str, Any] = {"identity_unverified": unverified} if unverified else {}
+        extra: dict[str, Any] = {"identity_unverified": unverified} if unverified else {}
+        if sending.changed:
+            extra["sending_changed"] = sending.changed
         audit_event(home, app_ctx.actor, "run.resume", role="informatics", run_id=run.run_id, model=run.model,
-                    mode=target.mode, **unverified_fields)
+                    mode=target.mode, sending=sending.record, **extra)
+        session.keep_sending(main, target, sending)
     main.set_run_status(run.run_id, "running")
     return run
 
@@ -191,16 +200,16 @@ def _sending_store(app_ctx: AppContext, main: Store, main_scope: ExitStack, targ
 
 
 async def _send(app_ctx: AppContext, store: Store, client: ChatClient, target: session.Target, run: RunInfo,
-                servers: list[dict[str, Any]], settings: ExecutionSettings, sending: Sending, counter: TokenCounter,
-                *, score: bool) -> ExecutionReport:
-    session_id = session.start_session(store, target, servers)
+                servers: list[dict[str, Any]], settings: ExecutionSettings, sending: session.SessionSending,
+                counter: TokenCounter, *, score: bool) -> ExecutionReport:
+    session_id = session.start_session(store, target, servers, sending)
     for server in servers:
         audit_event(app_ctx.home, app_ctx.actor, "endpoint.use", role="informatics", run_id=run.run_id,
                     session_id=session_id, url=server["url"], served_model=client.model_id,
                     server_version=server.get("version"))
     # A run created now is scored as it is answered, where no judge is needed; one resumed or retried is scored
     # whole at the end, so that a run's scores never mix two versions of a scorer.
-    return await session.send(store, client, run, session_id, settings, sending,
+    return await session.send(store, client, run, session_id, settings, sending.sending,
                               session.fitter(run, counter, settings), app_ctx.specs,
                               score_as_answered=score and target.run is None and target.shard is None)
 

@@ -1,7 +1,9 @@
 """``run``: evaluate a model on benchmarks; every response is committed as it arrives.
 
 The same command after a crash resumes the unfinished run with the same plan; ``--resume RUN_ID`` and
-``--retry-errors RUN_ID`` name a run; ``--shard I/N`` runs one slice of a run split across pods.
+``--retry-errors RUN_ID`` name a run; ``--shard I/N`` runs one slice of a run split across pods. A run adding to
+an existing run sends with that run's own ``--concurrency``, ``--initial-concurrency``, ``--request-timeout`` and
+``--max-retries`` unless they are given again.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import app_context
 from medhelm_local.errors import BadInputError
 from medhelm_local.formatting import duration
+from medhelm_local.inference.client import MODEL_MISMATCH
 from medhelm_local.prompts.styles import check_style, run_prompt_style
 from medhelm_local.records import BenchmarkScore
 from medhelm_local.runner.plan import ORDER_MODES, parse_shard
@@ -46,7 +49,7 @@ def outcome_payload(outcome: RunOutcome) -> dict[str, Any]:
     report = outcome.report
     payload.update({
         "mode": outcome.mode, "shard": outcome.shard, "complete": outcome.complete, "merged": outcome.merged,
-        "errors": outcome.errors,
+        "errors": outcome.errors, "sending": outcome.sending,
         "session": None if report is None else {
             "session_id": report.session_id, "sent": report.sent, "ok": report.ok, "errors": report.errors,
             "prompt_tokens": report.prompt_tokens, "completion_tokens": report.completion_tokens,
@@ -98,6 +101,9 @@ def print_outcome(outcome: RunOutcome) -> None:
         detail = ", ".join(f"{c}: {n}" for c, n in categories.items())
         info(f"{benchmark}: recorded failures ({detail}); `medhelm-local run --retry-errors {outcome.run.run_id}` "
              "re-sends only those")
+    if any(MODEL_MISMATCH in categories for categories in outcome.errors.values()):
+        info(f"{MODEL_MISMATCH}: the server's reply named another model than the one asked for (a router or proxy "
+             "in front of it sending requests elsewhere?); those answers are not scored")
     if outcome.run.status == "inferred":
         info(f"run {outcome.run.run_id}: inference done, not scored; `medhelm-local run --resume "
              f"{outcome.run.run_id}` scores it")
@@ -109,16 +115,20 @@ def print_outcome(outcome: RunOutcome) -> None:
 def run(
     ctx: typer.Context,
     model: str | None = typer.Option(None, "--model", help="Configured model name (see `models list`)."),
-    benchmarks: str | None = typer.Option(None, "--benchmarks", help="Comma-separated benchmark ids."),
+    benchmarks: str | None = typer.Option(None, "--benchmarks", help="Comma-separated benchmark ids (on resume "
+                                          "or retry, the run's own: another is refused)."),
     max_instances: int | None = typer.Option(None, "--max-instances", min=1,
-                                             help="Stratified deterministic sample size per benchmark."),
-    seed: int | None = typer.Option(None, "--seed", help="Sampling and decoding seed [default: config]."),
+                                             help="Stratified deterministic sample size per benchmark (on resume or "
+                                                  "retry, the run's own: another is refused)."),
+    seed: int | None = typer.Option(None, "--seed", help="Sampling and decoding seed (on resume or retry, the run's "
+                                    "own: another is refused) [default: config]."),
     concurrency: int | None = typer.Option(None, "--concurrency", min=1,
-                                           help="Cap on requests in flight (adaptive below it) [default: config]."),
+                                           help="Cap on requests in flight (adaptive below it) [default: on resume "
+                                                "or retry, the run's own; else config]."),
     initial_concurrency: int | None = typer.Option(
         None, "--initial-concurrency", min=1,
-        help="Requests in flight at the start; the limiter adapts from there [default: the cap for vllm models, "
-             "which batch up to it; half the cap for other servers]."),
+        help="Requests in flight at the start; the limiter adapts from there [default: on resume or retry, the "
+             "run's own; else the cap for vllm models, which batch up to it; half the cap for other servers]."),
     resume: str | None = typer.Option(None, "--resume", help="Resume this run: send only what is missing."),
     retry_errors: str | None = typer.Option(None, "--retry-errors", help="Re-send only the failed requests of "
                                             "this run; each new outcome replaces the error atomically."),
@@ -127,16 +137,19 @@ def run(
                                      "shards merge into one run."),
     new_run: bool = typer.Option(False, "--new-run", help="Start a new run even if an unfinished one has the "
                                  "same plan (default: resume it)."),
-    order: str = typer.Option("prefix", "--order", help=f"Send order: {', '.join(ORDER_MODES)} (prefix groups "
-                              "requests sharing a prefix, for the server's prefix cache)."),
+    order: str | None = typer.Option(None, "--order", help=f"Send order: {', '.join(ORDER_MODES)} (prefix groups "
+                                     "requests sharing a prefix, for the server's prefix cache) [default: prefix; "
+                                     "on resume: the run's own]."),
     prompt_style: str | None = typer.Option(None, "--prompt-style", help="Prompts and decoding: 'default' (this "
                                             "appliance's) or 'medhelm' (MedHELM's, byte for byte, to compare "
                                             "with its public leaderboard; see benchmarks/PARITY.md) "
                                             "[default: default; on resume: the run's own]."),
     request_timeout: float | None = typer.Option(None, "--request-timeout", min=0.1,
-                                                 help="Seconds per request attempt [default: model's timeout_s]."),
+                                                 help="Seconds per request attempt [default: on resume or retry, "
+                                                      "the run's own; else the model's timeout_s]."),
     max_retries: int | None = typer.Option(None, "--max-retries", min=0, max=20,
-                                           help="Retries per request [default: config]."),
+                                           help="Retries per request [default: on resume or retry, the run's "
+                                                "own; else config]."),
     skip_scoring: bool = typer.Option(False, "--skip-scoring", help="Only run inference (the run ends 'inferred'); "
                                       "score it later with `run --resume RUN_ID`."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),

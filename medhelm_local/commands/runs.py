@@ -61,13 +61,15 @@ def list_runs(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", 
 @app.command("show")
 def show(ctx: typer.Context, run_id: str = typer.Argument(..., help="Run id."),
          as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
-    """One run: progress, errors by category, sessions (time, tokens, endpoints) and cost."""
+    """One run: progress, errors by category, sending options, sessions (time, tokens, endpoints, options) and
+    cost."""
     app_ctx = app_context(ctx)
     with app_ctx.open_store(read_only=True) as store:
         run = _get(store, run_id)
         payload = _summary(store, run)
         payload["errors_by_category"] = runs_db.errors_by_category(store, run_id)
         payload["context"] = run.manifest.get("context")
+        payload["sending"] = runs_db.run_sending(store, run_id)
         payload["truncated"] = runs_db.truncation_summary(store, run_id)
         payload["sessions"] = runs_db.sessions(store, run_id)
         payload["shard_files_pending"] = [p.name for p in sharding.pending_shard_files(app_ctx.home, run_id)]
@@ -83,6 +85,8 @@ def show(ctx: typer.Context, run_id: str = typer.Argument(..., help="Run id."),
                                           "manifest_sha256")])
     for benchmark, categories in payload["errors_by_category"].items():
         info(f"{benchmark}: " + ", ".join(f"{c}: {n}" for c, n in categories.items()))
+    if payload["sending"] is not None:
+        info(f"sends with {_sending_text(payload['sending'])} (a resume or retry too, unless given again)")
     for benchmark, cut in payload["truncated"].items():
         info(f"{benchmark}: {cut['prompts']} prompt(s) truncated to fit the model's context (field {cut['field']}, "
              f"{cut['removed_tokens']} tokens removed in all, at most {cut['max_removed_tokens']} from one)")
@@ -93,11 +97,19 @@ def show(ctx: typer.Context, run_id: str = typer.Argument(..., help="Run id."),
              + (f", shard {session['shard']}" if session["shard"] else "")
              + f"): {session['responses']} response(s), {session['errors']} error(s), wall "
              f"{duration(session['wall_s'])}s, {session['prompt_tokens']} prompt + {session['completion_tokens']} "
-             f"completion tokens; endpoints: {endpoints or '-'}")
+             f"completion tokens; endpoints: {endpoints or '-'}"
+             + (f"; {_sending_text(session['sending'])}" if session["sending"] else ""))
     cost = payload["cost"]
     if cost is not None:
         info(f"tokens {cost['prompt_tokens']} in / {cost['completion_tokens']} out, wall {duration(cost['wall_s'])}s, "
              f"cost {money(cost['total'], unknown='unavailable')} ({cost['method']}: {cost['note']})")
+
+
+def _sending_text(sending: dict[str, Any]) -> str:
+    initial = sending.get("initial_concurrency")
+    return (f"--concurrency {sending.get('concurrency')}, --initial-concurrency "
+            f"{'auto' if initial is None else initial}, --request-timeout "
+            f"{sending.get('request_timeout_s')}s, --max-retries {sending.get('max_retries')}")
 
 
 @app.command("manifest")

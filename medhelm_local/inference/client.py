@@ -1,7 +1,7 @@
 """An async OpenAI-compatible chat-completions client on httpx: vLLM, llama.cpp, any allowlisted endpoint.
 
-Failures become categories (``http_503``, ``timeout``, ``connect_error``, ``invalid_json``) and never carry a
-response body, which may echo the prompt.
+Failures become categories (``http_503``, ``timeout``, ``connect_error``, ``invalid_json``, ``model_mismatch``)
+and never carry a response body, which may echo the prompt.
 """
 
 from __future__ import annotations
@@ -26,13 +26,21 @@ from medhelm_local.inference.egress import EgressPolicy
 from medhelm_local.inference.lane import MAX_RESPONSE_BYTES, Lane, ResponseTooLarge, UnsupportedEncoding
 from medhelm_local.inference.structured import is_format_rejection
 from medhelm_local.jsontext import loads_strict
+from medhelm_local.logs import get_logger
 from medhelm_local.records import InferenceRequest, InferenceResult
+
+log = get_logger(__name__)
 
 POOL_CONNECTIONS = 16  # connections of the client for small requests (see ChatClient)
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 # The server refused the request's structured-output shape (``response_format``): a request-validation error,
 # the same for every retry (see inference/structured.py).
 FORMAT_REJECTED = "format_rejected"
+# The reply names another model than the one the request asked for (a router or proxy in front of the server
+# that sent it elsewhere): the answer is not the evaluated model's, never scored. Not retried: a server that
+# answers for another model is misconfigured, and a retry that happened to reach the right one would hide it.
+MODEL_MISMATCH = "model_mismatch"
+MAX_MODEL_NAME_SHOWN = 80  # characters of a reply's model name a warning shows
 # Failures that say "this replica is unreachable or wedged", as opposed to "this request went wrong".
 ENDPOINT_FAILURES = frozenset({"connect_error", "connection_dropped", "timeout", "http_502", "http_503", "http_504"})
 USER_AGENT = f"python-httpx/{httpx.__version__}".encode()  # the small-request client's, on every request alike
@@ -143,6 +151,7 @@ class Completion:
     prompt_tokens: int | None
     completion_tokens: int | None
     finish_reason: str | None
+    model: str | None = None  # the model the reply names (None: it names none)
 
 
 def request_body(model_id: str, request: InferenceRequest) -> dict[str, Any]:
@@ -178,15 +187,17 @@ def _finish_reason(value: Any) -> str | None:
 
 
 def parse_completion(payload: bytes, max_tokens: int = MAX_TOKEN_COUNT) -> Completion:
-    """The completion in a 200 reply to a request for at most ``max_tokens``; ``invalid_json`` when it is not one,
-    or holds a string the store cannot keep (an unpaired surrogate escape: see ``jsontext``)."""
+    """The completion in a 200 reply to a request for at most ``max_tokens``; ``invalid_json`` when it is not one
+    (a ``model`` that is not a string included), or holds a string the store cannot keep (an unpaired surrogate
+    escape: see ``jsontext``)."""
     try:
         data = loads_strict(payload)
         choice = data["choices"][0]
         text = choice["message"]["content"]
         if text is None:
             text = ""
-        if not isinstance(text, str):
+        model = data.get("model")
+        if not isinstance(text, str) or not (model is None or isinstance(model, str)):
             raise TypeError
         usage = data.get("usage")
         if not isinstance(usage, dict):
@@ -196,9 +207,16 @@ def parse_completion(payload: bytes, max_tokens: int = MAX_TOKEN_COUNT) -> Compl
             prompt_tokens=_token_count(usage.get("prompt_tokens")),
             completion_tokens=_token_count(usage.get("completion_tokens"), max_tokens),
             finish_reason=_finish_reason(choice.get("finish_reason")),
+            model=model,
         )
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):
         raise RequestFailed("invalid_json", retryable=True) from None
+
+
+def shown_model_name(name: str) -> str:
+    """A model name a server sent, fit to print: control characters removed, at most ``MAX_MODEL_NAME_SHOWN``."""
+    printable = "".join(c for c in name if c.isprintable())
+    return printable if len(printable) <= MAX_MODEL_NAME_SHOWN else printable[:MAX_MODEL_NAME_SHOWN] + "..."
 
 
 @dataclass
@@ -331,6 +349,7 @@ class ChatClient:
         self.timeout_s = timeout_s
         self.max_connections = max(1, max_connections)
         self.pool = EndpointPool(self.base_urls)
+        self._mismatch_warned = False
         self._sleep = sleep  # waits out a retry's backoff (a test records the delays instead)
         self._wall_clock = wall_clock  # reads a Retry-After HTTP-date
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
@@ -508,7 +527,20 @@ class ChatClient:
             wait_s = self._retry_after_s(status, retry_after)
             raise RequestFailed(f"http_{status}", retryable=status in RETRYABLE_STATUS, status=status,
                                 retry_after_s=wait_s)
-        return parse_completion(content, request.max_tokens)
+        completion = parse_completion(content, request.max_tokens)
+        # vLLM and the embedded llama.cpp server name the model the request asked for; a reply without a name
+        # (servers that leave it out) says nothing either way and is kept.
+        if completion.model is not None and completion.model != self.model_id:
+            self._warn_mismatch(base, completion.model)
+            raise RequestFailed(MODEL_MISMATCH, retryable=False)
+        return completion
+
+    def _warn_mismatch(self, base_url: str, replied: str) -> None:
+        """Say once per client which model answered instead (the name, never the reply)."""
+        if not self._mismatch_warned:
+            self._mismatch_warned = True
+            log.warning("inference.model_mismatch", url=base_url, expected_model=self.model_id,
+                        replied_model=shown_model_name(replied))
 
     async def complete(
         self, request: InferenceRequest, *, max_retries: int = 4, backoff_base_s: float = 0.5,

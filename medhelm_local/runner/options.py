@@ -22,19 +22,23 @@ ModeKind = Literal["new", "resume", "retry_errors", "shard"]
 @dataclass(frozen=True)
 class Selection:
     """What to evaluate. ``model`` and ``benchmarks`` are required for a new run or a shard; on resume or retry
-    the run's own are used (a ``model`` given must be the run's)."""
+    the run's own plan is sent: each of these given must be the run's own (refused otherwise, never ignored)."""
 
     model: str | None = None
     benchmarks: list[str] | None = None
     max_instances: int | None = None
     seed: int | None = None  # None: the config's runner.seed
-    order: str = "prefix"
+    order: str | None = None  # None: "prefix"
     prompt_style: str | None = None  # None: the default style for a new run, the run's own on resume
 
 
 @dataclass(frozen=True)
 class Sending:
-    """How to send: caps and timing of the requests, and whether progress bars are shown."""
+    """How to send: caps and timing of the requests, and whether progress bars are shown.
+
+    An option left None is the run's own when the invocation adds to an existing run (resume, retry of its
+    errors, shard: what the run was created with, or last given again), else the default said below; the first
+    four fields are kept with the run (``runner.session.SENT_WITH``)."""
 
     concurrency: int | None = None  # None: the config's runner.max_concurrency (also the ceiling)
     # where the adaptive limiter starts (None: the cap for vLLM, which batches up to it; half the cap, at least

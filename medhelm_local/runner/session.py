@@ -8,7 +8,8 @@
    how it counts tokens; :func:`check_identity`: a run resumes only against the same model identity (served
    model, weights hash, server version): mixing outputs of two models in one run is refused;
 4. :func:`new_run` / :func:`record_plan`: a new run's manifest, then its plan in the store, before any request;
-5. :func:`start_session` / :func:`send`: the send phase (``runner.execute``).
+5. :func:`start_session` / :func:`send`: the send phase (``runner.execute``), with the sending options
+   :func:`sending_for` resolved: those given, else the run's own (kept when it was created), else the defaults.
 
 * A new run is planned, its manifest built (server versions and served models are asked for first) and both
   are stored before any request is sent.
@@ -16,6 +17,9 @@
   ``--resume RUN_ID``. ``--retry-errors RUN_ID`` re-sends only the items whose outcome is an error.
 * A run is frozen to the specs it was created with (snapshotted in its manifest): resuming or retrying it after
   a benchmark's spec changed is refused (exit 2), naming the benchmark and the changed fields.
+* A run keeps the options it sends with (``SENT_WITH``: concurrency cap, initial concurrency, request timeout,
+  retries): a resume or a retry of its errors sends with them, not with the defaults, unless an option is given
+  again, which then becomes the run's (audited with ``run.resume``).
 
 Nothing here writes audit records: the use case does, between the steps.
 """
@@ -25,7 +29,7 @@ from __future__ import annotations
 import re
 import uuid
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from medhelm_local.benchmarks.registry import SpecRegistry
@@ -108,6 +112,24 @@ def _check_style_of(run: RunInfo, selection: Selection) -> None:
                             f"{selection.prompt_style!r}; a run never mixes styles (start a new run)")
 
 
+def _check_plan_of(run: RunInfo, selection: Selection) -> None:
+    """A resume or retry sends the run's own plan: an option that plans a run, given with a value the run was not
+    planned with, is refused, never silently ignored (``--max-instances 30`` on a run of 10 sent the 10)."""
+    def names(benchmarks: list[str]) -> str:
+        return ",".join(sorted(set(benchmarks)))
+
+    given: dict[str, object] = {
+        "--benchmarks": None if selection.benchmarks is None else names(selection.benchmarks),
+        "--max-instances": selection.max_instances, "--seed": selection.seed, "--order": selection.order}
+    own: dict[str, object] = {"--benchmarks": names(run.benchmarks),
+                              "--max-instances": "all" if run.max_instances is None else run.max_instances,
+                              "--seed": run.seed, "--order": run.manifest.get("order")}
+    for flag, value in given.items():
+        if value is not None and own[flag] is not None and value != own[flag]:
+            raise BadInputError(f"{flag}: run {run.run_id} was planned with {own[flag]}, not {value}; a resume or "
+                                "retry sends the run's own plan (leave the option out, or start a new run)")
+
+
 def _check_specs_frozen(run: RunInfo, specs: SpecRegistry) -> None:
     """Refuse to add to a run whose benchmarks' spec files changed since it was created: one run never mixes
     prompts or decoding. (The run itself always uses its snapshot; this says why it cannot go on.)"""
@@ -132,6 +154,7 @@ def _named_run(store: Store, specs: SpecRegistry, selection: Selection, mode: Mo
     if selection.model and selection.model != run.model:
         raise BadInputError(f"--model: run {mode.run_id} evaluates {run.model!r}, not {selection.model!r}")
     _check_style_of(run, selection)
+    _check_plan_of(run, selection)
     _check_specs_frozen(run, specs)
     return run
 
@@ -155,7 +178,7 @@ def resolve(store: Store, config: ApplianceConfig, specs: SpecRegistry, selectio
         return Target(endpoint=endpoint, mode=mode.kind, run=run, run_id=run.run_id, seed=run.seed)
     seed = config.runner.seed if selection.seed is None else selection.seed
     plan = compute_plan(store, specs, model, benchmarks, max_instances=selection.max_instances, seed=seed,
-                        order_mode=selection.order, prompt_style=selection.prompt_style or DEFAULT_STYLE,
+                        order_mode=selection.order or "prefix", prompt_style=selection.prompt_style or DEFAULT_STYLE,
                         shard=mode.shard)
     run_id = _check_run_id(mode.run_id) if mode.run_id else None
     if plan.shard is not None:
@@ -185,13 +208,52 @@ def resolve(store: Store, config: ApplianceConfig, specs: SpecRegistry, selectio
 QUEUEING_KINDS = frozenset({BackendKind.VLLM})
 
 
+# The options of ``run`` that shape how a run sends (``Sending``'s fields), kept with the run.
+SENT_WITH = ("concurrency", "initial_concurrency", "request_timeout_s", "max_retries")
+
+
+@dataclass(frozen=True)
+class SessionSending:
+    """How this session sends: ``sending`` with every option of ``SENT_WITH`` resolved (``initial_concurrency``
+    may stay None: the limiter's start for the server's kind); ``kept``: the run's own before this session (None:
+    a run to create, or one from before runs kept them); ``changed``: what of ``kept`` an option given again
+    changes, ``{option: [was, now]}``."""
+
+    sending: Sending
+    kept: dict[str, Any] | None = None
+    changed: dict[str, list[Any]] | None = None
+
+    @property
+    def record(self) -> dict[str, Any]:
+        """What the run and the session keep."""
+        return {name: getattr(self.sending, name) for name in SENT_WITH}
+
+
+def sending_for(store: Store, config: ApplianceConfig, target: Target, sending: Sending) -> SessionSending:
+    """The sending options of this session: each one given (not None in ``sending``), else the run's own (a
+    resume or retry never falls back to defaults the run did not start with), else the default (the config's
+    ``runner`` settings, the model's ``timeout_s``). The cap never exceeds ``runner.max_concurrency``."""
+    kept = runs_db.run_sending(store, target.run_id) if target.run is not None else None
+    ceiling = config.runner.max_concurrency
+    defaults: dict[str, Any] = {"concurrency": ceiling, "initial_concurrency": None,
+                                "request_timeout_s": target.endpoint.timeout_s,
+                                "max_retries": config.runner.max_retries}
+    given = {name: getattr(sending, name) for name in SENT_WITH if getattr(sending, name) is not None}
+    base = {**defaults, **(kept or {})}
+    chosen = {name: given.get(name, base[name]) for name in SENT_WITH}
+    if chosen["concurrency"] > ceiling:  # say so: a silent cap looks like a slow server
+        log.warning("run.concurrency_capped", requested=chosen["concurrency"], ceiling=ceiling,
+                    setting="runner.max_concurrency")
+        chosen["concurrency"] = ceiling
+    changed = {name: [kept[name], chosen[name]] for name in given
+               if kept is not None and name in kept and kept[name] != chosen[name]}
+    return SessionSending(replace(sending, **chosen), kept, changed or None)
+
+
 def execution_settings(config: ApplianceConfig, sending: Sending, endpoint: ModelEndpoint, *,
                        errors_only: bool) -> ExecutionSettings:
     ceiling = config.runner.max_concurrency
     cap = min(sending.concurrency or ceiling, ceiling)
-    if sending.concurrency and sending.concurrency > ceiling:  # say so: a silent cap looks like a slow server
-        log.warning("run.concurrency_capped", requested=sending.concurrency, ceiling=ceiling,
-                    setting="runner.max_concurrency")
     initial = sending.initial_concurrency
     if initial is None and endpoint.kind in QUEUEING_KINDS:
         initial = cap
@@ -290,10 +352,10 @@ def _refuse_no_room(model: str, context_length: int, specs: Mapping[str, Benchma
         )
 
 
-def record_plan(store: Store, run: RunInfo, plan: Plan, manifest_sha256: str) -> None:
-    """Store the new run and its planned items (streaming), before any request is sent."""
+def record_plan(store: Store, run: RunInfo, plan: Plan, manifest_sha256: str, sending: SessionSending) -> None:
+    """Store the new run, the options it sends with and its planned items (streaming), before any request."""
     runs_db.insert_plan(store, run, plan_items(store, plan), plan_key=plan.plan_key, order_mode=plan.order_mode,
-                        manifest_sha256=manifest_sha256)
+                        manifest_sha256=manifest_sha256, sending=sending.record)
     if sum(int(d["planned"]) for d in plan.datasets.values()) > REOPEN_AFTER_ITEMS:
         store.reopen()  # the send phase needs none of what planning left cached (100k items: about 80 MB)
 
@@ -306,11 +368,19 @@ def fitter(run: RunInfo, counter: TokenCounter, settings: ExecutionSettings) -> 
     return PromptFitter(counter, length, max_retries=settings.max_retries, backoff_base_s=settings.backoff_base_s)
 
 
-def start_session(store: Store, target: Target, servers: list[dict[str, Any]]) -> str:
-    """Record this invocation's session of the run (mode, shard, endpoints); returns its id."""
+def keep_sending(store: Store, target: Target, sending: SessionSending) -> None:
+    """An existing run's options, where this session set them: an option given again that changes one, or a run
+    from before runs kept them. A shard leaves them as they are: the pods of one Job send in parallel, each with
+    the options its Job gives."""
+    if target.run is not None and target.shard is None and (sending.kept is None or sending.changed):
+        runs_db.keep_sending(store, target.run_id, sending.record)
+
+
+def start_session(store: Store, target: Target, servers: list[dict[str, Any]], sending: SessionSending) -> str:
+    """Record this invocation's session of the run (mode, shard, endpoints, sending options); returns its id."""
     session_id = uuid.uuid4().hex[:12]
     runs_db.start_session(store, target.run_id, session_id, mode=target.mode, shard=target.shard_label,
-                          endpoints=servers)
+                          endpoints=servers, sending=sending.record)
     return session_id
 
 

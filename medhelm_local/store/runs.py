@@ -6,9 +6,11 @@ Bulk inserts bind a whole batch as one parameter (``ColumnBatch``): one statemen
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import duckdb
 
 from medhelm_local.records import InferenceRequest, InferenceResult, InstanceScore, Truncated
 from medhelm_local.store.batch import ID_LIST_PARAM, ColumnBatch, id_list
@@ -48,8 +50,9 @@ ROWS_PER_TRANSACTION = 10_000  # send-order rows per transaction; callers chunk 
 
 
 def insert_plan(store: Store, run: RunInfo, chunks: Iterable[Sequence[PlannedItem]], *, plan_key: str,
-                order_mode: str, manifest_sha256: str) -> None:
-    """Record a run, its planned items and their send order, streaming: memory does not grow with the plan.
+                order_mode: str, manifest_sha256: str, sending: Mapping[str, Any] | None = None) -> None:
+    """Record a run, its planned items and their send order, streaming: memory does not grow with the plan;
+    ``sending``: the options it sends with (``runner_sending``), kept with its own rows.
 
     Each chunk is its own transaction, so a large plan never sits whole in DuckDB's transaction-local memory;
     the send order is ranked inside DuckDB (which spills, encrypted, if it must). The run's own rows come last,
@@ -88,6 +91,8 @@ def insert_plan(store: Store, run: RunInfo, chunks: Iterable[Sequence[PlannedIte
         )
         conn.execute("INSERT INTO runner_runs VALUES (?, ?, ?, ?)",
                      [run.run_id, plan_key, order_mode, manifest_sha256])
+        if sending is not None:
+            keep_sending(store, run.run_id, sending)
 
 
 PLANNED_ITEMS = ColumnBatch.of(benchmark="VARCHAR", instance_id="VARCHAR", fingerprint="VARCHAR",
@@ -243,26 +248,46 @@ def errors_by_category(store: Store, run_id: str) -> dict[str, dict[str, int]]:
 
 
 def start_session(store: Store, run_id: str, session_id: str, *, mode: str, shard: str | None,
-                  endpoints: list[dict[str, Any]]) -> None:
+                  endpoints: list[dict[str, Any]], sending: Mapping[str, Any] | None = None) -> None:
     store.conn.execute(
-        "INSERT INTO runner_sessions VALUES (?, ?, ?, ?, ?, NULL, 0, 0, 0, 0, 0, 0, ?)",
-        [run_id, session_id, mode, shard, utcnow(), json.dumps(endpoints)],
+        "INSERT INTO runner_sessions (run_id, session_id, mode, shard, started_at, last_commit_at, wall_s, "
+        "responses, errors, prompt_tokens, completion_tokens, request_s, endpoints, sending) "
+        "VALUES (?, ?, ?, ?, ?, NULL, 0, 0, 0, 0, 0, 0, ?, ?)",
+        [run_id, session_id, mode, shard, utcnow(), json.dumps(endpoints),
+         None if sending is None else json.dumps(dict(sending))],
     )
 
 
 def sessions(store: Store, run_id: str) -> list[dict[str, Any]]:
+    """The run's sessions, oldest first; ``sending``: the options each sent with (None: not recorded)."""
+    # Every column but the run's id: a store a reader opens before a writer migrated it has no ``sending`` yet.
     cursor = store.conn.execute(
-        "SELECT session_id, mode, shard, started_at, last_commit_at, wall_s, responses, errors, prompt_tokens, "
-        "completion_tokens, request_s, endpoints FROM runner_sessions WHERE run_id = ? ORDER BY started_at",
-        [run_id],
-    )
+        "SELECT * EXCLUDE (run_id) FROM runner_sessions WHERE run_id = ? ORDER BY started_at", [run_id])
     names = [d[0] for d in cursor.description]
     out = []
     for row in cursor.fetchall():
         record = dict(zip(names, row, strict=True))
         record["endpoints"] = json.loads(record["endpoints"])
+        sending = record.get("sending")
+        record["sending"] = None if sending is None else json.loads(sending)
         out.append(record)
     return out
+
+
+def run_sending(store: Store, run_id: str) -> dict[str, Any] | None:
+    """The options the run sends with (``runner_sending``); None for a run from before runs kept them."""
+    try:
+        row = store.conn.execute("SELECT sending FROM runner_sending WHERE run_id = ?", [run_id]).fetchone()
+    except duckdb.CatalogException:  # a reader of a store no writer has migrated since the table was added
+        return None
+    return None if row is None else dict(json.loads(row[0]))
+
+
+def keep_sending(store: Store, run_id: str, sending: Mapping[str, Any]) -> None:
+    """Record (or replace) the options the run sends with."""
+    store.conn.execute(
+        "INSERT INTO runner_sending VALUES (?, ?, ?) ON CONFLICT (run_id) DO UPDATE SET sending = excluded.sending, "
+        "updated_at = excluded.updated_at", [run_id, json.dumps(dict(sending)), utcnow()])
 
 
 # -- group commit -----------------------------------------------------------------------------------------
@@ -419,7 +444,7 @@ def copy_rows(source: Store, target: Store, table: str, where: str, params: list
     table's primary key, or, for a table without one, by ``key`` (its columns that identify a row).
 
     Both stores are encrypted DuckDB files opened by this process; rows move as Arrow batches, never through a
-    plain file.
+    plain file. Columns are matched by name: a shard file built before a column was added still merges (NULL).
     """
     keep = ("ON CONFLICT DO NOTHING" if key is None else "s WHERE NOT EXISTS (SELECT 1 FROM " + table + " t WHERE "
             + " AND ".join(f"t.{column} = s.{column}" for column in key) + ")")
@@ -433,7 +458,7 @@ def copy_rows(source: Store, target: Store, table: str, where: str, params: list
                 continue
             target.conn.register("shard_copy_src", batch)
             try:
-                target.conn.execute(f"INSERT INTO {table} SELECT * FROM shard_copy_src {keep}")
+                target.conn.execute(f"INSERT INTO {table} BY NAME SELECT * FROM shard_copy_src {keep}")
             finally:
                 target.conn.unregister("shard_copy_src")
             copied += batch.num_rows

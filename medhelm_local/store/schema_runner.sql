@@ -32,6 +32,17 @@ CREATE TABLE IF NOT EXISTS runner_sessions (
     endpoints JSON NOT NULL,
     PRIMARY KEY (run_id, session_id)
 );
+-- The session's sending options (runner.session.SENT_WITH: concurrency cap, initial concurrency, request timeout,
+-- retries), as it used them (NULL: a session from before sessions kept them). Added, not declared above, so a
+-- store created before it and one created after have the same columns in the same order.
+ALTER TABLE runner_sessions ADD COLUMN IF NOT EXISTS sending JSON;
+-- A run's sending options (the same fields): those it was created with, or those an option given again on a
+-- resume or retry set since. A resume or retry sends with them unless the option is given again.
+CREATE TABLE IF NOT EXISTS runner_sending (
+    run_id VARCHAR PRIMARY KEY,
+    sending JSON NOT NULL,
+    updated_at TIMESTAMP NOT NULL
+);
 -- Error rows replaced by `run --retry-errors`: the failure stays on record (category only, never a body).
 CREATE TABLE IF NOT EXISTS runner_error_history (
     run_id VARCHAR NOT NULL,

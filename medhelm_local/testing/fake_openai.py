@@ -80,6 +80,10 @@ class Faults:
     timeout: float = 0.0
     drop: float = 0.0
     invalid_json: float = 0.0
+    # replies naming another model than the one asked for, as from a router in front of the server that sends some
+    # requests to another model (``misrouted_to``)
+    wrong_model: float = 0.0
+    misrouted_to: str = "other-model"
     hang_s: float = 30.0  # how long a "timeout" fault stalls before dropping
     retry_after: str | None = None  # a Retry-After header sent, as given (hostile values too), with 429s and 503s
     tokenize_429_first: int = 0  # the first this many tokenize requests are answered 429 (with ``retry_after``)
@@ -338,7 +342,7 @@ class FakeOpenAIServer:
         if delay:
             await asyncio.sleep(delay)
         edges = [(f.http_5xx, "5xx"), (f.http_429, "429"), (f.timeout, "timeout"), (f.drop, "drop"),
-                 (f.invalid_json, "invalid_json")]
+                 (f.invalid_json, "invalid_json"), (f.wrong_model, "wrong_model")]
         threshold = 0.0
         fault = None
         for rate, name in edges:
@@ -372,7 +376,8 @@ class FakeOpenAIServer:
         self.completions_sent += 1
         await _respond(send, 200, {
             "id": f"cmpl-{self.requests_seen}", "object": "chat.completion", "created": int(time.time()),
-            "model": request.get("model", self.model_id),
+            # vLLM names the served model the request asked for
+            "model": f.misrouted_to if fault == "wrong_model" else request.get("model", self.model_id),
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": len(text.split()),
                       "total_tokens": prompt_tokens + len(text.split())},
@@ -459,7 +464,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--tokenizer", choices=TOKENIZER_STYLES, default=None,
                         help="serve this engine's tokenize endpoint(s)")
     parser.add_argument("--context-length", type=int, default=None)
-    for name in ("http_5xx", "http_429", "timeout", "drop", "invalid_json"):
+    for name in ("http_5xx", "http_429", "timeout", "drop", "invalid_json", "wrong_model"):
         parser.add_argument(f"--{name.replace('_', '-')}", type=float, default=0.0, dest=name)
     parser.add_argument("--hang-s", type=float, default=30.0)
     parser.add_argument("--retry-after", default=None, help="a Retry-After header sent with 429s and 503s")
@@ -471,7 +476,8 @@ def main(argv: list[str] | None = None) -> None:
         prefix_cache=PrefixCache(args.prefix_cache_blocks, args.prefix_block_chars, args.per_block_s),
         tokenizer=args.tokenizer, context_length=args.context_length,
         faults=Faults(http_5xx=args.http_5xx, http_429=args.http_429, timeout=args.timeout, drop=args.drop,
-                      invalid_json=args.invalid_json, hang_s=args.hang_s, retry_after=args.retry_after),
+                      invalid_json=args.invalid_json, wrong_model=args.wrong_model, hang_s=args.hang_s,
+                      retry_after=args.retry_after),
         port=args.port,
     )
     config = uvicorn.Config(server, host="127.0.0.1", port=args.port or _free_port(), log_level="critical",

@@ -307,6 +307,39 @@ def test_a_finish_reason_that_is_not_a_string_is_unknown_and_the_answer_is_kept(
         assert asyncio.run(finish_reason_of(bad)) == ("yes", None, None), bad
 
 
+def test_a_reply_from_another_model_is_a_failed_request_never_an_answer() -> None:
+    """A reply naming another model than the one asked for (a router or proxy in front of vLLM sending some
+    requests elsewhere) is ``model_mismatch``: no answer kept, not retried (a retry reaching the right model would
+    hide the misrouting). One without a model name is kept (servers that leave it out say nothing either way); a
+    name that is not a string is no reply (``invalid_json``). The reply was kept and scored as the model's."""
+    async def reply_naming(model: object, *, omit: bool = False) -> tuple[str | None, str | None, int, int]:
+        body: dict[str, object] = {"choices": [{"message": {"content": "yes"}, "finish_reason": "stop"}]}
+        if not omit:
+            body["model"] = model
+        raw = RawServer(reply=json.dumps(body).encode())
+        server = await raw.start()
+        async with server, ChatClient([f"http://127.0.0.1:{raw.port}/v1"], "served-m", LOCAL) as client:
+            result = await client.complete(_request(0), max_retries=3, backoff_base_s=0.001)
+            return result.text, result.error, result.attempts, raw.requests
+
+    assert asyncio.run(reply_naming("served-m")) == ("yes", None, 1, 1)
+    assert asyncio.run(reply_naming(None, omit=True)) == ("yes", None, 1, 1)
+    assert asyncio.run(reply_naming(None)) == ("yes", None, 1, 1)
+    for other in ("other-model", "served-m ", "Served-M", ""):
+        assert asyncio.run(reply_naming(other)) == (None, "model_mismatch", 1, 1), other
+    for not_a_name in (7, ["served-m"], {"id": "served-m"}, True):
+        assert asyncio.run(reply_naming(not_a_name)) == (None, "invalid_json", 4, 4), not_a_name
+
+
+def test_a_model_name_from_a_server_is_printed_without_control_characters_and_bounded() -> None:
+    from medhelm_local.inference.client import MAX_MODEL_NAME_SHOWN, shown_model_name
+
+    assert shown_model_name("llama-3-8b") == "llama-3-8b"
+    shown = shown_model_name("evil\x1b[2J\r\nmodel\x00" + "x" * 500)
+    assert shown.startswith("evil[2Jmodel") and len(shown) == MAX_MODEL_NAME_SHOWN + 3
+    assert all(c.isprintable() for c in shown)
+
+
 def test_a_reply_without_content_is_an_empty_answer_scored_as_given() -> None:
     """``content: null`` (an OpenAI-style refusal, or a reasoning model cut off while thinking, its text in
     ``reasoning_content``): the model gave no answer. It is an empty answer, kept with its finish reason and

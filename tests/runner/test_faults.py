@@ -102,6 +102,30 @@ def test_a_reply_the_store_cannot_keep_is_a_failed_request_never_the_end_of_the_
     assert result.n == 30 - len(broken) and result.n_failed == len(broken)  # counted, never scored 0
 
 
+def test_answers_from_another_model_behind_a_router_are_recorded_failures_never_scored(tmp_path: Path) -> None:
+    """A router in front of the server sends a share of the requests to another model, whose replies say so in
+    ``model``: each is a failed request (``model_mismatch``, sent once), counted in the run's summary and left out
+    of the score; `run --retry-errors` re-sends them once the router is fixed. They were scored as the model's."""
+    with FakeOpenAIServer(responder=hash_responder(), faults=Faults(wrong_model=0.3)) as server:
+        home = make_home(tmp_path / "home", [server.base_url])
+        register(home, synthetic_instances(50))
+        outcome = evaluate(app(home), quiet(backoff_base_s=0.01))
+        assert server.stats()["requests_seen"] == 50  # never retried
+        run_id = outcome.run.run_id
+        misrouted = [r for r in outcomes(home, run_id) if r[3] is not None]
+        assert 5 <= len(misrouted) <= 25 and {(r[2], r[3]) for r in misrouted} == {(None, "model_mismatch")}
+        assert outcome.errors == {"pubmedqa": {"model_mismatch": len(misrouted)}}
+        (result,) = outcome.results
+        assert (result.n, result.n_failed) == (50 - len(misrouted), len(misrouted))
+        failed_ids = {r[1] for r in misrouted}
+        assert {v for _, i, v in scores(home, run_id) if i in failed_ids} <= {None}  # never a score
+        assert outcome.report is not None and outcome.report.errors == len(misrouted)
+
+        server.faults.wrong_model = 0.0  # the router fixed
+        retried = evaluate(app(home), quiet(Selection(), Mode.retry_errors(run_id)))
+    assert retried.errors == {} and [(r.n, r.n_failed) for r in retried.results] == [(50, 0)]
+
+
 def test_retry_errors_with_nothing_failed_sends_nothing(tmp_path: Path) -> None:
     with FakeOpenAIServer(responder=hash_responder()) as server:
         home = make_home(tmp_path / "home", [server.base_url])

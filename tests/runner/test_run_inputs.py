@@ -55,6 +55,33 @@ def test_resume_refuses_a_different_server_version(tmp_path: Path) -> None:
     assert run is not None and run.status == "finished"  # a refused resume does not touch the run
 
 
+def test_a_plan_option_given_on_resume_or_retry_must_be_the_runs_own(tmp_path: Path) -> None:
+    """`run --resume RUN --max-instances 30` on a run of 10 sent the 10 and exited 0, as if the sample had grown (so
+    did another --seed, --benchmarks or --order): the option was silently ignored. It is refused now (exit 2,
+    naming the option and the run's own value); the run's own values are accepted."""
+    with FakeOpenAIServer(responder=hash_responder()) as server:
+        home = make_home(tmp_path / "home", [server.base_url])
+        register(home, synthetic_instances(40))
+        first = evaluate(app(home), quiet(Selection(model="fake", benchmarks=["pubmedqa"], max_instances=10, seed=1,
+                                                    order="plan")))
+        run_id = first.run.run_id
+        sent = server.stats()["requests_seen"]
+        for other, message in ((dict(max_instances=30), "--max-instances: .* planned with 10, not 30"),
+                               (dict(seed=7), "--seed: .* planned with 1, not 7"),
+                               (dict(benchmarks=["medcalc_bench"]), "--benchmarks: .* planned with pubmedqa, not "
+                                                                    "medcalc_bench"),
+                               (dict(order="shuffle"), "--order: .* planned with plan, not shuffle")):
+            for mode in (Mode.resume(run_id), Mode.retry_errors(run_id)):
+                with pytest.raises(BadInputError, match=message):
+                    evaluate(app(home), quiet(Selection(**other), mode))
+        own = Selection(model="fake", benchmarks=["pubmedqa"], max_instances=10, seed=1, order="plan")
+        again = evaluate(app(home), quiet(own, Mode.resume(run_id)))
+        assert again.run.run_id == run_id and server.stats()["requests_seen"] == sent  # nothing left to send
+        whole = evaluate(app(home), quiet(Selection(model="fake", benchmarks=["pubmedqa"]), Mode.new(always_new=True)))
+        with pytest.raises(BadInputError, match=r"--max-instances: .* planned with all, not 10"):
+            evaluate(app(home), quiet(Selection(max_instances=10), Mode.resume(whole.run.run_id)))
+
+
 def test_skip_scoring_says_how_to_score_the_run_later(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("MEDHELM_")}
     base = [sys.executable, "-m", "medhelm_local.cli"]

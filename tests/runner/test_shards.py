@@ -17,6 +17,7 @@ from medhelm_local.home import Home
 from medhelm_local.runner import shard as sharding
 from medhelm_local.runner.plan import parse_shard, shard_range
 from medhelm_local.store import Store
+from medhelm_local.store import runs as runs_db
 from medhelm_local.testing.fake_openai import FakeOpenAIServer, hash_responder
 from tests.runner.helpers import app, make_home, outcomes, quiet, register, scores, synthetic_instances
 
@@ -119,3 +120,31 @@ def test_a_shard_left_unmerged_is_merged_by_runs_merge(tmp_path: Path, monkeypat
     assert failures == [{"shard": "1/2", "error_type": "RuntimeError"}]
     assert [r["objects"]["merged"] for r in records if r["action"] == "run.merge"] == [20, 0]
     assert [r["objects"]["shards"] for r in records if r["action"] == "run.start"] == [2]
+
+
+def test_a_shard_file_built_before_sessions_kept_their_options_still_merges(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sessions gained a column (the options they sent with); a shard file left by the previous release has no such
+    column, and `runs merge` after the upgrade still folds it in (columns matched by name, the missing one NULL)."""
+    with FakeOpenAIServer(responder=hash_responder()) as server:
+        home = make_home(tmp_path / "home", [server.base_url])
+        register(home, synthetic_instances(20))
+
+        def pod_killed(*_args: object, **_kwargs: object) -> int:
+            raise RuntimeError("pod killed")
+
+        monkeypatch.setattr(sharding, "merge_shard", pod_killed)
+        with pytest.raises(RuntimeError, match="pod killed"):
+            evaluate(app(home), quiet(mode=Mode.of_shard(0, 1)))
+        monkeypatch.undo()
+    with Store.open(home, read_only=True) as store:
+        (run,) = store.list_runs()
+    run_id = run.run_id
+    (path,) = sharding.pending_shard_files(home, run_id)
+    with Store.open_file(home, path) as shard:
+        shard.conn.execute("ALTER TABLE runner_sessions DROP COLUMN sending")
+    merged = merge_shards(app(home), run_id)
+    assert (merged.merged, merged.complete, merged.run.status) == (20, True, "finished")
+    with Store.open(home, read_only=True) as store:
+        sessions = runs_db.sessions(store, run_id)
+    assert [(s["shard"], s["responses"], s["sending"]) for s in sessions] == [("0/1", 20, None)]
