@@ -17,7 +17,7 @@ NAME = "models"
 HELP = "Models under test and judges: add and list endpoints."
 app = typer.Typer(no_args_is_help=True)
 _OPTIONS = {"name": "NAME", "kind": "--kind", "base_urls": "--base-url", "served_model": "--served-model",
-            "api_key_env": "--api-key-env", "context_length": "--context-length"}
+            "reply_model": "--reply-model", "api_key_env": "--api-key-env", "context_length": "--context-length"}
 
 
 @app.command("add")
@@ -29,6 +29,8 @@ def add(
     ),
     kind: BackendKind = typer.Option(BackendKind.OPENAI_COMPATIBLE, "--kind", help="Backend kind."),
     served_model: str | None = typer.Option(None, "--served-model", help="Model id the server expects."),
+    reply_model: str | None = typer.Option(None, "--reply-model", help="Model name the server's replies carry, "
+                                           "where not the one asked for (a reply naming another is a failure)."),
     api_key_env: str | None = typer.Option(None, "--api-key-env", help="Env var holding the API key."),
     context_length: int | None = typer.Option(None, "--context-length", min=256, help="The model's context in "
                                               "tokens (prompts are fitted into it) [default: what the server "
@@ -43,7 +45,7 @@ def add(
         raise BadInputError(f"model {name!r} already exists in {app_ctx.home.config_path}")
     try:
         endpoint = ModelEndpoint(name=name, kind=kind, base_urls=base_url, served_model=served_model,
-                                 api_key_env=api_key_env, context_length=context_length)
+                                 reply_model=reply_model, api_key_env=api_key_env, context_length=context_length)
     except ValidationError as exc:
         raise BadInputError(f"models add: {validation_problems(exc, _OPTIONS)}") from None
     for url in endpoint.base_urls:

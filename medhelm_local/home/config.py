@@ -55,6 +55,10 @@ class ModelEndpoint(BaseModel):
     kind: BackendKind = BackendKind.OPENAI_COMPATIBLE
     base_urls: list[str] = Field(default_factory=list)
     served_model: str | None = None
+    # The model name the server's replies carry, where it is not the one asked for (a server that names the
+    # model it loaded whatever it is asked, a gateway that adds a version); a reply naming any other model is a
+    # failed request (``model_mismatch``). Unset: replies must name ``model_id``.
+    reply_model: str | None = Field(default=None, min_length=1)
     # Name of an environment variable or a file holding the API key; the key itself never sits in the YAML.
     api_key_env: str | None = None
     api_key_file: Path | None = None
@@ -93,6 +97,11 @@ class ModelEndpoint(BaseModel):
         if self.kind == BackendKind.EMBEDDED:
             return self.served_model or EMBEDDED_SERVED_MODEL
         return self.served_model or self.name
+
+    @property
+    def replied_model(self) -> str:
+        """The model name its replies must carry (``reply_model``, else the name asked for)."""
+        return self.reply_model or self.model_id
 
 
 class Paths(BaseModel):

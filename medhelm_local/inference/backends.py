@@ -93,6 +93,7 @@ async def open_client(
     client = ChatClient(
         endpoint.base_urls, endpoint.model_id, egress or config.allowlist, api_key=resolve_api_key(endpoint),
         timeout_s=timeout_s or endpoint.timeout_s, max_connections=max_connections,
+        reply_model=endpoint.replied_model,
     )
     async with client:
         yield client

@@ -335,6 +335,7 @@ class ChatClient:
         api_key: str | None = None,
         timeout_s: float = 120.0,
         max_connections: int = 256,
+        reply_model: str | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -345,6 +346,7 @@ class ChatClient:
             self.egress.check(url)
         self.base_urls = list(base_urls)
         self.model_id = model_id
+        self.reply_model = reply_model or model_id  # the name replies must carry (None: the one asked for)
         self.allowlist = list(self.egress.allowlist)
         self.timeout_s = timeout_s
         self.max_connections = max(1, max_connections)
@@ -528,9 +530,9 @@ class ChatClient:
             raise RequestFailed(f"http_{status}", retryable=status in RETRYABLE_STATUS, status=status,
                                 retry_after_s=wait_s)
         completion = parse_completion(content, request.max_tokens)
-        # vLLM and the embedded llama.cpp server name the model the request asked for; a reply without a name
-        # (servers that leave it out) says nothing either way and is kept.
-        if completion.model is not None and completion.model != self.model_id:
+        # vLLM and the embedded llama.cpp server name the model the request asked for (others, the endpoint's
+        # reply_model); a reply without a name (servers that leave it out) says nothing either way and is kept.
+        if completion.model is not None and completion.model != self.reply_model:
             self._warn_mismatch(base, completion.model)
             raise RequestFailed(MODEL_MISMATCH, retryable=False)
         return completion
@@ -539,7 +541,7 @@ class ChatClient:
         """Say once per client which model answered instead (the name, never the reply)."""
         if not self._mismatch_warned:
             self._mismatch_warned = True
-            log.warning("inference.model_mismatch", url=base_url, expected_model=self.model_id,
+            log.warning("inference.model_mismatch", url=base_url, expected_model=self.reply_model,
                         replied_model=shown_model_name(replied))
 
     async def complete(

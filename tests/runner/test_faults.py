@@ -126,6 +126,21 @@ def test_answers_from_another_model_behind_a_router_are_recorded_failures_never_
     assert retried.errors == {} and [(r.n, r.n_failed) for r in retried.results] == [(50, 0)]
 
 
+def test_a_server_that_names_its_model_otherwise_is_scored_under_reply_model(tmp_path: Path) -> None:
+    """A server that names the model it loaded whatever it is asked (a gateway adding a version): with the
+    endpoint's ``reply_model`` set to that name its answers are scored; a reply naming any third model is still
+    ``model_mismatch``. Without it, every answer was a failed request, with no way to say the name is expected."""
+    with FakeOpenAIServer(responder=hash_responder(), faults=Faults(wrong_model=1.0, misrouted_to="fake-v2")) as server:
+        home = make_home(tmp_path / "home", [server.base_url], extra={"reply_model": "fake-v2"})
+        register(home, synthetic_instances(10))
+        outcome = evaluate(app(home), quiet())
+        assert outcome.errors == {} and [(r.n, r.n_failed) for r in outcome.results] == [(10, 0)]
+
+        server.faults.misrouted_to = "other-model"
+        second = evaluate(app(home), quiet())
+    assert second.errors == {"pubmedqa": {"model_mismatch": 10}}
+
+
 def test_retry_errors_with_nothing_failed_sends_nothing(tmp_path: Path) -> None:
     with FakeOpenAIServer(responder=hash_responder()) as server:
         home = make_home(tmp_path / "home", [server.base_url])
