@@ -64,6 +64,20 @@ def test_value_sets_cover_the_required_cases():
     assert {"default", "gpu", "mig", "sharded", "existing-secret", "rke2", "openshift"} <= set(SETS)
 
 
+def test_value_sets_render_every_workload_the_chart_has(rendered):
+    """checkov, kubernetes-validate and the Rego policies see only what the value sets render: together they
+    render every workload of the chart (the console included), and so do the OpenShift ones (other security
+    contexts, other checkov exemptions)."""
+    def components(docs: list[dict[str, Any]]) -> set[str]:
+        return {d["metadata"]["labels"]["app.kubernetes.io/component"] for d in workloads(docs)}
+
+    everything = components(render(load_values("gpu") | {"console": _CONSOLE}))
+    assert {"runner", "model-server", "toolbox", "console", "smoke-test"} <= everything
+    assert set().union(*(components(rendered(name)) for name in SETS)) == everything
+    openshift = [name for name in SETS if load_values(name).get("openshift", {}).get("enabled")]
+    assert set().union(*(components(rendered(name)) for name in openshift)) == everything
+
+
 @pytest.mark.parametrize("name", ["rke2", "openshift"])
 def test_site_value_sets_are_realistic(name):
     """The site value sets the issue asks for: 2 models, 3 judges with tensor parallelism, 4 shards."""
@@ -880,6 +894,7 @@ def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
 @pytest.mark.parametrize("name", SETS)
 def test_network_policies_isolate_the_release(name, rendered):
     docs = rendered(name)
+    console = load_values(name).get("console", {})
     policies = by_kind(docs, "NetworkPolicy")
     deny = [
         p
@@ -907,15 +922,24 @@ def test_network_policies_isolate_the_release(name, rendered):
                     if "ipBlock" in peer:
                         assert peer["ipBlock"]["cidr"].endswith(("/32", "/128")), peer
                 continue
-            assert component == "runner"
+            if component == "console" and rule in console.get("egress", []):
+                continue  # oauth2-proxy's identity provider, as console.egress names it
+            assert component in {"runner", "console"}
             for peer in rule["to"]:
                 assert "ipBlock" not in peer
                 assert peer["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "model-server"
         for rule in p["spec"].get("ingress", []):
+            if component == "console":  # oauth2-proxy's port, from the ingress controller's pods only
+                # The value set's selectors alone (null drops a default label Helm would merge in).
+                ns, pods = ({k: v for k, v in console["ingressController"][s].items() if v is not None}
+                            for s in ("namespaceSelector", "podSelector"))
+                controller = {"namespaceSelector": {"matchLabels": ns}, "podSelector": {"matchLabels": pods}}
+                assert rule["from"] == [controller]
+                assert [port["port"] for port in rule["ports"]] == [4180]
+                continue
             assert component == "model-server"
-            assert [peer["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for peer in rule["from"]] == [
-                "runner"
-            ]
+            sources = [peer["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for peer in rule["from"]]
+            assert sources in (["runner"], ["console"])  # the runner's requests; the console IT page's probes
     for svc in by_kind(docs, "Service"):
         assert svc["spec"]["type"] == "ClusterIP"
 
