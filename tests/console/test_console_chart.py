@@ -236,6 +236,40 @@ def test_the_network_policy_rules_keep_the_console_narrow(docs: list[dict[str, A
     assert any("not exposed through an Ingress" in m for m in _network_denials(other))
 
 
+_SITE_SERVER = {"to": [{"ipBlock": {"cidr": "10.20.0.7/32"}}], "ports": [{"protocol": "TCP", "port": 8000}]}
+_SITE_PODS = {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "llm"}},
+                      "podSelector": {"matchLabels": {"app": "tgi"}}}],
+              "ports": [{"protocol": "TCP", "port": 8080}]}
+
+
+def test_console_reaches_the_extra_model_servers_the_runner_reaches() -> None:
+    """The IT page probes every model endpoint, appliance.extraModels included: the console's NetworkPolicy has the
+    runner's egress to them (networkPolicy.extraRunnerEgress), and beyond the model servers only console.egress
+    (the identity provider, for the oauth2-proxy sidecar). The Rego policy admits such a rule for the console only
+    while the runner's policy has it too."""
+    import copy
+
+    extra = [{"name": "site-llm", "kind": "openai-compatible", "base_urls": ["http://tgi.llm.svc.cluster.local:8080/v1"]}]
+    docs = render({"console": CONSOLE, "judges": [JUDGE], "appliance": {"extraModels": extra},
+                   "networkPolicy": {"extraRunnerEgress": [_SITE_SERVER, _SITE_PODS]}})
+    policies = {p["metadata"]["name"].removeprefix("medhelm-medhelm-local-"): p for p in by_kind(docs, "NetworkPolicy")}
+    runner, console = policies["runner-egress"]["spec"]["egress"], policies["console"]["spec"]["egress"]
+    assert _SITE_SERVER in runner and _SITE_PODS in runner
+    assert console == runner + CONSOLE["egress"]
+    assert _network_denials(docs) == []
+
+    # Another address for the console alone, or a site server the runner no longer has: denied.
+    wide = copy.deepcopy(docs)
+    next(p for p in by_kind(wide, "NetworkPolicy") if p["metadata"]["name"].endswith("-console"))["spec"][
+        "egress"].append({"to": [{"ipBlock": {"cidr": "10.20.0.8/32"}}], "ports": [{"protocol": "TCP", "port": 8000}]})
+    assert any("-console: egress rule 4 uses an ipBlock" in m for m in _network_denials(wide))
+    orphan = copy.deepcopy(docs)
+    next(p for p in by_kind(orphan, "NetworkPolicy") if p["metadata"]["name"].endswith("-runner-egress"))["spec"][
+        "egress"].remove(_SITE_PODS)
+    denied = _network_denials(orphan)
+    assert any("-console: egress rule 2: a non-DNS peer must be the model servers" in m for m in denied), denied
+
+
 def test_compose_console_overlay_is_valid_and_trusts_only_its_sidecar() -> None:
     import jsonschema
 

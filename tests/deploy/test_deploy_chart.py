@@ -895,6 +895,7 @@ def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
 def test_network_policies_isolate_the_release(name, rendered):
     docs = rendered(name)
     console = load_values(name).get("console", {})
+    site_servers = load_values(name).get("networkPolicy", {}).get("extraRunnerEgress", [])
     policies = by_kind(docs, "NetworkPolicy")
     deny = [
         p
@@ -924,6 +925,8 @@ def test_network_policies_isolate_the_release(name, rendered):
                 continue
             if component == "console" and rule in console.get("egress", []):
                 continue  # oauth2-proxy's identity provider, as console.egress names it
+            if component in {"runner", "console"} and rule in site_servers:
+                continue  # the appliance.extraModels servers, which the runner calls and the console probes
             assert component in {"runner", "console"}
             for peer in rule["to"]:
                 assert "ipBlock" not in peer
@@ -940,6 +943,12 @@ def test_network_policies_isolate_the_release(name, rendered):
             assert component == "model-server"
             sources = [peer["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for peer in rule["from"]]
             assert sources in (["runner"], ["console"])  # the runner's requests; the console IT page's probes
+    # The console reaches the model servers the runner reaches (its IT page probes each one) and, besides them,
+    # only the identity provider.
+    egress = {p["spec"]["podSelector"]["matchLabels"].get("app.kubernetes.io/component"): p["spec"].get("egress", [])
+              for p in policies if "Egress" in p["spec"]["policyTypes"]}
+    if "console" in egress:
+        assert egress["console"] == egress.get("runner", []) + console["egress"]
     for svc in by_kind(docs, "Service"):
         assert svc["spec"]["type"] == "ClusterIP"
 
