@@ -793,6 +793,24 @@ def test_mig_profiles_are_requested_as_resources(rendered):
     assert len(manifests) == 1 and manifests[0]["data"]["SHA256SUMS"].count("\n") >= 3
 
 
+@pytest.mark.parametrize("arg", ["-tp", "-t", "-tp=2", "--tensor_par", "--pipeline-parallel-size=2", "-pp",
+                                 "--data_parallel", "-dp", "-dpl", "--data-parallel-rank", "--data-parallel-size-local",
+                                 "-O3", "--enable-prefix-caching"])
+def test_chart_and_serve_vllm_refuse_the_same_parallel_size_flags(arg):
+    """A parallel size is the chart's value or `serve vllm`'s option, never an extra flag: both read a flag as
+    vLLM's parser does (abbreviations, underscores, -tp/-pp/-dp) and refuse the same ones."""
+    from medhelm_local.inference.vllm import parallel_flag
+
+    model = {"name": "m", "weights": {"claim": "w"}, "extraArgs": [arg]}
+    try:
+        render({"models": [model]})
+        refused_by_chart = False
+    except helm_python.HelmError as error:
+        assert "extraArgs" in str(error) and "sets the" in str(error), error
+        refused_by_chart = True
+    assert refused_by_chart == (parallel_flag(arg) is not None)
+
+
 def test_pipeline_and_data_parallelism_use_every_gpu_of_the_replica():
     """Beyond tensor parallelism, vLLM splits a model into pipeline stages or serves copies of it in one pod: each
     worker on one GPU, tensorParallelSize x pipelineParallelSize x dataParallelSize of them. The chart passes
