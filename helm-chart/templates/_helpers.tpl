@@ -333,6 +333,25 @@ true
 {{- end -}}
 {{- end -}}
 
+{{/* Egress to every model server (NetworkPolicyEgressRule list items, or nothing): the release's own, on the vLLM
+     port, and the site's (networkPolicy.extraRunnerEgress: the appliance.extraModels servers). The runner calls
+     them and the console's IT page probes each one: both policies take this list, so neither reaches a server the
+     other cannot. */}}
+{{- define "medhelm.modelServerEgress" -}}
+{{- if or .Values.models .Values.judges }}
+- to:
+    - podSelector:
+        matchLabels:
+          {{- include "medhelm.selectorLabels" . | nindent 10 }}
+          app.kubernetes.io/component: model-server
+  ports:
+    - {protocol: TCP, port: {{ .Values.vllm.port }}}
+{{- end }}
+{{- with .Values.networkPolicy.extraRunnerEgress }}
+{{ toYaml . }}
+{{- end }}
+{{- end -}}
+
 {{/* Does the appliance talk to any model over HTTP (so a run must wait for it)? */}}
 {{- define "medhelm.hasServedModels" -}}
 {{- if or .Values.models .Values.judges .Values.appliance.extraModels -}}true{{- end -}}

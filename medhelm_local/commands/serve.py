@@ -33,7 +33,15 @@ def vllm(
     served_model_name: str | None = typer.Option(None, "--served-model-name", help="Model id clients ask for."),
     host: str | None = typer.Option(None, "--host", help="Listen address [default: 127.0.0.1]."),
     port: int | None = typer.Option(None, "--port", min=1, max=65535, help="Port [default: 8000]."),
-    tensor_parallel_size: int | None = typer.Option(None, "--tensor-parallel-size", min=1, help="GPUs per replica."),
+    tensor_parallel_size: int | None = typer.Option(
+        None, "--tensor-parallel-size", min=1, max=64,
+        help="GPUs each layer is split over [default: 1]. vLLM uses tensor x pipeline x data parallel size GPUs."),
+    pipeline_parallel_size: int | None = typer.Option(
+        None, "--pipeline-parallel-size", min=1, max=64,
+        help="Stages the layers are split into, each on --tensor-parallel-size GPUs [default: 1]."),
+    data_parallel_size: int | None = typer.Option(
+        None, "--data-parallel-size", min=1, max=64,
+        help="Copies of the model served, each on tensor x pipeline parallel size GPUs [default: 1]."),
     max_model_len: int | None = typer.Option(None, "--max-model-len", min=256, help="Context length."),
     gpu_memory_utilization: float | None = typer.Option(None, "--gpu-memory-utilization", min=0.05, max=1.0,
                                                         help="Fraction of GPU memory vLLM may use [default: 0.9]."),
@@ -41,7 +49,8 @@ def vllm(
     api_key_env: str | None = typer.Option(None, "--api-key-env", help="Environment variable holding the API key."),
     api_key_file: Path | None = typer.Option(None, "--api-key-file", help="File holding the API key (a Secret)."),
     extra_arg: list[str] = typer.Option([], "--extra-arg", help="Extra `vllm serve` argument (repeatable); "
-                                        "flags that log prompts or outputs, --api-key and --config are refused."),
+                                        "flags that log prompts or outputs, --api-key, --config and the parallel "
+                                        "sizes (-tp, -pp, -dp: use the options above) are refused."),
     startup_timeout: float = typer.Option(1800.0, "--startup-timeout", min=1.0, help="Seconds to wait on /health."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the command and environment names; start nothing."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
@@ -51,7 +60,8 @@ def vllm(
     config = app_ctx.home.config
     endpoint = config.model(model) if model else None
     overrides: dict[str, Any] = {"served_model_name": served_model_name, "host": host, "port": port,
-                 "tensor_parallel_size": tensor_parallel_size, "max_model_len": max_model_len,
+                 "tensor_parallel_size": tensor_parallel_size, "pipeline_parallel_size": pipeline_parallel_size,
+                 "data_parallel_size": data_parallel_size, "max_model_len": max_model_len,
                  "gpu_memory_utilization": gpu_memory_utilization, "dtype": dtype, "extra_args": extra_arg or None}
     if endpoint is not None:
         if weights is not None:

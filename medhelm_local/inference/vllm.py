@@ -8,6 +8,8 @@
   ``--disable-log-requests`` is given. The installed vLLM is probed (``vllm --version``) and the right flag, or
   none, is used; flags that would log prompts or outputs are refused. ``VLLM_LOGGING_LEVEL`` is kept at INFO:
   recent versions log prompt details at DEBUG.
+* The parallel sizes (tensor, pipeline, data) come from the spec, as the Helm chart's come from its values: an
+  extra argument setting one is refused, since vLLM would take it over ours without a word.
 """
 
 from __future__ import annotations
@@ -44,6 +46,12 @@ DROPPED_ENV = ("VLLM_DEBUG_LOG_API_SERVER_REQUEST_PROMPT", "HTTP_PROXY", "HTTPS_
 FORBIDDEN_ARGS = ("--enable-log-requests", "--enable-log-outputs", "--api-key")
 # `--config FILE` reads any flag (a forbidden one included) from a YAML file: refused too.
 FORBIDDEN_ANYWHERE = (*FORBIDDEN_ARGS, "--config")
+# The parallel-size flags the spec sets itself, long and short (vLLM's -tp, -pp, -dp).
+PARALLEL_FLAGS = {
+    "--tensor-parallel-size": "-tp",
+    "--pipeline-parallel-size": "-pp",
+    "--data-parallel-size": "-dp",
+}
 LOG_REQUESTS_DEFAULT_OFF = (0, 10, 1)  # vllm-project/vllm#21739
 
 
@@ -59,6 +67,8 @@ class VllmSpec(BaseModel):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=1, le=65535)
     tensor_parallel_size: int = Field(default=1, ge=1, le=64)
+    pipeline_parallel_size: int = Field(default=1, ge=1, le=64)
+    data_parallel_size: int = Field(default=1, ge=1, le=64)
     max_model_len: int | None = Field(default=None, ge=256)
     gpu_memory_utilization: float = Field(default=0.9, gt=0.0, le=1.0)
     dtype: str | None = None
@@ -111,31 +121,60 @@ def log_request_flags(version: str | None) -> list[str]:
     return []
 
 
+def matching_flag(arg: str, flags: dict[str, str | None]) -> str | None:
+    """The flag of ``flags`` (long name -> short form or None) that ``arg`` stands for, as vLLM's parser reads it:
+    underscores as dashes (``--enable_log_requests``), an unambiguous abbreviation (``--enable-log-req``) and a
+    prefix of the short form (``-tp``, ``-t``) included; ``=value`` attached or not."""
+    name = arg.split("=", 1)[0].replace("_", "-")
+    if name.startswith("--"):
+        if len(name) <= 2:
+            return None
+        return next((flag for flag in flags if flag.startswith(name)), None)
+    if name.startswith("-") and len(name) > 1:
+        return next((flag for flag, short in flags.items() if short is not None and short.startswith(name)), None)
+    return None
+
+
 def forbidden_arg(arg: str) -> str | None:
-    """The forbidden flag ``arg`` stands for, as vLLM's parser reads it: underscores as dashes
-    (``--enable_log_requests``) and an unambiguous abbreviation (``--enable-log-req``) included."""
-    name = arg.split("=", 1)[0]
-    if not name.startswith("--") or len(name) <= 2:
-        return None
-    name = name.replace("_", "-")
-    return next((flag for flag in FORBIDDEN_ANYWHERE if flag.startswith(name)), None)
+    """The forbidden flag ``arg`` stands for (logging prompts or outputs, the API key, a flags file), or None."""
+    return matching_flag(arg, dict.fromkeys(FORBIDDEN_ANYWHERE))
+
+
+def parallel_flag(arg: str) -> str | None:
+    """The parallel-size flag ``arg`` sets (``--tensor-parallel-size`` for ``-tp`` or ``--tensor_par``), or None."""
+    return matching_flag(arg, dict(PARALLEL_FLAGS))
+
+
+def check_extra_args(extra_args: list[str]) -> None:
+    """Refuse an extra argument vLLM would read as a forbidden flag or as one of the parallel sizes."""
+    for arg in extra_args:
+        name = arg.split("=", 1)[0]
+        flag = forbidden_arg(arg)
+        if flag is not None:
+            raise BadInputError(f"extra vLLM argument {name} ({flag}) is refused: it would log prompts or outputs, "
+                                "put the API key on the command line, or read other flags from a file")
+        flag = parallel_flag(arg)
+        if flag is not None:
+            raise BadInputError(f"extra vLLM argument {name} ({flag}) is refused: serve vllm passes the parallel "
+                                "sizes itself and vLLM would take this one over them without a word; use serve "
+                                f"vllm's {flag} option instead")
 
 
 def build_command(spec: VllmSpec, *, version: str | None, executable: str = "vllm") -> list[str]:
-    for arg in spec.extra_args:
-        flag = forbidden_arg(arg)
-        if flag is not None:
-            raise BadInputError(f"extra vLLM argument {arg.split('=', 1)[0]} ({flag}) is refused: it would log "
-                                "prompts or outputs, put the API key on the command line, or read other flags "
-                                "from a file")
+    check_extra_args(spec.extra_args)
     command = [
         executable, "serve", str(spec.weights),
         "--served-model-name", spec.served_model_name,
         "--host", spec.host,
         "--port", str(spec.port),
         "--tensor-parallel-size", str(spec.tensor_parallel_size),
-        "--gpu-memory-utilization", str(spec.gpu_memory_utilization),
     ]
+    # Only above 1, as the chart does: a command without them stays the same (and so does its recorded digest).
+    if spec.pipeline_parallel_size > 1:
+        command += ["--pipeline-parallel-size", str(spec.pipeline_parallel_size)]
+    if spec.data_parallel_size > 1:
+        command += ["--data-parallel-size", str(spec.data_parallel_size)]
+    command += ["--gpu-memory-utilization", str(spec.gpu_memory_utilization)]
     if spec.max_model_len is not None:
         command += ["--max-model-len", str(spec.max_model_len)]
     if spec.dtype:

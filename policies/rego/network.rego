@@ -1,6 +1,6 @@
 # Network isolation of a release: default deny for ingress and egress, then only DNS and
 # runner -> model servers (the release's, or a site's server named by its pods or its one address); the web console (component "console") is reachable only from the ingress controller
-# and may call the model servers and, over HTTPS only, the identity provider.
+# and may call the model servers the runner may (a rule of the runner's own) and, over HTTPS only, the identity provider.
 # Query: data.medhelm.kubernetes.network.deny
 package medhelm.kubernetes.network
 
@@ -92,6 +92,7 @@ deny contains msg if {
 	some peer in object.get(rule, "to", [])
 	peer.ipBlock
 	not console_idp_rule(p, rule)
+	not console_model_server_rule(p, rule)
 	not runner_server_address(p, peer)
 	msg := sprintf("NetworkPolicy/%s: egress rule %d uses an ipBlock (only pod and DNS peers, and the runner's single-address servers, are allowed)", [p.metadata.name, i])
 }
@@ -101,6 +102,19 @@ runner_server_address(p, peer) if {
 	component(p) == "runner"
 	single_address(peer.ipBlock.cidr)
 	count(object.get(peer.ipBlock, "except", [])) == 0
+}
+
+# The console's IT page probes every model the runner calls: a rule of the release's runner egress (a site's
+# server, held to the runner's rules above) is the console's too, and no other such rule.
+runner_egress_rules contains rule if {
+	some p in policies
+	component(p) == "runner"
+	some rule in object.get(p.spec, "egress", [])
+}
+
+console_model_server_rule(p, rule) if {
+	component(p) == "console"
+	rule in runner_egress_rules
 }
 
 # Or its pods, by name: a non-empty podSelector, in the policy's namespace or a namespace a non-empty
@@ -226,11 +240,12 @@ deny contains msg if {
 	some i, rule in object.get(p.spec, "egress", [])
 	not is_dns_rule(rule)
 	not console_idp_rule(p, rule)
+	not console_model_server_rule(p, rule)
 	some peer in object.get(rule, "to", [])
 	object.get(peer, ["podSelector", "matchLabels", "app.kubernetes.io/component"], "") != "model-server"
 	not runner_server_address(p, peer)
 	not runner_server_pods(p, peer)
-	msg := sprintf("NetworkPolicy/%s: egress rule %d: a non-DNS peer must be the model servers (or, for the runner, named pods or one address)", [p.metadata.name, i])
+	msg := sprintf("NetworkPolicy/%s: egress rule %d: a non-DNS peer must be the model servers (or, for the runner, named pods or one address; for the console, a rule of the runner's)", [p.metadata.name, i])
 }
 
 # Ingress: only model servers (and the console, from the ingress controller) accept connections, and every rule

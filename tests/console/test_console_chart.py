@@ -5,6 +5,10 @@ against the Kubernetes schemas and the repository's Rego policies; the compose f
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
@@ -68,10 +72,8 @@ def test_console_pod_is_restricted_and_only_oauth2_proxy_listens(docs: list[dict
     assert {a for a in proxy["args"] if a.startswith("--allowed-group=")} == {
         f"--allowed-group={g}" for g in ("medhelm-informatics", "medhelm-compliance", "medhelm-clinicians",
                                          "medhelm-it")}
-    secrets = {e["name"]: e for e in proxy["env"]}
-    assert all("valueFrom" in secrets[n] and "value" not in secrets[n]
-               for n in ("OAUTH2_PROXY_CLIENT_SECRET", "OAUTH2_PROXY_COOKIE_SECRET"))
-    assert not any("secret" in a.lower() for a in proxy["args"])
+    assert [a for a in proxy["args"] if "secret" in a.lower()] == [
+        "--client-secret-file=/etc/oauth2-proxy/oidc/client-secret"]  # a path, never a secret
     env = {e["name"]: e.get("value") for e in console["env"]}
     assert env["MEDHELM_KEYS_DIR"] == "/run/medhelm/keys"
     volumes = {v["name"]: v for v in spec["volumes"]}
@@ -80,6 +82,58 @@ def test_console_pod_is_restricted_and_only_oauth2_proxy_listens(docs: list[dict
         assert {m["name"] for m in container.get("volumeMounts", [])} <= set(volumes), container["name"]
     (service,) = _component(docs, "Service")
     assert service["spec"]["type"] == "ClusterIP" and service["spec"]["ports"][0]["port"] == 4180
+
+
+def test_oauth2_proxy_reads_its_secrets_from_files_never_from_its_environment(docs: list[dict[str, Any]],
+                                                                              tmp_path: Path) -> None:
+    """The client secret is read from the mounted Secret (--client-secret-file); the cookie secret, which
+    oauth2-proxy v7.7 takes from no file of its own, from a config file an init container writes to memory. No
+    container has a secret in its environment (checkov CKV_K8S_35), where child processes and crash reports
+    would inherit it."""
+    (deployment,) = _component(docs, "Deployment")
+    spec = pod_spec(deployment)
+    assert spec is not None
+    for container in all_containers(spec):
+        assert not [e for e in container.get("env", []) if "secretKeyRef" in e.get("valueFrom", {})], container["name"]
+    volumes = {v["name"]: v for v in spec["volumes"]}
+    assert volumes["oidc-secret"]["secret"]["secretName"] == "medhelm-console-oidc"
+    assert volumes["oauth2-proxy-config"]["emptyDir"]["medium"] == "Memory"
+    proxy = next(c for c in spec["containers"] if c["name"] == "oauth2-proxy")
+    assert {"--config=/run/oauth2-proxy/oauth2-proxy.cfg",
+            "--client-secret-file=/etc/oauth2-proxy/oidc/client-secret"} <= set(proxy["args"])
+    mounts = {m["mountPath"]: m for m in proxy["volumeMounts"]}
+    assert mounts["/etc/oauth2-proxy/oidc"]["name"] == "oidc-secret" and mounts["/etc/oauth2-proxy/oidc"]["readOnly"]
+    assert mounts["/run/oauth2-proxy"]["name"] == "oauth2-proxy-config" and mounts["/run/oauth2-proxy"]["readOnly"]
+
+    # The init container's script, against a fake Secret volume.
+    init = next(c for c in spec["initContainers"] if c["name"] == "oauth2-proxy-config")
+    assert init["command"] == ["python3", "-c"]
+    secret_dir, run_dir = tmp_path / "oidc", tmp_path / "run"
+    secret_dir.mkdir()
+    run_dir.mkdir()
+    script = init["args"][0].replace("/etc/oauth2-proxy/oidc", str(secret_dir)).replace("/run/oauth2-proxy",
+                                                                                         str(run_dir))
+
+    def run() -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=False)
+
+    cookie = "q0zV9hJ4m1bX2cY3dZ4eA5fB6gC7hD8i-_=="
+    (secret_dir / "client-secret").write_text("client-secret-value")
+    # Again, as after a pod restart that kept the emptyDir; and a raw secret that TOML must escape.
+    for value in (cookie, cookie, 'raw "secret" \\ of 32 characters!'):
+        (secret_dir / "cookie-secret").write_text(value)
+        assert run().returncode == 0
+        config = run_dir / "oauth2-proxy.cfg"
+        assert tomllib.loads(config.read_text(encoding="ascii")) == {"cookie_secret": value}
+        assert config.stat().st_mode & 0o777 == 0o400
+    for bad in (f"{cookie}\n", "", f"\x1b{cookie}", f"{cookie}\u00e9"):
+        (secret_dir / "cookie-secret").write_text(bad)
+        proc = run()
+        assert proc.returncode != 0 and "medhelm-console-oidc: cookie-secret" in proc.stderr
+        assert cookie not in proc.stderr
+    (secret_dir / "client-secret").unlink()
+    proc = run()
+    assert proc.returncode != 0 and "medhelm-console-oidc has no key client-secret" in proc.stderr
 
 
 def test_console_ingress_only_from_the_ingress_controller(docs: list[dict[str, Any]]) -> None:
@@ -123,6 +177,8 @@ def test_console_manifests_pass_the_rego_policies(docs: list[dict[str, Any]]) ->
     ({"enabled": True, "roles": CONSOLE["roles"]}, "oidcIssuerUrl"),
     ({**CONSOLE, "roles": {}}, "at least one group"),
     ({**CONSOLE, "oauth2Proxy": {**CONSOLE["oauth2Proxy"], "extraArgs": ["--client-secret=abc"]}}, "extraArgs"),
+    # The chart's --config holds the cookie secret: another would leave oauth2-proxy without it.
+    ({**CONSOLE, "oauth2Proxy": {**CONSOLE["oauth2Proxy"], "extraArgs": ["--config=/tmp/x.cfg"]}}, "extraArgs"),
     ({**CONSOLE, "oauth2Proxy": {**CONSOLE["oauth2Proxy"], "oidcIssuerUrl": "http://idp"}}, "oidcIssuerUrl"),
     # Default-deny egress and no rule to the identity provider: oauth2-proxy could never reach it.
     ({**CONSOLE, "egress": []}, "needs console.egress"),
@@ -178,6 +234,40 @@ def test_the_network_policy_rules_keep_the_console_narrow(docs: list[dict[str, A
     other = copy.deepcopy(docs)  # an Ingress to something other than the console
     _component(other, "Ingress")[0]["spec"]["rules"][0]["http"]["paths"][0]["backend"]["service"]["name"] = "vllm"
     assert any("not exposed through an Ingress" in m for m in _network_denials(other))
+
+
+_SITE_SERVER = {"to": [{"ipBlock": {"cidr": "10.20.0.7/32"}}], "ports": [{"protocol": "TCP", "port": 8000}]}
+_SITE_PODS = {"to": [{"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "llm"}},
+                      "podSelector": {"matchLabels": {"app": "tgi"}}}],
+              "ports": [{"protocol": "TCP", "port": 8080}]}
+
+
+def test_console_reaches_the_extra_model_servers_the_runner_reaches() -> None:
+    """The IT page probes every model endpoint, appliance.extraModels included: the console's NetworkPolicy has the
+    runner's egress to them (networkPolicy.extraRunnerEgress), and beyond the model servers only console.egress
+    (the identity provider, for the oauth2-proxy sidecar). The Rego policy admits such a rule for the console only
+    while the runner's policy has it too."""
+    import copy
+
+    extra = [{"name": "site-llm", "kind": "openai-compatible", "base_urls": ["http://tgi.llm.svc.cluster.local:8080/v1"]}]
+    docs = render({"console": CONSOLE, "judges": [JUDGE], "appliance": {"extraModels": extra},
+                   "networkPolicy": {"extraRunnerEgress": [_SITE_SERVER, _SITE_PODS]}})
+    policies = {p["metadata"]["name"].removeprefix("medhelm-medhelm-local-"): p for p in by_kind(docs, "NetworkPolicy")}
+    runner, console = policies["runner-egress"]["spec"]["egress"], policies["console"]["spec"]["egress"]
+    assert _SITE_SERVER in runner and _SITE_PODS in runner
+    assert console == runner + CONSOLE["egress"]
+    assert _network_denials(docs) == []
+
+    # Another address for the console alone, or a site server the runner no longer has: denied.
+    wide = copy.deepcopy(docs)
+    next(p for p in by_kind(wide, "NetworkPolicy") if p["metadata"]["name"].endswith("-console"))["spec"][
+        "egress"].append({"to": [{"ipBlock": {"cidr": "10.20.0.8/32"}}], "ports": [{"protocol": "TCP", "port": 8000}]})
+    assert any("-console: egress rule 4 uses an ipBlock" in m for m in _network_denials(wide))
+    orphan = copy.deepcopy(docs)
+    next(p for p in by_kind(orphan, "NetworkPolicy") if p["metadata"]["name"].endswith("-runner-egress"))["spec"][
+        "egress"].remove(_SITE_PODS)
+    denied = _network_denials(orphan)
+    assert any("-console: egress rule 2: a non-DNS peer must be the model servers" in m for m in denied), denied
 
 
 def test_compose_console_overlay_is_valid_and_trusts_only_its_sidecar() -> None:

@@ -64,6 +64,20 @@ def test_value_sets_cover_the_required_cases():
     assert {"default", "gpu", "mig", "sharded", "existing-secret", "rke2", "openshift"} <= set(SETS)
 
 
+def test_value_sets_render_every_workload_the_chart_has(rendered):
+    """checkov, kubernetes-validate and the Rego policies see only what the value sets render: together they
+    render every workload of the chart (the console included), and so do the OpenShift ones (other security
+    contexts, other checkov exemptions)."""
+    def components(docs: list[dict[str, Any]]) -> set[str]:
+        return {d["metadata"]["labels"]["app.kubernetes.io/component"] for d in workloads(docs)}
+
+    everything = components(render(load_values("gpu") | {"console": _CONSOLE}))
+    assert {"runner", "model-server", "toolbox", "console", "smoke-test"} <= everything
+    assert set().union(*(components(rendered(name)) for name in SETS)) == everything
+    openshift = [name for name in SETS if load_values(name).get("openshift", {}).get("enabled")]
+    assert set().union(*(components(rendered(name)) for name in openshift)) == everything
+
+
 @pytest.mark.parametrize("name", ["rke2", "openshift"])
 def test_site_value_sets_are_realistic(name):
     """The site value sets the issue asks for: 2 models, 3 judges with tensor parallelism, 4 shards."""
@@ -779,6 +793,24 @@ def test_mig_profiles_are_requested_as_resources(rendered):
     assert len(manifests) == 1 and manifests[0]["data"]["SHA256SUMS"].count("\n") >= 3
 
 
+@pytest.mark.parametrize("arg", ["-tp", "-t", "-tp=2", "--tensor_par", "--pipeline-parallel-size=2", "-pp",
+                                 "--data_parallel", "-dp", "-dpl", "--data-parallel-rank", "--data-parallel-size-local",
+                                 "-O3", "--enable-prefix-caching"])
+def test_chart_and_serve_vllm_refuse_the_same_parallel_size_flags(arg):
+    """A parallel size is the chart's value or `serve vllm`'s option, never an extra flag: both read a flag as
+    vLLM's parser does (abbreviations, underscores, -tp/-pp/-dp) and refuse the same ones."""
+    from medhelm_local.inference.vllm import parallel_flag
+
+    model = {"name": "m", "weights": {"claim": "w"}, "extraArgs": [arg]}
+    try:
+        render({"models": [model]})
+        refused_by_chart = False
+    except helm_python.HelmError as error:
+        assert "extraArgs" in str(error) and "sets the" in str(error), error
+        refused_by_chart = True
+    assert refused_by_chart == (parallel_flag(arg) is not None)
+
+
 def test_pipeline_and_data_parallelism_use_every_gpu_of_the_replica():
     """Beyond tensor parallelism, vLLM splits a model into pipeline stages or serves copies of it in one pod: each
     worker on one GPU, tensorParallelSize x pipelineParallelSize x dataParallelSize of them. The chart passes
@@ -880,6 +912,8 @@ def _selects(selector: dict[str, Any], labels: dict[str, str]) -> bool:
 @pytest.mark.parametrize("name", SETS)
 def test_network_policies_isolate_the_release(name, rendered):
     docs = rendered(name)
+    console = load_values(name).get("console", {})
+    site_servers = load_values(name).get("networkPolicy", {}).get("extraRunnerEgress", [])
     policies = by_kind(docs, "NetworkPolicy")
     deny = [
         p
@@ -907,15 +941,32 @@ def test_network_policies_isolate_the_release(name, rendered):
                     if "ipBlock" in peer:
                         assert peer["ipBlock"]["cidr"].endswith(("/32", "/128")), peer
                 continue
-            assert component == "runner"
+            if component == "console" and rule in console.get("egress", []):
+                continue  # oauth2-proxy's identity provider, as console.egress names it
+            if component in {"runner", "console"} and rule in site_servers:
+                continue  # the appliance.extraModels servers, which the runner calls and the console probes
+            assert component in {"runner", "console"}
             for peer in rule["to"]:
                 assert "ipBlock" not in peer
                 assert peer["podSelector"]["matchLabels"]["app.kubernetes.io/component"] == "model-server"
         for rule in p["spec"].get("ingress", []):
+            if component == "console":  # oauth2-proxy's port, from the ingress controller's pods only
+                # The value set's selectors alone (null drops a default label Helm would merge in).
+                ns, pods = ({k: v for k, v in console["ingressController"][s].items() if v is not None}
+                            for s in ("namespaceSelector", "podSelector"))
+                controller = {"namespaceSelector": {"matchLabels": ns}, "podSelector": {"matchLabels": pods}}
+                assert rule["from"] == [controller]
+                assert [port["port"] for port in rule["ports"]] == [4180]
+                continue
             assert component == "model-server"
-            assert [peer["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for peer in rule["from"]] == [
-                "runner"
-            ]
+            sources = [peer["podSelector"]["matchLabels"]["app.kubernetes.io/component"] for peer in rule["from"]]
+            assert sources in (["runner"], ["console"])  # the runner's requests; the console IT page's probes
+    # The console reaches the model servers the runner reaches (its IT page probes each one) and, besides them,
+    # only the identity provider.
+    egress = {p["spec"]["podSelector"]["matchLabels"].get("app.kubernetes.io/component"): p["spec"].get("egress", [])
+              for p in policies if "Egress" in p["spec"]["policyTypes"]}
+    if "console" in egress:
+        assert egress["console"] == egress.get("runner", []) + console["egress"]
     for svc in by_kind(docs, "Service"):
         assert svc["spec"]["type"] == "ClusterIP"
 

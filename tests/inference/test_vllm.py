@@ -71,9 +71,60 @@ def test_flags_that_would_log_prompts_or_leak_the_key_are_refused(arg: str) -> N
 
 
 def test_other_extra_flags_pass() -> None:
-    command = v.build_command(_spec(extra_args=["--enable-prefix-caching", "--max_num_seqs=8", "-tp", "2"]),
+    # --data-parallel-rank and -dpl (--data-parallel-size-local) are other flags than the data parallel size.
+    extra = ["--enable-prefix-caching", "--max_num_seqs=8", "-O3", "--data-parallel-rank=0", "-dpl", "1"]
+    command = v.build_command(_spec(extra_args=extra), version="0.11.0")
+    assert command[-len(extra):] == extra
+
+
+@pytest.mark.parametrize(("arg", "option"), [
+    ("--tensor-parallel-size=4", "--tensor-parallel-size"), ("--tensor_parallel_size", "--tensor-parallel-size"),
+    ("--tensor-par", "--tensor-parallel-size"), ("-tp", "--tensor-parallel-size"), ("-tp=4", "--tensor-parallel-size"),
+    ("-t", "--tensor-parallel-size"),
+    ("--pipeline-parallel-size", "--pipeline-parallel-size"), ("--pipeline_par=2", "--pipeline-parallel-size"),
+    ("-pp", "--pipeline-parallel-size"),
+    ("--data-parallel-size=2", "--data-parallel-size"), ("--data_parallel", "--data-parallel-size"),
+    ("-dp", "--data-parallel-size"),
+])
+def test_parallel_sizes_in_extra_args_are_refused(arg: str, option: str) -> None:
+    """vLLM takes the last of two parallel-size flags: one in the extra arguments would override the spec's own
+    (--tensor-parallel-size 2 served on 4 GPUs, or fail at start) without a word. Refused, naming the option."""
+    with pytest.raises(BadInputError, match=f"use serve vllm's {option} option instead"):
+        v.build_command(_spec(tensor_parallel_size=2, extra_args=[arg, "4"]), version="0.11.0")
+
+
+def test_pipeline_and_data_parallel_sizes_are_passed_only_above_one() -> None:
+    command = v.build_command(_spec(tensor_parallel_size=2, pipeline_parallel_size=2, data_parallel_size=3),
                               version="0.11.0")
-    assert command[-4:] == ["--enable-prefix-caching", "--max_num_seqs=8", "-tp", "2"]
+    pairs = dict(zip(command[3::2], command[4::2], strict=False))
+    assert (pairs["--tensor-parallel-size"], pairs["--pipeline-parallel-size"], pairs["--data-parallel-size"]) == (
+        "2", "2", "3")
+    plain = v.build_command(_spec(), version="0.11.0")  # the command (and its recorded digest) as before
+    assert "--pipeline-parallel-size" not in plain and "--data-parallel-size" not in plain
+    assert plain[plain.index("--tensor-parallel-size") + 1] == "1"
+
+
+def test_serve_vllm_command_line_sets_the_parallel_sizes_and_refuses_them_as_extra_args(tmp_path: Path) -> None:
+    """What an operator types: the sizes as options reach the vllm command (--dry-run); the same as --extra-arg
+    exits 2, naming the option to use, and starts nothing."""
+    from tests.conftest import Cli, cli_env
+
+    cli = Cli(home=tmp_path / "home", env=cli_env())
+    assert cli("init").code == 0
+    weights = tmp_path / "weights"
+    weights.mkdir()
+    base = ["serve", "vllm", "--weights", str(weights), "--served-model-name", "llama-3-8b", "--dry-run", "--json"]
+    done = cli(*base, "--tensor-parallel-size", "2", "--pipeline-parallel-size", "2", "--data-parallel-size", "2")
+    assert done.code == 0, done.stderr
+    command = done.json()["command"]
+    for flag in ("--tensor-parallel-size", "--pipeline-parallel-size", "--data-parallel-size"):
+        assert command.count(flag) == 1 and command[command.index(flag) + 1] == "2"
+    refused = cli(*base, "--tensor-parallel-size", "2", "--extra-arg=-tp", "--extra-arg", "4")
+    assert refused.code == 2 and refused.stdout == ""
+    assert "-tp (--tensor-parallel-size) is refused" in refused.stderr
+    assert "use serve vllm's --tensor-parallel-size option instead" in refused.stderr
+    help_text = cli("serve", "vllm", "--help").stdout
+    assert "GPUs per replica" not in help_text and "--pipeline-parallel-size" in help_text
 
 
 def test_environment_is_offline_and_carries_the_key() -> None:
