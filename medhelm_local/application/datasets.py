@@ -8,6 +8,7 @@ import shutil
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
@@ -22,7 +23,7 @@ from medhelm_local.loaders.io import csv_field_cap
 from medhelm_local.loaders.paths import refuse_appliance_files
 from medhelm_local.prompts.build import TemplateError, instance_templates
 from medhelm_local.runner.plan import store_prefix_keys
-from medhelm_local.store.store import Store
+from medhelm_local.store.store import ReadingChange, Store
 
 
 class Registration(BaseModel):
@@ -35,18 +36,31 @@ class Registration(BaseModel):
     fingerprint: str
     version: str
     new: bool
+    # A new version because this release read the same source and loader settings into other instances than the
+    # stored version ``reading_changed.previous`` holds (counts only); None otherwise.
+    reading_changed: ReadingChange | None = None
 
 
 def store_dataset(store: Store, spec: BenchmarkSpec, path: Path, result: LoadResult, *,
                   before_commit: Callable[[], None] | None = None) -> Registration:
     source_sha256 = result.fingerprint
     skipped = dict(result.skipped)
-    version, new = store.register_dataset(
+    stored = store.register_dataset(
         spec.id, source_sha256, spec.loader_sha256, path.name, result.instances, skipped,
         before_commit=before_commit,
     )
     return Registration(benchmark=spec.id, instances=len(result.instances), skipped=skipped,
-                        source_sha256=source_sha256, fingerprint=version, version=version, new=new)
+                        source_sha256=source_sha256, fingerprint=stored.fingerprint, version=stored.fingerprint,
+                        new=stored.new, reading_changed=stored.reading_changed)
+
+
+def reading_change_audit(change: ReadingChange | None) -> dict[str, Any]:
+    """What the audit record of a registration says of a new reading: the version it differs from and counts."""
+    if change is None:
+        return {}
+    return {"new_version_reason": "reading_changed", "previous_version": change.previous,
+            "instances_differ": change.differing, "instances_compared": change.compared,
+            "order_changed": change.reordered}
 
 
 class _StagedSpec:
@@ -151,7 +165,8 @@ def register_file(app_ctx: AppContext, spec: BenchmarkSpec, path: Path, *, spec_
             audit_event(home, app_ctx.actor, "dataset.register", role="informatics", benchmark=spec.id,
                         # the audit trail's keys keep their meaning: fingerprint is the source's sha256
                         fingerprint=registration.source_sha256, version=registration.fingerprint,
-                        instances=registration.instances, skipped=sum(registration.skipped.values()))
+                        instances=registration.instances, skipped=sum(registration.skipped.values()),
+                        **reading_change_audit(registration.reading_changed))
             # Each prompt's send-order key, once, so that planning a run reads them instead of building every
             # prompt (without them, planning builds the keys itself).
             store_prefix_keys(store, spec, registration.fingerprint, result.instances)

@@ -118,6 +118,12 @@ def _brief(record: dict[str, Any], *keys: str) -> dict[str, Any]:
             **{k: objects.get(k) for k in keys if k in objects}}
 
 
+def _reread(dataset: dict[str, Any]) -> str:
+    """A registration stored as a new version because this release read its source into other instances."""
+    previous = dataset.get("previous_version")
+    return f", a new reading of version {str(previous)[:16]}" if previous else ""
+
+
 def _count(value: Any) -> int | None:
     """A count a record carries (a forged record may carry anything else: no count)."""
     return value if isinstance(value, int) and not isinstance(value, bool) else None
@@ -206,7 +212,7 @@ def summarize(records: list[dict[str, Any]], since: datetime | None) -> AuditSum
             raise TypeError("objects")
         ts = str(record.get("ts", ""))
         if action == "dataset.register":
-            datasets.append(_brief(record, "benchmark", "fingerprint", "version", "instances"))
+            datasets.append(_brief(record, "benchmark", "fingerprint", "version", "instances", "previous_version"))
         elif action == "run.resume" and (resumed := run_of(str(objects.get("run_id")))) is not None:
             resumed.resumed += 1
         elif action == "endpoint.use" and (used := run_of(str(objects.get("run_id")))) is not None:
@@ -286,7 +292,8 @@ def render_text(summary: AuditSummary) -> str:
     out += ["", "Datasets registered:"]
     out += [f"  {d['ts']}  {d['actor']}  {d.get('benchmark')}"  # an attempt or a refusal has no fingerprint
             + (f"  fingerprint {str(d['fingerprint'])[:16]}" if d.get("fingerprint") else "")
-            + (f" (stored version {str(d['version'])[:16]})" if d.get("version") else "") + f"  {d['outcome']}"
+            + (f" (stored version {str(d['version'])[:16]}{_reread(d)})" if d.get("version") else "")
+            + f"  {d['outcome']}"
             for d in summary.datasets] or ["  (none)"]
     out += ["", "Runs:"]
     for run in summary.runs:
@@ -369,7 +376,7 @@ def report_tables(summary: AuditSummary) -> list[ReportTable]:
         ReportTable(id="report-datasets", title="Datasets registered",
                     columns=["Time", "Actor", "Benchmark", "Source sha256", "Dataset version", "Outcome"],
                     rows=[[str(d.get("ts")), str(d.get("actor")), str(d.get("benchmark")),
-                           str(d.get("fingerprint") or "")[:16], str(d.get("version") or "")[:16],
+                           str(d.get("fingerprint") or "")[:16], str(d.get("version") or "")[:16] + _reread(d),
                            str(d.get("outcome"))] for d in summary.datasets]),
         ReportTable(id="report-runs", title="Runs", columns=["Started", "Actor", "Model", "Run",
                                                               "Benchmarks (dataset version)", "Endpoints", "Outcome"],

@@ -28,7 +28,7 @@ from medhelm_local.records import InferenceRequest, Instance
 from medhelm_local.runner.manifest import canonical_json
 from medhelm_local.store import runs as runs_db
 from medhelm_local.store.runs import PlannedItem
-from medhelm_local.store.store import Store, dataset_version
+from medhelm_local.store.store import Store
 
 ORDER_MODES = ("prefix", "plan", "shuffle")
 PREFIX_BLOCK_CHARS = 256
@@ -118,8 +118,7 @@ def compute_plan(store: Store, specs: SpecRegistry, model: str, benchmarks: list
                 f"benchmark {benchmark} has no registered dataset; run `medhelm-local datasets register "
                 f"{benchmark} PATH` first"
             )
-        if (is_custom(benchmark)
-                and dataset_version(dataset.source_sha256, registered.loader_sha256) != dataset.fingerprint):
+        if is_custom(benchmark) and not dataset.read_with(registered.loader_sha256):
             # A custom spec is installed with its data, in one step; a registration killed between the two leaves
             # a spec that did not load the data it would be run on.
             raise BadInputError(

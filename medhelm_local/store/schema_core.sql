@@ -4,6 +4,10 @@ CREATE TABLE IF NOT EXISTS meta (
 );
 -- ``fingerprint`` identifies a dataset version: the source bytes (``source_sha256``) read under one loader
 -- configuration. Re-reading the same bytes with a changed mapping is a new version, so old runs keep theirs.
+-- ``instances_sha256`` digests the instances as read (store.py ``instances_digest``): the same bytes and mapping
+-- read into other instances by a later release are a new version too, its fingerprint covering the reading.
+-- It is the last column: stores from before get it from the ALTER below (and their digests from the migration
+-- step ``digest_datasets``), so ``SELECT *`` gives the same columns in every store.
 CREATE TABLE IF NOT EXISTS datasets (
     benchmark VARCHAR NOT NULL,
     fingerprint VARCHAR NOT NULL,
@@ -12,8 +16,10 @@ CREATE TABLE IF NOT EXISTS datasets (
     n_instances INTEGER NOT NULL,
     skipped JSON NOT NULL,
     source_name VARCHAR NOT NULL,
+    instances_sha256 VARCHAR,
     PRIMARY KEY (benchmark, fingerprint)
 );
+ALTER TABLE datasets ADD COLUMN IF NOT EXISTS instances_sha256 VARCHAR;
 CREATE TABLE IF NOT EXISTS instances (
     benchmark VARCHAR NOT NULL,
     fingerprint VARCHAR NOT NULL,

@@ -30,7 +30,7 @@ from medhelm_local.store.connection import (
 SCHEMA_VERSION = "1"
 # The migration's steps written in Python (``Store._migrate``), part of its digest: add a name when adding one,
 # so that stores migrated without it are migrated again.
-MIGRATION_STEPS = ("unkey_requests",)
+MIGRATION_STEPS = ("unkey_requests", "digest_datasets")
 
 
 def utcnow() -> datetime:
@@ -48,19 +48,75 @@ def benchmark_filter(benchmarks: Collection[str] | None) -> tuple[str, list[str]
     return f" AND benchmark IN ({', '.join('?' for _ in chosen)})", chosen
 
 
-def dataset_version(source_sha256: str, loader_sha256: str) -> str:
-    """A dataset version's fingerprint: its source bytes read with one loader configuration."""
-    return hashlib.sha256(f"{source_sha256}:{loader_sha256}".encode()).hexdigest()
+def dataset_version(source_sha256: str, loader_sha256: str, instances_sha256: str | None = None) -> str:
+    """A dataset version's fingerprint: its source bytes read with one loader configuration. Where the same bytes
+    and settings were read before into other instances (a release whose loader reads the file differently), the
+    new reading's fingerprint also covers what was read (``instances_sha256``); a first reading keeps the
+    fingerprint it has always had."""
+    if instances_sha256 is None:
+        return hashlib.sha256(f"{source_sha256}:{loader_sha256}".encode()).hexdigest()
+    return hashlib.sha256(f"{source_sha256}:{loader_sha256}:{instances_sha256}".encode()).hexdigest()
+
+
+# An instance as the store keeps it: its id, label and payload (the JSON of its fields, references and meta).
+StoredInstance = tuple[str, str | None, str]
+PAYLOAD = {"fields", "references", "meta"}
+
+
+def stored_form(instance: Instance) -> StoredInstance:
+    return instance.id, instance.label, instance.model_dump_json(include=PAYLOAD)
+
+
+def instances_digest(rows: Iterable[StoredInstance]) -> str:
+    """The sha256 of a dataset version's instances in their order, as the store keeps them. Neither the JSON of
+    ``[id, label]`` nor a payload holds a raw NUL or newline, so the framing is unambiguous."""
+    digest = hashlib.sha256()
+    for instance_id, label, payload in rows:
+        digest.update(f"{json.dumps([instance_id, label])}\0{payload}\n".encode())
+    return digest.hexdigest()
+
+
+def _same_json(payload: str, other: str) -> bool:
+    """Two payloads of the same fields, references and meta, whatever the order of their keys. Python's ``==`` alone
+    takes ``true`` for ``1`` and ``1`` for ``1.0``: values it finds equal are compared again as sorted JSON text."""
+    value, other_value = json.loads(payload), json.loads(other)
+    return value == other_value and json.dumps(value, sort_keys=True) == json.dumps(other_value, sort_keys=True)
 
 
 class DatasetInfo(BaseModel):
     benchmark: str
-    fingerprint: str  # the dataset version: source bytes + loader configuration
+    fingerprint: str  # the dataset version: source bytes + loader configuration (+ its reading, for a re-reading)
     source_sha256: str  # sha256 of the source file's bytes (several files: of their sorted hashes)
     registered_at: datetime
     n_instances: int
     skipped: dict[str, int]
     source_name: str
+    # sha256 of the instances as read (``instances_digest``); None only in a store this release has not yet
+    # opened for writing
+    instances_sha256: str | None = None
+
+    def read_with(self, loader_sha256: str) -> bool:
+        """Whether this version is its source read with these loader settings (either fingerprint form)."""
+        return self.fingerprint in (
+            dataset_version(self.source_sha256, loader_sha256),
+            *([dataset_version(self.source_sha256, loader_sha256, self.instances_sha256)]
+              if self.instances_sha256 is not None else []))
+
+
+class ReadingChange(BaseModel):
+    """How the instances read now differ from those the same source and loader settings gave before (counts only,
+    never content)."""
+
+    previous: str  # the fingerprint of the version holding the earlier reading
+    differing: int  # instances whose label, fields, references or meta differ, or that one reading lacks
+    compared: int  # instances in either reading (by id)
+    reordered: bool  # the instances both readings hold come in another order
+
+
+class StoredVersion(BaseModel):
+    fingerprint: str
+    new: bool  # False: the same version was already stored (made current again)
+    reading_changed: ReadingChange | None = None  # set where a new version is a new reading of the same source
 
 
 class RunInfo(BaseModel):
@@ -167,6 +223,7 @@ class Store:
                 "INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT (key) DO NOTHING", [SCHEMA_VERSION]
             )
             self._unkey_requests()
+            self._digest_datasets()
             self._conn.execute("INSERT INTO meta VALUES ('schema_digest', ?) ON CONFLICT (key) DO UPDATE SET "
                                "value = excluded.value", [digest])
 
@@ -192,6 +249,15 @@ class Store:
                            "request_hash FROM requests")
         self._conn.execute("DROP TABLE requests")
         self._conn.execute("ALTER TABLE requests_unkeyed RENAME TO requests")
+
+    def _digest_datasets(self) -> None:
+        """Dataset versions stored before ``instances_sha256`` existed get it, from their stored instances, so that
+        registering their source again can tell whether this release reads it the same way."""
+        for benchmark, fingerprint in self._conn.execute(
+                "SELECT benchmark, fingerprint FROM datasets WHERE instances_sha256 IS NULL").fetchall():
+            self._conn.execute(
+                "UPDATE datasets SET instances_sha256 = ? WHERE benchmark = ? AND fingerprint = ?",
+                [instances_digest(self._stored_instances(benchmark, fingerprint)), benchmark, fingerprint])
 
     @property
     def conn(self) -> duckdb.DuckDBPyConnection:
@@ -242,47 +308,102 @@ class Store:
     def register_dataset(
         self, benchmark: str, source_sha256: str, loader_sha256: str, source_name: str, instances: list[Instance],
         skipped: dict[str, int], *, before_commit: Callable[[], None] | None = None,
-    ) -> tuple[str, bool]:
+    ) -> StoredVersion:
         """Store a dataset version and make it the benchmark's current one.
 
-        Returns the version fingerprint and whether it is new (False: the same version was already stored).
+        The same source and loader settings read into the same instances are the version already stored (made
+        current again); read into other instances (this release's loader reads the file differently from the one
+        that registered it), they are a new version, whose fingerprint covers the reading.
         ``before_commit`` runs inside the transaction, last: if it raises, nothing is stored.
         """
-        fingerprint = dataset_version(source_sha256, loader_sha256)
+        rows = [stored_form(instance) for instance in instances]
+        digest = instances_digest(rows)
         now = utcnow()
         with self.transaction():
-            exists = self._conn.execute(
-                "SELECT 1 FROM datasets WHERE benchmark = ? AND fingerprint = ?", [benchmark, fingerprint]
-            ).fetchone()
-            if exists:
+            earlier = self._readings(benchmark, source_sha256, loader_sha256)
+            kept = next((fingerprint for fingerprint, stored in earlier if stored == digest), None)
+            change = None
+            if kept is None and earlier:
+                change = self._reading_change(benchmark, earlier[0][0], rows)
+                if change is None:  # the same instances, only serialized otherwise (the order of a payload's keys)
+                    kept = earlier[0][0]
+            if kept is not None:
+                fingerprint = kept
                 self._conn.execute(
                     "UPDATE datasets SET registered_at = ? WHERE benchmark = ? AND fingerprint = ?",
                     [now, benchmark, fingerprint],
                 )
             else:
+                fingerprint = dataset_version(source_sha256, loader_sha256, digest if earlier else None)
                 self._conn.execute(
-                    "INSERT INTO datasets VALUES (?, ?, ?, ?, ?, ?, ?)",
-                    [benchmark, fingerprint, source_sha256, now, len(instances), json.dumps(skipped), source_name],
+                    "INSERT INTO datasets VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                    [benchmark, fingerprint, source_sha256, now, len(rows), json.dumps(skipped), source_name,
+                     digest],
                 )
-                self._insert_instances(benchmark, fingerprint, instances)
+                self._insert_instances(benchmark, fingerprint, rows)
             if before_commit is not None:
                 before_commit()
-        return fingerprint, not exists
+        return StoredVersion(fingerprint=fingerprint, new=kept is None, reading_changed=change)
 
-    def _insert_instances(self, benchmark: str, fingerprint: str, instances: list[Instance]) -> None:
-        for start in range(0, len(instances), INSTANCES_PER_BATCH):
-            chunk = instances[start:start + INSTANCES_PER_BATCH]
+    def _readings(self, benchmark: str, source_sha256: str, loader_sha256: str) -> list[tuple[str, str | None]]:
+        """The versions these source bytes read with these loader settings gave, newest first: (fingerprint,
+        instances_sha256)."""
+        rows = self._conn.execute(
+            "SELECT fingerprint, instances_sha256 FROM datasets WHERE benchmark = ? AND source_sha256 = ? "
+            "ORDER BY registered_at DESC", [benchmark, source_sha256]).fetchall()
+        first = dataset_version(source_sha256, loader_sha256)
+        return [(fingerprint, stored) for fingerprint, stored in rows
+                if fingerprint == first
+                or (stored is not None and fingerprint == dataset_version(source_sha256, loader_sha256, stored))]
+
+    def _reading_change(self, benchmark: str, previous: str, rows: list[StoredInstance]) -> ReadingChange | None:
+        """How ``rows`` differ from version ``previous``'s instances (None: not at all). The stored instances are
+        streamed, each compared with the one read now of its id: by its text, then, where that differs, as JSON
+        (the same values serialized with their keys in another order are the same instance)."""
+        now = {instance_id: (label, payload) for instance_id, label, payload in rows}
+        kept: list[str] = []  # the ids read before and now, in the earlier order
+        differing = before = 0
+        for instance_id, label, payload in self._stored_instances(benchmark, previous):
+            before += 1
+            read = now.get(instance_id)
+            if read is None:
+                differing += 1
+                continue
+            kept.append(instance_id)
+            if read[0] != label or (read[1] != payload and not _same_json(read[1], payload)):
+                differing += 1
+        common = set(kept)
+        differing += len(now) - len(kept)  # read now only
+        reordered = kept != [instance_id for instance_id in now if instance_id in common]
+        if not differing and not reordered:
+            return None
+        return ReadingChange(previous=previous, differing=differing, compared=before + len(now) - len(kept),
+                             reordered=reordered)
+
+    def _stored_instances(self, benchmark: str, fingerprint: str, *, chunk: int = INSTANCES_PER_BATCH
+                          ) -> Iterator[StoredInstance]:
+        """A version's instances as stored, in order, ``chunk`` at a time (on this connection, so inside a
+        transaction too)."""
+        after = -1
+        while rows := self._conn.execute(
+                "SELECT instance_id, label, payload, position FROM instances WHERE benchmark = ? AND fingerprint = ? "
+                "AND position > ? ORDER BY position LIMIT ?", [benchmark, fingerprint, after, chunk]).fetchall():
+            yield from ((instance_id, label, payload) for instance_id, label, payload, _ in rows)
+            after = rows[-1][3]
+
+    def _insert_instances(self, benchmark: str, fingerprint: str, rows: list[StoredInstance]) -> None:
+        for start in range(0, len(rows), INSTANCES_PER_BATCH):
+            chunk = rows[start:start + INSTANCES_PER_BATCH]
             batch = NEW_INSTANCES.bind(
-                instance_id=[inst.id for inst in chunk], position=list(range(start, start + len(chunk))),
-                label=[inst.label for inst in chunk],
-                payload=[inst.model_dump_json(include={"fields", "references", "meta"}) for inst in chunk])
+                instance_id=[row[0] for row in chunk], position=list(range(start, start + len(chunk))),
+                label=[row[1] for row in chunk], payload=[row[2] for row in chunk])
             self._conn.execute(f"INSERT INTO instances SELECT $benchmark, $fingerprint, * FROM {NEW_INSTANCES.source}",
                                {"benchmark": benchmark, "fingerprint": fingerprint, "batch": batch})
 
     def _dataset(self, row: tuple[Any, ...]) -> DatasetInfo:
         return DatasetInfo(
             benchmark=row[0], fingerprint=row[1], source_sha256=row[2], registered_at=row[3], n_instances=row[4],
-            skipped=json.loads(row[5]), source_name=row[6],
+            skipped=json.loads(row[5]), source_name=row[6], instances_sha256=row[7] if len(row) > 7 else None,
         )
 
     def current_dataset(self, benchmark: str) -> DatasetInfo | None:

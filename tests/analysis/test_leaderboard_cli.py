@@ -185,8 +185,8 @@ def test_models_scored_on_different_versions_of_a_dataset_are_named_and_never_pa
         first_fp = register(store, "pubmedqa", first)
         corrected = [i.model_copy(update={"label": "no" if i.label != "no" else "yes",
                                           "references": ["no" if i.label != "no" else "yes"]}) for i in first]
-        corrected_fp, _ = store.register_dataset("pubmedqa", "corrected-extract-sha256", "test-loader", "test",
-                                                 corrected, {})
+        corrected_fp = store.register_dataset("pubmedqa", "corrected-extract-sha256", "test-loader", "test",
+                                              corrected, {}).fingerprint
         assert corrected_fp != first_fp
         for model, data, fingerprint in (("alpha", first, first_fp), ("beta", corrected, corrected_fp)):
             run_id = add_run(store, model, "pubmedqa", fingerprint, data, answers(data, 20))

@@ -35,7 +35,7 @@ def register(store: Store, benchmark: str, instances: list[Instance]) -> str:
     """Register ``instances`` as the benchmark's current dataset; returns the dataset fingerprint."""
     digest = hashlib.sha256(("|".join(i.id for i in instances) + benchmark).encode()).hexdigest()
     # versioned datasets: the fingerprint covers the source and the loader
-    fingerprint, _ = store.register_dataset(benchmark, digest, "test-loader", "test", instances, {})
+    fingerprint = store.register_dataset(benchmark, digest, "test-loader", "test", instances, {}).fingerprint
     return fingerprint
 
 

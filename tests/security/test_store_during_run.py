@@ -20,6 +20,7 @@ import pytest
 
 from medhelm_local.home import Home
 from medhelm_local.store import Store
+from medhelm_local.store.store import StoredVersion
 from medhelm_local.testing.fake_openai import FakeOpenAIServer, hash_responder
 from tests.runner.helpers import make_home, register, synthetic_instances
 
@@ -152,7 +153,7 @@ def test_a_registration_whose_commit_fails_restores_the_previous_spec(tmp_path: 
 
     original = Store.register_dataset
 
-    def failing(self: Store, *args: object, **kwargs: object) -> tuple[str, bool]:
+    def failing(self: Store, *args: object, **kwargs: object) -> StoredVersion:
         before = kwargs["before_commit"]
 
         def then_fail() -> None:

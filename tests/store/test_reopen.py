@@ -18,7 +18,7 @@ def test_reopen_keeps_data_and_settings_and_accepts_writes(tmp_path: Path) -> No
     instances = [Instance(benchmark="pubmedqa", id=f"q{i}", fields={"question": f"q{i}?"}, references=["yes"],
                           label="yes") for i in range(3)]
     with Store.open(home) as store:
-        fingerprint, _ = store.register_dataset("pubmedqa", "a" * 64, "loader", "x.json", instances, {})
+        fingerprint = store.register_dataset("pubmedqa", "a" * 64, "loader", "x.json", instances, {}).fingerprint
         before = store.conn
         store.reopen()
         assert store.conn is not before
