@@ -16,7 +16,7 @@ import pytest
 import yaml
 
 from medhelm_local.home.config import ApplianceConfig, ConsoleRole
-from tests.deploy.deploykit import REPO, all_containers, by_kind, pod_spec, render
+from tests.deploy.deploykit import REPO, REQUIRED_ENV, all_containers, by_kind, interpolate, pod_spec, render
 
 CONSOLE: dict[str, Any] = {
     "enabled": True,
@@ -280,6 +280,8 @@ def test_compose_console_overlay_is_valid_and_trusts_only_its_sidecar() -> None:
                           "networks": {**base["networks"], **overlay["networks"]}}):
         errors = [e.message for e in jsonschema.Draft7Validator(schema).iter_errors(doc)]
         assert errors == []
+    # As `docker compose` runs it, the site's address plan left at its defaults (MEDHELM_CONSOLE_*).
+    overlay = interpolate(overlay, REQUIRED_ENV)
     console, proxy = overlay["services"]["console"], overlay["services"]["console-proxy"]
     # The console listens on its fixed address on the internal network it shares with oauth2-proxy alone, and
     # believes identity headers from oauth2-proxy's address there only (the layout: tests/deploy, compose).

@@ -7,6 +7,7 @@ with the command that installs it; nothing is skipped.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -104,3 +105,37 @@ def find_tool(name: str, env_var: str | None, install: str) -> str:
             return candidate
     hint = f" or set {env_var} to its path" if env_var else ""
     pytest.fail(f"{name} is not installed: {install}{hint}. The deployment checks never skip.", pytrace=False)
+
+
+# What `docker compose` needs from the environment besides the overridable defaults (the `:?` variables).
+REQUIRED_ENV = {"MEDHELM_MODEL_WEIGHTS": "/srv/weights/model", "MEDHELM_JUDGE_WEIGHTS": "/srv/weights/judge",
+                "MEDHELM_OIDC_ISSUER": "https://idp.hospital.example/realms/staff",
+                "MEDHELM_OIDC_CLIENT_ID": "medhelm-console"}
+_VARIABLE = re.compile(r"\$(?:(?P<escaped>\$)|\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}"
+                       r"|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))")
+
+
+def interpolate(value: Any, env: dict[str, str]) -> Any:
+    """A compose file's values with its variables replaced as `docker compose` does: ${VAR}, $VAR, ${VAR:-default},
+    ${VAR-default}, ${VAR:?error}, ${VAR?error} and $$ (nested defaults are not used here)."""
+    if isinstance(value, dict):
+        return {k: interpolate(v, env) for k, v in value.items()}
+    if isinstance(value, list):
+        return [interpolate(v, env) for v in value]
+    if not isinstance(value, str):
+        return value
+
+    def one(m: re.Match[str]) -> str:
+        if m["escaped"]:
+            return "$"
+        name = m["name"] or m["bare"]
+        op, arg = m["op"], m["arg"] or ""
+        unset = name not in env
+        missing = unset or (env[name] == "" and op is not None and op.startswith(":"))
+        if op in (":-", "-") and missing:
+            return arg
+        if op in (":?", "?") and missing:
+            raise ValueError(f"{name}: {arg}")
+        return env.get(name, "")
+
+    return _VARIABLE.sub(one, value)

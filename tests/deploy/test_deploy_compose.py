@@ -11,7 +11,7 @@ from typing import Any
 import jsonschema
 import pytest
 import yaml
-from deploykit import DEPLOY_TESTS, REPO
+from deploykit import DEPLOY_TESTS, REPO, REQUIRED_ENV, interpolate
 
 COMPOSE = REPO / "deploy" / "docker-compose.yml"
 SCHEMA = DEPLOY_TESTS / "compose-spec.schema.json"
@@ -213,40 +213,6 @@ def load_console() -> tuple[dict[str, Any], dict[str, Any]]:
     merged = {**base, "services": {**base["services"], **overlay["services"]},
               "networks": {**base["networks"], **overlay["networks"]}}
     return merged, yaml.safe_load(APPLIANCE_CONFIG.read_text(encoding="utf-8"))
-
-
-# What `docker compose` needs from the environment besides the overridable defaults (the `:?` variables).
-REQUIRED_ENV = {"MEDHELM_MODEL_WEIGHTS": "/srv/weights/model", "MEDHELM_JUDGE_WEIGHTS": "/srv/weights/judge",
-                "MEDHELM_OIDC_ISSUER": "https://idp.hospital.example/realms/staff",
-                "MEDHELM_OIDC_CLIENT_ID": "medhelm-console"}
-_VARIABLE = re.compile(r"\$(?:(?P<escaped>\$)|\{(?P<name>[A-Za-z_][A-Za-z0-9_]*)(?:(?P<op>:?[-?])(?P<arg>[^}]*))?\}"
-                       r"|(?P<bare>[A-Za-z_][A-Za-z0-9_]*))")
-
-
-def interpolate(value: Any, env: dict[str, str]) -> Any:
-    """A compose file's values with its variables replaced as `docker compose` does: ${VAR}, $VAR, ${VAR:-default},
-    ${VAR-default}, ${VAR:?error}, ${VAR?error} and $$ (nested defaults are not used here)."""
-    if isinstance(value, dict):
-        return {k: interpolate(v, env) for k, v in value.items()}
-    if isinstance(value, list):
-        return [interpolate(v, env) for v in value]
-    if not isinstance(value, str):
-        return value
-
-    def one(m: re.Match[str]) -> str:
-        if m["escaped"]:
-            return "$"
-        name = m["name"] or m["bare"]
-        op, arg = m["op"], m["arg"] or ""
-        unset = name not in env
-        missing = unset or (env[name] == "" and op is not None and op.startswith(":"))
-        if op in (":-", "-") and missing:
-            return arg
-        if op in (":?", "?") and missing:
-            raise ValueError(f"{name}: {arg}")
-        return env.get(name, "")
-
-    return _VARIABLE.sub(one, value)
 
 
 def resolved_console(env: dict[str, str] | None = None) -> tuple[dict[str, Any], dict[str, Any]]:
