@@ -10,8 +10,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import duckdb
-
 from medhelm_local.records import InferenceRequest, InferenceResult, InstanceScore, Truncated
 from medhelm_local.store.batch import ID_LIST_PARAM, ColumnBatch, id_list
 from medhelm_local.store.store import NEW_SCORES, RunInfo, Store, scores_batch, utcnow
@@ -260,7 +258,6 @@ def start_session(store: Store, run_id: str, session_id: str, *, mode: str, shar
 
 def sessions(store: Store, run_id: str) -> list[dict[str, Any]]:
     """The run's sessions, oldest first; ``sending``: the options each sent with (None: not recorded)."""
-    # Every column but the run's id: a store a reader opens before a writer migrated it has no ``sending`` yet.
     cursor = store.conn.execute(
         "SELECT * EXCLUDE (run_id) FROM runner_sessions WHERE run_id = ? ORDER BY started_at", [run_id])
     names = [d[0] for d in cursor.description]
@@ -276,10 +273,7 @@ def sessions(store: Store, run_id: str) -> list[dict[str, Any]]:
 
 def run_sending(store: Store, run_id: str) -> dict[str, Any] | None:
     """The options the run sends with (``runner_sending``); None for a run from before runs kept them."""
-    try:
-        row = store.conn.execute("SELECT sending FROM runner_sending WHERE run_id = ?", [run_id]).fetchone()
-    except duckdb.CatalogException:  # a reader of a store no writer has migrated since the table was added
-        return None
+    row = store.conn.execute("SELECT sending FROM runner_sending WHERE run_id = ?", [run_id]).fetchone()
     return None if row is None else dict(json.loads(row[0]))
 
 

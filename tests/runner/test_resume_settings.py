@@ -128,7 +128,7 @@ def test_a_run_from_before_runs_kept_their_options_still_opens_and_keeps_them_fr
             store.conn.execute("ALTER TABLE runner_sessions DROP COLUMN sending")
             store.conn.execute("DELETE FROM meta WHERE key = 'schema_digest'")
 
-        shown = _json(home, "runs", "show", run_id)  # a reader: the store is not migrated yet
+        shown = _json(home, "runs", "show", run_id)  # a reader, first after the upgrade: migrated first
         assert shown["sending"] is None and [s["sending"] for s in shown["sessions"]] == [None]
 
         finished = _json(home, "run", "--resume", run_id)  # nothing kept: the defaults, kept from now on
