@@ -32,7 +32,7 @@ from medhelm_local.store.connection import (
 SCHEMA_VERSION = "1"
 # The migration's steps written in Python (``Store._migrate``), part of its digest: add a name when adding one,
 # so that stores migrated without it are migrated again.
-MIGRATION_STEPS = ("unkey_requests",)
+MIGRATION_STEPS = ("unkey_requests", "session_sending_apart")
 
 
 def utcnow() -> datetime:
@@ -197,6 +197,7 @@ class Store:
                 "INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT (key) DO NOTHING", [SCHEMA_VERSION]
             )
             self._unkey_requests()
+            self._session_sending_apart()
             self._conn.execute("INSERT INTO meta VALUES ('schema_digest', ?) ON CONFLICT (key) DO UPDATE SET "
                                "value = excluded.value", [digest])
 
@@ -222,6 +223,19 @@ class Store:
                            "request_hash FROM requests")
         self._conn.execute("DROP TABLE requests")
         self._conn.execute("ALTER TABLE requests_unkeyed RENAME TO requests")
+
+    def _session_sending_apart(self) -> None:
+        """A store migrated by a build that kept a session's sending options in a column of ``runner_sessions``
+        gets them moved to ``runner_session_sending`` and the column dropped: the previous release inserts
+        sessions by position (see schema_runner.sql)."""
+        column = self._conn.execute(
+            "SELECT count(*) FROM duckdb_columns() WHERE database_name = current_database() "
+            "AND table_name = 'runner_sessions' AND column_name = 'sending'").fetchone()
+        if not column or not column[0]:
+            return
+        self._conn.execute("INSERT INTO runner_session_sending SELECT run_id, session_id, sending FROM runner_sessions "
+                           "WHERE sending IS NOT NULL ON CONFLICT DO NOTHING")
+        self._conn.execute("ALTER TABLE runner_sessions DROP COLUMN sending")
 
     @property
     def conn(self) -> duckdb.DuckDBPyConnection:
