@@ -101,9 +101,13 @@ def doctor(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", hel
         if not path.exists():
             return f"{path} (not created yet: the first registration creates it)"
         # Read only, with the bounded lock wait: a health check never takes the write lock (a run keeps it only
-        # for short write transactions).
-        with Store.open_file(app.home, path, read_only=True) as opened:
+        # for short write transactions), so it does not migrate a store an upgrade left behind either.
+        with Store.open_file(app.home, path, read_only=True, migrate=False) as opened:
             opened.probe()
+            current = opened.schema_is_current()
+        if not current:
+            return (f"{path} (opened read-only; last migrated by another release, before an upgrade or a "
+                    "rollback: the next command that opens it migrates it, once)")
         return f"{path} (opened read-only)"
 
     if all(c["status"] != "fail" for c in checks):

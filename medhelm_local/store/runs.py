@@ -10,8 +10,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import duckdb
-
 from medhelm_local.records import InferenceRequest, InferenceResult, InstanceScore, Truncated
 from medhelm_local.store.batch import ID_LIST_PARAM, ColumnBatch, id_list
 from medhelm_local.store.store import NEW_SCORES, RunInfo, Store, scores_batch, utcnow
@@ -249,26 +247,32 @@ def errors_by_category(store: Store, run_id: str) -> dict[str, dict[str, int]]:
 
 def start_session(store: Store, run_id: str, session_id: str, *, mode: str, shard: str | None,
                   endpoints: list[dict[str, Any]], sending: Mapping[str, Any] | None = None) -> None:
-    store.conn.execute(
-        "INSERT INTO runner_sessions (run_id, session_id, mode, shard, started_at, last_commit_at, wall_s, "
-        "responses, errors, prompt_tokens, completion_tokens, request_s, endpoints, sending) "
-        "VALUES (?, ?, ?, ?, ?, NULL, 0, 0, 0, 0, 0, 0, ?, ?)",
-        [run_id, session_id, mode, shard, utcnow(), json.dumps(endpoints),
-         None if sending is None else json.dumps(dict(sending))],
-    )
+    with store.transaction():
+        store.conn.execute(
+            "INSERT INTO runner_sessions (run_id, session_id, mode, shard, started_at, last_commit_at, wall_s, "
+            "responses, errors, prompt_tokens, completion_tokens, request_s, endpoints) "
+            "VALUES (?, ?, ?, ?, ?, NULL, 0, 0, 0, 0, 0, 0, ?)",
+            [run_id, session_id, mode, shard, utcnow(), json.dumps(endpoints)],
+        )
+        if sending is not None:
+            store.conn.execute("INSERT INTO runner_session_sending VALUES (?, ?, ?)",
+                               [run_id, session_id, json.dumps(dict(sending))])
 
 
 def sessions(store: Store, run_id: str) -> list[dict[str, Any]]:
     """The run's sessions, oldest first; ``sending``: the options each sent with (None: not recorded)."""
-    # Every column but the run's id: a store a reader opens before a writer migrated it has no ``sending`` yet.
     cursor = store.conn.execute(
-        "SELECT * EXCLUDE (run_id) FROM runner_sessions WHERE run_id = ? ORDER BY started_at", [run_id])
+        "SELECT s.session_id, s.mode, s.shard, s.started_at, s.last_commit_at, s.wall_s, s.responses, s.errors, "
+        "s.prompt_tokens, s.completion_tokens, s.request_s, s.endpoints, o.sending FROM runner_sessions s "
+        "LEFT JOIN runner_session_sending o USING (run_id, session_id) WHERE s.run_id = ? ORDER BY s.started_at",
+        [run_id],
+    )
     names = [d[0] for d in cursor.description]
     out = []
     for row in cursor.fetchall():
         record = dict(zip(names, row, strict=True))
         record["endpoints"] = json.loads(record["endpoints"])
-        sending = record.get("sending")
+        sending = record["sending"]
         record["sending"] = None if sending is None else json.loads(sending)
         out.append(record)
     return out
@@ -276,10 +280,7 @@ def sessions(store: Store, run_id: str) -> list[dict[str, Any]]:
 
 def run_sending(store: Store, run_id: str) -> dict[str, Any] | None:
     """The options the run sends with (``runner_sending``); None for a run from before runs kept them."""
-    try:
-        row = store.conn.execute("SELECT sending FROM runner_sending WHERE run_id = ?", [run_id]).fetchone()
-    except duckdb.CatalogException:  # a reader of a store no writer has migrated since the table was added
-        return None
+    row = store.conn.execute("SELECT sending FROM runner_sending WHERE run_id = ?", [run_id]).fetchone()
     return None if row is None else dict(json.loads(row[0]))
 
 

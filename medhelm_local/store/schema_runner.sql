@@ -32,10 +32,16 @@ CREATE TABLE IF NOT EXISTS runner_sessions (
     endpoints JSON NOT NULL,
     PRIMARY KEY (run_id, session_id)
 );
--- The session's sending options (runner.session.SENT_WITH: concurrency cap, initial concurrency, request timeout,
--- retries), as it used them (NULL: a session from before sessions kept them). Added, not declared above, so a
--- store created before it and one created after have the same columns in the same order.
-ALTER TABLE runner_sessions ADD COLUMN IF NOT EXISTS sending JSON;
+-- A session's sending options (runner.session.SENT_WITH: concurrency cap, initial concurrency, request timeout,
+-- retries), as it used them (no row: a session from before sessions kept them). A table of their own, not a
+-- column of runner_sessions: the previous release inserts sessions by position, and after a rollback it writes
+-- the store this one migrated. The rule for every table a release has shipped: its columns stay as they are.
+CREATE TABLE IF NOT EXISTS runner_session_sending (
+    run_id VARCHAR NOT NULL,
+    session_id VARCHAR NOT NULL,
+    sending JSON NOT NULL,
+    PRIMARY KEY (run_id, session_id)
+);
 -- A run's sending options (the same fields): those it was created with, or those an option given again on a
 -- resume or retry set since. A resume or retry sends with them unless the option is given again.
 CREATE TABLE IF NOT EXISTS runner_sending (

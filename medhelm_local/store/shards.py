@@ -15,7 +15,7 @@ from medhelm_local.store.runs import PlannedItem
 from medhelm_local.store.store import Store
 
 _IDS_PER_COPY = 20_000
-OUTCOME_TABLES = ("requests", "responses", "runner_sessions", "runner_truncations")
+OUTCOME_TABLES = ("requests", "responses", "runner_sessions", "runner_session_sending", "runner_truncations")
 ROW_KEYS = {"requests": ("run_id", "benchmark", "instance_id")}  # outcome tables without a primary key
 
 
@@ -45,9 +45,9 @@ def copy_inputs(main: Store, shard: Store, items: Sequence[PlannedItem]) -> None
 
 
 def merge_outcomes(shard: Store, main: Store, run_id: str) -> int:
-    """Merge a shard's outcomes of ``run_id`` (requests, responses, sessions, truncations, replaced errors) into
-    ``main`` in one transaction; the primary keys (``ROW_KEYS`` for ``requests``) keep one outcome per item, so a
-    merge repeated after a crash adds nothing. Returns the responses merged."""
+    """Merge a shard's outcomes of ``run_id`` (requests, responses, sessions and their sending options, truncations,
+    replaced errors) into ``main`` in one transaction; the primary keys (``ROW_KEYS`` for ``requests``) keep one
+    outcome per item, so a merge repeated after a crash adds nothing. Returns the responses merged."""
     merged = 0
     with main.transaction():
         for table in OUTCOME_TABLES:

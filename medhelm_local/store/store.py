@@ -6,6 +6,7 @@ import hashlib
 import json
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
+from functools import cache
 from importlib import resources
 from pathlib import Path
 from types import TracebackType
@@ -23,6 +24,7 @@ from medhelm_local.store.connection import (
     REACQUIRE_WAIT_S,
     STORE_ALIAS,
     EncryptedDatabase,
+    StoreError,
     lock_timeout_s,
     open_database,
 )
@@ -30,11 +32,25 @@ from medhelm_local.store.connection import (
 SCHEMA_VERSION = "1"
 # The migration's steps written in Python (``Store._migrate``), part of its digest: add a name when adding one,
 # so that stores migrated without it are migrated again.
-MIGRATION_STEPS = ("unkey_requests", "digest_datasets")
+MIGRATION_STEPS = ("unkey_requests", "digest_datasets", "session_sending_apart")
 
 
 def utcnow() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
+
+
+@cache  # read once per process: every open of the store compares its digest
+def schema_texts() -> tuple[tuple[str, str], ...]:
+    """The ``schema_<stage>.sql`` files (name, text) in the order the migration runs them: core first."""
+    folder = resources.files("medhelm_local.store")
+    files = sorted((f for f in folder.iterdir() if f.name.startswith("schema_") and f.name.endswith(".sql")),
+                   key=lambda f: (f.name != "schema_core.sql", f.name))
+    return tuple((file.name, file.read_text(encoding="utf-8")) for file in files)
+
+
+def schema_digest(texts: tuple[tuple[str, str], ...]) -> str:
+    """The digest a store migrated by ``texts`` and this code's steps keeps in ``meta``."""
+    return hashlib.sha256(json.dumps([SCHEMA_VERSION, MIGRATION_STEPS, texts]).encode()).hexdigest()
 
 
 def benchmark_filter(benchmarks: Collection[str] | None) -> tuple[str, list[str]]:
@@ -193,8 +209,13 @@ class Store:
         return cls.open_file(home, home.store_path, read_only=read_only)
 
     @classmethod
-    def open_file(cls, home: Home, path: Path, *, read_only: bool = False) -> Store:
-        """Open a store file with the home's data key and settings (the home's store, or a shard's store)."""
+    def open_file(cls, home: Home, path: Path, *, read_only: bool = False, migrate: bool = True) -> Store:
+        """Open a store file with the home's data key and settings (the home's store, or a shard's store).
+
+        A store another release migrated last (the first command after an upgrade or a rollback) is migrated
+        before anything reads it, for a reader too: briefly opened for writing, waiting for the lock as a writer
+        does, so that every query finds the tables and columns it expects. ``migrate=False`` (a health check,
+        which never takes the write lock) reads the store as it is; see :meth:`schema_is_current`."""
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         key, settings = load_data_key(home.keys_dir), home.config.store
         if read_only and not path.exists():
@@ -202,16 +223,25 @@ class Store:
         store = cls(lambda: open_database(path, key, read_only=read_only, settings=settings), path)
         if not read_only:
             store._migrate()
+        elif migrate and not store.schema_is_current():
+            store.close()
+            try:
+                cls.open_file(home, path).close()
+            except StoreError as exc:
+                raise StoreError(f"the store was last migrated by another release (before an upgrade or a rollback) "
+                                 f"and is migrated once before it is read; that failed: {exc}") from None
+            store = cls(lambda: open_database(path, key, read_only=True, settings=settings), path)
         return store
+
+    def schema_is_current(self) -> bool:
+        """Whether this code's migration is the last one the store went through."""
+        return self._schema_digest() == schema_digest(schema_texts())
 
     def _migrate(self) -> None:
         # Each stage owns a ``schema_<stage>.sql`` file; all use CREATE ... IF NOT EXISTS. A store already migrated
         # by these very files (their digest in ``meta``) is left as it is: about 20 ms saved on every command.
-        folder = resources.files("medhelm_local.store")
-        files = sorted((f for f in folder.iterdir() if f.name.startswith("schema_") and f.name.endswith(".sql")),
-                       key=lambda f: (f.name != "schema_core.sql", f.name))
-        texts = [(file.name, file.read_text(encoding="utf-8")) for file in files]
-        digest = hashlib.sha256(json.dumps([SCHEMA_VERSION, MIGRATION_STEPS, texts]).encode()).hexdigest()
+        texts = schema_texts()
+        digest = schema_digest(texts)
         if self._schema_digest() == digest:
             return
         with self.transaction():
@@ -224,6 +254,7 @@ class Store:
             )
             self._unkey_requests()
             self._digest_datasets()
+            self._session_sending_apart()
             self._conn.execute("INSERT INTO meta VALUES ('schema_digest', ?) ON CONFLICT (key) DO UPDATE SET "
                                "value = excluded.value", [digest])
 
@@ -258,6 +289,19 @@ class Store:
             self._conn.execute(
                 "UPDATE datasets SET instances_sha256 = ? WHERE benchmark = ? AND fingerprint = ?",
                 [instances_digest(self._stored_instances(benchmark, fingerprint)), benchmark, fingerprint])
+
+    def _session_sending_apart(self) -> None:
+        """A store migrated by a build that kept a session's sending options in a column of ``runner_sessions``
+        gets them moved to ``runner_session_sending`` and the column dropped: the previous release inserts
+        sessions by position (see schema_runner.sql)."""
+        column = self._conn.execute(
+            "SELECT count(*) FROM duckdb_columns() WHERE database_name = current_database() "
+            "AND table_name = 'runner_sessions' AND column_name = 'sending'").fetchone()
+        if not column or not column[0]:
+            return
+        self._conn.execute("INSERT INTO runner_session_sending SELECT run_id, session_id, sending FROM runner_sessions "
+                           "WHERE sending IS NOT NULL ON CONFLICT DO NOTHING")
+        self._conn.execute("ALTER TABLE runner_sessions DROP COLUMN sending")
 
     @property
     def conn(self) -> duckdb.DuckDBPyConnection:

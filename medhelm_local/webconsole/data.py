@@ -85,6 +85,11 @@ def reading(home: Home) -> Iterator[Store]:
     if not path.exists():
         raise NoStoreYet("no store yet: register a dataset and run an evaluation first")
     store = _open(home, path, read_only=True)
+    if not store.schema_is_current():  # an upgrade's first reader: migrated first, as every reader does
+        store.close()
+        with writing(home):
+            pass
+        store = _open(home, path, read_only=True)
     try:
         yield store
     finally:
@@ -99,7 +104,7 @@ def writing(home: Home) -> Iterator[Store]:
         raise NoStoreYet("no store yet")
     store = _open(home, path, read_only=False)
     try:
-        store._migrate()  # the console's own table (schema_console.sql)
+        store._migrate()  # the whole schema, the console's own table (schema_console.sql) with it
         yield store
     finally:
         store.close()

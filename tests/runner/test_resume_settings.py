@@ -16,6 +16,7 @@ from medhelm_local.home import Home
 from medhelm_local.store import Store
 from medhelm_local.testing.fake_openai import FakeOpenAIServer, hash_responder
 from tests.runner.helpers import make_home, register, synthetic_instances
+from tests.store import previous_release
 
 N = 160
 
@@ -124,11 +125,9 @@ def test_a_run_from_before_runs_kept_their_options_still_opens_and_keeps_them_fr
         _killed_when_full(server, home, 4, "--model", "fake", "--benchmarks", "pubmedqa", "--concurrency", "4")
         run_id = _run_id(home)
         with Store.open(home) as store:  # the store as the previous release left it
-            store.conn.execute("DROP TABLE runner_sending")
-            store.conn.execute("ALTER TABLE runner_sessions DROP COLUMN sending")
-            store.conn.execute("DELETE FROM meta WHERE key = 'schema_digest'")
+            previous_release.downgrade(store.conn)
 
-        shown = _json(home, "runs", "show", run_id)  # a reader: the store is not migrated yet
+        shown = _json(home, "runs", "show", run_id)  # a reader, first after the upgrade: migrated first
         assert shown["sending"] is None and [s["sending"] for s in shown["sessions"]] == [None]
 
         finished = _json(home, "run", "--resume", run_id)  # nothing kept: the defaults, kept from now on

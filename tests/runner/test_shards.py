@@ -20,6 +20,7 @@ from medhelm_local.store import Store
 from medhelm_local.store import runs as runs_db
 from medhelm_local.testing.fake_openai import FakeOpenAIServer, hash_responder
 from tests.runner.helpers import app, make_home, outcomes, quiet, register, scores, synthetic_instances
+from tests.store import previous_release
 
 N = 150
 
@@ -80,7 +81,9 @@ def test_three_shards_merge_into_one_run_identical_to_unsharded(tmp_path: Path) 
         assert [r.run_id for r in runs] == [run_id] and runs[0].status == "finished"
         modes = {r[0] for r in store.conn.execute("SELECT shard FROM runner_sessions WHERE run_id = ?",
                                                   [run_id]).fetchall()}
+        sent_with = {s["sending"]["concurrency"] for s in runs_db.sessions(store, run_id)}
     assert modes == {"0/3", "1/3", "2/3"}
+    assert sent_with == {8}, "each shard's session keeps the options it sent with through the merge"
     assert outcomes(home, run_id) == outcomes(reference, ref.run.run_id)
     assert scores(home, run_id) == scores(reference, ref.run.run_id)
     assert not (home.store_path.parent / "shards" / run_id).exists(), "merged shard files are removed"
@@ -124,8 +127,8 @@ def test_a_shard_left_unmerged_is_merged_by_runs_merge(tmp_path: Path, monkeypat
 
 def test_a_shard_file_built_before_sessions_kept_their_options_still_merges(
         tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Sessions gained a column (the options they sent with); a shard file left by the previous release has no such
-    column, and `runs merge` after the upgrade still folds it in (columns matched by name, the missing one NULL)."""
+    """Sessions gained their sending options (a table of their own); a shard file left by the previous release has
+    no such table, and `runs merge` after the upgrade still folds it in (the shard's file is migrated first)."""
     with FakeOpenAIServer(responder=hash_responder()) as server:
         home = make_home(tmp_path / "home", [server.base_url])
         register(home, synthetic_instances(20))
@@ -142,7 +145,7 @@ def test_a_shard_file_built_before_sessions_kept_their_options_still_merges(
     run_id = run.run_id
     (path,) = sharding.pending_shard_files(home, run_id)
     with Store.open_file(home, path) as shard:
-        shard.conn.execute("ALTER TABLE runner_sessions DROP COLUMN sending")
+        previous_release.downgrade(shard.conn)
     merged = merge_shards(app(home), run_id)
     assert (merged.merged, merged.complete, merged.run.status) == (20, True, "finished")
     with Store.open(home, read_only=True) as store:

@@ -186,7 +186,7 @@ def test_cost_methods_and_session_union(tmp_path: Path) -> None:
         store.conn.execute("DELETE FROM runner_sessions WHERE run_id = ?", [run_id])
         for sid, offset, wall in (("a", 0, 10.0), ("b", 5, 10.0), ("c", 100, 1.0)):  # a and b overlap
             store.conn.execute("INSERT INTO runner_sessions VALUES (?, ?, 'shard', NULL, ?, NULL, ?, 0, 0, 0, 0, 0, "
-                               "'[]', NULL)", [run_id, sid, start + timedelta(seconds=offset), wall])
+                               "'[]')", [run_id, sid, start + timedelta(seconds=offset), wall])
         cost = run_cost(store, run_id, home.config)
         endpoint: ModelEndpoint = home.config.model("fake")
         assert run_cost(store, run_id, endpoint).total == cost.total

@@ -1,5 +1,6 @@
-"""Opening a store for writing migrates its schema (every ``schema_*.sql`` statement, then the steps written in
-Python) only where the store was not already migrated by these very files: their digest is kept in ``meta``."""
+"""Opening a store migrates its schema (every ``schema_*.sql`` statement, then the steps written in Python) only
+where the store was not already migrated by these very files: their digest is kept in ``meta``. A reader of a store
+migrated by another release has it migrated first."""
 
 from __future__ import annotations
 
@@ -41,8 +42,8 @@ def test_a_store_from_before_digests_is_migrated(tmp_path: Path) -> None:
         first = _digest(store)
         store.conn.execute("DELETE FROM meta WHERE key = 'schema_digest'")
         store.conn.execute("DROP TABLE prefix_keys")
-    with Store.open(home, read_only=True) as store:  # a reader never migrates
-        assert store.conn.execute(TABLES).fetchone() == (0,)
-    with Store.open(home) as store:
+    with Store.open_file(home, home.store_path, read_only=True, migrate=False) as store:  # a health check
+        assert store.conn.execute(TABLES).fetchone() == (0,) and not store.schema_is_current()
+    with Store.open(home, read_only=True) as store:  # a reader: migrated first, then read
         assert store.conn.execute(TABLES).fetchone() == (1,)
-        assert _digest(store) == first
+        assert _digest(store) == first and store.schema_is_current()
