@@ -4,10 +4,6 @@ CREATE TABLE IF NOT EXISTS meta (
 );
 -- ``fingerprint`` identifies a dataset version: the source bytes (``source_sha256``) read under one loader
 -- configuration. Re-reading the same bytes with a changed mapping is a new version, so old runs keep theirs.
--- ``instances_sha256`` digests the instances as read (store.py ``instances_digest``): the same bytes and mapping
--- read into other instances by a later release are a new version too, its fingerprint covering the reading.
--- It is the last column: stores from before get it from the ALTER below (and their digests from the migration
--- step ``digest_datasets``), so ``SELECT *`` gives the same columns in every store.
 CREATE TABLE IF NOT EXISTS datasets (
     benchmark VARCHAR NOT NULL,
     fingerprint VARCHAR NOT NULL,
@@ -16,10 +12,18 @@ CREATE TABLE IF NOT EXISTS datasets (
     n_instances INTEGER NOT NULL,
     skipped JSON NOT NULL,
     source_name VARCHAR NOT NULL,
-    instances_sha256 VARCHAR,
     PRIMARY KEY (benchmark, fingerprint)
 );
-ALTER TABLE datasets ADD COLUMN IF NOT EXISTS instances_sha256 VARCHAR;
+-- A version's instances as read (store.py ``instances_digest``): the same bytes and mapping read into other
+-- instances by a later release are a new version too, its fingerprint covering the reading. A table of its own,
+-- not a column of ``datasets``: the previous release inserts datasets by position, and must still after a
+-- rollback. Versions it registers then have no row here until the next migration (step ``digest_datasets``).
+CREATE TABLE IF NOT EXISTS dataset_readings (
+    benchmark VARCHAR NOT NULL,
+    fingerprint VARCHAR NOT NULL,
+    instances_sha256 VARCHAR NOT NULL,
+    PRIMARY KEY (benchmark, fingerprint)
+);
 CREATE TABLE IF NOT EXISTS instances (
     benchmark VARCHAR NOT NULL,
     fingerprint VARCHAR NOT NULL,

@@ -35,6 +35,11 @@ SCHEMA_VERSION = "1"
 MIGRATION_STEPS = ("unkey_requests", "digest_datasets", "session_sending_apart")
 
 
+# The dataset versions with their readings' digests (None for a version the previous release registered after a
+# rollback, until the next migration): the columns of ``datasets``, then ``instances_sha256``.
+DATASETS_READ = "(SELECT * FROM datasets LEFT JOIN dataset_readings USING (benchmark, fingerprint))"
+
+
 def utcnow() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
@@ -285,10 +290,11 @@ class Store:
         """Dataset versions stored before ``instances_sha256`` existed get it, from their stored instances, so that
         registering their source again can tell whether this release reads it the same way."""
         for benchmark, fingerprint in self._conn.execute(
-                "SELECT benchmark, fingerprint FROM datasets WHERE instances_sha256 IS NULL").fetchall():
+                "SELECT benchmark, fingerprint FROM datasets ANTI JOIN dataset_readings USING (benchmark, fingerprint)"
+        ).fetchall():
             self._conn.execute(
-                "UPDATE datasets SET instances_sha256 = ? WHERE benchmark = ? AND fingerprint = ?",
-                [instances_digest(self._stored_instances(benchmark, fingerprint)), benchmark, fingerprint])
+                "INSERT INTO dataset_readings VALUES (?, ?, ?)",
+                [benchmark, fingerprint, instances_digest(self._stored_instances(benchmark, fingerprint))])
 
     def _session_sending_apart(self) -> None:
         """A store migrated by a build that kept a session's sending options in a column of ``runner_sessions``
@@ -380,10 +386,10 @@ class Store:
             else:
                 fingerprint = dataset_version(source_sha256, loader_sha256, digest if earlier else None)
                 self._conn.execute(
-                    "INSERT INTO datasets VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-                    [benchmark, fingerprint, source_sha256, now, len(rows), json.dumps(skipped), source_name,
-                     digest],
+                    "INSERT INTO datasets VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [benchmark, fingerprint, source_sha256, now, len(rows), json.dumps(skipped), source_name],
                 )
+                self._conn.execute("INSERT INTO dataset_readings VALUES (?, ?, ?)", [benchmark, fingerprint, digest])
                 self._insert_instances(benchmark, fingerprint, rows)
             if before_commit is not None:
                 before_commit()
@@ -393,7 +399,7 @@ class Store:
         """The versions these source bytes read with these loader settings gave, newest first: (fingerprint,
         instances_sha256)."""
         rows = self._conn.execute(
-            "SELECT fingerprint, instances_sha256 FROM datasets WHERE benchmark = ? AND source_sha256 = ? "
+            f"SELECT fingerprint, instances_sha256 FROM {DATASETS_READ} WHERE benchmark = ? AND source_sha256 = ? "
             "ORDER BY registered_at DESC", [benchmark, source_sha256]).fetchall()
         first = dataset_version(source_sha256, loader_sha256)
         return [(fingerprint, stored) for fingerprint, stored in rows
@@ -447,17 +453,17 @@ class Store:
     def _dataset(self, row: tuple[Any, ...]) -> DatasetInfo:
         return DatasetInfo(
             benchmark=row[0], fingerprint=row[1], source_sha256=row[2], registered_at=row[3], n_instances=row[4],
-            skipped=json.loads(row[5]), source_name=row[6], instances_sha256=row[7] if len(row) > 7 else None,
+            skipped=json.loads(row[5]), source_name=row[6], instances_sha256=row[7],
         )
 
     def current_dataset(self, benchmark: str) -> DatasetInfo | None:
         row = self._conn.execute(
-            "SELECT * FROM datasets WHERE benchmark = ? ORDER BY registered_at DESC LIMIT 1", [benchmark]
+            f"SELECT * FROM {DATASETS_READ} WHERE benchmark = ? ORDER BY registered_at DESC LIMIT 1", [benchmark]
         ).fetchone()
         return self._dataset(row) if row else None
 
     def list_datasets(self) -> list[DatasetInfo]:
-        rows = self._conn.execute("SELECT * FROM datasets ORDER BY benchmark, registered_at DESC").fetchall()
+        rows = self._conn.execute(f"SELECT * FROM {DATASETS_READ} ORDER BY benchmark, registered_at DESC").fetchall()
         return [self._dataset(r) for r in rows]
 
     def instance_labels(self, benchmark: str, fingerprint: str) -> list[tuple[str, str | None]]:

@@ -3,8 +3,9 @@ that release: its schema files are copied, as they were, into ``schema_c401f01/`
 here (every statement, core first, then its digest in ``meta``). When a release is cut, the next one's tests
 copy that release's files instead.
 
-``SESSION_INSERT`` is that release's own statement for a new session (``store/runs.py: start_session``): it
-inserts by position, so any column added to ``runner_sessions`` breaks it.
+``SESSION_INSERT`` and ``DATASET_INSERT`` are that release's own statements for a new session
+(``store/runs.py: start_session``) and a new dataset version (``store.py: register_dataset``): they insert by
+position, so any column added to ``runner_sessions`` or ``datasets`` breaks them.
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ SCHEMA_FOLDER = Path(__file__).with_name(f"schema_{RELEASE}")
 SCHEMA_VERSION = "1"
 MIGRATION_STEPS = ("unkey_requests",)
 SESSION_INSERT = "INSERT INTO runner_sessions VALUES (?, ?, ?, ?, ?, NULL, 0, 0, 0, 0, 0, 0, ?)"
+DATASET_INSERT = "INSERT INTO datasets VALUES (?, ?, ?, ?, ?, ?, ?)"  # store.py: register_dataset
 
 
 def schema_texts() -> list[tuple[str, str]]:

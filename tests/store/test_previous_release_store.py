@@ -17,7 +17,7 @@ from pathlib import Path
 from medhelm_local.home import Home
 from medhelm_local.store import Store
 from medhelm_local.store import runs as runs_db
-from medhelm_local.store.store import utcnow
+from medhelm_local.store.store import instances_digest, utcnow
 from medhelm_local.webconsole import data as console_data
 from tests.compliance.conftest import evaluated_home, request_export, run_json
 from tests.compliance.inproc import InProcessCli
@@ -50,7 +50,16 @@ def test_the_migration_changes_no_table_of_the_previous_release_and_it_still_wri
             store, "run-1", "upgraded", mode="resume", shard=None, endpoints=[], sending={"concurrency": 3}
         )
         sent_with = {s["session_id"]: s["sending"] for s in runs_db.sessions(store, "run-1")}
+        # A dataset version the previous release registers after a rollback: listed, its reading not yet digested.
+        store.conn.execute(previous_release.DATASET_INSERT,
+                           ["pubmedqa", "f-rolled-back", "s" * 64, utcnow(), 0, json.dumps({}), "x.json"])
+        (rolled_back,) = store.list_datasets()
+        assert (rolled_back.fingerprint, rolled_back.instances_sha256) == ("f-rolled-back", None)
+        store.conn.execute("UPDATE meta SET value = ? WHERE key = 'schema_digest'", [previous_release.schema_digest()])
     assert sent_with == {"rolled-back": None, "upgraded": {"concurrency": 3}}
+    with Store.open(home) as store:  # upgraded again: the migration digests it
+        (digested,) = store.list_datasets()
+    assert digested.instances_sha256 == instances_digest([])
 
 
 def test_a_reader_first_after_the_upgrade_finds_the_store_migrated(tmp_path: Path) -> None:
