@@ -12,6 +12,7 @@ import importlib.util
 import io
 import os
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -32,6 +33,7 @@ from medhelm_local.export import bundle as export_bundle
 from medhelm_local.home import Home
 from medhelm_local.home.config import ConsoleRole
 from medhelm_local.home.keys import PUBLIC_KEY_FILE, load_public_key
+from medhelm_local.store.runlock import run_in_progress
 from medhelm_local.webconsole.app import bad_form_token, check_csrf, console_of, identity_of, requires
 
 COMPLIANCE = ConsoleRole.COMPLIANCE
@@ -162,7 +164,8 @@ async def audit_verify(request: Request) -> Response:
 def _compliance_report(request: Request) -> ComplianceReport:
     console = console_of(request)
     return compliance_report(AuditTrail(console.home.audit_path).records(), since=_time(request, "since"),
-                             appliance=console.home.config.appliance_name)
+                             appliance=console.home.config.appliance_name,
+                             running=partial(run_in_progress, console.home.store_path))
 
 
 @requires(COMPLIANCE)
