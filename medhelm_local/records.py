@@ -11,6 +11,13 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+# The instance fields a scorer may read, by name: what a metric needs and what a loader gives.
+LABEL, REFERENCES = "label", "references"
+
+
+def meta_field(key: str) -> str:
+    return f"meta.{key}"
+
 
 class Instance(BaseModel):
     """One evaluation item. ``fields`` fill the prompt template; ``references`` are the gold outputs."""

@@ -12,7 +12,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from medhelm_local.audit import audit_event
+from medhelm_local.audit.intents import announce
 from medhelm_local.benchmarks.registry import custom_dir, is_custom, load_custom_spec, register_custom_spec
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.context import AppContext
@@ -133,8 +133,8 @@ def register_file(app_ctx: AppContext, spec: BenchmarkSpec, path: Path, *, spec_
     ``spec_file``: a custom benchmark YAML, stored in the home only once its data has validated.
     """
     home = app_ctx.home
-    audit_event(home, app_ctx.actor, "dataset.register", outcome="attempt", role="informatics",
-                benchmark=spec.id, source_name=path.name)
+    attempt = announce(home, app_ctx.actor, "dataset.register", role="informatics", opened="attempt",
+                       benchmark=spec.id, source_name=path.name)
     try:
         refuse_appliance_files(home, [path])
         with csv_field_cap(home.config.loaders.csv_field_max_mib):
@@ -142,10 +142,10 @@ def register_file(app_ctx: AppContext, spec: BenchmarkSpec, path: Path, *, spec_
         refuse_appliance_files(home, result.files)
         if spec_file is not None or is_custom(spec.id):
             _refuse_unfilled_templates(spec, result, spec_file)
-    except BadInputError as exc:
+    except BaseException as exc:  # a refused file, and a Ctrl-C or memory error while reading it: an outcome each
         # The error's class (SqlRefused, SpecPathError, ExtractError...) is safe to audit; its message is not.
-        audit_event(home, app_ctx.actor, "dataset.register", outcome="rejected", role="informatics",
-                    benchmark=spec.id, source_name=path.name, reason=type(exc).__name__)
+        attempt.conclude("rejected" if isinstance(exc, BadInputError) else "failure", benchmark=spec.id,
+                         source_name=path.name, reason=type(exc).__name__)
         raise
     # The store first (waiting, bounded, for its lock): a registration that cannot take it writes nothing. The
     # custom spec is validated into a staging folder and moved into place as the data's transaction commits;
@@ -162,19 +162,18 @@ def register_file(app_ctx: AppContext, spec: BenchmarkSpec, path: Path, *, spec_
                                              before_commit=staged.install if staged is not None else None)
                 if staged is not None:
                     staged.installed_and_committed()
-            audit_event(home, app_ctx.actor, "dataset.register", role="informatics", benchmark=spec.id,
-                        # the audit trail's keys keep their meaning: fingerprint is the source's sha256
-                        fingerprint=registration.source_sha256, version=registration.fingerprint,
-                        instances=registration.instances, skipped=sum(registration.skipped.values()),
-                        **reading_change_audit(registration.reading_changed))
+            # the audit trail's keys keep their meaning: fingerprint is the source's sha256
+            attempt.conclude(benchmark=spec.id, fingerprint=registration.source_sha256,
+                             version=registration.fingerprint, instances=registration.instances,
+                             skipped=sum(registration.skipped.values()),
+                             **reading_change_audit(registration.reading_changed))
             # Each prompt's send-order key, once, so that planning a run reads them instead of building every
             # prompt (without them, planning builds the keys itself).
             store_prefix_keys(store, spec, registration.fingerprint, result.instances)
     except BaseException as exc:
         if registration is None:  # a spec refused as it is staged is rejected, as a refused file is
-            audit_event(home, app_ctx.actor, "dataset.register", role="informatics", benchmark=spec.id,
-                        outcome="rejected" if isinstance(exc, BadInputError) else "failure",
-                        source_name=path.name, reason=type(exc).__name__)
+            attempt.conclude("rejected" if isinstance(exc, BadInputError) else "failure", benchmark=spec.id,
+                             source_name=path.name, reason=type(exc).__name__)
         raise
     return registration
 

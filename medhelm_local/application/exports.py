@@ -10,7 +10,8 @@ from __future__ import annotations
 import shutil
 from pathlib import Path
 
-from medhelm_local.audit.trail import AuditTrail, audit_event
+from medhelm_local.audit.intents import Attempt, announce
+from medhelm_local.audit.trail import audit_event
 from medhelm_local.context import AppContext
 from medhelm_local.export import sshsig
 from medhelm_local.export.approval import approve as approve_request
@@ -51,49 +52,47 @@ def request_export(app_ctx: AppContext, run_ids: list[str], key: Path) -> Export
     requester = loaded.policy.approval.requester(requester_key)
     if requester is None:
         audit_event(home, app_ctx.actor, "export.request", outcome="refused", role="informatics",
-                    runs=run_ids, requester_key=requester_key, reason="not_a_requester")
+                    runs=run_ids, requester_key=requester_key, reason="not_a_requester", intent_seq=None)
         hint = (f" (no site policy: set {POLICY_ENV} to the export policy file compliance gave you)"
                 if loaded.source.startswith("packaged default") else "")
         raise ExportRefused(f"--key: the key {requester_key} is not listed under approval.requesters in "
                             f"{loaded.source}{hint}")
     request_id, requested_at = new_request_id(), now_utc()
-    trail = AuditTrail(home.audit_path, home.keys_dir)
-    trail.append(actor=app_ctx.actor, action="export.request", outcome="started", role="informatics",
-                 objects={"request_id": request_id, "runs": run_ids, "requester_key": requester_key})
-    assert trail.last_checkpoint is not None
-    signing_key = load_signing_key(home.keys_dir)
-    head: ManifestHead = {
-        "request_id": request_id, "appliance": home.config.appliance_name, "policy_sha256": loaded.sha256,
-        "requested_by": requester.name, "requester_key": requester_key, "requested_at": requested_at,
-        "checkpoint": trail.last_checkpoint, "appliance_key": signing_key.public_key()}
-    with app_ctx.open_store() as store:
-        candidate = build_candidate(store, app_ctx.specs, home.config, run_ids, loaded, request_id=request_id,
-                                    generated_at=requested_at, manifest_head=head)
-    manifest = build_manifest(files=candidate.hashes, run_manifests=candidate.run_manifests,
-                              checks={c.id: c.result for c in candidate.checks}, **head)
-    digest = sha256_bytes(manifest)
-    status = candidate.status
-    req = ExportRequest(
-        request_id=request_id, runs=run_ids, requested_by=requester.name, requester_key=requester_key,
-        requested_actor=app_ctx.actor, requested_at=requested_at, policy_sha256=loaded.sha256,
-        policy_source=loaded.source, status=status, checks=candidate.checks, files=candidate.hashes,
-        run_manifests=candidate.run_manifests, manifest_sha256=digest,
-    )
-    home.exports_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = write_candidate(home.exports_dir, req, candidate.files)
-    try:
-        sign_appliance(tmp / "bundle", manifest, signing_key)
-        atomic_write(tmp / "bundle" / REQUEST_SIG,
-                     sshsig.sign(private, digest.encode("ascii"), REQUEST_NAMESPACE).encode("ascii"), mode=0o600)
-        audit_event(home, app_ctx.actor, "export.request", outcome=status, role="informatics",
-                    request_id=request_id, runs=run_ids, policy_sha256=loaded.sha256, files=req.files,
-                    run_manifests=candidate.run_manifests, requester=requester.name, requester_key=requester_key,
-                    requested_at=requested_at,
-                    manifest_sha256=digest, failed_checks=[c.id for c in candidate.checks if c.result == "fail"])
-        tmp.rename(request_dir(home.exports_dir, request_id))
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+    with announce(home, app_ctx.actor, "export.request", role="informatics", request_id=request_id, runs=run_ids,
+                  requester_key=requester_key) as attempt:
+        assert attempt.checkpoint is not None
+        signing_key = load_signing_key(home.keys_dir)
+        head: ManifestHead = {
+            "request_id": request_id, "appliance": home.config.appliance_name, "policy_sha256": loaded.sha256,
+            "requested_by": requester.name, "requester_key": requester_key, "requested_at": requested_at,
+            "checkpoint": attempt.checkpoint, "appliance_key": signing_key.public_key()}
+        with app_ctx.open_store() as store:
+            candidate = build_candidate(store, app_ctx.specs, home.config, run_ids, loaded, request_id=request_id,
+                                        generated_at=requested_at, manifest_head=head)
+        manifest = build_manifest(files=candidate.hashes, run_manifests=candidate.run_manifests,
+                                  checks={c.id: c.result for c in candidate.checks}, **head)
+        digest = sha256_bytes(manifest)
+        status = candidate.status
+        req = ExportRequest(
+            request_id=request_id, runs=run_ids, requested_by=requester.name, requester_key=requester_key,
+            requested_actor=app_ctx.actor, requested_at=requested_at, policy_sha256=loaded.sha256,
+            policy_source=loaded.source, status=status, checks=candidate.checks, files=candidate.hashes,
+            run_manifests=candidate.run_manifests, manifest_sha256=digest,
+        )
+        home.exports_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        tmp = write_candidate(home.exports_dir, req, candidate.files)
+        try:
+            sign_appliance(tmp / "bundle", manifest, signing_key)
+            atomic_write(tmp / "bundle" / REQUEST_SIG,
+                         sshsig.sign(private, digest.encode("ascii"), REQUEST_NAMESPACE).encode("ascii"), mode=0o600)
+            attempt.conclude(status, request_id=request_id, runs=run_ids, policy_sha256=loaded.sha256,
+                             files=req.files, run_manifests=candidate.run_manifests, requester=requester.name,
+                             requester_key=requester_key, requested_at=requested_at, manifest_sha256=digest,
+                             failed_checks=[c.id for c in candidate.checks if c.result == "fail"])
+            tmp.rename(request_dir(home.exports_dir, request_id))
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
     return req
 
 
@@ -126,14 +125,13 @@ def release_export(app_ctx: AppContext, req: ExportRequest, out: Path) -> Path:
         raise _refuse_release(app_ctx, req.request_id, out, ExportRefused(
             f"bundle {req.request_id} does not verify ({'; '.join(problems)}); not released",
             reason="bundle_does_not_verify"))
-    audit_event(home, app_ctx.actor, "export.release", outcome="started", role="compliance",
-                request_id=req.request_id, manifest_sha256=approved, destination=str(out.resolve()))
-    try:
-        target = release(bundle, out, req.request_id, check_copy=problems_of)  # the copy is what is checked last
-    except ExportRefused as exc:
-        raise _refuse_release(app_ctx, req.request_id, out, exc) from None
-    audit_event(home, app_ctx.actor, "export.release", outcome="success", role="compliance",
-                request_id=req.request_id, manifest_sha256=approved, destination=str(target.resolve()))
+    with announce(home, app_ctx.actor, "export.release", role="compliance", request_id=req.request_id,
+                  manifest_sha256=approved, destination=str(out.resolve())) as attempt:
+        try:
+            target = release(bundle, out, req.request_id, check_copy=problems_of)  # the copy is what is checked last
+        except ExportRefused as exc:
+            raise _refuse_release(app_ctx, req.request_id, out, exc, attempt) from None
+        attempt.conclude(request_id=req.request_id, manifest_sha256=approved, destination=str(target.resolve()))
     req.released_to.append(str(target.resolve()))
     save_request(home.exports_dir, req)
     return target
@@ -149,10 +147,16 @@ def release_approved(app_ctx: AppContext, request_id: str, out: Path) -> Path:
     return release_export(app_ctx, req, out)
 
 
-def _refuse_release(app_ctx: AppContext, request_id: str, out: Path, refused: ExportRefused) -> ExportRefused:
-    """Audit a refused release (an attempt to take a bundle out of the home is recorded, whatever stopped it)."""
-    audit_event(app_ctx.home, app_ctx.actor, "export.release", outcome="refused", role="compliance",
-                request_id=request_id, reason=refused.reason, destination=str(out.resolve()))
+def _refuse_release(app_ctx: AppContext, request_id: str, out: Path, refused: ExportRefused,
+                    attempt: Attempt | None = None) -> ExportRefused:
+    """Audit a refused release (an attempt to take a bundle out of the home is recorded, whatever stopped it), as
+    the outcome of ``attempt`` when it was refused after its intent was recorded."""
+    objects = {"request_id": request_id, "reason": refused.reason, "destination": str(out.resolve())}
+    if attempt is not None:
+        attempt.conclude("refused", **objects)
+    else:
+        audit_event(app_ctx.home, app_ctx.actor, "export.release", outcome="refused", role="compliance",
+                    intent_seq=None, **objects)
     return refused
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 from pathlib import Path
+from typing import Any
 
 from medhelm_local.audit.trail import AuditWriteError, audit_event, key_id
 from medhelm_local.context import AppContext
@@ -21,21 +22,22 @@ def rotate_store_key(app_ctx: AppContext, new_key: str | None = None) -> Rotatio
     one, then retire the old key. Audited: the intent before the point of no return (fail closed: without that
     record nothing is swapped), the failure of any step, the outcome."""
     home = app_ctx.home
+    intents: list[dict[str, Any]] = []
 
     def intent(old_id: str, new_id: str) -> None:
-        audit_event(home, app_ctx.actor, "keys.rotate", outcome="started", role="it-admin", key="store-data",
-                    old_key_id=old_id, new_key_id=new_id)
+        intents.append(audit_event(home, app_ctx.actor, "keys.rotate", outcome="started", role="it-admin",
+                                   key="store-data", old_key_id=old_id, new_key_id=new_id))
 
     try:
         result = rotate_data_key(home.store_path, home.keys_dir, on_point_of_no_return=intent, new_key=new_key)
     except BaseException as exc:
-        with contextlib.suppress(AuditWriteError):
+        with contextlib.suppress(AuditWriteError):  # a failure before the point of no return announced nothing
             audit_event(home, app_ctx.actor, "keys.rotate", outcome="failure", role="it-admin", key="store-data",
-                        error_type=type(exc).__name__)
+                        error_type=type(exc).__name__, intent_seq=intents[0]["seq"] if intents else None)
         raise
     audit_event(home, app_ctx.actor, "keys.rotate", role="it-admin", key="store-data",
                 old_key_id=result.old_key_id, new_key_id=result.new_key_id, tables=len(result.tables),
-                rows=sum(result.tables.values()))
+                rows=sum(result.tables.values()), intent_seq=intents[0]["seq"] if intents else None)
     return result
 
 

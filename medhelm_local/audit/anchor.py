@@ -5,8 +5,8 @@ home, so a trail is only as trustworthy as the key it is checked against. The ke
 
 * ``MEDHELM_AUDIT_KEY_FINGERPRINT`` = ``SHA256:<unpadded base64 of sha256 of the raw 32-byte Ed25519 public
   key>`` (OpenSSH fingerprint style), printed by ``init`` for the compliance officer to record, or
-* ``MEDHELM_AUDIT_PUBKEY_FILE`` = the public key itself (PEM or OpenSSH ``ssh-ed25519 ...``), e.g. a read-only
-  ConfigMap mount.
+* ``MEDHELM_AUDIT_PUBKEY_FILE`` = the public key itself (PEM or OpenSSH ``ssh-ed25519 ...``, read by
+  ``home.keys.load_public_key`` as every public key file is), e.g. a read-only ConfigMap mount.
 
 In the Helm chart both come from a ConfigMap or Secret the appliance's service account cannot write. ``audit
 verify`` checks against the pinned key (or ``--public-key FILE``), ``doctor`` checks that the private key matches
@@ -26,11 +26,11 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from medhelm_local.errors import BadInputError, MedhelmError
+from medhelm_local.home.keys import load_public_key
 
 FINGERPRINT_ENV = "MEDHELM_AUDIT_KEY_FINGERPRINT"
 PUBKEY_FILE_ENV = "MEDHELM_AUDIT_PUBKEY_FILE"
@@ -73,28 +73,6 @@ def fingerprint_key_id(value: str) -> str:
     return base64.b64decode(value.removeprefix("SHA256:") + "=").hex()
 
 
-def load_public_key_file(path: Path, *, source: str | None = None) -> Ed25519PublicKey:
-    """An Ed25519 public key from a PEM (SubjectPublicKeyInfo) or OpenSSH (``ssh-ed25519 AAAA...``) file."""
-    name = source or str(path)
-    try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise BadInputError(f"{name}: public key file not found") from None
-    except OSError as exc:
-        raise BadInputError(f"{name}: cannot read the public key file ({exc.strerror})") from None
-    key: object
-    try:
-        if data.lstrip().startswith(b"-----BEGIN"):
-            key = serialization.load_pem_public_key(data)
-        else:
-            key = serialization.load_ssh_public_key(data.strip())
-    except (ValueError, TypeError, UnsupportedAlgorithm):
-        raise BadInputError(f"{name}: not a PEM or OpenSSH public key") from None
-    if not isinstance(key, Ed25519PublicKey):
-        raise BadInputError(f"{name}: expected an Ed25519 public key")
-    return key
-
-
 @dataclass(frozen=True)
 class Anchor:
     """The key a trail must be signed by, and where that came from (for messages)."""
@@ -119,7 +97,7 @@ def pinned_anchor(environ: dict[str, str] | None = None) -> Anchor | None:
     from_file: Anchor | None = None
     if raw_file:
         try:
-            key = load_public_key_file(Path(raw_file), source=f"{PUBKEY_FILE_ENV}={raw_file}")
+            key = load_public_key(Path(raw_file), given_as=PUBKEY_FILE_ENV)
         except BadInputError as exc:
             raise PinConfigError(str(exc)) from None
         from_file = Anchor(fingerprint=fingerprint(key), source=f"{PUBKEY_FILE_ENV}={raw_file}", public_key=key)
@@ -134,7 +112,7 @@ def pinned_anchor(environ: dict[str, str] | None = None) -> Anchor | None:
 
 def option_anchor(path: Path, option: str = "--public-key") -> Anchor:
     """A key named on the command line by the verifier (it outranks the environment)."""
-    key = load_public_key_file(path, source=f"{option}: {path}")
+    key = load_public_key(path, given_as=option)
     return Anchor(fingerprint=fingerprint(key), source=f"{option} {path}", public_key=key)
 
 

@@ -2,22 +2,27 @@
 
 The summary answers a compliance officer's questions from the records alone: who ran which benchmarks on
 which dataset fingerprints and models, what was requested for export, who approved or denied it, and what
-left the appliance. :func:`compliance_report` lays it out once, as a head and tables, for every printable form:
+left the appliance, and which actions announced in the trail have no outcome recorded (:mod:`audit.intents`).
+:func:`compliance_report` lays it out once, as a head and tables, for every printable form:
 the console's HTML page and the PDF (:mod:`audit.report_pdf`, ``audit report --pdf``) show the same tables. Audit
 records carry no patient data (no prompt, output or extract value), so neither does the report.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel
 
+from medhelm_local.audit.intents import unfinished
 from medhelm_local.audit.trail import CHECKPOINT_ACTION
 from medhelm_local.errors import BadInputError
 
 EXPORT_ACTIONS = ("export.request", "export.approve", "export.deny", "export.release")
+NO_OUTCOME_YET = "no outcome yet"
+RUN_IN_PROGRESS = "in progress (its run lock is held)"
 
 
 def parse_time(value: str, option: str) -> datetime:
@@ -84,22 +89,38 @@ class ExportSummary(BaseModel):
 
 
 class ExportRefusal(BaseModel):
-    """An export action (request, approve, deny, release) the appliance refused, as its record says: who tried,
-    on what and why (the record's reason code)."""
+    """An export action (request, approve, deny, release) the appliance refused, or that failed after its intent
+    was recorded, as its record says: who tried, on what and why (the record's reason code, or the error's
+    class)."""
 
     time: str
     actor: str
     action: str
     reason: str
+    outcome: str = "refused"  # or "failed"
     request_id: str | None = None  # a refused request has no id yet
     runs: list[str] = []
     key: str | None = None  # the fingerprint of the key that signed the attempt, where one did
+
+
+class UnfinishedAction(BaseModel):
+    """An action whose intent the trail records with no outcome after it: still at work, or it ended without one
+    (killed, power lost). Nothing in the trail tells which, except a run whose lock a process holds."""
+
+    seq: int | None
+    time: str
+    actor: str
+    host: str
+    action: str  # the intent's action (run.start or run.resume for a run)
+    attempted: dict[str, Any]  # the intent's ids: what was attempted, never content
+    status: str  # NO_OUTCOME_YET or RUN_IN_PROGRESS
 
 
 class AuditSummary(BaseModel):
     since: str | None
     records: int
     actors: dict[str, int]
+    unfinished: list[UnfinishedAction] = []
     datasets: list[dict[str, Any]]
     runs: list[RunSummary]
     exports: list[ExportSummary]
@@ -144,8 +165,10 @@ def _refusal_of(record: dict[str, Any], requested: dict[str, Any] | None) -> Exp
     objects = record.get("objects") or {}
     request_id = objects.get("request_id")
     runs = objects.get("runs", (requested or {}).get("objects", {}).get("runs")) or []
+    failed = record.get("outcome") == "failure"
     return ExportRefusal(time=str(record.get("ts", "")), actor=str(record.get("actor", "")),
-                         action=str(record.get("action")), reason=str(objects.get("reason") or "not recorded"),
+                         action=str(record.get("action")), outcome="failed" if failed else "refused",
+                         reason=str(objects.get("error_type" if failed else "reason") or "not recorded"),
                          request_id=None if request_id is None else str(request_id), runs=list(runs),
                          key=objects.get("approver_key") or objects.get("requester_key"))
 
@@ -177,10 +200,34 @@ def _started_before(records: list[dict[str, Any]], since: datetime | None
     return requests, starts
 
 
-def summarize(records: list[dict[str, Any]], since: datetime | None) -> AuditSummary:
+def _unfinished(records: list[dict[str, Any]], since: datetime | None,
+                running: Callable[[str], bool] | None) -> list[UnfinishedAction]:
+    """The intents at or after ``since`` that nothing in the whole trail concludes; ``running(run_id)``: whether a
+    process is sending that run now."""
+    out = []
+    for intent in unfinished(records):
+        record = intent.record
+        when = record_time(record)
+        if since and (when is None or when < since):
+            continue
+        run_id = intent.attempted.get("run_id")
+        seq = record.get("seq")
+        out.append(UnfinishedAction(
+            seq=seq if isinstance(seq, int) else None, time=str(record.get("ts", "")),
+            actor=str(record.get("actor", "")), host=str(record.get("host", "")), action=str(record.get("action")),
+            attempted=intent.attempted,
+            status=RUN_IN_PROGRESS if running is not None and run_id is not None and running(str(run_id))
+            else NO_OUTCOME_YET))
+    return out
+
+
+def summarize(records: list[dict[str, Any]], since: datetime | None,
+              running: Callable[[str], bool] | None = None) -> AuditSummary:
     """The summary of the trail's records (checkpoints left out) at or after ``since``. ``records`` is the whole
     trail: an approval, denial or release in the period of a request made before it is listed with that request,
-    and a run started before it with its end."""
+    and a run started before it with its end. ``running(run_id)``: whether a process is sending that run now (a
+    run with no outcome yet is then said to be in progress)."""
+    unconcluded = _unfinished(records, since, running)
     requested_before, started_before = _started_before(records, since)
     records = filter_records(records, since=since)
     actors: dict[str, int] = {}
@@ -227,7 +274,7 @@ def summarize(records: list[dict[str, Any]], since: datetime | None) -> AuditSum
             if finished is not None:
                 finished.outcome, finished.finished = str(record.get("outcome")), ts
                 finished.scored, finished.failed = _count(objects.get("scored")), _count(objects.get("failed"))
-        elif action in EXPORT_ACTIONS and record.get("outcome") == "refused":
+        elif action in EXPORT_ACTIONS and record.get("outcome") in ("refused", "failure"):
             refusals.append(_refusal_of(record, requests.get(str(objects.get("request_id")))))
         elif action == "export.request" and record.get("outcome") in ("ready", "blocked"):
             request = _export_of(record)
@@ -263,7 +310,8 @@ def summarize(records: list[dict[str, Any]], since: datetime | None) -> AuditSum
         actor = str(record.get("actor", ""))
         actors[actor] = actors.get(actor, 0) + 1
     return AuditSummary(
-        since=since.isoformat() if since else None, records=len(records), actors=actors, datasets=datasets,
+        since=since.isoformat() if since else None, records=len(records), actors=actors, unfinished=unconcluded,
+        datasets=datasets,
         runs=list(runs.values()), exports=list(exports.values()), export_refusals=refusals, key_events=keys,
         config_changes=config, egress_denials=egress, verifications=verifications, unreadable=unreadable,
     )
@@ -275,10 +323,16 @@ def _requested_by(export: ExportSummary) -> str:
 
 
 def _refused_on(refusal: ExportRefusal) -> str:
-    """What a refused export action was about: the request, its runs, the key that signed the attempt."""
+    """What a refused (or failed) export action was about: the request, its runs, the key that signed the attempt."""
     return ((f", request {refusal.request_id}" if refusal.request_id else "")
             + (f", runs {', '.join(refusal.runs)}" if refusal.runs else "")
             + (f", key {refusal.key}" if refusal.key else ""))
+
+
+def _attempted(action: UnfinishedAction, separator: str) -> str:
+    """What an unfinished action attempted, as ``key value`` pairs (lists joined with commas)."""
+    return "".join(f"{separator}{k} {', '.join(map(str, v)) if isinstance(v, list) else v}"
+                   for k, v in action.attempted.items())
 
 
 def render_text(summary: AuditSummary) -> str:
@@ -287,6 +341,9 @@ def render_text(summary: AuditSummary) -> str:
     if summary.unreadable:
         out.append(f"{summary.unreadable} record(s) not of the form the appliance writes were left out: run "
                    "`medhelm-local audit verify`")
+    out += ["", "Unfinished actions (no outcome recorded):"]
+    out += [f"  {u.time}  {u.action} by {u.actor} on {u.host}: {u.status}" + _attempted(u, ", ")
+            for u in summary.unfinished] or ["  (none)"]
     out += ["", "Who acted:"]
     out += [f"  {actor}: {n} records" for actor, n in sorted(summary.actors.items())] or ["  (nobody)"]
     out += ["", "Datasets registered:"]
@@ -314,7 +371,7 @@ def render_text(summary: AuditSummary) -> str:
             line += f" at {export.decided}"
         out.append(line)
         out += [f"      released to {dest}" for dest in export.released_to]
-    out += [f"  {r.time}  {r.action} refused ({r.reason}), by {r.actor}" + _refused_on(r)
+    out += [f"  {r.time}  {r.action} {r.outcome} ({r.reason}), by {r.actor}" + _refused_on(r)
             for r in summary.export_refusals]
     if not summary.exports and not summary.export_refusals:
         out.append("  (none)")
@@ -371,6 +428,10 @@ def report_tables(summary: AuditSummary) -> list[ReportTable]:
                 (e.decided_by or "-") + (f" (approver {e.approver})" if e.approver else ""),
                 ", ".join(e.released_to) or "-"] for e in summary.exports]
     tables = [
+        ReportTable(id="report-unfinished", title="Unfinished actions (no outcome recorded)",
+                    columns=["Time", "Actor", "Host", "Action", "Attempted", "Status"],
+                    rows=[[u.time, u.actor, u.host, u.action, _attempted(u, "\n").lstrip("\n"), u.status]
+                          for u in summary.unfinished]),
         ReportTable(id="actors", title="Who acted", columns=["Actor", "Records"],
                     rows=[[a, str(n)] for a, n in sorted(summary.actors.items())]),
         ReportTable(id="report-datasets", title="Datasets registered",
@@ -383,10 +444,11 @@ def report_tables(summary: AuditSummary) -> list[ReportTable]:
                     rows=runs),
         ReportTable(id="report-exports", title="Exports", columns=["Requested", "Request", "By", "Runs", "Status",
                                                                     "Decided by", "Released to"], rows=exports),
-        ReportTable(id="report-export-refusals", title="Refused export actions",
+        ReportTable(id="report-export-refusals", title="Refused or failed export actions",
                     columns=["Time", "Actor", "Action", "Reason", "Request", "Runs", "Key"],
-                    rows=[[r.time, r.actor, r.action, r.reason, r.request_id or "-", ", ".join(r.runs) or "-",
-                           r.key or "-"] for r in summary.export_refusals]),
+                    rows=[[r.time, r.actor, r.action, r.reason if r.outcome == "refused" else f"failed: {r.reason}",
+                           r.request_id or "-", ", ".join(r.runs) or "-", r.key or "-"]
+                          for r in summary.export_refusals]),
     ]
     for table_id, title, items in (("report-keys", "Key events", summary.key_events),
                                    ("report-config", "Configuration changes", summary.config_changes),
@@ -399,9 +461,11 @@ def report_tables(summary: AuditSummary) -> list[ReportTable]:
 
 
 def compliance_report(records: list[dict[str, Any]], *, since: datetime | None, appliance: str,
-                      generated: datetime | None = None) -> ComplianceReport:
-    """The report over ``records`` (the whole trail: checkpoints are read from it) since ``since``."""
-    summary = summarize(records, since)
+                      generated: datetime | None = None, running: Callable[[str], bool] | None = None
+                      ) -> ComplianceReport:
+    """The report over ``records`` (the whole trail: checkpoints are read from it) since ``since``; ``running``:
+    as for :func:`summarize`."""
+    summary = summarize(records, since, running)
     return ComplianceReport(
         appliance=appliance, generated=(generated or datetime.now(UTC)).isoformat(timespec="seconds"),
         since=since.isoformat() if since else None, records=summary.records, unreadable=summary.unreadable,

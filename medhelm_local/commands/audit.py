@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+from functools import partial
 from pathlib import Path
 
 import typer
@@ -25,6 +26,7 @@ from medhelm_local.context import app_context
 from medhelm_local.errors import BadInputError
 from medhelm_local.home.keys import PUBLIC_KEY_FILE, VERIFIER_KEY_NAME, load_public_key, load_signing_key
 from medhelm_local.home.layout import atomic_write
+from medhelm_local.store.runlock import run_in_progress
 
 NAME = "audit"
 HELP = "Review, verify and summarise the audit trail (compliance)."
@@ -181,18 +183,20 @@ def report(
     pdf: Path | None = typer.Option(None, "--pdf", help="Also write the printable report as a PDF to this path."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
-    """Who ran which benchmarks on which datasets and models; what was exported and who approved it."""
+    """Who ran which benchmarks on which datasets and models; what was exported and who approved it; which actions
+    have no outcome recorded (still running, or killed)."""
     start = parse_time(since, "--since") if since else None
     home = app_context(ctx).home
     everything = AuditTrail(home.audit_path).records()
-    summary = summarize(everything, start)
+    running = partial(run_in_progress, home.store_path)
+    summary = summarize(everything, start, running)
     if pdf is not None:
         from medhelm_local.audit.report import compliance_report
         from medhelm_local.audit.report_pdf import render_pdf
 
         if pdf.is_dir():
             raise BadInputError(f"--pdf: {pdf} is a directory; expected a file path such as report.pdf")
-        report = compliance_report(everything, since=start, appliance=home.config.appliance_name)
+        report = compliance_report(everything, since=start, appliance=home.config.appliance_name, running=running)
         atomic_write(pdf, render_pdf(report), mode=0o640)
     if as_json:
         emit_json({**summary.model_dump(), **({"pdf": str(pdf)} if pdf is not None else {})})

@@ -211,7 +211,8 @@ def verify(
     policy: Path | None = typer.Option(None, "--policy", help="The export policy whose keys are trusted "
                                        "[default: $MEDHELM_EXPORT_POLICY]."),
     public_key: Path | None = typer.Option(None, "--public-key", "--pubkey", help="The appliance's Ed25519 public "
-                                           f"key (PEM; `keys export-public --out {VERIFIER_KEY_NAME}` wrote it), to "
+                                           "key (PEM or OpenSSH; `keys export-public --out "
+                                           f"{VERIFIER_KEY_NAME}` wrote it), to "
                                            "check its signature and audit checkpoint too [default: the home's, if "
                                            "there is one]."),
     pending: bool = typer.Option(False, "--pending", help="Not approved yet: check the files and the requester's "
@@ -227,8 +228,9 @@ def verify(
         path = path / "bundle"
     loaded = load_policy_file(policy, "--policy") if policy else load_policy(app_context(ctx).home.root)
     key_path = public_key or _home_public_key(app_context(ctx))
-    result = verify_bundle(path, loaded, appliance_key=load_public_key(key_path) if key_path else None,
-                           pending=pending)
+    appliance_key = (load_public_key(public_key, given_as="--public-key") if public_key is not None
+                     else load_public_key(key_path) if key_path else None)
+    result = verify_bundle(path, loaded, appliance_key=appliance_key, pending=pending)
     if as_json:
         emit_json(result.model_dump())
     else:

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from medhelm_local.audit.intents import announce
 from medhelm_local.audit.trail import AuditTrail, audit_event
 from medhelm_local.context import AppContext
 from medhelm_local.errors import MedhelmError
@@ -65,7 +66,7 @@ class AuditedRequest:
 def _refuse(app_ctx: AppContext, request_id: str, reason: str, message: str, *, exit_one: bool = False,
             **detail: Any) -> MedhelmError:
     audit_event(app_ctx.home, app_ctx.actor, "export.approve", outcome="refused", role="compliance",
-                request_id=request_id, reason=reason, **detail)
+                request_id=request_id, reason=reason, intent_seq=None, **detail)  # refused before its intent
     return ApprovalRefused(message) if exit_one else ExportRefused(message)
 
 
@@ -208,17 +209,15 @@ def approve(app_ctx: AppContext, request_id: str, *, signature: str | None, key_
     if signer.fingerprint == requester_key or approver.name == requester.name:
         raise _refuse(app_ctx, request_id, "self_approval", f"{approver.name} requested this export and may not "
                       "approve it (two people are required)", approver_key=signer.fingerprint)
-    trail = AuditTrail(home.audit_path, home.keys_dir)
-    trail.append(actor=app_ctx.actor, action="export.approve", outcome="started", role="compliance",
-                 objects={"request_id": request_id, "approver_key": signer.fingerprint, "manifest_sha256": digest})
-    # As the appliance writes signatures (no padding, no CRLF): a bundle's signature files carry nothing else.
-    canonical = sshsig.armor(sshsig.unarmor(signature))
-    atomic_write(bundle / APPROVAL_SIG, canonical.encode("ascii"), mode=0o600)
-    with app_ctx.open_store() as store:
-        record_released(store, request_id, candidate.released_cells)
-    audit_event(home, app_ctx.actor, "export.approve", outcome="approved", role="compliance", request_id=request_id,
-                approver=approver.name, approver_key=signer.fingerprint, requester_key=requester_key,
-                manifest_sha256=digest, files=candidate.hashes)
+    with announce(home, app_ctx.actor, "export.approve", role="compliance", request_id=request_id,
+                  approver_key=signer.fingerprint, manifest_sha256=digest) as attempt:
+        # As the appliance writes signatures (no padding, no CRLF): a bundle's signature files carry nothing else.
+        canonical = sshsig.armor(sshsig.unarmor(signature))
+        atomic_write(bundle / APPROVAL_SIG, canonical.encode("ascii"), mode=0o600)
+        with app_ctx.open_store() as store:
+            record_released(store, request_id, candidate.released_cells)
+        attempt.conclude("approved", request_id=request_id, approver=approver.name, approver_key=signer.fingerprint,
+                         requester_key=requester_key, manifest_sha256=digest, files=candidate.hashes)
     req.status, req.decided_by, req.decided_at = "approved", app_ctx.actor, now_utc()
     req.approver, req.approver_key = approver.name, signer.fingerprint
     save_request(home.exports_dir, req)

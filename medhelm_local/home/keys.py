@@ -10,10 +10,11 @@ import os
 import secrets
 from pathlib import Path
 
+from cryptography.exceptions import UnsupportedAlgorithm
 from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from medhelm_local.errors import MedhelmError
+from medhelm_local.errors import BadInputError, MedhelmError
 
 SIGNING_KEY_FILE = "signing-ed25519.pem"
 PUBLIC_KEY_FILE = "signing-ed25519.pub.pem"
@@ -118,15 +119,44 @@ def load_signing_key(keys_dir: Path) -> Ed25519PrivateKey:
     return key
 
 
-def load_public_key(path: Path) -> Ed25519PublicKey:
+PUBLIC_KEY_FORMATS = ("a PEM public key (-----BEGIN PUBLIC KEY-----, as `keys export-public` writes it) or an "
+                      "OpenSSH one (ssh-ed25519 AAAA...)")
+_PUBLIC_KEY_MAX_BYTES = 16 * 1024  # either form is well under 1 KiB
+
+
+def load_public_key(path: Path, *, given_as: str | None = None) -> Ed25519PublicKey:
+    """The appliance's Ed25519 public key from ``path``, in either form a verifier may hold it: PEM
+    (SubjectPublicKeyInfo) or OpenSSH (``ssh-ed25519 AAAA... comment``). The one reader of a public key file.
+
+    ``given_as``: the option or variable a verifier named the file with (``--public-key``); a problem with it is then
+    bad input (exit 2). Without it, the file is the home's own key, and a problem with it is the appliance's
+    (exit 1). Messages name the file and the forms accepted, never its content: a private key given by mistake is
+    refused as one."""
+    name = f"{given_as}: {path}" if given_as else str(path)
+    error = BadInputError if given_as else KeyError_
     try:
-        key = serialization.load_pem_public_key(path.read_bytes())
+        with path.open("rb") as handle:
+            data = handle.read(_PUBLIC_KEY_MAX_BYTES + 1)
     except FileNotFoundError:
-        raise KeyError_(f"{path}: public key file missing") from None
-    except ValueError:
-        raise KeyError_(f"{path}: not a PEM public key") from None
+        raise error(f"{name}: public key file not found") from None
+    except OSError as exc:
+        raise error(f"{name}: cannot read the public key file ({exc.strerror})") from None
+    if b"PRIVATE KEY-----" in data:
+        raise error(f"{name}: this is a private key, not a public key; give {PUBLIC_KEY_FORMATS}, and keep the private "
+                    "key where it was (nothing of it was shown or kept)")
+    key: object = None
+    if len(data) <= _PUBLIC_KEY_MAX_BYTES:
+        try:
+            if data.lstrip().startswith(b"-----BEGIN"):
+                key = serialization.load_pem_public_key(data)
+            else:
+                key = serialization.load_ssh_public_key(data.strip())
+        except (ValueError, TypeError, UnsupportedAlgorithm):
+            key = None
+    if key is None:
+        raise error(f"{name}: not a public key file; expected {PUBLIC_KEY_FORMATS}")
     if not isinstance(key, Ed25519PublicKey):
-        raise KeyError_(f"{path}: expected an Ed25519 public key")
+        raise error(f"{name}: a public key of another type; expected an Ed25519 key ({PUBLIC_KEY_FORMATS})")
     return key
 
 

@@ -119,7 +119,7 @@ def recover_signing_key(home: Home, actor: str) -> SigningRecovery:
 
 
 def recover_data_key(home: Home, actor: str) -> DataKeyRecovery:
-    from medhelm_local.audit.trail import audit_event
+    from medhelm_local.audit.intents import announce
     from medhelm_local.store.rekey import data_key_id
 
     keys_dir = home.keys_dir
@@ -127,17 +127,16 @@ def recover_data_key(home: Home, actor: str) -> DataKeyRecovery:
         raise BadInputError(f"{keys_dir / DATA_KEY_FILE} is present: there is no lost data key to recover")
     store = home.store_path
     moved = store.with_name(f"{store.name}.lost-{_stamp()}") if store.exists() else None
-    audit_event(home, actor, "keys.recover", outcome="started", role="it-admin", key="store-data",
-                moved_store=moved.name if moved else None)
-    if moved is not None:
-        os.rename(store, moved)
-        wal = store.with_name(store.name + ".wal")
-        if wal.exists():
-            os.rename(wal, moved.with_name(moved.name + ".wal"))
-    key = new_data_key()
-    if not write_secret_file(keys_dir / DATA_KEY_FILE, key):
-        raise BadInputError(f"{keys_dir / DATA_KEY_FILE} appeared while recovering; nothing more was changed")
-    result = DataKeyRecovery(moved_store=moved.name if moved else None, new_key_id=data_key_id(key.decode()))
-    audit_event(home, actor, "keys.recover", role="it-admin", key="store-data", moved_store=result.moved_store,
-                new_key_id=result.new_key_id)
+    with announce(home, actor, "keys.recover", role="it-admin", key="store-data",
+                  moved_store=moved.name if moved else None) as attempt:
+        if moved is not None:
+            os.rename(store, moved)
+            wal = store.with_name(store.name + ".wal")
+            if wal.exists():
+                os.rename(wal, moved.with_name(moved.name + ".wal"))
+        key = new_data_key()
+        if not write_secret_file(keys_dir / DATA_KEY_FILE, key):
+            raise BadInputError(f"{keys_dir / DATA_KEY_FILE} appeared while recovering; nothing more was changed")
+        result = DataKeyRecovery(moved_store=moved.name if moved else None, new_key_id=data_key_id(key.decode()))
+        attempt.conclude(key="store-data", moved_store=result.moved_store, new_key_id=result.new_key_id)
     return result

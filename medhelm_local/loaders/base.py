@@ -48,16 +48,29 @@ class LoadResult:
 
 Loader = Callable[[BenchmarkSpec, Path], LoadResult]
 _LOADERS: dict[str, Loader] = {}
+_GIVES: dict[str, frozenset[str]] = {}
 
 
-def register_loader(name: str) -> Callable[[Loader], Loader]:
+def register_loader(name: str, *, gives: frozenset[str] | None = None) -> Callable[[Loader], Loader]:
+    """Register ``fn`` as the loader of ``input_format`` ``name``. ``gives``: the instance fields a scorer reads
+    (``label``, ``references``, ``meta.<key>``) that it gives every instance, whatever the spec; None where they
+    follow from the spec's loader options (the table loaders)."""
+
     def decorate(fn: Loader) -> Loader:
         if name in _LOADERS and _LOADERS[name] is not fn:
             raise RuntimeError(f"loader {name!r} registered twice")
         _LOADERS[name] = fn
+        if gives is not None:
+            _GIVES[name] = gives
         return fn
 
     return decorate
+
+
+def declared_fields(name: str) -> frozenset[str] | None:
+    """The fields the loader of ``name`` declares it gives every instance (None: none declared)."""
+    _ensure_registered()
+    return _GIVES.get(name)
 
 
 def _ensure_registered() -> None:

@@ -25,6 +25,7 @@ from medhelm_local.loaders.records import (
     check_columns,
     check_option_keys,
     is_blank,
+    mapping_fields,
 )
 from medhelm_local.loaders.timeline import keep_recent_text
 
@@ -56,7 +57,7 @@ def _read(file: Path, columns: list[str]) -> list[Row]:
     return table.rows
 
 
-@register_loader("dischargeme_csv")
+@register_loader("dischargeme_csv", gives=mapping_fields(MAPPING))
 def load_dischargeme(spec: BenchmarkSpec, path: Path) -> LoadResult:
     check_option_keys(spec, {"targets", "max_context_tokens"})
     folder = path if path.is_dir() else path.parent

@@ -14,7 +14,7 @@ from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import ExtractError, Place
 from medhelm_local.loaders.base import LoadResult, register_loader
 from medhelm_local.loaders.io import FileRows, Table, numbered, parse_json, read_text
-from medhelm_local.loaders.records import LETTERS, RecordMapping, build_instances, check_option_keys
+from medhelm_local.loaders.records import LETTERS, RecordMapping, build_instances, check_option_keys, mapping_fields
 from medhelm_local.loaders.tabular import data_files
 
 MAPPING = RecordMapping(
@@ -73,7 +73,7 @@ def _rows(file: Path) -> FileRows:
                     numbered(rows, "question"))
 
 
-@register_loader("headqa_json")
+@register_loader("headqa_json", gives=mapping_fields(MAPPING))
 def load_headqa(spec: BenchmarkSpec, path: Path) -> LoadResult:
     check_option_keys(spec, set())
     table = Table(files=[])

@@ -17,7 +17,7 @@ from medhelm_local.errors import ExtractError, Place
 from medhelm_local.loaders.base import LoadResult, register_loader
 from medhelm_local.loaders.io import Row, Table, read_text
 from medhelm_local.loaders.paths import confined_glob
-from medhelm_local.loaders.records import RecordMapping, build_instances, check_option_keys
+from medhelm_local.loaders.records import RecordMapping, build_instances, check_option_keys, mapping_fields
 
 
 def _key(file: Path, keyword: str) -> str:
@@ -32,7 +32,10 @@ def _lines(text: str) -> list[str]:
     return lines[:-1] if lines and not lines[-1] else lines
 
 
-@register_loader("line_pairs")
+MAPPING = RecordMapping(id_column="id", reference_columns=["target"], meta={"split": "split"})  # + the source field
+
+
+@register_loader("line_pairs", gives=mapping_fields(MAPPING))
 def load_line_pairs(spec: BenchmarkSpec, path: Path) -> LoadResult:
     check_option_keys(spec, {"source_glob", "target_glob", "source_field"})
     options = spec.loader_options
@@ -74,8 +77,5 @@ def load_line_pairs(spec: BenchmarkSpec, path: Path) -> LoadResult:
                 Row(source, line_no, {"id": instance_id, field: src.strip(), "target": tgt.strip(), "split": key},
                     Place.line(line_no + 1))
             )
-    mapping = RecordMapping(
-        id_column="id", fields={field: field}, reference_columns=["target"], meta={"split": "split"}
-    )
-    instances, skipped = build_instances(spec, table, mapping)
+    instances, skipped = build_instances(spec, table, MAPPING.model_copy(update={"fields": {field: field}}))
     return LoadResult(instances=instances, files=table.files, skipped=skipped)

@@ -27,12 +27,21 @@ from medhelm_local.loaders.records import (
     check_columns,
     check_option_keys,
     is_blank,
+    mapping_fields,
 )
 from medhelm_local.loaders.tabular import data_files
 from medhelm_local.loaders.timeline import keep_recent_text
 
+MAPPING = RecordMapping(
+    id_column="id",
+    fields={"question": "question", "ehr": "ehr"},
+    reference_columns=["reference"],
+    meta={"ehr_file": "ehr_file", "person_id": "person_id", "ehr_truncated": "ehr_truncated"},
+    skip_blank_rows=False,
+)
 
-@register_loader("medalign_tsv")
+
+@register_loader("medalign_tsv", gives=mapping_fields(MAPPING))
 def load_medalign(spec: BenchmarkSpec, path: Path) -> LoadResult:
     check_option_keys(
         spec,
@@ -100,12 +109,5 @@ def load_medalign(spec: BenchmarkSpec, path: Path) -> LoadResult:
                 row.place,
             )
         )
-    mapping = RecordMapping(
-        id_column="id",
-        fields={"question": "question", "ehr": "ehr"},
-        reference_columns=["reference"],
-        meta={"ehr_file": "ehr_file", "person_id": "person_id", "ehr_truncated": "ehr_truncated"},
-        skip_blank_rows=False,
-    )
-    instances, skipped = build_instances(spec, table, mapping)
+    instances, skipped = build_instances(spec, table, MAPPING)
     return LoadResult(instances=instances, files=[tsv, *used], skipped=skipped)

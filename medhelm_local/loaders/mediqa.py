@@ -17,7 +17,7 @@ from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import ExtractError, Place
 from medhelm_local.loaders.base import LoadResult, register_loader
 from medhelm_local.loaders.io import FileRows, Table, read_text
-from medhelm_local.loaders.records import RecordMapping, build_instances, check_option_keys
+from medhelm_local.loaders.records import RecordMapping, build_instances, check_option_keys, mapping_fields
 from medhelm_local.loaders.tabular import data_files
 
 MAPPING = RecordMapping(
@@ -60,7 +60,7 @@ def _rows(file: Path, table: Table) -> None:
     table.extend(file, FileRows(["QID", "question", "answer", "n_answers"], rows, places))
 
 
-@register_loader("mediqa_xml")
+@register_loader("mediqa_xml", gives=mapping_fields(MAPPING))
 def load_mediqa(spec: BenchmarkSpec, path: Path) -> LoadResult:
     check_option_keys(spec, set())
     table = Table(files=[])

@@ -31,7 +31,13 @@ from medhelm_local.errors import ExtractError, Place
 from medhelm_local.loaders.base import LoadResult, register_loader
 from medhelm_local.loaders.io import Row, Table, arrow_rows, binary_not_text
 from medhelm_local.loaders.paths import inside
-from medhelm_local.loaders.records import RecordMapping, build_instances, check_option_keys, header_summary
+from medhelm_local.loaders.records import (
+    RecordMapping,
+    build_instances,
+    check_option_keys,
+    header_summary,
+    mapping_fields,
+)
 from medhelm_local.loaders.sql_sandbox import folder_reader
 from medhelm_local.loaders.timeline import keep_recent_lines
 
@@ -115,7 +121,7 @@ def _event_line(time: Any, code: str, description: str | None, numeric: Any, tex
     return f"{_fmt_time(time)} | {name}{value}"
 
 
-@register_loader("ehrshot_meds")
+@register_loader("ehrshot_meds", gives=mapping_fields(MAPPING))
 def load_meds(spec: BenchmarkSpec, path: Path) -> LoadResult:
     check_option_keys(spec, {"split", "tasks", "task_questions", "max_context_tokens", "max_events"})
     options = spec.loader_options

@@ -37,7 +37,7 @@ from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import BadInputError, ExtractError
 from medhelm_local.loaders.base import LoadResult, register_loader
 from medhelm_local.loaders.io import Row, Table, decode_utf8, read_bytes
-from medhelm_local.loaders.records import RecordMapping, build_instances, check_option_keys
+from medhelm_local.loaders.records import RecordMapping, build_instances, check_option_keys, mapping_fields
 
 DEFAULT_SECTIONS = ("PLAN", "SUMMARY", "FINDINGS")
 # A heading: an upper-case label then a colon ("PLAN:", "PLAN:,", "FAMILY/SOCIAL HISTORY:"). It starts a line or
@@ -148,7 +148,7 @@ def _tidy(text: str) -> str:
     return re.sub(r"\n{3,}", "\n\n", re.sub(r"[ \t]+\n", "\n", text)).strip()
 
 
-@register_loader("mtsamples_txt")
+@register_loader("mtsamples_txt", gives=mapping_fields(MAPPING))
 def load_mtsamples(spec: BenchmarkSpec, path: Path) -> LoadResult:
     check_option_keys(spec, {"sections", "medhelm_cut"})
     wanted = list(spec.loader_options.get("sections") or DEFAULT_SECTIONS)

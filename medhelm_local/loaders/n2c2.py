@@ -15,7 +15,7 @@ from medhelm_local.errors import ExtractError, Place
 from medhelm_local.loaders.base import LoadResult, register_loader
 from medhelm_local.loaders.io import Row, Table
 from medhelm_local.loaders.mediqa import parse_xml
-from medhelm_local.loaders.records import RecordMapping, build_instances, check_option_keys
+from medhelm_local.loaders.records import RecordMapping, build_instances, check_option_keys, mapping_fields
 from medhelm_local.loaders.tabular import data_files
 from medhelm_local.loaders.timeline import keep_recent_text
 
@@ -45,7 +45,7 @@ MAPPING = RecordMapping(
 )
 
 
-@register_loader("n2c2_xml")
+@register_loader("n2c2_xml", gives=mapping_fields(MAPPING))
 def load_n2c2(spec: BenchmarkSpec, path: Path) -> LoadResult:
     check_option_keys(spec, {"max_context_tokens"})
     budget = int(spec.loader_options.get("max_context_tokens", 12000))

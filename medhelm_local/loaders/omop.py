@@ -26,7 +26,14 @@ from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import BadInputError, ExtractError, Place
 from medhelm_local.loaders.base import LoadResult, register_loader
 from medhelm_local.loaders.io import Row, Table
-from medhelm_local.loaders.records import RecordMapping, as_text, build_instances, check_option_keys, header_summary
+from medhelm_local.loaders.records import (
+    RecordMapping,
+    as_text,
+    build_instances,
+    check_option_keys,
+    header_summary,
+    mapping_fields,
+)
 from medhelm_local.loaders.sql_sandbox import check_select, query_failure, seal, sealed_connect
 from medhelm_local.loaders.timeline import keep_recent_lines
 
@@ -69,7 +76,7 @@ def _tables(con: duckdb.DuckDBPyConnection, schema: str) -> set[str]:
     return {r[0].lower() for r in rows}
 
 
-@register_loader("omop_cdm")
+@register_loader("omop_cdm", gives=mapping_fields(MAPPING))
 def load_omop(spec: BenchmarkSpec, path: Path) -> LoadResult:
     check_option_keys(spec, {"cohort_sql", "question", "domains", "max_context_tokens", "max_events", "schema"})
     options = spec.loader_options

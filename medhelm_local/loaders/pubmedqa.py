@@ -12,7 +12,7 @@ from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import ExtractError, Place
 from medhelm_local.loaders.base import LoadResult, canonical_label, register_loader
 from medhelm_local.loaders.io import parse_json, read_text
-from medhelm_local.records import Instance
+from medhelm_local.records import LABEL, REFERENCES, Instance
 
 
 def labelled_context(labels: object, contexts: list[str]) -> str:
@@ -22,7 +22,7 @@ def labelled_context(labels: object, contexts: list[str]) -> str:
     return "\n".join(f"{str(label).title()}. {context}" for label, context in zip(labels, contexts, strict=True))
 
 
-@register_loader("pubmedqa_json")
+@register_loader("pubmedqa_json", gives=frozenset({LABEL, REFERENCES}))  # as built below
 def load_pubmedqa(spec: BenchmarkSpec, path: Path) -> LoadResult:
     file = path / "ori_pqal.json" if path.is_dir() else path
     data = parse_json(file, read_text(file))

@@ -25,7 +25,7 @@ from medhelm_local.jsontext import loads_strict
 from medhelm_local.loaders.base import canonical_label
 from medhelm_local.loaders.io import Row, Table, binary_not_text
 from medhelm_local.patterns import SUFFIX
-from medhelm_local.records import Instance
+from medhelm_local.records import LABEL, REFERENCES, Instance, meta_field
 
 ColumnType = Literal["text", "int", "number", "bool", "date", "number_or_date", "list"]
 LETTERS = "ABCDEFGHIJKLMNOPQRSTUVWXYZ"
@@ -127,6 +127,24 @@ class RecordMapping(BaseModel):
         for variant in self.variants:
             columns.extend([*variant.fields.values(), *variant.reference_columns])
         return list(dict.fromkeys(columns))
+
+
+def mapping_fields(mapping: RecordMapping) -> frozenset[str]:
+    """The instance fields a scorer reads (``label``, ``references``, ``meta.<key>``) that every instance built with
+    ``mapping`` carries."""
+    fields: set[str] = set()
+    if mapping.label_column or (mapping.answer_column and (mapping.options_column or mapping.option_columns)) or (
+            mapping.variants and all(v.label is not None for v in mapping.variants)):
+        fields.add(LABEL)
+    if (mapping.reference_columns or mapping.reference_list_column or LABEL in fields
+            or (mapping.variants and all(v.reference_columns for v in mapping.variants))):
+        fields.add(REFERENCES)  # the references default to the label
+    meta = {*mapping.meta, *mapping.meta_constants}
+    if mapping.options_column or mapping.option_columns:
+        meta.add("options")
+    if mapping.variants:
+        meta.add("variant")
+    return frozenset(fields | {meta_field(key) for key in meta})
 
 
 def parse_mapping(spec: BenchmarkSpec, options: dict[str, Any]) -> RecordMapping:

@@ -7,8 +7,8 @@ Runs when a custom spec is registered (``benchmarks add``) and when a run is pla
 clear error (exit 2) up front, not a failure of scoring after all the inference.
 
 The fields a loader gives are known from its options for the table loaders (``table``, ``private_table``: a
-column mapping, ``loaders/records.py``); the native-format loaders give fixed fields, set with their shipped specs
-and covered by their tests, so a spec of theirs is not checked field by field.
+column mapping, ``loaders/records.py``); a native-format loader gives fixed fields, which it declares when it
+registers (``register_loader(..., gives=...)``).
 """
 
 from __future__ import annotations
@@ -65,28 +65,19 @@ def check_suited(spec: BenchmarkSpec, scorer: Scorer, metric: str) -> None:
 
 
 def provided_fields(spec: BenchmarkSpec) -> set[str] | None:
-    """The instance fields (``label``, ``references``, ``meta.<key>``) the spec's loader options give every
-    instance; None when the loader's fields are not known from its options (a native-format loader)."""
-    if spec.input_format not in TABLE_LOADERS:
-        return None
-    from medhelm_local.loaders.records import parse_mapping
+    """The instance fields (``label``, ``references``, ``meta.<key>``) the spec's loader gives every instance: from
+    its loader options for a table loader, as the loader declares them for a native-format one; None for a loader
+    that declares none."""
+    from medhelm_local.loaders.base import declared_fields
+    from medhelm_local.loaders.records import mapping_fields, parse_mapping
     from medhelm_local.loaders.tabular import split_options
 
+    if spec.input_format not in TABLE_LOADERS:
+        declared = declared_fields(spec.input_format)
+        return None if declared is None else set(declared)
     reader, options = split_options(spec)
-    mapping = parse_mapping(spec, options)
-    fields: set[str] = set()
-    if mapping.label_column or (mapping.answer_column and (mapping.options_column or mapping.option_columns)) or (
-            mapping.variants and all(v.label is not None for v in mapping.variants)):
-        fields.add(LABEL)
-    if (mapping.reference_columns or mapping.reference_list_column or LABEL in fields
-            or (mapping.variants and all(v.reference_columns for v in mapping.variants))):
-        fields.add(REFERENCES)  # the references default to the label
-    meta = {*mapping.meta, *mapping.meta_constants, *dict(reader.get("sibling_files") or {})}
-    if mapping.options_column or mapping.option_columns:
-        meta.add("options")
-    if mapping.variants:
-        meta.add("variant")
-    return fields | {meta_field(key) for key in meta}
+    siblings = {meta_field(key) for key in dict(reader.get("sibling_files") or {})}
+    return set(mapping_fields(parse_mapping(spec, options))) | siblings
 
 
 def _describe(field: str) -> str:
@@ -118,11 +109,19 @@ def check_spec(spec: BenchmarkSpec, config: ApplianceConfig | None = None, *, ju
         for alternatives in scorer.needs(spec).fields:
             if not provided.intersection(alternatives):
                 metric = next(iter(roles))
-                raise ScorerInputMismatch(
-                    f"benchmark {spec.id}: field loader_options: metric {metric} needs "
-                    f"{' or '.join(_describe(a) for a in alternatives)} "
-                    "of every instance, but the spec's loader_options give none: map the column, or choose "
-                    "another metric")
+                raise ScorerInputMismatch(f"benchmark {spec.id}: {_not_given(spec, metric, alternatives)}")
+
+
+def _not_given(spec: BenchmarkSpec, metric: str, alternatives: tuple[str, ...]) -> str:
+    needs = f"metric {metric} needs {' or '.join(_describe(a) for a in alternatives)} of every instance"
+    if spec.input_format not in TABLE_LOADERS:
+        return (f"field metrics: {needs}, but the {spec.input_format} loader gives none (it gives: "
+                f"{', '.join(sorted(provided_fields(spec) or ())) or 'nothing a metric reads'}); choose another metric")
+    # A spec written with the older `metric: jury` lists ROUGE-L beside the jury without saying so.
+    legacy = (" (the older `metric: jury` meant jury and rouge_l: write `metrics: [{name: jury, main: true}]` "
+              "for the jury alone)" if metric == "rouge_l" and "jury" in spec.metric_names else "")
+    return (f"field loader_options: {needs}, but the spec's loader_options give none: map the column, or choose "
+            f"another metric{legacy}")
 
 
 def check_benchmarks(config: ApplianceConfig | None, specs: Iterable[BenchmarkSpec], *, judges: bool = True) -> None:

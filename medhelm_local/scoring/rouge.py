@@ -16,7 +16,7 @@ from medhelm_local.records import Instance
 from medhelm_local.scoring.details import ScoreDetails
 from medhelm_local.scoring.extract import strip_reasoning
 from medhelm_local.scoring.registry import instance_scorer
-from medhelm_local.scoring.scorer import Needs
+from medhelm_local.scoring.scorer import REFERENCES, Needs
 
 ROUGE_L = "rouge_l"
 
@@ -37,7 +37,8 @@ def rouge_l(output: str, references: Sequence[str]) -> float | None:
     return max(float(_scorer().score(ref, text)["rougeL"].fmeasure) for ref in refs)
 
 
-@instance_scorer(ROUGE_L, needs=Needs(answers=(OutputType.FREE_TEXT,)))  # prose against prose
+# Prose against prose; the references are what it reads: a spec whose loader gives none is refused before a run.
+@instance_scorer(ROUGE_L, needs=Needs(answers=(OutputType.FREE_TEXT,), fields=((REFERENCES,),)))
 def rouge_l_metric(spec: BenchmarkSpec, instance: Instance, output: str) -> tuple[float | None, ScoreDetails]:
     """The ``rouge_l`` metric: :func:`rouge_l` against the instance's references (None: it has none)."""
     return rouge_l(output, instance.references), ScoreDetails()

@@ -30,7 +30,10 @@ from pydantic import BaseModel, ConfigDict
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec, OutputType
 from medhelm_local.errors import MedhelmError
+from medhelm_local.records import LABEL as LABEL  # an instance field a scorer reads: "label", "references" or
+from medhelm_local.records import REFERENCES as REFERENCES  # "meta.<key>" (re-exported for the scorers)
 from medhelm_local.records import Instance, InstanceScore
+from medhelm_local.records import meta_field as meta_field
 from medhelm_local.scoring.details import ScoreDetails
 
 if TYPE_CHECKING:
@@ -52,14 +55,6 @@ class Metric:
 
     name: str
     aggregation: Aggregation = Aggregation.MEAN
-
-
-# An instance field a scorer reads: "label", "references" or "meta.<key>".
-LABEL, REFERENCES = "label", "references"
-
-
-def meta_field(key: str) -> str:
-    return f"meta.{key}"
 
 
 class Needs(BaseModel):

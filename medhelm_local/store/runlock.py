@@ -9,6 +9,7 @@ ends, however it ends). A second process waits for it up to the store's lock tim
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import hashlib
 import os
@@ -53,3 +54,22 @@ def run_lock(store_path: Path, run_id: str, settings: StoreSettings | None = Non
         yield
     finally:
         os.close(fd)  # releases the lock
+
+
+def run_in_progress(store_path: Path, run_id: str) -> bool:
+    """Whether a process holds ``run_id``'s lock now, i.e. is sending it (False when that cannot be told: no lock
+    file, a read-only home). A shard sends without the lock, so False does not mean that nothing is running.
+
+    Probed by taking the lock and giving it back at once. Closing the file drops every lock this process holds on
+    it, so the caller must never be a process that sends runs (``audit report``, the console are not)."""
+    try:
+        fd = os.open(run_lock_path(store_path), os.O_RDWR)
+    except OSError:
+        return False
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, _offset(run_id))
+    except OSError as exc:
+        return exc.errno in (errno.EACCES, errno.EAGAIN)  # held; another error (no locks on this filesystem): unknown
+    finally:
+        os.close(fd)
+    return False

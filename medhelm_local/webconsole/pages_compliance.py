@@ -12,6 +12,7 @@ import importlib.util
 import io
 import os
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -32,6 +33,7 @@ from medhelm_local.export import bundle as export_bundle
 from medhelm_local.home import Home
 from medhelm_local.home.config import ConsoleRole
 from medhelm_local.home.keys import PUBLIC_KEY_FILE, load_public_key
+from medhelm_local.store.runlock import run_in_progress
 from medhelm_local.webconsole.app import bad_form_token, check_csrf, console_of, identity_of, requires
 
 COMPLIANCE = ConsoleRole.COMPLIANCE
@@ -47,23 +49,13 @@ def fingerprint(key: Ed25519PublicKey) -> str:
     return "SHA256:" + base64.b64encode(hashlib.sha256(raw).digest()).decode().rstrip("=")
 
 
-def _load_any_public_key(path: Path) -> Ed25519PublicKey:
-    data = path.read_bytes()
-    if data.lstrip().startswith(b"ssh-ed25519"):
-        key = serialization.load_ssh_public_key(data.strip())
-        if not isinstance(key, Ed25519PublicKey):
-            raise BadInputError(f"{path}: expected an Ed25519 public key")
-        return key
-    return load_public_key(path)
-
-
 def pinned_key(home: Home) -> tuple[Ed25519PublicKey, str]:
     """The key to verify against and where it comes from: the pinned key outside the home when configured
     (``MEDHELM_AUDIT_PUBKEY_FILE``, or the home's key checked against ``MEDHELM_AUDIT_KEY_FINGERPRINT``), else the
     home's own public key, said plainly."""
     pinned_file = os.environ.get(PUBKEY_ENV)
     if pinned_file:
-        return _load_any_public_key(Path(pinned_file)), f"pinned key file ({PUBKEY_ENV})"
+        return load_public_key(Path(pinned_file), given_as=PUBKEY_ENV), f"pinned key file ({PUBKEY_ENV})"
     key = load_public_key(home.keys_dir / PUBLIC_KEY_FILE)
     expected = os.environ.get(FINGERPRINT_ENV)
     if expected:
@@ -162,7 +154,8 @@ async def audit_verify(request: Request) -> Response:
 def _compliance_report(request: Request) -> ComplianceReport:
     console = console_of(request)
     return compliance_report(AuditTrail(console.home.audit_path).records(), since=_time(request, "since"),
-                             appliance=console.home.config.appliance_name)
+                             appliance=console.home.config.appliance_name,
+                             running=partial(run_in_progress, console.home.store_path))
 
 
 @requires(COMPLIANCE)

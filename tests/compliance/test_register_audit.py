@@ -46,8 +46,28 @@ def test_a_failure_before_the_data_is_committed_is_audited(ctx: AppContext, monk
     with pytest.raises(KeyboardInterrupt):
         datasets.register_dataset(ctx, "pubmedqa", _sample())
     assert _outcomes(ctx.home) == ["attempt", "failure"]
-    assert _registrations(ctx.home)[-1]["objects"] == {"benchmark": "pubmedqa", "source_name": _sample().name,
-                                                        "reason": "KeyboardInterrupt"}
+    attempt, failure = _registrations(ctx.home)
+    assert failure["objects"] == {"benchmark": "pubmedqa", "source_name": _sample().name,
+                                  "reason": "KeyboardInterrupt", "intent_seq": attempt["seq"]}
+
+
+def test_a_failure_while_the_file_is_read_is_audited(ctx: AppContext, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Ctrl-C (or a memory error) while the file was read left the `attempt` alone in the trail: only a refused
+    file (BadInputError) was recorded, and `audit report` now lists an attempt with no outcome as unfinished."""
+    from medhelm_local.audit.report import summarize
+    from medhelm_local.audit.trail import AuditTrail
+
+    def interrupted(*_args: object, **_kwargs: object) -> None:
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(datasets, "load_dataset", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        datasets.register_dataset(ctx, "pubmedqa", _sample())
+    assert _outcomes(ctx.home) == ["attempt", "failure"]
+    attempt, failure = _registrations(ctx.home)
+    assert failure["objects"] == {"benchmark": "pubmedqa", "source_name": _sample().name,
+                                  "reason": "KeyboardInterrupt", "intent_seq": attempt["seq"]}
+    assert summarize(AuditTrail(ctx.home.audit_path).records(), None).unfinished == []
 
 
 def test_a_failure_after_the_data_is_committed_still_records_the_registration(

@@ -104,6 +104,8 @@ def test_a_long_trail_spans_pages_with_its_headings_and_loses_no_text() -> None:
                 "objects": {"run_id": f"run-{i:04d}", "model": "model-x", "endpoints": ["http://10.0.0.5:8000/v1"],
                             "datasets": {f"bench{j}": {"fingerprint": f"{i:02d}{j}" * 20} for j in range(4)}}}
                for i in range(120)]
+    records += [{"seq": 120 + i, "ts": "2026-11-01T09:00:00Z", "actor": "user0", "action": "run.finish",
+                 "outcome": "success", "objects": {"run_id": f"run-{i:04d}"}} for i in range(120)]  # none unfinished
     report = compliance_report(records, since=None, appliance="st-luke")
     reader = pypdf.PdfReader(io.BytesIO(render_pdf(report)), strict=True)
     pages = [page.extract_text() for page in reader.pages]

@@ -85,8 +85,9 @@ def test_the_registry_is_the_one_list_of_metrics() -> None:
     for spec in shipped_specs():
         assert set(spec.metric_names) <= set(known_metrics()), spec.id
         check_spec(spec)
-        if "jury" in spec.metric_names:
-            assert spec.metric_names == ["jury", "rouge_l"], spec.id
+        if "jury" in spec.metric_names:  # ROUGE-L beside it where there is a gold response (not NoteExtract)
+            assert spec.judge is not None
+            assert spec.metric_names == (["jury", "rouge_l"] if spec.judge.uses_gold else ["jury"]), spec.id
 
 
 def test_a_run_created_with_the_older_metric_field_is_not_a_changed_spec() -> None:
@@ -176,7 +177,12 @@ def test_loader_options_give_the_fields_the_scorers_need(tmp_path: Path) -> None
     assert medcalc_fields is not None and ehrsql_fields is not None
     assert medcalc_fields >= {"references", "meta.category", "meta.lower_limit"}
     assert ehrsql_fields >= {"meta.db_path"}  # from sibling_files
-    assert provided_fields(shipped_spec("pubmedqa")) is None  # a native-format loader: its own fixed fields
+    pubmedqa = shipped_spec("pubmedqa")
+    assert provided_fields(pubmedqa) == {"label", "references"}  # a native-format loader: the fields it declares
+    asks_more = pubmedqa.model_copy(update={"metrics": [MetricChoice(name="medcalc_accuracy", main=True)]})
+    with pytest.raises(ScorerInputMismatch, match=r"field metrics: metric medcalc_accuracy needs meta 'category'.*"
+                       r"but the pubmedqa_json loader gives none \(it gives: label, references\)"):
+        check_spec(asks_more, task=False)
     medcalc = shipped_spec("medcalc_bench")
     options = dict(medcalc.loader_options)
     options["meta"] = {k: v for k, v in options["meta"].items() if k != "upper_limit"}
@@ -291,10 +297,31 @@ def test_a_jury_comparing_with_a_gold_answer_needs_one(home_cli: Cli, tmp_path: 
     data["loader_options"] = {k: v for k, v in data["loader_options"].items() if k != "label_column"}
     result = home_cli("benchmarks", "add", str(_write(tmp_path / "followup_open.yaml", data)))
     assert result.code == 2 and "metric jury needs references" in " ".join(result.stderr.split()), result.stderr
-    no_gold = {**data, "judge": {**RUBRIC, "uses_gold": False}}
+    no_gold = {**data, "judge": {**RUBRIC, "uses_gold": False}, "metrics": [{"name": "jury", "main": True}]}
     assert home_cli("benchmarks", "add", str(_write(tmp_path / "followup_open.yaml", no_gold))).code == 0
     with_gold = {**data, "loader_options": {**data["loader_options"], "reference_columns": ["followup"]}}
     assert home_cli("benchmarks", "add", str(_write(tmp_path / "followup_open.yaml", with_gold))).code == 0
+
+
+def test_rouge_l_without_references_is_refused_before_it_reports_nothing(home_cli: Cli, tmp_path: Path) -> None:
+    """ROUGE-L compares the answer with the references: listed for a benchmark whose loader gives none (as the
+    shipped note_extract did), it was accepted and never reported. A spec written with the older `metric: jury`
+    (jury and rouge_l) is told how to ask for the jury alone."""
+    open_ended = {"id": "followup_open", "metric": None, "output_type": "free_text", "labels": None,
+                  "label_map": None, "judge": {**RUBRIC, "uses_gold": False},
+                  "metrics": [{"name": "jury", "main": True}, "rouge_l"]}
+    data = _sample_spec(**open_ended)
+    data["loader_options"] = {k: v for k, v in data["loader_options"].items() if k != "label_column"}
+    result = home_cli("benchmarks", "add", str(_write(tmp_path / "followup_open.yaml", data)))
+    message = " ".join(result.stderr.split())
+    assert result.code == 2 and "field loader_options: metric rouge_l needs references" in message, message
+    legacy = {k: v for k, v in data.items() if k != "metrics"} | {"metric": "jury"}
+    result = home_cli("benchmarks", "add", str(_write(tmp_path / "followup_open.yaml", legacy)))
+    message = " ".join(result.stderr.split())
+    assert result.code == 2 and "metric rouge_l needs references" in message, message
+    assert "write `metrics: [{name: jury, main: true}]` for the jury alone" in message
+    referenced = {**data, "loader_options": {**data["loader_options"], "reference_columns": ["followup"]}}
+    assert home_cli("benchmarks", "add", str(_write(tmp_path / "followup_open.yaml", referenced))).code == 0
 
 
 def test_every_shipped_spec_pairs_its_metrics_with_tasks_they_score() -> None:

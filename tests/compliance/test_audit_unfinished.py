@@ -1,0 +1,191 @@
+"""Actions whose intent is in the trail with no outcome after it: `audit report` lists them as unfinished.
+
+Before, a process killed between its intent record and its outcome (SIGKILL, power loss), or one that failed on an
+exception there, left an intent that `audit report` (text, --json, the printable report) showed nowhere."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from medhelm_local.audit.report import NO_OUTCOME_YET, RUN_IN_PROGRESS, compliance_report, parse_time, summarize
+from medhelm_local.audit.report_pdf import render_pdf
+from medhelm_local.audit.trail import AuditTrail
+from medhelm_local.audit.verify import verify_file
+from medhelm_local.home.keys import ensure_keys, load_signing_key
+from tests.compliance.conftest import REQUESTER, EvaluatedHome, request_export, signers
+from tests.console.test_compliance_pdf import pdf_text
+
+# `export request` as the CLI runs it, stalled once its intent is written (while it builds the candidate), so that
+# the test can kill it there.
+STALLED_REQUEST = """
+import sys, time
+from pathlib import Path
+import medhelm_local.application.exports as exports
+
+marker = Path(sys.argv[1])
+
+def stalled(*args, **kwargs):
+    marker.write_text("intent written")
+    time.sleep(600)
+
+exports.build_candidate = stalled
+from medhelm_local.cli import main
+sys.argv = ["medhelm-local", *sys.argv[2:]]
+main()
+"""
+
+
+def _wait_for(condition: Callable[[], bool], what: str, proc: subprocess.Popen[bytes]) -> None:
+    deadline = time.monotonic() + 120
+    while not condition():
+        assert proc.poll() is None, f"the process ended before {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _report(evaluated: EvaluatedHome) -> dict[str, Any]:
+    result = evaluated.cli("audit", "report", "--json")
+    assert result.code == 0, result.stderr
+    summary = json.loads(result.stdout)
+    assert isinstance(summary, dict)
+    return summary
+
+
+def test_an_export_request_killed_after_its_intent_is_listed_as_unfinished(evaluated: EvaluatedHome,
+                                                                             tmp_path: Path) -> None:
+    cli = evaluated.cli
+    marker = tmp_path / "stalled"
+    proc = subprocess.Popen([sys.executable, "-c", STALLED_REQUEST, str(marker), "--home", str(cli.home),
+                             "--actor", "alice", "export", "request", "--runs", evaluated.run_id, "--key",
+                             str(signers(cli.home)[REQUESTER].private)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(marker.exists, "the intent was written", proc)
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+    trail = cli.home / "audit" / "audit.jsonl"
+    (intent,) = [r for r in AuditTrail(trail).records() if r["action"] == "export.request"]
+    assert intent["outcome"] == "started"
+
+    (unfinished,) = _report(evaluated)["unfinished"]
+    assert unfinished["action"] == "export.request" and unfinished["actor"].endswith(":alice")
+    assert unfinished["time"] == intent["ts"] and unfinished["host"] == intent["host"]
+    assert unfinished["status"] == NO_OUTCOME_YET
+    assert unfinished["attempted"] == {"request_id": intent["objects"]["request_id"], "runs": [evaluated.run_id],
+                                       "requester_key": intent["objects"]["requester_key"]}
+    text = cli("audit", "report").stdout
+    section = text.split("\nUnfinished actions (no outcome recorded):\n", 1)[1].split("\n\n", 1)[0]
+    assert f"export.request by {intent['actor']}" in section and NO_OUTCOME_YET in section
+    assert f"request_id {intent['objects']['request_id']}, runs {evaluated.run_id}" in section
+    printable = compliance_report(AuditTrail(trail).records(), since=None, appliance="a")
+    table = next(t for t in printable.tables if t.id == "report-unfinished")
+    assert [row[3] for row in table.rows] == ["export.request"] and table.rows[0][5] == NO_OUTCOME_YET
+    pdf = re.sub(r"\s", "", pdf_text(render_pdf(printable)))
+    assert "Unfinishedactions(nooutcomerecorded)" in pdf and intent["objects"]["request_id"] in pdf
+
+    # A later request that ends (ready) does not conclude the killed one, nor is it listed itself.
+    request_export(cli, evaluated.run_id)
+    assert [u["action"] for u in _report(evaluated)["unfinished"]] == ["export.request"]
+    assert cli("audit", "verify").code == 0
+
+
+def test_a_run_is_in_progress_while_its_lock_is_held_and_has_no_outcome_once_killed(evaluated: EvaluatedHome
+                                                                                      ) -> None:
+    cli, server = evaluated.cli, evaluated.server
+    server.hold_after = server.stats()["requests_seen"]  # the new run's requests wait unanswered
+    proc = subprocess.Popen([sys.executable, "-m", "medhelm_local.cli", "--home", str(cli.home), "run", "--model",
+                             "eval-model", "--benchmarks", "hospice_referral"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        _wait_for(lambda: server.held > 0, "the run sent its first request", proc)
+        (running,) = _report(evaluated)["unfinished"]
+        assert running["action"] == "run.start" and running["status"] == RUN_IN_PROGRESS
+        run_id = running["attempted"]["run_id"]
+        assert run_id != evaluated.run_id and running["attempted"]["model"] == "eval-model"
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        server.release_held()
+    (killed,) = _report(evaluated)["unfinished"]
+    assert killed["attempted"]["run_id"] == run_id and killed["status"] == NO_OUTCOME_YET
+    runs = {r["run_id"]: r for r in _report(evaluated)["runs"]}
+    assert runs[run_id]["outcome"] is None and runs[evaluated.run_id]["outcome"] == "success"
+
+    resumed = cli("run", "--resume", run_id)  # the same run ends: nothing unfinished any more
+    assert resumed.code == 0, resumed.stderr
+    assert _report(evaluated)["unfinished"] == []
+
+
+def test_an_export_request_failing_after_its_intent_records_the_failure(evaluated: EvaluatedHome) -> None:
+    """A request naming a run not in the store wrote its intent and then stopped (exit 2) with no outcome; it is
+    now concluded `failure` (the error's class, never its message) and listed among failed export actions."""
+    cli = evaluated.cli
+    result = cli("export", "request", "--runs", "run-nope", "--key", str(signers(cli.home)[REQUESTER].private))
+    assert result.code == 2
+    records = [r for r in AuditTrail(cli.home / "audit" / "audit.jsonl").records()
+               if r["action"] == "export.request"]
+    assert [r["outcome"] for r in records] == ["started", "failure"]
+    assert records[1]["objects"]["intent_seq"] == records[0]["seq"]
+    assert records[1]["objects"]["request_id"] == records[0]["objects"]["request_id"]
+    summary = _report(evaluated)
+    assert summary["unfinished"] == []
+    (failed,) = summary["export_refusals"]
+    assert (failed["action"], failed["outcome"], failed["request_id"]) == ("export.request", "failed",
+                                                                           records[0]["objects"]["request_id"])
+    assert failed["reason"] == records[1]["objects"]["error_type"] and "run-nope" not in json.dumps(failed)
+    assert "export.request failed (" in cli("audit", "report").stdout
+
+
+def test_pairing_by_intent_seq_and_by_ids_for_records_written_before_it(tmp_path: Path) -> None:
+    """Records written through the real trail: an outcome concludes the intent it names; a refusal made before any
+    intent concludes none; records without `intent_seq` (an older trail) pair by ids, actor and host, the latest
+    open intent first; a run's resume takes over its start; `--since` lists the intents in the period."""
+    keys = tmp_path / "keys"
+    ensure_keys(keys)
+    trail = AuditTrail(tmp_path / "audit.jsonl", keys)
+
+    def append(action: str, outcome: str, actor: str = "alice", **objects: object) -> dict[str, object]:
+        return trail.append(actor=actor, action=action, outcome=outcome, objects=objects)
+
+    killed = append("export.approve", "started", request_id="exp-1")
+    append("export.approve", "refused", request_id="exp-1", reason="bad_signature", intent_seq=None)
+    retried = append("export.approve", "started", request_id="exp-1")
+    append("export.approve", "approved", request_id="exp-1", intent_seq=retried["seq"])
+    old_killed = append("dataset.register", "attempt", benchmark="pubmedqa", source_name="a.json")
+    append("dataset.register", "attempt", benchmark="pubmedqa", source_name="a.json")
+    append("dataset.register", "success", benchmark="pubmedqa")  # older trail: by ids, latest first
+    bobs = append("dataset.register", "attempt", actor="bob", benchmark="medcalc_bench", source_name="b.csv")
+    append("dataset.register", "rejected", actor="carol", benchmark="medcalc_bench")  # another person's
+    release = append("export.release", "started", request_id="exp-2", destination="/out")
+    append("export.release", "refused", request_id="exp-2", reason="not_approved")  # older: made before acting
+    append("run.start", "success", run_id="run-1", model="m")
+    append("run.resume", "success", run_id="run-1", model="m", mode="resume")
+    append("run.finish", "success", run_id="run-1")
+    run_2 = append("run.start", "success", run_id="run-2", model="m")
+    append("keys.rotate", "started", key="store-data", old_key_id="k1", new_key_id="k2")
+    append("keys.rotate", "recovered", actor="appliance", key="store-data", old_key_id="k1", new_key_id="k2")
+    rotation = append("keys.rotate", "started", key="store-data", old_key_id="k2", new_key_id="k3")
+    append("keys.rotate", "failure", key="store-data", error_type="StoreError", intent_seq=None)  # another's
+    assert verify_file(trail.path, load_signing_key(keys).public_key()).intact
+
+    records = trail.records()
+    listed = [(u.action, u.seq, u.actor) for u in summarize(records, None).unfinished]
+    assert listed == [("export.approve", killed["seq"], "alice"), ("dataset.register", old_killed["seq"], "alice"),
+                      ("dataset.register", bobs["seq"], "bob"), ("export.release", release["seq"], "alice"),
+                      ("run.start", run_2["seq"], "alice"), ("keys.rotate", rotation["seq"], "alice")]
+    assert summarize(records, None).unfinished[4].attempted == {"run_id": "run-2", "model": "m"}
+    later = summarize(records, parse_time(str(run_2["ts"]), "since")).unfinished
+    assert [u.action for u in later] == ["run.start", "keys.rotate"]
+    assert all(u.status == NO_OUTCOME_YET for u in summarize(records, None, lambda run_id: False).unfinished)
+    statuses = {u.action: u.status for u in summarize(records, None, lambda run_id: run_id == "run-2").unfinished}
+    assert statuses["run.start"] == RUN_IN_PROGRESS and statuses["export.approve"] == NO_OUTCOME_YET
+
