@@ -25,6 +25,9 @@ from medhelm_local.export import sshsig
 PatternName = Literal["mrn", "ssn", "phone", "email", "date", "address", "zip_code", "url"]
 HOME_POLICY = Path("policies") / "export-policy.yaml"
 POLICY_ENV = "MEDHELM_EXPORT_POLICY"
+# Where the chart, compose and the image's deployments mount compliance's policy, read-only. Where a file is there,
+# it is the policy: the CLI's environment is the insider's to set, and could name a policy listing their own key.
+APPLIANCE_POLICY = Path("/etc/medhelm/policy/export-policy.yaml")
 ALL_PATTERNS: tuple[PatternName, ...] = ("mrn", "ssn", "phone", "email", "date", "address", "zip_code", "url")
 
 
@@ -140,9 +143,17 @@ def load_policy_file(path: Path, option: str) -> LoadedPolicy:
 
 
 def load_policy(home_root: Path) -> LoadedPolicy:
-    """The policy named by ``$MEDHELM_EXPORT_POLICY``, else the packaged default. A policy inside the home is
-    refused: whoever runs the CLI can write there, so it could name their own key as an approver."""
+    """The policy mounted at ``APPLIANCE_POLICY`` (``$MEDHELM_EXPORT_POLICY`` naming another file is then
+    refused), else the one ``$MEDHELM_EXPORT_POLICY`` names, else the packaged default. A policy inside the home
+    is refused: whoever runs the CLI can write there, so it could name their own key as an approver."""
     named = os.environ.get(POLICY_ENV)
+    if APPLIANCE_POLICY.exists():
+        if named and Path(named).resolve() != APPLIANCE_POLICY.resolve():
+            raise ConfigError(
+                f"{POLICY_ENV} names {named}, but this appliance's export policy is mounted at {APPLIANCE_POLICY}: "
+                f"requests and approvals follow that one alone (unset {POLICY_ENV}); a recipient checks a bundle "
+                "against their own copy with `export verify --policy FILE`")
+        return load_policy_file(APPLIANCE_POLICY, str(APPLIANCE_POLICY))
     if named:
         return load_policy_file(Path(named), POLICY_ENV)
     if (home_root / HOME_POLICY).exists():

@@ -357,3 +357,42 @@ def test_an_approved_request_edited_back_to_ready_is_not_denied(tmp_path: Path) 
     assert [r["outcome"] for r in records if r["action"] == "export.deny"] == ["refused"]
     summary = json.loads(cli("audit", "report", "--json").stdout)
     assert [e["status"] for e in summary["exports"]] == ["approved"]
+
+
+def test_the_insiders_own_policy_is_refused_where_the_appliances_is_mounted(tmp_path: Path, monkeypatch: Any) -> None:
+    """The insider controls the CLI's environment: $MEDHELM_EXPORT_POLICY pointed at a copy of the site policy that
+    lists their own key as an approver approved and released their request. Where compliance's policy is mounted
+    (the chart, compose: /etc/medhelm/policy/export-policy.yaml, read-only) it alone is read: the variable naming
+    another file is refused (exit 2), naming it through the mount's symlinks is the mount, and carol still approves."""
+    import os
+
+    import yaml
+
+    from medhelm_local.export import policy as export_policy
+
+    people = signers(tmp_path / "home")
+    cli = site(tmp_path)
+    mounted = tmp_path / "etc-medhelm" / "policy" / "..data" / "export-policy.yaml"
+    mounted.parent.mkdir(parents=True)
+    shutil.copy(os.environ[export_policy.POLICY_ENV], mounted)
+    link = mounted.parent.parent / "export-policy.yaml"  # as a ConfigMap mount lays it out
+    link.symlink_to(mounted)
+    monkeypatch.setattr(export_policy, "APPLIANCE_POLICY", link)
+    del os.environ[export_policy.POLICY_ENV]  # the mount alone, as the chart's pods read it
+    request = request_export(cli, evaluate(cli, notes(tmp_path / "notes.csv", 24)))
+    assert request["status"] == "ready", failed(request)
+
+    own = yaml.safe_load(mounted.read_text())
+    own["approval"]["approvers"].append({"name": "alice-too", "key": people[REQUESTER].public})
+    forged = tmp_path / "mine" / "export-policy.yaml"
+    forged.parent.mkdir()
+    forged.write_text(yaml.safe_dump(own))
+    os.environ[export_policy.POLICY_ENV] = str(forged)
+    approved = cli("export", "approve", str(request["request_id"]), *approve_args(cli.home, REQUESTER))
+    assert approved.code == 2 and str(export_policy.APPLIANCE_POLICY) in approved.stderr
+    released = cli("export", "release", str(request["request_id"]), "--signature",
+                   str(people[REQUESTER].sign(str(request["manifest_sha256"]))), "--out", str(tmp_path / "outbox"))
+    assert released.code == 2 and not (tmp_path / "outbox").exists()
+
+    os.environ[export_policy.POLICY_ENV] = str(mounted)  # the mount, through its symlinks: the same file
+    assert cli("export", "approve", str(request["request_id"]), *approve_args(cli.home, APPROVER)).code == 0
