@@ -359,14 +359,24 @@ def _instance_id(mapping: RecordMapping, row: Row, multi_file: bool) -> str:
 
 
 def header_summary(header: list[str], known: list[str]) -> str:
-    """What a header holds, naming only the columns the spec itself names: a header-less extract's first data row
-    (an MRN, a name, a date of birth) is read as its header, so its other names are counted, never shown."""
+    """What a header holds, naming only the columns the caller looks for (``known``: a loader's own names; where a
+    spec chooses them, :func:`unnamed_header`): a header-less extract's first data row (an MRN, a name, a date of
+    birth) is read as its header, so its other names are counted, never shown."""
     named = [h for h in header if h in set(known)]
     others = len(header) - len(named)
     parts = [f"found: {', '.join(named)}" if named else "found none of the spec's columns"]
     if others:
         parts.append(f"{others} other column name(s) not shown (they may be data if the header row is missing)")
     return "; ".join(parts)
+
+
+def unnamed_header(header: list[str]) -> str:
+    """What a header holds where a spec names the columns looked for: how many names, none shown. The spec's writer
+    chooses those names, and the row read as the header may be a data row (``header_row`` on one, a header-less
+    extract): naming the ones found would tell which guesses of a patient's values (a century of dates of birth,
+    listed as columns) that row holds."""
+    return (f"the header has {len(header)} column name(s), not shown: they may be data if the header row is missing "
+            "or not the row read")
 
 
 def check_columns(table: Table, columns: list[str]) -> None:
@@ -380,8 +390,7 @@ def check_columns(table: Table, columns: list[str]) -> None:
                                               "on another row, below a title, set loader option header_row to it")
         for column in columns:
             if column not in present:
-                raise ExtractError(file, f"a column named {column!r} ({header_summary(header, columns)}{hint})",
-                                   column=column)
+                raise ExtractError(file, f"a column named {column!r} ({unnamed_header(header)}{hint})", column=column)
             if column in binary:
                 raise binary_not_text(file, column, *binary[column])
 
