@@ -12,6 +12,7 @@ import json
 import math
 import re
 from collections import Counter
+from collections.abc import Iterable
 from datetime import date, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -379,8 +380,9 @@ def unnamed_header(header: list[str]) -> str:
             "or not the row read")
 
 
-def check_columns(table: Table, columns: list[str]) -> None:
-    """Each file has every column the mapping reads, and none of them is binary data that is not text."""
+def check_columns(table: Table, columns: list[str], optional: Iterable[str] = ()) -> None:
+    """Each file has every column the mapping reads, and none of them, nor an ``optional`` one it has (a column of
+    ``optional_fields``), is binary data that is not text."""
     for file, header in table.headers.items():
         present = set(header)
         binary = table.binary.get(file, {})
@@ -393,11 +395,14 @@ def check_columns(table: Table, columns: list[str]) -> None:
                 raise ExtractError(file, f"a column named {column!r} ({unnamed_header(header)}{hint})", column=column)
             if column in binary:
                 raise binary_not_text(file, column, *binary[column])
+        for column in optional:
+            if column in binary:
+                raise binary_not_text(file, column, *binary[column])
 
 
 def build_instances(spec: BenchmarkSpec, table: Table, mapping: RecordMapping) -> tuple[list[Instance], Counter[str]]:
     """Validate every row and build its instance(s); raises on the first problem."""
-    check_columns(table, mapping.required_columns())
+    check_columns(table, mapping.required_columns(), mapping.optional_fields.values())
     skipped: Counter[str] = Counter(table.skipped)
     multi_file = len(table.headers) > 1
     instances: list[Instance] = []
