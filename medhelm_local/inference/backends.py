@@ -72,6 +72,11 @@ def _package_version(dist: str, label: str) -> str | None:
         return None
 
 
+def configured_model_names(config: ApplianceConfig) -> set[str]:
+    """The model names appliance.yaml gives (each model's id and reply name): a warning may show these."""
+    return {name for endpoint in config.models for name in (endpoint.model_id, endpoint.replied_model)}
+
+
 @asynccontextmanager
 async def open_client(
     config: ApplianceConfig, endpoint: ModelEndpoint, *, max_connections: int = 256, timeout_s: float | None = None,
@@ -93,7 +98,7 @@ async def open_client(
     client = ChatClient(
         endpoint.base_urls, endpoint.model_id, egress or config.allowlist, api_key=resolve_api_key(endpoint),
         timeout_s=timeout_s or endpoint.timeout_s, max_connections=max_connections,
-        reply_model=endpoint.replied_model,
+        reply_model=endpoint.replied_model, known_models=configured_model_names(config),
     )
     async with client:
         yield client

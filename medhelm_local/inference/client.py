@@ -13,7 +13,7 @@ import re
 import ssl
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC
 from email.utils import parsedate_to_datetime
@@ -336,6 +336,7 @@ class ChatClient:
         timeout_s: float = 120.0,
         max_connections: int = 256,
         reply_model: str | None = None,
+        known_models: Collection[str] = (),
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         wall_clock: Callable[[], float] = time.time,
     ) -> None:
@@ -347,6 +348,11 @@ class ChatClient:
         self.base_urls = list(base_urls)
         self.model_id = model_id
         self.reply_model = reply_model or model_id  # the name replies must carry (None: the one asked for)
+        # Model names a warning may show: those configured, and those the servers listed (``listed_models``, set
+        # by ``runner.session.describe`` before the first request). A reply's is the server's own text, which may
+        # echo a prompt; any other name is never shown.
+        self.known_models = frozenset({model_id, self.reply_model, *known_models})
+        self.listed_models: frozenset[str] = frozenset()
         self.allowlist = list(self.egress.allowlist)
         self.timeout_s = timeout_s
         self.max_connections = max(1, max_connections)
@@ -538,11 +544,14 @@ class ChatClient:
         return completion
 
     def _warn_mismatch(self, base_url: str, replied: str) -> None:
-        """Say once per client which model answered instead (the name, never the reply)."""
+        """Say once per client that another model answered: its name where the appliance knows it (configured, or
+        listed by the servers), never a name only the reply carries (the server sees the prompts: it may be one's
+        text), nor its length."""
         if not self._mismatch_warned:
             self._mismatch_warned = True
+            known = replied in self.known_models or replied in self.listed_models
             log.warning("inference.model_mismatch", url=base_url, expected_model=self.reply_model,
-                        replied_model=shown_model_name(replied))
+                        replied_model=shown_model_name(replied) if known else None, replied_model_known=known)
 
     async def complete(
         self, request: InferenceRequest, *, max_retries: int = 4, backoff_base_s: float = 0.5,

@@ -12,6 +12,7 @@ import json
 import math
 import re
 from collections import Counter
+from collections.abc import Iterable
 from datetime import date, datetime
 from decimal import Decimal
 from pathlib import Path
@@ -377,8 +378,9 @@ def _instance_id(mapping: RecordMapping, row: Row, multi_file: bool) -> str:
 
 
 def header_summary(header: list[str], known: list[str]) -> str:
-    """What a header holds, naming only the columns the spec itself names: a header-less extract's first data row
-    (an MRN, a name, a date of birth) is read as its header, so its other names are counted, never shown."""
+    """What a header holds, naming only the columns the caller looks for (``known``: a loader's own names; where a
+    spec chooses them, :func:`unnamed_header`): a header-less extract's first data row (an MRN, a name, a date of
+    birth) is read as its header, so its other names are counted, never shown."""
     named = [h for h in header if h in set(known)]
     others = len(header) - len(named)
     parts = [f"found: {', '.join(named)}" if named else "found none of the spec's columns"]
@@ -387,8 +389,18 @@ def header_summary(header: list[str], known: list[str]) -> str:
     return "; ".join(parts)
 
 
-def check_columns(table: Table, columns: list[str]) -> None:
-    """Each file has every column the mapping reads, and none of them is binary data that is not text."""
+def unnamed_header(header: list[str]) -> str:
+    """What a header holds where a spec names the columns looked for: how many names, none shown. The spec's writer
+    chooses those names, and the row read as the header may be a data row (``header_row`` on one, a header-less
+    extract): naming the ones found would tell which guesses of a patient's values (a century of dates of birth,
+    listed as columns) that row holds."""
+    return (f"the header has {len(header)} column name(s), not shown: they may be data if the header row is missing "
+            "or not the row read")
+
+
+def check_columns(table: Table, columns: list[str], optional: Iterable[str] = ()) -> None:
+    """Each file has every column the mapping reads, and none of them, nor an ``optional`` one it has (a column of
+    ``optional_fields``), is binary data that is not text."""
     for file, header in table.headers.items():
         present = set(header)
         binary = table.binary.get(file, {})
@@ -398,15 +410,17 @@ def check_columns(table: Table, columns: list[str]) -> None:
                                               "on another row, below a title, set loader option header_row to it")
         for column in columns:
             if column not in present:
-                raise ExtractError(file, f"a column named {column!r} ({header_summary(header, columns)}{hint})",
-                                   column=column)
+                raise ExtractError(file, f"a column named {column!r} ({unnamed_header(header)}{hint})", column=column)
+            if column in binary:
+                raise binary_not_text(file, column, *binary[column])
+        for column in optional:
             if column in binary:
                 raise binary_not_text(file, column, *binary[column])
 
 
 def build_instances(spec: BenchmarkSpec, table: Table, mapping: RecordMapping) -> tuple[list[Instance], Counter[str]]:
     """Validate every row and build its instance(s); raises on the first problem."""
-    check_columns(table, mapping.required_columns())
+    check_columns(table, mapping.required_columns(), mapping.optional_fields.values())
     skipped: Counter[str] = Counter(table.skipped)
     multi_file = len(table.headers) > 1
     instances: list[Instance] = []

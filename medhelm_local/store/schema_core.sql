@@ -14,7 +14,8 @@ CREATE TABLE IF NOT EXISTS datasets (
     source_name VARCHAR NOT NULL,
     PRIMARY KEY (benchmark, fingerprint)
 );
--- A version's instances as read (store.py ``instances_digest``): the same bytes and mapping read into other
+-- A version's instances as read (store.py ``instances_digest``, keyed by the store's random salt in ``meta``: no
+-- digest of extract values anyone can compute): the same bytes and mapping read into other
 -- instances by a later release are a new version too, its fingerprint covering the reading. A table of its own,
 -- not a column of ``datasets``: the previous release inserts datasets by position, and must still after a
 -- rollback. Versions it registers then have no row here until the next migration (step ``digest_datasets``).

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import hmac
 import json
+import secrets
 from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
 from datetime import UTC, datetime
 from functools import cache
@@ -13,7 +15,7 @@ from types import TracebackType
 from typing import Any
 
 import duckdb
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
 from medhelm_local.home import Home
 from medhelm_local.home.keys import load_data_key
@@ -32,7 +34,9 @@ from medhelm_local.store.connection import (
 SCHEMA_VERSION = "1"
 # The migration's steps written in Python (``Store._migrate``), part of its digest: add a name when adding one,
 # so that stores migrated without it are migrated again.
-MIGRATION_STEPS = ("unkey_requests", "digest_datasets", "session_sending_apart")
+MIGRATION_STEPS = ("unkey_requests", "salt_dataset_digests", "digest_datasets", "session_sending_apart")
+# The ``meta`` key of the store's own random key for digests of instances (``instances_digest``).
+DIGEST_SALT_KEY = "instances_digest_salt"
 
 
 # The dataset versions with their readings' digests (None for a version the previous release registered after a
@@ -72,8 +76,8 @@ def benchmark_filter(benchmarks: Collection[str] | None) -> tuple[str, list[str]
 def dataset_version(source_sha256: str, loader_sha256: str, instances_sha256: str | None = None) -> str:
     """A dataset version's fingerprint: its source bytes read with one loader configuration. Where the same bytes
     and settings were read before into other instances (a release whose loader reads the file differently), the
-    new reading's fingerprint also covers what was read (``instances_sha256``); a first reading keeps the
-    fingerprint it has always had."""
+    new reading's fingerprint also covers what was read (``instances_sha256``, keyed: see ``instances_digest``); a
+    first reading keeps the fingerprint it has always had."""
     if instances_sha256 is None:
         return hashlib.sha256(f"{source_sha256}:{loader_sha256}".encode()).hexdigest()
     return hashlib.sha256(f"{source_sha256}:{loader_sha256}:{instances_sha256}".encode()).hexdigest()
@@ -88,10 +92,12 @@ def stored_form(instance: Instance) -> StoredInstance:
     return instance.id, instance.label, instance.model_dump_json(include=PAYLOAD)
 
 
-def instances_digest(rows: Iterable[StoredInstance]) -> str:
-    """The sha256 of a dataset version's instances in their order, as the store keeps them. Neither the JSON of
+def instances_digest(rows: Iterable[StoredInstance], salt: bytes) -> str:
+    """The HMAC-SHA256 of a dataset version's instances in their order, as the store keeps them, keyed by the
+    store's ``salt``: an insider who reads one cell into a dataset of one instance (a query of one row) must not find
+    the cell by hashing guesses (a date of birth: a century of days in a fraction of a second). Neither the JSON of
     ``[id, label]`` nor a payload holds a raw NUL or newline, so the framing is unambiguous."""
-    digest = hashlib.sha256()
+    digest = hmac.new(salt, digestmod=hashlib.sha256)
     for instance_id, label, payload in rows:
         digest.update(f"{json.dumps([instance_id, label])}\0{payload}\n".encode())
     return digest.hexdigest()
@@ -112,9 +118,9 @@ class DatasetInfo(BaseModel):
     n_instances: int
     skipped: dict[str, int]
     source_name: str
-    # sha256 of the instances as read (``instances_digest``); None only in a store this release has not yet
-    # opened for writing
-    instances_sha256: str | None = None
+    # the keyed digest of the instances as read (``instances_digest``); None only in a store this release has not
+    # yet opened for writing. Never listed: a digest of extract content.
+    instances_sha256: str | None = Field(default=None, exclude=True)
 
     def read_with(self, loader_sha256: str) -> bool:
         """Whether this version is its source read with these loader settings (either fingerprint form)."""
@@ -258,6 +264,7 @@ class Store:
                 "INSERT INTO meta VALUES ('schema_version', ?) ON CONFLICT (key) DO NOTHING", [SCHEMA_VERSION]
             )
             self._unkey_requests()
+            self._salt_dataset_digests()
             self._digest_datasets()
             self._session_sending_apart()
             self._conn.execute("INSERT INTO meta VALUES ('schema_digest', ?) ON CONFLICT (key) DO UPDATE SET "
@@ -286,6 +293,24 @@ class Store:
         self._conn.execute("DROP TABLE requests")
         self._conn.execute("ALTER TABLE requests_unkeyed RENAME TO requests")
 
+    def _salt_dataset_digests(self) -> None:
+        """The store's random key for digests of instances, made once. A store whose readings a build of this
+        release digested without one gets them digested again (``_digest_datasets``, next)."""
+        if self._conn.execute("SELECT 1 FROM meta WHERE key = ?", [DIGEST_SALT_KEY]).fetchone():
+            return
+        self._conn.execute("INSERT INTO meta VALUES (?, ?)", [DIGEST_SALT_KEY, secrets.token_hex(32)])
+        self._conn.execute("DELETE FROM dataset_readings")
+
+    def _digest_salt(self) -> bytes:
+        row = self._conn.execute("SELECT value FROM meta WHERE key = ?", [DIGEST_SALT_KEY]).fetchone()
+        if row is None:  # the migration makes it before anything is registered
+            raise StoreError("the store has no key for digests of instances: open it for writing once to migrate it")
+        return bytes.fromhex(str(row[0]))
+
+    def digest_instances(self, rows: Iterable[StoredInstance]) -> str:
+        """``instances_digest`` with this store's key."""
+        return instances_digest(rows, self._digest_salt())
+
     def _digest_datasets(self) -> None:
         """Dataset versions stored before ``instances_sha256`` existed get it, from their stored instances, so that
         registering their source again can tell whether this release reads it the same way."""
@@ -294,7 +319,7 @@ class Store:
         ).fetchall():
             self._conn.execute(
                 "INSERT INTO dataset_readings VALUES (?, ?, ?)",
-                [benchmark, fingerprint, instances_digest(self._stored_instances(benchmark, fingerprint))])
+                [benchmark, fingerprint, self.digest_instances(self._stored_instances(benchmark, fingerprint))])
 
     def _session_sending_apart(self) -> None:
         """A store migrated by a build that kept a session's sending options in a column of ``runner_sessions``
@@ -367,7 +392,7 @@ class Store:
         ``before_commit`` runs inside the transaction, last: if it raises, nothing is stored.
         """
         rows = [stored_form(instance) for instance in instances]
-        digest = instances_digest(rows)
+        digest = self.digest_instances(rows)
         now = utcnow()
         with self.transaction():
             earlier = self._readings(benchmark, source_sha256, loader_sha256)

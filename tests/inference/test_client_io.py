@@ -331,6 +331,44 @@ def test_a_reply_from_another_model_is_a_failed_request_never_an_answer() -> Non
         assert asyncio.run(reply_naming(not_a_name)) == (None, "invalid_json", 4, 4), not_a_name
 
 
+def test_a_replied_model_name_reaches_the_log_only_where_the_appliance_knows_it(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The server sees every prompt, and a reply's ``model`` is text the server chose: a hostile server (or a proxy
+    echoing part of the request) put patient text there, and the ``inference.model_mismatch`` warning logged it
+    (id-shaped, so the log's guard let it through). The name is shown where the appliance already knows it (a
+    model configured in appliance.yaml, or one the servers' /v1/models listed before the first request); any
+    other is said to be unlisted, never shown, nor its length."""
+    from medhelm_local.logs import configure_logging
+
+    phi = "Doe_Jane_MRN00123456_DOB1950-01-02"
+
+    async def warning_for(replied: str, *, known: tuple[str, ...] = (), listed: tuple[str, ...] = ()
+                          ) -> dict[str, object]:
+        body = {"model": replied, "choices": [{"message": {"content": "yes"}, "finish_reason": "stop"}]}
+        raw = RawServer(reply=json.dumps(body).encode())
+        server = await raw.start()
+        async with server, ChatClient([f"http://127.0.0.1:{raw.port}/v1"], "served-m", LOCAL,
+                                      known_models=known) as client:
+            client.listed_models = frozenset(listed)
+            assert (await client.complete(_request(0), max_retries=0)).error == "model_mismatch"
+        records = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")]
+        (record,) = [r for r in records if r.get("event") == "inference.model_mismatch"]
+        return record
+
+    configure_logging("WARNING", json_lines=True, force=True)
+    try:
+        capsys.readouterr()
+        unknown = asyncio.run(warning_for(phi, known=("judge-m",), listed=("served-m",)))
+        assert "Jane" not in json.dumps(unknown) and len(phi) not in unknown.values()
+        assert unknown["replied_model_known"] is False and unknown["expected_model"] == "served-m"
+        listed = asyncio.run(warning_for("served-m-v2", listed=("served-m", "served-m-v2")))
+        assert (listed["replied_model"], listed["replied_model_known"]) == ("served-m-v2", True)
+        configured = asyncio.run(warning_for("judge-m", known=("judge-m",)))
+        assert (configured["replied_model"], configured["replied_model_known"]) == ("judge-m", True)
+    finally:
+        configure_logging(force=True)
+
+
 def test_a_model_name_from_a_server_is_printed_without_control_characters_and_bounded() -> None:
     from medhelm_local.inference.client import MAX_MODEL_NAME_SHOWN, shown_model_name
 

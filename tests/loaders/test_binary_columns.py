@@ -109,3 +109,20 @@ def test_a_meds_text_value_written_as_binary_reads_as_text(tmp_path: Path) -> No
     assert (info.value.file, str(info.value.place), info.value.column) == (
         str(notes), "record 2 (counting from 1)", "text_value")
     assert info.value.expected.startswith("text (the column is of type binary,")
+
+
+def test_an_optional_field_on_a_binary_column_that_is_not_utf8_is_refused(tmp_path: Path) -> None:
+    """``optional_fields`` may name a column a file lacks, so it was not checked with the columns the spec
+    requires: a scanned page there reached the prompt as "b'\\xff\\xd8...'". Where the column is there, it is
+    refused like any column the spec reads."""
+    path = tmp_path / "notes.parquet"
+    pq.write_table(pa.table({"note_id": [1, 2], "note": ["Ear pain.", "Mild cold."], "prompt": ["Refer?", "Refer?"],
+                             "outcome": ["A", "B"], "scan": pa.array([b"page", SCAN], pa.binary())}), path)
+    spec = shipped_spec("ent_referral").model_copy(
+        update={"loader_options": {**MAPPING, "optional_fields": {"attachment": "scan"}}})
+    with pytest.raises(ExtractError) as caught:
+        load_dataset(spec, path)
+    assert (caught.value.column, str(caught.value.place)) == ("scan", "record 2 (counting from 1)")
+    assert "not UTF-8" in str(caught.value)
+    absent = spec.model_copy(update={"loader_options": {**MAPPING, "optional_fields": {"attachment": "letter"}}})
+    assert [i.fields["attachment"] for i in load_dataset(absent, path).instances] == ["", ""]

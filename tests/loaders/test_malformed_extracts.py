@@ -40,7 +40,7 @@ def test_missing_column(tmp_path: Path) -> None:
     path.write_text(f"prompt,context\nRefer to hospice?,{SECRET}\n", encoding="utf-8")
     error = _fail(_hospice(), path)
     assert (error.file, error.place, error.column) == (str(path), None, "label")
-    assert "a column named 'label'" in error.expected and "found: prompt, context" in error.expected
+    assert "a column named 'label'" in error.expected and "the header has 2 column name(s), not shown" in error.expected
 
 
 def test_wrong_type(tmp_path: Path) -> None:

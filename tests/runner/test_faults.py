@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -9,6 +10,7 @@ import pytest
 from medhelm_local.analysis.cost import run_cost
 from medhelm_local.application.evaluation import Mode, Selection, evaluate
 from medhelm_local.benchmarks.registry import SpecRegistry
+from medhelm_local.logs import configure_logging
 from medhelm_local.runner.fitting import sent_request
 from medhelm_local.store import Store
 from medhelm_local.testing.fake_openai import FakeOpenAIServer, Faults, hash_responder
@@ -139,6 +141,35 @@ def test_a_server_that_names_its_model_otherwise_is_scored_under_reply_model(tmp
         server.faults.misrouted_to = "other-model"
         second = evaluate(app(home), quiet())
     assert second.errors == {"pubmedqa": {"model_mismatch": 10}}
+
+
+def test_the_model_mismatch_warning_names_only_a_model_the_server_listed(tmp_path: Path,
+                                                                         capsys: pytest.CaptureFixture[str]) -> None:
+    """What to set ``reply_model`` to is in the log where the server's /v1/models listed the name its replies
+    carry (a server naming the model it loaded); a name only a reply carries (the server's own text, after it saw
+    the prompts) is never logged."""
+    phi = "Doe_Jane_MRN00123456"
+
+    def mismatch_warnings() -> list[dict[str, object]]:
+        lines = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.startswith("{")]
+        return [line for line in lines if line.get("event") == "inference.model_mismatch"]
+
+    configure_logging("WARNING", json_lines=True, force=True)
+    try:
+        with FakeOpenAIServer(responder=hash_responder(), model_id="loaded-model",
+                              faults=Faults(wrong_model=1.0, misrouted_to="loaded-model")) as server:
+            home = make_home(tmp_path / "home", [server.base_url], served_model="asked-model")
+            register(home, synthetic_instances(3))
+            capsys.readouterr()
+            first = evaluate(app(home), quiet())
+            (listed,) = mismatch_warnings()
+            server.faults.misrouted_to = phi
+            evaluate(app(home), quiet(Selection(), Mode.retry_errors(first.run.run_id)))
+            (unlisted,) = mismatch_warnings()
+    finally:
+        configure_logging(force=True)
+    assert (listed["replied_model"], listed["replied_model_known"]) == ("loaded-model", True)
+    assert unlisted["replied_model_known"] is False and "Jane" not in json.dumps(unlisted)
 
 
 def test_retry_errors_with_nothing_failed_sends_nothing(tmp_path: Path) -> None:

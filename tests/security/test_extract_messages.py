@@ -60,7 +60,7 @@ def test_json_keys_that_are_data_are_not_listed(tmp_path: Path) -> None:
     with pytest.raises(ExtractError) as caught:
         load_dataset(shipped_spec("hospice_referral"), data)
     _assert_clean(str(caught.value))
-    assert "2 other column name(s) not shown" in str(caught.value)
+    assert "the header has 2 column name(s), not shown" in str(caught.value)
 
 
 def test_pubmedqa_missing_key_does_not_name_the_pmid(tmp_path: Path) -> None:
@@ -118,3 +118,23 @@ def test_deeply_nested_json_is_a_clear_extract_error(tmp_path: Path, name: str) 
     with pytest.raises(ExtractError) as caught:
         load_dataset(shipped_spec("hospice_referral"), data)
     assert caught.value.file == str(data)
+
+
+def test_a_spec_guessing_a_data_rows_values_as_its_columns_learns_nothing_from_the_message(tmp_path: Path) -> None:
+    """``header_row`` may point at any row, and the spec's writer chooses the column names looked for: a spec
+    listing guesses of a patient's values as columns (a century of dates of birth, names) was told which it
+    "found" in that row ("found: 1950-02-03, Johanna Exfiltrata"), every guess checked in one registration. The
+    header's names are now counted, none shown, the spec's included."""
+    data = tmp_path / "followup.csv"
+    data.write_text("note_id,note_text,question,followup\n1,Discharged home.,Follow-up?,yes\n"
+                    f"{MRN},{DOB},{NAME},no\n", encoding="utf-8")
+    guesses = {f"g{day}": f"1950-02-{day:02d}" for day in range(1, 29)} | {"name": NAME, "mrn": MRN}
+    spec = BenchmarkSpec.model_validate({
+        **shipped_spec("hospice_referral").model_dump(), "id": "guess",
+        "loader_options": {"header_row": 3, "fields": {"context": "note_text"}, "label_column": "followup",
+                           "meta": guesses}})
+    with pytest.raises(ExtractError) as caught:
+        load_dataset(spec, data)
+    assert caught.value.column == "note_text"
+    _assert_clean(str(caught.value))
+    assert "the header has 4 column name(s), not shown" in str(caught.value)

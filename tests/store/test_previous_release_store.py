@@ -17,7 +17,7 @@ from pathlib import Path
 from medhelm_local.home import Home
 from medhelm_local.store import Store
 from medhelm_local.store import runs as runs_db
-from medhelm_local.store.store import instances_digest, utcnow
+from medhelm_local.store.store import utcnow
 from medhelm_local.webconsole import data as console_data
 from tests.compliance.conftest import evaluated_home, request_export, run_json
 from tests.compliance.inproc import InProcessCli
@@ -59,7 +59,7 @@ def test_the_migration_changes_no_table_of_the_previous_release_and_it_still_wri
     assert sent_with == {"rolled-back": None, "upgraded": {"concurrency": 3}}
     with Store.open(home) as store:  # upgraded again: the migration digests it
         (digested,) = store.list_datasets()
-    assert digested.instances_sha256 == instances_digest([])
+        assert digested.instances_sha256 == store.digest_instances([])
 
 
 def test_a_reader_first_after_the_upgrade_finds_the_store_migrated(tmp_path: Path) -> None:
