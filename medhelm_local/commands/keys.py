@@ -13,7 +13,7 @@ from medhelm_local.application.keys import (
     recover_lost_signing_key,
     rotate_store_key,
 )
-from medhelm_local.audit.anchor import FINGERPRINT_ENV
+from medhelm_local.audit.anchor import FINGERPRINT_ENV, fingerprint
 from medhelm_local.audit.trail import key_id
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import app_context
@@ -48,8 +48,9 @@ def export_public(
 ) -> None:
     """Write the signing public key, for `audit verify --public-key FILE` and `export verify --public-key FILE`
     elsewhere."""
-    public_id = export_public_key(app_context(ctx), out)
-    info(f"public key {public_id[:16]} written to {out}")
+    export_public_key(app_context(ctx), out)
+    # The form `init` printed and FINGERPRINT_ENV pins, so a verifier can check they hold the pinned key.
+    info(f"public key {fingerprint(load_public_key(out))} written to {out}")
 
 
 @app.command("rotate")

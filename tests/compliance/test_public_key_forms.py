@@ -115,3 +115,16 @@ def test_the_pinned_key_file_is_read_by_the_same_reader(evaluated: EvaluatedHome
     monkeypatch.setenv(PUBKEY_FILE_ENV, str(_openssh_public(evaluated, tmp_path)))
     assert evaluated.cli("audit", "verify").code == 0
 
+
+
+def test_export_public_names_the_key_by_the_fingerprint_init_printed(tmp_path: Path) -> None:
+    """COMPLIANCE.md pins the key by the `SHA256:...` fingerprint `init` prints; `keys export-public` named the
+    file it wrote by a 16-hex-digit id instead, so a verifier could not tell they had been given the pinned key."""
+    cli = InProcessCli(tmp_path / "home")
+    initialised = cli("init")
+    assert initialised.code == 0, initialised.stderr
+    (pinned,) = [line.split(": ", 1)[1] for line in initialised.stdout.splitlines()
+                 if line.startswith("audit signing key fingerprint: ")]
+    exported = cli("keys", "export-public", "--out", str(tmp_path / "appliance.pub.pem"))
+    assert exported.code == 0, exported.stderr
+    assert f"public key {pinned} written to" in exported.stdout + exported.stderr
