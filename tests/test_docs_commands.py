@@ -140,3 +140,17 @@ def test_documented_key_commands_parse_and_name_one_public_key_file() -> None:
                                    capture_output=True, text=True, check=True, timeout=300, cwd=REPO,
                                    env={**os.environ, "COLUMNS": "400"}).stdout
         assert VERIFIER_KEY_NAME in help_text and "--public-key" in help_text, name
+
+
+def test_documented_export_policy_paths_are_the_one_the_appliance_reads() -> None:
+    """README's first evaluation set `MEDHELM_EXPORT_POLICY=/etc/medhelm/export-policy.yaml`, while COMPLIANCE.md,
+    the chart and compose put compliance's policy at /etc/medhelm/policy/export-policy.yaml; where it is mounted
+    there the appliance refuses a variable naming any other file (exit 2), so the README's line failed."""
+    from medhelm_local.export.policy import APPLIANCE_POLICY, POLICY_ENV
+
+    named = [(doc, path) for doc in DOCS
+             for path in re.findall(rf"\b{POLICY_ENV}[=:][ \t]*[\"']?(/[^\s\"'`]+)",
+                                    (REPO / doc).read_text(encoding="utf-8"))]
+    assert any(doc == "README.md" for doc, _path in named)
+    wrong = [f"{doc}: {POLICY_ENV}={path}" for doc, path in named if path != str(APPLIANCE_POLICY)]
+    assert not wrong, "\n".join(wrong)
