@@ -151,3 +151,19 @@ def test_chart_readme_matches_the_values():
                 "exportPolicy", "auditKey", "tests"):
         assert key in readme, key
     assert {"openshift", "exportPolicy", "auditKey", "tests"} <= set(values)
+
+
+def test_a_restore_stops_the_console_and_empties_the_volumes_before_unpacking():
+    """The backup stopped the console (it writes to the store) but the restore, which overwrites the store, did
+    not; and it unpacked over the live volumes, leaving files the backup does not hold (the store's write-ahead
+    log, later exports) beside the restored ones."""
+    runbook = DOCS["RUNBOOK.md"]
+    restore = runbook[runbook.index("\nRestore:\n"):runbook.index("## Key rotation")]
+    stop = restore.index("scale deployment medhelm-medhelm-local-console --replicas=0")
+    empty = restore.index("find /var/lib/medhelm /var/lib/medhelm-audit -mindepth 1 -delete")
+    unpack = restore.index("tar -C /var/lib -xzf -")
+    start = restore.index("scale deployment medhelm-medhelm-local-console --replicas=1")
+    assert stop < empty < unpack < start
+    tar = re.search(r"tar -C /var/lib -czf - (\S+) (\S+) >", runbook)
+    assert tar and {f"/var/lib/{tar.group(1)}", f"/var/lib/{tar.group(2)}"} == {"/var/lib/medhelm",
+                                                                               "/var/lib/medhelm-audit"}
