@@ -219,3 +219,26 @@ def test_a_run_failing_before_it_is_live_concludes_its_run_start(tmp_path: Path,
     assert finish["objects"]["error_type"] == "OSError" and finish["objects"]["intent_seq"] == start["seq"]
     assert "Jane" not in home.audit_path.read_text()
     assert unfinished(records) == []
+
+
+def test_an_export_request_whose_folder_cannot_be_put_in_place_is_recorded_failed_not_ready(
+        evaluated: EvaluatedHome, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`export request` recorded `ready` before renaming its folder into place: when the rename failed, the trail
+    said ready (and `export approve` was pointed at it) but no request folder existed. The outcome is written once
+    the folder is in place now; a failed rename is recorded `failure`."""
+    cli = evaluated.cli
+    exports_dir = cli.home / "exports"
+    rename = Path.rename
+
+    def failing_rename(self: Path, target: Any) -> Path:
+        if Path(target).parent == exports_dir:
+            raise OSError("rename refused")
+        return rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", failing_rename)
+    result = cli("export", "request", "--runs", evaluated.run_id, "--key", str(signers(cli.home)[REQUESTER].private))
+    assert result.code != 0
+    records = [r for r in AuditTrail(cli.home / "audit" / "audit.jsonl").records() if r["action"] == "export.request"]
+    assert [r["outcome"] for r in records] == ["started", "failure"]
+    assert records[1]["objects"]["error_type"] == "OSError"
+    assert not list(exports_dir.iterdir())  # nothing half-written left behind
