@@ -16,12 +16,14 @@ run split across pods. In order:
    main store is given back meanwhile);
 5. a shard merges its outcomes back; a run with every item answered is scored and finished (audit
    ``run.finish``). A failure marks the run this invocation set running as failed (or interrupted) and leaves
-   a ``run.finish`` failure record.
+   a ``run.finish`` failure record; so does one after ``run.start`` but before the run is live (its plan not
+   stored), which names the error's class only.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shlex
 from collections.abc import Iterator, Mapping
 from contextlib import ExitStack, contextmanager, nullcontext
@@ -30,6 +32,8 @@ from typing import Any
 
 from medhelm_local.analysis.aggregate import benchmark_score
 from medhelm_local.audit import audit_event
+from medhelm_local.audit.intents import INTENT_SEQ
+from medhelm_local.audit.trail import AuditWriteError
 from medhelm_local.context import AppContext
 from medhelm_local.errors import Interrupted, NotFoundError
 from medhelm_local.inference.backends import open_client
@@ -158,10 +162,19 @@ def _open_run(app_ctx: AppContext, main: Store, target: session.Target, servers:
         assert target.plan is not None
         run = session.new_run(home.config, app_ctx.specs, target, servers, weights, counter)
         digest = manifest_sha256(run.manifest)
-        audit_event(home, app_ctx.actor, "run.start", role="informatics", run_id=run.run_id, model=run.model,
-                    endpoints=[s["url"] for s in servers], datasets=target.plan.datasets, manifest_sha256=digest,
-                    shards=None if target.shard is None else target.shard[1], sending=sending.record)
-        session.record_plan(main, run, target.plan, digest, sending)
+        started = audit_event(home, app_ctx.actor, "run.start", role="informatics", run_id=run.run_id,
+                              model=run.model, endpoints=[s["url"] for s in servers], datasets=target.plan.datasets,
+                              manifest_sha256=digest, shards=None if target.shard is None else target.shard[1],
+                              sending=sending.record)
+        try:  # until the run is live (the caller's failure path concludes it then), a failure concludes it here
+            session.record_plan(main, run, target.plan, digest, sending)
+            main.set_run_status(run.run_id, "running")
+        except BaseException as exc:
+            with contextlib.suppress(AuditWriteError):  # the trail refusing too: the original error is the one to see
+                audit_event(home, app_ctx.actor, "run.finish", outcome="failure", role="informatics",
+                            run_id=run.run_id, error_type=type(exc).__name__, **{INTENT_SEQ: started.get("seq")})
+            raise
+        return run
     else:
         run = target.run
         unverified = session.check_identity(run, target.endpoint, servers, weights)

@@ -81,17 +81,22 @@ def request_export(app_ctx: AppContext, run_ids: list[str], key: Path) -> Export
         )
         home.exports_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         tmp = write_candidate(home.exports_dir, req, candidate.files)
+        final = request_dir(home.exports_dir, request_id)
         try:
             sign_appliance(tmp / "bundle", manifest, signing_key)
             atomic_write(tmp / "bundle" / REQUEST_SIG,
                          sshsig.sign(private, digest.encode("ascii"), REQUEST_NAMESPACE).encode("ascii"), mode=0o600)
+            tmp.rename(final)
+        except BaseException:  # the attempt records the failure: the trail never says ready for a missing folder
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+        try:
             attempt.conclude(status, request_id=request_id, runs=run_ids, policy_sha256=loaded.sha256,
                              files=req.files, run_manifests=candidate.run_manifests, requester=requester.name,
                              requester_key=requester_key, requested_at=requested_at, manifest_sha256=digest,
                              failed_checks=[c.id for c in candidate.checks if c.result == "fail"])
-            tmp.rename(request_dir(home.exports_dir, request_id))
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
+        except BaseException:  # the trail refused the outcome: no request folder the trail does not record
+            shutil.rmtree(final, ignore_errors=True)
             raise
     return req
 

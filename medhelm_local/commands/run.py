@@ -105,8 +105,8 @@ def print_outcome(outcome: RunOutcome) -> None:
         info(f"{MODEL_MISMATCH}: the server's reply named another model than the one asked for (a router or proxy "
              "in front of it sending requests elsewhere?); those answers are not scored. If the server names the "
              "same model otherwise (one that names the model it loaded, a gateway that adds a version), set "
-             "reply_model: NAME on the model in appliance.yaml (the log's inference.model_mismatch shows the name "
-             "where the server's /v1/models lists it; a name only the replies carry is never logged)")
+             "reply_model: NAME on the model in appliance.yaml (the server's own name for it is never logged: it may "
+             "echo a prompt; its /v1/models lists it)")
     if outcome.run.status == "inferred":
         info(f"run {outcome.run.run_id}: inference done, not scored; `medhelm-local run --resume "
              f"{outcome.run.run_id}` scores it")

@@ -14,6 +14,7 @@ from medhelm_local.home.config import ApplianceConfig, BackendKind, ModelEndpoin
 from medhelm_local.inference.client import ChatClient
 from medhelm_local.inference.egress import EgressPolicy
 from medhelm_local.inference.embedded import EMBEDDED_SERVED_MODEL, EmbeddedServer
+from medhelm_local.inference.server_text import recorded_models, recorded_version
 
 
 def resolve_api_key(endpoint: ModelEndpoint) -> str | None:
@@ -49,18 +50,20 @@ def served_models(listing: Any) -> list[str] | None:
 async def describe_servers(client: ChatClient, endpoint: ModelEndpoint) -> list[dict[str, Any]]:
     """What each replica says about itself: served model ids (``/v1/models``) and version (``/version``), in the
     order of the endpoint's URLs. Every replica is asked at once: a fleet costs one round trip, not two per
-    replica."""
+    replica. Both are the server's own text, recorded as ``server_text`` allows (a version shaped like one, the
+    model names appliance.yaml configures; any other ``unrecognised``)."""
 
     async def version_of(url: str) -> str | None:
         if endpoint.kind == BackendKind.EMBEDDED:
             return _package_version("llama-cpp-python", "llama-cpp")
         info = await client.get_json(server_root(url), "/version")
-        return str(info["version"]) if isinstance(info, dict) and info.get("version") is not None else None
+        return recorded_version(info.get("version")) if isinstance(info, dict) else None
 
     async def describe(url: str) -> dict[str, Any]:
         models, version = await asyncio.gather(client.get_json(url, "/models"), version_of(url))
         return {"url": url if endpoint.kind != BackendKind.EMBEDDED else "embedded:127.0.0.1",
-                "version": version, "models": served_models(models) or [], "reachable": models is not None}
+                "version": version, "models": recorded_models(served_models(models) or [], client.known_models),
+                "reachable": models is not None}
 
     return list(await asyncio.gather(*(describe(url) for url in client.base_urls)))
 

@@ -24,6 +24,7 @@ import httpx
 
 from medhelm_local.inference.egress import EgressPolicy
 from medhelm_local.inference.lane import MAX_RESPONSE_BYTES, Lane, ResponseTooLarge, UnsupportedEncoding
+from medhelm_local.inference.server_text import UNRECOGNISED, recorded_finish_reason, recorded_model_name
 from medhelm_local.inference.structured import is_format_rejection
 from medhelm_local.jsontext import loads_strict
 from medhelm_local.logs import get_logger
@@ -181,9 +182,10 @@ def _token_count(value: Any, limit: int = MAX_TOKEN_COUNT) -> int | None:
 
 
 def _finish_reason(value: Any) -> str | None:
-    """The reply's ``finish_reason`` as the server reported it, or None (unknown) when it is not a string: a number
-    or an object is no reason, and is never kept."""
-    return value if isinstance(value, str) else None
+    """The reply's ``finish_reason`` as the server reported it where the OpenAI API defines it; None (unknown) when
+    it is not a string: a number or an object is no reason, and is never kept; ``unrecognised`` for any other
+    string (the server's own text: the store keeps it unencrypted)."""
+    return recorded_finish_reason(value)
 
 
 def parse_completion(payload: bytes, max_tokens: int = MAX_TOKEN_COUNT) -> Completion:
@@ -348,11 +350,9 @@ class ChatClient:
         self.base_urls = list(base_urls)
         self.model_id = model_id
         self.reply_model = reply_model or model_id  # the name replies must carry (None: the one asked for)
-        # Model names a warning may show: those configured, and those the servers listed (``listed_models``, set
-        # by ``runner.session.describe`` before the first request). A reply's is the server's own text, which may
-        # echo a prompt; any other name is never shown.
+        # Model names a warning or a record may show: those appliance.yaml configures. A reply's, or a name the
+        # servers list, is the server's own text, which may echo a prompt (``server_text``); it is never shown.
         self.known_models = frozenset({model_id, self.reply_model, *known_models})
-        self.listed_models: frozenset[str] = frozenset()
         self.allowlist = list(self.egress.allowlist)
         self.timeout_s = timeout_s
         self.max_connections = max(1, max_connections)
@@ -544,14 +544,15 @@ class ChatClient:
         return completion
 
     def _warn_mismatch(self, base_url: str, replied: str) -> None:
-        """Say once per client that another model answered: its name where the appliance knows it (configured, or
-        listed by the servers), never a name only the reply carries (the server sees the prompts: it may be one's
-        text), nor its length."""
+        """Say once per client that another model answered: its name where appliance.yaml configures it, never
+        another (the server sees the prompts: it may be one's text, in a reply or in its /v1/models), nor its
+        length."""
         if not self._mismatch_warned:
             self._mismatch_warned = True
-            known = replied in self.known_models or replied in self.listed_models
+            shown = recorded_model_name(replied, self.known_models)
+            known = shown != UNRECOGNISED
             log.warning("inference.model_mismatch", url=base_url, expected_model=self.reply_model,
-                        replied_model=shown_model_name(replied) if known else None, replied_model_known=known)
+                        replied_model=shown if known else None, replied_model_known=known)
 
     async def complete(
         self, request: InferenceRequest, *, max_retries: int = 4, backoff_base_s: float = 0.5,

@@ -30,6 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from medhelm_local.errors import BadInputError, ConfigError, MedhelmError
 from medhelm_local.home.config import BackendKind, ModelEndpoint
 from medhelm_local.inference.backends import served_models, server_root
+from medhelm_local.inference.server_text import recorded_models, recorded_version
 from medhelm_local.patterns import SERVED_MODEL_NAME
 
 OFFLINE_ENV = {
@@ -289,13 +290,15 @@ class VllmProcess:
         if not isinstance(version, str) or not version:
             raise VllmError(f"vLLM's version at {root}/version carries no version: its identity cannot be checked")
         listing = self._get_json(f"{self.spec.base_url}/models", "model list", headers=self._headers())
-        models = served_models(listing)
-        if models is None:
+        listed = served_models(listing)
+        if listed is None:
             raise VllmError(f"vLLM's model list at {self.spec.base_url}/models has no data: its identity cannot be "
                             "checked")
-        if self.spec.served_model_name not in models:
+        # Both are the server's own text: recorded (store, audit, messages) only as server_text allows.
+        models = recorded_models(listed, {self.spec.served_model_name})
+        if self.spec.served_model_name not in listed:
             raise ConfigError(f"vLLM serves {models}, not {self.spec.served_model_name!r}")
-        return {"base_url": self.spec.base_url, "version": version, "models": models}
+        return {"base_url": self.spec.base_url, "version": recorded_version(version), "models": models}
 
     def wait(self) -> int:
         assert self.proc is not None

@@ -280,7 +280,6 @@ async def describe(store: Store, client: ChatClient, endpoint: ModelEndpoint
     store.release()  # never hold the store's lock across network waits; the next query takes it back
     servers = await describe_servers(client, endpoint)
     _check_served_model(endpoint, servers)
-    client.listed_models = frozenset(name for server in servers for name in server.get("models") or [])
     weights_path = endpoint.weights_path
     if weights_path is None and endpoint.kind == BackendKind.EMBEDDED:
         weights_path = smollm2_gguf_path()

@@ -15,8 +15,9 @@ from starlette.routing import Route
 from medhelm_local.audit.trail import CHECKPOINT_ACTION, AuditTrail
 from medhelm_local.errors import MedhelmError
 from medhelm_local.home.config import ApplianceConfig, BackendKind, ConsoleRole
-from medhelm_local.inference.backends import resolve_api_key, served_models
+from medhelm_local.inference.backends import configured_model_names, resolve_api_key, served_models
 from medhelm_local.inference.egress import EgressPolicy
+from medhelm_local.inference.server_text import recorded_models, recorded_version
 from medhelm_local.webconsole import data
 from medhelm_local.webconsole.app import console_of, requires
 
@@ -44,11 +45,12 @@ def probe_servers(config: ApplianceConfig, egress: EgressPolicy) -> list[Probe]:
                              "between runs", [], None))
             continue
         for base in endpoint.base_urls:
-            out.append(_probe(egress, endpoint.name, base, endpoint))
+            out.append(_probe(egress, endpoint.name, base, endpoint, configured_model_names(config)))
     return out
 
 
-def _probe(egress: EgressPolicy, name: str, base: str, endpoint: Any) -> Probe:
+def _probe(egress: EgressPolicy, name: str, base: str, endpoint: Any,
+           configured: frozenset[str] | set[str] = frozenset()) -> Probe:
     try:
         egress.check(base)
         key = resolve_api_key(endpoint)
@@ -68,8 +70,8 @@ def _probe(egress: EgressPolicy, name: str, base: str, endpoint: Any) -> Probe:
             try:
                 answer = client.get(f"{root}/version")
                 body = answer.json() if answer.status_code == 200 else None
-                if isinstance(body, dict) and body.get("version") is not None:
-                    version = str(body["version"])
+                if isinstance(body, dict):
+                    version = recorded_version(body.get("version"))
             except (httpx.HTTPError, ValueError):
                 version = None
     except httpx.HTTPError as exc:
@@ -78,6 +80,7 @@ def _probe(egress: EgressPolicy, name: str, base: str, endpoint: Any) -> Probe:
         return Probe(name, base, False, NOT_A_MODELS_REPLY, [], None)
     expected = endpoint.model_id
     ok = expected in served
+    served = recorded_models(served, configured)  # the server's own text: shown as server_text allows
     detail = "serving " + ", ".join(served) if ok else f"up, but does not serve {expected!r} ({', '.join(served)})"
     return Probe(name, base, ok, detail, served, version)
 

@@ -15,13 +15,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from medhelm_local.application.evaluation import evaluate
+from medhelm_local.audit.intents import unfinished
 from medhelm_local.audit.report import NO_OUTCOME_YET, RUN_IN_PROGRESS, compliance_report, parse_time, summarize
 from medhelm_local.audit.report_pdf import render_pdf
 from medhelm_local.audit.trail import AuditTrail
 from medhelm_local.audit.verify import verify_file
 from medhelm_local.home.keys import ensure_keys, load_signing_key
+from medhelm_local.runner import session
+from medhelm_local.testing.fake_openai import FakeOpenAIServer, hash_responder
 from tests.compliance.conftest import REQUESTER, EvaluatedHome, request_export, signers
 from tests.console.test_compliance_pdf import pdf_text
+from tests.runner.helpers import app, make_home, quiet, register, synthetic_instances
 
 # `export request` as the CLI runs it, stalled once its intent is written (while it builds the candidate), so that
 # the test can kill it there.
@@ -189,3 +196,49 @@ def test_pairing_by_intent_seq_and_by_ids_for_records_written_before_it(tmp_path
     statuses = {u.action: u.status for u in summarize(records, None, lambda run_id: run_id == "run-2").unfinished}
     assert statuses["run.start"] == RUN_IN_PROGRESS and statuses["export.approve"] == NO_OUTCOME_YET
 
+
+
+def test_a_run_failing_before_it_is_live_concludes_its_run_start(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run failing between its ``run.start`` and the point it counts as live (storing its plan) had no
+    ``run.finish``: `audit report` listed it as having no outcome yet, forever. It concludes with a failure now,
+    naming the error's class, never its message."""
+    def failing_plan(*args: Any, **kwargs: Any) -> None:
+        raise OSError("disk full while writing Doe Jane's items")
+
+    with FakeOpenAIServer(responder=hash_responder()) as server:
+        home = make_home(tmp_path / "home", [server.base_url])
+        register(home, synthetic_instances(3))
+        monkeypatch.setattr(session, "record_plan", failing_plan)
+        with pytest.raises(OSError):
+            evaluate(app(home), quiet())
+    records = AuditTrail(home.audit_path).records()
+    (start,) = [r for r in records if r["action"] == "run.start"]
+    (finish,) = [r for r in records if r["action"] == "run.finish"]
+    assert finish["outcome"] == "failure" and finish["objects"]["run_id"] == start["objects"]["run_id"]
+    assert finish["objects"]["error_type"] == "OSError" and finish["objects"]["intent_seq"] == start["seq"]
+    assert "Jane" not in home.audit_path.read_text()
+    assert unfinished(records) == []
+
+
+def test_an_export_request_whose_folder_cannot_be_put_in_place_is_recorded_failed_not_ready(
+        evaluated: EvaluatedHome, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`export request` recorded `ready` before renaming its folder into place: when the rename failed, the trail
+    said ready (and `export approve` was pointed at it) but no request folder existed. The outcome is written once
+    the folder is in place now; a failed rename is recorded `failure`."""
+    cli = evaluated.cli
+    exports_dir = cli.home / "exports"
+    rename = Path.rename
+
+    def failing_rename(self: Path, target: Any) -> Path:
+        if Path(target).parent == exports_dir:
+            raise OSError("rename refused")
+        return rename(self, target)
+
+    monkeypatch.setattr(Path, "rename", failing_rename)
+    result = cli("export", "request", "--runs", evaluated.run_id, "--key", str(signers(cli.home)[REQUESTER].private))
+    assert result.code != 0
+    records = [r for r in AuditTrail(cli.home / "audit" / "audit.jsonl").records() if r["action"] == "export.request"]
+    assert [r["outcome"] for r in records] == ["started", "failure"]
+    assert records[1]["objects"]["error_type"] == "OSError"
+    assert not list(exports_dir.iterdir())  # nothing half-written left behind

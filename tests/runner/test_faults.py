@@ -143,11 +143,10 @@ def test_a_server_that_names_its_model_otherwise_is_scored_under_reply_model(tmp
     assert second.errors == {"pubmedqa": {"model_mismatch": 10}}
 
 
-def test_the_model_mismatch_warning_names_only_a_model_the_server_listed(tmp_path: Path,
-                                                                         capsys: pytest.CaptureFixture[str]) -> None:
-    """What to set ``reply_model`` to is in the log where the server's /v1/models listed the name its replies
-    carry (a server naming the model it loaded); a name only a reply carries (the server's own text, after it saw
-    the prompts) is never logged."""
+def test_the_model_mismatch_warning_names_no_model_appliance_yaml_does_not(tmp_path: Path,
+                                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    """Neither a name the server's /v1/models lists nor one only a reply carries is logged: both are the server's
+    own text, after it saw the prompts (its /v1/models listing a name the replies carry is no proof either)."""
     phi = "Doe_Jane_MRN00123456"
 
     def mismatch_warnings() -> list[dict[str, object]]:
@@ -168,7 +167,7 @@ def test_the_model_mismatch_warning_names_only_a_model_the_server_listed(tmp_pat
             (unlisted,) = mismatch_warnings()
     finally:
         configure_logging(force=True)
-    assert (listed["replied_model"], listed["replied_model_known"]) == ("loaded-model", True)
+    assert (listed["replied_model"], listed["replied_model_known"]) == (None, False)
     assert unlisted["replied_model_known"] is False and "Jane" not in json.dumps(unlisted)
 
 

@@ -1,0 +1,62 @@
+"""What the appliance records of the text a model server chose: its version, the models it lists, a finish reason.
+
+A model server sees every prompt; a hostile or compromised one can answer ``/version`` or ``/v1/models`` with
+text derived from them. The audit trail, the logs, the run's manifest and the store's metadata keep such a string
+only where it is one the appliance can vouch for: a version shaped like one (digits first, a few short suffixes),
+a model name that appliance.yaml configures, a finish reason of the OpenAI API. Any other is ``unrecognised``,
+with nothing of its content, not even its length. A version's shape bounds what it can carry; it cannot rule out
+a server choosing among version-shaped strings."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Collection, Iterable
+from typing import Any
+
+UNRECOGNISED = "unrecognised"
+MAX_SERVER_TEXT = 128
+
+# ``0.10.1``, ``v0.6.3.post1``, ``0.11.0+cu128``, ``0.10.1.dev12+g1a2b3c4``, ``0.0.0-fake``: numbers first, then
+# at most three suffixes, each a word release tags use followed by digits or a git hash (no words of its own choosing).
+_SUFFIX = r"(post|dev|rc|a|b|alpha|beta|cu|rocm|cpu|xpu|hpu|tpu|g|fake)?[0-9a-f]{0,16}"
+_VERSION = re.compile(r"v?\d{1,4}(\.\d{1,6}){0,3}([.+-]" + _SUFFIX + r"){0,3}", re.IGNORECASE)
+_MODEL_NAME = re.compile(r"[A-Za-z0-9/._:+-]+")
+FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call", "abort"})
+
+
+def recorded_version(value: Any) -> str | None:
+    """A server's version as recorded: None where it sent none, else the version if shaped like one, else
+    ``unrecognised``."""
+    if value is None:
+        return None
+    if isinstance(value, str) and len(value) <= MAX_SERVER_TEXT and _VERSION.fullmatch(value):
+        return value
+    return UNRECOGNISED
+
+
+def recorded_model_name(value: Any, configured: Collection[str]) -> str:
+    """A model name a server sent, as recorded: the name where appliance.yaml configures it (and it is a plain
+    name), else ``unrecognised``."""
+    if (
+        isinstance(value, str)
+        and value in configured
+        and len(value) <= MAX_SERVER_TEXT
+        and _MODEL_NAME.fullmatch(value)
+    ):
+        return value
+    return UNRECOGNISED
+
+
+def recorded_models(names: Iterable[Any], configured: Collection[str]) -> list[str]:
+    """The models a server listed, as recorded: the configured ones, sorted, then ``unrecognised`` once where it
+    listed any other (how many others is not kept either)."""
+    shown = {recorded_model_name(name, configured) for name in names}
+    return sorted(shown - {UNRECOGNISED}) + ([UNRECOGNISED] if UNRECOGNISED in shown else [])
+
+
+def recorded_finish_reason(value: Any) -> str | None:
+    """A reply's ``finish_reason`` as recorded: None where it is not a string (no reason), the reason where the
+    OpenAI API defines it, else ``unrecognised``."""
+    if not isinstance(value, str):
+        return None
+    return value if value in FINISH_REASONS else UNRECOGNISED
