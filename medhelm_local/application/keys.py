@@ -8,6 +8,7 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
+from medhelm_local.audit.anchor import fingerprint
 from medhelm_local.audit.trail import AuditWriteError, audit_event, key_id
 from medhelm_local.context import AppContext
 from medhelm_local.errors import BadInputError
@@ -42,16 +43,17 @@ def rotate_store_key(app_ctx: AppContext, new_key: str | None = None) -> Rotatio
 
 
 def export_public_key(app_ctx: AppContext, out: Path) -> str:
-    """Write the signing public key (PEM) to ``out`` for verifiers elsewhere; audited first. Returns its id."""
+    """Write the signing public key (PEM) to ``out`` for verifiers elsewhere; audited first. Returns its
+    fingerprint (``SHA256:...``, as ``init`` printed it)."""
     source = app_ctx.home.keys_dir / PUBLIC_KEY_FILE
     public = load_public_key(source)
     if out.is_dir():
         raise BadInputError(f"--out: {out} is a directory; give a file name")
-    public_id = key_id(public)
-    audit_event(app_ctx.home, app_ctx.actor, "keys.export_public", role="compliance", key_id=public_id,
-                destination=out.name)
+    printed = fingerprint(public)
+    audit_event(app_ctx.home, app_ctx.actor, "keys.export_public", role="compliance", key_id=key_id(public),
+                key_fingerprint=printed, destination=out.name)
     atomic_write(out, source.read_bytes(), mode=0o644)
-    return public_id
+    return printed
 
 
 def recover_lost_signing_key(app_ctx: AppContext) -> SigningRecovery:

@@ -33,11 +33,13 @@ def show(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help=
     home = app_context(ctx).home
     public = load_public_key(home.keys_dir / PUBLIC_KEY_FILE)
     payload = {"keys_dir": str(home.keys_dir), "store": str(home.store_path),
-               "signing_key_id": key_id(public), "data_key_id": data_key_id(load_data_key(home.keys_dir))}
+               "signing_key_fingerprint": fingerprint(public), "signing_key_id": key_id(public),
+               "data_key_id": data_key_id(load_data_key(home.keys_dir))}
     if as_json:
         emit_json(payload)
         return
-    emit_table("keys", ["item", "value"], [[k, v] for k, v in payload.items()])
+    # signing_key_id (hex) stays in --json for scripts; people compare the fingerprint `init` printed.
+    emit_table("keys", ["item", "value"], [[k, v] for k, v in payload.items() if k != "signing_key_id"])
 
 
 @app.command("export-public")
@@ -48,9 +50,9 @@ def export_public(
 ) -> None:
     """Write the signing public key, for `audit verify --public-key FILE` and `export verify --public-key FILE`
     elsewhere."""
-    export_public_key(app_context(ctx), out)
+    written = export_public_key(app_context(ctx), out)
     # The form `init` printed and FINGERPRINT_ENV pins, so a verifier can check they hold the pinned key.
-    info(f"public key {fingerprint(load_public_key(out))} written to {out}")
+    info(f"public key {written} written to {out}")
 
 
 @app.command("rotate")
