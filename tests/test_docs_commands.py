@@ -116,8 +116,9 @@ def test_documented_key_commands_parse_and_name_one_public_key_file() -> None:
     """The appliance's public key was `appliance.pub.pem` in COMPLIANCE.md, `appliance-pub.pem` in AIRGAP.md and
     the RUNBOOK (and `appliance.pub`, `pub.pem` further on), and `audit verify` was given `--pubkey` in one document
     and `--public-key` in the next: every `audit verify`, `export verify` and `keys export-public` line a verifier
-    copies must parse as the CLI has it and name the key file by the one name the CLI's help gives."""
-    from medhelm_local.home.keys import VERIFIER_KEY_NAME
+    copies must parse as the CLI has it and name the key file by the one name the CLI's help gives (for the
+    OpenSSH form `keys export-public --format openssh` writes, the one name the help gives that form)."""
+    from medhelm_local.home.keys import VERIFIER_KEY_NAME, VERIFIER_OPENSSH_KEY_NAME
 
     commands = _cli_options()
     invocations, _ = _invocations(commands)
@@ -131,15 +132,21 @@ def test_documented_key_commands_parse_and_name_one_public_key_file() -> None:
         for option, value in itertools.pairwise(args):
             if option in KEY_COMMANDS[name] and not value.startswith("<"):  # `<old key>`: a placeholder
                 named.add(Path(value).name)
-                if Path(value).name != VERIFIER_KEY_NAME:
-                    problems.append(f"{doc}: `{name} {option} {value}`: the public key is {VERIFIER_KEY_NAME}")
+                expected = (VERIFIER_OPENSSH_KEY_NAME if name == "keys export-public" and "openssh" in args
+                            else VERIFIER_KEY_NAME)
+                if Path(value).name != expected:
+                    problems.append(f"{doc}: `{name} {option} {value}`: the public key is {expected}")
     assert not problems, "\n".join(problems)
-    assert named == {VERIFIER_KEY_NAME}
+    assert named == {VERIFIER_KEY_NAME, VERIFIER_OPENSSH_KEY_NAME}
     for name in KEY_COMMANDS:
         help_text = subprocess.run([sys.executable, "-m", "medhelm_local.cli", *name.split(), "--help"],
                                    capture_output=True, text=True, check=True, timeout=300, cwd=REPO,
                                    env={**os.environ, "COLUMNS": "400"}).stdout
         assert VERIFIER_KEY_NAME in help_text and "--public-key" in help_text, name
+    keys_help = subprocess.run([sys.executable, "-m", "medhelm_local.cli", "keys", "export-public", "--help"],
+                               capture_output=True, text=True, check=True, timeout=300, cwd=REPO,
+                               env={**os.environ, "COLUMNS": "400"}).stdout
+    assert f"{VERIFIER_OPENSSH_KEY_NAME} (OpenSSH)" in keys_help and "openssh" in keys_help
 
 
 def test_documented_export_policy_paths_are_the_one_the_appliance_reads() -> None:

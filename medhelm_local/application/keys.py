@@ -5,9 +5,13 @@ audit and reports its point of no return through a callback."""
 from __future__ import annotations
 
 import contextlib
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from medhelm_local.audit.anchor import fingerprint
 from medhelm_local.audit.trail import AuditWriteError, audit_event, key_id
 from medhelm_local.context import AppContext
 from medhelm_local.errors import BadInputError
@@ -41,17 +45,31 @@ def rotate_store_key(app_ctx: AppContext, new_key: str | None = None) -> Rotatio
     return result
 
 
-def export_public_key(app_ctx: AppContext, out: Path) -> str:
-    """Write the signing public key (PEM) to ``out`` for verifiers elsewhere; audited first. Returns its id."""
+class PublicKeyFormat(StrEnum):
+    """How ``keys export-public`` writes the key: PEM (SubjectPublicKeyInfo, as the home keeps it) or one OpenSSH
+    ``ssh-ed25519 AAAA... medhelm-appliance`` line (``ssh-keygen -i -m PKCS8`` cannot convert an Ed25519 PEM key)."""
+
+    PEM = "pem"
+    OPENSSH = "openssh"
+
+
+OPENSSH_COMMENT = "medhelm-appliance"
+
+
+def export_public_key(app_ctx: AppContext, out: Path, form: PublicKeyFormat = PublicKeyFormat.PEM) -> str:
+    """Write the signing public key to ``out`` for verifiers elsewhere, in ``form``; audited first. Returns its
+    fingerprint (``SHA256:...``, as ``init`` printed it: the same in either form)."""
     source = app_ctx.home.keys_dir / PUBLIC_KEY_FILE
     public = load_public_key(source)
     if out.is_dir():
         raise BadInputError(f"--out: {out} is a directory; give a file name")
-    public_id = key_id(public)
-    audit_event(app_ctx.home, app_ctx.actor, "keys.export_public", role="compliance", key_id=public_id,
-                destination=out.name)
-    atomic_write(out, source.read_bytes(), mode=0o644)
-    return public_id
+    printed = fingerprint(public)
+    audit_event(app_ctx.home, app_ctx.actor, "keys.export_public", role="compliance", key_id=key_id(public),
+                key_fingerprint=printed, format=form.value, destination=out.name)
+    content = (source.read_bytes() if form is PublicKeyFormat.PEM
+               else public.public_bytes(Encoding.OpenSSH, PublicFormat.OpenSSH) + f" {OPENSSH_COMMENT}\n".encode())
+    atomic_write(out, content, mode=0o644)
+    return printed
 
 
 def recover_lost_signing_key(app_ctx: AppContext) -> SigningRecovery:

@@ -68,6 +68,12 @@ def parse_fingerprint(text: str, *, source: str) -> str:
     return value
 
 
+def key_id_fingerprint(value: str) -> str:
+    """The fingerprint of the key a checkpoint's or manifest's ``key_id`` (hex sha256 of the raw key) names: the
+    one form every message and report names a key by."""
+    return "SHA256:" + base64.b64encode(bytes.fromhex(value)).decode("ascii").rstrip("=")
+
+
 def fingerprint_key_id(value: str) -> str:
     """The checkpoints' ``key_id`` (hex sha256 of the raw key) for a fingerprint."""
     return base64.b64decode(value.removeprefix("SHA256:") + "=").hex()

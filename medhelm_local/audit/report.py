@@ -11,11 +11,13 @@ records carry no patient data (no prompt, output or extract value), so neither d
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import suppress
 from datetime import UTC, datetime
 from typing import Any
 
 from pydantic import BaseModel
 
+from medhelm_local.audit.anchor import key_id_fingerprint
 from medhelm_local.audit.intents import unfinished
 from medhelm_local.audit.trail import CHECKPOINT_ACTION
 from medhelm_local.errors import BadInputError
@@ -137,6 +139,17 @@ def _brief(record: dict[str, Any], *keys: str) -> dict[str, Any]:
     return {"seq": record.get("seq"), "ts": record.get("ts"), "actor": record.get("actor"),
             "action": record.get("action"), "outcome": record.get("outcome"),
             **{k: objects.get(k) for k in keys if k in objects}}
+
+
+def _key_brief(record: dict[str, Any]) -> dict[str, Any]:
+    """A key event, the signing key named by its ``SHA256:`` fingerprint (as ``init`` printed it). ``key_id`` (hex,
+    what records before the fingerprint was recorded carry) stays for scripts; the text names the fingerprint."""
+    brief = _brief(record, "key", "key_id", "key_fingerprint", "previous_key_fingerprint", "new_key_fingerprint",
+                   "old_key_id", "new_key_id")
+    if isinstance(brief.get("key_id"), str) and "key_fingerprint" not in brief:
+        with suppress(ValueError):
+            brief["key_fingerprint"] = key_id_fingerprint(brief["key_id"])
+    return brief
 
 
 def _reread(dataset: dict[str, Any]) -> str:
@@ -290,7 +303,7 @@ def summarize(records: list[dict[str, Any]], since: datetime | None,
             if released is not None:
                 released.released_to.append(str(objects.get("destination", "?")))
         elif action.startswith("keys."):
-            keys.append(_brief(record, "key", "key_id", "old_key_id", "new_key_id"))
+            keys.append(_key_brief(record))
         elif action.startswith("config."):
             config.append(_brief(record, "model", "endpoints"))
         elif action == "egress.denied":
@@ -416,7 +429,7 @@ def _last(records: list[dict[str, Any]], action: str) -> str | None:
 
 def _details(item: dict[str, Any], separator: str = " ") -> str:
     return separator.join(f"{k}={v}" for k, v in item.items()
-                          if k not in ("seq", "ts", "actor", "action", "outcome") and v is not None)
+                          if k not in ("seq", "ts", "actor", "action", "outcome", "key_id") and v is not None)
 
 
 def report_tables(summary: AuditSummary) -> list[ReportTable]:

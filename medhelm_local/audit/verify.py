@@ -133,7 +133,7 @@ def verify_lines(lines: list[bytes], public_key: Ed25519PublicKey, *, trail: str
             size = cp.get("tree_size")
             if not checkpoint_signature_ok(cp, public_key):
                 add(position, "signature", f"checkpoint {position}: signature invalid or not made by key "
-                    f"{key_id(public_key)[:16]}")
+                    f"{fingerprint(public_key)}")
             elif not isinstance(size, int) or size != position - 1:
                 add(position, "checkpoint", f"checkpoint {position} does not cover the record before it")
             else:
@@ -163,7 +163,8 @@ def verify_lines(lines: list[bytes], public_key: Ed25519PublicKey, *, trail: str
     if external is not None:
         cp = external.as_dict()
         if not checkpoint_signature_ok(cp, public_key):
-            add(0, "external-signature", "the exported checkpoint's signature is invalid for this key")
+            add(0, "external-signature", "the exported checkpoint's signature is invalid for key "
+                f"{fingerprint(public_key)}")
         elif external.tree_size > len(lines):
             add(len(lines) + 1, "truncated", f"the exported checkpoint covers {external.tree_size} records; the "
                 f"trail has {len(lines)}: records from seq {len(lines) + 1} were removed")
@@ -175,7 +176,8 @@ def verify_lines(lines: list[bytes], public_key: Ed25519PublicKey, *, trail: str
     problems.sort(key=lambda p: p.seq)
     return VerifyReport(
         intact=not problems, trail=trail, records=len(lines), checkpoints=checkpoints,
-        key_id=key_id(public_key), first_bad_seq=problems[0].seq if problems else None, problems=problems,
+        key_id=key_id(public_key), fingerprint=fingerprint(public_key),
+        first_bad_seq=problems[0].seq if problems else None, problems=problems,
         last_checkpoint=last_checkpoint, external_checkpoint=external.as_dict() if external else None,
     )
 

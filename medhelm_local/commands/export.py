@@ -23,6 +23,7 @@ from medhelm_local.application.exports import (
     release_export,
     request_export,
 )
+from medhelm_local.audit.anchor import fingerprint
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import AppContext, app_context
 from medhelm_local.errors import BadInputError, MedhelmError
@@ -242,6 +243,8 @@ def verify(
                              f"{result.approved_by} ({result.approver_key})\n")
         if key_path is None:
             sys.stdout.write(f"  the appliance's own signature ({SIGNATURE}) was not checked: no --public-key\n")
+        elif appliance_key is not None:
+            sys.stdout.write(f"  appliance key {fingerprint(appliance_key)} (read from {key_path})\n")
         for problem in result.problems:
             sys.stdout.write(f"  {problem}\n")
         for note in result.notes:

@@ -8,6 +8,8 @@ from pathlib import Path
 import typer
 
 from medhelm_local.application.keys import (
+    OPENSSH_COMMENT,
+    PublicKeyFormat,
     export_public_key,
     recover_lost_data_key,
     recover_lost_signing_key,
@@ -18,7 +20,13 @@ from medhelm_local.audit.trail import key_id
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import app_context
 from medhelm_local.errors import BadInputError
-from medhelm_local.home.keys import PUBLIC_KEY_FILE, VERIFIER_KEY_NAME, load_data_key, load_public_key
+from medhelm_local.home.keys import (
+    PUBLIC_KEY_FILE,
+    VERIFIER_KEY_NAME,
+    VERIFIER_OPENSSH_KEY_NAME,
+    load_data_key,
+    load_public_key,
+)
 from medhelm_local.store.connection import StoreError
 from medhelm_local.store.rekey import check_new_data_key, data_key_id
 
@@ -33,24 +41,29 @@ def show(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help=
     home = app_context(ctx).home
     public = load_public_key(home.keys_dir / PUBLIC_KEY_FILE)
     payload = {"keys_dir": str(home.keys_dir), "store": str(home.store_path),
-               "signing_key_id": key_id(public), "data_key_id": data_key_id(load_data_key(home.keys_dir))}
+               "signing_key_fingerprint": fingerprint(public), "signing_key_id": key_id(public),
+               "data_key_id": data_key_id(load_data_key(home.keys_dir))}
     if as_json:
         emit_json(payload)
         return
-    emit_table("keys", ["item", "value"], [[k, v] for k, v in payload.items()])
+    # signing_key_id (hex) stays in --json for scripts; people compare the fingerprint `init` printed.
+    emit_table("keys", ["item", "value"], [[k, v] for k, v in payload.items() if k != "signing_key_id"])
 
 
 @app.command("export-public")
 def export_public(
     ctx: typer.Context,
-    out: Path = typer.Option(..., "--out", help="Where to write the Ed25519 public key (PEM) for verifiers; the "
-                             f"documents call it {VERIFIER_KEY_NAME}."),
+    out: Path = typer.Option(..., "--out", help="Where to write the Ed25519 public key for verifiers; the "
+                             f"documents call it {VERIFIER_KEY_NAME} (PEM) or {VERIFIER_OPENSSH_KEY_NAME} "
+                             "(OpenSSH)."),
+    form: PublicKeyFormat = typer.Option(PublicKeyFormat.PEM, "--format", help="pem (-----BEGIN PUBLIC KEY-----) "
+                                         f"or openssh (one line: ssh-ed25519 AAAA... {OPENSSH_COMMENT})."),
 ) -> None:
     """Write the signing public key, for `audit verify --public-key FILE` and `export verify --public-key FILE`
-    elsewhere."""
-    export_public_key(app_context(ctx), out)
+    elsewhere (either format works there)."""
+    written = export_public_key(app_context(ctx), out, form)
     # The form `init` printed and FINGERPRINT_ENV pins, so a verifier can check they hold the pinned key.
-    info(f"public key {fingerprint(load_public_key(out))} written to {out}")
+    info(f"public key {written} written to {out}")
 
 
 @app.command("rotate")

@@ -21,7 +21,7 @@ import re
 import secrets
 import shutil
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,6 +32,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from medhelm_local import __version__
+from medhelm_local.audit.anchor import fingerprint, key_id_fingerprint
 from medhelm_local.audit.trail import CHECKPOINT_SCHEMA, key_id
 from medhelm_local.benchmarks.registry import SpecRegistry, shipped_specs
 from medhelm_local.errors import BadInputError, MedhelmError, NotFoundError
@@ -101,7 +102,8 @@ class BundleVerification(BaseModel):
     requester_key: str | None
     approved_by: str | None
     approver_key: str | None
-    key_id: str | None
+    key_id: str | None  # the manifest's appliance_key_id (hex), kept for scripts
+    key_fingerprint: str | None  # the same key as `init` and every message name it: SHA256:...
     problems: list[str]
     files: dict[str, str]
     same_policy: bool | None = None  # the bundle was checked under exactly the policy it was verified against
@@ -508,7 +510,8 @@ def verify_bundle(bundle: Path, loaded: LoadedPolicy, *, appliance_key: Ed25519P
     files: dict[str, str] = {}
     approval = loaded.policy.approval
     result: dict[str, Any] = {"request_id": None, "requested_by": None, "requester_key": None, "approved_by": None,
-                              "approver_key": None, "key_id": None, "manifest_sha256": None}
+                              "approver_key": None, "key_id": None, "key_fingerprint": None,
+                              "manifest_sha256": None}
     try:
         manifest_bytes = (bundle / MANIFEST).read_bytes()
     except FileNotFoundError:
@@ -523,6 +526,8 @@ def verify_bundle(bundle: Path, loaded: LoadedPolicy, *, appliance_key: Ed25519P
         requester_key = str(manifest["requester_key"])
         result["requested_by"], result["requester_key"] = str(manifest["requested_by"]), requester_key
         result["key_id"] = manifest.get("appliance_key_id")
+        with suppress(ValueError, TypeError, AttributeError):  # not hex: the manifest names no key we can print
+            result["key_fingerprint"] = key_id_fingerprint(result["key_id"]) if result["key_id"] else None
         if manifest.get("schema") != MANIFEST_SCHEMA:
             problems.append(f"{MANIFEST}: schema is not {MANIFEST_SCHEMA}")
     except (ValueError, KeyError, TypeError):
@@ -597,9 +602,10 @@ def verify_bundle(bundle: Path, loaded: LoadedPolicy, *, appliance_key: Ed25519P
                 appliance_key.verify(raw_signature, manifest_bytes)
             except InvalidSignature:
                 problems.append(f"{MANIFEST}: the appliance signature is invalid for key "
-                                f"{key_id(appliance_key)[:16]}")
+                                f"{fingerprint(appliance_key)}")
         if result["key_id"] not in (None, key_id(appliance_key)):
-            problems.append("the manifest names a different appliance key")
+            problems.append(f"the manifest names appliance key {result['key_fingerprint'] or 'that is unreadable'}, "
+                            f"not {fingerprint(appliance_key)}")
         checkpoint = manifest.get("audit_checkpoint")
         if not isinstance(checkpoint, dict) or not checkpoint_signature_ok(checkpoint, appliance_key):
             problems.append("the audit checkpoint in the manifest does not verify")

@@ -20,6 +20,7 @@ SIGNING_KEY_FILE = "signing-ed25519.pem"
 PUBLIC_KEY_FILE = "signing-ed25519.pub.pem"
 # The name the documents and the CLI's help give the copy of the public key a verifier keeps off the appliance.
 VERIFIER_KEY_NAME = "appliance.pub.pem"
+VERIFIER_OPENSSH_KEY_NAME = "appliance.pub"  # the same key written by `keys export-public --format openssh`
 DATA_KEY_FILE = "store-data.key"
 NEW_DATA_KEY_FILE = DATA_KEY_FILE + ".new"  # written by a key rotation before the swap
 # The names of the private key files, wherever they lie (Home.appliance_place: never read as data).

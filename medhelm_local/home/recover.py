@@ -15,7 +15,6 @@ lost (restoring it from backup is always better), recovery is explicit:
 
 from __future__ import annotations
 
-import base64
 import fcntl
 import json
 import os
@@ -60,14 +59,13 @@ def _stamp() -> str:
 
 
 def _old_fingerprint(keys_dir: Path, lines: list[bytes]) -> str | None:
-    from medhelm_local.audit.anchor import fingerprint
+    from medhelm_local.audit.anchor import fingerprint, key_id_fingerprint
 
     with suppress(KeyError_):
         return fingerprint(load_public_key(keys_dir / PUBLIC_KEY_FILE))
     for line in reversed(lines):  # no public key file either: the last checkpoint names the key's digest
         with suppress(ValueError, KeyError, TypeError, AttributeError):
-            digest = bytes.fromhex(json.loads(line)["objects"]["key_id"])
-            return "SHA256:" + base64.b64encode(digest).decode("ascii").rstrip("=")
+            return key_id_fingerprint(json.loads(line)["objects"]["key_id"])
     return None
 
 

@@ -6,6 +6,8 @@ and a private key given by mistake was reported as "not a PEM public key" (exit 
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,6 +16,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from cryptography.hazmat.primitives.asymmetric.rsa import generate_private_key
 
+from medhelm_local.audit.anchor import fingerprint
 from medhelm_local.home.keys import load_signing_key
 from tests.compliance.conftest import EvaluatedHome, approve_args, request_export, run_json, signers
 from tests.compliance.inproc import InProcessCli
@@ -128,3 +131,34 @@ def test_export_public_names_the_key_by_the_fingerprint_init_printed(tmp_path: P
     exported = cli("keys", "export-public", "--out", str(tmp_path / "appliance.pub.pem"))
     assert exported.code == 0, exported.stderr
     assert f"public key {pinned} written to" in exported.stdout + exported.stderr
+
+
+def test_export_public_writes_the_openssh_form_both_verifications_read(evaluated: EvaluatedHome,
+                                                                       tmp_path: Path) -> None:
+    """COMPLIANCE.md says `--public-key` takes the key as `ssh-ed25519 AAAA...`, but `keys export-public` wrote PEM
+    only and `ssh-keygen -i -m PKCS8` cannot convert an Ed25519 PEM key: a verifier had no way to get that form."""
+    cli = evaluated.cli
+    pem, ssh = tmp_path / "appliance.pub.pem", tmp_path / "appliance.pub"
+    as_pem = cli("keys", "export-public", "--out", str(pem))
+    as_ssh = cli("keys", "export-public", "--out", str(ssh), "--format", "openssh")
+    assert as_pem.code == 0 and as_ssh.code == 0, as_ssh.stdout + as_ssh.stderr
+    assert pem.read_text(encoding="ascii").startswith("-----BEGIN PUBLIC KEY-----")  # the default is unchanged
+    (line,) = ssh.read_text(encoding="ascii").splitlines()
+    kind, _, comment = line.split(" ")
+    assert (kind, comment) == ("ssh-ed25519", "medhelm-appliance")
+    printed = {(r.stdout + r.stderr).split("public key ", 1)[1].split(" ", 1)[0] for r in (as_pem, as_ssh)}
+    assert printed == {fingerprint(load_signing_key(evaluated.home / "keys").public_key())}
+    audited = cli("audit", "verify", "--public-key", str(ssh), "--json")
+    assert audited.code == 0 and json.loads(audited.stdout)["anchored"] is True
+    assert cli("export", "verify", str(_released(evaluated, tmp_path)), "--public-key", str(ssh)).code == 0
+    if shutil.which("ssh-keygen"):  # OpenSSH's own tools read it (their SHA256 is over the key blob: see COMPLIANCE)
+        listed = subprocess.run(["ssh-keygen", "-l", "-f", str(ssh)], capture_output=True, text=True, check=True)
+        assert listed.stdout.split()[2:] == ["medhelm-appliance", "(ED25519)"]
+
+
+def test_export_public_refuses_an_unknown_format(tmp_path: Path) -> None:
+    cli = InProcessCli(home=tmp_path / "home")
+    assert cli("init").code == 0
+    out = tmp_path / "appliance.pub"
+    result = cli("keys", "export-public", "--out", str(out), "--format", "der")
+    assert result.code == 2 and "--format" in result.stderr and not out.exists()

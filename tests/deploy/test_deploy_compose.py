@@ -400,6 +400,37 @@ def test_airgap_firewall_holds_oauth2_proxy_to_the_identity_provider():
     assert "medhelm-console-frontend" in section and f"`{bridge}`" in section
 
 
+def test_airgap_firewall_check_tells_dns_from_the_firewall_and_closes_the_host():
+    """The check was one `urlopen('https://example.org')` that must fail: it failed on DNS as readily as on the
+    firewall, so it proved neither rule. The DOCKER-USER rules see forwarded traffic only, so oauth2-proxy could
+    still reach the host's own services (INPUT); and where the host resolves through 127.0.0.53, Docker hands the
+    containers public resolvers the DNS rule drops, and sign-in fails. The section now checks resolution first,
+    then IP literals (the identity provider; another server; the host), says what each outcome means, sends the
+    bridge's traffic to the host through the same chain, and says how to give the containers the site's DNS."""
+    doc, _ = resolved_console()
+    bridge = doc["networks"]["medhelm-console-frontend"]["driver_opts"][BRIDGE_NAME_OPTION]
+    (published,) = doc["services"]["console-proxy"]["ports"]
+    airgap = (REPO / "deploy" / "AIRGAP.md").read_text(encoding="utf-8")
+    section = airgap[airgap.index("### Host firewall"):]
+    section = section[:section.index("\n## ")] if "\n## " in section else section
+    rules = [line.split("#")[0].split() for line in section.splitlines() if line.startswith("iptables ")]
+    (jump,) = [r for r in rules if r[1:3] == ["-I", "DOCKER-USER"] and "-i" in r]
+    chain = jump[jump.index("-j") + 1]
+    (host_rule,) = [r for r in rules if r[1:3] == ["-I", "INPUT"]]
+    assert host_rule[host_rule.index("-i") + 1] == bridge and host_rule[host_rule.index("-j") + 1] == chain
+    checks = [line for line in section.splitlines() if line.startswith("check \"")]
+    assert checks and "getaddrinfo" in checks[0] and "create_connection" not in checks[0], checks
+    assert all(re.search(r"create_connection\(\('[0-9.]+'", line) for line in checks[1:]), checks
+    assert len(checks) >= 4 and "urlopen" not in section
+    for outcome in ("timed out", "refused", "Name or service not known"):
+        assert outcome in section, outcome
+    assert "docker network inspect" in section and "Gateway" in section
+    assert "127.0.0.53" in section and '"dns"' in section and "/etc/docker/daemon.json" in section
+    assert "ExtServers" in section
+    port = str(published["target"] if isinstance(published, dict) else published.rsplit(":", 1)[1])
+    assert f"--dport {port}" in section
+
+
 SITE_CONSOLE_NETWORK = {"MEDHELM_CONSOLE_SUBNET": "10.250.7.0/29", "MEDHELM_CONSOLE_ADDRESS": "10.250.7.2",
                         "MEDHELM_CONSOLE_PROXY_ADDRESS": "10.250.7.3"}
 
