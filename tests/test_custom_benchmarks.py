@@ -146,6 +146,8 @@ def test_a_template_naming_a_field_the_loader_does_not_give_is_refused_at_regist
     # typos, in the loader options and in the spec
     (lambda text: text.replace("  label_column:", "  label_colum:"), "label_colum: did you mean label_column?"),
     (lambda text: text.replace("max_tokens:", "max_token:"), "max_token: did you mean max_tokens?"),
+    # a reader option (header_row, sheet, format...) misspelt: the reader's keys are loader options too
+    (lambda text: text.replace("  id_column:", "  headerrow: 1\n  id_column:"), "headerrow: did you mean header_row?"),
 ])
 def test_an_unknown_spec_field_says_where_it_belongs_or_what_it_resembles(
         home_cli: Cli, tmp_path: Path, change: Any, hint: str) -> None:
