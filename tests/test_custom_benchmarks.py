@@ -148,6 +148,11 @@ def test_a_template_naming_a_field_the_loader_does_not_give_is_refused_at_regist
     (lambda text: text.replace("max_tokens:", "max_token:"), "max_token: did you mean max_tokens?"),
     # a reader option (header_row, sheet, format...) misspelt: the reader's keys are loader options too
     (lambda text: text.replace("  id_column:", "  headerrow: 1\n  id_column:"), "headerrow: did you mean header_row?"),
+    # a field of a nested block (prompt, metrics, judge, truncate) misspelt
+    (lambda text: text.replace("  system:", "  sytem:"), "prompt.sytem: did you mean system?"),
+    (lambda text: text.replace("  template: |-", "  templte: |-"), "prompt.templte: did you mean template?"),
+    (lambda text: text.replace("metric: exact_match", "metrics: [{name: exact_match, mian: true}]"),
+     "metrics[0].mian: did you mean main?"),
 ])
 def test_an_unknown_spec_field_says_where_it_belongs_or_what_it_resembles(
         home_cli: Cli, tmp_path: Path, change: Any, hint: str) -> None:

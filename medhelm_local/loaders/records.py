@@ -156,7 +156,8 @@ def parse_mapping(spec: BenchmarkSpec, options: dict[str, Any]) -> RecordMapping
     except ValidationError as exc:
         # The reader's keys were split off before: a misspelt one (headerrow) is named as one of them.
         hint = unknown_field_hint(exc, [*RecordMapping.model_fields, *READER_KEYS, "columns"],
-                                  BenchmarkSpec.model_fields, "at the spec's top level, not under loader_options")
+                                  BenchmarkSpec.model_fields, "at the spec's top level, not under loader_options",
+                                  model=RecordMapping)
         raise BadInputError(f"benchmark {spec.id}: invalid loader_options ({validation_problems(exc)}){hint}") from None
 
 
