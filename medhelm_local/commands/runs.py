@@ -8,7 +8,7 @@ import typer
 
 from medhelm_local.analysis.cost import run_cost
 from medhelm_local.application.evaluation import merge_shards
-from medhelm_local.commands.run import outcome_payload, print_outcome
+from medhelm_local.commands.run import configured_reply_model, outcome_payload, print_outcome
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import app_context
 from medhelm_local.errors import NotFoundError
@@ -125,10 +125,11 @@ def merge(ctx: typer.Context, run_id: str = typer.Argument(..., help="Run id of 
           skip_scoring: bool = typer.Option(False, "--skip-scoring", help="Do not score even if complete."),
           as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """Merge the shard stores left for RUN_ID into the main store; score and finish the run once complete."""
-    outcome = merge_shards(app_context(ctx), run_id, score=not skip_scoring)
+    app_ctx = app_context(ctx)
+    outcome = merge_shards(app_ctx, run_id, score=not skip_scoring)
     if as_json:
         emit_json(outcome_payload(outcome))
         return
-    print_outcome(outcome)
+    print_outcome(outcome, configured_reply_model(app_ctx, outcome.run.model))
     info(f"merged {outcome.merged} outcome(s); run {run_id} is {outcome.run.status}"
          + ("" if outcome.complete else " (items still unanswered: run the missing shards)"))
