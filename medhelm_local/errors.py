@@ -7,12 +7,12 @@ import re
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, get_args, get_origin
 
 from medhelm_local.patterns import describe
 
 if TYPE_CHECKING:
-    from pydantic import ValidationError
+    from pydantic import BaseModel, ValidationError
 
 _NAMED_FIELD = re.compile(r"(\w+): (.*)", re.DOTALL)  # a validator's message that names its field first
 
@@ -65,20 +65,57 @@ def validation_problems(exc: ValidationError, names: Mapping[str, str] | None = 
     return "; ".join(problems)
 
 
-def unknown_field_hint(exc: ValidationError, known: Collection[str], elsewhere: Collection[str], belongs: str) -> str:
-    """What to do with each field pydantic refused as unknown at the top of the model ("Extra inputs are not
-    permitted"): a field of ``elsewhere`` ``belongs`` there (a loader option written at the spec's top level), else
-    the ``known`` field it most resembles is named (a typo); "" when there is no such field."""
+def unknown_field_hint(exc: ValidationError, known: Collection[str], elsewhere: Collection[str], belongs: str,
+                       model: type[BaseModel] | None = None) -> str:
+    """What to do with each field pydantic refused as unknown ("Extra inputs are not permitted"): at the top of the
+    model, a field of ``elsewhere`` ``belongs`` there (a loader option written at the spec's top level), else the
+    ``known`` field it most resembles is named (a typo); inside a nested block of ``model`` (``prompt.sytem``,
+    ``metrics[0].mian``), the block's field it most resembles. "" when there is no such field."""
     hints = []
     for error in exc.errors():
-        if error["type"] != "extra_forbidden" or len(error["loc"]) != 1:
+        loc = tuple(error["loc"])
+        if error["type"] != "extra_forbidden" or not loc:
             continue
-        name = str(error["loc"][0])
-        if name in elsewhere:
+        name = str(loc[-1])
+        if len(loc) == 1 and name in elsewhere:
             hints.append(f"{name} belongs {belongs}")
-        elif close := difflib.get_close_matches(name, known, n=1):
-            hints.append(f"{name}: did you mean {close[0]}?")
+            continue
+        block = known if len(loc) == 1 else _fields_at(model, loc[:-1])
+        if close := difflib.get_close_matches(name, block, n=1):
+            hints.append(f"{field_path(loc)}: did you mean {close[0]}?")
     return "".join(f"; {hint}" for hint in hints)
+
+
+def _fields_at(model: type[BaseModel] | None, path: tuple[str | int, ...]) -> Collection[str]:
+    """The field names of the nested model at ``path`` (list indexes and dict keys skipped); none where the path
+    leaves the models (a plain value)."""
+    keyed = False  # the part after a dict field is one of its keys
+    for part in path:
+        if model is None:
+            return ()
+        if isinstance(part, int) or keyed:
+            keyed = False
+            continue
+        field = model.model_fields.get(part)
+        model = _model_in(field.annotation) if field is not None else None
+        keyed = field is not None and _is_dict(field.annotation)
+    return () if model is None else model.model_fields
+
+
+def _is_dict(annotation: Any) -> bool:
+    return get_origin(annotation) is dict or any(get_origin(arg) is dict for arg in get_args(annotation))
+
+
+def _model_in(annotation: Any) -> type[BaseModel] | None:
+    """The pydantic model an annotation holds: itself, or inside ``X | None``, ``list[X]``, ``X | str``."""
+    from pydantic import BaseModel
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        if (found := _model_in(arg)) is not None:
+            return found
+    return None
 
 
 class ConfigError(BadInputError):

@@ -146,6 +146,13 @@ def test_a_template_naming_a_field_the_loader_does_not_give_is_refused_at_regist
     # typos, in the loader options and in the spec
     (lambda text: text.replace("  label_column:", "  label_colum:"), "label_colum: did you mean label_column?"),
     (lambda text: text.replace("max_tokens:", "max_token:"), "max_token: did you mean max_tokens?"),
+    # a reader option (header_row, sheet, format...) misspelt: the reader's keys are loader options too
+    (lambda text: text.replace("  id_column:", "  headerrow: 1\n  id_column:"), "headerrow: did you mean header_row?"),
+    # a field of a nested block (prompt, metrics, judge, truncate) misspelt
+    (lambda text: text.replace("  system:", "  sytem:"), "prompt.sytem: did you mean system?"),
+    (lambda text: text.replace("  template: |-", "  templte: |-"), "prompt.templte: did you mean template?"),
+    (lambda text: text.replace("metric: exact_match", "metrics: [{name: exact_match, mian: true}]"),
+     "metrics[0].mian: did you mean main?"),
 ])
 def test_an_unknown_spec_field_says_where_it_belongs_or_what_it_resembles(
         home_cli: Cli, tmp_path: Path, change: Any, hint: str) -> None:
@@ -157,3 +164,27 @@ def test_an_unknown_spec_field_says_where_it_belongs_or_what_it_resembles(
     assert refused.code == 2, refused.stderr
     assert hint in refused.stderr
     assert not (home_cli.home / "benchmarks" / "followup_needed.yaml").exists()
+
+
+def test_runs_show_names_the_dataset_version_a_run_scored_and_whether_it_is_current(
+        home_cli: Cli, always_a: FakeOpenAIServer, tmp_path: Path) -> None:
+    """After one note of the extract changed and it was registered again, the leaderboard marks the earlier run as
+    scored on "another dataset version"; `runs show`, where an analyst looks next, did not say which version the run
+    scored. It now names it (as `datasets list` does) and says whether new runs still use it."""
+    spec, data = SAMPLES / "followup_needed.yaml", SAMPLES / "followup_needed.csv"
+    assert home_cli("datasets", "register", "followup_needed", str(data), "--spec", str(spec)).code == 0
+    assert home_cli("models", "add", "always-a", "--base-url", always_a.base_url).code == 0
+    run_id = home_cli("run", "--model", "always-a", "--benchmarks", "followup_needed", "--json").json()["run_id"]
+    (first,) = home_cli("datasets", "list", "--json").json()
+    shown = home_cli("runs", "show", run_id, "--json").json()
+    assert shown["datasets"] == {"followup_needed": {"versions": [first["fingerprint"][:16]], "current": True}}
+
+    changed = tmp_path / "followup_needed.csv"
+    changed.write_text(data.read_text().replace("Repeat chest X-ray", "Repeat chest radiograph", 1))
+    assert changed.read_text() != data.read_text()
+    assert home_cli("datasets", "register", "followup_needed", str(changed), "--spec", str(spec)).code == 0
+    shown = home_cli("runs", "show", run_id, "--json").json()
+    assert shown["datasets"] == {"followup_needed": {"versions": [first["fingerprint"][:16]], "current": False}}
+    text = " ".join(home_cli("runs", "show", run_id).stderr.split())
+    assert (f"followup_needed: dataset version {first['fingerprint'][:16]}, not the current one (another was "
+            "registered since: new runs use that)") in text, text

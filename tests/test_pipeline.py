@@ -137,6 +137,24 @@ def test_failed_requests_are_recorded_not_scored(home_cli: Cli, tmp_path: Path) 
     assert f"({run.json()['run_id']}), outcome failure (scored 0, failed 12)" in report.stdout, report.stdout
 
 
+def test_a_wrong_reply_model_is_named_as_the_cause_of_the_mismatches(home_cli: Cli, tmp_path: Path) -> None:
+    """The model was added with a reply_model its server never replies with (it names the model asked for): every
+    answer is a model_mismatch. The hint said the server's reply "named another model than the one asked for" (it
+    had not) and told the analyst to set reply_model, the setting at fault; it now names reply_model as what the
+    replies were checked against, and says to correct or remove it."""
+    extract = write_extract(tmp_path / "extract.csv", n=4)
+    assert home_cli("datasets", "register", "hospice_referral", str(extract)).code == 0
+    with FakeOpenAIServer() as server:
+        added = home_cli("models", "add", "local", "--base-url", server.base_url, "--reply-model", "local-v2")
+        assert added.code == 0, added.stderr
+        run = home_cli("run", "--model", "local", "--benchmarks", "hospice_referral")
+    assert run.code == 1, run.stderr
+    hint = " ".join(run.stderr.split())
+    assert "model_mismatch" in hint and "than the one asked for" not in hint, hint
+    assert "reply_model ('local-v2', set on model 'local' in appliance.yaml)" in hint, hint
+    assert "correct reply_model, or remove it" in hint, hint
+
+
 def test_bad_extract_registers_nothing(home_cli: Cli, tmp_path: Path) -> None:
     bad = tmp_path / "bad.csv"
     bad.write_text("prompt,context,answer\nq,c,A\n")

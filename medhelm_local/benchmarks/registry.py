@@ -278,7 +278,7 @@ def _loader_option_hint(exc: ValidationError) -> str:
     from medhelm_local.loaders.tabular import READER_KEYS
 
     return unknown_field_hint(exc, BenchmarkSpec.model_fields, [*RecordMapping.model_fields, *READER_KEYS],
-                              "under loader_options")
+                              "under loader_options", model=BenchmarkSpec)
 
 
 def _check_template(path: Path, name: str, template: str) -> None:

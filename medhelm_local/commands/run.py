@@ -14,7 +14,7 @@ import typer
 
 from medhelm_local.application.evaluation import EvaluationRequest, Mode, RunOutcome, Selection, Sending, evaluate
 from medhelm_local.console import emit_json, emit_table, info
-from medhelm_local.context import app_context
+from medhelm_local.context import AppContext, app_context
 from medhelm_local.errors import BadInputError
 from medhelm_local.formatting import duration
 from medhelm_local.inference.client import MODEL_MISMATCH
@@ -89,7 +89,13 @@ def print_results(run: RunInfo, results: list[BenchmarkScore],
         info(f"{unscored} answer(s) could not be scored; they are excluded from the scores")
 
 
-def print_outcome(outcome: RunOutcome) -> None:
+def configured_reply_model(app_ctx: AppContext, model: str) -> str | None:
+    """The ``reply_model`` of ``model`` in appliance.yaml; None where it has none or is no longer configured."""
+    return next((m.reply_model for m in app_ctx.home.config.models if m.name == model), None)
+
+
+def print_outcome(outcome: RunOutcome, reply_model: str | None = None) -> None:
+    """``reply_model``: the name the run's model is configured to reply with, if any (what a mismatch was against)."""
     if outcome.results:
         print_results(outcome.run, outcome.results, outcome.errors)
     report = outcome.report
@@ -101,7 +107,13 @@ def print_outcome(outcome: RunOutcome) -> None:
         detail = ", ".join(f"{c}: {n}" for c, n in categories.items())
         info(f"{benchmark}: recorded failures ({detail}); `medhelm-local run --retry-errors {outcome.run.run_id}` "
              "re-sends only those")
-    if any(MODEL_MISMATCH in categories for categories in outcome.errors.values()):
+    if any(MODEL_MISMATCH in categories for categories in outcome.errors.values()) and reply_model is not None:
+        info(f"{MODEL_MISMATCH}: the server's reply named another model than reply_model ({reply_model!r}, set on "
+             f"model {outcome.run.model!r} in appliance.yaml); those answers are not scored. If the server names its "
+             "model otherwise, correct reply_model, or remove it where the server names the model asked for (the "
+             "server's own name for it is never logged: it may echo a prompt; its /v1/models lists it); else a "
+             "router or proxy in front of it sends requests elsewhere")
+    elif any(MODEL_MISMATCH in categories for categories in outcome.errors.values()):
         info(f"{MODEL_MISMATCH}: the server's reply named another model than the one asked for (a router or proxy "
              "in front of it sending requests elsewhere?); those answers are not scored. If the server names the "
              "same model otherwise (one that names the model it loaded, a gateway that adds a version), set "
@@ -174,7 +186,7 @@ def run(
     if as_json:
         emit_json(outcome_payload(outcome))
     else:
-        print_outcome(outcome)
+        print_outcome(outcome, configured_reply_model(app_ctx, outcome.run.model))
     report = outcome.report
     if report is not None and report.sent and not report.ok:
         # Recorded, and resumable with --retry-errors; but a run that got no answer at all is no success (a

@@ -8,7 +8,7 @@ import typer
 
 from medhelm_local.analysis.cost import run_cost
 from medhelm_local.application.evaluation import merge_shards
-from medhelm_local.commands.run import outcome_payload, print_outcome
+from medhelm_local.commands.run import configured_reply_model, outcome_payload, print_outcome
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import app_context
 from medhelm_local.errors import NotFoundError
@@ -70,6 +70,7 @@ def show(ctx: typer.Context, run_id: str = typer.Argument(..., help="Run id."),
         payload["errors_by_category"] = runs_db.errors_by_category(store, run_id)
         payload["context"] = run.manifest.get("context")
         payload["sending"] = runs_db.run_sending(store, run_id)
+        payload["datasets"] = _datasets(store, run)
         payload["truncated"] = runs_db.truncation_summary(store, run_id)
         payload["sessions"] = runs_db.sessions(store, run_id)
         payload["shard_files_pending"] = [p.name for p in sharding.pending_shard_files(app_ctx.home, run_id)]
@@ -85,6 +86,11 @@ def show(ctx: typer.Context, run_id: str = typer.Argument(..., help="Run id."),
                                           "manifest_sha256")])
     for benchmark, categories in payload["errors_by_category"].items():
         info(f"{benchmark}: " + ", ".join(f"{c}: {n}" for c, n in categories.items()))
+    for benchmark, dataset in payload["datasets"].items():
+        if dataset["versions"]:
+            info(f"{benchmark}: dataset version {', '.join(dataset['versions'])}"
+                 + (", the current one" if dataset["current"] else
+                    ", not the current one (another was registered since: new runs use that)"))
     if payload["sending"] is not None:
         info(f"sends with {_sending_text(payload['sending'])} (a resume or retry too, unless given again)")
     for benchmark, cut in payload["truncated"].items():
@@ -103,6 +109,19 @@ def show(ctx: typer.Context, run_id: str = typer.Argument(..., help="Run id."),
     if cost is not None:
         info(f"tokens {cost['prompt_tokens']} in / {cost['completion_tokens']} out, wall {duration(cost['wall_s'])}s, "
              f"cost {money(cost['total'], unknown='unavailable')} ({cost['method']}: {cost['note']})")
+
+
+def _datasets(store: Store, run: RunInfo) -> dict[str, dict[str, Any]]:
+    """Per benchmark, the dataset versions the run planned its items from (as `datasets list` shows them) and
+    whether they are the version registered last, the one new runs use (the leaderboard's "another dataset
+    version"); None before the run planned any item."""
+    out: dict[str, dict[str, Any]] = {}
+    for benchmark in run.benchmarks:
+        versions = store.run_dataset_versions(run.run_id, benchmark)
+        registered = store.current_dataset(benchmark)
+        current = None if not versions else registered is not None and versions == {registered.fingerprint}
+        out[benchmark] = {"versions": sorted(v[:16] for v in versions), "current": current}
+    return out
 
 
 def _sending_text(sending: dict[str, Any]) -> str:
@@ -125,10 +144,11 @@ def merge(ctx: typer.Context, run_id: str = typer.Argument(..., help="Run id of 
           skip_scoring: bool = typer.Option(False, "--skip-scoring", help="Do not score even if complete."),
           as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
     """Merge the shard stores left for RUN_ID into the main store; score and finish the run once complete."""
-    outcome = merge_shards(app_context(ctx), run_id, score=not skip_scoring)
+    app_ctx = app_context(ctx)
+    outcome = merge_shards(app_ctx, run_id, score=not skip_scoring)
     if as_json:
         emit_json(outcome_payload(outcome))
         return
-    print_outcome(outcome)
+    print_outcome(outcome, configured_reply_model(app_ctx, outcome.run.model))
     info(f"merged {outcome.merged} outcome(s); run {run_id} is {outcome.run.status}"
          + ("" if outcome.complete else " (items still unanswered: run the missing shards)"))

@@ -149,11 +149,15 @@ def mapping_fields(mapping: RecordMapping) -> frozenset[str]:
 
 
 def parse_mapping(spec: BenchmarkSpec, options: dict[str, Any]) -> RecordMapping:
+    from medhelm_local.loaders.tabular import READER_KEYS  # tabular imports this module
+
     try:
         return RecordMapping.model_validate(options)
     except ValidationError as exc:
-        hint = unknown_field_hint(exc, RecordMapping.model_fields, BenchmarkSpec.model_fields,
-                                  "at the spec's top level, not under loader_options")
+        # The reader's keys were split off before: a misspelt one (headerrow) is named as one of them.
+        hint = unknown_field_hint(exc, [*RecordMapping.model_fields, *READER_KEYS, "columns"],
+                                  BenchmarkSpec.model_fields, "at the spec's top level, not under loader_options",
+                                  model=RecordMapping)
         raise BadInputError(f"benchmark {spec.id}: invalid loader_options ({validation_problems(exc)}){hint}") from None
 
 
