@@ -10,11 +10,12 @@ from medhelm_local.analysis.cost import run_cost
 from medhelm_local.application.evaluation import merge_shards
 from medhelm_local.commands.run import configured_reply_model, outcome_payload, print_outcome
 from medhelm_local.console import emit_json, emit_table, info
-from medhelm_local.context import app_context
+from medhelm_local.context import AppContext, app_context
 from medhelm_local.errors import NotFoundError
 from medhelm_local.formatting import duration, money
 from medhelm_local.prompts.styles import run_prompt_style
 from medhelm_local.runner import shard as sharding
+from medhelm_local.runner.liveness import run_live, status_text
 from medhelm_local.runner.manifest import manifest_sha256
 from medhelm_local.store import Store
 from medhelm_local.store import runs as runs_db
@@ -25,12 +26,14 @@ HELP = "List and inspect runs; merge the shards of a sharded run."
 app = typer.Typer(no_args_is_help=True)
 
 
-def _summary(store: Store, run: RunInfo) -> dict[str, Any]:
+def _summary(app_ctx: AppContext, store: Store, run: RunInfo) -> dict[str, Any]:
     planned = answered = errors = 0
     for benchmark in run.benchmarks:
         p, a, e = runs_db.item_counts(store, run.run_id, benchmark)
         planned, answered, errors = planned + p, answered + a, errors + e
+    live = run_live(app_ctx.home, store, run)
     return {"run_id": run.run_id, "model": run.model, "benchmarks": run.benchmarks, "status": run.status,
+            "live": live, "status_text": status_text(run, live),
             "prompt_style": run_prompt_style(run.manifest),
             "created_at": run.created_at, "finished_at": run.finished_at, "planned": planned, "answered": answered,
             "errors": errors, "manifest_sha256": manifest_sha256(run.manifest)}
@@ -46,14 +49,16 @@ def _get(store: Store, run_id: str) -> RunInfo:
 @app.command("list")
 def list_runs(ctx: typer.Context, as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")
               ) -> None:
-    """Every run: status, planned and answered items, recorded errors."""
-    with app_context(ctx).open_store(read_only=True) as store:
-        rows = [_summary(store, r) for r in store.list_runs()]
+    """Every run: status, planned and answered items, recorded errors. A run left ``running`` by a process that
+    was killed shows as interrupted (``--json``: status stays as stored, ``live`` false)."""
+    app_ctx = app_context(ctx)
+    with app_ctx.open_store(read_only=True) as store:
+        rows = [_summary(app_ctx, store, r) for r in store.list_runs()]
     if as_json:
         emit_json(rows)
         return
     emit_table("runs", ["run", "model", "prompt style", "status", "planned", "answered", "errors", "created"],
-               [[r["run_id"], r["model"], r["prompt_style"], r["status"], r["planned"], r["answered"], r["errors"],
+               [[r["run_id"], r["model"], r["prompt_style"], r["status_text"], r["planned"], r["answered"], r["errors"],
                  r["created_at"]]
                 for r in rows])
 
@@ -66,7 +71,7 @@ def show(ctx: typer.Context, run_id: str = typer.Argument(..., help="Run id."),
     app_ctx = app_context(ctx)
     with app_ctx.open_store(read_only=True) as store:
         run = _get(store, run_id)
-        payload = _summary(store, run)
+        payload = _summary(app_ctx, store, run)
         payload["errors_by_category"] = runs_db.errors_by_category(store, run_id)
         payload["context"] = run.manifest.get("context")
         payload["sending"] = runs_db.run_sending(store, run_id)
@@ -82,8 +87,8 @@ def show(ctx: typer.Context, run_id: str = typer.Argument(..., help="Run id."),
         emit_json(payload)
         return
     emit_table(f"run {run_id}", ["field", "value"],
-               [[k, payload[k]] for k in ("model", "prompt_style", "status", "planned", "answered", "errors",
-                                          "manifest_sha256")])
+               [[k, payload["status_text" if k == "status" else k]]
+                for k in ("model", "prompt_style", "status", "planned", "answered", "errors", "manifest_sha256")])
     for benchmark, categories in payload["errors_by_category"].items():
         info(f"{benchmark}: " + ", ".join(f"{c}: {n}" for c, n in categories.items()))
     for benchmark, dataset in payload["datasets"].items():

@@ -57,19 +57,26 @@ def run_lock(store_path: Path, run_id: str, settings: StoreSettings | None = Non
 
 
 def run_in_progress(store_path: Path, run_id: str) -> bool:
-    """Whether a process holds ``run_id``'s lock now, i.e. is sending it (False when that cannot be told: no lock
-    file, a read-only home). A shard sends without the lock, so False does not mean that nothing is running.
+    """Whether a process holds ``run_id``'s lock now, i.e. is sending it (False when that cannot be told: see
+    :func:`run_lock_held`). A shard sends without the lock, so False does not mean that nothing is running."""
+    return run_lock_held(store_path, run_id) is True
 
-    Probed by taking the lock and giving it back at once. Closing the file drops every lock this process holds on
-    it, so the caller must never be a process that sends runs (``audit report``, the console are not)."""
+
+def run_lock_held(store_path: Path, run_id: str) -> bool | None:
+    """Whether a process holds ``run_id``'s lock now: True, False, or None when that cannot be told (no lock file,
+    which every process that sends a run creates first; a file this process may not read; no locks there).
+
+    Probed by taking a shared lock (a read-only home allows it) and giving it back at once. Closing the file drops
+    every lock this process holds on it, so the caller must never be a process that sends runs (``audit report``,
+    ``runs list``/``show``, the console are not)."""
     try:
-        fd = os.open(run_lock_path(store_path), os.O_RDWR)
+        fd = os.open(run_lock_path(store_path), os.O_RDONLY)
     except OSError:
-        return False
+        return None
     try:
-        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, _offset(run_id))
+        fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB, 1, _offset(run_id))
     except OSError as exc:
-        return exc.errno in (errno.EACCES, errno.EAGAIN)  # held; another error (no locks on this filesystem): unknown
+        return True if exc.errno in (errno.EACCES, errno.EAGAIN) else None
     finally:
         os.close(fd)
     return False

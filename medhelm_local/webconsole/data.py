@@ -34,6 +34,7 @@ from medhelm_local.home.keys import load_data_key
 from medhelm_local.prompts.styles import run_prompt_style, spec_for_run
 from medhelm_local.records import Truncated
 from medhelm_local.runner.fitting import sent_request
+from medhelm_local.runner.liveness import run_live, status_text
 from medhelm_local.runner.manifest import manifest_sha256
 from medhelm_local.store import connection
 from medhelm_local.store import console as console_db
@@ -163,6 +164,16 @@ class RunSummary:
     prompt_style: str
     progress: list[BenchmarkProgress]
     errors_by_category: dict[str, dict[str, int]]
+    live: bool | None = None  # runner.liveness.run_live: whether a process is sending a `running` run
+
+    @property
+    def status_text(self) -> str:
+        return status_text(self.run, self.live)
+
+    @property
+    def badge(self) -> str:
+        """The status a page's badge (and its reloading) goes by: a run no process sends counts as interrupted."""
+        return "interrupted" if self.live is False else self.run.status
 
     @property
     def planned(self) -> int:
@@ -181,16 +192,17 @@ class RunSummary:
         return self.answered + self.errors
 
 
-def _summary(store: Store, run: RunInfo) -> RunSummary:
+def _summary(home: Home, store: Store, run: RunInfo) -> RunSummary:
     progress = [BenchmarkProgress(b, *runs_db.item_counts(store, run.run_id, b)) for b in run.benchmarks]
     return RunSummary(run=run, prompt_style=run_prompt_style(run.manifest), progress=progress,
-                      errors_by_category=runs_db.errors_by_category(store, run.run_id))
+                      errors_by_category=runs_db.errors_by_category(store, run.run_id),
+                      live=run_live(home, store, run))
 
 
 def runs(home: Home) -> list[RunSummary]:
     """Every run, newest first, with progress and failures by category."""
     with reading(home) as store:
-        return [_summary(store, r) for r in reversed(store.list_runs())]
+        return [_summary(home, store, r) for r in reversed(store.list_runs())]
 
 
 @dataclass
@@ -215,7 +227,7 @@ def run_detail(home: Home, run_id: str) -> RunDetail:
         for benchmark in run.benchmarks:
             s = benchmark_score(store, specs, run_id, run.model, benchmark)
             scores[benchmark] = {"metric": s.metric, "score": s.score, "n": s.n, "n_failed": s.n_failed}
-        return RunDetail(summary=_summary(store, run), manifest_sha256=manifest_sha256(run.manifest),
+        return RunDetail(summary=_summary(home, store, run), manifest_sha256=manifest_sha256(run.manifest),
                          sessions=runs_db.sessions(store, run_id), truncated=truncated, scores=scores)
 
 
@@ -419,7 +431,7 @@ def system(home: Home) -> SystemView:
     try:
         with reading(home) as store:
             view.model_servers = console_db.model_servers(store, limit=20)
-            view.last_runs = [_summary(store, r) for r in list(reversed(store.list_runs()))[:10]]
+            view.last_runs = [_summary(home, store, r) for r in list(reversed(store.list_runs()))[:10]]
     except (RunInProgress, NoStoreYet) as exc:
         view.store_error = str(exc)
     return view

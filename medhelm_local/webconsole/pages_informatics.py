@@ -127,7 +127,7 @@ def _reloading(request: Request, live: bool) -> dict[str, Any]:
 def runs(request: Request) -> Response:
     console = console_of(request)
     summaries = data.runs(console.home)
-    live = any(s.run.status not in FINAL_STATUSES for s in summaries)
+    live = any(s.badge not in FINAL_STATUSES for s in summaries)
     return console.render(request, "runs.html", runs=summaries, **_reloading(request, live))
 
 
@@ -135,7 +135,7 @@ def runs(request: Request) -> Response:
 def run_detail(request: Request) -> Response:
     console = console_of(request)
     detail = data.run_detail(console.home, request.path_params["run_id"])
-    live = detail.summary.run.status not in FINAL_STATUSES
+    live = detail.summary.badge not in FINAL_STATUSES
     return console.render(request, "run.html", detail=detail, run=detail.summary.run, **_reloading(request, live))
 
 

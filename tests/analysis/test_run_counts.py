@@ -22,7 +22,7 @@ def test_a_failed_request_is_an_error_not_an_answer(tmp_path: Path) -> None:
         run_id = add_run(store, "tiny", "pubmedqa", fingerprint, data, outputs)
         from medhelm_local.webconsole.data import _summary
 
-        summary = _summary(store, store.get_run(run_id))  # type: ignore[arg-type]
+        summary = _summary(home, store, store.get_run(run_id))  # type: ignore[arg-type]
     cli = Cli(home=home.root, env=cli_env())
     (listed,) = json.loads(cli("runs", "list", "--json").stdout)
     assert (listed["planned"], listed["answered"], listed["errors"]) == (12, 8, 4)  # answered was 12
