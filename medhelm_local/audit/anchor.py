@@ -3,8 +3,10 @@
 Everything in the home (the trail, its state file, the signing key pair) can be rewritten by whoever holds the
 home, so a trail is only as trustworthy as the key it is checked against. The key is pinned outside it, as
 
-* ``MEDHELM_AUDIT_KEY_FINGERPRINT`` = ``SHA256:<unpadded base64 of sha256 of the raw 32-byte Ed25519 public
-  key>`` (OpenSSH fingerprint style), printed by ``init`` for the compliance officer to record, or
+* ``MEDHELM_AUDIT_KEY_FINGERPRINT`` = the key's OpenSSH fingerprint (``SHA256:...``, what ``ssh-keygen -lf`` prints
+  for the key exported with ``keys export-public --format openssh``), printed by ``init`` for the compliance officer
+  to record. Earlier releases printed the sha256 of the raw 32-byte key instead; a pin in that form still matches
+  (:func:`earlier_fingerprint`) and ``doctor``/``audit verify`` say so, or
 * ``MEDHELM_AUDIT_PUBKEY_FILE`` = the public key itself (PEM or OpenSSH ``ssh-ed25519 ...``, read by
   ``home.keys.load_public_key`` as every public key file is), e.g. a read-only ConfigMap mount.
 
@@ -12,8 +14,8 @@ In the Helm chart both come from a ConfigMap or Secret the appliance's service a
 verify`` checks against the pinned key (or ``--public-key FILE``), ``doctor`` checks that the private key matches
 it, and ``audit checkpoint --export`` signs a head that a verifier keeps and compares later.
 
-The fingerprint's digest is the checkpoints' ``key_id`` (hex): a fingerprint alone is enough to tell whether a
-trail was signed by the pinned key.
+Checkpoints and manifests name their key by ``key_id`` (hex sha256 of the raw key, the earlier fingerprint's
+digest); they are signed, so that form stays.
 """
 
 from __future__ import annotations
@@ -30,6 +32,9 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from medhelm_local.errors import BadInputError, MedhelmError
+
+# The one fingerprint of an Ed25519 key in the project (OpenSSH's), re-exported for the audit side.
+from medhelm_local.export.sshsig import fingerprint as fingerprint
 from medhelm_local.home.keys import load_public_key
 
 FINGERPRINT_ENV = "MEDHELM_AUDIT_KEY_FINGERPRINT"
@@ -49,8 +54,9 @@ def raw_public_bytes(public_key: Ed25519PublicKey) -> bytes:
     return public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
 
 
-def fingerprint(public_key: Ed25519PublicKey) -> str:
-    """``SHA256:<unpadded base64>`` of the raw 32-byte public key."""
+def earlier_fingerprint(public_key: Ed25519PublicKey) -> str:
+    """The form releases before the OpenSSH fingerprint printed and pinned: ``SHA256:`` + unpadded base64 of the
+    sha256 of the raw 32-byte key (not what ``ssh-keygen -l`` prints). Only for matching pins set then."""
     digest = hashlib.sha256(raw_public_bytes(public_key)).digest()
     return "SHA256:" + base64.b64encode(digest).decode("ascii").rstrip("=")
 
@@ -69,14 +75,9 @@ def parse_fingerprint(text: str, *, source: str) -> str:
 
 
 def key_id_fingerprint(value: str) -> str:
-    """The fingerprint of the key a checkpoint's or manifest's ``key_id`` (hex sha256 of the raw key) names: the
-    one form every message and report names a key by."""
+    """A checkpoint's or manifest's ``key_id`` (hex sha256 of the raw key) as text, where the key itself is not
+    at hand: the earlier fingerprint form, since the OpenSSH one cannot be derived from it."""
     return "SHA256:" + base64.b64encode(bytes.fromhex(value)).decode("ascii").rstrip("=")
-
-
-def fingerprint_key_id(value: str) -> str:
-    """The checkpoints' ``key_id`` (hex sha256 of the raw key) for a fingerprint."""
-    return base64.b64decode(value.removeprefix("SHA256:") + "=").hex()
 
 
 @dataclass(frozen=True)
@@ -87,12 +88,18 @@ class Anchor:
     source: str
     public_key: Ed25519PublicKey | None = None  # None: only the fingerprint is pinned
 
-    @property
-    def key_id(self) -> str:
-        return fingerprint_key_id(self.fingerprint)
-
     def matches(self, public_key: Ed25519PublicKey) -> bool:
-        return fingerprint(public_key) == self.fingerprint
+        return self.fingerprint in (fingerprint(public_key), earlier_fingerprint(public_key))
+
+    def pinned_in_earlier_form(self, public_key: Ed25519PublicKey) -> bool:
+        return self.fingerprint != fingerprint(public_key) and self.fingerprint == earlier_fingerprint(public_key)
+
+    def describe(self, public_key: Ed25519PublicKey) -> str:
+        """Where the pin comes from, saying when it matched in the earlier (raw-key) fingerprint form."""
+        if not self.pinned_in_earlier_form(public_key):
+            return self.source
+        return (f"{self.source}, in the earlier fingerprint form (sha256 of the raw key); its OpenSSH fingerprint, "
+                f"as `ssh-keygen -lf` and `init` print it, is {fingerprint(public_key)}")
 
 
 def pinned_anchor(environ: dict[str, str] | None = None) -> Anchor | None:
@@ -109,10 +116,12 @@ def pinned_anchor(environ: dict[str, str] | None = None) -> Anchor | None:
         from_file = Anchor(fingerprint=fingerprint(key), source=f"{PUBKEY_FILE_ENV}={raw_file}", public_key=key)
     if raw_fp:
         pinned = parse_fingerprint(raw_fp, source=FINGERPRINT_ENV)
-        if from_file is not None and from_file.fingerprint != pinned:
+        pinned_anchor_fp = Anchor(fingerprint=pinned, source=FINGERPRINT_ENV)
+        if from_file is not None and from_file.public_key is not None and not pinned_anchor_fp.matches(
+                from_file.public_key):
             raise PinConfigError(f"{FINGERPRINT_ENV} ({pinned}) and {PUBKEY_FILE_ENV} ({from_file.fingerprint}) name "
                               "different keys; fix the pinned configuration")
-        return from_file or Anchor(fingerprint=pinned, source=FINGERPRINT_ENV)
+        return from_file or pinned_anchor_fp
     return from_file
 
 

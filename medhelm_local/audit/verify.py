@@ -218,7 +218,7 @@ def verify_file(path: Path, public_key: Ed25519PublicKey, *, external: ExportedC
                              f"pinned key {anchor.fingerprint} ({anchor.source})"))
     report.fingerprint = fingerprint(public_key)
     report.anchored = anchor is not None
-    report.anchor_source = anchor.source if anchor is not None else None
+    report.anchor_source = anchor.describe(public_key) if anchor is not None else None
     report.state_count = state.count if state is not None else None
     if extra:
         report.problems = sorted([*report.problems, *extra], key=lambda p: p.seq)

@@ -135,7 +135,7 @@ def pinned_key_status(home: Home) -> tuple[str, str]:
         return "warn", (f"not pinned: record {own} outside the appliance and set {FINGERPRINT_ENV} (or "
                         f"{PUBKEY_FILE_ENV}); until then a replaced key pair goes unnoticed")
     check_matches(private.public_key(), anchor, what=f"the signing key {SIGNING_KEY_FILE}")
-    return "ok", f"{own} matches {anchor.source}"
+    return "ok", f"{own} matches {anchor.describe(private.public_key())}"
 
 
 def file_modes_status(home: Home) -> tuple[str, str]:

@@ -32,7 +32,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from pydantic import BaseModel, ConfigDict, ValidationError
 
 from medhelm_local import __version__
-from medhelm_local.audit.anchor import fingerprint, key_id_fingerprint
+from medhelm_local.audit.anchor import earlier_fingerprint, fingerprint, key_id_fingerprint
 from medhelm_local.audit.trail import CHECKPOINT_SCHEMA, key_id
 from medhelm_local.benchmarks.registry import SpecRegistry, shipped_specs
 from medhelm_local.errors import BadInputError, MedhelmError, NotFoundError
@@ -103,7 +103,8 @@ class BundleVerification(BaseModel):
     approved_by: str | None
     approver_key: str | None
     key_id: str | None  # the manifest's appliance_key_id (hex), kept for scripts
-    key_fingerprint: str | None  # the same key as `init` and every message name it: SHA256:...
+    key_fingerprint: str | None  # with the appliance key given, as `init` and `ssh-keygen -lf` name it; else the
+    # earlier raw-key form of key_id (the OpenSSH fingerprint cannot be derived from it)
     problems: list[str]
     files: dict[str, str]
     same_policy: bool | None = None  # the bundle was checked under exactly the policy it was verified against
@@ -604,8 +605,12 @@ def verify_bundle(bundle: Path, loaded: LoadedPolicy, *, appliance_key: Ed25519P
                 problems.append(f"{MANIFEST}: the appliance signature is invalid for key "
                                 f"{fingerprint(appliance_key)}")
         if result["key_id"] not in (None, key_id(appliance_key)):
-            problems.append(f"the manifest names appliance key {result['key_fingerprint'] or 'that is unreadable'}, "
-                            f"not {fingerprint(appliance_key)}")
+            # only the manifest's key_id is at hand: both keys are named in its (earlier, raw-key) form too
+            problems.append(f"the manifest names appliance key {result['key_fingerprint'] or 'that is unreadable'} "
+                            f"(sha256 of the raw key, the form earlier releases printed), not "
+                            f"{fingerprint(appliance_key)} ({earlier_fingerprint(appliance_key)} in that form)")
+        elif result["key_id"] is not None:  # the key is at hand: name it as `init` and `ssh-keygen -lf` do
+            result["key_fingerprint"] = fingerprint(appliance_key)
         checkpoint = manifest.get("audit_checkpoint")
         if not isinstance(checkpoint, dict) or not checkpoint_signature_ok(checkpoint, appliance_key):
             problems.append("the audit checkpoint in the manifest does not verify")

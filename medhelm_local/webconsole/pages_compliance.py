@@ -4,29 +4,26 @@ with the approver's own key: the console shows what to sign and never holds an a
 
 from __future__ import annotations
 
-import base64
 import csv
 import hashlib
 import importlib
 import importlib.util
 import io
-import os
 from datetime import datetime
 from functools import partial
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from starlette.concurrency import run_in_threadpool
 from starlette.datastructures import UploadFile
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
+from medhelm_local.audit.anchor import FINGERPRINT_ENV, PUBKEY_FILE_ENV, pinned_anchor
 from medhelm_local.audit.report import ComplianceReport, compliance_report, filter_records, parse_time
-from medhelm_local.audit.trail import AuditTrail
+from medhelm_local.audit.trail import AuditTrail, read_state, state_path_for
 from medhelm_local.audit.verify import VerifyReport, verify_file
 from medhelm_local.errors import BadInputError, NotFoundError
 from medhelm_local.export import bundle as export_bundle
@@ -38,57 +35,23 @@ from medhelm_local.webconsole.app import bad_form_token, check_csrf, console_of,
 
 COMPLIANCE = ConsoleRole.COMPLIANCE
 MAX_RECORDS = 500
-PUBKEY_ENV = "MEDHELM_AUDIT_PUBKEY_FILE"
-FINGERPRINT_ENV = "MEDHELM_AUDIT_KEY_FINGERPRINT"
 REPORT_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src 'none'; script-src 'none'; sandbox"
 
 
-def fingerprint(key: Ed25519PublicKey) -> str:
-    """OpenSSH-style: ``SHA256:`` + unpadded base64 of sha256 of the raw 32-byte public key."""
-    raw = key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return "SHA256:" + base64.b64encode(hashlib.sha256(raw).digest()).decode().rstrip("=")
-
-
-def pinned_key(home: Home) -> tuple[Ed25519PublicKey, str]:
-    """The key to verify against and where it comes from: the pinned key outside the home when configured
-    (``MEDHELM_AUDIT_PUBKEY_FILE``, or the home's key checked against ``MEDHELM_AUDIT_KEY_FINGERPRINT``), else the
-    home's own public key, said plainly."""
-    pinned_file = os.environ.get(PUBKEY_ENV)
-    if pinned_file:
-        return load_public_key(Path(pinned_file), given_as=PUBKEY_ENV), f"pinned key file ({PUBKEY_ENV})"
-    key = load_public_key(home.keys_dir / PUBLIC_KEY_FILE)
-    expected = os.environ.get(FINGERPRINT_ENV)
-    if expected:
-        if fingerprint(key) != expected.strip():
-            raise BadInputError(f"the home's public key does not match the pinned fingerprint ({FINGERPRINT_ENV}); "
-                                "the trail cannot be verified against a key the appliance could have replaced")
-        return key, f"home key, matching the pinned fingerprint ({FINGERPRINT_ENV})"
-    return key, "the home's own public key (no pinned key configured: set MEDHELM_AUDIT_PUBKEY_FILE)"
-
-
-ANCHOR_MODULE = "medhelm_local.audit.anchor"
-
-
 def verify_trail(home: Home) -> tuple[VerifyReport, str]:
-    """Verify the home's trail against the pinned key, and say where the key came from. Where the audit module
-    anchors trails itself (``audit.anchor``: the pin, the state file's record count), its checks are used, as
-    ``audit verify`` uses them; otherwise the pin is applied here."""
+    """Verify the home's trail against the pinned key (``audit.anchor``: the pin, the state file's record count, as
+    ``audit verify`` checks them), and say where the key came from."""
     path = home.audit_path
-    if importlib.util.find_spec(ANCHOR_MODULE) is None:
-        key, source = pinned_key(home)
-        return verify_file(path, key), source
-    anchoring = importlib.import_module(ANCHOR_MODULE)
-    trail = importlib.import_module("medhelm_local.audit.trail")
-    anchor = anchoring.pinned_anchor()
+    anchor = pinned_anchor()
     if anchor is not None and anchor.public_key is not None:
         key, source = anchor.public_key, f"pinned key ({anchor.source})"
     else:
         key = load_public_key(home.keys_dir / PUBLIC_KEY_FILE)
-        source = (f"the home's key, checked against the pinned fingerprint ({anchor.source})" if anchor is not None
+        source = (f"the home's key, checked against the pinned fingerprint ({anchor.describe(key)})"
+                  if anchor is not None
                   else "UNANCHORED: the home's own public key, which anyone who can rewrite the trail can replace; "
-                  f"pin it outside the home ({FINGERPRINT_ENV} or {PUBKEY_ENV})")
-    verify: Any = verify_file  # with the anchor and the recorded state where the audit module takes them
-    report: VerifyReport = verify(path, key, state=trail.read_state(trail.state_path_for(path)), anchor=anchor)
+                  f"pin it outside the home ({FINGERPRINT_ENV} or {PUBKEY_FILE_ENV})")
+    report = verify_file(path, key, state=read_state(state_path_for(path)), anchor=anchor)
     return report, source
 
 

@@ -10,9 +10,9 @@ import re
 from pathlib import Path
 
 from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
-from medhelm_local.audit.anchor import fingerprint
+from medhelm_local.audit.anchor import earlier_fingerprint, fingerprint
 from medhelm_local.audit.trail import key_id
 from medhelm_local.home.keys import load_signing_key
 from tests.compliance.conftest import EvaluatedHome, approve_args, request_export, run_json
@@ -22,7 +22,10 @@ HEX_ID = re.compile(r"\b[0-9a-f]{16,64}\b")
 
 
 def _other_key(tmp_path: Path) -> tuple[Path, str]:
-    public = Ed25519PrivateKey.generate().public_key()
+    return _write_key(tmp_path, Ed25519PrivateKey.generate().public_key())
+
+
+def _write_key(tmp_path: Path, public: Ed25519PublicKey) -> tuple[Path, str]:
     path = tmp_path / "other.pub"
     path.write_bytes(public.public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH))
     return path, fingerprint(public)
@@ -42,18 +45,22 @@ def test_export_verify_names_both_keys_by_fingerprint(evaluated: EvaluatedHome, 
     request_id = str(request_export(cli, evaluated.run_id)["request_id"])
     run_json(cli, "export", "approve", request_id, *approve_args(evaluated.home), "--out", str(tmp_path / "out"))
     bundle = tmp_path / "out" / request_id
-    other, other_print = _other_key(tmp_path)
+    other_public = Ed25519PrivateKey.generate().public_key()
+    other, other_print = _write_key(tmp_path, other_public)
 
     result = cli("export", "verify", str(bundle), "--public-key", str(other))
     assert result.code == 1
     assert f"the appliance signature is invalid for key {other_print}" in result.stdout
-    assert f"the manifest names appliance key {fingerprint(appliance)}, not {other_print}" in result.stdout
+    # the manifest holds only the key's raw digest: both keys are also named in that (earlier) form
+    assert (f"the manifest names appliance key {earlier_fingerprint(appliance)} (sha256 of the raw key, the form "
+            f"earlier releases printed), not {other_print} ({earlier_fingerprint(other_public)} in that form)"
+            in result.stdout)
     assert not HEX_ID.search(" ".join(line for line in result.stdout.splitlines() if "key" in line))
 
     checked = cli("export", "verify", str(bundle), "--public-key", str(other), "--json")
     payload = json.loads(checked.stdout)
     assert payload["key_id"] == key_id(appliance)  # kept for scripts: the manifest's appliance_key_id
-    assert payload["key_fingerprint"] == fingerprint(appliance)
+    assert payload["key_fingerprint"] == earlier_fingerprint(appliance)  # the manifest's key is not at hand
 
     good = cli("export", "verify", str(bundle))
     assert good.code == 0, good.stdout

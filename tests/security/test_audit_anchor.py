@@ -26,8 +26,10 @@ PUBKEY_FILE_ENV = "MEDHELM_AUDIT_PUBKEY_FILE"
 
 
 def fingerprint(public_key: Ed25519PublicKey) -> str:
+    """OpenSSH's (`ssh-keygen -l`): sha256 of the key blob (string "ssh-ed25519", string raw key)."""
     raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
-    return "SHA256:" + base64.b64encode(hashlib.sha256(raw).digest()).decode().rstrip("=")
+    blob = b"".join(len(part).to_bytes(4, "big") + part for part in (b"ssh-ed25519", raw))
+    return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
 
 
 @pytest.fixture(autouse=True)

@@ -4,16 +4,13 @@ were fine, and every later action was refused as "invalid signature"."""
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import json
 from pathlib import Path
 
 import pytest
-from cryptography.hazmat.primitives import serialization
 
 from medhelm_local.home import Home
-from medhelm_local.home.keys import DATA_KEY_FILE, SIGNING_KEY_FILE, load_signing_key
+from medhelm_local.home.keys import DATA_KEY_FILE, SIGNING_KEY_FILE
 from medhelm_local.store import Store
 from tests.compliance.inproc import InProcessCli
 
@@ -30,11 +27,10 @@ def _no_pin(monkeypatch: pytest.MonkeyPatch) -> None:
 
 def _home(tmp_path: Path) -> tuple[InProcessCli, str]:
     cli = InProcessCli(home=tmp_path / "home")
-    assert cli("init").code == 0
+    init = cli("init", "--json")
+    assert init.code == 0
     assert cli("audit", "checkpoint", "--out", str(tmp_path / "head.json")).code == 0
-    public = load_signing_key(cli.home / "keys").public_key().public_bytes(serialization.Encoding.Raw,
-                                                                          serialization.PublicFormat.Raw)
-    return cli, "SHA256:" + base64.b64encode(hashlib.sha256(public).digest()).decode().rstrip("=")
+    return cli, json.loads(init.stdout)["audit_key_fingerprint"]  # the fingerprint the officer recorded
 
 
 def test_init_refuses_to_replace_a_lost_signing_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
