@@ -41,7 +41,6 @@ FORMAT_REJECTED = "format_rejected"
 # that sent it elsewhere): the answer is not the evaluated model's, never scored. Not retried: a server that
 # answers for another model is misconfigured, and a retry that happened to reach the right one would hide it.
 MODEL_MISMATCH = "model_mismatch"
-MAX_MODEL_NAME_SHOWN = 80  # characters of a reply's model name a warning shows
 # Failures that say "this replica is unreachable or wedged", as opposed to "this request went wrong".
 ENDPOINT_FAILURES = frozenset({"connect_error", "connection_dropped", "timeout", "http_502", "http_503", "http_504"})
 USER_AGENT = f"python-httpx/{httpx.__version__}".encode()  # the small-request client's, on every request alike
@@ -213,12 +212,6 @@ def parse_completion(payload: bytes, max_tokens: int = MAX_TOKEN_COUNT) -> Compl
         )
     except (ValueError, KeyError, IndexError, TypeError, AttributeError):
         raise RequestFailed("invalid_json", retryable=True) from None
-
-
-def shown_model_name(name: str) -> str:
-    """A model name a server sent, fit to print: control characters removed, at most ``MAX_MODEL_NAME_SHOWN``."""
-    printable = "".join(c for c in name if c.isprintable())
-    return printable if len(printable) <= MAX_MODEL_NAME_SHOWN else printable[:MAX_MODEL_NAME_SHOWN] + "..."
 
 
 @dataclass
