@@ -34,7 +34,7 @@ from medhelm_local.store.connection import (
 SCHEMA_VERSION = "1"
 # The migration's steps written in Python (``Store._migrate``), part of its digest: add a name when adding one,
 # so that stores migrated without it are migrated again.
-MIGRATION_STEPS = ("unkey_requests", "salt_dataset_digests", "digest_datasets", "session_sending_apart")
+MIGRATION_STEPS = ("unkey_requests", "salt_dataset_digests", "digest_datasets")
 # The ``meta`` key of the store's own random key for digests of instances (``instances_digest``).
 DIGEST_SALT_KEY = "instances_digest_salt"
 
@@ -266,7 +266,6 @@ class Store:
             self._unkey_requests()
             self._salt_dataset_digests()
             self._digest_datasets()
-            self._session_sending_apart()
             self._conn.execute("INSERT INTO meta VALUES ('schema_digest', ?) ON CONFLICT (key) DO UPDATE SET "
                                "value = excluded.value", [digest])
 
@@ -294,12 +293,11 @@ class Store:
         self._conn.execute("ALTER TABLE requests_unkeyed RENAME TO requests")
 
     def _salt_dataset_digests(self) -> None:
-        """The store's random key for digests of instances, made once. A store whose readings a build of this
-        release digested without one gets them digested again (``_digest_datasets``, next)."""
+        """The store's random key for digests of instances, made once, before any is digested
+        (``_digest_datasets``, next)."""
         if self._conn.execute("SELECT 1 FROM meta WHERE key = ?", [DIGEST_SALT_KEY]).fetchone():
             return
         self._conn.execute("INSERT INTO meta VALUES (?, ?)", [DIGEST_SALT_KEY, secrets.token_hex(32)])
-        self._conn.execute("DELETE FROM dataset_readings")
 
     def _digest_salt(self) -> bytes:
         row = self._conn.execute("SELECT value FROM meta WHERE key = ?", [DIGEST_SALT_KEY]).fetchone()
@@ -320,19 +318,6 @@ class Store:
             self._conn.execute(
                 "INSERT INTO dataset_readings VALUES (?, ?, ?)",
                 [benchmark, fingerprint, self.digest_instances(self._stored_instances(benchmark, fingerprint))])
-
-    def _session_sending_apart(self) -> None:
-        """A store migrated by a build that kept a session's sending options in a column of ``runner_sessions``
-        gets them moved to ``runner_session_sending`` and the column dropped: the previous release inserts
-        sessions by position (see schema_runner.sql)."""
-        column = self._conn.execute(
-            "SELECT count(*) FROM duckdb_columns() WHERE database_name = current_database() "
-            "AND table_name = 'runner_sessions' AND column_name = 'sending'").fetchone()
-        if not column or not column[0]:
-            return
-        self._conn.execute("INSERT INTO runner_session_sending SELECT run_id, session_id, sending FROM runner_sessions "
-                           "WHERE sending IS NOT NULL ON CONFLICT DO NOTHING")
-        self._conn.execute("ALTER TABLE runner_sessions DROP COLUMN sending")
 
     @property
     def conn(self) -> duckdb.DuckDBPyConnection:

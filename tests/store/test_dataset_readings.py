@@ -95,18 +95,3 @@ def test_going_back_to_an_earlier_reading_makes_its_version_current_again(tmp_pa
         # Another source, or other loader settings, are other versions, as before.
         other = store.register_dataset("pubmedqa", "b" * 64, LOADER, "y.json", data, {})
         assert other.new and other.reading_changed is None and other.fingerprint == dataset_version("b" * 64, LOADER)
-
-
-def test_readings_digested_without_the_stores_key_are_digested_again(tmp_path: Path) -> None:
-    """A store a build of this release migrated before digests were keyed holds plain sha256 digests: the migration
-    makes the store's key and digests every version again with it, and the versions stay what they were."""
-    home = make_home(tmp_path / "home")
-    data = _data()
-    with Store.open(home) as store:
-        first, _ = _register(store, data)
-        store.conn.execute("DELETE FROM meta WHERE key IN ('schema_digest', 'instances_digest_salt')")
-        store.conn.execute("UPDATE dataset_readings SET instances_sha256 = 'plain-sha256'")
-    with Store.open(home) as store:
-        current = store.current_dataset("pubmedqa")
-        assert current is not None and current.instances_sha256 == store.digest_instances(map(stored_form, data))
-        assert _register(store, data) == (first, False)

@@ -11,7 +11,6 @@ is opened by this code, and after this code migrated it, the previous release st
 from __future__ import annotations
 
 import json
-from datetime import datetime
 from pathlib import Path
 
 from medhelm_local.home import Home
@@ -92,30 +91,6 @@ def test_doctor_says_the_store_is_not_migrated_yet_and_leaves_it_so(tmp_path: Pa
     result = cli("doctor", "--json")
     (store_check,) = [c for c in result.json()["checks"] if c["check"] == "store"]
     assert "another release" not in store_check["detail"]
-
-
-def test_sessions_options_kept_in_a_column_by_an_earlier_build_are_moved_to_their_table(tmp_path: Path) -> None:
-    """Builds between the previous release and this one kept a session's options in a column of runner_sessions;
-    the migration moves them to runner_session_sending and drops the column."""
-    home = make_home(tmp_path / "home")
-    with Store.open(home) as store:
-        store.conn.execute("ALTER TABLE runner_sessions ADD COLUMN sending JSON")
-        store.conn.execute(
-            "INSERT INTO runner_sessions VALUES ('run-1', 'kept', 'new', NULL, ?, NULL, 0, 0, 0, 0, 0, 0, '[]', ?)",
-            [datetime(2026, 1, 1), json.dumps({"concurrency": 2})],
-        )
-        store.conn.execute(
-            "INSERT INTO runner_sessions VALUES ('run-1', 'older', 'new', NULL, ?, NULL, 0, 0, 0, 0, 0, 0, '[]', NULL)",
-            [datetime(2025, 1, 1)],
-        )
-        store.conn.execute("UPDATE meta SET value = 'an earlier build' WHERE key = 'schema_digest'")
-    with Store.open(home) as store:
-        assert previous_release.columns(store.conn) == _current_columns(tmp_path)
-        assert [(s["session_id"], s["sending"]) for s in runs_db.sessions(store, "run-1")] == [
-            ("older", None),
-            ("kept", {"concurrency": 2}),
-        ]
-        _previous_session(store, "run-1", "rolled-back")
 
 
 def test_an_upgraded_home_answers_every_command_and_the_previous_release_still_writes_it(tmp_path: Path) -> None:
