@@ -19,10 +19,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from medhelm_local.audit.trail import AuditTrail, AuditWriteError
 from medhelm_local.home.keys import PUBLIC_KEY_FILE, SIGNING_KEY_FILE, load_signing_key
 from tests.compliance.inproc import InProcessCli
+from tests.security.pinkit import FINGERPRINT_ENV, PUBKEY_FILE_ENV, no_pin
 
-# The conventions (TEAM.md), spelled out here so the tests also run, and fail, against the code before them.
-FINGERPRINT_ENV = "MEDHELM_AUDIT_KEY_FINGERPRINT"
-PUBKEY_FILE_ENV = "MEDHELM_AUDIT_PUBKEY_FILE"
+__all__ = ["no_pin"]  # the autouse fixture that clears the pin's environment
 
 
 def fingerprint(public_key: Ed25519PublicKey) -> str:
@@ -30,12 +29,6 @@ def fingerprint(public_key: Ed25519PublicKey) -> str:
     raw = public_key.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw)
     blob = b"".join(len(part).to_bytes(4, "big") + part for part in (b"ssh-ed25519", raw))
     return "SHA256:" + base64.b64encode(hashlib.sha256(blob).digest()).decode().rstrip("=")
-
-
-@pytest.fixture(autouse=True)
-def _no_pin(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in (FINGERPRINT_ENV, PUBKEY_FILE_ENV, "MEDHELM_KEYS_DIR", "MEDHELM_CONFIG"):
-        monkeypatch.delenv(name, raising=False)
 
 
 def _home_with_trail(tmp_path: Path, events: int = 4) -> tuple[InProcessCli, str]:

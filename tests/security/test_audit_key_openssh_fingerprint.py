@@ -18,23 +18,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from medhelm_local.home.keys import load_signing_key
 from tests.compliance.inproc import InProcessCli
+from tests.security.pinkit import FINGERPRINT_ENV, no_pin, recorded_home
 
-FINGERPRINT_ENV = "MEDHELM_AUDIT_KEY_FINGERPRINT"
-PUBKEY_FILE_ENV = "MEDHELM_AUDIT_PUBKEY_FILE"
-
-
-@pytest.fixture(autouse=True)
-def _no_pin(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in (FINGERPRINT_ENV, PUBKEY_FILE_ENV, "MEDHELM_KEYS_DIR", "MEDHELM_CONFIG"):
-        monkeypatch.delenv(name, raising=False)
-
-
-def _home(tmp_path: Path) -> tuple[InProcessCli, str]:
-    cli = InProcessCli(home=tmp_path / "home")
-    init = cli("init", "--json")
-    assert init.code == 0, init.stderr
-    assert cli("audit", "checkpoint", "--out", str(tmp_path / "head.json")).code == 0
-    return cli, json.loads(init.stdout)["audit_key_fingerprint"]
+__all__ = ["no_pin"]  # the autouse fixture that clears the pin's environment
 
 
 def _raw_key_form(cli: InProcessCli) -> str:
@@ -45,7 +31,7 @@ def _raw_key_form(cli: InProcessCli) -> str:
 
 @pytest.mark.skipif(shutil.which("ssh-keygen") is None, reason="needs ssh-keygen (openssh-client)")
 def test_ssh_keygen_prints_the_fingerprint_init_and_keys_show_print(tmp_path: Path) -> None:
-    cli, printed_by_init = _home(tmp_path)
+    cli, printed_by_init = recorded_home(tmp_path)
     out = tmp_path / "appliance.pub"
     assert cli("keys", "export-public", "--format", "openssh", "--out", str(out)).code == 0
     listed = subprocess.run(["ssh-keygen", "-lf", str(out)], capture_output=True, text=True, check=True).stdout
@@ -61,7 +47,7 @@ def test_ssh_keygen_prints_the_fingerprint_init_and_keys_show_print(tmp_path: Pa
 
 def test_a_pin_in_the_earlier_raw_key_form_still_verifies_and_says_so(tmp_path: Path,
                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
-    cli, printed_by_init = _home(tmp_path)
+    cli, printed_by_init = recorded_home(tmp_path)
     earlier = _raw_key_form(cli)
     assert earlier != printed_by_init
     monkeypatch.setenv(FINGERPRINT_ENV, earlier)
@@ -77,7 +63,7 @@ def test_a_pin_in_the_earlier_raw_key_form_still_verifies_and_says_so(tmp_path: 
 
 
 def test_a_wrong_pin_still_fails_in_either_form(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    cli, _ = _home(tmp_path)
+    cli, _ = recorded_home(tmp_path)
     other = Ed25519PrivateKey.generate().public_key()
     from medhelm_local.audit.anchor import earlier_fingerprint, fingerprint
 

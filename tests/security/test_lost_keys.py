@@ -13,28 +13,13 @@ from medhelm_local.home import Home
 from medhelm_local.home.keys import DATA_KEY_FILE, SIGNING_KEY_FILE
 from medhelm_local.store import Store
 from tests.compliance.inproc import InProcessCli
+from tests.security.pinkit import FINGERPRINT_ENV, no_pin, recorded_home
 
-# The conventions (TEAM.md), spelled out here so the tests also run, and fail, against the code before them.
-FINGERPRINT_ENV = "MEDHELM_AUDIT_KEY_FINGERPRINT"
-PUBKEY_FILE_ENV = "MEDHELM_AUDIT_PUBKEY_FILE"
-
-
-@pytest.fixture(autouse=True)
-def _no_pin(monkeypatch: pytest.MonkeyPatch) -> None:
-    for name in (FINGERPRINT_ENV, PUBKEY_FILE_ENV, "MEDHELM_KEYS_DIR", "MEDHELM_CONFIG"):
-        monkeypatch.delenv(name, raising=False)
-
-
-def _home(tmp_path: Path) -> tuple[InProcessCli, str]:
-    cli = InProcessCli(home=tmp_path / "home")
-    init = cli("init", "--json")
-    assert init.code == 0
-    assert cli("audit", "checkpoint", "--out", str(tmp_path / "head.json")).code == 0
-    return cli, json.loads(init.stdout)["audit_key_fingerprint"]  # the fingerprint the officer recorded
+__all__ = ["no_pin"]  # the autouse fixture that clears the pin's environment
 
 
 def test_init_refuses_to_replace_a_lost_signing_key(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    cli, old = _home(tmp_path)
+    cli, old = recorded_home(tmp_path)
     keys = cli.home / "keys"
     (keys / SIGNING_KEY_FILE).unlink()
     trail = cli.home / "audit" / "audit.jsonl"
@@ -70,7 +55,7 @@ def test_init_refuses_to_replace_a_lost_signing_key(tmp_path: Path, monkeypatch:
 
 
 def test_init_refuses_to_replace_a_lost_data_key(tmp_path: Path) -> None:
-    cli, _ = _home(tmp_path)
+    cli, _ = recorded_home(tmp_path)
     home = Home(cli.home)
     with Store.open(home) as store:
         store.conn.execute("INSERT INTO meta VALUES ('marker', 'kept')")
