@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import hashlib
+import os
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -84,3 +86,20 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+def cli_env() -> dict[str, str]:
+    """The environment of a CLI subprocess: this process's, without its MEDHELM_* settings, logging warnings only."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEDHELM_")}
+    env["MEDHELM_LOG_LEVEL"] = "WARNING"
+    return env
+
+
+def cli_argv(home: Home, *args: str) -> list[str]:
+    """The command line of the CLI on ``home``: ``medhelm-local --home HOME ARGS``."""
+    return [sys.executable, "-m", "medhelm_local.cli", "--home", str(home.root), *args]
+
+
+def run_argv(home: Home, *extra: str) -> list[str]:
+    """``run`` of the fake model on PubMedQA, 8 in flight, as JSON."""
+    return cli_argv(home, "run", "--model", "fake", "--benchmarks", "pubmedqa", "--concurrency", "8", "--json", *extra)

@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
 import random
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -17,20 +15,9 @@ import pytest
 from medhelm_local.home import Home
 from medhelm_local.store import Store
 from medhelm_local.testing.fake_openai import FakeOpenAIServer, hash_responder
-from tests.runner.helpers import make_home, outcomes, register, scores, synthetic_instances
+from tests.runner.helpers import cli_argv, cli_env, make_home, outcomes, register, run_argv, scores, synthetic_instances
 
 N = 400
-
-
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEDHELM_")}
-    env["MEDHELM_LOG_LEVEL"] = "WARNING"
-    return env
-
-
-def _run_cmd(home: Home, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "medhelm_local.cli", "--home", str(home.root), "run", "--model", "fake",
-            "--benchmarks", "pubmedqa", "--concurrency", "8", "--json", *extra]
 
 
 def _answered(home: Home) -> int:
@@ -48,7 +35,7 @@ def _uninterrupted(tmp_path: Path, base_url: str, instances: list[Any]) -> tuple
     """The reference: the same instances run once without interruption (its home, run id, finished process)."""
     reference = make_home(tmp_path / "reference", [base_url])
     register(reference, instances)
-    done = subprocess.run(_run_cmd(reference), capture_output=True, text=True, env=_env(), timeout=300)
+    done = subprocess.run(run_argv(reference), capture_output=True, text=True, env=cli_env(), timeout=300)
     assert done.returncode == 0, done.stderr
     (reference_run,) = _run_ids(reference)
     return reference, reference_run, done
@@ -66,7 +53,7 @@ def test_sigkill_at_random_points_then_resume_is_identical(tmp_path: Path) -> No
         register(home, instances)
         progress = []
         for attempt in range(5):
-            proc = subprocess.Popen(_run_cmd(home), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env())
+            proc = subprocess.Popen(run_argv(home), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=cli_env())
             if attempt == 0:
                 time.sleep(rng.uniform(0.2, 2.0))  # during start-up, planning or the first requests
             else:
@@ -86,7 +73,7 @@ def test_sigkill_at_random_points_then_resume_is_identical(tmp_path: Path) -> No
 
         missing = N - progress[-1]
         before = server.stats()["requests_seen"]
-        final = subprocess.run(_run_cmd(home), capture_output=True, text=True, env=_env(), timeout=300)
+        final = subprocess.run(run_argv(home), capture_output=True, text=True, env=cli_env(), timeout=300)
         assert final.returncode == 0, final.stderr
         assert server.stats()["requests_seen"] - before == missing, "only the missing items are sent"
 
@@ -106,15 +93,15 @@ def test_resume_by_id_sends_nothing_when_complete(tmp_path: Path) -> None:
     with FakeOpenAIServer(responder=hash_responder()) as server:
         home = make_home(tmp_path / "home", [server.base_url])
         register(home, synthetic_instances(12))
-        first = subprocess.run(_run_cmd(home), capture_output=True, text=True, env=_env(), timeout=300)
+        first = subprocess.run(run_argv(home), capture_output=True, text=True, env=cli_env(), timeout=300)
         assert first.returncode == 0, first.stderr
         run_id = json.loads(first.stdout)["run_id"]
-        again = subprocess.run([sys.executable, "-m", "medhelm_local.cli", "--home", str(home.root), "run",
-                                "--resume", run_id, "--json"], capture_output=True, text=True, env=_env(), timeout=300)
+        again = subprocess.run(cli_argv(home, "run", "--resume", run_id, "--json"), capture_output=True, text=True,
+                               env=cli_env(), timeout=300)
         assert again.returncode == 0, again.stderr
         assert server.stats()["requests_seen"] == 12
-        missing = subprocess.run([sys.executable, "-m", "medhelm_local.cli", "--home", str(home.root), "run",
-                                  "--resume", "run-nope"], capture_output=True, text=True, env=_env(), timeout=300)
+        missing = subprocess.run(cli_argv(home, "run", "--resume", "run-nope"), capture_output=True, text=True,
+                                 env=cli_env(), timeout=300)
         assert missing.returncode == 2 and "not found" in missing.stderr
 
 
@@ -131,7 +118,7 @@ def test_a_signal_mid_run_saves_the_answers_and_marks_the_run_interrupted(tmp_pa
         # The server answers 40 requests and holds the rest: the run is certainly mid-way when the signal lands,
         # however slowly this machine schedules the test.
         server.hold_after = server.stats()["requests_seen"] + 40
-        proc = subprocess.Popen(_run_cmd(home), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=_env(),
+        proc = subprocess.Popen(run_argv(home), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=cli_env(),
                                 text=True)
         deadline = time.monotonic() + 120
         while server.held == 0 and proc.poll() is None:
@@ -153,7 +140,7 @@ def test_a_signal_mid_run_saves_the_answers_and_marks_the_run_interrupted(tmp_pa
         assert 0 < _answered(home) < len(instances)
         records = [json.loads(line) for line in home.audit_path.read_text().splitlines()]
         assert any(r["action"] == "run.finish" and r["outcome"] == "failure" for r in records)
-        final = subprocess.run(_run_cmd(home), capture_output=True, text=True, env=_env(), timeout=300)
+        final = subprocess.run(run_argv(home), capture_output=True, text=True, env=cli_env(), timeout=300)
         assert final.returncode == 0, final.stderr
     assert json.loads(final.stdout)["run_id"] == run_id
     assert outcomes(home, run_id) == outcomes(reference, reference_run)

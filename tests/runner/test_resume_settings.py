@@ -5,9 +5,7 @@ again is used, becomes the run's, and is audited."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -15,24 +13,14 @@ from typing import Any
 from medhelm_local.home import Home
 from medhelm_local.store import Store
 from medhelm_local.testing.fake_openai import FakeOpenAIServer, hash_responder
-from tests.runner.helpers import make_home, register, synthetic_instances
+from tests.runner.helpers import cli_argv, cli_env, make_home, register, synthetic_instances
 from tests.store import previous_release
 
 N = 160
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEDHELM_")}
-    env["MEDHELM_LOG_LEVEL"] = "WARNING"
-    return env
-
-
-def _cli(home: Home, *args: str) -> list[str]:
-    return [sys.executable, "-m", "medhelm_local.cli", "--home", str(home.root), *args]
-
-
 def _json(home: Home, *args: str) -> Any:
-    done = subprocess.run(_cli(home, *args, "--json"), capture_output=True, text=True, env=_env(), timeout=300)
+    done = subprocess.run(cli_argv(home, *args, "--json"), capture_output=True, text=True, env=cli_env(), timeout=300)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
 
@@ -43,7 +31,8 @@ def _killed_when_full(server: FakeOpenAIServer, home: Home, cap: int, *args: str
     flight the server saw."""
     server.max_in_flight = 0
     server.hold_after = server.stats()["requests_seen"] + 10
-    proc = subprocess.Popen(_cli(home, "run", *args), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env())
+    proc = subprocess.Popen(cli_argv(home, "run", *args), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=cli_env())
     deadline = time.monotonic() + 120
     try:
         while server.held < cap and proc.poll() is None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -14,16 +13,15 @@ from medhelm_local.home import Home
 from medhelm_local.home.config import ConsoleRole
 from medhelm_local.store import Store
 from medhelm_local.testing.fake_openai import FakeOpenAIServer, hash_responder
-from tests.runner.helpers import make_home, register, synthetic_instances
-from tests.runner.test_kill_resume import _env, _run_cmd
+from tests.runner.helpers import cli_argv, cli_env, make_home, register, run_argv, synthetic_instances
 
 
 def _cli(home: Home, *args: str) -> subprocess.CompletedProcess[str]:
     done = subprocess.run(
-        [sys.executable, "-m", "medhelm_local.cli", "--home", str(home.root), *args],
+        cli_argv(home, *args),
         capture_output=True,
         text=True,
-        env=_env(),
+        env=cli_env(),
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
@@ -53,7 +51,7 @@ def test_a_killed_run_is_shown_as_not_sent_and_a_live_one_as_sent(tmp_path: Path
     with FakeOpenAIServer(responder=hash_responder(), latency_s=0.2, slots=8) as server:
         home = make_home(tmp_path / "home", [server.base_url])
         register(home, synthetic_instances(300, contexts=30))
-        proc = subprocess.Popen(_run_cmd(home), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=_env())
+        proc = subprocess.Popen(run_argv(home), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=cli_env())
         try:
             deadline = time.monotonic() + 120
             while server.stats()["requests_seen"] < 16:

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import json
-import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -19,21 +17,24 @@ from medhelm_local.runner.plan import parse_shard, shard_range
 from medhelm_local.store import Store
 from medhelm_local.store import runs as runs_db
 from medhelm_local.testing.fake_openai import FakeOpenAIServer, hash_responder
-from tests.runner.helpers import app, make_home, outcomes, quiet, register, scores, synthetic_instances
+from tests.runner.helpers import (
+    app,
+    cli_env,
+    make_home,
+    outcomes,
+    quiet,
+    register,
+    run_argv,
+    scores,
+    synthetic_instances,
+)
 from tests.store import previous_release
 
 N = 150
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("MEDHELM_")}
-    env["MEDHELM_LOG_LEVEL"] = "WARNING"
-    return env
-
-
 def _shard_cmd(home: Home, shard: str) -> list[str]:
-    return [sys.executable, "-m", "medhelm_local.cli", "--home", str(home.root), "run", "--model", "fake",
-            "--benchmarks", "pubmedqa", "--shard", shard, "--concurrency", "8", "--json"]
+    return run_argv(home, "--shard", shard)
 
 
 def test_shard_partition_is_disjoint_and_complete() -> None:
@@ -57,7 +58,7 @@ def test_three_shards_merge_into_one_run_identical_to_unsharded(tmp_path: Path) 
         register(home, instances)
         # Shard 1 is killed once mid-way and restarted, as a Job would restart its pod.
         victim = subprocess.Popen(_shard_cmd(home, "1/3"), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                                  env=_env())
+                                  env=cli_env())
         target = server.stats()["requests_seen"] + 10
         deadline = time.monotonic() + 120
         while server.stats()["requests_seen"] < target and victim.poll() is None:
@@ -66,7 +67,7 @@ def test_three_shards_merge_into_one_run_identical_to_unsharded(tmp_path: Path) 
         victim.send_signal(signal.SIGKILL)
         victim.wait(timeout=30)
         procs = [subprocess.Popen(_shard_cmd(home, f"{i}/3"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True, env=_env()) for i in range(3)]
+                                  text=True, env=cli_env()) for i in range(3)]
         results = [p.communicate(timeout=300) for p in procs]
         for proc, (_, err) in zip(procs, results, strict=True):
             assert proc.returncode == 0, err
