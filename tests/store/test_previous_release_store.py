@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from medhelm_local.home import Home
 from medhelm_local.store import Store
@@ -93,22 +94,17 @@ def test_doctor_says_the_store_is_not_migrated_yet_and_leaves_it_so(tmp_path: Pa
     assert "another release" not in store_check["detail"]
 
 
+def _hospice_run(cli: InProcessCli, *, seed: int) -> dict[str, Any]:
+    """A run of 12 hospice referrals by the evaluated model."""
+    return run_json(cli, "run", "--model", "eval-model", "--benchmarks", "hospice_referral", "--max-instances", "12",
+                    "--seed", str(seed))
+
+
 def test_an_upgraded_home_answers_every_command_and_the_previous_release_still_writes_it(tmp_path: Path) -> None:
     with evaluated_home(tmp_path) as evaluated:
         cli, finished = evaluated.cli, evaluated.run_id
         assert request_export(cli, finished)["status"] == "ready"
-        unfinished = run_json(
-            cli,
-            "run",
-            "--model",
-            "eval-model",
-            "--benchmarks",
-            "hospice_referral",
-            "--max-instances",
-            "12",
-            "--seed",
-            "5",
-        )["run_id"]
+        unfinished = _hospice_run(cli, seed=5)["run_id"]
         home = Home(cli.home)
         with Store.open(home) as store:  # interrupted half-way, as the previous release left it
             store.conn.execute("DELETE FROM scores WHERE run_id = ?", [unfinished])
@@ -139,21 +135,7 @@ def test_an_upgraded_home_answers_every_command_and_the_previous_release_still_w
 
         resumed = run_json(cli, "run", "--resume", unfinished)
         assert resumed["status"] == "finished"
-        assert (
-            run_json(
-                cli,
-                "run",
-                "--model",
-                "eval-model",
-                "--benchmarks",
-                "hospice_referral",
-                "--max-instances",
-                "12",
-                "--seed",
-                "6",
-            )["status"]
-            == "finished"
-        )
+        assert _hospice_run(cli, seed=6)["status"] == "finished"
         assert request_export(cli, unfinished)["status"] == "ready"
 
         with Store.open(home) as store:  # rolled back: the previous release resumes the run
