@@ -24,6 +24,14 @@ def _outcomes(home: Home) -> list[object]:
     return [r.get("outcome") for r in _registrations(home)]
 
 
+def _assert_interrupted_attempt_concluded(home: Home) -> None:
+    """The registration's attempt, then its failure naming the interruption and the attempt it closes."""
+    assert _outcomes(home) == ["attempt", "failure"]
+    attempt, failure = _registrations(home)
+    assert failure["objects"] == {"benchmark": "pubmedqa", "source_name": _sample().name,
+                                  "reason": "KeyboardInterrupt", "intent_seq": attempt["seq"]}
+
+
 def _sample() -> Path:
     from medhelm_local.demo.run_demo import pubmedqa_sample_path
 
@@ -45,10 +53,7 @@ def test_a_failure_before_the_data_is_committed_is_audited(ctx: AppContext, monk
     monkeypatch.setattr(datasets, "store_dataset", store_fails)
     with pytest.raises(KeyboardInterrupt):
         datasets.register_dataset(ctx, "pubmedqa", _sample())
-    assert _outcomes(ctx.home) == ["attempt", "failure"]
-    attempt, failure = _registrations(ctx.home)
-    assert failure["objects"] == {"benchmark": "pubmedqa", "source_name": _sample().name,
-                                  "reason": "KeyboardInterrupt", "intent_seq": attempt["seq"]}
+    _assert_interrupted_attempt_concluded(ctx.home)
 
 
 def test_a_failure_while_the_file_is_read_is_audited(ctx: AppContext, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -63,10 +68,7 @@ def test_a_failure_while_the_file_is_read_is_audited(ctx: AppContext, monkeypatc
     monkeypatch.setattr(datasets, "load_dataset", interrupted)
     with pytest.raises(KeyboardInterrupt):
         datasets.register_dataset(ctx, "pubmedqa", _sample())
-    assert _outcomes(ctx.home) == ["attempt", "failure"]
-    attempt, failure = _registrations(ctx.home)
-    assert failure["objects"] == {"benchmark": "pubmedqa", "source_name": _sample().name,
-                                  "reason": "KeyboardInterrupt", "intent_seq": attempt["seq"]}
+    _assert_interrupted_attempt_concluded(ctx.home)
     assert summarize(AuditTrail(ctx.home.audit_path).records(), None).unfinished == []
 
 
