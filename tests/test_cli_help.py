@@ -9,7 +9,7 @@ import sys
 import pytest
 
 COMMANDS = [[], ["run"], ["export"], ["export", "verify"], ["serve", "vllm"], ["audit", "verify"], ["jury", "validate"],
-            ["demo"], ["models", "add"]]
+            ["demo"], ["models", "add"], ["models", "update"]]
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda c: " ".join(c) or "top")

@@ -1,7 +1,8 @@
-"""``models add`` / ``models list``: the endpoints the appliance may query."""
+"""``models add`` / ``update`` / ``remove`` / ``list`` / ``wait``: the endpoints the appliance may query."""
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any
 
 import typer
@@ -9,12 +10,12 @@ from pydantic import ValidationError
 
 from medhelm_local.audit import audit_event
 from medhelm_local.console import emit_json, emit_table, info
-from medhelm_local.context import app_context
+from medhelm_local.context import AppContext, app_context
 from medhelm_local.errors import BadInputError, ConfigError, EgressDenied, validation_problems
 from medhelm_local.home.config import ApplianceConfig, BackendKind, ModelEndpoint
 
 NAME = "models"
-HELP = "Models under test and judges: add and list endpoints."
+HELP = "Models under test and judges: add, update, remove and list endpoints."
 app = typer.Typer(no_args_is_help=True)
 _OPTIONS = {"name": "NAME", "kind": "--kind", "base_urls": "--base-url", "served_model": "--served-model",
             "reply_model": "--reply-model", "api_key_env": "--api-key-env", "context_length": "--context-length"}
@@ -42,27 +43,19 @@ def add(
     app_ctx = app_context(ctx)
     config = app_ctx.home.config
     if any(m.name == name for m in config.models):
-        raise BadInputError(f"model {name!r} already exists in {app_ctx.home.config_path}")
+        raise BadInputError(f"model {name!r} already exists in {app_ctx.home.config_path}; change it with "
+                            f"`models update {name}`")
     try:
         endpoint = ModelEndpoint(name=name, kind=kind, base_urls=base_url, served_model=served_model,
                                  reply_model=reply_model, api_key_env=api_key_env, context_length=context_length)
     except ValidationError as exc:
         raise BadInputError(f"models add: {validation_problems(exc, _OPTIONS)}") from None
-    for url in endpoint.base_urls:
-        try:
-            app_ctx.egress.check(url)
-        except EgressDenied:
-            audit_event(app_ctx.home, app_ctx.actor, "config.model_add", outcome="denied", role="it-admin",
-                        model=name, reason="endpoint_not_allowlisted")
-            raise
+    _check_allowlisted(app_ctx, endpoint, "config.model_add")
     data = config.model_dump()
     data["models"].append(endpoint.model_dump())
     if judge:
         data["judges"].append(name)
-    try:
-        updated = ApplianceConfig.model_validate(data)
-    except ValueError as exc:
-        raise ConfigError(str(exc)) from None
+    updated = _validated(data)
     audit_event(app_ctx.home, app_ctx.actor, "config.model_add", role="it-admin", model=name, kind=kind.value,
                 endpoints=endpoint.base_urls, judge=judge)
     app_ctx.home.save_config(updated)
@@ -70,6 +63,138 @@ def add(
         emit_json({**endpoint.model_dump(mode="json", exclude_none=True), "judge": judge})
     else:
         info(f"added model {name} ({kind.value}" + (", a jury member" if judge else "") + ")")
+
+
+class Setting(StrEnum):
+    """A setting ``models update --unset`` removes (the model then takes its default)."""
+
+    BASE_URL = "base-url"
+    SERVED_MODEL = "served-model"
+    REPLY_MODEL = "reply-model"
+    API_KEY_ENV = "api-key-env"
+    CONTEXT_LENGTH = "context-length"
+
+
+_UNSET_FIELD = {Setting.BASE_URL: "base_urls", Setting.SERVED_MODEL: "served_model", Setting.REPLY_MODEL: "reply_model",
+                Setting.API_KEY_ENV: "api_key_env", Setting.CONTEXT_LENGTH: "context_length"}
+# What the model's runs are bound to: a run started before such a change resumes only against the same model
+# identity (served model, weights, server versions), checked on resume (runner.session.check_identity).
+_IDENTITY_FIELDS = {"kind", "base_urls", "served_model"}
+
+
+@app.command("update")
+def update(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="The model to change, as `models list` names it."),
+    base_url: list[str] = typer.Option(
+        [], "--base-url", help="OpenAI-compatible base URL ending in /v1; replaces the model's URLs (repeat for "
+        "replicas: give all of them)."
+    ),
+    kind: BackendKind | None = typer.Option(None, "--kind", help="Backend kind."),
+    served_model: str | None = typer.Option(None, "--served-model", help="Model id the server expects."),
+    reply_model: str | None = typer.Option(None, "--reply-model", help="Model name the server's replies carry, "
+                                           "where not the one asked for."),
+    api_key_env: str | None = typer.Option(None, "--api-key-env", help="Env var holding the API key."),
+    context_length: int | None = typer.Option(None, "--context-length", min=256, help="The model's context in "
+                                              "tokens (prompts are fitted into it)."),
+    unset: list[Setting] = typer.Option([], "--unset", help="Remove a setting (the default applies again); "
+                                        "repeat for several."),
+    judge: bool | None = typer.Option(None, "--judge/--no-judge", help="Add the model to the jury, or take it out."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Change a model endpoint in appliance.yaml: the options given replace its settings, the others are kept.
+    Its URLs must be on the endpoint allowlist."""
+    app_ctx = app_context(ctx)
+    config = app_ctx.home.config
+    before = config.model(name)  # an unknown name exits 2, naming the configured ones
+    given: dict[str, Any] = {"base_urls": base_url or None, "kind": kind, "served_model": served_model,
+                             "reply_model": reply_model, "api_key_env": api_key_env, "context_length": context_length}
+    changes = {field: value for field, value in given.items() if value is not None}
+    for setting in dict.fromkeys(unset):
+        field = _UNSET_FIELD[setting]
+        if field in changes:
+            raise BadInputError(f"models update: {_OPTIONS[field]} and --unset {setting.value}: give one of them")
+        changes[field] = [] if field == "base_urls" else None
+    if not changes and judge is None:
+        raise BadInputError("models update: give at least one setting to change (see `models update --help`)")
+    try:
+        endpoint = ModelEndpoint.model_validate({**before.model_dump(), **changes})
+    except ValidationError as exc:
+        raise BadInputError(f"models update: {validation_problems(exc, _OPTIONS)}") from None
+    was_judge = name in config.judges
+    is_judge = was_judge if judge is None else judge
+    changed = [field for field in changes if getattr(endpoint, field) != getattr(before, field)]
+    options = [_OPTIONS[field] for field in changed] + (["--judge" if is_judge else "--no-judge"]
+                                                         if is_judge != was_judge else [])
+    if options:
+        _check_allowlisted(app_ctx, endpoint, "config.model_update")
+        data = config.model_dump()
+        data["models"] = [endpoint.model_dump() if m.name == name else m.model_dump() for m in config.models]
+        if is_judge != was_judge:  # a judge that stays one keeps its place in the jury
+            data["judges"] = [j for j in config.judges if j != name] + ([name] if is_judge else [])
+        updated = _validated(data)
+        audit_event(app_ctx.home, app_ctx.actor, "config.model_update", role="it-admin", model=name,
+                    changed=options, kind=endpoint.kind.value, endpoints=endpoint.base_urls, judge=is_judge)
+        app_ctx.home.save_config(updated)
+    if as_json:
+        emit_json({**endpoint.model_dump(mode="json", exclude_none=True), "judge": is_judge, "changed": options})
+        return
+    if not options:
+        info(f"model {name} unchanged: it already has those settings")
+        return
+    info(f"updated model {name}: {', '.join(options)}")
+    if _IDENTITY_FIELDS & set(changed):
+        info(f"a run of {name} started before resumes only if the model still answers as the same served model, "
+             "weights and server version (`run --resume` checks, and refuses otherwise)")
+
+
+@app.command("remove")
+def remove(
+    ctx: typer.Context,
+    name: str = typer.Argument(..., help="The model to remove, as `models list` names it."),
+    judge: bool = typer.Option(False, "--judge", help="Also take it out of the jury (a judge is not removed "
+                               "without it)."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+) -> None:
+    """Remove a model endpoint from appliance.yaml. Its runs stay in the store, on the leaderboard and in exports;
+    resuming one needs the model configured again."""
+    app_ctx = app_context(ctx)
+    config = app_ctx.home.config
+    endpoint = config.model(name)  # an unknown name exits 2, naming the configured ones
+    was_judge = name in config.judges
+    if was_judge and not judge:
+        raise BadInputError(f"model {name!r} is a judge (`judges` in {app_ctx.home.config_path}): removing it "
+                            f"changes the jury; give --judge to take it out of the jury and remove it")
+    data = config.model_dump()
+    data["models"] = [m.model_dump() for m in config.models if m.name != name]
+    data["judges"] = [j for j in config.judges if j != name]
+    updated = _validated(data)
+    audit_event(app_ctx.home, app_ctx.actor, "config.model_remove", role="it-admin", model=name,
+                kind=endpoint.kind.value, endpoints=endpoint.base_urls, judge=was_judge)
+    app_ctx.home.save_config(updated)
+    if as_json:
+        emit_json({**endpoint.model_dump(mode="json", exclude_none=True), "judge": was_judge, "removed": True})
+    else:
+        info(f"removed model {name}" + (" (and from the jury)" if was_judge else "")
+             + "; its runs are kept (resuming one needs the model added again)")
+
+
+def _check_allowlisted(app_ctx: AppContext, endpoint: ModelEndpoint, action: str) -> None:
+    """Every URL of ``endpoint`` must be on the allowlist; a refusal is audited under ``action``."""
+    for url in endpoint.base_urls:
+        try:
+            app_ctx.egress.check(url)
+        except EgressDenied:
+            audit_event(app_ctx.home, app_ctx.actor, action, outcome="denied", role="it-admin",
+                        model=endpoint.name, reason="endpoint_not_allowlisted")
+            raise
+
+
+def _validated(data: dict[str, Any]) -> ApplianceConfig:
+    try:
+        return ApplianceConfig.model_validate(data)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
 
 
 @app.command("list")

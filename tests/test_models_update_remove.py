@@ -1,0 +1,189 @@
+"""`models update` and `models remove`: IT changes or retires an endpoint without hand-editing appliance.yaml (add
+refused an existing name and there was nothing else). An update is allowlist-checked and audited like an add; the
+runs of a model stay bound to its identity on resume, whoever changed the file; a removed model's runs stay listed,
+ranked and exportable."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from medhelm_local.audit.trail import AuditTrail
+from medhelm_local.export.policy import POLICY_ENV
+from medhelm_local.testing.fake_openai import FakeOpenAIServer, Faults
+from tests.compliance.conftest import evaluated_home, request_export
+from tests.compliance.inproc import InProcessCli
+from tests.test_pipeline import write_extract
+
+
+@pytest.fixture
+def cli(tmp_path: Path) -> InProcessCli:
+    cli = InProcessCli(home=tmp_path / "home")
+    assert cli("init").code == 0
+    return cli
+
+
+def _config(cli: InProcessCli) -> dict[str, Any]:
+    config = yaml.safe_load((cli.home / "appliance.yaml").read_text())
+    assert isinstance(config, dict)
+    return config
+
+
+def _model(cli: InProcessCli, name: str) -> dict[str, Any]:
+    (model,) = [m for m in _config(cli)["models"] if m["name"] == name]
+    assert isinstance(model, dict)
+    return model
+
+
+def _records(cli: InProcessCli, action: str) -> list[dict[str, Any]]:
+    return [r for r in AuditTrail(cli.home / "audit" / "audit.jsonl").records() if r["action"] == action]
+
+
+def test_update_replaces_the_options_given_and_keeps_the_others(cli: InProcessCli) -> None:
+    added = cli("models", "add", "llama", "--kind", "vllm", "--base-url", "http://127.0.0.1:8000/v1",
+                "--served-model", "llama-3-8b", "--context-length", "8192", "--api-key-env", "LLAMA_KEY")
+    assert added.code == 0, added.stderr
+    again = cli("models", "add", "llama", "--base-url", "http://127.0.0.1:8001/v1")
+    assert again.code == 2 and "models update llama" in again.stderr  # the way to change it is named
+
+    updated = cli("models", "update", "llama", "--base-url", "http://127.0.0.1:8001/v1", "--base-url",
+                  "http://127.0.0.1:8002/v1", "--reply-model", "llama-3-8b-v2", "--json")
+    assert updated.code == 0, updated.stderr
+    payload = updated.json()
+    assert payload["changed"] == ["--base-url", "--reply-model"] and payload["judge"] is False
+    assert _model(cli, "llama") == {"name": "llama", "kind": "vllm",
+                                    "base_urls": ["http://127.0.0.1:8001/v1", "http://127.0.0.1:8002/v1"],
+                                    "served_model": "llama-3-8b", "reply_model": "llama-3-8b-v2",
+                                    "api_key_env": "LLAMA_KEY", "timeout_s": 120.0, "context_length": 8192}
+    (record,) = _records(cli, "config.model_update")
+    assert record["role"] == "it-admin" and record["outcome"] == "success"
+    assert record["objects"] == {"model": "llama", "changed": ["--base-url", "--reply-model"], "kind": "vllm",
+                                 "endpoints": ["http://127.0.0.1:8001/v1", "http://127.0.0.1:8002/v1"],
+                                 "judge": False}
+    report = cli("audit", "report")
+    assert "config.model_update  success  model=llama  changed=['--base-url', '--reply-model']" in report.stdout
+
+    # A setting is removed with --unset; the jury is joined and left with --judge / --no-judge.
+    assert cli("models", "update", "llama", "--unset", "reply-model", "--unset", "context-length", "--judge").code == 0
+    assert "reply_model" not in _model(cli, "llama") and "context_length" not in _model(cli, "llama")
+    assert _config(cli)["judges"] == ["llama"]
+    assert cli("models", "update", "llama", "--no-judge").code == 0
+    assert _config(cli)["judges"] == []
+
+    # The same settings again: nothing to write, nothing to audit.
+    records = len(AuditTrail(cli.home / "audit" / "audit.jsonl").records())
+    same = cli("models", "update", "llama", "--served-model", "llama-3-8b", "--json")
+    assert same.code == 0 and same.json()["changed"] == []
+    assert len(AuditTrail(cli.home / "audit" / "audit.jsonl").records()) == records
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    ([], "models update: give at least one setting to change"),
+    (["--reply-model", "x", "--unset", "reply-model"], "models update: --reply-model and --unset reply-model: give "
+                                                       "one of them"),
+    (["--base-url", "10.0.0.1:8000"], "models update: --base-url: '10.0.0.1:8000' is not an http(s) URL"),
+    (["--unset", "base-url"], "base_urls: a model of kind vllm needs at least one base URL"),
+    (["--base-url", "http://203.0.113.7:8000/v1"], "not on the allowlist"),
+])
+def test_a_refused_update_changes_nothing(cli: InProcessCli, args: list[str], message: str) -> None:
+    assert cli("models", "add", "llama", "--kind", "vllm", "--base-url", "http://127.0.0.1:8000/v1").code == 0
+    before = (cli.home / "appliance.yaml").read_bytes()
+    refused = cli("models", "update", "llama", *args)
+    assert refused.code == 2 and message in refused.stderr, refused.stderr
+    assert (cli.home / "appliance.yaml").read_bytes() == before
+    outcomes = [(r["outcome"], r["objects"].get("reason")) for r in _records(cli, "config.model_update")]
+    assert outcomes == ([("denied", "endpoint_not_allowlisted")] if message == "not on the allowlist" else [])
+
+
+def test_an_unknown_model_is_named_with_the_configured_ones(cli: InProcessCli) -> None:
+    for command in (["update", "nope", "--kind", "vllm"], ["remove", "nope"]):
+        refused = cli("models", *command)
+        assert refused.code == 2 and "model 'nope' is not configured (configured: smollm2" in refused.stderr
+
+
+def test_a_judge_is_removed_only_with_the_jury_named(cli: InProcessCli) -> None:
+    assert cli("models", "add", "grader", "--base-url", "http://127.0.0.1:9/v1", "--judge").code == 0
+    before = (cli.home / "appliance.yaml").read_bytes()
+    refused = cli("models", "remove", "grader")
+    assert refused.code == 2 and "is a judge" in refused.stderr and "--judge" in refused.stderr
+    assert (cli.home / "appliance.yaml").read_bytes() == before and _records(cli, "config.model_remove") == []
+
+    removed = cli("models", "remove", "grader", "--judge", "--json")
+    assert removed.code == 0, removed.stderr
+    assert removed.json()["removed"] is True and removed.json()["judge"] is True
+    config = _config(cli)
+    assert config["judges"] == [] and "grader" not in [m["name"] for m in config["models"]]
+    (record,) = _records(cli, "config.model_remove")
+    assert record["objects"] == {"model": "grader", "kind": "openai-compatible",
+                                 "endpoints": ["http://127.0.0.1:9/v1"], "judge": True}
+
+
+def _by_cli(cli: InProcessCli, url: str, served: str | None) -> None:
+    updated = cli("models", "update", "m", "--base-url", url, *(["--served-model", served] if served else []))
+    assert updated.code == 0, updated.stderr
+
+
+def _by_hand(cli: InProcessCli, url: str, served: str | None) -> None:
+    config = _config(cli)
+    for model in config["models"]:
+        if model["name"] == "m":
+            model["base_urls"] = [url]
+            if served:
+                model["served_model"] = served
+    (cli.home / "appliance.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+
+
+@pytest.mark.parametrize("change", [_by_cli, _by_hand], ids=["models-update", "hand-edit"])
+def test_resuming_after_the_endpoint_changed_checks_the_model_identity(
+        cli: InProcessCli, tmp_path: Path, change: Callable[[InProcessCli, str, str | None], None]) -> None:
+    """A run sent to llama-a (server version 0.9.0) is retried after the endpoint was changed: to another served
+    model, or to a server of another version, the retry is refused before any request; to another replica of the
+    same model and version (a new URL only), it goes on."""
+    assert cli("datasets", "register", "hospice_referral", str(write_extract(tmp_path / "x.csv", n=6))).code == 0
+    with FakeOpenAIServer(model_id="llama-a", version="0.9.0", faults=Faults(http_5xx=1.0)) as first:
+        assert cli("models", "add", "m", "--base-url", first.base_url, "--served-model", "llama-a").code == 0
+        failed = cli("run", "--model", "m", "--benchmarks", "hospice_referral", "--max-retries", "0", "--json")
+    assert failed.code == 1, failed.stderr
+    run_id = failed.json()["run_id"]
+
+    for served, version, changed in (("llama-b", "0.9.0", "served_model"), (None, "0.10.0", "server_versions")):
+        with FakeOpenAIServer(model_id=served or "llama-a", version=version) as other:
+            change(cli, other.base_url, served)
+            refused = cli("run", "--retry-errors", run_id)
+            assert refused.code == 2 and f"({changed} changed" in refused.stderr, refused.stderr
+            assert other.requests_seen == 0
+        change(cli, first.base_url, "llama-a")  # back, for the next case
+
+    with FakeOpenAIServer(model_id="llama-a", version="0.9.0") as replica:
+        change(cli, replica.base_url, None)
+        retried = cli("run", "--retry-errors", run_id, "--json")
+        assert retried.code == 0, retried.stderr
+        assert replica.requests_seen == 6
+
+
+def test_a_removed_models_runs_stay_listed_ranked_and_exportable(tmp_path: Path,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(POLICY_ENV, "")  # the site policy evaluated_home sets is unset again after the test
+    with evaluated_home(tmp_path) as evaluated:
+        cli, run_id = evaluated.cli, evaluated.run_id
+        removed = cli("models", "remove", "eval-model")
+        assert removed.code == 0, removed.stderr
+        assert "eval-model" not in [m["name"] for m in _config(cli)["models"]]
+
+        listed = cli("runs", "list", "--json")
+        assert listed.code == 0, listed.stderr
+        assert [(r["run_id"], r["model"]) for r in listed.json()] == [(run_id, "eval-model")]
+        shown = cli("runs", "show", run_id, "--json")
+        assert shown.code == 0 and shown.json()["cost"] is None, shown.stderr  # no pricing left to apply
+        board = cli("leaderboard", "--json")
+        assert board.code == 0, board.stderr
+        (row,) = board.json()
+        assert row["model"] == "eval-model" and row["cost"] is None  # unknown, never 0
+        request = request_export(cli, run_id)
+        assert request["status"] == "ready", request
+        resumed = cli("run", "--resume", run_id)
+        assert resumed.code == 2 and "model 'eval-model' is not configured" in resumed.stderr
