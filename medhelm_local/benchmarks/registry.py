@@ -243,7 +243,7 @@ def load_custom_spec(path: Path, *, check_clash: bool = True, check_fields: bool
         raise BadInputError(f"{path}: field input_format must be one of {', '.join(available_loaders())}")
     try:
         check = check_clash if check_fields is None else check_fields
-        check_spec(spec, fields=check, task=check)
+        check_spec(spec, fields=check, task=check, metric_field=metric_field)
     except MetricNotAvailable:
         unknown = [name for name in spec.metric_names if name not in known_metrics()]
         raise BadInputError(f"{path}: field {metric_field} must be one of {', '.join(known_metrics())} (not "

@@ -48,15 +48,19 @@ def suited_metrics(spec: BenchmarkSpec) -> list[str]:
     return suited
 
 
-def check_suited(spec: BenchmarkSpec, scorer: Scorer, metric: str) -> None:
-    """Raise :class:`MetricUnsuited` where ``metric`` (of ``scorer``) cannot score ``spec``'s task."""
+def check_suited(spec: BenchmarkSpec, scorer: Scorer, metric: str, metric_field: str = "metrics") -> None:
+    """Raise :class:`MetricUnsuited` where ``metric`` (of ``scorer``) cannot score ``spec``'s task.
+
+    A metric that cannot read the task's answers is named under ``metric_field`` (where the spec lists it:
+    ``metrics``, or the older ``metric``), the field a spec author changes; output_type is offered as the other fix."""
     needs = scorer.needs(spec)
     kind = spec.output_type.value
     if needs.answers and spec.output_type not in needs.answers:
+        wanted = " or ".join(a.value for a in needs.answers)
         raise MetricUnsuited(
-            f"benchmark {spec.id}: field output_type: metric {metric} scores "
-            f"{' or '.join(a.value for a in needs.answers)} answers, but this task's answers are {kind}; choose a "
-            f"metric for {kind} answers ({', '.join(suited_metrics(spec))}) or correct output_type")
+            f"benchmark {spec.id}: field {metric_field}: metric {metric} needs {wanted} answers, but this task's "
+            f"output_type is {kind}; choose a metric for {kind} answers ({', '.join(suited_metrics(spec))}), or "
+            f"correct output_type if the answers are {wanted}")
     for name in needs.spec_fields:
         if not getattr(spec, name):
             raise MetricUnsuited(
@@ -90,17 +94,17 @@ def _describe(field: str) -> str:
 
 
 def check_spec(spec: BenchmarkSpec, config: ApplianceConfig | None = None, *, judges: bool = False,
-               fields: bool = True, task: bool = True) -> None:
+               fields: bool = True, task: bool = True, metric_field: str = "metrics") -> None:
     """Raise (a :class:`~medhelm_local.errors.BadInputError` or a config error) where ``spec`` cannot be scored.
 
     ``judges``: check the judges configured in ``config`` too (planning a run); ``fields``: check the instance
     fields the scorers need against the loader options; ``task``: check each metric suits the task
-    (:func:`check_suited`)."""
+    (:func:`check_suited`); ``metric_field``: the spec field its metrics were given in."""
     scorers = spec_scorers(spec)
     provided = provided_fields(spec) if fields else None  # first: loader options in error are named as such
     for scorer, roles in scorers:
         for metric in roles if task else ():
-            check_suited(spec, scorer, metric)
+            check_suited(spec, scorer, metric, metric_field)
     for scorer, _ in scorers:
         scorer.check(spec, config, judges=judges)
     if provided is None:

@@ -241,13 +241,18 @@ RUBRIC = {"criteria": [{"name": "accuracy", "description": "Is the answer right?
 
 
 @pytest.mark.parametrize(("changes", "field", "message"), [
-    # the jury rates a written answer; a closed multiple-choice task's answer is a letter
-    ({"metric": None, "metrics": [{"name": "jury", "main": True}, "rouge_l"], "judge": RUBRIC}, "output_type",
-     "metric jury scores free_text answers, but this task's answers are choice_letter"),
-    ({"metric": None, "metrics": [{"name": "rouge_l", "main": True}]}, "output_type",
-     "metric rouge_l scores free_text answers, but this task's answers are choice_letter"),
-    ({"metric": "medcalc_accuracy", "output_type": "free_text", "labels": None, "label_map": None}, "output_type",
-     "metric medcalc_accuracy scores number_or_date answers"),
+    # the jury rates a written answer; a closed multiple-choice task's answer is a letter. The metric is named under
+    # the field the spec lists it in (was "field output_type", a field the author had right), with the metrics that
+    # suit the task.
+    ({"metric": None, "metrics": [{"name": "jury", "main": True}, "rouge_l"], "judge": RUBRIC}, "metrics",
+     "metric jury needs free_text answers, but this task's output_type is choice_letter; choose a metric for "
+     "choice_letter answers (exact_match, micro_f1), or correct output_type if the answers are free_text"),
+    ({"metric": None, "metrics": [{"name": "rouge_l", "main": True}]}, "metrics",
+     "metric rouge_l needs free_text answers, but this task's output_type is choice_letter; choose a metric for "
+     "choice_letter answers (exact_match, micro_f1)"),
+    # the older single field is named as written
+    ({"metric": "medcalc_accuracy", "output_type": "free_text", "labels": None, "label_map": None}, "metric",
+     "metric medcalc_accuracy needs number_or_date answers, but this task's output_type is free_text"),
     # exact match reads the chosen letter by the answer labels: without them it compares the whole reply
     ({"labels": None, "label_map": None}, "labels",
      "metric exact_match on choice_letter answers needs the answer labels"),
@@ -263,7 +268,7 @@ def test_a_metric_paired_with_a_task_it_cannot_score_is_refused_at_registration(
     result = home_cli("benchmarks", "add", str(spec))
     assert result.code == 2, result.stdout
     error = " ".join(result.stderr.split())
-    assert str(spec) in error and f"field {field}" in error and message in error, error
+    assert str(spec) in error and f"field {field}:" in error and message in error, error
     assert not (home_cli.home / "benchmarks" / "followup_unsuitable.yaml").exists()
 
 
@@ -283,7 +288,7 @@ def test_a_stored_spec_pairing_the_jury_with_a_multiple_choice_task_is_refused_b
         assert home_cli("models", "add", "always-a", "--base-url", server.base_url).code == 0
         result = home_cli("run", "--model", "always-a", "--benchmarks", "followup_jury", "--json")
         assert result.code == 2, result.stderr
-        assert "field output_type: metric jury scores free_text answers" in " ".join(result.stderr.split())
+        assert "field metrics: metric jury needs free_text answers" in " ".join(result.stderr.split())
         assert server.requests_seen == 0
 
 
