@@ -6,8 +6,6 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import importlib
-import importlib.util
 import io
 from datetime import datetime
 from functools import partial
@@ -26,6 +24,7 @@ from medhelm_local.audit.report import ComplianceReport, compliance_report, filt
 from medhelm_local.audit.trail import AuditTrail, read_state, state_path_for
 from medhelm_local.audit.verify import VerifyReport, verify_file
 from medhelm_local.errors import BadInputError, NotFoundError
+from medhelm_local.export import approval as export_approval
 from medhelm_local.export import bundle as export_bundle
 from medhelm_local.home import Home
 from medhelm_local.home.config import ConsoleRole
@@ -181,7 +180,6 @@ def export_detail(request: Request) -> Response:
     preview = _preview(folder / "bundle")
     mismatched = sorted(f["name"] for f in preview["files"] if req.files.get(f["name"]) not in (None, f["sha256"]))
     return console.render(request, "export.html", req=req, preview=preview, mismatched=mismatched,
-                          signature_upload=approval_by_signature(),
                           namespace=export_bundle.APPROVAL_NAMESPACE,
                           # Where an approval leads (?approved=1); the address alone never says a request is approved.
                           approved=request.query_params.get("approved") == "1" and req.status == "approved"
@@ -201,12 +199,6 @@ def export_report(request: Request) -> Response:
 
 
 MAX_SIGNATURE_BYTES = 16 * 1024
-APPROVAL_MODULE = "medhelm_local.export.approval"
-
-
-def approval_by_signature() -> bool:
-    """Whether the export module accepts an approver's detached SSH signature (its approval flow)."""
-    return importlib.util.find_spec(APPROVAL_MODULE) is not None
 
 
 async def _signature_text(form: Any) -> str:
@@ -235,21 +227,18 @@ async def export_approve(request: Request) -> Response:
     records the approval under this user's name."""
     console = console_of(request)
     identity = identity_of(request)
-    if not approval_by_signature():
-        raise NotFoundError("approval with an uploaded signature is not available in this version")
     request_id = request.path_params["request_id"]
     form = await request.form()
     if not check_csrf(request, form):
         return bad_form_token(request, f"/exports/{request_id}")
     _request(console.home, request_id)  # an unknown id: not found
-    approval = importlib.import_module(APPROVAL_MODULE)
 
     def approve() -> None:
         from medhelm_local.context import AppContext
 
         with export_bundle.request_lock(console.home.exports_dir, request_id):
-            approval.approve(AppContext(home=console.home, actor=identity.user), request_id,
-                             signature=signature, key_file=None)
+            export_approval.approve(AppContext(home=console.home, actor=identity.user), request_id,
+                                    signature=signature, key_file=None)
 
     try:
         signature = await _signature_text(form)
@@ -261,7 +250,7 @@ async def export_approve(request: Request) -> Response:
         await run_in_threadpool(approve)
     except NotFoundError:
         raise
-    except (BadInputError, export_bundle.ExportRefused, approval.ApprovalRefused) as exc:
+    except (BadInputError, export_bundle.ExportRefused, export_approval.ApprovalRefused) as exc:
         return _approval_refused(request, request_id, exc, form)
     return RedirectResponse(f"/exports/{request_id}?approved=1", status_code=303)
 

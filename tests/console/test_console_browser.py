@@ -18,7 +18,6 @@ from selenium.webdriver.common.by import By
 from selenium.webdriver.common.print_page_options import PrintOptions
 from selenium.webdriver.support.ui import WebDriverWait
 
-from medhelm_local.webconsole.pages_compliance import approval_by_signature
 from tests.console.conftest import (
     MEDICATION_SECRET,
     ConsoleHome,
@@ -181,11 +180,7 @@ def test_compliance_pages(browser: Any, proxies: dict[str, HeaderProxy], console
     assert MEDICATION_SECRET not in body  # an export is aggregates only
     screenshot(browser, shots, "compliance-export")
 
-    if approval_by_signature():
-        _approve_with_an_uploaded_signature(browser, proxy, console_home, shots)
-    else:  # approval stays on the command line, and the page says how
-        assert "export approve" in browser.find_element(By.ID, "approve-cli").text
-        assert not browser.find_elements(By.ID, "approve-form")
+    _approve_with_an_uploaded_signature(browser, proxy, console_home, shots)
 
     # A compliance officer opens no patient-level view.
     for path in (f"/runs/{console_home.runs['model-a']}/medication_qa/instances", "/rate"):
