@@ -82,14 +82,16 @@ def read_board(store: Store, specs: SpecRegistry, config: ApplianceConfig, *, pr
 
 def build_board(data: BoardData, specs: SpecRegistry, *, prompt_style: str, rule: WinRule,
                 category: str | None = None, resamples: int, seed: int) -> Board:
-    """Rows (win rate, CIs, costs, Pareto place, comparability), paired differences and MDEs."""
+    """Rows (win rate, CIs, costs, Pareto place, comparability), paired differences and MDEs; a pairing of runs that
+    are not comparable counts in none of the pairwise figures."""
+    unlike = data.comparability.unlike
     rows = build_leaderboard(data.results, specs=specs, series=data.series, rule=rule, category=category,
-                             resamples=resamples, seed=seed)
+                             resamples=resamples, seed=seed, unlike=unlike)
     for row in rows:
         row.prompt_style = prompt_style
         row.prompt_sha256 = {b: h for (m, b), h in data.prompt_hashes.items() if m == row.model and b in row.benchmarks}
     apply_costs(rows, data.costs)
     apply_comparability(rows, data.comparability)
     return Board(rows=rows, series=data.series,
-                 pairwise=pairwise_differences(data.series, resamples=resamples, seed=seed),
-                 mdes=benchmark_mdes(data.series), other_styles=data.other_styles)
+                 pairwise=pairwise_differences(data.series, resamples=resamples, seed=seed, unlike=unlike),
+                 mdes=benchmark_mdes(data.series, unlike=unlike), other_styles=data.other_styles)

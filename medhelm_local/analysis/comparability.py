@@ -3,10 +3,10 @@
 The leaderboard takes each model's latest finished run of a benchmark. Runs of different models may have been
 made on different versions of the dataset (registered again after the extract changed), with different specs (a
 custom spec edited between the runs, an upgrade that changed a prompt or ``max_tokens``) or on different
-instances (``--max-instances`` or ``--seed``). Their scores are then not comparable, yet a win rate would compare
-them: the leaderboard names what differs, so nobody reads such a comparison as a result (paired differences and
-MDEs never pair two dataset versions: ``analysis.leaderboard``). A run of a version other than the one registered
-last is named too, with no rival: it is not a score on the benchmark as the appliance now holds it.
+instances (``--max-instances`` or ``--seed``). Their scores are then not comparable: the pairing counts as no win
+and no loss in either model's win rate, and no paired difference or MDE pairs them (``analysis.leaderboard``); the
+leaderboard names what differs and how many pairings each win rate leaves out. A run of a version other than the
+one registered last is named too, with no rival: it is not a score on the benchmark as the appliance now holds it.
 """
 
 from __future__ import annotations
@@ -93,16 +93,33 @@ def apply_comparability(rows: list[ModelRow], found: Comparability) -> None:
         row.dataset_current = {b: (row.model, b) not in found.outdated for b in sorted(row.benchmarks)}
 
 
+def _left_out_line(row: ModelRow) -> str | None:
+    """What the model's win rate leaves out, when it leaves out any pairing."""
+    left_out = row.win_pairs_left_out
+    if not left_out:
+        return None
+    if row.win_rate is None:
+        which = ("its only (benchmark, rival) pairing is" if left_out == 1
+                 else f"all {left_out} of its (benchmark, rival) pairings are")
+        return f"{row.model}: win rate n/a: {which} left out, their runs not comparable"
+    return (f"{row.model}'s win rate counts {row.win_pairs} of its {row.win_pairs + left_out} (benchmark, rival) "
+            f"pairings: {left_out} left out, their runs not comparable")
+
+
 def comparability_lines(rows: list[ModelRow]) -> list[str]:
-    """One sentence per model and benchmark whose run scored another dataset version than the one registered last,
-    or is not comparable with a rival's (the table's and the console's)."""
+    """One sentence per model whose win rate leaves out pairings of runs that are not comparable, and per model and
+    benchmark whose run scored another dataset version than the one registered last, or is not comparable with a
+    rival's (the table's and the console's)."""
     lines = []
     for row in rows:
+        if (said_left_out := _left_out_line(row)) is not None:
+            lines.append(said_left_out)
         for benchmark in sorted(b for b, current in row.dataset_current.items() if not current):
             lines.append(f"{row.model} on {benchmark} scored another version of its dataset than the one registered "
                          f"last: run it again (`medhelm-local run --model {row.model} --benchmarks {benchmark}`)")
         for benchmark, rivals in row.not_comparable.items():
             said = "; ".join(f"{rival}: {', '.join(found)}" for rival, found in rivals.items())
-            lines.append(f"{row.model} on {benchmark} is not comparable with {said}. Its win rate there compares "
-                         "unlike runs: run the models again on the same dataset version, spec and instances")
+            lines.append(f"{row.model} on {benchmark} is not comparable with {said}. Left out of their win rates, "
+                         "paired differences and MDE: to compare them, run the models again on the same dataset "
+                         "version, spec and instances")
     return lines

@@ -6,16 +6,20 @@ Win-rate (MedHELM 4.3.2): on each benchmark, each model is compared with every r
 HELM's rule (``WinRule.HELM``) counts a tie as half a win and, as HELM's mean win rate, averages the model's
 per-benchmark win fractions. The paper's win-rate is the mean over all (benchmark, rival) pairings (the two agree
 when every benchmark has the same rivals); the win SD is the SD over benchmarks of the model's per-benchmark win
-fraction. Macro-average and its
-SD are over the model's benchmarks with equal weight. SDs are population SDs (ddof 0), and undefined (None, never
-0.0) over fewer than two values: one benchmark says nothing about how a model's scores spread. Two scores within
-:data:`TIE_TOLERANCE` of each other tie: equal means summed in another order (jury ratings, thirds and ninths)
-differ by a rounding error of about 1e-16, which must not decide a win.
+fraction. A (benchmark, rival) pairing whose two runs are not comparable (another dataset version, spec or
+instances: ``analysis.comparability``) counts in neither model's win rate or win SD, nor in the paired differences
+and MDEs: it is no win and no loss; a model all of whose pairings are left out has no win rate (None). Macro-average
+and its SD are over the model's benchmarks with equal weight, comparable or not (they compare nothing). SDs are
+population SDs (ddof 0), and undefined (None, never 0.0) over fewer than two values: one benchmark says nothing
+about how a model's scores spread. Two scores within :data:`TIE_TOLERANCE` of each other tie: equal means summed in
+another order (jury ratings, thirds and ninths) differ by a rounding error of about 1e-16, which must not decide a
+win.
 """
 
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Mapping
 from enum import StrEnum
 
 import numpy as np
@@ -39,9 +43,22 @@ from medhelm_local.records import BenchmarkScore
 # What a table shows for an SD over fewer than two values, and why (the CLI and the console say it the same way).
 SD_UNDEFINED = "n/a"
 SD_UNDEFINED_NOTE = ("SD n/a: undefined, an SD needs two values: the SD over a model's benchmarks with one scored "
-                     "benchmark, the win SD with one benchmark that has a rival, an MDE's SD with one model pair")
+                     "benchmark, the win SD with one benchmark that has a comparable rival, an MDE's SD with one "
+                     "model pair")
+# What a table shows for the win rate of a model whose every pairing with a rival compares unlike runs (the reason is
+# the comparability lines': ``analysis.comparability``).
+WIN_RATE_LEFT_OUT = "n/a"
 
 TIE_TOLERANCE = 1e-12  # far below any real difference of two scores (k/n, n up to 10^5), far above float noise
+
+# (model, benchmark) -> rival -> what differs between their runs (``analysis.comparability``): pairings to leave out
+Unlike = Mapping[tuple[str, str], Mapping[str, list[str]]]
+NO_UNLIKE: Unlike = {}
+
+
+def comparable(unlike: Unlike, benchmark: str, model: str, rival: str) -> bool:
+    """Whether the two models' runs of ``benchmark`` measured the same thing (a difference named either way: not)."""
+    return rival not in unlike.get((model, benchmark), {}) and model not in unlike.get((rival, benchmark), {})
 
 
 def is_tie(own: float, rival: float) -> bool:
@@ -89,7 +106,9 @@ class ModelRow(BaseModel):
     win_rate: float | None
     macro_avg: float | None
     benchmarks: dict[str, BenchmarkScore]
-    win_sd: float | None = None  # None with fewer than two benchmarks that have a rival: undefined
+    win_sd: float | None = None  # None with fewer than two benchmarks that have a comparable rival: undefined
+    win_pairs: int = 0  # the (benchmark, rival) pairings its win rate counts
+    win_pairs_left_out: int = 0  # pairings with a rival's score left out of it: their runs are not comparable
     sd: float | None = None  # SD of the benchmark scores around the macro-average; None with fewer than two
     categories: dict[str, float] = Field(default_factory=dict)  # category -> mean score of its benchmarks
     ci: dict[str, Interval | None] = Field(default_factory=dict)  # benchmark -> bootstrap 95% CI
@@ -108,6 +127,11 @@ class ModelRow(BaseModel):
     dataset_current: dict[str, bool] = Field(default_factory=dict)
 
     @property
+    def win_rate_left_out(self) -> bool:
+        """It has rivals, but every pairing with one compares runs that are not comparable: no win rate, never 0."""
+        return self.win_rate is None and self.win_pairs_left_out > 0
+
+    @property
     def unscored(self) -> list[str]:
         """Benchmarks the model ran without a single scored instance (every request or judgement failed): left
         out of its win rate and macro average, never scored as 0, so the row must say so."""
@@ -120,21 +144,37 @@ def _win_value(own: float, rival: float, rule: WinRule) -> float:
     return 1.0 if own > rival else 0.0
 
 
-def _win_fractions(scores: dict[str, dict[str, float]], model: str, rule: WinRule) -> list[tuple[float, int]]:
-    """Per benchmark where the model has a rival's score: (its wins there, how many rivals)."""
+def _rival_scores(scores: dict[str, dict[str, float]], model: str, unlike: Unlike) -> dict[str, list[float]]:
+    """Per benchmark the model has a score on: the scores there of the rivals whose runs are comparable with its."""
+    return {benchmark: [s[benchmark] for r, s in scores.items()
+                        if r != model and benchmark in s and comparable(unlike, benchmark, model, r)]
+            for benchmark in scores[model]}
+
+
+def _win_fractions(scores: dict[str, dict[str, float]], model: str, rule: WinRule,
+                   unlike: Unlike) -> list[tuple[float, int]]:
+    """Per benchmark where the model has a comparable rival's score: (its wins there, how many rivals)."""
     out = []
-    for benchmark, own in scores[model].items():
-        rivals = [s[benchmark] for r, s in scores.items() if r != model and benchmark in s]
+    for benchmark, rivals in _rival_scores(scores, model, unlike).items():
         if rivals:
-            out.append((sum(_win_value(own, r, rule) for r in rivals), len(rivals)))
+            out.append((sum(_win_value(scores[model][benchmark], r, rule) for r in rivals), len(rivals)))
     return out
 
 
-def win_rate(scores: dict[str, dict[str, float]], model: str, rule: WinRule = WinRule.PAPER) -> float | None:
+def win_pairings(scores: dict[str, dict[str, float]], model: str, unlike: Unlike = NO_UNLIKE) -> tuple[int, int]:
+    """(the (benchmark, rival) pairings of two scores the model's win rate counts, those left out as not
+    comparable)."""
+    counted = sum(len(rivals) for rivals in _rival_scores(scores, model, unlike).values())
+    every = sum(len(rivals) for rivals in _rival_scores(scores, model, NO_UNLIKE).values())
+    return counted, every - counted
+
+
+def win_rate(scores: dict[str, dict[str, float]], model: str, rule: WinRule = WinRule.PAPER, *,
+             unlike: Unlike = NO_UNLIKE) -> float | None:
     """The paper's rule: the mean win over all (benchmark, rival) pairs where both have a score. HELM's: the mean
     over benchmarks of the model's win fraction there (HELM's mean win rate), which weighs a benchmark with few
-    rivals as much as one with many. None without any pair."""
-    fractions = _win_fractions(scores, model, rule)
+    rivals as much as one with many. Pairs in ``unlike`` are left out. None without any pair."""
+    fractions = _win_fractions(scores, model, rule, unlike)
     if not fractions:
         return None
     if rule == WinRule.HELM:
@@ -142,10 +182,11 @@ def win_rate(scores: dict[str, dict[str, float]], model: str, rule: WinRule = Wi
     return sum(wins for wins, _ in fractions) / sum(rivals for _, rivals in fractions)
 
 
-def win_sd(scores: dict[str, dict[str, float]], model: str, rule: WinRule = WinRule.PAPER) -> float | None:
-    """SD over benchmarks of the model's per-benchmark win fraction (how consistently it wins); None over fewer
-    than two benchmarks."""
-    return spread([wins / rivals for wins, rivals in _win_fractions(scores, model, rule)])
+def win_sd(scores: dict[str, dict[str, float]], model: str, rule: WinRule = WinRule.PAPER, *,
+           unlike: Unlike = NO_UNLIKE) -> float | None:
+    """SD over benchmarks of the model's per-benchmark win fraction (how consistently it wins; pairs in ``unlike``
+    left out); None over fewer than two benchmarks."""
+    return spread([wins / rivals for wins, rivals in _win_fractions(scores, model, rule, unlike)])
 
 
 def known_categories(specs: SpecRegistry) -> list[str]:
@@ -167,10 +208,10 @@ def build_leaderboard(results: list[BenchmarkScore], *, specs: SpecRegistry,
                       series: list[InstanceSeries] | None = None,
                       rule: WinRule = WinRule.PAPER, category: str | None = None,
                       resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
-                      costs: dict[str, float | None] | None = None) -> list[ModelRow]:
+                      costs: dict[str, float | None] | None = None, unlike: Unlike = NO_UNLIKE) -> list[ModelRow]:
     """Rows sorted by win-rate, then macro-average. ``series`` (per-instance values) adds bootstrap CIs;
     ``category`` keeps only that category's benchmarks (categories from ``specs``); ``costs`` maps model -> cost
-    (None: unavailable)."""
+    (None: unavailable); ``unlike`` names the pairings of runs that are not comparable, left out of win rates."""
     if category is not None:
         results = [r for r in results if specs.category_of(r.benchmark) == category]
     per_model: dict[str, dict[str, BenchmarkScore]] = defaultdict(dict)
@@ -200,10 +241,12 @@ def build_leaderboard(results: list[BenchmarkScore], *, specs: SpecRegistry,
             if found is not None:
                 ci[benchmark] = intervals.get((model, benchmark))
         compared = len(per_model) > 1
+        pairs, left_out = win_pairings(numeric, model, unlike)
         rows.append(ModelRow(
             model=model,
-            win_rate=win_rate(numeric, model, rule) if compared else None,
-            win_sd=win_sd(numeric, model, rule) if compared else None,
+            win_rate=win_rate(numeric, model, rule, unlike=unlike) if compared else None,
+            win_sd=win_sd(numeric, model, rule, unlike=unlike) if compared else None,
+            win_pairs=pairs, win_pairs_left_out=left_out,
             macro_avg=float(np.mean(values)) if values else None,
             sd=spread(values),
             categories={c: float(np.mean(v)) for c, v in sorted(by_category.items())},
@@ -274,9 +317,10 @@ def _common(a: InstanceSeries, b: InstanceSeries) -> tuple[np.ndarray, np.ndarra
     return ia, ib
 
 
-def pairwise_differences(series: list[InstanceSeries], *, resamples: int = DEFAULT_RESAMPLES, seed: int = 0
-                         ) -> list[PairwiseDifference]:
-    """Every ordered pair of models on every benchmark both were scored on, with a paired bootstrap CI."""
+def pairwise_differences(series: list[InstanceSeries], *, resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
+                         unlike: Unlike = NO_UNLIKE) -> list[PairwiseDifference]:
+    """Every ordered pair of models on every benchmark both were scored on, with a paired bootstrap CI; pairs in
+    ``unlike`` (runs not comparable) are left out."""
     out = []
     for benchmark, members in _by_benchmark(series).items():
         table = None
@@ -285,6 +329,8 @@ def pairwise_differences(series: list[InstanceSeries], *, resamples: int = DEFAU
                                      members[0].aggregation, resamples=resamples, seed=seed)
         for index, a in enumerate(members):
             for offset, b in enumerate(members[index + 1:], start=index + 1):
+                if not comparable(unlike, benchmark, a.model, b.model):
+                    continue
                 ia, ib = _common(a, b)
                 if len(ia) == 0:
                     continue
@@ -311,13 +357,16 @@ def pairwise_differences(series: list[InstanceSeries], *, resamples: int = DEFAU
     return out
 
 
-def benchmark_mdes(series: list[InstanceSeries]) -> dict[str, BenchmarkMDE]:
-    """Appendix E MDE per benchmark, over unordered model pairs and their common instances' differences."""
+def benchmark_mdes(series: list[InstanceSeries], *, unlike: Unlike = NO_UNLIKE) -> dict[str, BenchmarkMDE]:
+    """Appendix E MDE per benchmark, over unordered model pairs whose runs are comparable (not in ``unlike``) and
+    their common instances' differences."""
     out = {}
     for benchmark, members in _by_benchmark(series).items():
         differences = []
         for i, a in enumerate(members):
             for b in members[i + 1:]:
+                if not comparable(unlike, benchmark, a.model, b.model):
+                    continue
                 ia, ib = _common(a, b)
                 if len(ia):
                     differences.append(a.values[ia] - b.values[ib])

@@ -11,6 +11,7 @@ from medhelm_local.analysis.comparability import comparability_lines
 from medhelm_local.analysis.leaderboard import (
     SD_UNDEFINED,
     SD_UNDEFINED_NOTE,
+    WIN_RATE_LEFT_OUT,
     BenchmarkMDE,
     ModelRow,
     PairwiseDifference,
@@ -33,8 +34,9 @@ def register(app: typer.Typer) -> None:
 
 def leaderboard_payload(rows: list[ModelRow], *, pairwise: list[PairwiseDifference] | None = None,
                         mdes: dict[str, BenchmarkMDE] | None = None) -> list[dict[str, Any]]:
-    """One object per model: win_rate, win_sd, macro_avg, sd, categories, cost, and per benchmark score, CI, n
-    (and the benchmark's MDE); ``pairwise`` adds each rival's paired differences."""
+    """One object per model: win_rate, win_sd, the pairings the win rate counts and leaves out (not comparable),
+    macro_avg, sd, categories, cost, and per benchmark score, CI, n (and the benchmark's MDE); ``pairwise`` adds
+    each rival's paired differences."""
     mdes = mdes or {}
     payload = []
     for r in rows:
@@ -60,7 +62,7 @@ def leaderboard_payload(rows: list[ModelRow], *, pairwise: list[PairwiseDifferen
             benchmarks[b] = entry
         row: dict[str, Any] = {
             "model": r.model, "prompt_style": r.prompt_style, "win_rate": r.win_rate, "win_sd": r.win_sd,
-            "win_rule": r.win_rule.value,
+            "win_rule": r.win_rule.value, "win_pairs": r.win_pairs, "win_pairs_left_out": r.win_pairs_left_out,
             "macro_avg": r.macro_avg, "sd": r.sd, "n_benchmarks": len(r.benchmarks),
             "unscored_benchmarks": r.unscored, "categories": r.categories,
             "cost": r.cost, "cost_detail": r.cost_detail, "pareto": r.pareto, "benchmarks": benchmarks,
@@ -114,8 +116,9 @@ def print_leaderboard(rows: list[ModelRow], *, mdes: dict[str, BenchmarkMDE] | N
     style = rows[0].prompt_style if rows else prompt_style
     emit_table(f"leaderboard (prompt style: {style}; win rule: {rule})",
                ["model", "win rate", "win sd", "macro avg", "sd", "cost", "pareto", *categories, *benchmarks],
-               [[r.model, r.win_rate, _sd(r.win_sd, r.win_rate), r.macro_avg, _sd(r.sd, r.macro_avg),
-                 money(r.cost, unknown="unavailable"), r.pareto, *[r.categories.get(c) for c in categories],
+               [[r.model, WIN_RATE_LEFT_OUT if r.win_rate_left_out else r.win_rate, _sd(r.win_sd, r.win_rate),
+                 r.macro_avg, _sd(r.sd, r.macro_avg), money(r.cost, unknown="unavailable"), r.pareto,
+                 *[r.categories.get(c) for c in categories],
                  *[_cell(r, b) for b in benchmarks]] for r in rows])
     if mdes:
         emit_table("minimum detectable effect (alpha 0.05, power 0.8)", ["benchmark", "mde", "sd", "pairs"],

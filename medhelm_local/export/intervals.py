@@ -15,7 +15,7 @@ import hashlib
 import numpy as np
 
 from medhelm_local.analysis.aggregate import InstanceSeries
-from medhelm_local.analysis.leaderboard import TIE_TOLERANCE, WinRule
+from medhelm_local.analysis.leaderboard import NO_UNLIKE, TIE_TOLERANCE, Unlike, WinRule, comparable
 from medhelm_local.analysis.stats import DEFAULT_RESAMPLES, bootstrap_matrix, percentile_interval
 
 RESAMPLES = DEFAULT_RESAMPLES
@@ -42,12 +42,13 @@ def mean_interval(draws: list[list[float]]) -> tuple[float, float] | None:
     return percentile_interval(np.mean(np.array(draws, dtype=float), axis=0))
 
 
-def win_rate_intervals(draws: dict[str, dict[str, list[float]]], *, rule: WinRule = WinRule.PAPER
-                       ) -> dict[str, tuple[float, float] | None]:
+def win_rate_intervals(draws: dict[str, dict[str, list[float]]], *, rule: WinRule = WinRule.PAPER,
+                       unlike: Unlike = NO_UNLIKE) -> dict[str, tuple[float, float] | None]:
     """The CI of each model's win rate, recomputed on every resample as the leaderboard computes it under ``rule``
     (:func:`~medhelm_local.analysis.leaderboard.win_rate`): a win when the score beats the rival's, a tie (equal up
     to ``TIE_TOLERANCE``) a win for both (MedHELM's rule) or half a win (HELM's); the paper's rate over all
-    (benchmark, rival) pairs, HELM's the mean of the per-benchmark fractions."""
+    (benchmark, rival) pairs, HELM's the mean of the per-benchmark fractions; pairs in ``unlike`` (runs not
+    comparable) left out, as the win rate leaves them out."""
     tie = 0.5 if rule == WinRule.HELM else 1.0
     arrays = {m: {b: np.array(v, dtype=float) for b, v in own.items()} for m, own in draws.items()}
     out: dict[str, tuple[float, float] | None] = {}
@@ -57,7 +58,7 @@ def win_rate_intervals(draws: dict[str, dict[str, list[float]]], *, rule: WinRul
             wins: np.ndarray | None = None
             rivals = 0
             for rival, theirs in arrays.items():
-                if rival != model and benchmark in theirs:
+                if rival != model and benchmark in theirs and comparable(unlike, benchmark, model, rival):
                     rival_values = theirs[benchmark]
                     equal = np.abs(values - rival_values) <= TIE_TOLERANCE
                     won = (values > rival_values) * ~equal + tie * equal

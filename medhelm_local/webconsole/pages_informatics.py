@@ -12,7 +12,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from medhelm_local.analysis.figures import LeaderboardFigures, leaderboard_figures
-from medhelm_local.analysis.leaderboard import SD_UNDEFINED, SD_UNDEFINED_NOTE, WinRule
+from medhelm_local.analysis.leaderboard import SD_UNDEFINED, SD_UNDEFINED_NOTE, WIN_RATE_LEFT_OUT, WinRule
 from medhelm_local.benchmarks.registry import SpecRegistry
 from medhelm_local.errors import NotFoundError
 from medhelm_local.export import intervals
@@ -63,14 +63,16 @@ class SummaryIntervals:
 
 def summary_intervals(view: data.LeaderboardView, specs: SpecRegistry) -> dict[str, SummaryIntervals]:
     """The summaries recomputed on bootstrap resamples of each benchmark's scored instances (the export's method);
-    none for a summary over a benchmark with fewer than two scored instances."""
+    none for a summary over a benchmark with fewer than two scored instances. A win rate's leaves out the pairings
+    its row does (runs not comparable)."""
     draws: dict[str, dict[str, list[float] | None]] = {}
     for series in view.series:
         if len(series.values):
             draws.setdefault(series.model, {})[series.benchmark] = intervals.replicates(series)
     complete = {m: {b: v for b, v in own.items() if v is not None} for m, own in draws.items()
                 if all(v is not None for v in own.values())}
-    wins = intervals.win_rate_intervals(complete, rule=view.rule) if len(view.rows) > 1 and \
+    unlike = {(r.model, b): rivals for r in view.rows for b, rivals in r.not_comparable.items()}
+    wins = intervals.win_rate_intervals(complete, rule=view.rule, unlike=unlike) if len(view.rows) > 1 and \
         len(complete) == len(draws) else {}
     out = {}
     for model, own in draws.items():
@@ -113,7 +115,7 @@ def leaderboard(request: Request) -> Response:
     figures = console_figures(view, summaries)
     return console.render(request, "leaderboard.html", view=view, figures=figures, styles=PROMPT_STYLES,
                           rules=WIN_RULES, rule_text=WIN_RULES[rule], summaries=summaries,
-                          sd_undefined=SD_UNDEFINED, sd_note=SD_UNDEFINED_NOTE)
+                          sd_undefined=SD_UNDEFINED, sd_note=SD_UNDEFINED_NOTE, win_left_out=WIN_RATE_LEFT_OUT)
 
 
 def _reloading(request: Request, live: bool) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -196,14 +197,85 @@ def test_models_scored_on_different_versions_of_a_dataset_are_named_and_never_pa
     assert rows["alpha"]["benchmarks"]["pubmedqa"]["dataset_current"] is False
     assert rows["beta"]["benchmarks"]["pubmedqa"]["dataset_current"] is True
     assert rows["alpha"]["pairwise"] == {} and rows["beta"]["pairwise"] == {}
+    # their one pairing is no win and no loss: neither has a win rate (n/a, and why), not 1.0 and 0.0
+    assert rows["alpha"]["win_rate"] is None and rows["beta"]["win_rate"] is None
+    assert (rows["alpha"]["win_pairs"], rows["alpha"]["win_pairs_left_out"]) == (0, 1)
+    assert "mde" not in rows["alpha"]["benchmarks"]["pubmedqa"]
     table = cli("leaderboard", "--resamples", "0")
     assert table.code == 0, table.stderr
     assert "paired differences" not in table.stdout
+    assert "minimum detectable effect" not in table.stdout
+    assert next(line for line in table.stdout.splitlines() if line.startswith("alpha\t")).split("\t")[1] == "n/a"
+    assert ("alpha: win rate n/a: its only (benchmark, rival) pairing is left out, their runs not comparable"
+            in table.stderr)
     assert ("alpha on pubmedqa scored another version of its dataset than the one registered last: run it again "
             "(`medhelm-local run --model alpha --benchmarks pubmedqa`)") in table.stderr
     assert "beta on pubmedqa scored another version" not in table.stderr
     assert "alpha on pubmedqa is not comparable with beta: dataset version" in table.stderr
     assert "[another dataset version; not comparable: see below]" in table.stdout
+    page = page_as(home, "/leaderboard?resamples=0")
+    assert page.status_code == 200
+    assert _console_win_rates(page.text) == {"alpha": "n/a", "beta": "n/a"}
+    assert "beta: win rate n/a: its only (benchmark, rival) pairing is left out" in page.text
+
+
+def _console_win_rates(text: str) -> dict[str, str]:
+    """Model -> the win rate cell of the console's leaderboard table, as shown."""
+    cells = re.findall(r'<td class="model">([^<]+)</td><td class="num">(.*?)</td>', text)
+    return {model: re.sub(r"<[^>]+>", "", cell) for model, cell in cells}
+
+
+def test_a_pairing_of_runs_on_two_dataset_versions_counts_in_no_win_rate(tmp_path: Path) -> None:
+    """alpha ran medqa, then the extract lost a row and was registered again, and beta and gamma ran it. The
+    leaderboard said the pairings were not comparable, yet counted them: alpha's two losses on medqa made its win
+    rate 0.5, gamma's win over alpha there gave it 0.25. They now count for no one, in the table, `--json` and the
+    console alike, and each row says how many pairings its win rate leaves out."""
+    home = make_home(tmp_path / "home")
+    with Store.open(home) as store:
+        p_data, m_data = pubmedqa(), medqa()
+        p_fp, m_fp = register(store, "pubmedqa", p_data), register(store, "medqa", m_data)
+        for model, right in (("alpha", 30), ("beta", 20), ("gamma", 10)):
+            score_benchmark(store, SHIPPED, add_run(store, model, "pubmedqa", p_fp, p_data, answers(p_data, right)),
+                            "pubmedqa")
+        score_benchmark(store, SHIPPED, add_run(store, "alpha", "medqa", m_fp, m_data, answers(m_data, 10)), "medqa")
+        shorter = m_data[:-1]
+        again = store.register_dataset("medqa", "extract-again-sha256", "test-loader", "test", shorter, {})
+        for model, right in (("beta", 30), ("gamma", 20)):
+            run_id = add_run(store, model, "medqa", again.fingerprint, shorter, answers(shorter, right))
+            score_benchmark(store, SHIPPED, run_id, "medqa")
+    cli = Cli(home=home.root, env=cli_env())
+    rows = {r["model"]: r for r in cli("leaderboard", "--json", "--resamples", "0").json()}
+    # alpha: beats beta and gamma on pubmedqa, medqa left out; beta: loses to alpha, beats gamma on pubmedqa, beats
+    # gamma on medqa; gamma: loses everything it can be compared on
+    assert {m: r["win_rate"] for m, r in rows.items()} == {"alpha": 1.0, "beta": pytest.approx(2 / 3), "gamma": 0.0}
+    assert {m: (r["win_pairs"], r["win_pairs_left_out"]) for m, r in rows.items()} == {
+        "alpha": (2, 2), "beta": (3, 1), "gamma": (3, 1)}
+    assert rows["alpha"]["win_sd"] is None  # one benchmark with a comparable rival
+    assert rows["beta"]["win_sd"] == pytest.approx(0.25) and rows["gamma"]["win_sd"] == 0.0
+    assert rows["alpha"]["macro_avg"] == pytest.approx((0.75 + 0.25) / 2)  # per model: kept, and flagged
+    assert rows["alpha"]["benchmarks"]["medqa"]["not_comparable_with"] == {"beta": ["dataset version"],
+                                                                           "gamma": ["dataset version"]}
+    assert set(rows["alpha"]["pairwise"]) == {"beta", "gamma"}
+    assert set(rows["alpha"]["pairwise"]["beta"]) == {"pubmedqa"}  # never paired on medqa
+    assert set(rows["beta"]["pairwise"]["gamma"]) == {"medqa", "pubmedqa"}
+
+    table = cli("leaderboard", "--resamples", "0")
+    assert table.code == 0, table.stderr
+    lines = table.stdout.splitlines()
+    shown = {m: next(line for line in lines if line.startswith(f"{m}\t")).split("\t")[1] for m in rows}
+    assert shown == {"alpha": "1.000", "beta": "0.667", "gamma": "0.000"}
+    assert "alpha's win rate counts 2 of its 4 (benchmark, rival) pairings: 2 left out, their runs not comparable" \
+        in table.stderr
+    assert ("gamma on medqa is not comparable with alpha: dataset version. Left out of their win rates, paired "
+            "differences and MDE") in table.stderr
+
+    page = page_as(home, "/leaderboard")
+    assert page.status_code == 200
+    assert _console_win_rates(page.text) == shown
+    assert "beta&#39;s win rate counts 3 of its 4 (benchmark, rival) pairings: 1 left out" in page.text
+    # the console's win-rate CI leaves out what the win rate does: gamma loses every comparable pairing
+    gamma = page.text[page.text.index('<td class="model">gamma</td>'):]
+    assert gamma.split('<td class="num ci">')[1].startswith("[0.000, 0.000]")
 
 
 def test_an_sd_over_one_benchmark_is_undefined_not_zero(tmp_path: Path) -> None:

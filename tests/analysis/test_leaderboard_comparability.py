@@ -63,6 +63,13 @@ def test_runs_on_another_dataset_version_spec_or_sample_are_named_not_compared_s
     assert rows["delta"] == {"alpha": ["dataset version"], "beta": ["dataset version"],
                              "gamma": ["dataset version"]}
     assert set(rows["gamma"]) == {"alpha", "beta", "delta"}
+    # a pairing of unlike runs is no win and no loss: alpha and beta count only each other (a tie: a win for both);
+    # gamma (a sample) and delta (another version) have no comparable rival, so no win rate, never a number
+    rates = {r["model"]: (r["win_rate"], r["win_pairs"], r["win_pairs_left_out"]) for r in board}
+    assert rates == {"alpha": (1.0, 1, 2), "beta": (1.0, 1, 2), "gamma": (None, 0, 3), "delta": (None, 0, 3)}
+    # nor are they paired on the instances they share: alpha's paired differences are with beta only
+    pairwise = {r["model"]: r["pairwise"] for r in board}
+    assert set(pairwise["alpha"]) == {"beta"} and pairwise["gamma"] == {} and pairwise["delta"] == {}
 
     table = home_cli("leaderboard", "--resamples", "0")
     assert table.code == 0
@@ -70,11 +77,15 @@ def test_runs_on_another_dataset_version_spec_or_sample_are_named_not_compared_s
     assert "delta on followup_needed is not comparable with alpha: dataset version; beta: dataset version" in said
     assert "[another dataset version; not comparable: see below]" in said
     assert "alpha on followup_needed scored another version of its dataset than the one registered last" in said
+    assert "gamma: win rate n/a: all 3 of its (benchmark, rival) pairings are left out" in said
+    gamma = next(line for line in table.stdout.splitlines() if line.startswith("gamma\t")).split("\t")
+    assert gamma[1] == "n/a"
 
     home = Home(home_cli.home)
     page = page_as(home, "/leaderboard?resamples=0")
     assert page.status_code == 200
     assert "delta on followup_needed is not comparable with alpha: dataset version" in page.text
+    assert page.text.count('<abbr class="win-left-out"') == 2  # gamma's and delta's win rates: n/a
 
     # An export publishes win rates too: it refuses unlike runs, naming them, and takes alike ones.
     runs = {r["model"]: r["run_id"] for r in home_cli("runs", "list", "--json").json()}

@@ -13,6 +13,7 @@ from medhelm_local.analysis.leaderboard import (
     benchmark_mdes,
     build_leaderboard,
     pairwise_differences,
+    win_pairings,
     win_rate,
     win_sd,
 )
@@ -71,6 +72,51 @@ def test_build_leaderboard_rows() -> None:
     assert helm[0].win_rate == 0.75
     single = build_leaderboard([results[0]], specs=SHIPPED)
     assert single[0].win_rate is None and single[0].macro_avg == 0.8
+
+
+def test_a_pairing_of_unlike_runs_is_no_win_and_no_loss_under_either_rule() -> None:
+    """M3's run of b2 is not comparable with M1's (another dataset version, spec or sample): the win rates counted
+    M1's win over M3 there and M3's loss, as if the two runs had measured the same thing."""
+    from medhelm_local.export.intervals import win_rate_intervals
+
+    unlike = {("M1", "b2"): {"M3": ["dataset version"]}, ("M3", "b2"): {"M1": ["dataset version"]}}
+    # M1: b1 ties M3, beats M2; b2 ties M2 (M3 left out) -> 3/3. M3: b1 2/2; b2 loses to M2 -> 2/3 (was 2/4)
+    assert win_rate(SCORES, "M3", unlike=unlike) == 2 / 3
+    assert win_rate(SCORES, "M1", unlike=unlike) == 1.0
+    assert win_rate(SCORES, "M2", unlike=unlike) == 0.5  # M2's pairings are all alike: unchanged
+    assert win_sd(SCORES, "M3", unlike=unlike) == 0.5  # fractions [1, 0]
+    # HELM: M3 b1 (0.5 + 1) / 2, b2 0 / 1 -> 0.375 either way; M1 b1 (1 + 0.5) / 2, b2 0.5 / 1 (was 0.75)
+    assert win_rate(SCORES, "M1", WinRule.HELM, unlike=unlike) == 0.625
+    assert win_pairings(SCORES, "M3", unlike) == (3, 1) and win_pairings(SCORES, "M2", unlike) == (4, 0)
+    # a difference named on one side only still leaves the pairing out of both
+    assert win_rate(SCORES, "M3", unlike={("M1", "b2"): {"M3": ["spec (max_tokens)"]}}) == 2 / 3
+    # the console's win-rate CI leaves out what the win rate leaves out
+    draws = {m: {b: [v] * 4 for b, v in own.items()} for m, own in SCORES.items()}
+    assert win_rate_intervals(draws, unlike=unlike)["M3"] == pytest.approx((2 / 3, 2 / 3))
+    # every pairing left out: no win rate at all, never 0
+    apart = {("A", "b1"): {"B": ["instances (all 6 against 3 of 6 sampled with seed 0)"]}}
+    assert win_rate({"A": {"b1": 0.9}, "B": {"b1": 0.1}}, "B", unlike=apart) is None
+    assert win_rate_intervals({"A": {"b1": [0.9] * 2}, "B": {"b1": [0.1] * 2}}, unlike=apart)["B"] is None
+    results = [BenchmarkScore(model=m, benchmark="pubmedqa", metric="exact_match", score=s, n=10)
+               for m, s in (("A", 0.9), ("B", 0.1))]
+    rows = {r.model: r for r in build_leaderboard(results, specs=SHIPPED,
+                                                  unlike={("A", "pubmedqa"): {"B": ["dataset version"]}})}
+    assert rows["B"].win_rate is None and rows["B"].win_rate_left_out
+    assert (rows["B"].win_pairs, rows["B"].win_pairs_left_out) == (0, 1)
+
+
+def test_paired_statistics_never_pair_runs_that_are_not_comparable() -> None:
+    """A and B scored the same instances of the same dataset version, but with another spec: the paired difference
+    and the MDE paired them as if their instances had measured the same thing."""
+    a, b, c = series("A", [1, 0, 1, 1]), series("B", [0, 0, 1, 0]), series("C", [1, 1, 1, 0])
+    unlike = {("A", "pubmedqa"): {"B": ["spec (prompt.template)"]},
+              ("B", "pubmedqa"): {"A": ["spec (prompt.template)"]}}
+    assert {(d.model, d.rival) for d in pairwise_differences([a, b], resamples=0)} == {("A", "B"), ("B", "A")}
+    assert pairwise_differences([a, b], resamples=0, unlike=unlike) == []
+    kept = pairwise_differences([a, b, c], resamples=50, unlike=unlike)
+    assert {(d.model, d.rival) for d in kept} == {("A", "C"), ("C", "A"), ("B", "C"), ("C", "B")}
+    assert benchmark_mdes([a, b], unlike=unlike) == {}
+    assert benchmark_mdes([a, b, c], unlike=unlike)["pubmedqa"].pairs == 2
 
 
 def test_mde_hand_computed() -> None:
