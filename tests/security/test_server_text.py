@@ -1,6 +1,6 @@
-"""Text a model server chooses (its /version, its /v1/models, a reply's finish_reason) never reaches the audit
-trail, the logs or the run's manifest unless the appliance can vouch for it: a hostile server, which sees every
-prompt, could write a patient's name there."""
+"""Text a model server chooses (its /version, its /v1/models, a reply's finish_reason, the context length its
+/tokenize reports) never reaches the audit trail, the logs or the run's manifest unless the appliance can vouch for
+it: a hostile server, which sees every prompt, could write a patient's name there."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import pytest
 from medhelm_local.application.evaluation import evaluate
 from medhelm_local.inference.client import parse_completion
 from medhelm_local.inference.server_text import UNRECOGNISED, recorded_models, recorded_version
+from medhelm_local.inference.tokens import reported_context_length
 from medhelm_local.logs import configure_logging
 from medhelm_local.store import Store
 from medhelm_local.testing.fake_openai import FakeOpenAIServer, hash_responder
@@ -75,3 +76,22 @@ def test_a_finish_reason_outside_the_api_is_unrecognised() -> None:
 
     assert (reason("stop"), reason("length"), reason(None), reason(7)) == ("stop", "length", None, None)
     assert reason(PATIENT_TEXT[1]) == UNRECOGNISED
+
+
+def test_a_context_length_that_spells_text_is_not_recorded(tmp_path: Path) -> None:
+    """The ``max_model_len`` of vLLM's /tokenize went into the run's manifest (``runs show --json``'s context) as
+    whatever integer the server sent: this one is a patient's name and MRN in its digits. Now a number no context
+    length can be is not reported, and the run takes the default, as for a server that reports none."""
+    spelled = int.from_bytes(PATIENT_TEXT[0].encode(), "big")
+    with FakeOpenAIServer(responder=hash_responder(), tokenizer="vllm", context_length=spelled) as server:
+        home = make_home(tmp_path / "home", [server.base_url])
+        register(home, synthetic_instances(3))
+        outcome = evaluate(app(home), quiet())
+    with Store.open(home, read_only=True) as store:
+        run = store.get_run(outcome.run.run_id)
+    assert run is not None
+    assert str(spelled) not in json.dumps(run.manifest) and str(spelled) not in home.audit_path.read_text()
+    context = run.manifest["context"]
+    assert (context["server_reported"], context["source"], context["tokens"]["method"]) == (None, "default", "vllm")
+    assert [reported_context_length(v) for v in (32768, 2**31 - 1, 2**31, 0, True, "4096")] == [
+        32768, 2**31 - 1, None, None, None, None]
