@@ -107,8 +107,10 @@ def _failed(status: int, retry_after_s: float | None = None) -> RequestFailed:
 
 
 def _int_field(payload: Any, key: str) -> int:
+    """A tokenizer's count; ``tokenize_invalid_json`` where it is none: not an integer, negative, or beyond
+    ``MAX_TOKEN_COUNT`` (no prompt is that long, and the run's records of a cut keep 32-bit counts)."""
     value = payload.get(key) if isinstance(payload, dict) else None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_TOKEN_COUNT:
         raise RequestFailed("tokenize_invalid_json", retryable=True)
     return value
 
