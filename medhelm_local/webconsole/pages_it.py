@@ -72,11 +72,11 @@ def _probe(egress: EgressPolicy, name: str, base: str, endpoint: Any,
                 body = answer.json() if answer.status_code == 200 else None
                 if isinstance(body, dict):
                     version = recorded_version(body.get("version"))
-            except (httpx.HTTPError, ValueError):
+            except (httpx.HTTPError, ValueError, RecursionError):
                 version = None
     except httpx.HTTPError as exc:
         return Probe(name, base, False, f"unreachable ({type(exc).__name__})", [], None)
-    except ValueError:  # not JSON
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's recursion limit
         return Probe(name, base, False, NOT_A_MODELS_REPLY, [], None)
     expected = endpoint.model_id
     ok = expected in served
