@@ -57,10 +57,18 @@ def test_a_servers_version_and_model_list_never_reach_the_audit_trail_logs_or_ma
     assert server_record["version"] == UNRECOGNISED and server_record["models"] == [UNRECOGNISED]
 
 
+# A patient's name and MRN in hex, in suffixes shaped as the version's shape allowed (16 hex digits each): the
+# audit trail's endpoint.use, the manifest and runs show kept it as sent.
+SPELLED = PATIENT_TEXT[0].encode().hex()
+SPELLED_VERSIONS = (f"0.1+{SPELLED[:16]}-{SPELLED[16:32]}.{SPELLED[32:]}", f"0.1+g{SPELLED[:12]}.g{SPELLED[12:24]}",
+                    f"0.1.dev{SPELLED[:12]}")
+
+
 def test_a_plain_version_and_a_configured_model_are_recorded_as_sent() -> None:
-    for version in ("0.10.1", "v0.6.3.post1", "0.11.0+cu128", "0.10.1.dev12+g1a2b3c4", "0.0.0-fake"):
+    for version in ("0.10.1", "v0.6.3.post1", "0.11.0+cu128", "0.10.1.dev12+g1a2b3c4", "0.0.0-fake",
+                    "0.10.1.post1.dev12+g1a2b3c4d5", "0.6.3+rocm624", "1.0.0.rc1"):
         assert recorded_version(version) == version
-    for not_a_version in (*PATIENT_TEXT, "0.1-jane", "0.1 Doe", "", "9" * 200, 3):
+    for not_a_version in (*PATIENT_TEXT, *SPELLED_VERSIONS, "0.1-jane", "0.1 Doe", "", "9" * 200, 3):
         assert recorded_version(not_a_version) == UNRECOGNISED
     assert recorded_version(None) is None
     assert recorded_models(["b", PATIENT_TEXT[1], "a", "c"], {"a", "b"}) == ["a", "b", UNRECOGNISED]
