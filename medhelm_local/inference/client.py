@@ -189,8 +189,8 @@ def _finish_reason(value: Any) -> str | None:
 
 def parse_completion(payload: bytes, max_tokens: int = MAX_TOKEN_COUNT) -> Completion:
     """The completion in a 200 reply to a request for at most ``max_tokens``; ``invalid_json`` when it is not one
-    (a ``model`` that is not a string included), or holds a string the store cannot keep (an unpaired surrogate
-    escape: see ``jsontext``)."""
+    (a ``model`` that is not a string included, JSON nested past the parser's recursion limit), or holds a string
+    the store cannot keep (an unpaired surrogate escape: see ``jsontext``)."""
     try:
         data = loads_strict(payload)
         choice = data["choices"][0]
@@ -210,7 +210,7 @@ def parse_completion(payload: bytes, max_tokens: int = MAX_TOKEN_COUNT) -> Compl
             finish_reason=_finish_reason(choice.get("finish_reason")),
             model=model,
         )
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError):
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError, RecursionError):
         raise RequestFailed("invalid_json", retryable=True) from None
 
 
@@ -436,7 +436,8 @@ class ChatClient:
         return self.pool.choose()[0]
 
     async def get_json(self, base_url: str, path: str, *, timeout_s: float = 10.0) -> Any:
-        """GET a small JSON document (``/v1/models``, ``/version``); None when unavailable."""
+        """GET a small JSON document (``/v1/models``, ``/version``); None when unavailable or not JSON (nested past
+        the parser's recursion limit included)."""
         url = f"{base_url}{path}"
         self.egress.check(url)
         try:
@@ -444,13 +445,14 @@ class ChatClient:
             if status != 200:
                 return None
             return json.loads(content)
-        except (httpx.HTTPError, ValueError, TimeoutError, ResponseTooLarge):
+        except (httpx.HTTPError, ValueError, RecursionError, TimeoutError, ResponseTooLarge):
             return None
 
     async def post_json(self, base_url: str, path: str, payload: dict[str, Any], *, timeout_s: float = 30.0
                         ) -> tuple[int, Any, float | None]:
-        """POST a small JSON request (a tokenizer endpoint); the status, the parsed reply (None if not JSON) and,
-        for a 429 or 503, the seconds its ``Retry-After`` asks for (None: none, or malformed).
+        """POST a small JSON request (a tokenizer endpoint); the status, the parsed reply (None if not JSON, nested
+        past the parser's recursion limit included) and, for a 429 or 503, the seconds its ``Retry-After`` asks for
+        (None: none, or malformed).
 
         Raises RequestFailed (a category, never a body) when no HTTP reply came back.
         """
@@ -469,7 +471,7 @@ class ChatClient:
         wait_s = self._retry_after_s(status, retry_after)
         try:
             return status, json.loads(content), wait_s
-        except ValueError:
+        except (ValueError, RecursionError):
             return status, None, wait_s
 
     def _target(self, base: str) -> _Target:

@@ -2,10 +2,11 @@
 
 A model server sees every prompt; a hostile or compromised one can answer ``/version`` or ``/v1/models`` with
 text derived from them. The audit trail, the logs, the run's manifest and the store's metadata keep such a string
-only where it is one the appliance can vouch for: a version shaped like one (digits first, a few short suffixes),
-a model name that appliance.yaml configures, a finish reason of the OpenAI API. Any other is ``unrecognised``,
-with nothing of its content, not even its length. A version's shape bounds what it can carry; it cannot rule out
-a server choosing among version-shaped strings."""
+only where it is one the appliance can vouch for: a version shaped like one (digits first, a few short suffixes,
+at most one git hash, ``MAX_VERSION_CHARS`` in all), a model name that appliance.yaml configures, a finish reason
+of the OpenAI API. Any other is ``unrecognised``, with nothing of its content, not even its length. A version's
+shape bounds what it can carry; it cannot rule out a server choosing among version-shaped strings: their digits
+can still spell some 100 bits of its choosing (a dozen characters' worth) in each record of a version."""
 
 from __future__ import annotations
 
@@ -15,11 +16,15 @@ from typing import Any
 
 UNRECOGNISED = "unrecognised"
 MAX_SERVER_TEXT = 128
+MAX_VERSION_CHARS = 32  # the longest release tags (``0.10.1.post1.dev12+g1a2b3c4d5``) fit
 
 # ``0.10.1``, ``v0.6.3.post1``, ``0.11.0+cu128``, ``0.10.1.dev12+g1a2b3c4``, ``0.0.0-fake``: numbers first, then
-# at most three suffixes, each a word release tags use followed by digits or a git hash (no words of its own choosing).
-_SUFFIX = r"(post|dev|rc|a|b|alpha|beta|cu|rocm|cpu|xpu|hpu|tpu|g|fake)?[0-9a-f]{0,16}"
-_VERSION = re.compile(r"v?\d{1,4}(\.\d{1,6}){0,3}([.+-]" + _SUFFIX + r"){0,3}", re.IGNORECASE)
+# at most three suffixes, each a word release tags use followed by a few digits, and hex digits only in one git
+# hash (``g`` and 7 to 12 of them): runs of hex, which three suffixes of 16 allowed, spell any text byte for byte.
+_SUFFIX = r"[.+-](post|dev|rc|a|b|alpha|beta|cu|rocm|cpu|xpu|hpu|tpu|fake)?\d{0,4}"
+_GIT_HASH = r"[.+-]g[0-9a-f]{7,12}"
+_VERSION = re.compile(rf"v?\d{{1,4}}(\.\d{{1,4}}){{0,3}}({_SUFFIX}){{0,3}}({_GIT_HASH})?({_SUFFIX}){{0,2}}",
+                      re.IGNORECASE)
 _MODEL_NAME = re.compile(r"[A-Za-z0-9/._:+-]+")
 FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call", "abort"})
 
@@ -29,7 +34,7 @@ def recorded_version(value: Any) -> str | None:
     ``unrecognised``."""
     if value is None:
         return None
-    if isinstance(value, str) and len(value) <= MAX_SERVER_TEXT and _VERSION.fullmatch(value):
+    if isinstance(value, str) and len(value) <= MAX_VERSION_CHARS and _VERSION.fullmatch(value):
         return value
     return UNRECOGNISED
 

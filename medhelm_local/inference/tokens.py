@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 from medhelm_local.home.config import BackendKind
 from medhelm_local.inference.backends import server_root
-from medhelm_local.inference.client import RETRYABLE_STATUS, ChatClient, RequestFailed
+from medhelm_local.inference.client import MAX_TOKEN_COUNT, RETRYABLE_STATUS, ChatClient, RequestFailed
 from medhelm_local.records import ChatMessage
 
 # Chat-template margins where only plain text can be counted (llama.cpp) or estimated: per message (role
@@ -107,8 +107,10 @@ def _failed(status: int, retry_after_s: float | None = None) -> RequestFailed:
 
 
 def _int_field(payload: Any, key: str) -> int:
+    """A tokenizer's count; ``tokenize_invalid_json`` where it is none: not an integer, negative, or beyond
+    ``MAX_TOKEN_COUNT`` (no prompt is that long, and the run's records of a cut keep 32-bit counts)."""
     value = payload.get(key) if isinstance(payload, dict) else None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= MAX_TOKEN_COUNT:
         raise RequestFailed("tokenize_invalid_json", retryable=True)
     return value
 
@@ -164,9 +166,17 @@ async def _probe_vllm(client: ChatClient, root: str, model_id: str) -> VllmCount
         return None
     if status != 200 or not isinstance(reply, dict) or not isinstance(reply.get("count"), int):
         return None
-    limit = reply.get("max_model_len")
-    counter.server_context_length = limit if isinstance(limit, int) and limit > 0 else None
+    counter.server_context_length = reported_context_length(reply.get("max_model_len"))
     return counter
+
+
+def reported_context_length(value: Any) -> int | None:
+    """A server's ``max_model_len`` as the run records it (its manifest, ``runs show``): a context length from 1 to
+    ``MAX_TOKEN_COUNT``; None (not reported) for anything else. A number is the server's own choice too: unbounded,
+    it could spell a prompt it was sent in its digits (Python reads an integer of thousands of them)."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 < value <= MAX_TOKEN_COUNT:
+        return None
+    return value
 
 
 async def _probe_llama_cpp(client: ChatClient, root: str, model_id: str) -> LlamaCppCounter | None:

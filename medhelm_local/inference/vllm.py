@@ -276,7 +276,7 @@ class VllmProcess:
                             "cannot be checked")
         try:
             return response.json()
-        except ValueError:
+        except (ValueError, RecursionError):  # not JSON, or nested past the parser's recursion limit
             raise VllmError(f"vLLM's {what} at {url} is not JSON: its identity cannot be checked") from None
 
     def describe(self) -> dict[str, Any]:

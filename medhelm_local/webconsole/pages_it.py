@@ -3,6 +3,8 @@ trail's checkpoint age, and the last runs' outcome."""
 
 from __future__ import annotations
 
+import json
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -17,6 +19,7 @@ from medhelm_local.errors import MedhelmError
 from medhelm_local.home.config import ApplianceConfig, BackendKind, ConsoleRole
 from medhelm_local.inference.backends import configured_model_names, resolve_api_key, served_models
 from medhelm_local.inference.egress import EgressPolicy
+from medhelm_local.inference.lane import MAX_RESPONSE_BYTES
 from medhelm_local.inference.server_text import recorded_models, recorded_version
 from medhelm_local.webconsole import data
 from medhelm_local.webconsole.app import console_of, requires
@@ -59,30 +62,45 @@ def _probe(egress: EgressPolicy, name: str, base: str, endpoint: Any,
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     try:
         with httpx.Client(timeout=PROBE_TIMEOUT_S, trust_env=False, follow_redirects=False) as client:
-            reply = client.get(f"{base}/models", headers=headers)
-            if reply.status_code != 200:
-                return Probe(name, base, False, f"HTTP {reply.status_code} from /models", [], None)
-            served = served_models(reply.json())
+            status, listing = _get_json(client, f"{base}/models", headers)
+            if status != 200:
+                return Probe(name, base, False, f"HTTP {status} from /models", [], None)
+            served = served_models(listing)
             if served is None:  # JSON, but no list of models
                 return Probe(name, base, False, NOT_A_MODELS_REPLY, [], None)
             version = None
             root = base.removesuffix("/v1")
             try:
-                answer = client.get(f"{root}/version")
-                body = answer.json() if answer.status_code == 200 else None
-                if isinstance(body, dict):
+                status, body = _get_json(client, f"{root}/version")
+                if status == 200 and isinstance(body, dict):
                     version = recorded_version(body.get("version"))
-            except (httpx.HTTPError, ValueError):
+            except (httpx.HTTPError, ValueError, RecursionError):
                 version = None
     except httpx.HTTPError as exc:
         return Probe(name, base, False, f"unreachable ({type(exc).__name__})", [], None)
-    except ValueError:  # not JSON
+    except (ValueError, RecursionError):  # not JSON, or nested past the parser's recursion limit
         return Probe(name, base, False, NOT_A_MODELS_REPLY, [], None)
     expected = endpoint.model_id
     ok = expected in served
     served = recorded_models(served, configured)  # the server's own text: shown as server_text allows
     detail = "serving " + ", ".join(served) if ok else f"up, but does not serve {expected!r} ({', '.join(served)})"
     return Probe(name, base, ok, detail, served, version)
+
+
+def _get_json(client: httpx.Client, url: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    """A GET's status and, for a 200, its JSON. The body is read up to ``MAX_RESPONSE_BYTES`` and for
+    ``PROBE_TIMEOUT_S`` in all (httpx bounds each read only): a server streaming without end was read whole into
+    the console's memory. ValueError for a body that is not JSON, or longer, or slower."""
+    deadline = time.monotonic() + PROBE_TIMEOUT_S
+    with client.stream("GET", url, headers=headers) as reply:
+        if reply.status_code != 200:
+            return reply.status_code, None
+        body = bytearray()
+        for chunk in reply.iter_bytes():
+            body += chunk
+            if len(body) > MAX_RESPONSE_BYTES or time.monotonic() > deadline:
+                raise ValueError("not a probe's reply: too long, or too slow")
+    return 200, json.loads(body)
 
 
 def _age(when: datetime | None) -> str:

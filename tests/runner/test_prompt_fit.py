@@ -17,7 +17,7 @@ from medhelm_local.inference.tokens import open_counter
 from medhelm_local.records import Instance
 from medhelm_local.runner.fitting import PromptFitter
 from medhelm_local.store import Store
-from medhelm_local.testing.fake_openai import FakeOpenAIServer, fake_chat_tokens, hash_responder
+from medhelm_local.testing.fake_openai import FakeOpenAIServer, Send, _respond, fake_chat_tokens, hash_responder
 from tests.conftest import cli_env
 from tests.runner.helpers import app, make_home, outcomes, quiet, register, synthetic_instances
 
@@ -56,6 +56,31 @@ def _truncations(home_root: Path, run_id: str) -> dict[str, tuple[str, int, int,
             "SELECT instance_id, field, field_chars, removed_chars, removed_tokens, prompt_tokens "
             "FROM runner_truncations WHERE run_id = ?", [run_id]).fetchall()
     return {str(r[0]): (str(r[1]), int(r[2]), int(r[3]), int(r[4]), int(r[5])) for r in rows}
+
+
+class _OvercountingServer(FakeOpenAIServer):
+    """A server whose tokenizer counts a prompt beyond its context as more tokens than any prompt has (2**40)."""
+
+    async def _tokenize(self, path: str, body: bytes, send: Send) -> None:
+        if fake_chat_tokens(json.loads(body).get("messages") or []) > CONTEXT:
+            await _respond(send, 200, {"count": 2**40, "max_model_len": CONTEXT})
+            return
+        await super()._tokenize(path, body, send)
+
+
+def test_a_count_beyond_any_prompt_is_a_recorded_tokenizer_failure(tmp_path: Path, public_data: Path) -> None:
+    """A count of 2**40 tokens was taken as a measurement: the cut's record could not be stored and the run ended
+    with 'internal error (ConstraintException)'. Now it is no count (tokenize_invalid_json): the prompts it was
+    given for are recorded as failed, never sent, and the others are answered."""
+    instances = _instances(public_data)
+    with _OvercountingServer(responder=hash_responder(), tokenizer="vllm", context_length=CONTEXT) as server:
+        home = make_home(tmp_path / "home", [server.base_url], extra={"context_length": CONTEXT})
+        register(home, instances)
+        outcome = evaluate(app(home), quiet(backoff_base_s=0.001))
+    errors = {instance_id: error for _, instance_id, _, error in outcomes(home, outcome.run.run_id)}
+    assert {i for i, error in errors.items() if error is not None} == _too_long(instances)
+    assert set(errors.values()) == {None, "tokenize_invalid_json"}
+    assert _truncations(home.root, outcome.run.run_id) == {}
 
 
 @pytest.mark.parametrize("tokenizer", ["vllm", "llama.cpp"])
