@@ -7,8 +7,8 @@ run split across pods. In order:
    without judges, loader options giving no field a metric reads);
 2. open the main store (a shard waits, with jitter, while another pod holds it) and resolve the run and its
    model (``runner.session.resolve``: the one place the model is resolved) and how it sends (the options given,
-   else the run's own: ``runner.session.sending_for``); take the run's lock (not a shard: shards of one run send
-   in parallel, each from its own store file);
+   else the run's own: ``runner.session.sending_for``); take the run's lock (a shard takes its run's shard lock,
+   shared: shards of one run send in parallel, each from its own store file), held until the run is concluded;
 3. ask the model's servers who they are; create the run (audit ``run.start``, manifest, sending options and
    plan stored before any request) or check that the model is the one the run started with (audit
    ``run.resume``, with the sending options and any an option given again changed);
@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import shlex
 from collections.abc import Iterator, Mapping
-from contextlib import ExitStack, contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,7 +50,7 @@ from medhelm_local.scoring.engine import score_benchmark
 from medhelm_local.store import Store
 from medhelm_local.store import runs as runs_db
 from medhelm_local.store import shards as shards_db
-from medhelm_local.store.runlock import run_lock
+from medhelm_local.store.runlock import run_lock, shard_lock
 from medhelm_local.store.store import RunInfo
 
 __all__ = ["EvaluationRequest", "Mode", "RunOutcome", "Selection", "Sending", "evaluate", "merge_shards"]
@@ -83,15 +83,16 @@ def evaluate(app_ctx: AppContext, request: EvaluationRequest) -> RunOutcome:
             sending = session.sending_for(main, config, target, request.sending)
             settings = session.execution_settings(config, sending.sending, target.endpoint,
                                                   errors_only=mode.kind == "retry_errors")
-            exclusive = nullcontext() if target.shard else run_lock(home.store_path, target.run_id, config.store)
-            with exclusive:
+            held = (shard_lock(home.store_path, target.run_id) if target.shard
+                    else run_lock(home.store_path, target.run_id, config.store))
+            with held:
                 run, report = asyncio.run(_infer(app_ctx, main, main_scope, target, sending, settings, live,
                                                  score=request.score))
                 if target.shard is None:
                     outcome = _finish(app_ctx, main, run, score=request.score, mode=target.mode,
                                       scored=report.scored)
-            if target.shard is not None:
-                outcome = _merge_back(app_ctx, target, score=request.score)
+                else:
+                    outcome = _merge_back(app_ctx, target, score=request.score)
         except BaseException as exc:
             if live:
                 main.set_run_status(live[0], "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
@@ -113,7 +114,7 @@ def evaluate(app_ctx: AppContext, request: EvaluationRequest) -> RunOutcome:
 def merge_shards(app_ctx: AppContext, run_id: str, *, score: bool = True) -> RunOutcome:
     """``runs merge``: fold every shard file left for ``run_id`` into the main store; finish it if complete."""
     home = app_ctx.home
-    with sharding.open_main_store(home) as main:
+    with shard_lock(home.store_path, run_id), sharding.open_main_store(home) as main:
         if main.get_run(run_id) is None:
             raise NotFoundError(f"run {run_id!r} not found; see `medhelm-local runs list`")
         merged = 0
