@@ -164,8 +164,6 @@ async def _infer(app_ctx: AppContext, main: Store, main_scope: ExitStack, target
         run = _open_run(app_ctx, main, target, servers, weights, counter, sending, taken)
         if target.shard is None:
             taken.live = run.run_id
-        else:
-            taken.shard_of = run.run_id
         with _sending_store(app_ctx, main, main_scope, target, run) as store:
             report = await _send(app_ctx, store, client, target, run, servers, settings, sending, counter,
                                  score=score)
@@ -180,6 +178,11 @@ def _open_run(app_ctx: AppContext, main: Store, target: session.Target, servers:
     ``running`` (a shard of an existing run leaves its status to the shard that created it, unless it takes the
     run up again: :func:`_take_up_again`)."""
     home = app_ctx.home
+    if target.run is None and target.shard is not None:
+        # Another shard may have created the run while this one asked its servers (the store was given back then);
+        # from this query until the run is stored, this process holds the store.
+        assert target.plan is not None
+        target.run = session.planned_run(main, app_ctx.specs, target.run_id, target.plan)
     if target.run is None:
         assert target.plan is not None
         run = session.new_run(home.config, app_ctx.specs, target, servers, weights, counter)
@@ -197,13 +200,17 @@ def _open_run(app_ctx: AppContext, main: Store, target: session.Target, servers:
                 audit_event(home, app_ctx.actor, "run.finish", outcome="failure", role="informatics",
                             run_id=run.run_id, error_type=type(exc).__name__, **{INTENT_SEQ: started.get("seq")})
             raise
+        if target.shard is not None:
+            taken.shard_of = run.run_id
         return run
     else:
         run = target.run
-        unverified = session.check_identity(run, target.endpoint, servers, weights)
         if target.shard is not None:
+            taken.shard_of = run.run_id
+            session.check_identity(run, target.endpoint, servers, weights)
             _take_up_again(app_ctx, main, target, run)
             return run
+        unverified = session.check_identity(run, target.endpoint, servers, weights)
         extra: dict[str, Any] = {"identity_unverified": unverified} if unverified else {}
         if sending.changed:
             extra["sending_changed"] = sending.changed

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -16,6 +17,7 @@ from medhelm_local.audit.report import summarize
 from medhelm_local.audit.trail import AuditTrail
 from medhelm_local.errors import MedhelmError
 from medhelm_local.home import Home
+from medhelm_local.runner import session
 from medhelm_local.runner import shard as sharding
 from medhelm_local.runner.plan import parse_shard, shard_range
 from medhelm_local.store import Store
@@ -199,3 +201,33 @@ def test_a_failed_shard_concludes_its_runs_start_and_the_shard_taken_up_again_fi
     (run,) = summarize(records, None).runs
     assert (run.outcome, run.resumed, run.scored) == ("success", 1, 20)
     assert "Question number" not in home.audit_path.read_text()
+
+
+def test_a_shard_whose_run_another_shard_created_meanwhile_joins_it(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pods of an Indexed Job start together: two shards could both find no run, and both create it (the main
+    store is given back while a shard asks its servers who they are). The second's plan then collided with the
+    first's: it died with an internal error (ConstraintException), after a second `run.start`. It joins the run
+    the other shard created meanwhile now."""
+    with FakeOpenAIServer(responder=hash_responder()) as server:
+        home = make_home(tmp_path / "home", [server.base_url])
+        register(home, synthetic_instances(20))
+        describe = session.describe
+        other: list[subprocess.CompletedProcess[str]] = []
+
+        async def other_shard_first(*args: Any, **kwargs: Any) -> Any:
+            described = await describe(*args, **kwargs)  # the store is given back here, as in production
+            if not other:
+                other.append(subprocess.run(_shard_cmd(home, "0/2"), capture_output=True, text=True, env=cli_env(),
+                                            timeout=300))
+            return described
+
+        monkeypatch.setattr(session, "describe", other_shard_first)
+        second = evaluate(app(home), quiet(mode=Mode.of_shard(1, 2)))
+    (first,) = other
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout)["run_id"] == second.run.run_id
+    assert (second.merged, second.complete, second.run.status) == (10, True, "finished")
+    records = AuditTrail(home.audit_path).records()
+    assert [r["action"] for r in records if r["action"] in ("run.start", "run.resume")] == ["run.start"]
+    assert unfinished(records) == []
