@@ -7,8 +7,8 @@ run split across pods. In order:
    without judges, loader options giving no field a metric reads);
 2. open the main store (a shard waits, with jitter, while another pod holds it) and resolve the run and its
    model (``runner.session.resolve``: the one place the model is resolved) and how it sends (the options given,
-   else the run's own: ``runner.session.sending_for``); take the run's lock (not a shard: shards of one run send
-   in parallel, each from its own store file);
+   else the run's own: ``runner.session.sending_for``); take the run's lock (a shard takes its run's shard lock,
+   shared: shards of one run send in parallel, each from its own store file), held until the run is concluded;
 3. ask the model's servers who they are; create the run (audit ``run.start``, manifest, sending options and
    plan stored before any request) or check that the model is the one the run started with (audit
    ``run.resume``, with the sending options and any an option given again changed);
@@ -18,6 +18,12 @@ run split across pods. In order:
    ``run.finish``). A failure marks the run this invocation set running as failed (or interrupted) and leaves
    a ``run.finish`` failure record; so does one after ``run.start`` but before the run is live (its plan not
    stored), which names the error's class only.
+
+A shard leaves its run's status as it is (other shards may still be sending it; readers see whether any is:
+``runner.liveness``). Its failure, once its run exists, concludes the run's open intent in the trail (``run.start``,
+or a ``run.resume``) with a ``run.finish`` failure naming that intent; a shard that takes up an unfinished run
+with no open intent (a failure concluded it) or finds its own file (its pod was restarted) announces itself with
+``run.resume``, which the run's end, or the shard's own failure, concludes.
 """
 
 from __future__ import annotations
@@ -26,16 +32,17 @@ import asyncio
 import contextlib
 import shlex
 from collections.abc import Iterator, Mapping
-from contextlib import ExitStack, contextmanager, nullcontext
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
 from medhelm_local.analysis.aggregate import benchmark_score
 from medhelm_local.audit import audit_event
-from medhelm_local.audit.intents import INTENT_SEQ
-from medhelm_local.audit.trail import AuditWriteError
+from medhelm_local.audit.intents import INTENT_SEQ, open_intent
+from medhelm_local.audit.trail import AuditTrail, AuditWriteError
 from medhelm_local.context import AppContext
 from medhelm_local.errors import Interrupted, NotFoundError
+from medhelm_local.home import Home
 from medhelm_local.inference.backends import open_client
 from medhelm_local.inference.client import ChatClient
 from medhelm_local.inference.tokens import TokenCounter
@@ -50,7 +57,7 @@ from medhelm_local.scoring.engine import score_benchmark
 from medhelm_local.store import Store
 from medhelm_local.store import runs as runs_db
 from medhelm_local.store import shards as shards_db
-from medhelm_local.store.runlock import run_lock
+from medhelm_local.store.runlock import run_lock, shard_lock
 from medhelm_local.store.store import RunInfo
 
 __all__ = ["EvaluationRequest", "Mode", "RunOutcome", "Selection", "Sending", "evaluate", "merge_shards"]
@@ -69,40 +76,51 @@ class RunOutcome:
     merged: int | None = None
 
 
+@dataclass
+class _Taken:
+    """What an invocation has done to its run so far: what its failure path concludes."""
+
+    live: str | None = None  # the run it set running (not a shard): marked failed or interrupted on failure
+    shard_of: str | None = None  # the run a shard takes part in, once that run exists
+    concluded: bool = False  # its failure is already recorded (one before its new run was live)
+
+
 def evaluate(app_ctx: AppContext, request: EvaluationRequest) -> RunOutcome:
     """Run (or resume, or retry the errors of, or send one shard of) an evaluation; score it once complete."""
     home = app_ctx.home
     config = home.config
     session.refuse_early(config, app_ctx.specs, request.selection, judges=request.score)
     mode = request.mode
-    live: list[str] = []  # the run whose status this invocation set: only that one is marked on failure
+    taken = _Taken()
     with ExitStack() as main_scope:
         try:
             main = main_scope.enter_context(_open_main(app_ctx, mode))
             target = session.resolve(main, config, app_ctx.specs, request.selection, mode)
+            if target.shard is not None and target.run is not None:
+                taken.shard_of = target.run_id
             sending = session.sending_for(main, config, target, request.sending)
             settings = session.execution_settings(config, sending.sending, target.endpoint,
                                                   errors_only=mode.kind == "retry_errors")
-            exclusive = nullcontext() if target.shard else run_lock(home.store_path, target.run_id, config.store)
-            with exclusive:
-                run, report = asyncio.run(_infer(app_ctx, main, main_scope, target, sending, settings, live,
+            held = (shard_lock(home.store_path, target.run_id) if target.shard
+                    else run_lock(home.store_path, target.run_id, config.store))
+            with held:
+                run, report = asyncio.run(_infer(app_ctx, main, main_scope, target, sending, settings, taken,
                                                  score=request.score))
                 if target.shard is None:
                     outcome = _finish(app_ctx, main, run, score=request.score, mode=target.mode,
                                       scored=report.scored)
-            if target.shard is not None:
-                outcome = _merge_back(app_ctx, target, score=request.score)
+                else:
+                    outcome = _merge_back(app_ctx, target, score=request.score)
         except BaseException as exc:
-            if live:
-                main.set_run_status(live[0], "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
+            if taken.live is not None:
+                main.set_run_status(taken.live, "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
                 audit_event(home, app_ctx.actor, "run.finish", outcome="failure", role="informatics",
-                            run_id=live[0], error_type=type(exc).__name__)
-            elif mode.shard is not None:
-                audit_event(home, app_ctx.actor, "run.finish", outcome="failure", role="informatics",
-                            shard=mode.shard_label, error_type=type(exc).__name__)
-            if isinstance(exc, KeyboardInterrupt) and live:
-                raise Interrupted(f"interrupted: run {live[0]} keeps every answer it received; "
-                                  f"`medhelm-local --home {shlex.quote(str(home.root))} run --resume {live[0]}` "
+                            run_id=taken.live, error_type=type(exc).__name__)
+            elif mode.shard is not None and not taken.concluded:
+                _conclude_shard_failure(app_ctx, mode.shard_label, taken.shard_of, exc)
+            if isinstance(exc, KeyboardInterrupt) and taken.live is not None:
+                raise Interrupted(f"interrupted: run {taken.live} keeps every answer it received; "
+                                  f"`medhelm-local --home {shlex.quote(str(home.root))} run --resume {taken.live}` "
                                   "sends the rest") from None
             raise
     outcome.report = report
@@ -113,7 +131,7 @@ def evaluate(app_ctx: AppContext, request: EvaluationRequest) -> RunOutcome:
 def merge_shards(app_ctx: AppContext, run_id: str, *, score: bool = True) -> RunOutcome:
     """``runs merge``: fold every shard file left for ``run_id`` into the main store; finish it if complete."""
     home = app_ctx.home
-    with sharding.open_main_store(home) as main:
+    with shard_lock(home.store_path, run_id), sharding.open_main_store(home) as main:
         if main.get_run(run_id) is None:
             raise NotFoundError(f"run {run_id!r} not found; see `medhelm-local runs list`")
         merged = 0
@@ -136,16 +154,16 @@ def _open_main(app_ctx: AppContext, mode: Mode) -> Iterator[Store]:
 
 
 async def _infer(app_ctx: AppContext, main: Store, main_scope: ExitStack, target: session.Target,
-                 sending: session.SessionSending, settings: ExecutionSettings, live: list[str], *, score: bool
+                 sending: session.SessionSending, settings: ExecutionSettings, taken: _Taken, *, score: bool
                  ) -> tuple[RunInfo, ExecutionReport]:
     config = app_ctx.home.config
     async with open_client(config, target.endpoint, max_connections=settings.concurrency,
                            timeout_s=sending.sending.request_timeout_s, egress=app_ctx.egress) as client:
         servers, weights = await session.describe(main, client, target.endpoint)
         counter = await session.token_counter(client, target.endpoint)
-        run = _open_run(app_ctx, main, target, servers, weights, counter, sending)
+        run = _open_run(app_ctx, main, target, servers, weights, counter, sending, taken)
         if target.shard is None:
-            live.append(run.run_id)
+            taken.live = run.run_id
         with _sending_store(app_ctx, main, main_scope, target, run) as store:
             report = await _send(app_ctx, store, client, target, run, servers, settings, sending, counter,
                                  score=score)
@@ -153,11 +171,18 @@ async def _infer(app_ctx: AppContext, main: Store, main_scope: ExitStack, target
 
 
 def _open_run(app_ctx: AppContext, main: Store, target: session.Target, servers: list[dict[str, Any]],
-              weights: dict[str, Any] | None, counter: TokenCounter, sending: session.SessionSending) -> RunInfo:
+              weights: dict[str, Any] | None, counter: TokenCounter, sending: session.SessionSending,
+              taken: _Taken) -> RunInfo:
     """Create the run (audit ``run.start``, then its plan and sending options), or check the model is the one
     the run started with (and keep the sending options an option given again changed); the run is then
-    ``running`` (a shard of an existing run leaves its status to the shard that created it)."""
+    ``running`` (a shard of an existing run leaves its status to the shard that created it, unless it takes the
+    run up again: :func:`_take_up_again`)."""
     home = app_ctx.home
+    if target.run is None and target.shard is not None:
+        # Another shard may have created the run while this one asked its servers (the store was given back then);
+        # from this query until the run is stored, this process holds the store.
+        assert target.plan is not None
+        target.run = session.planned_run(main, app_ctx.specs, target.run_id, target.plan)
     if target.run is None:
         assert target.plan is not None
         run = session.new_run(home.config, app_ctx.specs, target, servers, weights, counter)
@@ -170,16 +195,22 @@ def _open_run(app_ctx: AppContext, main: Store, target: session.Target, servers:
             session.record_plan(main, run, target.plan, digest, sending)
             main.set_run_status(run.run_id, "running")
         except BaseException as exc:
+            taken.concluded = True
             with contextlib.suppress(AuditWriteError):  # the trail refusing too: the original error is the one to see
                 audit_event(home, app_ctx.actor, "run.finish", outcome="failure", role="informatics",
                             run_id=run.run_id, error_type=type(exc).__name__, **{INTENT_SEQ: started.get("seq")})
             raise
+        if target.shard is not None:
+            taken.shard_of = run.run_id
         return run
     else:
         run = target.run
-        unverified = session.check_identity(run, target.endpoint, servers, weights)
         if target.shard is not None:
+            taken.shard_of = run.run_id
+            session.check_identity(run, target.endpoint, servers, weights)
+            _take_up_again(app_ctx, main, target, run)
             return run
+        unverified = session.check_identity(run, target.endpoint, servers, weights)
         extra: dict[str, Any] = {"identity_unverified": unverified} if unverified else {}
         if sending.changed:
             extra["sending_changed"] = sending.changed
@@ -188,6 +219,46 @@ def _open_run(app_ctx: AppContext, main: Store, target: session.Target, servers:
         session.keep_sending(main, target, sending)
     main.set_run_status(run.run_id, "running")
     return run
+
+
+def _take_up_again(app_ctx: AppContext, main: Store, target: session.Target, run: RunInfo) -> None:
+    """A shard joining an unfinished run announces itself (``run.resume``, mode shard) where it takes the run up
+    again: its own file is there (its pod was restarted), or the run has no open intent in the trail (a shard's
+    failure concluded it). The run's end, or this shard's failure, then concludes that intent, and a shard killed
+    meanwhile leaves it open, as any resume would. A shard of a finished run has nothing to take up."""
+    assert target.shard is not None
+    home = app_ctx.home
+    if run.status in ("finished", "inferred"):
+        return
+    restarted = sharding.shard_store_path(home, run.run_id, *target.shard).exists()
+    if not restarted and _open_run_intent(home, run.run_id) is not None:
+        return
+    audit_event(home, app_ctx.actor, "run.resume", role="informatics", run_id=run.run_id, model=run.model,
+                mode="shard", shard=target.shard_label)
+    if run.status != "running":
+        main.set_run_status(run.run_id, "running")
+
+
+def _open_run_intent(home: Home, run_id: str) -> int | None:
+    """The seq of the run's intent (``run.start`` or ``run.resume``) that no ``run.finish`` concludes yet."""
+    intent = open_intent(AuditTrail(home.audit_path).records(), "run.finish", run_id)
+    seq = None if intent is None else intent.get("seq")
+    return seq if isinstance(seq, int) else None
+
+
+def _conclude_shard_failure(app_ctx: AppContext, shard: str | None, run_id: str | None, exc: BaseException) -> None:
+    """Record a shard's failure (the error's class only). Once its run exists, it concludes the run's open intent,
+    which it names: the run cannot finish until this shard's slice is sent again. A shard failing before its run
+    exists, or whose run has no open intent (another shard's failure concluded it; it is finished), concludes
+    nothing."""
+    home = app_ctx.home
+    intent = None
+    if run_id is not None:
+        with contextlib.suppress(AuditWriteError, OSError):  # a trail that cannot be read: the record concludes nothing
+            intent = _open_run_intent(home, run_id)
+    concludes: dict[str, Any] = {} if intent is None else {"run_id": run_id, INTENT_SEQ: intent}
+    audit_event(home, app_ctx.actor, "run.finish", outcome="failure", role="informatics", shard=shard,
+                error_type=type(exc).__name__, **concludes)
 
 
 @contextmanager
@@ -200,14 +271,10 @@ def _sending_store(app_ctx: AppContext, main: Store, main_scope: ExitStack, targ
         return
     home = app_ctx.home
     path = sharding.shard_store_path(home, run.run_id, *target.shard)
-    resumed = path.exists()
-    if not resumed:
+    if not path.exists():
         todo = sharding.unanswered_slice(main, run.run_id, *target.shard)
         sharding.build_shard_store(home, main, run, todo, path)
     main_scope.close()  # other pods plan and merge meanwhile
-    if resumed:
-        audit_event(home, app_ctx.actor, "run.resume", role="informatics", run_id=run.run_id, model=run.model,
-                    mode="shard", shard=target.shard_label)
     with Store.open_file(home, path) as store:
         yield store
 

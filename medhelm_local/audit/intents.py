@@ -105,6 +105,14 @@ def unfinished(records: list[dict[str, Any]]) -> list[OpenIntent]:
     return [OpenIntent(records[position], pairing) for position, (_, pairing) in sorted(open_at.items())]
 
 
+def open_intent(records: list[dict[str, Any]], closes: str, ident: Any) -> dict[str, Any] | None:
+    """The latest intent among ``records`` (the whole trail, in order) on ``ident`` (its pairing's first id) that an
+    outcome ``closes`` would conclude and none does yet: a run's open ``run.start`` or ``run.resume``."""
+    found = [i.record for i in unfinished(records)
+             if i.pairing.closes == closes and (i.record.get("objects") or {}).get(i.pairing.key[0]) == ident]
+    return found[-1] if found else None
+
+
 def _slot(pairing: Pairing, record: dict[str, Any], objects: dict[str, Any]) -> tuple[Any, ...]:
     process = (str(record.get("actor")), str(record.get("host"))) if pairing.same_process else ()
     return (pairing.closes, str(objects.get(pairing.key[0])), *process)

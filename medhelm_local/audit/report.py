@@ -24,7 +24,7 @@ from medhelm_local.errors import BadInputError
 
 EXPORT_ACTIONS = ("export.request", "export.approve", "export.deny", "export.release")
 NO_OUTCOME_YET = "no outcome yet"
-RUN_IN_PROGRESS = "in progress (its run lock is held)"
+RUN_IN_PROGRESS = "in progress (a process sending it holds its lock)"
 
 
 def parse_time(value: str, option: str) -> datetime:

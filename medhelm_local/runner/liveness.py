@@ -1,9 +1,9 @@
 """Whether a ``running`` run is being sent now, for the commands and pages that only read the store.
 
 A run killed outright (SIGKILL, out of memory, a node lost) keeps the stored status ``running``: nothing was left
-to record an end. Readers must not write, so they say what they see instead: its run lock, which every process
-sending an unsharded run holds until it ends, however it ends. Shards send without that lock: for a sharded run
-it cannot be told.
+to record an end. Readers must not write, so they say what they see instead: the run's locks, which every process
+sending it holds until it ends, however it ends: its run lock (a run, a resume, a retry) and its shard lock (each
+shard of a sharded run, shared, and ``runs merge``).
 """
 
 from __future__ import annotations
@@ -12,24 +12,34 @@ from medhelm_local.home import Home
 from medhelm_local.runner import shard as sharding
 from medhelm_local.runner.plan import derived_run_id
 from medhelm_local.store import runs as runs_db
-from medhelm_local.store.runlock import run_lock_held
+from medhelm_local.store.runlock import run_lock_held, shard_lock_held
 from medhelm_local.store.store import RunInfo, Store
 
 
 def run_live(home: Home, store: Store, run: RunInfo) -> bool | None:
     """For a ``running`` run: True while a process sends it, False when none does (it was killed: resume it),
-    None when that cannot be told (a sharded run, a lock that cannot be probed). None for any other status."""
-    if run.status != "running" or _sharded(home, store, run):
+    None when that cannot be told (a lock file this process cannot probe). None for any other status."""
+    if run.status != "running":
         return None
-    return run_lock_held(home.store_path, run.run_id)
+    whole = run_lock_held(home.store_path, run.run_id)
+    shards = shard_lock_held(home.store_path, run.run_id)
+    if whole or shards:
+        return True
+    if shards is None and _sharded(home, store, run):
+        return None  # its shards' lock needs a lock file this process may write: the unsharded probe cannot tell
+    return whole
 
 
-def status_text(run: RunInfo, live: bool | None) -> str:
-    """The status as shown to a person: ``running`` is qualified when no process is sending the run."""
+def status_text(home: Home, run: RunInfo, live: bool | None) -> str:
+    """The status as shown to a person: ``running`` is qualified when no process is sending the run, with the
+    commands that resume it (shard files left behind are merged first, or a resume would send their items again)."""
     if run.status != "running" or live is True:
         return run.status
     if live is False:
-        return f"interrupted (no process is sending it; resume with: medhelm-local run --resume {run.run_id})"
+        resume = f"medhelm-local run --resume {run.run_id}"
+        if sharding.pending_shard_files(home, run.run_id):
+            resume = f"medhelm-local runs merge {run.run_id}, then {resume} if it is still unfinished"
+        return f"interrupted (no process is sending it; resume with: {resume})"
     return "running (unknown whether a process is sending it now)"
 
 

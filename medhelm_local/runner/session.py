@@ -185,19 +185,28 @@ def resolve(store: Store, config: ApplianceConfig, specs: SpecRegistry, selectio
         run_id = run_id or derived_run_id(plan.plan_key)
     elif run_id is None and not mode.always_new:
         run_id = runs_db.find_resumable(store, plan.plan_key)
-    existing = store.get_run(run_id) if run_id is not None else None
+    existing = planned_run(store, specs, run_id, plan) if run_id is not None else None
     if existing is not None:
         assert run_id is not None
-        meta = runs_db.runner_run(store, run_id)
-        if meta is None or meta[0] != plan.plan_key:
-            raise BadInputError(f"--run-id: run {run_id} exists with a different plan" + (
-                "" if plan.shard is not None else
-                " (model, benchmarks, seed, sample size, order, prompt style or dataset versions)"))
-        _check_specs_frozen(existing, specs)
         return Target(endpoint=endpoint, mode="shard" if plan.shard is not None else "resume", run=existing,
                       plan=plan, run_id=run_id, seed=seed, shard=plan.shard)
     return Target(endpoint=endpoint, mode=mode.kind, plan=plan, run_id=run_id or new_run_id(), seed=seed,
                   shard=plan.shard)
+
+
+def planned_run(store: Store, specs: SpecRegistry, run_id: str, plan: Plan) -> RunInfo | None:
+    """The run ``run_id`` where it exists, which must have been planned as ``plan`` (the same plan key) with the
+    specs it was created with."""
+    existing = store.get_run(run_id)
+    if existing is None:
+        return None
+    meta = runs_db.runner_run(store, run_id)
+    if meta is None or meta[0] != plan.plan_key:
+        raise BadInputError(f"--run-id: run {run_id} exists with a different plan" + (
+            "" if plan.shard is not None else
+            " (model, benchmarks, seed, sample size, order, prompt style or dataset versions)"))
+    _check_specs_frozen(existing, specs)
+    return existing
 
 
 # Servers that batch up to their capacity (vLLM: --max-num-seqs, 256 by default, like the cap) and queue the rest

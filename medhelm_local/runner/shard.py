@@ -4,9 +4,10 @@ Design (DuckDB allows one writer per file, and pods may sit on different nodes o
 
 1. Every shard opens the home's main store briefly (retrying while another pod holds its lock), computes the
    same deterministic plan, and creates the run there if no shard has yet (run id from ``--run-id`` or derived
-   from the plan key). It takes slice I of the plan's send order, keeps the items the main store has no
-   outcome for, and writes them with their instances into its own encrypted store file,
-   ``<store dir>/shards/<run id>/shard-I-of-N.duckdb`` (built under a temporary name, then renamed).
+   from the plan key; looked up again once the shard has asked its servers, while it holds the store until the run
+   is stored, so that pods starting together create it once). It takes slice I of the plan's send order, keeps the
+   items the main store has no outcome for, and writes them with their instances into its own encrypted store
+   file, ``<store dir>/shards/<run id>/shard-I-of-N.duckdb`` (built under a temporary name, then renamed).
 2. The shard sends its items against its own file: write-through and resume work as for any run; a restarted
    pod finds its file and sends only what is missing.
 3. When done, the shard merges its outcomes into the main store (one transaction; the primary key keeps one

@@ -5,6 +5,9 @@ holds the store only for short write transactions (so read-only commands work du
 resuming the same run would send the same requests in parallel; a lock per run id prevents that: one byte of
 ``<store>.runs.lock``, at an offset derived from the run id (a POSIX record lock, released when the process
 ends, however it ends). A second process waits for it up to the store's lock timeout, then fails naming the run.
+
+The shards of a run send in parallel, each from its own store file: each holds a shared lock on another byte of
+the run's (:func:`shard_lock`), so that a reader can tell whether any of them is at work.
 """
 
 from __future__ import annotations
@@ -32,6 +35,10 @@ def _offset(run_id: str) -> int:
     return int.from_bytes(hashlib.sha256(run_id.encode()).digest()[:5], "big")
 
 
+def _shards_offset(run_id: str) -> int:
+    return _offset(run_id + "\0shards")
+
+
 @contextmanager
 def run_lock(store_path: Path, run_id: str, settings: StoreSettings | None = None) -> Iterator[None]:
     path = run_lock_path(store_path)
@@ -56,10 +63,26 @@ def run_lock(store_path: Path, run_id: str, settings: StoreSettings | None = Non
         os.close(fd)  # releases the lock
 
 
+@contextmanager
+def shard_lock(store_path: Path, run_id: str) -> Iterator[None]:
+    """Held by a process taking part in a sharded run (a shard, from the moment it knows its run until it has
+    merged and concluded; ``runs merge``) until it ends, however it ends. Shared: the shards of one run hold it
+    together; :func:`shard_lock_held` tells whether any does."""
+    path = run_lock_path(store_path)
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        # Blocking: only a reader's probe holds this byte exclusively, and gives it back at once.
+        fcntl.lockf(fd, fcntl.LOCK_SH, 1, _shards_offset(run_id))
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
 def run_in_progress(store_path: Path, run_id: str) -> bool:
-    """Whether a process holds ``run_id``'s lock now, i.e. is sending it (False when that cannot be told: see
-    :func:`run_lock_held`). A shard sends without the lock, so False does not mean that nothing is running."""
-    return run_lock_held(store_path, run_id) is True
+    """Whether a process sends ``run_id`` now: it holds the run's lock, or a shard of it holds its shard lock
+    (False when that cannot be told: see :func:`run_lock_held` and :func:`shard_lock_held`)."""
+    return run_lock_held(store_path, run_id) is True or shard_lock_held(store_path, run_id) is True
 
 
 def run_lock_held(store_path: Path, run_id: str) -> bool | None:
@@ -75,6 +98,26 @@ def run_lock_held(store_path: Path, run_id: str) -> bool | None:
         return None
     try:
         fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB, 1, _offset(run_id))
+    except OSError as exc:
+        return True if exc.errno in (errno.EACCES, errno.EAGAIN) else None
+    finally:
+        os.close(fd)
+    return False
+
+
+def shard_lock_held(store_path: Path, run_id: str) -> bool | None:
+    """Whether any process holds ``run_id``'s shard lock now (:func:`shard_lock`): True, False, or None when that
+    cannot be told (no lock file; one this process may not write, as an exclusive probe needs; no locks there).
+
+    Probed by taking the byte exclusively, which fails while any shard holds it shared, and giving it back at once
+    (a shard starting meanwhile waits that instant). As for :func:`run_lock_held`, the caller must never be a
+    process that sends runs."""
+    try:
+        fd = os.open(run_lock_path(store_path), os.O_RDWR)
+    except OSError:
+        return None
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, _shards_offset(run_id))
     except OSError as exc:
         return True if exc.errno in (errno.EACCES, errno.EAGAIN) else None
     finally:

@@ -164,11 +164,8 @@ class RunSummary:
     prompt_style: str
     progress: list[BenchmarkProgress]
     errors_by_category: dict[str, dict[str, int]]
-    live: bool | None = None  # runner.liveness.run_live: whether a process is sending a `running` run
-
-    @property
-    def status_text(self) -> str:
-        return status_text(self.run, self.live)
+    live: bool | None  # runner.liveness.run_live: whether a process is sending a `running` run
+    status_text: str  # runner.liveness.status_text: the status as shown
 
     @property
     def badge(self) -> str:
@@ -194,9 +191,10 @@ class RunSummary:
 
 def _summary(home: Home, store: Store, run: RunInfo) -> RunSummary:
     progress = [BenchmarkProgress(b, *runs_db.item_counts(store, run.run_id, b)) for b in run.benchmarks]
+    live = run_live(home, store, run)
     return RunSummary(run=run, prompt_style=run_prompt_style(run.manifest), progress=progress,
                       errors_by_category=runs_db.errors_by_category(store, run.run_id),
-                      live=run_live(home, store, run))
+                      live=live, status_text=status_text(home, run, live))
 
 
 def runs(home: Home) -> list[RunSummary]:

@@ -7,11 +7,17 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from medhelm_local.application.evaluation import Mode, evaluate, merge_shards
+from medhelm_local.audit.intents import unfinished
+from medhelm_local.audit.report import summarize
+from medhelm_local.audit.trail import AuditTrail
+from medhelm_local.errors import MedhelmError
 from medhelm_local.home import Home
+from medhelm_local.runner import session
 from medhelm_local.runner import shard as sharding
 from medhelm_local.runner.plan import parse_shard, shard_range
 from medhelm_local.store import Store
@@ -120,10 +126,14 @@ def test_a_shard_left_unmerged_is_merged_by_runs_merge(tmp_path: Path, monkeypat
     again = merge_shards(app(home), run_id)  # nothing left: the finished run stays as it is
     assert (again.merged, again.complete, again.results, again.run.status) == (0, True, [], "finished")
     records = [json.loads(line) for line in home.audit_path.read_text().splitlines()]
+    (start,) = [r for r in records if r["action"] == "run.start"]
     failures = [r["objects"] for r in records if r["action"] == "run.finish" and r["outcome"] == "failure"]
-    assert failures == [{"shard": "1/2", "error_type": "RuntimeError"}]
+    assert failures == [{"shard": "1/2", "error_type": "RuntimeError", "run_id": run_id, "intent_seq": start["seq"]}]
     assert [r["objects"]["merged"] for r in records if r["action"] == "run.merge"] == [20, 0]
-    assert [r["objects"]["shards"] for r in records if r["action"] == "run.start"] == [2]
+    assert start["objects"]["shards"] == 2
+    assert unfinished(records) == []
+    (run,) = summarize(records, None).runs
+    assert (run.run_id, run.outcome) == (run_id, "success")
 
 
 def test_a_shard_file_built_before_sessions_kept_their_options_still_merges(
@@ -152,3 +162,72 @@ def test_a_shard_file_built_before_sessions_kept_their_options_still_merges(
     with Store.open(home, read_only=True) as store:
         sessions = runs_db.sessions(store, run_id)
     assert [(s["shard"], s["responses"], s["sending"]) for s in sessions] == [("0/1", 20, None)]
+
+
+def test_a_failed_shard_concludes_its_runs_start_and_the_shard_taken_up_again_finishes_it(tmp_path: Path) -> None:
+    """A shard failing (its model's server down) recorded a `run.finish` failure naming only the shard: the run's
+    `run.start` stayed open, and `audit report` listed it with no outcome yet, forever. The failure concludes the
+    run's open intent now, naming it; the shard run again announces itself (`run.resume`, mode shard) and the run's
+    end concludes that."""
+    with FakeOpenAIServer(responder=hash_responder()) as server:
+        home = make_home(tmp_path / "home", [server.base_url])
+        register(home, synthetic_instances(20))
+        first = evaluate(app(home), quiet(mode=Mode.of_shard(0, 2)))
+        port = server.port
+    run_id = first.run.run_id
+    for _ in range(2):  # the second failure finds the run's intent concluded already
+        with pytest.raises(MedhelmError):
+            evaluate(app(home), quiet(mode=Mode.of_shard(1, 2)))
+    records = AuditTrail(home.audit_path).records()
+    (start,) = [r for r in records if r["action"] == "run.start"]
+    failures = [r["objects"] for r in records if r["action"] == "run.finish"]
+    error = failures[0]["error_type"]
+    assert failures == [{"shard": "1/2", "error_type": error, "run_id": run_id, "intent_seq": start["seq"]},
+                        {"shard": "1/2", "error_type": error}]
+    assert unfinished(records) == []
+    assert [(r.run_id, r.outcome) for r in summarize(records, None).runs] == [(run_id, "failure")]
+
+    with FakeOpenAIServer(responder=hash_responder(), port=port):
+        again = evaluate(app(home), quiet(mode=Mode.of_shard(1, 2)))
+    assert (again.merged, again.complete, again.run.status) == (10, True, "finished")
+    records = AuditTrail(home.audit_path).records()
+    runs = [(r["action"], r["outcome"], r["objects"].get("mode"), r["objects"].get("shard"))
+            for r in records if r["action"].startswith("run.")]
+    assert runs[-2:] == [("run.resume", "success", "shard", "1/2"), ("run.finish", "success", None, None)]
+    resume = next(r for r in records if r["action"] == "run.resume")
+    before_end = records[:records.index(next(r for r in reversed(records) if r["action"] == "run.finish"))]
+    assert [u.record["seq"] for u in unfinished(before_end)] == [resume["seq"]], "a shard killed there stays open"
+    assert unfinished(records) == []
+    (run,) = summarize(records, None).runs
+    assert (run.outcome, run.resumed, run.scored) == ("success", 1, 20)
+    assert "Question number" not in home.audit_path.read_text()
+
+
+def test_a_shard_whose_run_another_shard_created_meanwhile_joins_it(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """The pods of an Indexed Job start together: two shards could both find no run, and both create it (the main
+    store is given back while a shard asks its servers who they are). The second's plan then collided with the
+    first's: it died with an internal error (ConstraintException), after a second `run.start`. It joins the run
+    the other shard created meanwhile now."""
+    with FakeOpenAIServer(responder=hash_responder()) as server:
+        home = make_home(tmp_path / "home", [server.base_url])
+        register(home, synthetic_instances(20))
+        describe = session.describe
+        other: list[subprocess.CompletedProcess[str]] = []
+
+        async def other_shard_first(*args: Any, **kwargs: Any) -> Any:
+            described = await describe(*args, **kwargs)  # the store is given back here, as in production
+            if not other:
+                other.append(subprocess.run(_shard_cmd(home, "0/2"), capture_output=True, text=True, env=cli_env(),
+                                            timeout=300))
+            return described
+
+        monkeypatch.setattr(session, "describe", other_shard_first)
+        second = evaluate(app(home), quiet(mode=Mode.of_shard(1, 2)))
+    (first,) = other
+    assert first.returncode == 0, first.stderr
+    assert json.loads(first.stdout)["run_id"] == second.run.run_id
+    assert (second.merged, second.complete, second.run.status) == (10, True, "finished")
+    records = AuditTrail(home.audit_path).records()
+    assert [r["action"] for r in records if r["action"] in ("run.start", "run.resume")] == ["run.start"]
+    assert unfinished(records) == []
