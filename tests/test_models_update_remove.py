@@ -5,6 +5,8 @@ ranked and exportable."""
 
 from __future__ import annotations
 
+import errno
+import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -59,11 +61,11 @@ def test_update_replaces_the_options_given_and_keeps_the_others(cli: InProcessCl
                                     "base_urls": ["http://127.0.0.1:8001/v1", "http://127.0.0.1:8002/v1"],
                                     "served_model": "llama-3-8b", "reply_model": "llama-3-8b-v2",
                                     "api_key_env": "LLAMA_KEY", "timeout_s": 120.0, "context_length": 8192}
-    (record,) = _records(cli, "config.model_update")
-    assert record["role"] == "it-admin" and record["outcome"] == "success"
+    intent, record = _records(cli, "config.model_update")  # announced, then concluded once written
+    assert intent["outcome"] == "started" and record["role"] == "it-admin" and record["outcome"] == "success"
     assert record["objects"] == {"model": "llama", "changed": ["--base-url", "--reply-model"], "kind": "vllm",
                                  "endpoints": ["http://127.0.0.1:8001/v1", "http://127.0.0.1:8002/v1"],
-                                 "judge": False}
+                                 "judge": False, "intent_seq": intent["seq"]}
     report = cli("audit", "report")
     assert "config.model_update  success  model=llama  changed=['--base-url', '--reply-model']" in report.stdout
 
@@ -99,6 +101,46 @@ def test_a_refused_update_changes_nothing(cli: InProcessCli, args: list[str], me
     assert outcomes == ([("denied", "endpoint_not_allowlisted")] if message == "not on the allowlist" else [])
 
 
+@pytest.mark.parametrize("command", [["add", "llama", "--base-url", "http://127.0.0.1:8001/v1"],
+                                     ["update", "smollm2-135m-embedded", "--context-length", "4096"],
+                                     ["remove", "smollm2-135m-embedded"]], ids=["add", "update", "remove"])
+def test_a_write_that_fails_is_audited_as_a_failure_and_changes_nothing(
+        cli: InProcessCli, monkeypatch: pytest.MonkeyPatch, command: list[str]) -> None:
+    """The disk fills as appliance.yaml is written: the trail says the change failed, and why (it said "success"
+    before the write was tried), the user is told which file could not be written (not "internal error
+    (OSError)"), and appliance.yaml is as it was, with no temporary file left beside it."""
+    config_fds: set[int] = set()
+    real_open, real_write = os.open, os.write
+
+    def tracking_open(path: Any, flags: int, *args: Any, **kwargs: Any) -> int:
+        fd = real_open(path, flags, *args, **kwargs)
+        if Path(path).name.startswith(".appliance.yaml.tmp"):
+            config_fds.add(fd)
+        return fd
+
+    def disk_full(fd: int, data: Any) -> int:
+        if fd in config_fds:
+            config_fds.discard(fd)  # closed after this: the number may then be another file's
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    before = (cli.home / "appliance.yaml").read_bytes()
+    monkeypatch.setattr(os, "open", tracking_open)
+    monkeypatch.setattr(os, "write", disk_full)
+    failed = cli("models", *command)
+    monkeypatch.undo()
+    assert failed.code == 1, failed.stderr
+    assert (f"{cli.home / 'appliance.yaml'}: cannot write it (No space left on device): `models {command[0]}` "
+            "changed nothing") in failed.stderr
+    assert (cli.home / "appliance.yaml").read_bytes() == before
+    assert sorted(p.name for p in cli.home.iterdir() if p.name.startswith(".appliance.yaml")) == []
+    intent, outcome = _records(cli, f"config.model_{command[0]}")
+    assert (intent["outcome"], outcome["outcome"], outcome["objects"]["reason"]) == ("started", "failure", "disk_full")
+    assert outcome["objects"]["intent_seq"] == intent["seq"]
+    report = cli("audit", "report", "--json")
+    assert report.code == 0 and report.json()["unfinished"] == [], report.stderr
+
+
 def test_an_unknown_model_is_named_with_the_configured_ones(cli: InProcessCli) -> None:
     for command in (["update", "nope", "--kind", "vllm"], ["remove", "nope"]):
         refused = cli("models", *command)
@@ -117,9 +159,10 @@ def test_a_judge_is_removed_only_with_the_jury_named(cli: InProcessCli) -> None:
     assert removed.json()["removed"] is True and removed.json()["judge"] is True
     config = _config(cli)
     assert config["judges"] == [] and "grader" not in [m["name"] for m in config["models"]]
-    (record,) = _records(cli, "config.model_remove")
-    assert record["objects"] == {"model": "grader", "kind": "openai-compatible",
-                                 "endpoints": ["http://127.0.0.1:9/v1"], "judge": True}
+    intent, record = _records(cli, "config.model_remove")
+    assert record["outcome"] == "success" and record["objects"] == {
+        "model": "grader", "kind": "openai-compatible", "endpoints": ["http://127.0.0.1:9/v1"], "judge": True,
+        "intent_seq": intent["seq"]}
 
 
 def _by_cli(cli: InProcessCli, url: str, served: str | None) -> None:

@@ -52,6 +52,11 @@ PAIRINGS = (
     Pairing({"keys.rotate": "started"}, "keys.rotate", ("key", "new_key_id"), False,
             ("key", "old_key_id", "new_key_id")),
     Pairing({"keys.recover": "started"}, "keys.recover", ("key",), True, ("key", "moved_store")),
+    # appliance.yaml is written between a model change's intent and its outcome (`models add/update/remove`).
+    Pairing({"config.model_add": "started"}, "config.model_add", ("model",), True, ("model", "endpoints")),
+    Pairing({"config.model_update": "started"}, "config.model_update", ("model",), True,
+            ("model", "changed", "endpoints")),
+    Pairing({"config.model_remove": "started"}, "config.model_remove", ("model",), True, ("model", "endpoints")),
     # A run ends with run.finish, whichever invocation (start, resume, the shard completing it) ends it.
     Pairing({"run.start": None, "run.resume": None}, "run.finish", ("run_id",), False, ("run_id", "model", "mode"),
             resumable=True),

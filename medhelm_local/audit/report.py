@@ -305,7 +305,7 @@ def summarize(records: list[dict[str, Any]], since: datetime | None,
         elif action.startswith("keys."):
             keys.append(_key_brief(record))
         elif action.startswith("config."):
-            config.append(_brief(record, "model", "changed", "endpoints"))
+            config.append(_brief(record, "model", "changed", "endpoints", "reason"))
         elif action == "egress.denied":
             egress.append(_brief(record, "target"))
         elif action == "audit.verify":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import errno
 from enum import StrEnum
 from typing import Any
 
@@ -9,9 +10,10 @@ import typer
 from pydantic import ValidationError
 
 from medhelm_local.audit import audit_event
+from medhelm_local.audit.intents import announce
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import AppContext, app_context
-from medhelm_local.errors import BadInputError, ConfigError, EgressDenied, validation_problems
+from medhelm_local.errors import BadInputError, ConfigError, EgressDenied, MedhelmError, validation_problems
 from medhelm_local.home.config import ApplianceConfig, BackendKind, ModelEndpoint
 
 NAME = "models"
@@ -55,10 +57,8 @@ def add(
     data["models"].append(endpoint.model_dump())
     if judge:
         data["judges"].append(name)
-    updated = _validated(data)
-    audit_event(app_ctx.home, app_ctx.actor, "config.model_add", role="it-admin", model=name, kind=kind.value,
-                endpoints=endpoint.base_urls, judge=judge)
-    app_ctx.home.save_config(updated)
+    _save(app_ctx, "config.model_add", _validated(data), model=name, kind=kind.value, endpoints=endpoint.base_urls,
+          judge=judge)
     if as_json:
         emit_json({**endpoint.model_dump(mode="json", exclude_none=True), "judge": judge})
     else:
@@ -132,10 +132,8 @@ def update(
         data["models"] = [endpoint.model_dump() if m.name == name else m.model_dump() for m in config.models]
         if is_judge != was_judge:  # a judge that stays one keeps its place in the jury
             data["judges"] = [j for j in config.judges if j != name] + ([name] if is_judge else [])
-        updated = _validated(data)
-        audit_event(app_ctx.home, app_ctx.actor, "config.model_update", role="it-admin", model=name,
-                    changed=options, kind=endpoint.kind.value, endpoints=endpoint.base_urls, judge=is_judge)
-        app_ctx.home.save_config(updated)
+        _save(app_ctx, "config.model_update", _validated(data), model=name, changed=options,
+              kind=endpoint.kind.value, endpoints=endpoint.base_urls, judge=is_judge)
     if as_json:
         emit_json({**endpoint.model_dump(mode="json", exclude_none=True), "judge": is_judge, "changed": options})
         return
@@ -168,10 +166,8 @@ def remove(
     data = config.model_dump()
     data["models"] = [m.model_dump() for m in config.models if m.name != name]
     data["judges"] = [j for j in config.judges if j != name]
-    updated = _validated(data)
-    audit_event(app_ctx.home, app_ctx.actor, "config.model_remove", role="it-admin", model=name,
-                kind=endpoint.kind.value, endpoints=endpoint.base_urls, judge=was_judge)
-    app_ctx.home.save_config(updated)
+    _save(app_ctx, "config.model_remove", _validated(data), model=name, kind=endpoint.kind.value,
+          endpoints=endpoint.base_urls, judge=was_judge)
     if as_json:
         emit_json({**endpoint.model_dump(mode="json", exclude_none=True), "judge": was_judge, "removed": True})
     else:
@@ -186,8 +182,29 @@ def _check_allowlisted(app_ctx: AppContext, endpoint: ModelEndpoint, action: str
             app_ctx.egress.check(url)
         except EgressDenied:
             audit_event(app_ctx.home, app_ctx.actor, action, outcome="denied", role="it-admin",
-                        model=endpoint.name, reason="endpoint_not_allowlisted")
+                        model=endpoint.name, reason="endpoint_not_allowlisted", intent_seq=None)  # before its intent
             raise
+
+
+# Why appliance.yaml could not be written, as the trail records it (an errno's name where none of these).
+_WRITE_FAILURES = {errno.ENOSPC: "disk_full", errno.EDQUOT: "disk_full", errno.EROFS: "read_only",
+                   errno.EACCES: "permission_denied", errno.EPERM: "permission_denied", errno.EBUSY: "mount_point"}
+
+
+def _save(app_ctx: AppContext, action: str, updated: ApplianceConfig, **objects: Any) -> None:
+    """Write ``updated`` to appliance.yaml, audited: the intent first (fail closed: a trail that refuses it changes
+    nothing), then ``success`` once the file is written, or ``failure`` with the reason the write failed. The file
+    is replaced whole or left as it was."""
+    home = app_ctx.home
+    with announce(home, app_ctx.actor, action, role="it-admin", **objects) as attempt:
+        try:
+            home.save_config(updated)
+        except OSError as exc:
+            reason = _WRITE_FAILURES.get(exc.errno or 0) or errno.errorcode.get(exc.errno or 0, type(exc).__name__)
+            attempt.conclude("failure", reason=reason.lower(), **objects)
+            raise MedhelmError(f"{home.config_path}: cannot write it ({exc.strerror or type(exc).__name__}): "
+                               f"`models {action.removeprefix('config.model_')}` changed nothing") from None
+        attempt.conclude(**objects)
 
 
 def _validated(data: dict[str, Any]) -> ApplianceConfig:

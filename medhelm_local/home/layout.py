@@ -25,16 +25,21 @@ def resolve_home(option: Path | None) -> Path:
 
 
 def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
-    """Write to a temporary sibling then rename, so a reader never sees half a file."""
+    """Write to a temporary sibling then rename, so a reader never sees half a file. A write that fails (a full
+    disk, a read-only mount) leaves ``path`` as it was and no temporary file behind."""
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp-{os.getpid()}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        try:
+            os.write(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 @dataclass

@@ -34,7 +34,7 @@ def test_the_environment_cannot_name_the_actor(cli: Cli) -> None:
     assert cli("init").code == 0
     assert cli("models", "add", "m", "--kind", "vllm", "--base-url", "http://127.0.0.1:9/v1").code == 0
     actors = _actors(cli)
-    assert len(actors) == 2 and set(actors) == {_account()}
+    assert len(actors) == 3 and set(actors) == {_account()}  # init, the add's intent and its success
 
 
 def test_a_stated_actor_is_recorded_beside_the_account_not_instead_of_it(cli: Cli) -> None:
