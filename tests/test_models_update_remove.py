@@ -7,6 +7,9 @@ from __future__ import annotations
 
 import errno
 import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -19,6 +22,7 @@ from medhelm_local.export.policy import POLICY_ENV
 from medhelm_local.testing.fake_openai import FakeOpenAIServer, Faults
 from tests.compliance.conftest import evaluated_home, request_export
 from tests.compliance.inproc import InProcessCli
+from tests.conftest import Cli, CliResult, cli_env
 from tests.test_pipeline import write_extract
 
 
@@ -41,7 +45,7 @@ def _model(cli: InProcessCli, name: str) -> dict[str, Any]:
     return model
 
 
-def _records(cli: InProcessCli, action: str) -> list[dict[str, Any]]:
+def _records(cli: InProcessCli | Cli, action: str) -> list[dict[str, Any]]:
     return [r for r in AuditTrail(cli.home / "audit" / "audit.jsonl").records() if r["action"] == action]
 
 
@@ -101,9 +105,12 @@ def test_a_refused_update_changes_nothing(cli: InProcessCli, args: list[str], me
     assert outcomes == ([("denied", "endpoint_not_allowlisted")] if message == "not on the allowlist" else [])
 
 
-@pytest.mark.parametrize("command", [["add", "llama", "--base-url", "http://127.0.0.1:8001/v1"],
-                                     ["update", "smollm2-135m-embedded", "--context-length", "4096"],
-                                     ["remove", "smollm2-135m-embedded"]], ids=["add", "update", "remove"])
+_MODEL_COMMANDS = [["add", "llama", "--base-url", "http://127.0.0.1:8001/v1"],
+                   ["update", "smollm2-135m-embedded", "--context-length", "4096"],
+                   ["remove", "smollm2-135m-embedded"]]
+
+
+@pytest.mark.parametrize("command", _MODEL_COMMANDS, ids=["add", "update", "remove"])
 def test_a_write_that_fails_is_audited_as_a_failure_and_changes_nothing(
         cli: InProcessCli, monkeypatch: pytest.MonkeyPatch, command: list[str]) -> None:
     """The disk fills as appliance.yaml is written: the trail says the change failed, and why (it said "success"
@@ -139,6 +146,76 @@ def test_a_write_that_fails_is_audited_as_a_failure_and_changes_nothing(
     assert outcome["objects"]["intent_seq"] == intent["seq"]
     report = cli("audit", "report", "--json")
     assert report.code == 0 and report.json()["unfinished"] == [], report.stderr
+
+
+def _run_on_read_only(cli: Cli, config: Path, *args: str) -> CliResult:
+    """The CLI (a process of its own) with ``config`` read-only as a ConfigMap's or a ``:ro`` mount is: root writes
+    a file whatever its mode, so for root the file is bound read-only over itself in a mount namespace of the
+    command's own; another user gets it by its mode and its folder's."""
+    command = [sys.executable, "-m", "medhelm_local.cli", "--home", str(cli.home), *args]
+    if os.geteuid() != 0:
+        config.chmod(0o444)
+        config.parent.chmod(0o555)
+        try:
+            proc = subprocess.run(command, capture_output=True, text=True, timeout=120, env=cli.env)
+        finally:
+            config.parent.chmod(0o755)
+            config.chmod(0o644)
+        return CliResult(proc.returncode, proc.stdout, proc.stderr)
+    read_only = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && '
+    probe = subprocess.run(["unshare", "-m", "sh", "-c", read_only + '! (: >> "$0") 2>/dev/null', str(config)],
+                           capture_output=True, check=False) if shutil.which("unshare") else None
+    if probe is None or probe.returncode != 0:
+        pytest.skip("running as root, and no mount namespace to make a file read-only in (unshare -m)")
+    proc = subprocess.run(["unshare", "-m", "sh", "-c", read_only + 'exec "$@"', str(config), *command],
+                          capture_output=True, text=True, timeout=120, env=cli.env)
+    return CliResult(proc.returncode, proc.stdout, proc.stderr)
+
+
+@pytest.mark.parametrize("command", _MODEL_COMMANDS, ids=["add", "update", "remove"])
+def test_the_deployments_read_only_config_is_refused_with_what_to_do_instead(tmp_path: Path,
+                                                                            command: list[str]) -> None:
+    """The chart (and compose) mount appliance.yaml read-only and name it by $MEDHELM_CONFIG: in the toolbox pod
+    `models add` audited "success", then failed with "internal error (OSError)" (exit 1). It is refused before
+    anything is written or audited as done (exit 2), naming what IT changes instead."""
+    cli = Cli(home=tmp_path / "home", env=cli_env())
+    assert InProcessCli(cli.home)("init").code == 0
+    config = tmp_path / "etc" / "appliance.yaml"
+    config.parent.mkdir()
+    (cli.home / "appliance.yaml").rename(config)
+    before = config.read_bytes()
+    cli.env["MEDHELM_CONFIG"] = str(config)
+
+    refused = _run_on_read_only(cli, config, "models", *command)
+    assert refused.code == 2, refused.stderr
+    for words in (f"{config} ($MEDHELM_CONFIG) is the deployment's appliance.yaml, read-only here: `models "
+                  f"{command[0]}` cannot change it", "`appliance.extraModels`", "`helm upgrade`",
+                  "deploy/appliance.compose.yaml on the host"):
+        assert words in refused.stderr, refused.stderr
+    assert "internal error" not in refused.stderr
+    assert config.read_bytes() == before and sorted(p.name for p in config.parent.iterdir()) == ["appliance.yaml"]
+    records = _records(cli, f"config.model_{command[0]}")
+    assert [(r["outcome"], r["objects"]["reason"], r["objects"]["intent_seq"]) for r in records] == [
+        ("refused", "config_managed_by_deployment", None)]
+
+    # The same file, writable (a site that keeps appliance.yaml outside the home on purpose): changed as asked.
+    changed = cli("models", *command)
+    assert changed.code == 0, changed.stderr
+    assert config.read_bytes() != before
+
+
+def test_a_home_config_this_user_cannot_write_is_refused(tmp_path: Path) -> None:
+    cli = Cli(home=tmp_path / "home", env=cli_env())
+    assert InProcessCli(cli.home)("init").code == 0
+    config = cli.home / "appliance.yaml"
+    before = config.read_bytes()
+    refused = _run_on_read_only(cli, config, "models", *_MODEL_COMMANDS[0])
+    assert refused.code == 2, refused.stderr
+    assert (f"{config}: this user cannot write it or its folder, so `models add` cannot change it; run the "
+            "command as the home's owner") in refused.stderr
+    assert config.read_bytes() == before
+    assert [(r["outcome"], r["objects"]["reason"]) for r in _records(cli, "config.model_add")] == [
+        ("refused", "config_not_writable")]
 
 
 def test_an_unknown_model_is_named_with_the_configured_ones(cli: InProcessCli) -> None:

@@ -43,6 +43,7 @@ def add(
 ) -> None:
     """Add a model endpoint to appliance.yaml. Its URL must be on the endpoint allowlist."""
     app_ctx = app_context(ctx)
+    _refuse_unwritable_config(app_ctx, "config.model_add", name)
     config = app_ctx.home.config
     if any(m.name == name for m in config.models):
         raise BadInputError(f"model {name!r} already exists in {app_ctx.home.config_path}; change it with "
@@ -105,6 +106,7 @@ def update(
     """Change a model endpoint in appliance.yaml: the options given replace its settings, the others are kept.
     Its URLs must be on the endpoint allowlist."""
     app_ctx = app_context(ctx)
+    _refuse_unwritable_config(app_ctx, "config.model_update", name)
     config = app_ctx.home.config
     before = config.model(name)  # an unknown name exits 2, naming the configured ones
     given: dict[str, Any] = {"base_urls": base_url or None, "kind": kind, "served_model": served_model,
@@ -157,6 +159,7 @@ def remove(
     """Remove a model endpoint from appliance.yaml. Its runs stay in the store, on the leaderboard and in exports;
     resuming one needs the model configured again."""
     app_ctx = app_context(ctx)
+    _refuse_unwritable_config(app_ctx, "config.model_remove", name)
     config = app_ctx.home.config
     endpoint = config.model(name)  # an unknown name exits 2, naming the configured ones
     was_judge = name in config.judges
@@ -184,6 +187,28 @@ def _check_allowlisted(app_ctx: AppContext, endpoint: ModelEndpoint, action: str
             audit_event(app_ctx.home, app_ctx.actor, action, outcome="denied", role="it-admin",
                         model=endpoint.name, reason="endpoint_not_allowlisted", intent_seq=None)  # before its intent
             raise
+
+
+def _refuse_unwritable_config(app_ctx: AppContext, action: str, name: str) -> None:
+    """Refuse (exit 2, audited, before anything is checked or written) where appliance.yaml cannot be written: the
+    deployment's read-only file (the chart's ConfigMap, compose's ``:ro`` mount), changed where it is made, or a
+    home's file this user may not write."""
+    home = app_ctx.home
+    if home.config_writable():
+        return
+    managed = home.config_from_deployment
+    audit_event(home, app_ctx.actor, action, outcome="refused", role="it-admin", model=name,
+                reason="config_managed_by_deployment" if managed else "config_not_writable", intent_seq=None)
+    command = f"`models {action.removeprefix('config.model_')}`"
+    if managed:
+        raise BadInputError(
+            f"{home.config_path} ($MEDHELM_CONFIG) is the deployment's appliance.yaml, read-only here: {command} "
+            "cannot change it. Change the models where the deployment makes it: with the Helm chart, in the values "
+            "(`models` and `judges` for servers the chart runs, `appliance.extraModels` for an endpoint already "
+            "running), then `helm upgrade`; with docker compose, in deploy/appliance.compose.yaml on the host, which "
+            "the containers mount")
+    raise BadInputError(f"{home.config_path}: this user cannot write it or its folder, so {command} cannot change "
+                        "it; run the command as the home's owner")
 
 
 # Why appliance.yaml could not be written, as the trail records it (an errno's name where none of these).

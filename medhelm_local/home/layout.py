@@ -59,6 +59,19 @@ class Home:
         override = os.environ.get("MEDHELM_CONFIG")
         return Path(override) if override else self.root / CONFIG_FILE
 
+    @property
+    def config_from_deployment(self) -> bool:
+        """appliance.yaml is the file ``$MEDHELM_CONFIG`` names (the Helm chart's ConfigMap, compose's mount), not
+        the home's own."""
+        return bool(os.environ.get("MEDHELM_CONFIG"))
+
+    def config_writable(self) -> bool:
+        """Whether this process can replace appliance.yaml as :meth:`save_config` does: the file (where it exists)
+        and its folder writable. A ConfigMap or a ``:ro`` mount is not, for root either (a read-only filesystem)."""
+        path = self.config_path
+        file_writable = not path.exists() or os.access(path, os.W_OK)
+        return file_writable and os.access(path.parent, os.W_OK | os.X_OK)
+
     @cached_property
     def config(self) -> ApplianceConfig:
         config = load_config(self.config_path)
