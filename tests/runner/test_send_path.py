@@ -144,3 +144,45 @@ def test_the_send_phase_leaves_long_lived_objects_to_rest_and_hands_them_back(tm
     assert all(frozen > 1000 and threshold == execute.SEND_GC_THRESHOLD for frozen, threshold in seen), seen[:3]
     assert gc.get_freeze_count() == 0
     assert gc.get_threshold() == before
+
+
+def test_the_first_page_is_read_before_the_store_is_first_released(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The send phase reads its first page from the store as planning left it attached: a release first (DuckDB
+    checkpoints the plan then) and an attach again came before the first request."""
+    from medhelm_local.application.evaluation import evaluate
+    from medhelm_local.runner import session
+    from medhelm_local.store import Store
+    from medhelm_local.testing.fake_openai import FakeOpenAIServer, hash_responder
+    from tests.runner.helpers import app, make_home, quiet, register, synthetic_instances
+
+    events: list[str] = []
+    sending = False
+    release, load_page, execute_run = Store.release, execute._load_page, session.execute_run
+
+    def recorded_release(self: Store) -> None:
+        if sending:
+            events.append("release")
+        release(self)
+
+    def recorded_page(*args: Any, **kwargs: Any) -> Any:
+        events.append("page")
+        return load_page(*args, **kwargs)
+
+    async def recorded_send(*args: Any, **kwargs: Any) -> Any:
+        nonlocal sending
+        sending = True
+        try:
+            return await execute_run(*args, **kwargs)
+        finally:
+            sending = False
+
+    monkeypatch.setattr(Store, "release", recorded_release)
+    monkeypatch.setattr(execute, "_load_page", recorded_page)
+    monkeypatch.setattr(session, "execute_run", recorded_send)
+    with FakeOpenAIServer(responder=hash_responder()) as server:
+        home = make_home(tmp_path / "home", [server.base_url])
+        register(home, synthetic_instances(30))
+        outcome = evaluate(app(home), quiet())
+    assert outcome.run.status == "finished" and outcome.results[0].n == 30
+    assert events[:2] == ["page", "release"], events
