@@ -4,6 +4,11 @@ The guard is an allowlist, not a blocklist: an event name must look like an iden
 survives only if it looks like an id, hash, path, URL or status (no whitespace, bounded length). Anything
 else, and any key that names text (prompt, output, context ...), is replaced by a redaction marker with the
 value's length. Exceptions are reduced to their type: their messages and tracebacks can quote data.
+
+structlog itself (with the rich modules its console renderer and tracebacks bring: about 25 ms) is imported only
+when a first record passes the configured level: a command that logs nothing (``run --json``; any command on a
+terminal, whose default level is WARNING) never pays for it. A record logged before ``configure_logging`` was
+called is written under the defaults, through the guard like any other.
 """
 
 from __future__ import annotations
@@ -14,8 +19,6 @@ import re
 import sys
 from collections.abc import MutableMapping
 from typing import Any
-
-import structlog
 
 _SAFE_STRING = re.compile(r"^[\w.:/@+=,%\-\[\]]{0,256}$")
 _SAFE_EVENT = re.compile(r"^[a-z][a-z0-9_.\-]{0,80}$")
@@ -65,16 +68,40 @@ def phi_guard(_logger: Any, _method: str, event_dict: MutableMapping[str, Any]) 
 
 
 def configure_logging(level: str | None = None, *, json_lines: bool | None = None, force: bool = False) -> None:
-    """Configure structlog once: JSON lines to stderr when not a TTY, a console renderer otherwise."""
-    global _configured
+    """Configure logging once: JSON lines to stderr when not a TTY, a console renderer otherwise (structlog is set
+    up with these settings at the first record that passes ``level``, or at once where it already is)."""
+    global _configured, _settings
     if _configured and not force:
         return
+    _settings = _chosen(level, json_lines)
+    # Third-party loggers (httpx logs every request line) stay quiet; they go through the same guard if raised.
+    for noisy in ("httpx", "httpcore", "urllib3", "asyncio"):
+        logging.getLogger(noisy).setLevel(logging.WARNING)
+    _configured = True
+    if _structlog_set_up:
+        _set_up_structlog()
+
+
+_settings: tuple[int, bool] | None = None  # (level, JSON lines) as configure_logging chose them
+_structlog_set_up = False
+
+
+def _chosen(level: str | None, json_lines: bool | None) -> tuple[int, bool]:
     tty = sys.stderr.isatty()
     json_lines = (not tty) if json_lines is None else json_lines
     level_name = (level or os.environ.get("MEDHELM_LOG_LEVEL") or ("WARNING" if tty else "INFO")).upper()
     numeric = logging.getLevelName(level_name)
     if not isinstance(numeric, int):
         numeric = logging.INFO
+    return numeric, json_lines
+
+
+def _set_up_structlog() -> None:
+    global _structlog_set_up
+    import structlog
+
+    assert _settings is not None
+    numeric, json_lines = _settings
     renderer: Any = structlog.processors.JSONRenderer() if json_lines else structlog.dev.ConsoleRenderer()
     structlog.configure(
         processors=[
@@ -89,11 +116,52 @@ def configure_logging(level: str | None = None, *, json_lines: bool | None = Non
         logger_factory=lambda *_args: structlog.PrintLogger(file=sys.stderr),
         cache_logger_on_first_use=False,
     )
-    # Third-party loggers (httpx logs every request line) stay quiet; they go through the same guard if raised.
-    for noisy in ("httpx", "httpcore", "urllib3", "asyncio"):
-        logging.getLogger(noisy).setLevel(logging.WARNING)
-    _configured = True
+    _structlog_set_up = True
 
 
-def get_logger(name: str | None = None) -> Any:
-    return structlog.get_logger(name)
+def _level() -> int:
+    global _settings
+    if _settings is None:  # a record before configure_logging: the defaults, which configure_logging may replace
+        _settings = _chosen(None, None)
+    return _settings[0]
+
+
+class Logger:
+    """A named logger whose records go through structlog (and the guard); structlog is imported and set up at the
+    first record that passes the configured level."""
+
+    __slots__ = ("_name",)
+
+    def __init__(self, name: str | None) -> None:
+        self._name = name
+
+    def _emit(self, method: str, level: int, event: str, args: tuple[Any, ...], kw: dict[str, Any]) -> None:
+        if level < _level():
+            return
+        if not _structlog_set_up:
+            _set_up_structlog()
+        import structlog
+
+        getattr(structlog.get_logger(self._name), method)(event, *args, **kw)
+
+    def debug(self, event: str, *args: Any, **kw: Any) -> None:
+        self._emit("debug", logging.DEBUG, event, args, kw)
+
+    def info(self, event: str, *args: Any, **kw: Any) -> None:
+        self._emit("info", logging.INFO, event, args, kw)
+
+    def warning(self, event: str, *args: Any, **kw: Any) -> None:
+        self._emit("warning", logging.WARNING, event, args, kw)
+
+    def error(self, event: str, *args: Any, **kw: Any) -> None:
+        self._emit("error", logging.ERROR, event, args, kw)
+
+    def exception(self, event: str, *args: Any, **kw: Any) -> None:
+        self._emit("exception", logging.ERROR, event, args, kw)
+
+    def critical(self, event: str, *args: Any, **kw: Any) -> None:
+        self._emit("critical", logging.CRITICAL, event, args, kw)
+
+
+def get_logger(name: str | None = None) -> Logger:
+    return Logger(name)

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -63,3 +67,44 @@ def test_level_filtering(capsys: pytest.CaptureFixture[str]) -> None:
     lines = [json.loads(line) for line in capsys.readouterr().err.splitlines() if line.strip()]
     assert [r["event"] for r in lines] == ["loud.event"]
     configure_logging(force=True)
+
+
+def _fresh_process(code: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("MEDHELM_")}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120,
+                          cwd=Path(__file__).resolve().parents[1])
+
+
+def test_a_command_that_logs_nothing_never_imports_structlog() -> None:
+    """structlog (and the rich modules it brings) is imported at the first record that passes the level: `run`
+    with its modules imported and logging configured has not, and a record below the level does not."""
+    done = _fresh_process(
+        "import sys\n"
+        "from medhelm_local.cli import register_commands\n"
+        "from medhelm_local.logs import configure_logging, get_logger\n"
+        "register_commands('run')\n"
+        "configure_logging('WARNING', json_lines=True)\n"
+        "get_logger('test').info('quiet.event')\n"
+        "print('structlog' in sys.modules)\n"
+        f"get_logger('test').warning('loud.event', prompt={SECRET!r}, done=3)\n"
+        "print('structlog' in sys.modules)\n")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"]
+    (record,) = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
+    assert record["event"] == "loud.event" and record["done"] == 3 and record["level"] == "warning"
+    assert SECRET not in done.stderr
+
+
+def test_a_record_logged_before_logging_is_configured_goes_through_the_guard() -> None:
+    """... under the default settings, which configuring logging afterwards still replaces."""
+    done = _fresh_process(
+        "from medhelm_local.logs import configure_logging, get_logger\n"
+        f"get_logger('test').warning('early.event', prompt={SECRET!r}, detail={SECRET!r})\n"
+        "configure_logging('ERROR', json_lines=True)\n"
+        f"get_logger('test').warning('later.event', prompt={SECRET!r})\n"
+        "get_logger('test').error('last.event')\n")
+    assert done.returncode == 0, done.stderr
+    assert SECRET not in done.stderr and "Jane" not in done.stderr
+    early, last = [json.loads(line) for line in done.stderr.splitlines() if line.startswith("{")]
+    assert early["event"] == "early.event" and early["prompt"] == "[redacted prompt]"
+    assert last["event"] == "last.event" and last["level"] == "error"  # the warning fell below the new level

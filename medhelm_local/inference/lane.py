@@ -1,9 +1,11 @@
 """A completion lane: one keep-alive HTTP/1.1 connection to one replica, used by one request at a time.
 
-It is httpcore's own connection (``httpcore.AsyncHTTPConnection``: h11, keep-alive, timeouts, TLS, the same
+It is httpcore's own HTTP/1.1 connection (``httpcore.AsyncHTTP11Connection``: h11, keep-alive, timeouts, the same
 exceptions httpx raises under other names), used without the connection pool and the request/response models
-httpx puts on top of it, its I/O on plain asyncio (``inference.netio``). What the pool does for its connections,
-the lane does for its one:
+httpx puts on top of it, its I/O on plain asyncio (``inference.netio``). The lane opens the connection itself (TCP,
+then TLS for an https replica, offering HTTP/1.1 only, as httpcore does), and gives it a lock that does not yield
+to the event loop when it is free (see ``_FreeLock``). What httpcore's pool does for its connections, the lane does
+for its one:
 
 * a connection the server closed while idle, or idle past ``keepalive_expiry``, is closed and replaced before
   the next request (httpcore asks the socket, through the backend's ``is_readable``, as its pool does);
@@ -17,6 +19,7 @@ the caller needs all of it.
 
 from __future__ import annotations
 
+import asyncio
 import ssl
 import zlib
 
@@ -40,30 +43,61 @@ class ResponseTooLarge(Exception):
     """The reply (as sent, or once decoded) is larger than ``MAX_RESPONSE_BYTES``: never read whole."""
 
 
+class _FreeLock:
+    """The lock httpcore keeps for a connection's state, for a connection that only one request uses at a time (a
+    lane is leased whole). httpcore's own is anyio's, whose every acquire, even of a free lock, also yields to the
+    event loop once (a cancellation checkpoint): two turns of the loop per request, and with its cancel scopes
+    about a tenth of the client's CPU per request at 256 in flight. asyncio's lock, which this is, does not yield
+    when free."""
+
+    def __init__(self) -> None:
+        self._lock = asyncio.Lock()
+
+    async def __aenter__(self) -> None:
+        await self._lock.acquire()
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._lock.release()
+
+
 class Lane:
-    def __init__(self, origin: httpcore.Origin, tls: ssl.SSLContext | None,
+    def __init__(self, origin: httpcore.Origin, tls: ssl.SSLContext,
                  keepalive_expiry: float = KEEPALIVE_EXPIRY_S) -> None:
         self._origin = origin
         self._tls = tls
         self._keepalive_expiry = keepalive_expiry
-        self._connection: httpcore.AsyncHTTPConnection | None = None
+        self._connection: httpcore.AsyncHTTP11Connection | None = None
 
-    async def _ready(self) -> httpcore.AsyncHTTPConnection:
+    async def _ready(self, connect_timeout: float | None) -> httpcore.AsyncHTTP11Connection:
         connection = self._connection
         if connection is not None and (connection.is_closed() or connection.has_expired()
                                        or not connection.is_available()):
+            self._connection = None
             await connection.aclose()
             connection = None
         if connection is None:
-            connection = self._connection = httpcore.AsyncHTTPConnection(
-                self._origin, ssl_context=self._tls, keepalive_expiry=self._keepalive_expiry,
-                network_backend=_BACKEND)
+            stream = await self._connect(connect_timeout)
+            connection = self._connection = httpcore.AsyncHTTP11Connection(
+                self._origin, stream, keepalive_expiry=self._keepalive_expiry)
+            if hasattr(connection, "_state_lock"):  # httpcore's name for it (another release: its own lock stays)
+                setattr(connection, "_state_lock", _FreeLock())  # noqa: B010
         return connection
+
+    async def _connect(self, timeout: float | None) -> httpcore.AsyncNetworkStream:
+        """A new connection to the replica, as httpcore's ``AsyncHTTPConnection`` opens one: TCP, then for https
+        TLS verified against the lane's context (server name: the replica's host), offering HTTP/1.1 only.
+        Raises httpcore's ``ConnectError`` or ``ConnectTimeout``."""
+        host = self._origin.host.decode("ascii")
+        stream = await _BACKEND.connect_tcp(host, self._origin.port, timeout=timeout)
+        if self._origin.scheme == b"https":
+            self._tls.set_alpn_protocols(["http/1.1"])
+            stream = await stream.start_tls(self._tls, server_hostname=host, timeout=timeout)
+        return stream
 
     async def post(self, request: httpcore.Request) -> tuple[int, bytes, bytes | None]:
         """Send ``request`` and read its reply whole: (status, body, its ``Retry-After`` header as sent, None
         when absent or the reply is a 200). Raises httpcore's exceptions."""
-        connection = await self._ready()
+        connection = await self._ready(request.extensions.get("timeout", {}).get("connect"))
         response = await connection.handle_async_request(request)
         try:  # read as it comes, up to the limit: an endless (chunked) body must not fill the memory
             content = bytearray()

@@ -50,7 +50,7 @@ from medhelm_local.prompts.styles import (
     spec_for_run,
     styled_spec,
 )
-from medhelm_local.runner.execute import ExecutionReport, ExecutionSettings, execute_run
+from medhelm_local.runner.execute import ExecutionReport, ExecutionSettings, execute_run, long_lived_objects_frozen
 from medhelm_local.runner.fitting import PromptFitter, context_entry, run_context_length
 from medhelm_local.runner.manifest import build_manifest, model_identity, weights_fingerprint
 from medhelm_local.runner.options import Mode, ModeKind, Selection, Sending
@@ -400,6 +400,6 @@ async def send(store: Store, client: ChatClient, run: RunInfo, session_id: str, 
     ``score_as_answered``, its score rows too, where no judge is needed: ``ScoreAsAnswered``)."""
     frozen = {b: spec_for_run(b, run.manifest, specs) for b in run.benchmarks}
     scoring = ScoreAsAnswered(frozen) if score_as_answered else None
-    with RunProgress(run.run_id, enabled=sending.show_progress) as progress:
+    with RunProgress(run.run_id, enabled=sending.show_progress) as progress, long_lived_objects_frozen():
         return await execute_run(store, client, run, specs=frozen, settings=settings, progress=progress,
                                  session_id=session_id, fitter=fit, scoring=scoring)

@@ -20,7 +20,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from medhelm_local.inference.client import ChatClient
-from medhelm_local.inference.netio import AsyncioBackend
+from medhelm_local.inference.netio import AsyncioStream
 from medhelm_local.records import ChatMessage, InferenceRequest
 from medhelm_local.testing.asgi_thread import free_port, serve_in_thread
 from medhelm_local.testing.fake_openai import FakeOpenAIServer
@@ -97,13 +97,41 @@ def test_lanes_keep_connections_alive_and_run_on_the_asyncio_backend() -> None:
             texts = await asyncio.gather(*(one(i) for i in range(40)))
             lanes = [lane for lanes in client._lanes.values() for lane in lanes]
             connections = [lane._connection for lane in lanes if lane._connection is not None]
-            assert connections and all(isinstance(c._network_backend, AsyncioBackend) for c in connections), \
+            assert connections and all(isinstance(c._network_stream, AsyncioStream) for c in connections), \
                 "the lanes fell back to httpcore's default I/O (an httpcore upgrade?)"
             return raw.connections, raw.requests, texts
 
     connections, requests, texts = asyncio.run(scenario())
     assert texts == ["yes"] * 40 and requests == 40
     assert connections <= 4  # one keep-alive connection per request in flight, reused
+
+
+def test_a_lanes_request_takes_no_turn_of_the_event_loop_for_httpcores_locks(monkeypatch: pytest.MonkeyPatch) -> None:
+    """httpcore guards a connection's state with anyio's lock, whose every acquire yields to the event loop even
+    when the lock is free; a lane, used by one request at a time, gives its connections a lock that does not."""
+    from httpcore import _synchronization
+
+    taken: list[object] = []
+    enter = _synchronization.AsyncLock.__aenter__
+
+    async def counted(self: _synchronization.AsyncLock) -> _synchronization.AsyncLock:
+        taken.append(self)
+        return await enter(self)
+
+    monkeypatch.setattr(_synchronization.AsyncLock, "__aenter__", counted)
+
+    async def scenario() -> list[str | None]:
+        raw = RawServer()
+        server = await raw.start()
+        async with server, ChatClient([f"http://127.0.0.1:{raw.port}/v1"], "m", LOCAL) as client:
+            texts = []
+            for i in range(5):  # one lane: a new connection, then the same one kept alive
+                result = await client.complete(_request(i), max_retries=0)
+                texts.append(result.text if result.ok else result.error)
+            return texts
+
+    assert asyncio.run(scenario()) == ["yes"] * 5
+    assert taken == []
 
 
 def test_a_connection_the_server_closed_while_idle_is_replaced_not_failed() -> None:

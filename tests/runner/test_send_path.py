@@ -116,3 +116,73 @@ def test_run_initial_concurrency_flag_sets_where_the_limiter_starts(home_cli: Cl
                        "--concurrency", "8", "--json")
     assert run.code == 0, run.stderr
     assert run.json()["session"]["concurrency_steps"][0] == [0.0, 3, "start"]
+
+
+def test_the_send_phase_leaves_long_lived_objects_to_rest_and_hands_them_back(tmp_path: Path) -> None:
+    """While a run sends, what was alive before (modules, schemas, the plan) is frozen out of the collector's
+    walks and the youngest generation is collected less often; afterwards the collector is as it was."""
+    import gc
+
+    from medhelm_local.application.evaluation import evaluate
+    from medhelm_local.testing.fake_openai import FakeOpenAIServer, hash_responder
+    from tests.runner.helpers import app, make_home, quiet, register, synthetic_instances
+
+    answer = hash_responder()
+    seen: list[tuple[int, int]] = []
+
+    def respond(messages: list[dict[str, Any]]) -> str:
+        seen.append((gc.get_freeze_count(), gc.get_threshold()[0]))
+        return answer(messages)
+
+    before = gc.get_threshold()
+    with FakeOpenAIServer(responder=respond) as server:
+        home = make_home(tmp_path / "home", [server.base_url])
+        register(home, synthetic_instances(20))
+        outcome = evaluate(app(home), quiet())
+    assert outcome.run.status == "finished"
+    assert len(seen) == 20
+    assert all(frozen > 1000 and threshold == execute.SEND_GC_THRESHOLD for frozen, threshold in seen), seen[:3]
+    assert gc.get_freeze_count() == 0
+    assert gc.get_threshold() == before
+
+
+def test_the_first_page_is_read_before_the_store_is_first_released(tmp_path: Path,
+                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    """The send phase reads its first page from the store as planning left it attached: a release first (DuckDB
+    checkpoints the plan then) and an attach again came before the first request."""
+    from medhelm_local.application.evaluation import evaluate
+    from medhelm_local.runner import session
+    from medhelm_local.store import Store
+    from medhelm_local.testing.fake_openai import FakeOpenAIServer, hash_responder
+    from tests.runner.helpers import app, make_home, quiet, register, synthetic_instances
+
+    events: list[str] = []
+    sending = False
+    release, load_page, execute_run = Store.release, execute._load_page, session.execute_run
+
+    def recorded_release(self: Store) -> None:
+        if sending:
+            events.append("release")
+        release(self)
+
+    def recorded_page(*args: Any, **kwargs: Any) -> Any:
+        events.append("page")
+        return load_page(*args, **kwargs)
+
+    async def recorded_send(*args: Any, **kwargs: Any) -> Any:
+        nonlocal sending
+        sending = True
+        try:
+            return await execute_run(*args, **kwargs)
+        finally:
+            sending = False
+
+    monkeypatch.setattr(Store, "release", recorded_release)
+    monkeypatch.setattr(execute, "_load_page", recorded_page)
+    monkeypatch.setattr(session, "execute_run", recorded_send)
+    with FakeOpenAIServer(responder=hash_responder()) as server:
+        home = make_home(tmp_path / "home", [server.base_url])
+        register(home, synthetic_instances(30))
+        outcome = evaluate(app(home), quiet())
+    assert outcome.run.status == "finished" and outcome.results[0].n == 30
+    assert events[:2] == ["page", "release"], events
