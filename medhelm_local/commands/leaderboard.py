@@ -11,6 +11,7 @@ from medhelm_local.analysis.comparability import comparability_lines
 from medhelm_local.analysis.leaderboard import (
     SD_UNDEFINED,
     SD_UNDEFINED_NOTE,
+    UNRANKED,
     WIN_RATE_LEFT_OUT,
     BenchmarkMDE,
     ModelRow,
@@ -34,7 +35,8 @@ def register(app: typer.Typer) -> None:
 
 def leaderboard_payload(rows: list[ModelRow], *, pairwise: list[PairwiseDifference] | None = None,
                         mdes: dict[str, BenchmarkMDE] | None = None) -> list[dict[str, Any]]:
-    """One object per model: win_rate, win_sd, the pairings the win rate counts and leaves out (not comparable),
+    """One object per model, in rank order: its rank (null: unranked, and ``unranked_reason``), win_rate, win_sd, the
+    pairings the win rate counts and leaves out (not comparable),
     macro_avg, sd, categories, cost, and per benchmark score, CI, n (and the benchmark's MDE); ``pairwise`` adds
     each rival's paired differences."""
     mdes = mdes or {}
@@ -61,7 +63,8 @@ def leaderboard_payload(rows: list[ModelRow], *, pairwise: list[PairwiseDifferen
                 entry["mde_sd"] = mdes[b].sd
             benchmarks[b] = entry
         row: dict[str, Any] = {
-            "model": r.model, "prompt_style": r.prompt_style, "win_rate": r.win_rate, "win_sd": r.win_sd,
+            "model": r.model, "rank": r.rank, "unranked_reason": r.unranked_reason, "prompt_style": r.prompt_style,
+            "win_rate": r.win_rate, "win_sd": r.win_sd,
             "win_rule": r.win_rule.value, "win_pairs": r.win_pairs, "win_pairs_left_out": r.win_pairs_left_out,
             "macro_avg": r.macro_avg, "sd": r.sd, "n_benchmarks": len(r.benchmarks),
             "unscored_benchmarks": r.unscored, "categories": r.categories,
@@ -115,9 +118,10 @@ def print_leaderboard(rows: list[ModelRow], *, mdes: dict[str, BenchmarkMDE] | N
     rule = rows[0].win_rule.value if rows else win_rule.value  # an empty board still names what was asked
     style = rows[0].prompt_style if rows else prompt_style
     emit_table(f"leaderboard (prompt style: {style}; win rule: {rule})",
-               ["model", "win rate", "win sd", "macro avg", "sd", "cost", "pareto", *categories, *benchmarks],
-               [[r.model, WIN_RATE_LEFT_OUT if r.win_rate_left_out else r.win_rate, _sd(r.win_sd, r.win_rate),
-                 r.macro_avg, _sd(r.sd, r.macro_avg), money(r.cost, unknown="unavailable"), r.pareto,
+               ["model", "rank", "win rate", "win sd", "macro avg", "sd", "cost", "pareto", *categories, *benchmarks],
+               [[r.model, UNRANKED if r.rank is None else r.rank,
+                 WIN_RATE_LEFT_OUT if r.win_rate_left_out else r.win_rate, _sd(r.win_sd, r.win_rate), r.macro_avg,
+                 _sd(r.sd, r.macro_avg), money(r.cost, unknown="unavailable"), r.pareto,
                  *[r.categories.get(c) for c in categories],
                  *[_cell(r, b) for b in benchmarks]] for r in rows])
     if mdes:
@@ -128,6 +132,9 @@ def print_leaderboard(rows: list[ModelRow], *, mdes: dict[str, BenchmarkMDE] | N
                    ["model", "rival", "benchmark", "difference", "ci low", "ci high", "n"],
                    [[d.model, d.rival, d.benchmark, d.difference, d.ci_low, d.ci_high, d.n]
                     for d in pairwise if d.model < d.rival])
+    for r in rows:
+        if r.unranked_reason is not None:
+            info(f"{r.model}: {UNRANKED}, no win rate: {r.unranked_reason}")
     for r in rows:
         if r.unscored:
             info(f"{r.model}: no scored instance on {', '.join(r.unscored)} (every request or judgement failed); "
