@@ -6,7 +6,7 @@ from typing import Any
 
 import typer
 
-from medhelm_local.analysis.board import build_board, read_board
+from medhelm_local.analysis.board import Board, load_board
 from medhelm_local.analysis.comparability import comparability_lines
 from medhelm_local.analysis.leaderboard import (
     SD_UNDEFINED,
@@ -149,6 +149,20 @@ def print_leaderboard(rows: list[ModelRow], *, mdes: dict[str, BenchmarkMDE] | N
         info(COST_UNAVAILABLE)
 
 
+def board_payload(board: Board) -> list[dict[str, Any]]:
+    """``leaderboard --json``: :func:`leaderboard_payload` with the board's paired differences and MDEs."""
+    return leaderboard_payload(board.rows, pairwise=board.pairwise, mdes=board.mdes)
+
+
+def print_board(board: Board, *, prompt_style: str = DEFAULT_STYLE, win_rule: WinRule = WinRule.PAPER) -> None:
+    """``leaderboard`` as a table: :func:`print_leaderboard`, and the finished runs of other prompt styles not shown."""
+    print_leaderboard(board.rows, mdes=board.mdes, pairwise=board.pairwise, prompt_style=prompt_style,
+                      win_rule=win_rule)
+    for style, count in board.other_styles.items():
+        info(f"{count} finished run(s) of prompt style {style!r} not shown: "
+             f"`medhelm-local leaderboard --prompt-style {style}`")
+
+
 def leaderboard(
     ctx: typer.Context,
     as_json: bool = typer.Option(False, "--json", help="Machine-readable."),
@@ -168,17 +182,12 @@ def leaderboard(
     specs = app_ctx.specs
     resolved = resolve_category(category, specs) if category else None
     check_style(prompt_style)
-    with app_ctx.open_store(read_only=True) as store:  # works during a run (issue 12 §6)
-        data = read_board(store, specs, app_ctx.home.config, prompt_style=prompt_style, category=resolved)
-    board = build_board(data, specs, prompt_style=prompt_style, rule=ties, category=resolved, resamples=resamples,
-                        seed=seed)
-    rows, pairwise, mdes = board.rows, board.pairwise, board.mdes
-    audit_event(app_ctx.home, app_ctx.actor, "leaderboard.view", role="informatics", models=len(rows),
+    # read-only: works during a run (issue 12 §6)
+    board = load_board(app_ctx.open_store(read_only=True), specs, app_ctx.home.config, prompt_style=prompt_style,
+                       rule=ties, category=resolved, resamples=resamples, seed=seed)
+    audit_event(app_ctx.home, app_ctx.actor, "leaderboard.view", role="informatics", models=len(board.rows),
                 category=resolved)
     if as_json:
-        emit_json(leaderboard_payload(rows, pairwise=pairwise, mdes=mdes))
+        emit_json(board_payload(board))
     else:
-        print_leaderboard(rows, mdes=mdes, pairwise=pairwise, prompt_style=prompt_style, win_rule=ties)
-        for style, count in board.other_styles.items():
-            info(f"{count} finished run(s) of prompt style {style!r} not shown: "
-                 f"`medhelm-local leaderboard --prompt-style {style}`")
+        print_board(board, prompt_style=prompt_style, win_rule=ties)
