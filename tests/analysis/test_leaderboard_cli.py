@@ -226,6 +226,22 @@ def _console_win_rates(text: str) -> dict[str, str]:
     return {model: re.sub(r"<[^>]+>", "", cell) for model, cell in cells}
 
 
+def _scored_run(store: Store, model: str, benchmark: str, fingerprint: str, data: list[Instance], right: int) -> None:
+    """A finished run of ``model`` on ``benchmark``, its first ``right`` instances answered right, scored."""
+    score_benchmark(store, SHIPPED, add_run(store, model, benchmark, fingerprint, data, answers(data, right)),
+                    benchmark)
+
+
+def _alpha_beta_gamma_on_pubmedqa(store: Store) -> str:
+    """pubmedqa and medqa registered, alpha, beta and gamma scored on pubmedqa (30, 20, 10 of 40 right); returns
+    medqa's fingerprint."""
+    p_data = pubmedqa()
+    p_fp, m_fp = register(store, "pubmedqa", p_data), register(store, "medqa", medqa())
+    for model, right in (("alpha", 30), ("beta", 20), ("gamma", 10)):
+        _scored_run(store, model, "pubmedqa", p_fp, p_data, right)
+    return m_fp
+
+
 def test_a_pairing_of_runs_on_two_dataset_versions_counts_in_no_win_rate(tmp_path: Path) -> None:
     """alpha ran medqa, then the extract lost a row and was registered again, and beta and gamma ran it. The
     leaderboard said the pairings were not comparable, yet counted them: alpha's two losses on medqa made its win
@@ -233,17 +249,13 @@ def test_a_pairing_of_runs_on_two_dataset_versions_counts_in_no_win_rate(tmp_pat
     console alike, and each row says how many pairings its win rate leaves out."""
     home = make_home(tmp_path / "home")
     with Store.open(home) as store:
-        p_data, m_data = pubmedqa(), medqa()
-        p_fp, m_fp = register(store, "pubmedqa", p_data), register(store, "medqa", m_data)
-        for model, right in (("alpha", 30), ("beta", 20), ("gamma", 10)):
-            score_benchmark(store, SHIPPED, add_run(store, model, "pubmedqa", p_fp, p_data, answers(p_data, right)),
-                            "pubmedqa")
-        score_benchmark(store, SHIPPED, add_run(store, "alpha", "medqa", m_fp, m_data, answers(m_data, 10)), "medqa")
+        m_fp = _alpha_beta_gamma_on_pubmedqa(store)
+        m_data = medqa()
+        _scored_run(store, "alpha", "medqa", m_fp, m_data, 10)
         shorter = m_data[:-1]
         again = store.register_dataset("medqa", "extract-again-sha256", "test-loader", "test", shorter, {})
         for model, right in (("beta", 30), ("gamma", 20)):
-            run_id = add_run(store, model, "medqa", again.fingerprint, shorter, answers(shorter, right))
-            score_benchmark(store, SHIPPED, run_id, "medqa")
+            _scored_run(store, model, "medqa", again.fingerprint, shorter, right)
     cli = Cli(home=home.root, env=cli_env())
     rows = {r["model"]: r for r in cli("leaderboard", "--json", "--resamples", "0").json()}
     # alpha: beats beta and gamma on pubmedqa, medqa left out; beta: loses to alpha, beats gamma on pubmedqa, beats
@@ -322,16 +334,11 @@ def test_a_model_without_a_win_rate_is_unranked_not_ranked_as_if_it_lost_everyth
     console numbered them 3 and 4, gamma 5). They now come after the ranked models, unranked, with the reason."""
     home = make_home(tmp_path / "home")
     with Store.open(home) as store:
-        p_data, m_data = pubmedqa(), medqa()
-        p_fp, m_fp = register(store, "pubmedqa", p_data), register(store, "medqa", m_data)
-        for model, right in (("alpha", 30), ("beta", 20), ("gamma", 10)):
-            score_benchmark(store, SHIPPED, add_run(store, model, "pubmedqa", p_fp, p_data, answers(p_data, right)),
-                            "pubmedqa")
-        score_benchmark(store, SHIPPED, add_run(store, "solo", "medqa", m_fp, m_data, answers(m_data, 40)), "medqa")
-        shorter = p_data[:-1]
+        m_fp = _alpha_beta_gamma_on_pubmedqa(store)
+        _scored_run(store, "solo", "medqa", m_fp, medqa(), 40)
+        shorter = pubmedqa()[:-1]
         again = store.register_dataset("pubmedqa", "extract-again-sha256", "test-loader", "test", shorter, {})
-        run_id = add_run(store, "delta", "pubmedqa", again.fingerprint, shorter, answers(shorter, 35))
-        score_benchmark(store, SHIPPED, run_id, "pubmedqa")
+        _scored_run(store, "delta", "pubmedqa", again.fingerprint, shorter, 35)
     cli = Cli(home=home.root, env=cli_env())
     board = cli("leaderboard", "--json", "--resamples", "0").json()
     assert [(r["model"], r["rank"]) for r in board] == [("alpha", 1), ("beta", 2), ("gamma", 3), ("delta", None),
