@@ -1,9 +1,10 @@
-"""The leaderboard as the CLI and the console show it, assembled in one place: what it needs is read from the store
-in one short read (:func:`read_board`, a reader never holds the store while the bootstrap runs), then computed
-(:func:`build_board`)."""
+"""The leaderboard as the CLI, the console and the demo show it, assembled in one place (:func:`load_board`): what
+it needs is read from the store in one short read (:func:`read_board`, a reader never holds the store while the
+bootstrap runs), then computed (:func:`build_board`)."""
 
 from __future__ import annotations
 
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 
 from medhelm_local.analysis.aggregate import (
@@ -95,3 +96,14 @@ def build_board(data: BoardData, specs: SpecRegistry, *, prompt_style: str, rule
     return Board(rows=rows, series=data.series,
                  pairwise=pairwise_differences(data.series, resamples=resamples, seed=seed, unlike=unlike),
                  mdes=benchmark_mdes(data.series, unlike=unlike), other_styles=data.other_styles)
+
+
+def load_board(store: AbstractContextManager[Store], specs: SpecRegistry, config: ApplianceConfig, *,
+               prompt_style: str, rule: WinRule, category: str | None = None, resamples: int,
+               seed: int) -> Board:
+    """The leaderboard over ``store`` (opened by the caller as it opens stores, closed here once read), as every
+    view of it shows it: the `leaderboard` command, the console and the demo."""
+    with store as opened:
+        data = read_board(opened, specs, config, prompt_style=prompt_style, category=category)
+    return build_board(data, specs, prompt_style=prompt_style, rule=rule, category=category, resamples=resamples,
+                       seed=seed)

@@ -8,7 +8,9 @@ per-benchmark win fractions. The paper's win-rate is the mean over all (benchmar
 when every benchmark has the same rivals); the win SD is the SD over benchmarks of the model's per-benchmark win
 fraction. A (benchmark, rival) pairing whose two runs are not comparable (another dataset version, spec or
 instances: ``analysis.comparability``) counts in neither model's win rate or win SD, nor in the paired differences
-and MDEs: it is no win and no loss; a model all of whose pairings are left out has no win rate (None). Macro-average
+and MDEs: it is no win and no loss; a model all of whose pairings are left out has no win rate (None). Models are
+ranked by win rate, then macro-average; a model with no win rate (no comparable rival, or no score) is unranked,
+listed after the ranked ones with the reason, never ranked as if it had lost every pairing. Macro-average
 and its SD are over the model's benchmarks with equal weight, comparable or not (they compare nothing). SDs are
 population SDs (ddof 0), and undefined (None, never 0.0) over fewer than two values: one benchmark says nothing
 about how a model's scores spread. Two scores within :data:`TIE_TOLERANCE` of each other tie: equal means summed in
@@ -48,6 +50,8 @@ SD_UNDEFINED_NOTE = ("SD n/a: undefined, an SD needs two values: the SD over a m
 # What a table shows for the win rate of a model whose every pairing with a rival compares unlike runs (the reason is
 # the comparability lines': ``analysis.comparability``).
 WIN_RATE_LEFT_OUT = "n/a"
+# What a table shows for the rank of a model with no win rate (``ModelRow.unranked_reason`` says why).
+UNRANKED = "unranked"
 
 TIE_TOLERANCE = 1e-12  # far below any real difference of two scores (k/n, n up to 10^5), far above float noise
 
@@ -125,11 +129,23 @@ class ModelRow(BaseModel):
     not_comparable: dict[str, dict[str, list[str]]] = Field(default_factory=dict)
     # benchmark -> whether its run scored the dataset version registered last (the one new runs use)
     dataset_current: dict[str, bool] = Field(default_factory=dict)
+    rank: int | None = None  # 1 for the best win rate; None: unranked, no win rate (``unranked_reason``)
 
     @property
     def win_rate_left_out(self) -> bool:
         """It has rivals, but every pairing with one compares runs that are not comparable: no win rate, never 0."""
         return self.win_rate is None and self.win_pairs_left_out > 0
+
+    @property
+    def unranked_reason(self) -> str | None:
+        """Why the model has no win rate and so no rank (None: it has one)."""
+        if self.win_rate is not None:
+            return None
+        if all(s.score is None for s in self.benchmarks.values()):
+            return "no scored benchmark: every request or judgement failed"
+        if self.win_rate_left_out:
+            return "every (benchmark, rival) pairing is left out, their runs not comparable"
+        return "no other model has a score on any of its benchmarks"
 
     @property
     def unscored(self) -> list[str]:
@@ -209,8 +225,8 @@ def build_leaderboard(results: list[BenchmarkScore], *, specs: SpecRegistry,
                       rule: WinRule = WinRule.PAPER, category: str | None = None,
                       resamples: int = DEFAULT_RESAMPLES, seed: int = 0,
                       costs: dict[str, float | None] | None = None, unlike: Unlike = NO_UNLIKE) -> list[ModelRow]:
-    """Rows sorted by win-rate, then macro-average. ``series`` (per-instance values) adds bootstrap CIs;
-    ``category`` keeps only that category's benchmarks (categories from ``specs``); ``costs`` maps model -> cost
+    """Rows ranked by win-rate, then macro-average (:func:`ranked`). ``series`` (per-instance values) adds bootstrap
+    CIs; ``category`` keeps only that category's benchmarks (categories from ``specs``); ``costs`` maps model -> cost
     (None: unavailable); ``unlike`` names the pairings of runs that are not comparable, left out of win rates."""
     if category is not None:
         results = [r for r in results if specs.category_of(r.benchmark) == category]
@@ -253,8 +269,20 @@ def build_leaderboard(results: list[BenchmarkScore], *, specs: SpecRegistry,
             benchmarks=benchmarks, ci=ci, format_rates=format_rates, judge_failures=judge_failures,
             cost=(costs or {}).get(model), win_rule=rule,
         ))
-    rows.sort(key=lambda r: (-(r.win_rate or 0), -(r.macro_avg or 0), r.model))
-    return rows
+    return ranked(rows)
+
+
+def ranked(rows: list[ModelRow]) -> list[ModelRow]:
+    """The rows with a win rate by win rate, then macro-average, numbered from 1; after them, by name, those without
+    one (unranked: no comparable rival or no score), with no rank."""
+    scored = sorted((r for r in rows if r.win_rate is not None),
+                    key=lambda r: (-(r.win_rate or 0), -(r.macro_avg or 0), r.model))
+    for rank, row in enumerate(scored, start=1):
+        row.rank = rank
+    unranked = sorted((r for r in rows if r.win_rate is None), key=lambda r: r.model)
+    for row in unranked:
+        row.rank = None
+    return [*scored, *unranked]
 
 
 def apply_costs(rows: list[ModelRow], costs: dict[str, ModelCost]) -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import typer
 
-from medhelm_local.commands.leaderboard import leaderboard_payload, print_leaderboard
+from medhelm_local.commands.leaderboard import board_payload, print_board
 from medhelm_local.console import emit_json, info
 from medhelm_local.context import AppContext, app_context
 from medhelm_local.demo.run_demo import (
@@ -42,13 +42,13 @@ def demo(
     info("starting the embedded model (llama.cpp, 127.0.0.1 only) ...")
     run_info = evaluate_demo(app_ctx, instances, show_progress=not as_json).run
     info("embedded model stopped.")
-    rows, report = finish(app_ctx)
+    board, report = finish(app_ctx)
     jury = jury_summary(app_ctx, run_info.run_id)
     if as_json:
         emit_json({"home": str(root), "run_id": run_info.run_id, "report": str(report),
-                   "leaderboard": leaderboard_payload(rows), "jury": jury, "note": SMOKE_TEST_NOTE})
+                   "leaderboard": board_payload(board), "jury": jury, "note": SMOKE_TEST_NOTE})
         return
-    print_leaderboard(rows)
+    print_board(board)
     for judge in jury:
         info(f"jury: {judge['benchmark']} judged by {judge['judge']} "
              f"(structured output: {', '.join(judge['structured_output']) or '-'}): "

@@ -6,11 +6,12 @@ from typing import Any
 
 import typer
 
-from medhelm_local.analysis.board import build_board, read_board
+from medhelm_local.analysis.board import Board, load_board
 from medhelm_local.analysis.comparability import comparability_lines
 from medhelm_local.analysis.leaderboard import (
     SD_UNDEFINED,
     SD_UNDEFINED_NOTE,
+    UNRANKED,
     WIN_RATE_LEFT_OUT,
     BenchmarkMDE,
     ModelRow,
@@ -34,7 +35,8 @@ def register(app: typer.Typer) -> None:
 
 def leaderboard_payload(rows: list[ModelRow], *, pairwise: list[PairwiseDifference] | None = None,
                         mdes: dict[str, BenchmarkMDE] | None = None) -> list[dict[str, Any]]:
-    """One object per model: win_rate, win_sd, the pairings the win rate counts and leaves out (not comparable),
+    """One object per model, in rank order: its rank (null: unranked, and ``unranked_reason``), win_rate, win_sd, the
+    pairings the win rate counts and leaves out (not comparable),
     macro_avg, sd, categories, cost, and per benchmark score, CI, n (and the benchmark's MDE); ``pairwise`` adds
     each rival's paired differences."""
     mdes = mdes or {}
@@ -61,7 +63,8 @@ def leaderboard_payload(rows: list[ModelRow], *, pairwise: list[PairwiseDifferen
                 entry["mde_sd"] = mdes[b].sd
             benchmarks[b] = entry
         row: dict[str, Any] = {
-            "model": r.model, "prompt_style": r.prompt_style, "win_rate": r.win_rate, "win_sd": r.win_sd,
+            "model": r.model, "rank": r.rank, "unranked_reason": r.unranked_reason, "prompt_style": r.prompt_style,
+            "win_rate": r.win_rate, "win_sd": r.win_sd,
             "win_rule": r.win_rule.value, "win_pairs": r.win_pairs, "win_pairs_left_out": r.win_pairs_left_out,
             "macro_avg": r.macro_avg, "sd": r.sd, "n_benchmarks": len(r.benchmarks),
             "unscored_benchmarks": r.unscored, "categories": r.categories,
@@ -115,9 +118,10 @@ def print_leaderboard(rows: list[ModelRow], *, mdes: dict[str, BenchmarkMDE] | N
     rule = rows[0].win_rule.value if rows else win_rule.value  # an empty board still names what was asked
     style = rows[0].prompt_style if rows else prompt_style
     emit_table(f"leaderboard (prompt style: {style}; win rule: {rule})",
-               ["model", "win rate", "win sd", "macro avg", "sd", "cost", "pareto", *categories, *benchmarks],
-               [[r.model, WIN_RATE_LEFT_OUT if r.win_rate_left_out else r.win_rate, _sd(r.win_sd, r.win_rate),
-                 r.macro_avg, _sd(r.sd, r.macro_avg), money(r.cost, unknown="unavailable"), r.pareto,
+               ["model", "rank", "win rate", "win sd", "macro avg", "sd", "cost", "pareto", *categories, *benchmarks],
+               [[r.model, UNRANKED if r.rank is None else r.rank,
+                 WIN_RATE_LEFT_OUT if r.win_rate_left_out else r.win_rate, _sd(r.win_sd, r.win_rate), r.macro_avg,
+                 _sd(r.sd, r.macro_avg), money(r.cost, unknown="unavailable"), r.pareto,
                  *[r.categories.get(c) for c in categories],
                  *[_cell(r, b) for b in benchmarks]] for r in rows])
     if mdes:
@@ -128,6 +132,9 @@ def print_leaderboard(rows: list[ModelRow], *, mdes: dict[str, BenchmarkMDE] | N
                    ["model", "rival", "benchmark", "difference", "ci low", "ci high", "n"],
                    [[d.model, d.rival, d.benchmark, d.difference, d.ci_low, d.ci_high, d.n]
                     for d in pairwise if d.model < d.rival])
+    for r in rows:
+        if r.unranked_reason is not None:
+            info(f"{r.model}: {UNRANKED}, no win rate: {r.unranked_reason}")
     for r in rows:
         if r.unscored:
             info(f"{r.model}: no scored instance on {', '.join(r.unscored)} (every request or judgement failed); "
@@ -140,6 +147,20 @@ def print_leaderboard(rows: list[ModelRow], *, mdes: dict[str, BenchmarkMDE] | N
         info(line)
     if rows and all(r.cost is None for r in rows):
         info(COST_UNAVAILABLE)
+
+
+def board_payload(board: Board) -> list[dict[str, Any]]:
+    """``leaderboard --json``: :func:`leaderboard_payload` with the board's paired differences and MDEs."""
+    return leaderboard_payload(board.rows, pairwise=board.pairwise, mdes=board.mdes)
+
+
+def print_board(board: Board, *, prompt_style: str = DEFAULT_STYLE, win_rule: WinRule = WinRule.PAPER) -> None:
+    """``leaderboard`` as a table: :func:`print_leaderboard`, and the finished runs of other prompt styles not shown."""
+    print_leaderboard(board.rows, mdes=board.mdes, pairwise=board.pairwise, prompt_style=prompt_style,
+                      win_rule=win_rule)
+    for style, count in board.other_styles.items():
+        info(f"{count} finished run(s) of prompt style {style!r} not shown: "
+             f"`medhelm-local leaderboard --prompt-style {style}`")
 
 
 def leaderboard(
@@ -161,17 +182,12 @@ def leaderboard(
     specs = app_ctx.specs
     resolved = resolve_category(category, specs) if category else None
     check_style(prompt_style)
-    with app_ctx.open_store(read_only=True) as store:  # works during a run (issue 12 §6)
-        data = read_board(store, specs, app_ctx.home.config, prompt_style=prompt_style, category=resolved)
-    board = build_board(data, specs, prompt_style=prompt_style, rule=ties, category=resolved, resamples=resamples,
-                        seed=seed)
-    rows, pairwise, mdes = board.rows, board.pairwise, board.mdes
-    audit_event(app_ctx.home, app_ctx.actor, "leaderboard.view", role="informatics", models=len(rows),
+    # read-only: works during a run (issue 12 §6)
+    board = load_board(app_ctx.open_store(read_only=True), specs, app_ctx.home.config, prompt_style=prompt_style,
+                       rule=ties, category=resolved, resamples=resamples, seed=seed)
+    audit_event(app_ctx.home, app_ctx.actor, "leaderboard.view", role="informatics", models=len(board.rows),
                 category=resolved)
     if as_json:
-        emit_json(leaderboard_payload(rows, pairwise=pairwise, mdes=mdes))
+        emit_json(board_payload(board))
     else:
-        print_leaderboard(rows, mdes=mdes, pairwise=pairwise, prompt_style=prompt_style, win_rule=ties)
-        for style, count in board.other_styles.items():
-            info(f"{count} finished run(s) of prompt style {style!r} not shown: "
-                 f"`medhelm-local leaderboard --prompt-style {style}`")
+        print_board(board, prompt_style=prompt_style, win_rule=ties)

@@ -12,8 +12,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
-from medhelm_local.analysis.aggregate import latest_scores, latest_series
-from medhelm_local.analysis.leaderboard import ModelRow, build_leaderboard
+from medhelm_local.analysis.board import Board, load_board
+from medhelm_local.analysis.leaderboard import WinRule
+from medhelm_local.analysis.stats import DEFAULT_RESAMPLES
 from medhelm_local.application.datasets import register_file
 from medhelm_local.application.evaluation import EvaluationRequest, Mode, RunOutcome, Selection, Sending, evaluate
 from medhelm_local.audit import audit_event
@@ -24,6 +25,7 @@ from medhelm_local.export.report import aggregate_report, write_report
 from medhelm_local.home import Home
 from medhelm_local.home.config import EMBEDDED_MODEL_NAME
 from medhelm_local.home.layout import atomic_write
+from medhelm_local.prompts.styles import DEFAULT_STYLE
 from medhelm_local.store.judgments import judge_failure_rates
 
 DEMO_BENCHMARKS = ("pubmedqa", "hospice_referral", "medication_qa")
@@ -84,17 +86,17 @@ def jury_summary(app_ctx: AppContext, run_id: str) -> list[dict[str, Any]]:
              "structured_output": r.output_shapes} for r in rates]
 
 
-def finish(app_ctx: AppContext) -> tuple[list[ModelRow], Path]:
+def finish(app_ctx: AppContext) -> tuple[Board, Path]:
+    """The leaderboard as `medhelm-local leaderboard` shows it by default (the same assembly: costs, comparability,
+    prompt style, CIs), and the aggregate-only report of its rows."""
     home = app_ctx.home
-    with app_ctx.open_store() as store:
-        # the series add each score's bootstrap CI and, for the jury-scored benchmark, its judges' failure rates
-        specs = app_ctx.specs
-        rows = build_leaderboard(latest_scores(store, specs), specs=specs, series=latest_series(store, specs))
-    report_path = write_report(aggregate_report(rows, note=SMOKE_TEST_NOTE),
+    board = load_board(app_ctx.open_store(read_only=True), app_ctx.specs, home.config, prompt_style=DEFAULT_STYLE,
+                       rule=WinRule.PAPER, resamples=DEFAULT_RESAMPLES, seed=0)
+    report_path = write_report(aggregate_report(board.rows, note=SMOKE_TEST_NOTE),
                                home.reports_dir / "demo-aggregate-report.json")
     audit_event(home, app_ctx.actor, "report.write", role="informatics", report=report_path.name,
                 kind="aggregate")
-    return rows, report_path
+    return board, report_path
 
 
 __all__ = ["DEMO_BENCHMARKS", "EMBEDDED_MODEL_NAME", "SMOKE_TEST_NOTE", "evaluate_demo", "finish", "jury_summary",

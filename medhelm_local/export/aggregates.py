@@ -41,6 +41,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from medhelm_local import __version__
 from medhelm_local.analysis.aggregate import benchmark_score, instance_series
 from medhelm_local.analysis.comparability import compare_runs
+from medhelm_local.analysis.leaderboard import win_pairings, win_rate
 from medhelm_local.analysis.stats import DEFAULT_RESAMPLES, bootstrap_ci
 from medhelm_local.benchmarks.registry import SpecRegistry
 from medhelm_local.errors import BadInputError, NotFoundError
@@ -432,20 +433,6 @@ def _publish_gold_empty(cell: RawCell, n_scored: int | None, score: float | None
     return n_gold_empty, score_nonempty_gold
 
 
-def win_counts(scores: dict[str, dict[str, float]]) -> dict[str, tuple[int, int]]:
-    """MedHELM: per benchmark a model wins against each rival whose score it meets or beats; (wins, pairs)."""
-    out: dict[str, tuple[int, int]] = {}
-    for model, own in scores.items():
-        wins = pairs = 0
-        for benchmark, value in own.items():
-            for rival, theirs in scores.items():
-                if rival != model and benchmark in theirs:
-                    pairs += 1
-                    wins += int(value >= theirs[benchmark])
-        out[model] = (wins, pairs)
-    return out
-
-
 def summary_decimals(cells: list[RawCell], policy: ExportPolicy) -> int:
     """The decimals of an interval over the means of ``cells``: the fewest any of them is published with."""
     return min([policy.rounding.score_decimals, *(cell_decimals(c, policy) for c in cells)])
@@ -532,8 +519,10 @@ def publish(raw: RawExport, policy: ExportPolicy, *, request_id: str, policy_sha
     for cell in cells:
         cell.in_leaderboard = latest[(cell.model, cell.benchmark)][0] is cell
     summary_ci = _summary_intervals(used, policy)
-    counted = win_counts(published) if len(published) > 1 else {}
-    rates = {m: (w / p if p else None) for m, (w, p) in counted.items()}
+    # The leaderboard's own win rule (MedHELM's, its tie tolerance), over the published scores: a score rounded
+    # alike ties. No pairing is left out as not comparable: collect() refuses runs that are not.
+    rates = {m: win_rate(published, m) for m in published}
+    pairs = {m: win_pairings(published, m)[0] for m in published}
     usage = {u.model: u for u in raw.usage}
     models = []
     for model in published:
@@ -542,7 +531,7 @@ def publish(raw: RawExport, policy: ExportPolicy, *, request_id: str, policy_sha
         rate = rates.get(model)
         models.append(PublishedModel(
             model=model, rank=0, win_rate=None if rate is None else round(rate, decimals),
-            win_pairs=counted.get(model, (0, 0))[1],
+            win_pairs=pairs[model],
             macro_avg=round(sum(values) / len(values), decimals) if values else None,
             category_scores={c: round(sum(v) / len(v), decimals) for c, v in sorted(categories[model].items())},
             benchmarks_published=counts[model][0], benchmarks_suppressed=counts[model][1],

@@ -131,13 +131,12 @@ class LeaderboardView:
 def leaderboard(home: Home, *, prompt_style: str, rule: WinRule, resamples: int = DEFAULT_RESAMPLES,
                 seed: int = 0) -> LeaderboardView:
     """The CLI leaderboard's numbers (the same assembly, the same bootstrap seed)."""
-    from medhelm_local.analysis.board import build_board, read_board
+    from medhelm_local.analysis.board import load_board
     from medhelm_local.analysis.comparability import comparability_lines
 
     specs = SpecRegistry(home.root)
-    with reading(home) as store:
-        found = read_board(store, specs, home.config, prompt_style=prompt_style)
-    board = build_board(found, specs, prompt_style=prompt_style, rule=rule, resamples=resamples, seed=seed)
+    board = load_board(reading(home), specs, home.config, prompt_style=prompt_style, rule=rule, resamples=resamples,
+                       seed=seed)
     rows = board.rows
     return LeaderboardView(rows=rows, mdes=board.mdes, prompt_style=prompt_style, rule=rule,
                            other_styles=board.other_styles, pairwise=[d for d in board.pairwise if d.model < d.rival],

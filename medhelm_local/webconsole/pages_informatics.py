@@ -12,7 +12,13 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from medhelm_local.analysis.figures import LeaderboardFigures, leaderboard_figures
-from medhelm_local.analysis.leaderboard import SD_UNDEFINED, SD_UNDEFINED_NOTE, WIN_RATE_LEFT_OUT, WinRule
+from medhelm_local.analysis.leaderboard import (
+    SD_UNDEFINED,
+    SD_UNDEFINED_NOTE,
+    UNRANKED,
+    WIN_RATE_LEFT_OUT,
+    WinRule,
+)
 from medhelm_local.benchmarks.registry import SpecRegistry
 from medhelm_local.errors import NotFoundError
 from medhelm_local.export import intervals
@@ -115,7 +121,8 @@ def leaderboard(request: Request) -> Response:
     figures = console_figures(view, summaries)
     return console.render(request, "leaderboard.html", view=view, figures=figures, styles=PROMPT_STYLES,
                           rules=WIN_RULES, rule_text=WIN_RULES[rule], summaries=summaries,
-                          sd_undefined=SD_UNDEFINED, sd_note=SD_UNDEFINED_NOTE, win_left_out=WIN_RATE_LEFT_OUT)
+                          sd_undefined=SD_UNDEFINED, sd_note=SD_UNDEFINED_NOTE, win_left_out=WIN_RATE_LEFT_OUT,
+                          unranked=UNRANKED)
 
 
 def _reloading(request: Request, live: bool) -> dict[str, Any]:

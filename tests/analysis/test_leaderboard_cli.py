@@ -205,7 +205,8 @@ def test_models_scored_on_different_versions_of_a_dataset_are_named_and_never_pa
     assert table.code == 0, table.stderr
     assert "paired differences" not in table.stdout
     assert "minimum detectable effect" not in table.stdout
-    assert next(line for line in table.stdout.splitlines() if line.startswith("alpha\t")).split("\t")[1] == "n/a"
+    alpha = next(line for line in table.stdout.splitlines() if line.startswith("alpha\t")).split("\t")
+    assert alpha[1:3] == ["unranked", "n/a"]  # rank, win rate
     assert ("alpha: win rate n/a: its only (benchmark, rival) pairing is left out, their runs not comparable"
             in table.stderr)
     assert ("alpha on pubmedqa scored another version of its dataset than the one registered last: run it again "
@@ -225,6 +226,22 @@ def _console_win_rates(text: str) -> dict[str, str]:
     return {model: re.sub(r"<[^>]+>", "", cell) for model, cell in cells}
 
 
+def _scored_run(store: Store, model: str, benchmark: str, fingerprint: str, data: list[Instance], right: int) -> None:
+    """A finished run of ``model`` on ``benchmark``, its first ``right`` instances answered right, scored."""
+    score_benchmark(store, SHIPPED, add_run(store, model, benchmark, fingerprint, data, answers(data, right)),
+                    benchmark)
+
+
+def _alpha_beta_gamma_on_pubmedqa(store: Store) -> str:
+    """pubmedqa and medqa registered, alpha, beta and gamma scored on pubmedqa (30, 20, 10 of 40 right); returns
+    medqa's fingerprint."""
+    p_data = pubmedqa()
+    p_fp, m_fp = register(store, "pubmedqa", p_data), register(store, "medqa", medqa())
+    for model, right in (("alpha", 30), ("beta", 20), ("gamma", 10)):
+        _scored_run(store, model, "pubmedqa", p_fp, p_data, right)
+    return m_fp
+
+
 def test_a_pairing_of_runs_on_two_dataset_versions_counts_in_no_win_rate(tmp_path: Path) -> None:
     """alpha ran medqa, then the extract lost a row and was registered again, and beta and gamma ran it. The
     leaderboard said the pairings were not comparable, yet counted them: alpha's two losses on medqa made its win
@@ -232,17 +249,13 @@ def test_a_pairing_of_runs_on_two_dataset_versions_counts_in_no_win_rate(tmp_pat
     console alike, and each row says how many pairings its win rate leaves out."""
     home = make_home(tmp_path / "home")
     with Store.open(home) as store:
-        p_data, m_data = pubmedqa(), medqa()
-        p_fp, m_fp = register(store, "pubmedqa", p_data), register(store, "medqa", m_data)
-        for model, right in (("alpha", 30), ("beta", 20), ("gamma", 10)):
-            score_benchmark(store, SHIPPED, add_run(store, model, "pubmedqa", p_fp, p_data, answers(p_data, right)),
-                            "pubmedqa")
-        score_benchmark(store, SHIPPED, add_run(store, "alpha", "medqa", m_fp, m_data, answers(m_data, 10)), "medqa")
+        m_fp = _alpha_beta_gamma_on_pubmedqa(store)
+        m_data = medqa()
+        _scored_run(store, "alpha", "medqa", m_fp, m_data, 10)
         shorter = m_data[:-1]
         again = store.register_dataset("medqa", "extract-again-sha256", "test-loader", "test", shorter, {})
         for model, right in (("beta", 30), ("gamma", 20)):
-            run_id = add_run(store, model, "medqa", again.fingerprint, shorter, answers(shorter, right))
-            score_benchmark(store, SHIPPED, run_id, "medqa")
+            _scored_run(store, model, "medqa", again.fingerprint, shorter, right)
     cli = Cli(home=home.root, env=cli_env())
     rows = {r["model"]: r for r in cli("leaderboard", "--json", "--resamples", "0").json()}
     # alpha: beats beta and gamma on pubmedqa, medqa left out; beta: loses to alpha, beats gamma on pubmedqa, beats
@@ -262,7 +275,7 @@ def test_a_pairing_of_runs_on_two_dataset_versions_counts_in_no_win_rate(tmp_pat
     table = cli("leaderboard", "--resamples", "0")
     assert table.code == 0, table.stderr
     lines = table.stdout.splitlines()
-    shown = {m: next(line for line in lines if line.startswith(f"{m}\t")).split("\t")[1] for m in rows}
+    shown = {m: next(line for line in lines if line.startswith(f"{m}\t")).split("\t")[2] for m in rows}
     assert shown == {"alpha": "1.000", "beta": "0.667", "gamma": "0.000"}
     assert "alpha's win rate counts 2 of its 4 (benchmark, rival) pairings: 2 left out, their runs not comparable" \
         in table.stderr
@@ -299,10 +312,72 @@ def test_an_sd_over_one_benchmark_is_undefined_not_zero(tmp_path: Path) -> None:
     assert table.code == 0, table.stderr
     lines = table.stdout.splitlines()
     alpha = next(line for line in lines if line.startswith("alpha\t")).split("\t")
-    assert alpha[2] == "n/a" and alpha[4] == "n/a"  # win sd, sd
+    assert alpha[3] == "n/a" and alpha[5] == "n/a"  # win sd, sd
     assert next(line for line in lines if line.startswith("pubmedqa\t")).split("\t")[2] == "n/a"  # the MDE's sd
     assert "SD n/a: undefined, an SD needs two values" in table.stderr
     page = page_as(home, "/leaderboard?resamples=0")
     assert page.status_code == 200
     assert page.text.count('<abbr class="sd-undefined"') == 4  # two models: win SD and macro average SD
     assert "SD n/a: undefined, an SD needs two values" in page.text
+
+
+def _console_ranks(text: str) -> dict[str, str]:
+    """Model -> the rank cell of the console's leaderboard table, as shown."""
+    cells = re.findall(r'<tr><td class="num">(.*?)</td><td class="model">([^<]+)</td>', text)
+    return {model: re.sub(r"<[^>]+>", "", cell) for cell, model in cells}
+
+
+def test_a_model_without_a_win_rate_is_unranked_not_ranked_as_if_it_lost_everything(tmp_path: Path) -> None:
+    """alpha, beta and gamma ran pubmedqa; then its extract was registered again and delta ran it (every pairing
+    not comparable: win rate n/a), and solo ran medqa, which no one else ran (no rival at all). Both sorted as if
+    their win rate were 0 and, on their higher macro averages, ranked above gamma, which lost every pairing (the
+    console numbered them 3 and 4, gamma 5). They now come after the ranked models, unranked, with the reason."""
+    home = make_home(tmp_path / "home")
+    with Store.open(home) as store:
+        m_fp = _alpha_beta_gamma_on_pubmedqa(store)
+        _scored_run(store, "solo", "medqa", m_fp, medqa(), 40)
+        shorter = pubmedqa()[:-1]
+        again = store.register_dataset("pubmedqa", "extract-again-sha256", "test-loader", "test", shorter, {})
+        _scored_run(store, "delta", "pubmedqa", again.fingerprint, shorter, 35)
+    cli = Cli(home=home.root, env=cli_env())
+    board = cli("leaderboard", "--json", "--resamples", "0").json()
+    assert [(r["model"], r["rank"]) for r in board] == [("alpha", 1), ("beta", 2), ("gamma", 3), ("delta", None),
+                                                        ("solo", None)]
+    reasons = {r["model"]: r["unranked_reason"] for r in board}
+    assert reasons["alpha"] is None and reasons["gamma"] is None
+    assert reasons["delta"] == "every (benchmark, rival) pairing is left out, their runs not comparable"
+    assert reasons["solo"] == "no other model has a score on any of its benchmarks"
+
+    table = cli("leaderboard", "--resamples", "0")
+    assert table.code == 0, table.stderr
+    lines = table.stdout.splitlines()
+    assert lines[1].split("\t")[:3] == ["model", "rank", "win rate"]
+    shown = [line.split("\t")[:3] for line in lines[2:7]]
+    assert shown == [["alpha", "1", "1.000"], ["beta", "2", "0.500"], ["gamma", "3", "0.000"],
+                     ["delta", "unranked", "n/a"], ["solo", "unranked", "-"]]
+    assert ("delta: unranked, no win rate: every (benchmark, rival) pairing is left out, their runs not comparable"
+            in table.stderr)
+    assert "solo: unranked, no win rate: no other model has a score on any of its benchmarks" in table.stderr
+
+    page = page_as(home, "/leaderboard?resamples=0")
+    assert page.status_code == 200
+    assert _console_ranks(page.text) == {"alpha": "1", "beta": "2", "gamma": "3", "delta": "unranked",
+                                         "solo": "unranked"}
+    assert list(_console_ranks(page.text)) == ["alpha", "beta", "gamma", "delta", "solo"]
+    assert "solo: unranked, no win rate: no other model has a score on any of its benchmarks" in page.text
+
+
+def test_a_lone_model_and_a_model_with_no_score_are_unranked() -> None:
+    """One model on the board has no rival: the console numbered it 1. A model whose every benchmark failed has no
+    score to compare: it sorted with a win rate of 0."""
+    from medhelm_local.records import BenchmarkScore
+
+    def score(model: str, value: float | None) -> BenchmarkScore:
+        return BenchmarkScore(model=model, benchmark="pubmedqa", metric="exact_match", score=value,
+                              n=0 if value is None else 10, n_failed=10 if value is None else 0)
+
+    (lone,) = build_leaderboard([score("A", 0.9)], specs=SHIPPED)
+    assert lone.rank is None and lone.unranked_reason == "no other model has a score on any of its benchmarks"
+    rows = build_leaderboard([score("A", 0.9), score("B", 0.1), score("C", None)], specs=SHIPPED)
+    assert [(r.model, r.rank) for r in rows] == [("A", 1), ("B", 2), ("C", None)]
+    assert rows[2].unranked_reason == "no scored benchmark: every request or judgement failed"

@@ -228,8 +228,9 @@ NETNS_SCRIPT = textwrap.dedent("""
         cli("run", "--model", "fake-in-netns", "--benchmarks", "pubmedqa,hospice_referral", "--max-instances", "12",
             "--json")
         served = server.completions_sent
-    rows, report = finish(ctx)
-    print(json.dumps({"counts": counts, "served": served, "models": [r.model for r in rows], "report": str(report)}))
+    board, report = finish(ctx)
+    print(json.dumps({"counts": counts, "served": served, "models": [r.model for r in board.rows],
+                      "report": str(report)}))
 """)
 
 

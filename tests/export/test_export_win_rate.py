@@ -1,0 +1,52 @@
+"""The export's win rate is the leaderboard's (``analysis.leaderboard.win_rate``: MedHELM's rule, its tie
+tolerance), computed over the published scores only: a suppressed score takes part in no pairing, and scores that
+round alike tie."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from medhelm_local.analysis.leaderboard import build_leaderboard
+from medhelm_local.benchmarks.registry import SHIPPED
+from medhelm_local.export.aggregates import RawCell, RawExport, RawModelUsage, RawRun, publish
+from medhelm_local.export.policy import ExportPolicy
+from medhelm_local.records import BenchmarkScore
+
+# model -> benchmark -> (score, scored instances); fewer than the minimum cell size (10): suppressed
+PLAN = {
+    "A": {"pubmedqa": (0.5004, 40), "medqa": (0.6, 40)},
+    "B": {"pubmedqa": (0.4996, 40), "medqa": (0.95, 7)},  # 0.500 as A's, published; medqa suppressed
+    "C": {"pubmedqa": (0.3, 40), "medqa": (0.9, 40)},
+    "D": {"medication_qa": (0.7, 40)},  # no rival on its one benchmark
+    "E": {"pubmedqa": (0.99, 5)},  # nothing published
+}
+
+
+def _raw() -> RawExport:
+    cells = [RawCell(run_id=f"run-{model}", model=model, benchmark=benchmark, category=SHIPPED.category_of(benchmark),
+                     metric="exact_match", score=score, n_scored=n, n_failed=0, n_total=n,
+                     created_at=datetime(2026, 1, 1), proportion=False)
+             for model, own in PLAN.items() for benchmark, (score, n) in own.items()]
+    runs = [RawRun(run_id=f"run-{model}", model=model, status="finished", benchmarks=list(own),
+                   manifest_sha256="0" * 64, dataset_fingerprints={}) for model, own in PLAN.items()]
+    usage = [RawModelUsage(model=model, cost=None, n_total=80) for model in PLAN]
+    return RawExport(runs=runs, cells=cells, usage=usage)
+
+
+def test_the_export_counts_wins_as_the_leaderboard_does_over_its_published_scores() -> None:
+    data = publish(_raw(), ExportPolicy(), request_id="exp-x", policy_sha256="0" * 64)
+    exported = {m.model: (m.win_rate, m.win_pairs) for m in data.models}
+    # A: ties B on pubmedqa (both 0.500 as published: a win for both), beats C; loses to C on medqa (B's medqa is
+    # suppressed: no pairing). B: ties A, beats C. C: loses both on pubmedqa, beats A on medqa.
+    assert exported == {"A": (0.667, 3), "B": (1.0, 2), "C": (0.333, 3), "D": (None, 0), "E": (None, 0)}
+
+    published = [BenchmarkScore(model=c.model, benchmark=c.benchmark, metric=c.metric, score=c.score,
+                                n=c.n_scored or 0) for c in data.cells if c.score is not None]
+    rows = build_leaderboard(published, specs=SHIPPED, resamples=0)
+    board = {r.model: (None if r.win_rate is None else round(r.win_rate, 3), r.win_pairs) for r in rows}
+    assert board == {m: found for m, found in exported.items() if m != "E"}  # E: no published score, no row
+    # the leaderboard itself compares the unrounded scores: there A beats B on pubmedqa
+    raw = [BenchmarkScore(model=m, benchmark="pubmedqa", metric="exact_match", score=PLAN[m]["pubmedqa"][0], n=40)
+           for m in ("A", "B")]
+    assert {r.model: r.win_rate for r in build_leaderboard(raw, specs=SHIPPED, resamples=0)} == {
+        "A": 1.0, "B": 0.0}
