@@ -1,7 +1,8 @@
 """An async OpenAI-compatible chat-completions client on httpx: vLLM, llama.cpp, any allowlisted endpoint.
 
 Failures become categories (``http_503``, ``timeout``, ``connect_error``, ``invalid_json``, ``model_mismatch``)
-and never carry a response body, which may echo the prompt.
+and never carry a response body, which may echo the prompt; a status the appliance does not tell apart is only its
+class (``http_4xx_other``, ``http_5xx_other``, ``http_other``: ``server_text.recorded_status``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,12 @@ import httpx
 
 from medhelm_local.inference.egress import EgressPolicy
 from medhelm_local.inference.lane import MAX_RESPONSE_BYTES, Lane, ResponseTooLarge, UnsupportedEncoding
-from medhelm_local.inference.server_text import UNRECOGNISED, recorded_finish_reason, recorded_model_name
+from medhelm_local.inference.server_text import (
+    UNRECOGNISED,
+    recorded_finish_reason,
+    recorded_model_name,
+    recorded_status,
+)
 from medhelm_local.inference.structured import is_format_rejection
 from medhelm_local.jsontext import loads_strict
 from medhelm_local.logs import get_logger
@@ -528,7 +534,9 @@ class ChatClient:
             if request.response_format is not None and is_format_rejection(status, content):
                 raise RequestFailed(FORMAT_REJECTED, retryable=False, status=status)
             wait_s = self._retry_after_s(status, retry_after)
-            raise RequestFailed(f"http_{status}", retryable=status in RETRYABLE_STATUS, status=status,
+            # The category keeps the status only where the appliance tells it apart (server_text): the server
+            # chooses it. Retrying goes by the status itself.
+            raise RequestFailed(f"http_{recorded_status(status)}", retryable=status in RETRYABLE_STATUS, status=status,
                                 retry_after_s=wait_s)
         completion = parse_completion(content, request.max_tokens)
         # vLLM and the embedded llama.cpp server name the model the request asked for (others, the endpoint's

@@ -30,7 +30,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from medhelm_local.errors import BadInputError, ConfigError, MedhelmError
 from medhelm_local.home.config import BackendKind, ModelEndpoint
 from medhelm_local.inference.backends import served_models, server_root
-from medhelm_local.inference.server_text import recorded_models, recorded_version
+from medhelm_local.inference.server_text import recorded_models, recorded_status, recorded_version
 from medhelm_local.patterns import SERVED_MODEL_NAME
 
 OFFLINE_ENV = {
@@ -272,8 +272,8 @@ class VllmProcess:
         if response.status_code != 200:
             hint = (" (is the API key the one vLLM was started with?)" if response.status_code in (401, 403)
                     else "")
-            raise VllmError(f"vLLM's {what} at {url} answered HTTP {response.status_code}{hint}: its identity "
-                            "cannot be checked")
+            raise VllmError(f"vLLM's {what} at {url} answered HTTP {recorded_status(response.status_code)}{hint}: "
+                            "its identity cannot be checked")
         try:
             return response.json()
         except (ValueError, RecursionError):  # not JSON, or nested past the parser's recursion limit

@@ -20,7 +20,7 @@ from medhelm_local.home.config import ApplianceConfig, BackendKind, ConsoleRole
 from medhelm_local.inference.backends import configured_model_names, resolve_api_key, served_models
 from medhelm_local.inference.egress import EgressPolicy
 from medhelm_local.inference.lane import MAX_RESPONSE_BYTES
-from medhelm_local.inference.server_text import recorded_models, recorded_version
+from medhelm_local.inference.server_text import recorded_models, recorded_status, recorded_version
 from medhelm_local.webconsole import data
 from medhelm_local.webconsole.app import console_of, requires
 
@@ -64,7 +64,7 @@ def _probe(egress: EgressPolicy, name: str, base: str, endpoint: Any,
         with httpx.Client(timeout=PROBE_TIMEOUT_S, trust_env=False, follow_redirects=False) as client:
             status, listing = _get_json(client, f"{base}/models", headers)
             if status != 200:
-                return Probe(name, base, False, f"HTTP {status} from /models", [], None)
+                return Probe(name, base, False, f"HTTP {recorded_status(status)} from /models", [], None)
             served = served_models(listing)
             if served is None:  # JSON, but no list of models
                 return Probe(name, base, False, NOT_A_MODELS_REPLY, [], None)
