@@ -1,7 +1,8 @@
 """An async OpenAI-compatible chat-completions client on httpx: vLLM, llama.cpp, any allowlisted endpoint.
 
 Failures become categories (``http_503``, ``timeout``, ``connect_error``, ``invalid_json``, ``model_mismatch``)
-and never carry a response body, which may echo the prompt.
+and never carry a response body, which may echo the prompt; a status the appliance does not tell apart is only its
+class (``http_4xx_other``, ``http_5xx_other``, ``http_other``: ``server_text.recorded_status``).
 """
 
 from __future__ import annotations
@@ -23,8 +24,14 @@ import httpcore
 import httpx
 
 from medhelm_local.inference.egress import EgressPolicy
-from medhelm_local.inference.lane import MAX_RESPONSE_BYTES, Lane, ResponseTooLarge, UnsupportedEncoding
-from medhelm_local.inference.server_text import UNRECOGNISED, recorded_finish_reason, recorded_model_name
+from medhelm_local.inference.lane import Lane, ResponseTooLarge, UnsupportedEncoding
+from medhelm_local.inference.server_text import (
+    UNRECOGNISED,
+    recorded_finish_reason,
+    recorded_model_name,
+    recorded_status,
+)
+from medhelm_local.inference.small_reply import read_small
 from medhelm_local.inference.structured import is_format_rejection
 from medhelm_local.jsontext import loads_strict
 from medhelm_local.logs import get_logger
@@ -415,18 +422,10 @@ class ChatClient:
 
     async def _small(self, method: str, url: str, timeout_s: float, **kwargs: Any
                      ) -> tuple[int, bytes, str | None]:
-        """A small request's status, body and ``Retry-After`` header (None: none). ``timeout_s`` bounds the whole
-        exchange (httpx bounds each read only: a server trickling its reply would hold it for as long as it
-        trickles), and the body is read up to ``MAX_RESPONSE_BYTES`` (ResponseTooLarge beyond). Raises
-        TimeoutError and httpx's errors."""
-        async with (asyncio.timeout(timeout_s),
-                    self._client.stream(method, url, timeout=timeout_s, **kwargs) as response):
-            body = bytearray()
-            async for chunk in response.aiter_bytes():  # decoded as it comes: the limit holds for both
-                body += chunk
-                if len(body) > MAX_RESPONSE_BYTES:
-                    raise ResponseTooLarge
-            return response.status_code, bytes(body), response.headers.get("retry-after")
+        """A small request's status, body and ``Retry-After`` header (None: none), bounded by ``timeout_s`` as a
+        whole and ``MAX_RESPONSE_BYTES`` (``small_reply``). Raises TimeoutError, ResponseTooLarge and httpx's
+        errors."""
+        return await read_small(self._client, method, url, timeout_s, **kwargs)
 
     def _retry_after_s(self, status: int, header: bytes | str | None) -> float | None:
         """The seconds a 429's or 503's ``Retry-After`` asks for (None: another status, no header, or malformed)."""
@@ -528,7 +527,9 @@ class ChatClient:
             if request.response_format is not None and is_format_rejection(status, content):
                 raise RequestFailed(FORMAT_REJECTED, retryable=False, status=status)
             wait_s = self._retry_after_s(status, retry_after)
-            raise RequestFailed(f"http_{status}", retryable=status in RETRYABLE_STATUS, status=status,
+            # The category keeps the status only where the appliance tells it apart (server_text): the server
+            # chooses it. Retrying goes by the status itself.
+            raise RequestFailed(f"http_{recorded_status(status)}", retryable=status in RETRYABLE_STATUS, status=status,
                                 retry_after_s=wait_s)
         completion = parse_completion(content, request.max_tokens)
         # vLLM and the embedded llama.cpp server name the model the request asked for (others, the endpoint's

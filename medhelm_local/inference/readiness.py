@@ -18,6 +18,7 @@ import httpx
 from medhelm_local.home.config import BackendKind, ModelEndpoint
 from medhelm_local.inference.backends import resolve_api_key, server_root
 from medhelm_local.inference.egress import EgressPolicy
+from medhelm_local.inference.server_text import RECORDED_STATUSES, recorded_status
 
 
 @dataclass
@@ -97,12 +98,13 @@ def wait_for_models(
             except (httpx.HTTPError, TimeoutError) as exc:
                 health.status, health.error = None, type(exc).__name__
                 continue
-            health.status = status
+            # A status the appliance does not tell apart is the server's choice: shown by its class alone.
+            health.status = status if status in RECORDED_STATUSES else None
             if status == 200:
                 health.ok, health.error = True, None
                 health.ready_after_s = round(clock() - start, 1)
             else:
-                health.error = f"HTTP {status}"
+                health.error = f"HTTP {recorded_status(status)}"
         if all(h.ok for _e, h, _h in targets) or clock() >= deadline:
             return [h for _e, h, _h in targets]
         sleep(min(interval_s, max(0.0, deadline - clock())))

@@ -6,7 +6,11 @@ only where it is one the appliance can vouch for: a version shaped like one (dig
 at most one git hash, ``MAX_VERSION_CHARS`` in all), a model name that appliance.yaml configures, a finish reason
 of the OpenAI API. Any other is ``unrecognised``, with nothing of its content, not even its length. A version's
 shape bounds what it can carry; it cannot rule out a server choosing among version-shaped strings: their digits
-can still spell some 100 bits of its choosing (a dozen characters' worth) in each record of a version."""
+can still spell some 100 bits of its choosing (a dozen characters' worth) in each record of a version.
+
+An HTTP status is a number the server chooses too (any from 100 to 999: some 10 bits in each failure it records):
+it is recorded as sent only where the appliance tells it apart (``RECORDED_STATUSES``), else by its class alone
+(``4xx_other``, ``5xx_other``, ``other``)."""
 
 from __future__ import annotations
 
@@ -27,6 +31,10 @@ _VERSION = re.compile(rf"v?\d{{1,4}}(\.\d{{1,4}}){{0,3}}({_SUFFIX}){{0,3}}({_GIT
                       re.IGNORECASE)
 _MODEL_NAME = re.compile(r"[A-Za-z0-9/._:+-]+")
 FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "content_filter", "function_call", "abort"})
+# Statuses the appliance treats apart: a success; retried (408, 409, 425, 429, 500, 502, 503, 504: the client's
+# RETRYABLE_STATUS); a replica down (502 to 504); a structured-output refusal (400, 422, 500); a request or
+# configuration to fix (400, 401, 403, 404, 413, 422: the hints of ``jury failures``).
+RECORDED_STATUSES = frozenset({200, 400, 401, 403, 404, 408, 409, 413, 422, 425, 429, 500, 502, 503, 504})
 
 
 def recorded_version(value: Any) -> str | None:
@@ -65,3 +73,14 @@ def recorded_finish_reason(value: Any) -> str | None:
     if not isinstance(value, str):
         return None
     return value if value in FINISH_REASONS else UNRECOGNISED
+
+
+def recorded_status(status: int) -> str:
+    """An HTTP status as recorded (in a failure category, ``http_503``; in a message): the code where the appliance
+    tells it apart (``RECORDED_STATUSES``), else ``4xx_other`` or ``5xx_other``, else ``other`` (1xx, 3xx, a 2xx
+    other than 200, 600 to 999)."""
+    if status in RECORDED_STATUSES:
+        return str(status)
+    if 400 <= status <= 599:
+        return f"{status // 100}xx_other"
+    return "other"

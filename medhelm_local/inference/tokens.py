@@ -29,6 +29,7 @@ from typing import Any, Literal
 from medhelm_local.home.config import BackendKind
 from medhelm_local.inference.backends import server_root
 from medhelm_local.inference.client import MAX_TOKEN_COUNT, RETRYABLE_STATUS, ChatClient, RequestFailed
+from medhelm_local.inference.server_text import recorded_status
 from medhelm_local.records import ChatMessage
 
 # Chat-template margins where only plain text can be counted (llama.cpp) or estimated: per message (role
@@ -102,8 +103,8 @@ class EstimateCounter(TokenCounter):
 
 
 def _failed(status: int, retry_after_s: float | None = None) -> RequestFailed:
-    return RequestFailed(f"tokenize_http_{status}", retryable=status in RETRYABLE_STATUS, status=status,
-                         retry_after_s=retry_after_s)
+    return RequestFailed(f"tokenize_http_{recorded_status(status)}", retryable=status in RETRYABLE_STATUS,
+                         status=status, retry_after_s=retry_after_s)
 
 
 def _int_field(payload: Any, key: str) -> int:

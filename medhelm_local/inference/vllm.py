@@ -15,6 +15,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shutil
@@ -30,7 +31,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from medhelm_local.errors import BadInputError, ConfigError, MedhelmError
 from medhelm_local.home.config import BackendKind, ModelEndpoint
 from medhelm_local.inference.backends import served_models, server_root
-from medhelm_local.inference.server_text import recorded_models, recorded_version
+from medhelm_local.inference.lane import MAX_RESPONSE_BYTES, ResponseTooLarge
+from medhelm_local.inference.server_text import recorded_models, recorded_status, recorded_version
+from medhelm_local.inference.small_reply import get_small
 from medhelm_local.patterns import SERVED_MODEL_NAME
 
 OFFLINE_ENV = {
@@ -54,6 +57,8 @@ PARALLEL_FLAGS = {
     "--data-parallel-size": "-dp",
 }
 LOG_REQUESTS_DEFAULT_OFF = (0, 10, 1)  # vllm-project/vllm#21739
+HEALTH_TIMEOUT_S = 2.0  # one /health probe while vLLM starts, in all
+IDENTITY_TIMEOUT_S = 10.0  # reading /version or /v1/models, in all
 
 
 class VllmError(MedhelmError):
@@ -254,28 +259,34 @@ class VllmProcess:
                 raise VllmError(f"vllm serve exited during startup (exit code {self.proc.returncode}); see its "
                                 "output above")
             try:
-                if httpx.get(f"{root}/health", timeout=2.0, trust_env=False).status_code == 200:
+                if get_small(f"{root}/health", timeout_s=HEALTH_TIMEOUT_S)[0] == 200:
                     return
-            except httpx.HTTPError:
+            except (httpx.HTTPError, TimeoutError, ResponseTooLarge):
                 pass
             time.sleep(0.5)
         self.stop()
         raise VllmError(f"vllm serve did not become healthy within {timeout_s:.0f}s")
 
     def _get_json(self, url: str, what: str, *, headers: dict[str, str] | None = None) -> Any:
-        """A small JSON document from the started server; VllmError (never a silent None) when it cannot be read."""
+        """A small JSON document from the started server, read up to ``MAX_RESPONSE_BYTES`` and for
+        ``IDENTITY_TIMEOUT_S`` in all (``small_reply``); VllmError (never a silent None) when it cannot be read."""
         try:
-            response = httpx.get(url, headers=headers, timeout=10.0, trust_env=False)
+            status, body = get_small(url, timeout_s=IDENTITY_TIMEOUT_S, headers=headers)
         except httpx.HTTPError as error:
             raise VllmError(f"vLLM's {what} could not be read from {url} ({type(error).__name__}): its identity "
                             "cannot be checked") from None
-        if response.status_code != 200:
-            hint = (" (is the API key the one vLLM was started with?)" if response.status_code in (401, 403)
-                    else "")
-            raise VllmError(f"vLLM's {what} at {url} answered HTTP {response.status_code}{hint}: its identity "
+        except TimeoutError:
+            raise VllmError(f"vLLM's {what} at {url} was not read within {IDENTITY_TIMEOUT_S:.0f}s: its identity "
+                            "cannot be checked") from None
+        except ResponseTooLarge:
+            raise VllmError(f"vLLM's {what} at {url} is longer than {MAX_RESPONSE_BYTES >> 20} MiB: its identity "
+                            "cannot be checked") from None
+        if status != 200:
+            hint = " (is the API key the one vLLM was started with?)" if status in (401, 403) else ""
+            raise VllmError(f"vLLM's {what} at {url} answered HTTP {recorded_status(status)}{hint}: its identity "
                             "cannot be checked")
         try:
-            return response.json()
+            return json.loads(body)
         except (ValueError, RecursionError):  # not JSON, or nested past the parser's recursion limit
             raise VllmError(f"vLLM's {what} at {url} is not JSON: its identity cannot be checked") from None
 

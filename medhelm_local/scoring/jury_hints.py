@@ -21,6 +21,10 @@ _EXACT = {
     "http_413": "the judge prompt is too large for the judge's server",
     "http_422": "the judge's server refused the request as invalid (an unsupported parameter)",
     "http_429": "the judge's server is rate-limiting: lower --concurrency",
+    "http_4xx_other": "the judge's server refused the request with a 4xx status the appliance does not tell apart "
+                      "(only its class is recorded): check the server's own log",
+    "http_other": "the judge's server answered with a status that is neither a completion nor an error (1xx, 3xx, "
+                  "a 2xx other than 200, or none HTTP defines): check its base URL, or a proxy in front of it",
     "no_text": "the judge's server answered without any text",
     "invalid_encoding": "the judge's server sent its reply in a content coding the appliance cannot decode (it "
                         "asks for none): check the server, or a proxy in front of it",

@@ -4,7 +4,6 @@ trail's checkpoint age, and the last runs' outcome."""
 from __future__ import annotations
 
 import json
-import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -19,8 +18,9 @@ from medhelm_local.errors import MedhelmError
 from medhelm_local.home.config import ApplianceConfig, BackendKind, ConsoleRole
 from medhelm_local.inference.backends import configured_model_names, resolve_api_key, served_models
 from medhelm_local.inference.egress import EgressPolicy
-from medhelm_local.inference.lane import MAX_RESPONSE_BYTES
-from medhelm_local.inference.server_text import recorded_models, recorded_version
+from medhelm_local.inference.lane import ResponseTooLarge
+from medhelm_local.inference.server_text import recorded_models, recorded_status, recorded_version
+from medhelm_local.inference.small_reply import get_small
 from medhelm_local.webconsole import data
 from medhelm_local.webconsole.app import console_of, requires
 
@@ -61,21 +61,20 @@ def _probe(egress: EgressPolicy, name: str, base: str, endpoint: Any,
         return Probe(name, base, False, str(exc), [], None)
     headers = {"Authorization": f"Bearer {key}"} if key else {}
     try:
-        with httpx.Client(timeout=PROBE_TIMEOUT_S, trust_env=False, follow_redirects=False) as client:
-            status, listing = _get_json(client, f"{base}/models", headers)
-            if status != 200:
-                return Probe(name, base, False, f"HTTP {status} from /models", [], None)
-            served = served_models(listing)
-            if served is None:  # JSON, but no list of models
-                return Probe(name, base, False, NOT_A_MODELS_REPLY, [], None)
+        status, listing = _get_json(f"{base}/models", headers)
+        if status != 200:
+            return Probe(name, base, False, f"HTTP {recorded_status(status)} from /models", [], None)
+        served = served_models(listing)
+        if served is None:  # JSON, but no list of models
+            return Probe(name, base, False, NOT_A_MODELS_REPLY, [], None)
+        version = None
+        root = base.removesuffix("/v1")
+        try:
+            status, body = _get_json(f"{root}/version")
+            if status == 200 and isinstance(body, dict):
+                version = recorded_version(body.get("version"))
+        except (httpx.HTTPError, ValueError, RecursionError):
             version = None
-            root = base.removesuffix("/v1")
-            try:
-                status, body = _get_json(client, f"{root}/version")
-                if status == 200 and isinstance(body, dict):
-                    version = recorded_version(body.get("version"))
-            except (httpx.HTTPError, ValueError, RecursionError):
-                version = None
     except httpx.HTTPError as exc:
         return Probe(name, base, False, f"unreachable ({type(exc).__name__})", [], None)
     except (ValueError, RecursionError):  # not JSON, or nested past the parser's recursion limit
@@ -87,20 +86,15 @@ def _probe(egress: EgressPolicy, name: str, base: str, endpoint: Any,
     return Probe(name, base, ok, detail, served, version)
 
 
-def _get_json(client: httpx.Client, url: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:
-    """A GET's status and, for a 200, its JSON. The body is read up to ``MAX_RESPONSE_BYTES`` and for
-    ``PROBE_TIMEOUT_S`` in all (httpx bounds each read only): a server streaming without end was read whole into
-    the console's memory. ValueError for a body that is not JSON, or longer, or slower."""
-    deadline = time.monotonic() + PROBE_TIMEOUT_S
-    with client.stream("GET", url, headers=headers) as reply:
-        if reply.status_code != 200:
-            return reply.status_code, None
-        body = bytearray()
-        for chunk in reply.iter_bytes():
-            body += chunk
-            if len(body) > MAX_RESPONSE_BYTES or time.monotonic() > deadline:
-                raise ValueError("not a probe's reply: too long, or too slow")
-    return 200, json.loads(body)
+def _get_json(url: str, headers: dict[str, str] | None = None) -> tuple[int, Any]:
+    """A GET's status and, for a 200, its JSON. The reply is read up to ``MAX_RESPONSE_BYTES`` and for
+    ``PROBE_TIMEOUT_S`` in all (``small_reply``; httpx bounds each read only): a server streaming without end was
+    read whole into the console's memory. ValueError for a body that is not JSON, or longer, or slower."""
+    try:
+        status, body = get_small(url, timeout_s=PROBE_TIMEOUT_S, headers=headers)
+    except (TimeoutError, ResponseTooLarge):
+        raise ValueError("not a probe's reply: too long, or too slow") from None
+    return (200, json.loads(body)) if status == 200 else (status, None)
 
 
 def _age(when: datetime | None) -> str:

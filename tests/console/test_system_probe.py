@@ -57,3 +57,22 @@ def test_a_trickled_models_reply_is_bounded_by_the_probe_timeout() -> None:
     healthy, detail, elapsed = _probed(handler)
     assert (healthy, detail) == (False, NOT_A_MODELS_REPLY)
     assert elapsed < PROBE_TIMEOUT_S + 3
+
+
+def test_a_trickled_status_line_and_headers_are_bounded_by_the_probe_timeout() -> None:
+    """The deadline was checked as body chunks came: a server sending its status line and headers a byte at a time
+    held the page for as long as it trickled (30 s here). Now the whole exchange is bounded."""
+
+    class Trickle(QuietHandler):
+        def do_GET(self) -> None:
+            try:
+                for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 300:
+                    self.wfile.write(bytes([byte]))
+                    self.wfile.flush()
+                    time.sleep(0.1)
+            except OSError:
+                pass
+
+    healthy, detail, elapsed = _probed(Trickle)
+    assert (healthy, detail) == (False, NOT_A_MODELS_REPLY)
+    assert elapsed < PROBE_TIMEOUT_S + 3
