@@ -7,7 +7,9 @@ resuming the same run would send the same requests in parallel; a lock per run i
 ends, however it ends). A second process waits for it up to the store's lock timeout, then fails naming the run.
 
 The shards of a run send in parallel, each from its own store file: each holds a shared lock on another byte of
-the run's (:func:`shard_lock`), so that a reader can tell whether any of them is at work.
+the run's (:func:`shard_lock`), so that a reader can tell whether any of them is at work. A process holding the run
+lock holds that byte exclusively too: a run, resume or retry is refused while any shard of its run sends (it would
+send their items again), and a shard waits while one is sending the run.
 """
 
 from __future__ import annotations
@@ -21,10 +23,18 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from medhelm_local.errors import BadInputError
 from medhelm_local.home.config import StoreSettings
 from medhelm_local.store.connection import LOCK_TIMEOUT_ENV, StoreError, lock_timeout_s
 
 _POLL_S = 0.2
+# A reader's probe holds a run's shard byte for an instant (shard_lock_held), a shard for as long as it sends: a byte
+# still held after this many tries, _POLL_S apart, is a shard's.
+_SHARD_TRIES = 5
+
+
+class ShardsSendingError(BadInputError):
+    """A run, resume or retry of a run while shards of it send (``run --shard``)."""
 
 
 def run_lock_path(store_path: Path) -> Path:
@@ -58,22 +68,52 @@ def run_lock(store_path: Path, run_id: str, settings: StoreSettings | None = Non
                                      f"{limit:.0f}s. Wait for it to finish (or set {LOCK_TIMEOUT_ENV} to wait "
                                      "longer)") from None
                 time.sleep(_POLL_S)
+        _exclude_shards(fd, run_id)
         yield
     finally:
-        os.close(fd)  # releases the lock
+        os.close(fd)  # releases the locks
+
+
+def _exclude_shards(fd: int, run_id: str) -> None:
+    """Take the run's shard byte exclusively on ``fd`` (which holds the run lock), or refuse: shards send the run."""
+    for attempt in range(_SHARD_TRIES):
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, _shards_offset(run_id))
+            return
+        except OSError:
+            if attempt + 1 < _SHARD_TRIES:
+                time.sleep(_POLL_S)
+    raise ShardsSendingError(
+        f"run {run_id} has shards sending it now (run --shard, or runs merge): a run, resume or retry of it would "
+        f"send their items again. Wait until none does: `medhelm-local runs show {run_id}` shows it running while "
+        "any shard sends, and interrupted once none does; then resume it (the shard files they left are merged "
+        "first)")
 
 
 @contextmanager
-def shard_lock(store_path: Path, run_id: str) -> Iterator[None]:
+def shard_lock(store_path: Path, run_id: str, settings: StoreSettings | None = None) -> Iterator[None]:
     """Held by a process taking part in a sharded run (a shard, from the moment it knows its run until it has
     merged and concluded; ``runs merge``) until it ends, however it ends. Shared: the shards of one run hold it
-    together; :func:`shard_lock_held` tells whether any does."""
+    together; :func:`shard_lock_held` tells whether any does. A process holding the run's lock (a run, resume or
+    retry of it) holds it exclusively: this waits for that up to the store's lock timeout, then fails naming the
+    run."""
     path = run_lock_path(store_path)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
     try:
-        # Blocking: only a reader's probe holds this byte exclusively, and gives it back at once.
-        fcntl.lockf(fd, fcntl.LOCK_SH, 1, _shards_offset(run_id))
+        limit = lock_timeout_s(settings)
+        deadline = time.monotonic() + limit
+        while True:
+            try:
+                fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB, 1, _shards_offset(run_id))
+                break
+            except OSError:
+                if time.monotonic() >= deadline:
+                    raise StoreError(f"run {run_id} is being sent by a run, resume or retry of it (not a shard); "
+                                     f"waited {limit:.0f}s. Shards and runs merge join it once that ends: see "
+                                     f"`medhelm-local runs show {run_id}`, then start them again (or set "
+                                     f"{LOCK_TIMEOUT_ENV} to wait longer)") from None
+                time.sleep(_POLL_S)
         yield
     finally:
         os.close(fd)  # releases the lock
