@@ -25,7 +25,10 @@ A shard leaves its run's status as it is (other shards may still be sending it; 
 ``runner.liveness``). Its failure, once its run exists, concludes the run's open intent in the trail (``run.start``,
 or a ``run.resume``) with a ``run.finish`` failure naming that intent; a shard that takes up an unfinished run
 with no open intent (a failure concluded it) or finds its own file (its pod was restarted) announces itself with
-``run.resume``, which the run's end, or the shard's own failure, concludes.
+``run.resume``, which the run's end, or the shard's own failure, concludes. The merge that completes a run with no
+open intent (a shard's, ``runs merge``) takes the run up again the same way (``run.resume``, mode shard or merge):
+every ``run.finish`` concludes an intent, which it names; ``runs merge`` failing to finish the run concludes it
+with a failure.
 """
 
 from __future__ import annotations
@@ -334,15 +337,40 @@ def _conclude(app_ctx: AppContext, main: Store, run_id: str, *, score: bool, mod
     assert run is not None
     complete = shards_db.unanswered(main, run_id) == 0
     if complete and run.status not in ("finished", "inferred"):
-        return _finish(app_ctx, main, run, score=score, mode=mode, shard=shard, merged=merged)
+        intent = _intent_to_finish(app_ctx, run, mode=mode, shard=shard)
+        if mode != "merge":  # a shard's failure is concluded by its invocation's failure path
+            return _finish(app_ctx, main, run, score=score, mode=mode, shard=shard, merged=merged, intent=intent)
+        try:
+            return _finish(app_ctx, main, run, score=score, mode=mode, merged=merged, intent=intent)
+        except BaseException as exc:
+            with contextlib.suppress(AuditWriteError):  # the trail refusing too: the original error is the one to see
+                audit_event(app_ctx.home, app_ctx.actor, "run.finish", outcome="failure", role="informatics",
+                            run_id=run_id, error_type=type(exc).__name__, **{INTENT_SEQ: intent})
+            raise
     return RunOutcome(run=run, mode=mode, errors=runs_db.errors_by_category(main, run_id), complete=complete,
                       shard=shard, merged=merged)
 
 
+def _intent_to_finish(app_ctx: AppContext, run: RunInfo, *, mode: str, shard: str | None) -> int | None:
+    """The run's open intent, which finishing it after a merge concludes. Where a shard's failure concluded the
+    last one, the merge that completes the run (a shard's, ``runs merge``) takes the run up again: ``run.resume``
+    (``mode`` shard or merge), as a shard restarted does."""
+    home = app_ctx.home
+    intent = _open_run_intent(home, run.run_id)
+    if intent is not None:
+        return intent
+    resumed = audit_event(home, app_ctx.actor, "run.resume", role="informatics", run_id=run.run_id, model=run.model,
+                          mode=mode, **({} if shard is None else {"shard": shard}))
+    seq = resumed.get("seq")
+    return seq if isinstance(seq, int) else None
+
+
 def _finish(app_ctx: AppContext, store: Store, run: RunInfo, *, score: bool, mode: str, shard: str | None = None,
-            merged: int | None = None, scored: Mapping[str, int] | None = None) -> RunOutcome:
+            merged: int | None = None, scored: Mapping[str, int] | None = None, intent: int | None = None
+            ) -> RunOutcome:
     """Score the run (``scored``: answers this invocation scored as they arrived, per benchmark: a benchmark it
-    answered and scored whole is not scored again) and mark it finished."""
+    answered and scored whole is not scored again) and mark it finished; ``intent``: the seq of the run's intent
+    its ``run.finish`` concludes (None: the latest open one, found by the trail's readers)."""
     config = app_ctx.home.config
     results = []
     if score:
@@ -356,7 +384,8 @@ def _finish(app_ctx: AppContext, store: Store, run: RunInfo, *, score: bool, mod
     # A run that scored nothing of what it tried is no success, in the trail as in its exit code.
     audit_event(app_ctx.home, app_ctx.actor, "run.finish", role="informatics", run_id=run.run_id, model=run.model,
                 outcome="failure" if failed_n and not scored_n else "success", scored=scored_n, failed=failed_n,
-                errors=sum(sum(v.values()) for v in errors.values()))
+                errors=sum(sum(v.values()) for v in errors.values()),
+                **({} if intent is None else {INTENT_SEQ: intent}))
     finished = store.get_run(run.run_id)
     assert finished is not None
     return RunOutcome(run=finished, mode=mode, results=results, errors=errors, shard=shard, merged=merged)
