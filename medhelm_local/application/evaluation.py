@@ -137,9 +137,12 @@ def evaluate(app_ctx: AppContext, request: EvaluationRequest) -> RunOutcome:
 
 
 def merge_shards(app_ctx: AppContext, run_id: str, *, score: bool = True) -> RunOutcome:
-    """``runs merge``: fold every shard file left for ``run_id`` into the main store; finish it if complete."""
+    """``runs merge``: fold every shard file left for ``run_id`` into the main store; finish it if complete. It
+    holds the run's lock, as a resume does: refused while any shard of the run sends (their files are in use)."""
     home = app_ctx.home
-    with shard_lock(home.store_path, run_id, home.config.store), sharding.open_main_store(home) as main:
+    refused_because = "runs merge would fold in and remove the files they are writing"
+    with run_lock(home.store_path, run_id, home.config.store, refused_because=refused_because), \
+            sharding.open_main_store(home) as main:
         if main.get_run(run_id) is None:
             raise NotFoundError(f"run {run_id!r} not found; see `medhelm-local runs list`")
         merged = _merge_shard_files(app_ctx, main, run_id)

@@ -247,7 +247,9 @@ def _wait_until(condition: Callable[[], bool], what: str, procs: list[subprocess
 def test_a_resume_or_retry_is_refused_while_shards_send(tmp_path: Path) -> None:
     """An unsharded `run --resume` (or `--retry-errors`) of a sharded run took the run lock, which no shard holds,
     and sent the items the shards were sending: each was requested twice, and the merges' outcomes lost to the
-    resume's. It is refused now (exit 2) while any shard sends, naming `runs show`, and sends nothing."""
+    resume's. It is refused now (exit 2) while any shard sends, naming `runs show`, and sends nothing. So is
+    `runs merge`, which folded in the files the shards were writing and removed them: the shards then failed, their
+    answers lost."""
     with FakeOpenAIServer(responder=hash_responder(), hold_after=0) as server:  # every request waits unanswered
         home = make_home(tmp_path / "home", [server.base_url], timeout_s=60)
         register(home, synthetic_instances(40))
@@ -256,13 +258,14 @@ def test_a_resume_or_retry_is_refused_while_shards_send(tmp_path: Path) -> None:
         try:
             _wait_until(lambda: len(sharding.pending_shard_files(home, "ward-7")) == 2 and server.held > 0,
                         "the shards sent", shards)
-            for flag in ("--resume", "--retry-errors"):
-                refused = subprocess.run(cli_argv(home, "run", flag, "ward-7", "--json"), capture_output=True,
+            for command in (["run", "--resume"], ["run", "--retry-errors"], ["runs", "merge"]):
+                refused = subprocess.run(cli_argv(home, *command, "ward-7", "--json"), capture_output=True,
                                          text=True, env=cli_env(), timeout=120)
-                assert refused.returncode == 2, refused.stderr
+                assert refused.returncode == 2, (command, refused.stderr)
                 assert "run ward-7 has shards sending it now" in refused.stderr
                 assert "medhelm-local runs show ward-7" in refused.stderr
                 assert "Question number" not in refused.stderr
+                assert len(sharding.pending_shard_files(home, "ward-7")) == 2, "the shards' files are theirs"
         finally:
             server.release_held()
         for proc in shards:
