@@ -8,7 +8,9 @@ run split across pods. In order:
 2. open the main store (a shard waits, with jitter, while another pod holds it) and resolve the run and its
    model (``runner.session.resolve``: the one place the model is resolved) and how it sends (the options given,
    else the run's own: ``runner.session.sending_for``); take the run's lock (a shard takes its run's shard lock,
-   shared: shards of one run send in parallel, each from its own store file), held until the run is concluded;
+   shared: shards of one run send in parallel, each from its own store file), held until the run is concluded.
+   The run lock excludes the shards of its run: a run, resume or retry is refused while any sends, and merges
+   the shard files dead shards left before it sends; a shard waits while a resume sends;
 3. ask the model's servers who they are; create the run (audit ``run.start``, manifest, sending options and
    plan stored before any request) or check that the model is the one the run started with (audit
    ``run.resume``, with the sending options and any an option given again changed);
@@ -23,7 +25,10 @@ A shard leaves its run's status as it is (other shards may still be sending it; 
 ``runner.liveness``). Its failure, once its run exists, concludes the run's open intent in the trail (``run.start``,
 or a ``run.resume``) with a ``run.finish`` failure naming that intent; a shard that takes up an unfinished run
 with no open intent (a failure concluded it) or finds its own file (its pod was restarted) announces itself with
-``run.resume``, which the run's end, or the shard's own failure, concludes.
+``run.resume``, which the run's end, or the shard's own failure, concludes. The merge that completes a run with no
+open intent (a shard's, ``runs merge``) takes the run up again the same way (``run.resume``, mode shard or merge):
+every ``run.finish`` concludes an intent, which it names; ``runs merge`` failing to finish the run concludes it
+with a failure.
 """
 
 from __future__ import annotations
@@ -96,14 +101,17 @@ def evaluate(app_ctx: AppContext, request: EvaluationRequest) -> RunOutcome:
         try:
             main = main_scope.enter_context(_open_main(app_ctx, mode))
             target = session.resolve(main, config, app_ctx.specs, request.selection, mode)
-            if target.shard is not None and target.run is not None:
-                taken.shard_of = target.run_id
             sending = session.sending_for(main, config, target, request.sending)
             settings = session.execution_settings(config, sending.sending, target.endpoint,
                                                   errors_only=mode.kind == "retry_errors")
-            held = (shard_lock(home.store_path, target.run_id) if target.shard
+            held = (shard_lock(home.store_path, target.run_id, config.store) if target.shard
                     else run_lock(home.store_path, target.run_id, config.store))
+            main.release()  # while this waits for the lock, the process holding it writes the store
             with held:
+                if target.shard is not None and target.run is not None:
+                    taken.shard_of = target.run_id  # not before: a shard refused its lock takes no part in the run
+                if target.shard is None and target.run is not None:
+                    _merge_left_shards(app_ctx, main, target.run_id)
                 run, report = asyncio.run(_infer(app_ctx, main, main_scope, target, sending, settings, taken,
                                                  score=request.score))
                 if target.shard is None:
@@ -129,20 +137,38 @@ def evaluate(app_ctx: AppContext, request: EvaluationRequest) -> RunOutcome:
 
 
 def merge_shards(app_ctx: AppContext, run_id: str, *, score: bool = True) -> RunOutcome:
-    """``runs merge``: fold every shard file left for ``run_id`` into the main store; finish it if complete."""
+    """``runs merge``: fold every shard file left for ``run_id`` into the main store; finish it if complete. It
+    holds the run's lock, as a resume does: refused while any shard of the run sends (their files are in use)."""
     home = app_ctx.home
-    with shard_lock(home.store_path, run_id), sharding.open_main_store(home) as main:
+    refused_because = "runs merge would fold in and remove the files they are writing"
+    with run_lock(home.store_path, run_id, home.config.store, refused_because=refused_because), \
+            sharding.open_main_store(home) as main:
         if main.get_run(run_id) is None:
             raise NotFoundError(f"run {run_id!r} not found; see `medhelm-local runs list`")
-        merged = 0
-        for path in sharding.pending_shard_files(home, run_id):
-            merged += sharding.merge_shard(main, path, home, run_id)
-            sharding.remove_shard_files(path)
-        audit_event(home, app_ctx.actor, "run.merge", role="informatics", run_id=run_id, merged=merged)
+        merged = _merge_shard_files(app_ctx, main, run_id)
         return _conclude(app_ctx, main, run_id, score=score, mode="merge", merged=merged)
 
 
 # -- the steps ----------------------------------------------------------------------------------------------
+
+
+def _merge_shard_files(app_ctx: AppContext, main: Store, run_id: str) -> int:
+    """Fold every shard file left for ``run_id`` into ``main`` (audit ``run.merge``); returns the outcomes merged."""
+    home = app_ctx.home
+    merged = 0
+    for path in sharding.pending_shard_files(home, run_id):
+        merged += sharding.merge_shard(main, path, home, run_id)
+        sharding.remove_shard_files(path)
+    audit_event(home, app_ctx.actor, "run.merge", role="informatics", run_id=run_id, merged=merged)
+    return merged
+
+
+def _merge_left_shards(app_ctx: AppContext, main: Store, run_id: str) -> None:
+    """Before a run, resume or retry of an existing run (its lock held, so no shard of it sends): the shard files
+    dead shards left are merged first. Their items would otherwise be sent again, and each file's outcomes, merged
+    later, would lose to the new ones."""
+    if sharding.pending_shard_files(app_ctx.home, run_id):
+        _merge_shard_files(app_ctx, main, run_id)
 
 
 @contextmanager
@@ -228,14 +254,15 @@ def _take_up_again(app_ctx: AppContext, main: Store, target: session.Target, run
     meanwhile leaves it open, as any resume would. A shard of a finished run has nothing to take up."""
     assert target.shard is not None
     home = app_ctx.home
-    if run.status in ("finished", "inferred"):
+    stored = main.get_run(run.run_id)  # as it is now: a resume this shard waited for may have finished it
+    if stored is None or stored.status in ("finished", "inferred"):
         return
     restarted = sharding.shard_store_path(home, run.run_id, *target.shard).exists()
     if not restarted and _open_run_intent(home, run.run_id) is not None:
         return
     audit_event(home, app_ctx.actor, "run.resume", role="informatics", run_id=run.run_id, model=run.model,
                 mode="shard", shard=target.shard_label)
-    if run.status != "running":
+    if stored.status != "running":
         main.set_run_status(run.run_id, "running")
 
 
@@ -313,15 +340,40 @@ def _conclude(app_ctx: AppContext, main: Store, run_id: str, *, score: bool, mod
     assert run is not None
     complete = shards_db.unanswered(main, run_id) == 0
     if complete and run.status not in ("finished", "inferred"):
-        return _finish(app_ctx, main, run, score=score, mode=mode, shard=shard, merged=merged)
+        intent = _intent_to_finish(app_ctx, run, mode=mode, shard=shard)
+        if mode != "merge":  # a shard's failure is concluded by its invocation's failure path
+            return _finish(app_ctx, main, run, score=score, mode=mode, shard=shard, merged=merged, intent=intent)
+        try:
+            return _finish(app_ctx, main, run, score=score, mode=mode, merged=merged, intent=intent)
+        except BaseException as exc:
+            with contextlib.suppress(AuditWriteError):  # the trail refusing too: the original error is the one to see
+                audit_event(app_ctx.home, app_ctx.actor, "run.finish", outcome="failure", role="informatics",
+                            run_id=run_id, error_type=type(exc).__name__, **{INTENT_SEQ: intent})
+            raise
     return RunOutcome(run=run, mode=mode, errors=runs_db.errors_by_category(main, run_id), complete=complete,
                       shard=shard, merged=merged)
 
 
+def _intent_to_finish(app_ctx: AppContext, run: RunInfo, *, mode: str, shard: str | None) -> int | None:
+    """The run's open intent, which finishing it after a merge concludes. Where a shard's failure concluded the
+    last one, the merge that completes the run (a shard's, ``runs merge``) takes the run up again: ``run.resume``
+    (``mode`` shard or merge), as a shard restarted does."""
+    home = app_ctx.home
+    intent = _open_run_intent(home, run.run_id)
+    if intent is not None:
+        return intent
+    resumed = audit_event(home, app_ctx.actor, "run.resume", role="informatics", run_id=run.run_id, model=run.model,
+                          mode=mode, **({} if shard is None else {"shard": shard}))
+    seq = resumed.get("seq")
+    return seq if isinstance(seq, int) else None
+
+
 def _finish(app_ctx: AppContext, store: Store, run: RunInfo, *, score: bool, mode: str, shard: str | None = None,
-            merged: int | None = None, scored: Mapping[str, int] | None = None) -> RunOutcome:
+            merged: int | None = None, scored: Mapping[str, int] | None = None, intent: int | None = None
+            ) -> RunOutcome:
     """Score the run (``scored``: answers this invocation scored as they arrived, per benchmark: a benchmark it
-    answered and scored whole is not scored again) and mark it finished."""
+    answered and scored whole is not scored again) and mark it finished; ``intent``: the seq of the run's intent
+    its ``run.finish`` concludes (None: the latest open one, found by the trail's readers)."""
     config = app_ctx.home.config
     results = []
     if score:
@@ -335,7 +387,8 @@ def _finish(app_ctx: AppContext, store: Store, run: RunInfo, *, score: bool, mod
     # A run that scored nothing of what it tried is no success, in the trail as in its exit code.
     audit_event(app_ctx.home, app_ctx.actor, "run.finish", role="informatics", run_id=run.run_id, model=run.model,
                 outcome="failure" if failed_n and not scored_n else "success", scored=scored_n, failed=failed_n,
-                errors=sum(sum(v.values()) for v in errors.values()))
+                errors=sum(sum(v.values()) for v in errors.values()),
+                **({} if intent is None else {INTENT_SEQ: intent}))
     finished = store.get_run(run.run_id)
     assert finished is not None
     return RunOutcome(run=finished, mode=mode, results=results, errors=errors, shard=shard, merged=merged)

@@ -148,7 +148,8 @@ def manifest(ctx: typer.Context, run_id: str = typer.Argument(..., help="Run id.
 def merge(ctx: typer.Context, run_id: str = typer.Argument(..., help="Run id of a sharded run."),
           skip_scoring: bool = typer.Option(False, "--skip-scoring", help="Do not score even if complete."),
           as_json: bool = typer.Option(False, "--json", help="Machine-readable output.")) -> None:
-    """Merge the shard stores left for RUN_ID into the main store; score and finish the run once complete."""
+    """Merge the shard stores left for RUN_ID into the main store; score and finish the run once complete. Refused
+    (exit 2) while any shard of the run sends."""
     app_ctx = app_context(ctx)
     outcome = merge_shards(app_ctx, run_id, score=not skip_scoring)
     if as_json:

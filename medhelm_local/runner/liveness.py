@@ -2,8 +2,8 @@
 
 A run killed outright (SIGKILL, out of memory, a node lost) keeps the stored status ``running``: nothing was left
 to record an end. Readers must not write, so they say what they see instead: the run's locks, which every process
-sending it holds until it ends, however it ends: its run lock (a run, a resume, a retry) and its shard lock (each
-shard of a sharded run, shared, and ``runs merge``).
+sending it holds until it ends, however it ends: its run lock (a run, a resume, a retry, ``runs merge``) and its
+shard lock (each shard of a sharded run, shared).
 """
 
 from __future__ import annotations

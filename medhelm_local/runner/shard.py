@@ -14,7 +14,8 @@ Design (DuckDB allows one writer per file, and pods may sit on different nodes o
    outcome per item) and deletes its file. The merge that completes the run scores it and marks it finished.
 
 ``medhelm-local runs merge RUN_ID`` merges any shard files left behind (e.g. a pod that died after its last
-request) and finishes the run when it is complete.
+request) and finishes the run when it is complete; so does ``run --resume RUN_ID`` (or ``--retry-errors``) before
+it sends, and it is refused while any shard of the run sends (``store.runlock``).
 """
 
 from __future__ import annotations

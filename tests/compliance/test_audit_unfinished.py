@@ -17,7 +17,8 @@ from typing import Any
 
 import pytest
 
-from medhelm_local.application.evaluation import evaluate
+from medhelm_local.application import evaluation
+from medhelm_local.application.evaluation import Mode, evaluate, merge_shards
 from medhelm_local.audit.intents import unfinished
 from medhelm_local.audit.report import NO_OUTCOME_YET, RUN_IN_PROGRESS, compliance_report, parse_time, summarize
 from medhelm_local.audit.report_pdf import render_pdf
@@ -25,6 +26,7 @@ from medhelm_local.audit.trail import AuditTrail
 from medhelm_local.audit.verify import verify_file
 from medhelm_local.home.keys import ensure_keys, load_signing_key
 from medhelm_local.runner import session
+from medhelm_local.runner import shard as sharding
 from medhelm_local.testing.fake_openai import FakeOpenAIServer, hash_responder
 from tests.compliance.conftest import REQUESTER, EvaluatedHome, request_export, signers
 from tests.console.test_compliance_pdf import pdf_text
@@ -219,6 +221,53 @@ def test_a_run_failing_before_it_is_live_concludes_its_run_start(tmp_path: Path,
     assert finish["objects"]["error_type"] == "OSError" and finish["objects"]["intent_seq"] == start["seq"]
     assert "Jane" not in home.audit_path.read_text()
     assert unfinished(records) == []
+
+
+def test_runs_merge_finishing_a_run_a_shard_failure_concluded_takes_it_up_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shard dying before its merge concludes the run's `run.start` with a failure; `runs merge` then finished the
+    run with a `run.finish` success that concluded nothing (no intent for that step), and `audit report` read as
+    if the run had succeeded at its first try. `runs merge` takes the run up again now (`run.resume`, mode merge),
+    which its `run.finish` concludes, naming it, as does its own failure to finish."""
+    with FakeOpenAIServer(responder=hash_responder()) as server:
+        home = make_home(tmp_path / "home", [server.base_url])
+        register(home, synthetic_instances(20))
+        first = evaluate(app(home), quiet(mode=Mode.of_shard(0, 2)))
+        merge_shard = sharding.merge_shard
+
+        def pod_killed(*_args: object, **_kwargs: object) -> int:
+            raise RuntimeError("pod killed")
+
+        monkeypatch.setattr(sharding, "merge_shard", pod_killed)
+        with pytest.raises(RuntimeError):
+            evaluate(app(home), quiet(mode=Mode.of_shard(1, 2)))
+        monkeypatch.setattr(sharding, "merge_shard", merge_shard)
+    run_id = first.run.run_id
+
+    def scorer_down(*_args: object, **_kwargs: object) -> None:
+        raise OSError("scorer down while reading Question number 3")
+
+    monkeypatch.setattr(evaluation, "score_benchmark", scorer_down)
+    with pytest.raises(OSError):
+        merge_shards(app(home), run_id)
+    monkeypatch.undo()
+    merged = merge_shards(app(home), run_id)
+    assert (merged.complete, merged.run.status) == (True, "finished")
+
+    records = AuditTrail(home.audit_path).records()
+    by_seq = {r["seq"]: r for r in records}
+    steps = [(r["action"], r["outcome"], r["objects"].get("mode"),
+              by_seq[r["objects"]["intent_seq"]]["action"] if r["objects"].get("intent_seq") else None)
+             for r in records if r["action"] in ("run.start", "run.resume", "run.finish")]
+    assert steps == [("run.start", "success", None, None), ("run.finish", "failure", None, "run.start"),
+                     ("run.resume", "success", "merge", None), ("run.finish", "failure", None, "run.resume"),
+                     ("run.resume", "success", "merge", None), ("run.finish", "success", None, "run.resume")]
+    finishes = [r for r in records if r["action"] == "run.finish"]
+    assert len({r["objects"]["intent_seq"] for r in finishes}) == 3, "each run.finish concludes its own intent"
+    assert unfinished(records) == []
+    (run,) = summarize(records, None).runs
+    assert (run.run_id, run.outcome, run.resumed, run.scored) == (run_id, "success", 2, 20)
+    assert "Question number" not in home.audit_path.read_text()
 
 
 def test_an_export_request_whose_folder_cannot_be_put_in_place_is_recorded_failed_not_ready(

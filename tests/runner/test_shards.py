@@ -6,6 +6,7 @@ import json
 import signal
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,9 +23,11 @@ from medhelm_local.runner import shard as sharding
 from medhelm_local.runner.plan import parse_shard, shard_range
 from medhelm_local.store import Store
 from medhelm_local.store import runs as runs_db
+from medhelm_local.store.connection import LOCK_TIMEOUT_ENV, StoreError
 from medhelm_local.testing.fake_openai import FakeOpenAIServer, hash_responder
 from tests.runner.helpers import (
     app,
+    cli_argv,
     cli_env,
     make_home,
     outcomes,
@@ -230,4 +233,121 @@ def test_a_shard_whose_run_another_shard_created_meanwhile_joins_it(tmp_path: Pa
     assert (second.merged, second.complete, second.run.status) == (10, True, "finished")
     records = AuditTrail(home.audit_path).records()
     assert [r["action"] for r in records if r["action"] in ("run.start", "run.resume")] == ["run.start"]
+    assert unfinished(records) == []
+
+
+def _wait_until(condition: Callable[[], bool], what: str, procs: list[subprocess.Popen[str]]) -> None:
+    deadline = time.monotonic() + 120
+    while not condition():
+        assert all(p.poll() is None for p in procs), f"a process ended before {what}"
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+def test_a_resume_or_retry_is_refused_while_shards_send(tmp_path: Path) -> None:
+    """An unsharded `run --resume` (or `--retry-errors`) of a sharded run took the run lock, which no shard holds,
+    and sent the items the shards were sending: each was requested twice, and the merges' outcomes lost to the
+    resume's. It is refused now (exit 2) while any shard sends, naming `runs show`, and sends nothing. So is
+    `runs merge`, which folded in the files the shards were writing and removed them: the shards then failed, their
+    answers lost."""
+    with FakeOpenAIServer(responder=hash_responder(), hold_after=0) as server:  # every request waits unanswered
+        home = make_home(tmp_path / "home", [server.base_url], timeout_s=60)
+        register(home, synthetic_instances(40))
+        shards = [subprocess.Popen([*_shard_cmd(home, f"{i}/2"), "--run-id", "ward-7"], stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, env=cli_env()) for i in range(2)]
+        try:
+            _wait_until(lambda: len(sharding.pending_shard_files(home, "ward-7")) == 2 and server.held > 0,
+                        "the shards sent", shards)
+            for command in (["run", "--resume"], ["run", "--retry-errors"], ["runs", "merge"]):
+                refused = subprocess.run(cli_argv(home, *command, "ward-7", "--json"), capture_output=True,
+                                         text=True, env=cli_env(), timeout=120)
+                assert refused.returncode == 2, (command, refused.stderr)
+                assert "run ward-7 has shards sending it now" in refused.stderr
+                assert "medhelm-local runs show ward-7" in refused.stderr
+                assert "Question number" not in refused.stderr
+                assert len(sharding.pending_shard_files(home, "ward-7")) == 2, "the shards' files are theirs"
+        finally:
+            server.release_held()
+        for proc in shards:
+            _, err = proc.communicate(timeout=300)
+            assert proc.returncode == 0, err
+        assert server.stats()["requests_seen"] == 40, "each item is requested once"
+    assert len(outcomes(home, "ward-7")) == 40
+    records = AuditTrail(home.audit_path).records()
+    assert [r["action"] for r in records if r["action"] in ("run.start", "run.resume")] == ["run.start"]
+    assert unfinished(records) == []
+
+
+def test_a_shard_waits_for_a_resume_of_its_run_and_is_refused_clearly_past_the_lock_timeout(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shard starting while an unsharded resume sends its run took its shard lock freely and sent the items the
+    resume was sending. It waits for the resume now, up to the store's lock timeout, then fails naming the run
+    (exit 1), taking no part in the run: its failure concludes nothing of the resume's in the trail."""
+    with FakeOpenAIServer(responder=hash_responder()) as server:
+        home = make_home(tmp_path / "home", [server.base_url], timeout_s=60)
+        register(home, synthetic_instances(40))
+        first = evaluate(app(home), quiet(mode=Mode.of_shard(0, 2)))
+        run_id = first.run.run_id
+        server.hold_after = server.stats()["requests_seen"]  # the resume's requests wait unanswered
+        resume = subprocess.Popen(cli_argv(home, "run", "--resume", run_id, "--json"), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True, env=cli_env())
+        try:
+            _wait_until(lambda: server.held > 0, "the resume sent", [resume])
+            monkeypatch.setenv(LOCK_TIMEOUT_ENV, "1")
+            with pytest.raises(StoreError, match=f"run {run_id} is being sent by a run, resume or retry of it"):
+                evaluate(app(home), quiet(mode=Mode.of_shard(1, 2)))
+            monkeypatch.setenv(LOCK_TIMEOUT_ENV, "120")
+            waiting = subprocess.Popen(_shard_cmd(home, "1/2"), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                       text=True, env={**cli_env(), LOCK_TIMEOUT_ENV: "120"})
+            time.sleep(2)
+            assert waiting.poll() is None, "the shard waits for the resume"
+        finally:
+            server.release_held()
+        _, err = resume.communicate(timeout=300)
+        assert resume.returncode == 0, err
+        out, err = waiting.communicate(timeout=300)
+        assert waiting.returncode == 0, err
+        assert (json.loads(out)["merged"], json.loads(out)["status"]) == (0, "finished")
+        assert server.stats()["requests_seen"] == 40, "each item is requested once"
+    records = AuditTrail(home.audit_path).records()
+    refusal = next(r["objects"] for r in records if r["action"] == "run.finish" and r["outcome"] == "failure")
+    assert refusal == {"shard": "1/2", "error_type": "StoreError"}, "the refused shard concludes nothing"
+    assert unfinished(records) == []
+    (run,) = summarize(records, None).runs
+    assert (run.outcome, run.resumed, run.scored) == ("success", 1, 40)
+
+
+def test_a_resume_merges_the_shard_files_dead_shards_left_first(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shard that died after its last request left its file unmerged; `run --resume` sent that file's items again
+    (the merge after kept the resume's outcomes). It merges the file first now and sends only what no shard
+    answered."""
+    instances = synthetic_instances(40)
+    with FakeOpenAIServer(responder=hash_responder()) as server:
+        reference = make_home(tmp_path / "reference", [server.base_url])
+        register(reference, instances)
+        ref = evaluate(app(reference), quiet())
+        home = make_home(tmp_path / "home", [server.base_url])
+        register(home, instances)
+        before = server.stats()["requests_seen"]
+
+        def pod_killed(*_args: object, **_kwargs: object) -> int:
+            raise RuntimeError("pod killed")
+
+        monkeypatch.setattr(sharding, "merge_shard", pod_killed)
+        with pytest.raises(RuntimeError, match="pod killed"):
+            evaluate(app(home), quiet(mode=Mode.of_shard(0, 2)))
+        monkeypatch.undo()
+        with Store.open(home, read_only=True) as store:
+            (run,) = store.list_runs()
+        assert len(sharding.pending_shard_files(home, run.run_id)) == 1
+        resumed = evaluate(app(home), quiet(mode=Mode.resume(run.run_id)))
+        assert server.stats()["requests_seen"] - before == 40, "each item is requested once"
+    assert (resumed.run.status, [(r.benchmark, r.n) for r in resumed.results]) == ("finished", [("pubmedqa", 40)])
+    assert sharding.pending_shard_files(home, run.run_id) == []
+    assert outcomes(home, run.run_id) == outcomes(reference, ref.run.run_id)
+    assert scores(home, run.run_id) == scores(reference, ref.run.run_id)
+    records = AuditTrail(home.audit_path).records()
+    steps = [(r["action"], r["objects"].get("merged")) for r in records if r["action"] in ("run.merge", "run.resume")]
+    assert steps == [("run.merge", 20), ("run.resume", None)]
     assert unfinished(records) == []
