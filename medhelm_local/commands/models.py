@@ -14,7 +14,7 @@ from medhelm_local.audit.intents import announce
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import AppContext, app_context
 from medhelm_local.errors import BadInputError, ConfigError, EgressDenied, MedhelmError, validation_problems
-from medhelm_local.home.config import ApplianceConfig, BackendKind, ModelEndpoint
+from medhelm_local.home.config import GIVE_BASE_URL, ApplianceConfig, BackendKind, ModelEndpoint
 
 NAME = "models"
 HELP = "Models under test and judges: add, update, remove and list endpoints."
@@ -131,7 +131,8 @@ def update(
     try:
         endpoint = ModelEndpoint.model_validate({**before.model_dump(), **changes})
     except ValidationError as exc:
-        raise BadInputError(f"models update: {validation_problems(exc, _OPTIONS)}") from None
+        problems = validation_problems(exc, _OPTIONS).replace(GIVE_BASE_URL, f"`models update {name} --base-url URL`")
+        raise BadInputError(f"models update: {problems}") from None
     was_judge = name in config.judges
     is_judge = was_judge if judge is None else judge
     changed = [field for field in changes if getattr(endpoint, field) != getattr(before, field)]
