@@ -105,6 +105,14 @@ def test_a_refused_update_changes_nothing(cli: InProcessCli, args: list[str], me
     assert outcomes == ([("denied", "endpoint_not_allowlisted")] if message == "not on the allowlist" else [])
 
 
+def test_an_update_that_leaves_no_url_names_the_update_that_gives_one(cli: InProcessCli) -> None:
+    """`models update llama --unset base-url` said to give a URL with `models add`, which refuses an existing name."""
+    assert cli("models", "add", "llama", "--kind", "vllm", "--base-url", "http://127.0.0.1:8000/v1").code == 0
+    refused = cli("models", "update", "llama", "--unset", "base-url")
+    assert refused.code == 2, refused.stderr
+    assert "(`models update llama --base-url URL`)" in refused.stderr and "models add" not in refused.stderr
+
+
 _MODEL_COMMANDS = [["add", "llama", "--base-url", "http://127.0.0.1:8001/v1"],
                    ["update", "smollm2-135m-embedded", "--context-length", "4096"],
                    ["remove", "smollm2-135m-embedded"]]

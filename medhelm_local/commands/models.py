@@ -14,13 +14,27 @@ from medhelm_local.audit.intents import announce
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import AppContext, app_context
 from medhelm_local.errors import BadInputError, ConfigError, EgressDenied, MedhelmError, validation_problems
-from medhelm_local.home.config import ApplianceConfig, BackendKind, ModelEndpoint
+from medhelm_local.home.config import GIVE_BASE_URL, ApplianceConfig, BackendKind, ModelEndpoint
 
 NAME = "models"
 HELP = "Models under test and judges: add, update, remove and list endpoints."
 app = typer.Typer(no_args_is_help=True)
 _OPTIONS = {"name": "NAME", "kind": "--kind", "base_urls": "--base-url", "served_model": "--served-model",
             "reply_model": "--reply-model", "api_key_env": "--api-key-env", "context_length": "--context-length"}
+# The endpoint settings `models add` and `models update` take alike (for update, one not given keeps the model's).
+_SETTING_OPTIONS: dict[str, dict[str, Any]] = {
+    "--kind": {"help": "Backend kind."},
+    "--served-model": {"help": "Model id the server expects."},
+    "--reply-model": {"help": "Model name the server's replies carry, where not the one asked for (a reply naming "
+                      "another is a failure)."},
+    "--api-key-env": {"help": "Env var holding the API key."},
+    "--context-length": {"min": 256, "help": "The model's context in tokens (prompts are fitted into it); without "
+                         "one, what the server reports, else 2048."},
+}
+
+
+def _setting_option(option: str, default: Any = None) -> Any:
+    return typer.Option(default, option, **_SETTING_OPTIONS[option])
 
 
 @app.command("add")
@@ -30,14 +44,11 @@ def add(
     base_url: list[str] = typer.Option(
         [], "--base-url", help="OpenAI-compatible base URL ending in /v1; repeat for replicas."
     ),
-    kind: BackendKind = typer.Option(BackendKind.OPENAI_COMPATIBLE, "--kind", help="Backend kind."),
-    served_model: str | None = typer.Option(None, "--served-model", help="Model id the server expects."),
-    reply_model: str | None = typer.Option(None, "--reply-model", help="Model name the server's replies carry, "
-                                           "where not the one asked for (a reply naming another is a failure)."),
-    api_key_env: str | None = typer.Option(None, "--api-key-env", help="Env var holding the API key."),
-    context_length: int | None = typer.Option(None, "--context-length", min=256, help="The model's context in "
-                                              "tokens (prompts are fitted into it) [default: what the server "
-                                              "reports, else 2048]."),
+    kind: BackendKind = _setting_option("--kind", BackendKind.OPENAI_COMPATIBLE),
+    served_model: str | None = _setting_option("--served-model"),
+    reply_model: str | None = _setting_option("--reply-model"),
+    api_key_env: str | None = _setting_option("--api-key-env"),
+    context_length: int | None = _setting_option("--context-length"),
     judge: bool = typer.Option(False, "--judge", help="Also use this model as a jury member."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
@@ -91,13 +102,11 @@ def update(
         [], "--base-url", help="OpenAI-compatible base URL ending in /v1; replaces the model's URLs (repeat for "
         "replicas: give all of them)."
     ),
-    kind: BackendKind | None = typer.Option(None, "--kind", help="Backend kind."),
-    served_model: str | None = typer.Option(None, "--served-model", help="Model id the server expects."),
-    reply_model: str | None = typer.Option(None, "--reply-model", help="Model name the server's replies carry, "
-                                           "where not the one asked for."),
-    api_key_env: str | None = typer.Option(None, "--api-key-env", help="Env var holding the API key."),
-    context_length: int | None = typer.Option(None, "--context-length", min=256, help="The model's context in "
-                                              "tokens (prompts are fitted into it)."),
+    kind: BackendKind | None = _setting_option("--kind"),
+    served_model: str | None = _setting_option("--served-model"),
+    reply_model: str | None = _setting_option("--reply-model"),
+    api_key_env: str | None = _setting_option("--api-key-env"),
+    context_length: int | None = _setting_option("--context-length"),
     unset: list[Setting] = typer.Option([], "--unset", help="Remove a setting (the default applies again); "
                                         "repeat for several."),
     judge: bool | None = typer.Option(None, "--judge/--no-judge", help="Add the model to the jury, or take it out."),
@@ -122,7 +131,8 @@ def update(
     try:
         endpoint = ModelEndpoint.model_validate({**before.model_dump(), **changes})
     except ValidationError as exc:
-        raise BadInputError(f"models update: {validation_problems(exc, _OPTIONS)}") from None
+        problems = validation_problems(exc, _OPTIONS).replace(GIVE_BASE_URL, f"`models update {name} --base-url URL`")
+        raise BadInputError(f"models update: {problems}") from None
     was_judge = name in config.judges
     is_judge = was_judge if judge is None else judge
     changed = [field for field in changes if getattr(endpoint, field) != getattr(before, field)]

@@ -46,6 +46,10 @@ class Pricing(BaseModel):
     gpus: int = Field(default=1, ge=1)
 
 
+# How a model without a URL is given one (``models update`` names the model it changes instead).
+GIVE_BASE_URL = "`models add --base-url URL`"
+
+
 class ModelEndpoint(BaseModel):
     """One model the appliance can query: the model under test or a judge."""
 
@@ -74,7 +78,7 @@ class ModelEndpoint(BaseModel):
     def _urls_match_kind(self) -> ModelEndpoint:
         if self.kind != BackendKind.EMBEDDED and not self.base_urls:
             raise ValueError(f"base_urls: a model of kind {self.kind.value} needs at least one base URL "
-                             "(`models add --base-url URL`)")
+                             f"({GIVE_BASE_URL})")
         if self.kind == BackendKind.EMBEDDED and self.base_urls:
             raise ValueError("base_urls: an embedded model is started by the appliance and takes no URL")
         return self

@@ -7,9 +7,10 @@ spec's designated long field (``truncate``: the note, the timeline) is cut to fi
 (no designated field, or too long even without it) is recorded as the error ``prompt_too_long`` and never sent.
 
 The context length a run uses is decided once, when the run is created, and kept in its manifest
-(``manifest["context"]``): the configured ``context_length`` (``models add``), lowered to the server's own limit
-where the server reports one (vLLM's ``max_model_len``); a model configured without ``context_length`` takes the
-server's limit, or, when the server reports none, the default 2,048 (``source: default``, logged).
+(``manifest["context"]``): the configured ``context_length`` (``models add`` or ``models update``), lowered to the
+server's own limit where the server reports one (vLLM's ``max_model_len``); a model configured without
+``context_length`` takes the server's limit, or, when the server reports none, the default 2,048 (``source:
+default``, logged).
 """
 
 from __future__ import annotations

@@ -12,31 +12,9 @@ from medhelm_local.home.config import ModelEndpoint
 from medhelm_local.inference.egress import EgressPolicy
 from medhelm_local.inference.lane import MAX_RESPONSE_BYTES
 from medhelm_local.webconsole.pages_it import NOT_A_MODELS_REPLY, PROBE_TIMEOUT_S, _probe
-from tests.httpstub import QuietHandler, stub_server
+from tests.httpstub import streaming_handler, stub_server, trickling_head_handler
 
 CHUNK = b" " * (1 << 20)
-
-
-def _streaming(chunk: bytes, count: int, pause_s: float) -> tuple[type[BaseHTTPRequestHandler], list[int]]:
-    """A handler answering 200 with ``count`` chunks, ``pause_s`` apart, until the client hangs up; and the bytes
-    of body it sent."""
-    sent = [0]
-
-    class Streaming(QuietHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.end_headers()  # no length: the body ends when the connection does
-            try:
-                for _ in range(count):
-                    self.wfile.write(chunk)
-                    self.wfile.flush()
-                    sent[0] += len(chunk)
-                    time.sleep(pause_s)
-            except OSError:
-                pass
-
-    return Streaming, sent
 
 
 def _probed(handler: type[BaseHTTPRequestHandler]) -> tuple[bool | None, str, float]:
@@ -47,13 +25,13 @@ def _probed(handler: type[BaseHTTPRequestHandler]) -> tuple[bool | None, str, fl
 
 
 def test_a_models_reply_longer_than_any_is_not_read_whole() -> None:
-    handler, sent = _streaming(CHUNK, 96, 0.0)
+    handler, sent = streaming_handler(CHUNK, 96, 0.0)
     assert _probed(handler)[:2] == (False, NOT_A_MODELS_REPLY)
     assert sent[0] < MAX_RESPONSE_BYTES + 32 * len(CHUNK)  # what the sockets' buffers hold beyond it, not 96 MiB
 
 
 def test_a_trickled_models_reply_is_bounded_by_the_probe_timeout() -> None:
-    handler, _ = _streaming(b" ", 40, 0.5)  # 20 s of a byte each half second
+    handler, _ = streaming_handler(b" ", 40, 0.5)  # 20 s of a byte each half second
     healthy, detail, elapsed = _probed(handler)
     assert (healthy, detail) == (False, NOT_A_MODELS_REPLY)
     assert elapsed < PROBE_TIMEOUT_S + 3
@@ -63,16 +41,6 @@ def test_a_trickled_status_line_and_headers_are_bounded_by_the_probe_timeout() -
     """The deadline was checked as body chunks came: a server sending its status line and headers a byte at a time
     held the page for as long as it trickled (30 s here). Now the whole exchange is bounded."""
 
-    class Trickle(QuietHandler):
-        def do_GET(self) -> None:
-            try:
-                for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 300:
-                    self.wfile.write(bytes([byte]))
-                    self.wfile.flush()
-                    time.sleep(0.1)
-            except OSError:
-                pass
-
-    healthy, detail, elapsed = _probed(Trickle)
+    healthy, detail, elapsed = _probed(trickling_head_handler(300))
     assert (healthy, detail) == (False, NOT_A_MODELS_REPLY)
     assert elapsed < PROBE_TIMEOUT_S + 3

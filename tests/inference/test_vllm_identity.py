@@ -14,7 +14,7 @@ from medhelm_local.inference import vllm as v
 from medhelm_local.inference.lane import MAX_RESPONSE_BYTES
 from medhelm_local.testing.asgi_thread import free_port
 from medhelm_local.testing.fake_openai import FakeOpenAIServer
-from tests.httpstub import QuietHandler, stub_server
+from tests.httpstub import streaming_handler, stub_server, trickling_head_handler
 
 
 def _process(port: int, *, api_key: str | None, served: str = "llama-3-8b") -> v.VllmProcess:
@@ -56,29 +56,11 @@ def test_a_server_serving_another_model_is_refused() -> None:
 CHUNK = b" " * (1 << 20)
 
 
-def _endless(sent: list[int]) -> type[QuietHandler]:
-    """Answers 200 with a body that never ends (no length), counting the bytes it sent until the client hangs up."""
-
-    class Endless(QuietHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("content-type", "application/json")
-            self.end_headers()
-            try:
-                for _ in range(256):
-                    self.wfile.write(CHUNK)
-                    sent[0] += len(CHUNK)
-            except OSError:
-                pass
-
-    return Endless
-
-
 def test_an_endless_identity_reply_is_refused_not_read_into_memory() -> None:
     """``serve vllm`` read /version and /v1/models whole: a server streaming without end filled the memory (some
     3 GiB in 6 s on loopback) and never returned. Now a reply is read up to MAX_RESPONSE_BYTES."""
-    sent = [0]
-    with stub_server(_endless(sent)) as base, pytest.raises(v.VllmError, match=r"version .* is longer than 16 MiB"):
+    endless, sent = streaming_handler(CHUNK, 256)
+    with stub_server(endless) as base, pytest.raises(v.VllmError, match=r"version .* is longer than 16 MiB"):
         _process(_port(base), api_key=None).describe()
     assert sent[0] < MAX_RESPONSE_BYTES + 32 * len(CHUNK)  # what the sockets' buffers hold beyond it, not 256 MiB
 
@@ -88,17 +70,8 @@ def test_a_trickled_identity_reply_is_bounded_in_time(monkeypatch: pytest.Monkey
     trickled (httpx bounds each read, 10 s, not the reply). Now the whole read is bounded."""
     monkeypatch.setattr(v, "IDENTITY_TIMEOUT_S", 1.0)
 
-    class Trickle(QuietHandler):
-        def do_GET(self) -> None:
-            try:
-                for byte in b"HTTP/1.1 200 OK\r\nX-Slow: " + b"a" * 1000:
-                    self.wfile.write(bytes([byte]))
-                    self.wfile.flush()
-                    time.sleep(0.1)
-            except OSError:
-                pass
-
-    with stub_server(Trickle) as base, pytest.raises(v.VllmError, match=r"version .* not read within 1s"):
+    with stub_server(trickling_head_handler(1000)) as base, \
+            pytest.raises(v.VllmError, match=r"version .* not read within 1s"):
         started = time.monotonic()
         _process(_port(base), api_key=None).describe()
     assert time.monotonic() - started < 5
@@ -106,8 +79,7 @@ def test_a_trickled_identity_reply_is_bounded_in_time(monkeypatch: pytest.Monkey
 
 def test_an_endless_health_reply_is_not_health(monkeypatch: pytest.MonkeyPatch) -> None:
     """vLLM's /health was read whole while it started: a body without end held the start for ever."""
-    sent = [0]
-    with stub_server(_endless(sent)) as base:
+    with stub_server(streaming_handler(CHUNK, 256)[0]) as base:
         process = _process(_port(base), api_key=None)
         process.proc = subprocess.Popen(["sleep", "30"])
         try:
