@@ -317,9 +317,6 @@ def commit_outcomes(store: Store, run_id: str, session_id: str, wall_s: float, o
         return
     conn = store.conn
     now = utcnow()
-    requests = OUTCOME_REQUESTS.bind(
-        benchmark=[o.request.benchmark for o in outcomes], instance_id=[o.request.instance_id for o in outcomes],
-        request_hash=[o.request.digest() for o in outcomes])
     results = [o.result for o in outcomes]
     responses = OUTCOME_RESPONSES.bind(
         benchmark=[o.request.benchmark for o in outcomes], instance_id=[o.request.instance_id for o in outcomes],
@@ -332,7 +329,6 @@ def commit_outcomes(store: Store, run_id: str, session_id: str, wall_s: float, o
     completion_tokens = sum(o.result.completion_tokens or 0 for o in outcomes)
     request_s = sum(o.result.latency_s for o in outcomes)
     batch_items = f"(SELECT benchmark, instance_id FROM {OUTCOME_RESPONSES.source})"
-    scores = [row for o in outcomes for row in o.scores]
     with store.transaction():
         if replace_errors:  # the retry's request replaces the failed one's (it may differ: a prompt cut to fit)
             stale = ("EXISTS (SELECT 1 FROM responses r WHERE r.run_id = q.run_id AND r.benchmark = q.benchmark "
@@ -341,18 +337,6 @@ def commit_outcomes(store: Store, run_id: str, session_id: str, wall_s: float, o
                 conn.execute(f"DELETE FROM {table} q USING {batch_items} s WHERE q.run_id = $run_id "
                              f"AND q.benchmark = s.benchmark AND q.instance_id = s.instance_id AND {stale}",
                              {"run_id": run_id, "batch": responses})
-        # ``requests`` has no key (schema_core.sql): a request is stored only for an item without a stored outcome
-        # (with replace_errors: or with an error, whose request was deleted above), exactly those whose outcome the
-        # insert into ``responses`` below keeps; so are the scores of an item scored as answered.
-        replaceable = " AND r.error IS NULL" if replace_errors else ""
-        kept = ("NOT EXISTS (SELECT 1 FROM responses r WHERE r.run_id = $run_id AND r.benchmark = b.benchmark "
-                f"AND r.instance_id = b.instance_id{replaceable})")
-        conn.execute("INSERT INTO requests (run_id, benchmark, instance_id, request_hash) SELECT $run_id, b.* "
-                     f"FROM {OUTCOME_REQUESTS.source} b WHERE {kept}", {"run_id": run_id, "batch": requests})
-        if scores:
-            conn.execute(f"INSERT INTO scores SELECT $run_id, b.* FROM {NEW_SCORES.source} b WHERE {kept}",
-                         {"run_id": run_id, "batch": scores_batch(scores)})
-        if replace_errors:
             conn.execute(
                 "INSERT INTO runner_error_history SELECT r.run_id, r.benchmark, r.instance_id, r.error, "
                 f"r.attempts, r.endpoint, $now FROM responses r JOIN {batch_items} s "
@@ -362,8 +346,24 @@ def commit_outcomes(store: Store, run_id: str, session_id: str, wall_s: float, o
                 f"DELETE FROM responses r USING {batch_items} s WHERE r.run_id = $run_id "
                 "AND r.benchmark = s.benchmark AND r.instance_id = s.instance_id AND r.error IS NOT NULL",
                 {"run_id": run_id, "batch": responses})
-        conn.execute(f"INSERT INTO responses SELECT $run_id, *, $now FROM {OUTCOME_RESPONSES.source} "
-                     "ON CONFLICT DO NOTHING", {"run_id": run_id, "now": now, "batch": responses})
+        # The outcomes ``responses``' key keeps (items without a stored outcome; with replace_errors, or with an
+        # error, deleted above) are the ones whose request, and scores where scored as answered, are stored:
+        # ``requests`` has no key (schema_core.sql), so it is written for exactly those, found by the insert itself
+        # (RETURNING) rather than by probing ``responses`` again for each table.
+        kept = set(conn.execute(f"INSERT INTO responses SELECT $run_id, *, $now FROM {OUTCOME_RESPONSES.source} "
+                                "ON CONFLICT DO NOTHING RETURNING benchmark, instance_id",
+                                {"run_id": run_id, "now": now, "batch": responses}).fetchall())
+        stored = [o for o in outcomes if (o.request.benchmark, o.request.instance_id) in kept]
+        if stored:
+            conn.execute(f"INSERT INTO requests (run_id, benchmark, instance_id, request_hash) SELECT $run_id, * "
+                         f"FROM {OUTCOME_REQUESTS.source}", {"run_id": run_id, "batch": OUTCOME_REQUESTS.bind(
+                             benchmark=[o.request.benchmark for o in stored],
+                             instance_id=[o.request.instance_id for o in stored],
+                             request_hash=[o.request.digest() for o in stored])})
+        scores = [row for o in stored for row in o.scores]
+        if scores:
+            conn.execute(f"INSERT INTO scores SELECT $run_id, * FROM {NEW_SCORES.source}",
+                         {"run_id": run_id, "batch": scores_batch(scores)})
         cut = [(o.request, o.truncated) for o in outcomes if o.truncated is not None]
         if cut:
             conn.execute(f"INSERT OR REPLACE INTO runner_truncations SELECT $run_id, * "

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import string
+import subprocess
+import sys
 
 import pytest
 
@@ -126,3 +128,26 @@ def test_get_spec_unknown_is_not_found() -> None:
 
     with pytest.raises(NotFoundError):
         shipped_spec("no_such_benchmark")
+
+
+def test_a_shipped_spec_is_parsed_only_when_asked_for() -> None:
+    """A command that uses three benchmarks parses their three files, not every shipped spec (about 11 ms at every
+    `run`); a name that is no shipped file (a path, say) is never read."""
+    code = (
+        "from medhelm_local.benchmarks import registry\n"
+        "parsed = []\n"
+        "real = registry.parse_spec\n"
+        "registry.parse_spec = lambda text, source: parsed.append(source) or real(text, source)\n"
+        "registry.SpecRegistry().get('pubmedqa')\n"
+        "registry.SpecRegistry().get('pubmedqa')\n"
+        "registry.shipped_spec('medqa')\n"
+        "for name in ('../registry', 'specs/pubmedqa'):\n"
+        "    try:\n"
+        "        registry.shipped_spec(name)\n"
+        "    except Exception as exc:\n"
+        "        assert type(exc).__name__ == 'NotFoundError', exc\n"
+        "print(','.join(parsed))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert done.stdout.strip() == "pubmedqa.yaml,medqa.yaml"
+    assert len(shipped_specs()) == 37

@@ -81,6 +81,71 @@ def test_closing_the_committer_commits_at_once_not_after_the_interval(monkeypatc
     assert waited < 2.0
 
 
+def test_once_everything_is_sent_what_is_queued_commits_while_the_last_replies_are_awaited(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The round after the last reply holds only the replies in flight when the last request went out, not every
+    outcome since the previous round (which made the run wait, after its last reply, for a round of thousands)."""
+    rounds: list[int] = []
+
+    def commit_outcomes(store: Any, run_id: str, session_id: str, wall_s: float, outcomes: list[Outcome], *,
+                        replace_errors: bool) -> None:
+        rounds.append(len(outcomes))
+
+    monkeypatch.setattr(execute.runs_db, "commit_outcomes", commit_outcomes)
+
+    async def scenario() -> None:
+        db = execute.StoreThread()
+        committer = execute.GroupCommitter(db, None, "run", "session", replace_errors=False,  # type: ignore[arg-type]
+                                           max_batch=512, started=time.monotonic(), interval_s=30.0)
+        committer.submit(_outcome(0))
+        while not rounds:
+            await asyncio.sleep(0.01)
+        for i in range(1, 4):  # the next round would wait 30 s
+            committer.submit(_outcome(i))
+        committer.drain()  # the last request went out
+        for _ in range(200):
+            if len(rounds) > 1:
+                break
+            await asyncio.sleep(0.01)
+        assert rounds == [1, 3]  # committed while the last replies are awaited
+        committer.submit(_outcome(4))  # the last reply: its round waits for close, not the interval
+        committer.submit(_outcome(5))
+        await asyncio.sleep(0.1)
+        assert rounds == [1, 3]
+        await committer.close()
+        db.close()
+
+    asyncio.run(scenario())
+    assert rounds == [1, 3, 2]
+
+
+def test_drain_with_nothing_queued_adds_no_round(monkeypatch: pytest.MonkeyPatch) -> None:
+    rounds: list[int] = []
+
+    def commit_outcomes(store: Any, run_id: str, session_id: str, wall_s: float, outcomes: list[Outcome], *,
+                        replace_errors: bool) -> None:
+        rounds.append(len(outcomes))
+
+    monkeypatch.setattr(execute.runs_db, "commit_outcomes", commit_outcomes)
+
+    async def scenario() -> None:
+        db = execute.StoreThread()
+        committer = execute.GroupCommitter(db, None, "run", "session", replace_errors=False,  # type: ignore[arg-type]
+                                           max_batch=512, started=time.monotonic(), interval_s=30.0)
+        committer.submit(_outcome(0))
+        while not rounds:
+            await asyncio.sleep(0.01)
+        committer.drain()
+        committer.submit(_outcome(1))  # arrives after the drain: waits for close
+        await asyncio.sleep(0.1)
+        assert rounds == [1]
+        await committer.close()
+        db.close()
+
+    asyncio.run(scenario())
+    assert rounds == [1, 1]
+
+
 @pytest.mark.parametrize(("kind", "requested", "expected"), [
     ("vllm", None, 256),  # vLLM queues what exceeds its batch: no round trip is spent below the cap
     ("embedded", None, None),  # answers one request at a time: a queue of the cap's size only waits

@@ -4,7 +4,11 @@ error's rows, in the same transaction."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 from medhelm_local.records import ChatMessage, InferenceRequest, InferenceResult, Instance, InstanceScore
 from medhelm_local.store import Store
@@ -50,3 +54,38 @@ def test_scores_follow_the_outcome_the_store_keeps(tmp_path: Path) -> None:
                                 replace_errors=True)
         assert _values(store, run_id) == {"p1": (1.0, {"parsed": True}), "p2": (1.0, {"parsed": True})}
         assert runs_db.unscored(store, run_id, "pubmedqa", "exact_match") == (3, 1)  # p0 answered, never scored
+
+
+def test_a_commit_round_looks_up_the_kept_outcomes_once(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The outcomes ``responses``' key keeps come back from its insert (RETURNING), and only their requests and
+    scores are written: ``responses`` is not probed again for each of those tables (about a fifth of a round's
+    cost)."""
+    home = make_home(tmp_path / "home")
+    data = [Instance(benchmark="pubmedqa", id=f"p{i}", fields={"question": "q", "context": "c"}, references=["yes"])
+            for i in range(3)]
+    with Store.open(home) as store:
+        fingerprint = register(store, "pubmedqa", data)
+        run_id = add_run(store, "m", "pubmedqa", fingerprint, data, {"p0": "yes"}, status="running")
+        store.conn.execute("DELETE FROM responses WHERE run_id = ? AND instance_id <> 'p0'", [run_id])
+        store.conn.execute("DELETE FROM requests WHERE run_id = ? AND instance_id <> 'p0'", [run_id])
+        store.conn.execute("DELETE FROM scores WHERE run_id = ?", [run_id])
+        statements: list[str] = []
+        real = Store.conn
+
+        class Recording:
+            def __init__(self, conn: Any) -> None:
+                self._conn = conn
+
+            def execute(self, sql: str, *args: Any) -> Any:
+                statements.append(sql)
+                return self._conn.execute(sql, *args)
+
+        monkeypatch.setattr(Store, "conn", property(lambda self: Recording(real.fget(self))))  # type: ignore[attr-defined]
+        runs_db.commit_outcomes(store, run_id, "s", 1.0, [_outcome("p0", "no", 0.0), _outcome("p1", "yes", 1.0)],
+                                replace_errors=False)
+        monkeypatch.undo()
+        reads = [s.split(" SELECT")[0] for s in statements if re.search(r"\b(FROM|INTO|JOIN) responses\b", s)]
+        assert reads == ["INSERT INTO responses"]
+        assert _values(store, run_id) == {"p1": (1.0, {"parsed": True})}  # p0's second outcome adds nothing
+        assert store.conn.execute("SELECT instance_id FROM requests WHERE run_id = ? ORDER BY instance_id",
+                                  [run_id]).fetchall() == [("p0",), ("p1",)]
