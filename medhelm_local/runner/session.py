@@ -356,8 +356,8 @@ def _refuse_no_room(model: str, context_length: int, specs: Mapping[str, Benchma
         detail = ", ".join(f"{b} (max_tokens {n})" for b, n in full.items())
         raise BadInputError(
             f"model {model} has a context of {context_length} tokens, which the reply alone fills for {detail}: no "
-            "prompt would fit. Evaluate these benchmarks on a model with a larger context (its context_length, "
-            "`models add --context-length`), or leave them out"
+            "prompt would fit. Evaluate these benchmarks on a model with a larger context (its context_length: "
+            f"`models update {model} --context-length N`), or leave them out"
         )
 
 

@@ -245,8 +245,11 @@ def test_a_benchmark_whose_reply_fills_the_context_is_refused_before_the_run(tmp
     with FakeOpenAIServer(responder=hash_responder(), tokenizer="vllm", context_length=max_tokens) as server:
         home = make_home(tmp_path / "home", [server.base_url])
         register(home, synthetic_instances(5))
-        with pytest.raises(BadInputError, match=rf"pubmedqa \(max_tokens {max_tokens}\).*no prompt would fit"):
+        fills = rf"pubmedqa \(max_tokens {max_tokens}\).*no prompt would fit"
+        with pytest.raises(BadInputError, match=fills) as refused:
             evaluate(app(home), quiet())
+        # the model exists: its context is changed with models update (models add refuses its name)
+        assert "`models update fake --context-length N`" in str(refused.value)
         sent = server.stats()["completions_sent"]
     assert sent == 0
     with Store.open(home, read_only=True) as store:
