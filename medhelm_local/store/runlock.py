@@ -137,17 +137,7 @@ def run_lock_held(store_path: Path, run_id: str) -> bool | None:
     Probed by taking a shared lock (a read-only home allows it) and giving it back at once. Closing the file drops
     every lock this process holds on it, so the caller must never be a process that sends runs (``audit report``,
     ``runs list``/``show``, the console are not)."""
-    try:
-        fd = os.open(run_lock_path(store_path), os.O_RDONLY)
-    except OSError:
-        return None
-    try:
-        fcntl.lockf(fd, fcntl.LOCK_SH | fcntl.LOCK_NB, 1, _offset(run_id))
-    except OSError as exc:
-        return True if exc.errno in (errno.EACCES, errno.EAGAIN) else None
-    finally:
-        os.close(fd)
-    return False
+    return _probe(store_path, os.O_RDONLY, fcntl.LOCK_SH, _offset(run_id))
 
 
 def shard_lock_held(store_path: Path, run_id: str) -> bool | None:
@@ -157,12 +147,19 @@ def shard_lock_held(store_path: Path, run_id: str) -> bool | None:
     Probed by taking the byte exclusively, which fails while any shard holds it shared, and giving it back at once
     (a shard starting meanwhile waits that instant). As for :func:`run_lock_held`, the caller must never be a
     process that sends runs."""
+    return _probe(store_path, os.O_RDWR, fcntl.LOCK_EX, _shards_offset(run_id))
+
+
+def _probe(store_path: Path, open_flags: int, lock: int, offset: int) -> bool | None:
+    """Whether another process holds the lock file's byte ``offset`` against a ``lock`` (taken without waiting and
+    given back at once): True, False, or None when that cannot be told (no lock file, or one this process cannot
+    open with ``open_flags``; no locks there)."""
     try:
-        fd = os.open(run_lock_path(store_path), os.O_RDWR)
+        fd = os.open(run_lock_path(store_path), open_flags)
     except OSError:
         return None
     try:
-        fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, _shards_offset(run_id))
+        fcntl.lockf(fd, lock | fcntl.LOCK_NB, 1, offset)
     except OSError as exc:
         return True if exc.errno in (errno.EACCES, errno.EAGAIN) else None
     finally:
