@@ -94,14 +94,11 @@ def apply_comparability(rows: list[ModelRow], found: Comparability) -> None:
 
 
 def _left_out_line(row: ModelRow) -> str | None:
-    """What the model's win rate leaves out, when it leaves out any pairing."""
+    """What the model's win rate leaves out, when it has one and leaves out any pairing (a model with none is
+    unranked, and its ``unranked_reason`` says so)."""
     left_out = row.win_pairs_left_out
-    if not left_out:
+    if not left_out or row.win_rate is None:
         return None
-    if row.win_rate is None:
-        which = ("its only (benchmark, rival) pairing is" if left_out == 1
-                 else f"all {left_out} of its (benchmark, rival) pairings are")
-        return f"{row.model}: win rate n/a: {which} left out, their runs not comparable"
     return (f"{row.model}'s win rate counts {row.win_pairs} of its {row.win_pairs + left_out} (benchmark, rival) "
             f"pairings: {left_out} left out, their runs not comparable")
 

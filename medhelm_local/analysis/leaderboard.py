@@ -144,7 +144,9 @@ class ModelRow(BaseModel):
         if all(s.score is None for s in self.benchmarks.values()):
             return "no scored benchmark: every request or judgement failed"
         if self.win_rate_left_out:
-            return "every (benchmark, rival) pairing is left out, their runs not comparable"
+            which = ("its only (benchmark, rival) pairing is" if self.win_pairs_left_out == 1
+                     else f"all {self.win_pairs_left_out} of its (benchmark, rival) pairings are")
+            return f"{which} left out, their runs not comparable"
         return "no other model has a score on any of its benchmarks"
 
     @property

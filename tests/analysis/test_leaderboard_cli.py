@@ -207,8 +207,9 @@ def test_models_scored_on_different_versions_of_a_dataset_are_named_and_never_pa
     assert "minimum detectable effect" not in table.stdout
     alpha = next(line for line in table.stdout.splitlines() if line.startswith("alpha\t")).split("\t")
     assert alpha[1:3] == ["unranked", "n/a"]  # rank, win rate
-    assert ("alpha: win rate n/a: its only (benchmark, rival) pairing is left out, their runs not comparable"
-            in table.stderr)
+    assert ("alpha: unranked, no win rate: its only (benchmark, rival) pairing is left out, their runs not "
+            "comparable" in table.stderr)
+    assert "alpha: win rate n/a" not in table.stderr  # said once, as the reason it is unranked
     assert ("alpha on pubmedqa scored another version of its dataset than the one registered last: run it again "
             "(`medhelm-local run --model alpha --benchmarks pubmedqa`)") in table.stderr
     assert "beta on pubmedqa scored another version" not in table.stderr
@@ -217,7 +218,7 @@ def test_models_scored_on_different_versions_of_a_dataset_are_named_and_never_pa
     page = page_as(home, "/leaderboard?resamples=0")
     assert page.status_code == 200
     assert _console_win_rates(page.text) == {"alpha": "n/a", "beta": "n/a"}
-    assert "beta: win rate n/a: its only (benchmark, rival) pairing is left out" in page.text
+    assert "beta: unranked, no win rate: its only (benchmark, rival) pairing is left out" in page.text
 
 
 def _console_win_rates(text: str) -> dict[str, str]:
@@ -345,7 +346,7 @@ def test_a_model_without_a_win_rate_is_unranked_not_ranked_as_if_it_lost_everyth
                                                         ("solo", None)]
     reasons = {r["model"]: r["unranked_reason"] for r in board}
     assert reasons["alpha"] is None and reasons["gamma"] is None
-    assert reasons["delta"] == "every (benchmark, rival) pairing is left out, their runs not comparable"
+    assert reasons["delta"] == "all 3 of its (benchmark, rival) pairings are left out, their runs not comparable"
     assert reasons["solo"] == "no other model has a score on any of its benchmarks"
 
     table = cli("leaderboard", "--resamples", "0")
@@ -355,8 +356,8 @@ def test_a_model_without_a_win_rate_is_unranked_not_ranked_as_if_it_lost_everyth
     shown = [line.split("\t")[:3] for line in lines[2:7]]
     assert shown == [["alpha", "1", "1.000"], ["beta", "2", "0.500"], ["gamma", "3", "0.000"],
                      ["delta", "unranked", "n/a"], ["solo", "unranked", "-"]]
-    assert ("delta: unranked, no win rate: every (benchmark, rival) pairing is left out, their runs not comparable"
-            in table.stderr)
+    assert ("delta: unranked, no win rate: all 3 of its (benchmark, rival) pairings are left out, their runs not "
+            "comparable" in table.stderr)
     assert "solo: unranked, no win rate: no other model has a score on any of its benchmarks" in table.stderr
 
     page = page_as(home, "/leaderboard?resamples=0")

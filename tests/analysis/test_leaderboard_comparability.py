@@ -77,7 +77,7 @@ def test_runs_on_another_dataset_version_spec_or_sample_are_named_not_compared_s
     assert "delta on followup_needed is not comparable with alpha: dataset version; beta: dataset version" in said
     assert "[another dataset version; not comparable: see below]" in said
     assert "alpha on followup_needed scored another version of its dataset than the one registered last" in said
-    assert "gamma: win rate n/a: all 3 of its (benchmark, rival) pairings are left out" in said
+    assert "gamma: unranked, no win rate: all 3 of its (benchmark, rival) pairings are left out" in said
     gamma = next(line for line in table.stdout.splitlines() if line.startswith("gamma\t")).split("\t")
     assert gamma[1:3] == ["unranked", "n/a"]  # rank, win rate
 
