@@ -60,6 +60,8 @@ NOTES = (
     "Suppressed cells are shown as empty: fewer instances than the minimum cell size, or complementary.",
     "Model averages, category scores and win rates use published scores only; a win rate's interval compares "
     "each resample rounded as the published scores are (scores that round alike tie, as in the win rate).",
+    "Models are ranked by win rate, then macro average; a model without a win rate (no published score shared "
+    "with another model) is listed after every model that has one.",
     "A score is suppressed when the count it implies (score times n, or n minus that) is a small cell.",
     "Each score carries its 95% confidence interval: percentile bootstrap over the scored instances (1000 "
     "resamples, seed 0, as the appliance's leaderboard), rounded as the scores; a suppressed score's interval is "
@@ -538,7 +540,9 @@ def publish(raw: RawExport, policy: ExportPolicy, *, request_id: str, policy_sha
             cost=None if raw_cost is None else round_cost(raw_cost, policy.rounding.cost_decimals),
             **summary_ci.get(model, {}),
         ))
-    models.sort(key=lambda m: (-(m.win_rate or 0), -(m.macro_avg or 0), m.model))
+    # A model with no win rate (no published rival, nothing published) is not one that lost every pairing: it is
+    # listed after every model that has one, whatever its macro average (the leaderboard leaves it unranked).
+    models.sort(key=lambda m: (m.win_rate is None, -(m.win_rate or 0), -(m.macro_avg or 0), m.model))
     for rank, model_row in enumerate(models, start=1):
         model_row.rank = rank
     return ExportAggregates(
