@@ -1,18 +1,34 @@
-"""Output for people and for scripts: rich tables on a terminal, plain lines otherwise, JSON on request."""
+"""Output for people and for scripts: rich tables on a terminal, plain lines otherwise, JSON on request.
+
+rich (its console, markup and tables: about 25 ms of imports) is imported at the first output that needs it, so a
+command that prints only JSON or plain lines (``run --json``, a piped table) never pays for it.
+"""
 
 from __future__ import annotations
 
 import json
 import sys
 from collections.abc import Sequence
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
-from rich.console import Console
-from rich.markup import escape
-from rich.table import Table
+if TYPE_CHECKING:
+    from rich.console import Console
 
-stdout = Console(highlight=False, soft_wrap=True)
-stderr = Console(stderr=True, highlight=False, soft_wrap=True)
+
+@cache
+def _console(*, to_stderr: bool) -> Console:
+    from rich.console import Console
+
+    return Console(stderr=to_stderr, highlight=False, soft_wrap=True)
+
+
+def stdout_console() -> Console:
+    return _console(to_stderr=False)
+
+
+def stderr_console() -> Console:
+    return _console(to_stderr=True)
 
 
 def is_tty() -> bool:
@@ -35,12 +51,14 @@ def _fmt(value: Any) -> str:
 def emit_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]) -> None:
     """A rich table on a terminal; tab-separated lines with a header when piped."""
     if is_tty():
+        from rich.table import Table
+
         table = Table(title=title)
         for column in columns:
             table.add_column(column)
         for row in rows:
             table.add_row(*(_fmt(v) for v in row))
-        stdout.print(table)
+        stdout_console().print(table)
     else:
         sys.stdout.write(f"# {title}\n" + "\t".join(columns) + "\n")
         for row in rows:
@@ -49,8 +67,10 @@ def emit_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]]
 
 
 def info(message: str) -> None:
-    stderr.print(message, markup=False)
+    stderr_console().print(message, markup=False)
 
 
 def error(message: str) -> None:
-    stderr.print(f"[bold red]error:[/] {escape(message)}", markup=True)
+    from rich.markup import escape
+
+    stderr_console().print(f"[bold red]error:[/] {escape(message)}", markup=True)

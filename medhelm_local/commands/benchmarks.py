@@ -13,7 +13,7 @@ from medhelm_local.benchmarks.registry import (
     remove_custom_spec,
 )
 from medhelm_local.benchmarks.spec import BenchmarkSpec
-from medhelm_local.console import emit_json, emit_table, info, stdout
+from medhelm_local.console import emit_json, emit_table, info, stdout_console
 from medhelm_local.context import app_context
 from medhelm_local.errors import BadInputError
 from medhelm_local.prompts.styles import parity_status
@@ -83,7 +83,7 @@ def show(
         return
     import yaml
 
-    stdout.print(yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=110), markup=False)
+    stdout_console().print(yaml.safe_dump(data, sort_keys=False, allow_unicode=True, width=110), markup=False)
 
 
 @app.command("add")

@@ -7,7 +7,7 @@ import sys
 import typer
 from rich.tree import Tree
 
-from medhelm_local.console import emit_json, is_tty, stdout
+from medhelm_local.console import emit_json, is_tty, stdout_console
 from medhelm_local.taxonomy import Taxonomy, load_taxonomy
 
 NAME = "taxonomy"
@@ -50,6 +50,6 @@ def taxonomy(as_json: bool = typer.Option(False, "--json", help="Machine-readabl
     if as_json:
         emit_json(data.as_dict())
     elif is_tty():
-        stdout.print(_tree(data))
+        stdout_console().print(_tree(data))
     else:
         _plain(data)

@@ -19,20 +19,22 @@ from medhelm_local.errors import BadInputError, ExtractError, Place
 from medhelm_local.loaders.paths import SpecPathError, extract_folder, inside
 from medhelm_local.records import Instance
 
-# Built-in loader modules, imported on first use so that each registers itself.
-_LOADER_MODULES = (
-    "medhelm_local.loaders.pubmedqa",
-    "medhelm_local.loaders.tabular",
-    "medhelm_local.loaders.headqa",
-    "medhelm_local.loaders.mediqa",
-    "medhelm_local.loaders.mtsamples",
-    "medhelm_local.loaders.line_pairs",
-    "medhelm_local.loaders.dischargeme",
-    "medhelm_local.loaders.medalign",
-    "medhelm_local.loaders.meds",
-    "medhelm_local.loaders.n2c2",
-    "medhelm_local.loaders.omop",
-)
+# The built-in loaders by input format: a module is imported (and registers itself) when a spec names one of its
+# formats, so checking three specs does not import eleven loaders and their XML, SQLite and MEDS readers.
+_LOADER_MODULES = {
+    "pubmedqa_json": "medhelm_local.loaders.pubmedqa",
+    "table": "medhelm_local.loaders.tabular",
+    "private_table": "medhelm_local.loaders.tabular",
+    "headqa_json": "medhelm_local.loaders.headqa",
+    "mediqa_xml": "medhelm_local.loaders.mediqa",
+    "mtsamples_txt": "medhelm_local.loaders.mtsamples",
+    "line_pairs": "medhelm_local.loaders.line_pairs",
+    "dischargeme_csv": "medhelm_local.loaders.dischargeme",
+    "medalign_tsv": "medhelm_local.loaders.medalign",
+    "ehrshot_meds": "medhelm_local.loaders.meds",
+    "n2c2_xml": "medhelm_local.loaders.n2c2",
+    "omop_cdm": "medhelm_local.loaders.omop",
+}
 
 
 @dataclass
@@ -69,23 +71,24 @@ def register_loader(name: str, *, gives: frozenset[str] | None = None) -> Callab
 
 def declared_fields(name: str) -> frozenset[str] | None:
     """The fields the loader of ``name`` declares it gives every instance (None: none declared)."""
-    _ensure_registered()
+    _ensure_registered(name)
     return _GIVES.get(name)
 
 
-def _ensure_registered() -> None:
-    for module in _LOADER_MODULES:
+def _ensure_registered(name: str) -> None:
+    """Import the built-in module of input format ``name``, if there is one, so that its loader is registered."""
+    module = _LOADER_MODULES.get(name)
+    if module is not None and name not in _LOADERS:
         importlib.import_module(module)
 
 
 def available_loaders() -> list[str]:
-    _ensure_registered()
-    return sorted(_LOADERS)
+    return sorted(_LOADER_MODULES.keys() | _LOADERS.keys())
 
 
 def load_dataset(spec: BenchmarkSpec, path: Path) -> LoadResult:
     """Read and validate ``path`` for ``spec``; raise on the first problem, return nothing partial."""
-    _ensure_registered()
+    _ensure_registered(spec.input_format)
     if not path.exists():
         raise BadInputError(f"{path}: no such file or directory")
     if not (path.is_file() or path.is_dir()):  # a pipe (`<(...)`) is read once: the recorded sha256 would be of nothing

@@ -214,6 +214,8 @@ def _stored_key_chunks(store: Store, spec: BenchmarkSpec, fingerprint: str, max_
             while keyed := runs_db.prefix_keys_in_order(store, spec.id, fingerprint, template, start=start,
                                                         stop=start + _CHUNK):
                 yield keyed
+                if len(keyed) < _CHUNK:  # positions run 0..n-1 and every one has its key: that was the last
+                    return
                 start += _CHUNK
             return
         for ids in _sampled_id_chunks(store, spec, fingerprint, max_instances, seed):

@@ -8,19 +8,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import TYPE_CHECKING
 
-from rich.progress import (
-    BarColumn,
-    MofNCompleteColumn,
-    Progress,
-    TaskID,
-    TextColumn,
-    TimeElapsedColumn,
-    TimeRemainingColumn,
-)
-
-from medhelm_local.console import is_tty, stderr
+from medhelm_local.console import is_tty, stderr_console
 from medhelm_local.logs import get_logger
+
+if TYPE_CHECKING:
+    from rich.progress import Progress, TaskID
 
 log = get_logger(__name__)
 
@@ -59,10 +53,20 @@ class RunProgress:
 
     def __enter__(self) -> RunProgress:
         if self.tty:
+            # rich's progress (about 20 ms of imports) only where bars are drawn: not for `run --json` or a pod's logs
+            from rich.progress import (
+                BarColumn,
+                MofNCompleteColumn,
+                Progress,
+                TextColumn,
+                TimeElapsedColumn,
+                TimeRemainingColumn,
+            )
+
             self._progress = Progress(
                 TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                 TextColumn("errors {task.fields[errors]}"), TextColumn("{task.fields[tps]} tok/s"),
-                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=stderr,
+                TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=stderr_console(),
             )
             self._progress.start()
         return self

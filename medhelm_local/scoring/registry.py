@@ -105,7 +105,15 @@ def read_details(metric: str, stored: dict[str, Any]) -> ScoreDetails:
     """Stored details (JSON) back into the typed model of the scorer that wrote them. A key the model does not know
     (written by another version) is left out: a store is read as it was written, never refused for it."""
     model = scorer.details_model if (scorer := scorer_for(metric)) is not None else ScoreDetails
-    return model.model_validate({k: v for k, v in stored.items() if k in model.model_fields})
+    known = _field_names(model)
+    if stored.keys() <= known:
+        return model.model_validate(stored)
+    return model.model_validate({k: v for k, v in stored.items() if k in known})
+
+
+@functools.cache  # read_details runs once per stored score: pydantic's model_fields is a property, not a dict
+def _field_names(model: type[ScoreDetails]) -> frozenset[str]:
+    return frozenset(model.model_fields)
 
 
 def secondary_values(metric: str, details: ScoreDetails) -> dict[str, float]:

@@ -73,6 +73,29 @@ def test_a_plan_from_stored_keys_is_the_plan_built_from_the_prompts(
     assert len(from_keys) == (1000 + 1273 if max_instances is None else 2 * max_instances)
 
 
+def test_stored_keys_are_read_in_chunks_without_a_query_past_the_end(
+        registered: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Chunks of 100: PubMedQA's 1,000 keys fill ten (and one query finds there is no eleventh), MedQA's 1,273
+    end with a short one, after which nothing more is asked; the plan is the one built from the prompts."""
+    specs = app(registered).specs
+    benchmarks = list(FILES)
+    monkeypatch.setattr(plan_mod, "_CHUNK", 100)
+    reads: list[str] = []
+    original = runs_db.prefix_keys_in_order
+
+    def spy(store: Store, benchmark: str, *args: Any, **kwargs: Any) -> list[tuple[str, str]]:
+        reads.append(benchmark)
+        return original(store, benchmark, *args, **kwargs)
+
+    monkeypatch.setattr(runs_db, "prefix_keys_in_order", spy)
+    with Store.open(registered) as store:
+        from_keys = _order(store, specs, benchmarks, None)
+        store.conn.execute("DELETE FROM prefix_keys")
+        from_prompts = _order(store, specs, benchmarks, None)
+    assert from_keys == from_prompts and len(from_keys) == 1000 + 1273
+    assert reads == ["pubmedqa"] * 11 + ["medqa"] * 13
+
+
 def test_a_partial_key_set_is_not_used(registered: Any, monkeypatch: pytest.MonkeyPatch) -> None:
     specs = app(registered).specs
     with Store.open(registered) as store:

@@ -234,6 +234,30 @@ def test_stored_details_read_back_typed_and_unknown_keys_are_left_out() -> None:
     assert read_details("no_such_metric", {"parsed": False}).parsed is False
 
 
+def test_reading_stored_details_asks_the_model_for_its_fields_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run's aggregate reads every stored score's details: the model's field names are looked up once, not once
+    per key of every row (pydantic's ``model_fields`` is a property; 3-4 ms per 3,320 rows)."""
+    from medhelm_local.scoring.ehrsql import EhrsqlDetails
+    from medhelm_local.scoring.registry import read_details
+
+    fields = dict(EhrsqlDetails.model_fields)
+    lookups: list[type] = []
+
+    class CountingFields:
+        def __get__(self, instance: object, owner: type) -> dict[str, Any]:
+            lookups.append(owner)
+            return fields
+
+    monkeypatch.setattr(EhrsqlDetails, "model_fields", CountingFields())
+    for index in range(200):
+        details = read_details("ehrsql_execution_accuracy",
+                               {"parsed": True, "sql_error": None, "gold_empty": index % 2 == 0, "sub": {}})
+        assert isinstance(details, EhrsqlDetails) and details.gold_empty is (index % 2 == 0)
+    unknown = read_details("ehrsql_execution_accuracy", {"parsed": False, "from_another_version": 1})
+    assert unknown.parsed is False and "from_another_version" not in unknown.model_dump()
+    assert len(lookups) <= 1
+
+
 # -- a metric paired with a task it cannot score ------------------------------------------------------------------
 
 RUBRIC = {"criteria": [{"name": "accuracy", "description": "Is the answer right?"}],
