@@ -43,8 +43,6 @@ from medhelm_local.store.store import RunInfo, Store
 
 T = TypeVar("T")
 MAX_COMMIT_GAP_FACTOR = 5  # however slow a round, the next one comes within 5 commit intervals
-# Objects allocated between collections of the youngest generation while sending (Python's default: 700).
-SEND_GC_THRESHOLD = 10_000
 
 
 @dataclass
@@ -209,27 +207,24 @@ _gc_sending = 0  # send phases in progress in this process (the outermost sets t
 def long_lived_objects_frozen() -> Iterator[None]:
     """The send phase's garbage collection: every object alive when it starts (modules, pydantic's schemas,
     the plan, DuckDB's and httpcore's objects: tens of thousands) is moved out of the collector's reach
-    (``gc.freeze``), and the youngest generation is collected every ``SEND_GC_THRESHOLD`` allocations instead of
-    700. Otherwise each full collection during the send phase walks all of them again (about 60 ms of CPU each on
-    this project's machine, for a few hundred objects freed), and the frequent younger ones the requests in
-    flight: 0.12 s of the collector's CPU per bench/throughput.py run of 3,320 requests, 0.035 s with this.
-    Reference cycles made while sending are still collected; what was frozen is handed back to the collector
-    when the phase ends."""
+    (``gc.freeze``). Otherwise each full collection during the send phase walks all of them again (about 60 ms of
+    CPU each on this project's machine, for a few hundred objects freed). Reference cycles made while sending are
+    still collected, at the usual thresholds: collecting the youngest generation less often (every 10,000
+    allocations rather than 700) saved a little more CPU but raised the peak RSS of 100,000 instances by about
+    25 MB (bench/run_bench.py (b): 310-324 MB against 292-295 MB), past its 300 MB target. What was frozen is
+    handed back to the collector when the phase ends."""
     global _gc_sending
     with _gc_lock:
         _gc_sending += 1
         outermost = _gc_sending == 1
         if outermost:
-            thresholds = gc.get_threshold()
             gc.freeze()
-            gc.set_threshold(max(SEND_GC_THRESHOLD, thresholds[0]), *thresholds[1:])
     try:
         yield
     finally:
         with _gc_lock:
             _gc_sending -= 1
             if outermost:
-                gc.set_threshold(*thresholds)
                 gc.unfreeze()
 
 

@@ -185,7 +185,7 @@ def test_run_initial_concurrency_flag_sets_where_the_limiter_starts(home_cli: Cl
 
 def test_the_send_phase_leaves_long_lived_objects_to_rest_and_hands_them_back(tmp_path: Path) -> None:
     """While a run sends, what was alive before (modules, schemas, the plan) is frozen out of the collector's
-    walks and the youngest generation is collected less often; afterwards the collector is as it was."""
+    walks (its thresholds unchanged); afterwards the collector is as it was."""
     import gc
 
     from medhelm_local.application.evaluation import evaluate
@@ -193,10 +193,10 @@ def test_the_send_phase_leaves_long_lived_objects_to_rest_and_hands_them_back(tm
     from tests.runner.helpers import app, make_home, quiet, register, synthetic_instances
 
     answer = hash_responder()
-    seen: list[tuple[int, int]] = []
+    seen: list[tuple[int, tuple[int, ...]]] = []
 
     def respond(messages: list[dict[str, Any]]) -> str:
-        seen.append((gc.get_freeze_count(), gc.get_threshold()[0]))
+        seen.append((gc.get_freeze_count(), gc.get_threshold()))
         return answer(messages)
 
     before = gc.get_threshold()
@@ -206,7 +206,8 @@ def test_the_send_phase_leaves_long_lived_objects_to_rest_and_hands_them_back(tm
         outcome = evaluate(app(home), quiet())
     assert outcome.run.status == "finished"
     assert len(seen) == 20
-    assert all(frozen > 1000 and threshold == execute.SEND_GC_THRESHOLD for frozen, threshold in seen), seen[:3]
+    # frozen while sending; collected at the usual thresholds (a rarer youngest collection raised the peak RSS)
+    assert all(frozen > 1000 and threshold == before for frozen, threshold in seen), seen[:3]
     assert gc.get_freeze_count() == 0
     assert gc.get_threshold() == before
 
