@@ -112,7 +112,7 @@ def register(home: Home, items: list[Instance]) -> None:
     source = hashlib.sha256("".join(i.id for i in items[:1000]).encode() + str(len(items)).encode()).hexdigest()
     head, rest = items[:2000], items[2000:]
     with Store.open(home) as store:
-        fingerprint, _ = store.register_dataset("pubmedqa", source, "bench", "bench.json", head, {})
+        fingerprint = store.register_dataset("pubmedqa", source, "bench", "bench.json", head, {}).fingerprint
         if rest:
             table = pa.table({
                 "benchmark": ["pubmedqa"] * len(rest), "fingerprint": [fingerprint] * len(rest),
