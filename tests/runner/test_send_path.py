@@ -52,19 +52,30 @@ def _outcome(i: int) -> Outcome:
     return Outcome(request, InferenceResult(text="yes"), None)
 
 
-def test_closing_the_committer_commits_at_once_not_after_the_interval(monkeypatch: pytest.MonkeyPatch) -> None:
-    rounds: list[tuple[float, int]] = []
+@pytest.fixture
+def rounds(monkeypatch: pytest.MonkeyPatch) -> list[tuple[float, int]]:
+    """The commit rounds the group committer makes (when, how many outcomes), the store's commit stubbed."""
+    made: list[tuple[float, int]] = []
 
     def commit_outcomes(store: Any, run_id: str, session_id: str, wall_s: float, outcomes: list[Outcome], *,
                         replace_errors: bool) -> None:
-        rounds.append((time.monotonic(), len(outcomes)))
+        made.append((time.monotonic(), len(outcomes)))
 
     monkeypatch.setattr(execute.runs_db, "commit_outcomes", commit_outcomes)
+    return made
+
+
+def _committer() -> tuple[execute.StoreThread, execute.GroupCommitter]:
+    """A committer whose next round, after the first, would wait 30 s."""
+    db = execute.StoreThread()
+    return db, execute.GroupCommitter(db, None, "run", "session", replace_errors=False,  # type: ignore[arg-type]
+                                      max_batch=512, started=time.monotonic(), interval_s=30.0)
+
+
+def test_closing_the_committer_commits_at_once_not_after_the_interval(rounds: list[tuple[float, int]]) -> None:
 
     async def scenario() -> float:
-        db = execute.StoreThread()
-        committer = execute.GroupCommitter(db, None, "run", "session", replace_errors=False,  # type: ignore[arg-type]
-                                           max_batch=512, started=time.monotonic(), interval_s=30.0)
+        db, committer = _committer()
         committer.submit(_outcome(0))
         while not rounds:  # the first round goes at once
             await asyncio.sleep(0.01)
@@ -82,21 +93,12 @@ def test_closing_the_committer_commits_at_once_not_after_the_interval(monkeypatc
 
 
 def test_once_everything_is_sent_what_is_queued_commits_while_the_last_replies_are_awaited(
-        monkeypatch: pytest.MonkeyPatch) -> None:
+        rounds: list[tuple[float, int]]) -> None:
     """The round after the last reply holds only the replies in flight when the last request went out, not every
     outcome since the previous round (which made the run wait, after its last reply, for a round of thousands)."""
-    rounds: list[int] = []
-
-    def commit_outcomes(store: Any, run_id: str, session_id: str, wall_s: float, outcomes: list[Outcome], *,
-                        replace_errors: bool) -> None:
-        rounds.append(len(outcomes))
-
-    monkeypatch.setattr(execute.runs_db, "commit_outcomes", commit_outcomes)
 
     async def scenario() -> None:
-        db = execute.StoreThread()
-        committer = execute.GroupCommitter(db, None, "run", "session", replace_errors=False,  # type: ignore[arg-type]
-                                           max_batch=512, started=time.monotonic(), interval_s=30.0)
+        db, committer = _committer()
         committer.submit(_outcome(0))
         while not rounds:
             await asyncio.sleep(0.01)
@@ -107,43 +109,34 @@ def test_once_everything_is_sent_what_is_queued_commits_while_the_last_replies_a
             if len(rounds) > 1:
                 break
             await asyncio.sleep(0.01)
-        assert rounds == [1, 3]  # committed while the last replies are awaited
+        assert [n for _, n in rounds] == [1, 3]  # committed while the last replies are awaited
         committer.submit(_outcome(4))  # the last reply: its round waits for close, not the interval
         committer.submit(_outcome(5))
         await asyncio.sleep(0.1)
-        assert rounds == [1, 3]
+        assert [n for _, n in rounds] == [1, 3]
         await committer.close()
         db.close()
 
     asyncio.run(scenario())
-    assert rounds == [1, 3, 2]
+    assert [n for _, n in rounds] == [1, 3, 2]
 
 
-def test_drain_with_nothing_queued_adds_no_round(monkeypatch: pytest.MonkeyPatch) -> None:
-    rounds: list[int] = []
-
-    def commit_outcomes(store: Any, run_id: str, session_id: str, wall_s: float, outcomes: list[Outcome], *,
-                        replace_errors: bool) -> None:
-        rounds.append(len(outcomes))
-
-    monkeypatch.setattr(execute.runs_db, "commit_outcomes", commit_outcomes)
+def test_drain_with_nothing_queued_adds_no_round(rounds: list[tuple[float, int]]) -> None:
 
     async def scenario() -> None:
-        db = execute.StoreThread()
-        committer = execute.GroupCommitter(db, None, "run", "session", replace_errors=False,  # type: ignore[arg-type]
-                                           max_batch=512, started=time.monotonic(), interval_s=30.0)
+        db, committer = _committer()
         committer.submit(_outcome(0))
         while not rounds:
             await asyncio.sleep(0.01)
         committer.drain()
         committer.submit(_outcome(1))  # arrives after the drain: waits for close
         await asyncio.sleep(0.1)
-        assert rounds == [1]
+        assert [n for _, n in rounds] == [1]
         await committer.close()
         db.close()
 
     asyncio.run(scenario())
-    assert rounds == [1, 1]
+    assert [n for _, n in rounds] == [1, 1]
 
 
 @pytest.mark.parametrize(("kind", "requested", "expected"), [
