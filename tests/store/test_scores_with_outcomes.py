@@ -30,15 +30,22 @@ def _values(store: Store, run_id: str) -> dict[str, tuple[float | None, dict[str
     return {i: (value, details) for i, _, value, details in score_rows(store, run_id, "pubmedqa")}
 
 
-def test_scores_follow_the_outcome_the_store_keeps(tmp_path: Path) -> None:
-    home = make_home(tmp_path / "home")
+def _running_run(store: Store) -> str:
+    """A running run of three pubmedqa items, p0 answered (no scores), p1 and p2 not yet."""
     data = [Instance(benchmark="pubmedqa", id=f"p{i}", fields={"question": "q", "context": "c"}, references=["yes"])
             for i in range(3)]
+    fingerprint = register(store, "pubmedqa", data)
+    run_id = add_run(store, "m", "pubmedqa", fingerprint, data, {"p0": "yes"}, status="running")
+    for table in ("responses", "requests"):
+        store.conn.execute(f"DELETE FROM {table} WHERE run_id = ? AND instance_id <> 'p0'", [run_id])
+    store.conn.execute("DELETE FROM scores WHERE run_id = ?", [run_id])
+    return run_id
+
+
+def test_scores_follow_the_outcome_the_store_keeps(tmp_path: Path) -> None:
+    home = make_home(tmp_path / "home")
     with Store.open(home) as store:
-        fingerprint = register(store, "pubmedqa", data)
-        run_id = add_run(store, "m", "pubmedqa", fingerprint, data, {"p0": "yes"}, status="running")
-        store.conn.execute("DELETE FROM responses WHERE run_id = ? AND instance_id <> 'p0'", [run_id])
-        store.conn.execute("DELETE FROM scores WHERE run_id = ?", [run_id])
+        run_id = _running_run(store)
 
         runs_db.commit_outcomes(store, run_id, "s", 1.0, [_outcome("p1", "yes", 1.0), _outcome("p2", None, None)],
                                 replace_errors=False)
@@ -61,14 +68,8 @@ def test_a_commit_round_looks_up_the_kept_outcomes_once(tmp_path: Path, monkeypa
     scores are written: ``responses`` is not probed again for each of those tables (about a fifth of a round's
     cost)."""
     home = make_home(tmp_path / "home")
-    data = [Instance(benchmark="pubmedqa", id=f"p{i}", fields={"question": "q", "context": "c"}, references=["yes"])
-            for i in range(3)]
     with Store.open(home) as store:
-        fingerprint = register(store, "pubmedqa", data)
-        run_id = add_run(store, "m", "pubmedqa", fingerprint, data, {"p0": "yes"}, status="running")
-        store.conn.execute("DELETE FROM responses WHERE run_id = ? AND instance_id <> 'p0'", [run_id])
-        store.conn.execute("DELETE FROM requests WHERE run_id = ? AND instance_id <> 'p0'", [run_id])
-        store.conn.execute("DELETE FROM scores WHERE run_id = ?", [run_id])
+        run_id = _running_run(store)
         statements: list[str] = []
         real = Store.conn
 
