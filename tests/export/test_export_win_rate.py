@@ -22,14 +22,14 @@ PLAN = {
 }
 
 
-def _raw() -> RawExport:
+def _raw(plan: dict[str, dict[str, tuple[float, int]]] = PLAN) -> RawExport:
     cells = [RawCell(run_id=f"run-{model}", model=model, benchmark=benchmark, category=SHIPPED.category_of(benchmark),
                      metric="exact_match", score=score, n_scored=n, n_failed=0, n_total=n,
                      created_at=datetime(2026, 1, 1), proportion=False)
-             for model, own in PLAN.items() for benchmark, (score, n) in own.items()]
+             for model, own in plan.items() for benchmark, (score, n) in own.items()]
     runs = [RawRun(run_id=f"run-{model}", model=model, status="finished", benchmarks=list(own),
-                   manifest_sha256="0" * 64, dataset_fingerprints={}) for model, own in PLAN.items()]
-    usage = [RawModelUsage(model=model, cost=None, n_total=80) for model in PLAN]
+                   manifest_sha256="0" * 64, dataset_fingerprints={}) for model, own in plan.items()]
+    usage = [RawModelUsage(model=model, cost=None, n_total=80) for model in plan]
     return RawExport(runs=runs, cells=cells, usage=usage)
 
 
@@ -56,13 +56,6 @@ def test_the_export_counts_wins_as_the_leaderboard_does_over_its_published_score
 def test_a_model_without_a_win_rate_is_listed_after_every_model_with_one() -> None:
     """D has no rival on its benchmark (no win rate) and the best macro average; C lost its only pairing (win rate
     0). Ranked as if D's win rate were 0, D came before C on its macro average."""
-    plan = {"A": {"pubmedqa": (0.6, 40)}, "C": {"pubmedqa": (0.3, 40)}, "D": {"medication_qa": (0.9, 40)}}
-    cells = [RawCell(run_id=f"run-{model}", model=model, benchmark=benchmark, category=SHIPPED.category_of(benchmark),
-                     metric="exact_match", score=score, n_scored=n, n_failed=0, n_total=n,
-                     created_at=datetime(2026, 1, 1), proportion=False)
-             for model, own in plan.items() for benchmark, (score, n) in own.items()]
-    runs = [RawRun(run_id=f"run-{model}", model=model, status="finished", benchmarks=list(own),
-                   manifest_sha256="0" * 64, dataset_fingerprints={}) for model, own in plan.items()]
-    raw = RawExport(runs=runs, cells=cells, usage=[RawModelUsage(model=m, cost=None, n_total=40) for m in plan])
+    raw = _raw({"A": {"pubmedqa": (0.6, 40)}, "C": {"pubmedqa": (0.3, 40)}, "D": {"medication_qa": (0.9, 40)}})
     data = publish(raw, ExportPolicy(), request_id="exp-x", policy_sha256="0" * 64)
     assert [(m.rank, m.model, m.win_rate) for m in data.models] == [(1, "A", 1.0), (2, "C", 0.0), (3, "D", None)]
