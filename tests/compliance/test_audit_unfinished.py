@@ -26,11 +26,10 @@ from medhelm_local.audit.trail import AuditTrail
 from medhelm_local.audit.verify import verify_file
 from medhelm_local.home.keys import ensure_keys, load_signing_key
 from medhelm_local.runner import session
-from medhelm_local.runner import shard as sharding
 from medhelm_local.testing.fake_openai import FakeOpenAIServer, hash_responder
 from tests.compliance.conftest import REQUESTER, EvaluatedHome, request_export, signers
 from tests.console.test_compliance_pdf import pdf_text
-from tests.runner.helpers import app, make_home, quiet, register, synthetic_instances
+from tests.runner.helpers import app, make_home, quiet, register, shard_killed_before_merging, synthetic_instances
 
 # `export request` as the CLI runs it, stalled once its intent is written (while it builds the candidate), so that
 # the test can kill it there.
@@ -233,15 +232,7 @@ def test_runs_merge_finishing_a_run_a_shard_failure_concluded_takes_it_up_again(
         home = make_home(tmp_path / "home", [server.base_url])
         register(home, synthetic_instances(20))
         first = evaluate(app(home), quiet(mode=Mode.of_shard(0, 2)))
-        merge_shard = sharding.merge_shard
-
-        def pod_killed(*_args: object, **_kwargs: object) -> int:
-            raise RuntimeError("pod killed")
-
-        monkeypatch.setattr(sharding, "merge_shard", pod_killed)
-        with pytest.raises(RuntimeError):
-            evaluate(app(home), quiet(mode=Mode.of_shard(1, 2)))
-        monkeypatch.setattr(sharding, "merge_shard", merge_shard)
+        shard_killed_before_merging(home, 1, 2)
     run_id = first.run.run_id
 
     def scorer_down(*_args: object, **_kwargs: object) -> None:

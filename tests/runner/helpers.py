@@ -8,11 +8,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from medhelm_local.application.evaluation import EvaluationRequest, Mode, Selection, Sending
+import pytest
+
+from medhelm_local.application.evaluation import EvaluationRequest, Mode, Selection, Sending, evaluate
 from medhelm_local.context import AppContext
 from medhelm_local.home import Home
 from medhelm_local.home.config import ModelEndpoint, RunnerSettings
 from medhelm_local.records import Instance
+from medhelm_local.runner import shard as sharding
 from medhelm_local.store import Store
 
 LABELS = ("yes", "no", "maybe")
@@ -103,3 +106,15 @@ def cli_argv(home: Home, *args: str) -> list[str]:
 def run_argv(home: Home, *extra: str) -> list[str]:
     """``run`` of the fake model on PubMedQA, 8 in flight, as JSON."""
     return cli_argv(home, "run", "--model", "fake", "--benchmarks", "pubmedqa", "--concurrency", "8", "--json", *extra)
+
+
+def shard_killed_before_merging(home: Home, index: int, count: int) -> None:
+    """Shard ``index``/``count`` sends its slice and its pod is killed before it merges: its file is left."""
+
+    def pod_killed(*_args: object, **_kwargs: object) -> int:
+        raise RuntimeError("pod killed")
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sharding, "merge_shard", pod_killed)
+        with pytest.raises(RuntimeError, match="pod killed"):
+            evaluate(app(home), quiet(mode=Mode.of_shard(index, count)))

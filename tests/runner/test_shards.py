@@ -35,6 +35,7 @@ from tests.runner.helpers import (
     register,
     run_argv,
     scores,
+    shard_killed_before_merging,
     synthetic_instances,
 )
 from tests.store import previous_release
@@ -99,7 +100,7 @@ def test_three_shards_merge_into_one_run_identical_to_unsharded(tmp_path: Path) 
     assert not (home.store_path.parent / "shards" / run_id).exists(), "merged shard files are removed"
 
 
-def test_a_shard_left_unmerged_is_merged_by_runs_merge(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_shard_left_unmerged_is_merged_by_runs_merge(tmp_path: Path) -> None:
     """Two shards in-process; the second dies after its last request (before its merge): its file stays, a
     failure record names the shard, and `runs merge` folds it in and finishes the run."""
     instances = synthetic_instances(40)
@@ -110,14 +111,7 @@ def test_a_shard_left_unmerged_is_merged_by_runs_merge(tmp_path: Path, monkeypat
         run_id = first.run.run_id
         assert (first.mode, first.shard, first.merged, first.complete) == ("shard", "0/2", 20, False)
         assert first.run.status == "running" and first.results == []
-
-        def pod_killed(*_args: object, **_kwargs: object) -> int:
-            raise RuntimeError("pod killed")
-
-        monkeypatch.setattr(sharding, "merge_shard", pod_killed)
-        with pytest.raises(RuntimeError, match="pod killed"):
-            evaluate(app(home), quiet(mode=Mode.of_shard(1, 2)))
-        monkeypatch.undo()
+        shard_killed_before_merging(home, 1, 2)
         assert [p.name for p in sharding.pending_shard_files(home, run_id)] == ["shard-1-of-2.duckdb"]
         assert server.stats()["requests_seen"] == 40
 
@@ -139,21 +133,13 @@ def test_a_shard_left_unmerged_is_merged_by_runs_merge(tmp_path: Path, monkeypat
     assert (run.run_id, run.outcome) == (run_id, "success")
 
 
-def test_a_shard_file_built_before_sessions_kept_their_options_still_merges(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_shard_file_built_before_sessions_kept_their_options_still_merges(tmp_path: Path) -> None:
     """Sessions gained their sending options (a table of their own); a shard file left by the previous release has
     no such table, and `runs merge` after the upgrade still folds it in (the shard's file is migrated first)."""
     with FakeOpenAIServer(responder=hash_responder()) as server:
         home = make_home(tmp_path / "home", [server.base_url])
         register(home, synthetic_instances(20))
-
-        def pod_killed(*_args: object, **_kwargs: object) -> int:
-            raise RuntimeError("pod killed")
-
-        monkeypatch.setattr(sharding, "merge_shard", pod_killed)
-        with pytest.raises(RuntimeError, match="pod killed"):
-            evaluate(app(home), quiet(mode=Mode.of_shard(0, 1)))
-        monkeypatch.undo()
+        shard_killed_before_merging(home, 0, 1)
     with Store.open(home, read_only=True) as store:
         (run,) = store.list_runs()
     run_id = run.run_id
@@ -317,8 +303,7 @@ def test_a_shard_waits_for_a_resume_of_its_run_and_is_refused_clearly_past_the_l
     assert (run.outcome, run.resumed, run.scored) == ("success", 1, 40)
 
 
-def test_a_resume_merges_the_shard_files_dead_shards_left_first(tmp_path: Path,
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_resume_merges_the_shard_files_dead_shards_left_first(tmp_path: Path) -> None:
     """A shard that died after its last request left its file unmerged; `run --resume` sent that file's items again
     (the merge after kept the resume's outcomes). It merges the file first now and sends only what no shard
     answered."""
@@ -330,14 +315,7 @@ def test_a_resume_merges_the_shard_files_dead_shards_left_first(tmp_path: Path,
         home = make_home(tmp_path / "home", [server.base_url])
         register(home, instances)
         before = server.stats()["requests_seen"]
-
-        def pod_killed(*_args: object, **_kwargs: object) -> int:
-            raise RuntimeError("pod killed")
-
-        monkeypatch.setattr(sharding, "merge_shard", pod_killed)
-        with pytest.raises(RuntimeError, match="pod killed"):
-            evaluate(app(home), quiet(mode=Mode.of_shard(0, 2)))
-        monkeypatch.undo()
+        shard_killed_before_merging(home, 0, 2)
         with Store.open(home, read_only=True) as store:
             (run,) = store.list_runs()
         assert len(sharding.pending_shard_files(home, run.run_id)) == 1
