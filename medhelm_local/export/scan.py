@@ -36,7 +36,9 @@ PATTERNS: dict[str, re.Pattern[str]] = {
     "url": re.compile(r"\b(?:https?|ftp)://|\bwww\.", re.IGNORECASE),
 }
 _TOKEN = re.compile(r"[A-Za-z0-9]+")
-_TITLE_WORD = re.compile(r"\b[A-Z][a-z]+(?:['-][A-Za-z]+)?\b")
+# A word starting with a capital, as names are written: "Okafor", "OKAFOR, MARGARET" (the form EHR systems print),
+# "McDonald", "Smith-Jones", "O'Brien"; each of its letter runs is a term.
+_NAME_WORD = re.compile(r"\b[A-Z][A-Za-z]*(?:['-][A-Za-z]+)*")
 _IDENTIFIER = re.compile(r"\b(?=[A-Za-z0-9-]*\d)(?=[A-Za-z0-9-]*[A-Za-z])[A-Za-z0-9-]{5,}\b|\b\d{5,}\b")
 NUMERIC = re.compile(r"^[-+]?[\d.,]+(?:e[-+]?\d+)?%?$|^$")  # 3.47e-05: a small cost as written
 _LONG_INTEGER = re.compile(r"^\d{5,}$")
@@ -129,15 +131,15 @@ def vocabulary_tokens(strings: Iterable[str]) -> set[str]:
 
 def extract_terms(store: Store, datasets: Iterable[tuple[str, str]], *, min_length: int,
                   vocabulary: set[str]) -> set[str]:
-    """Names and identifiers seen in the registered extracts (instance ids, capitalised words, ids with
-    digits), minus the words of the appliance's own fixed vocabulary (``vocabulary``: schema keys, fixed
-    report text; never text a user wrote, such as a custom spec). Read from the encrypted store; in memory."""
+    """Names and identifiers seen in the registered extracts (instance ids, words starting with a capital,
+    all-capital ones included, ids with digits), minus the words of the appliance's own fixed vocabulary
+    (``vocabulary``: schema keys, fixed report text; never text a user wrote, such as a custom spec). Read from the
+    encrypted store; in memory."""
     terms: set[str] = set()
 
     def add_text(text: str) -> None:
-        for word in _TITLE_WORD.findall(text):
-            if len(word) >= min_length:
-                terms.add(word.lower())
+        for word in _NAME_WORD.findall(text):
+            terms.update(t.lower() for t in _TOKEN.findall(word) if len(t) >= min_length)
         for ident in _IDENTIFIER.findall(text):
             terms.update(t.lower() for t in _TOKEN.findall(ident) if len(t) >= min_length)
 

@@ -104,6 +104,21 @@ def test_spec_text_does_not_whitelist_extract_terms(tmp_path: Path) -> None:
     assert request["status"] == "blocked" and "extract_terms" in failed(request)
 
 
+def test_a_name_written_in_capitals_or_hyphenated_in_the_extract_is_an_extract_term(tmp_path: Path) -> None:
+    """Only Title-case words were terms: a patient written as EHR systems print names (`QUILLONBY, ADA`), or with
+    a double-barrelled or CamelCase surname (`Ada Quillonby-Marsh`, `McQuillonby`), gave a ready request for a
+    model named after them."""
+    cli = site(tmp_path)
+    cases = [(lambda i: f"Patient {PATIENT.upper()}, ADA seen on visit {i}: stable.", f"{PATIENT.lower()}-7b"),
+             (lambda i: f"Patient Ada {PATIENT}-Marsh, visit {i}: stable.", "marsh-7b"),
+             (lambda i: f"Patient Ada Mc{PATIENT}, visit {i}: stable.", f"mc{PATIENT.lower()}-7b")]
+    for i, (note, model) in enumerate(cases):
+        request = request_export(cli, evaluate(cli, notes(tmp_path / f"notes-{i}.csv", 24, note=note), model=model))
+        assert request["status"] == "blocked", model
+        assert {(f["file"], f["location"]) for f in failed(request)["extract_terms"]} >= {
+            ("aggregates.json", "$.runs[0].model")}, model
+
+
 def test_the_appliances_own_vocabulary_is_never_an_extract_term(tmp_path: Path) -> None:
     """Notes that happen to use words of the bundle's schema and fixed text (Min, Cell, Size, Score, Model,
     Notes, Leaderboard) do not block it: `min_cell_size` was split into words and matched against them."""
