@@ -113,6 +113,19 @@ class Home:
                 return f"{name} folder {file.parent}"
         return None
 
+    def model_secret(self, path: Path, config: ApplianceConfig | None = None) -> str | None:
+        """Which secret of a model ``path`` is, symlinks followed: a model's ``api_key_file`` (the chart mounts the
+        vLLM key at /etc/medhelm/vllm/api-key, outside every appliance place), or a process's state under /proc
+        (``/proc/self/environ`` holds the key a model's ``api_key_env`` names). None: neither."""
+        config = config or self.config
+        resolved = path.resolve()
+        if resolved.is_relative_to("/proc"):
+            return "a process's state under /proc (its environment holds the key a model's api_key_env names)"
+        for model in config.models:
+            if model.api_key_file is not None and model.api_key_file.resolve() == resolved:
+                return f"the API key file of model {model.name}"
+        return None
+
     def resolve(self, path: Path) -> Path:
         return path if path.is_absolute() else self.root / path
 

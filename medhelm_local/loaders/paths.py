@@ -78,9 +78,14 @@ def confined_child(folder: Path, name: object, option: str) -> Path:
 
 def refuse_appliance_files(home: Home, files: list[Path]) -> None:
     """No extract, and no file a spec names beside it, is read from the appliance's own keys, store or audit
-    folders: a spec cannot put the store's data key or the signing key into a prompt."""
+    folders, nor is a model's API key (its ``api_key_file``, the environment under /proc): a spec cannot put the
+    store's data key, the signing key or a model server's key into a prompt."""
     for file in files:
         place = home.appliance_place(file)
         if place is not None:
             raise BadInputError(f"{file}: lies in the appliance's {place}; extracts and the files a spec names are "
                                 "never read from there")
+        secret = home.model_secret(file)
+        if secret is not None:
+            raise BadInputError(f"{file}: is {secret}; extracts and the files a spec names are never read from "
+                                "there")

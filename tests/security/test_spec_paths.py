@@ -263,6 +263,49 @@ def test_a_sibling_text_reaching_the_keys_folder_from_the_home_is_refused(
     assert "paths_probe" not in listed.stdout
 
 
+def _with_model_key_file(cli: Cli, key_file: Path) -> None:
+    from medhelm_local.home import Home, ModelEndpoint
+    from medhelm_local.home.config import ApplianceConfig
+
+    home = Home(cli.home)
+    data = home.config.model_dump()
+    data["models"].append(ModelEndpoint(name="vllm-model", base_urls=["http://127.0.0.1:8000/v1"],
+                                        api_key_file=key_file).model_dump())
+    home.save_config(ApplianceConfig.model_validate(data))
+
+
+def test_a_models_api_key_file_is_not_read_into_a_prompt(home_cli: Cli, layout: dict[str, Path]) -> None:
+    """The model servers' key (the chart mounts it at /etc/medhelm/vllm/api-key, outside the appliance's keys
+    folder) registered with exit 0 as a sibling_text of an extract whose folder held it (`/`), and went into every
+    prompt, which an informatics user reads in the console."""
+    key_file = layout["secret"]
+    _with_model_key_file(home_cli, key_file)
+    folder = layout["tmp"]  # holds outside/ (the key) and site/extract/notes.csv
+    text = _spec({"glob": "site/extract/notes.csv", "sibling_text": {"schema": "outside/secret.txt"}})
+    result = _register(home_cli, layout, text, data=folder)
+    assert result.code == 2, result.stderr
+    assert SECRET not in result.stderr + result.stdout
+    assert "API key file of model vllm-model" in result.stderr
+    assert "paths_probe" not in home_cli("datasets", "list", "--json").stdout
+    # The same file as the extract itself, through a symlink.
+    (layout["folder"] / "key.csv").symlink_to(key_file)
+    linked = _register(home_cli, layout, _spec({}), data=layout["folder"] / "key.csv")
+    assert linked.code == 2 and "API key file of model vllm-model" in linked.stderr
+
+
+def test_the_environment_under_proc_is_not_read_into_a_prompt(home_cli: Cli, layout: dict[str, Path]) -> None:
+    """A model's api_key_env is in the CLI's environment: `sibling_text: proc/self/environ` beside an extract
+    whose folder is `/` registered it with exit 0."""
+    home_cli.env["VLLM_API_KEY"] = SECRET
+    data = str(layout["data"].resolve().relative_to("/"))
+    result = _register(home_cli, layout, _spec({"glob": data, "sibling_text": {"schema": "proc/self/environ"}}),
+                       data=Path("/"))
+    assert result.code == 2, result.stderr
+    assert SECRET not in result.stderr + result.stdout
+    assert "/proc" in result.stderr
+    assert "paths_probe" not in home_cli("datasets", "list", "--json").stdout
+
+
 def test_a_deeply_nested_spec_is_refused_without_an_internal_error(home_cli: Cli, layout: dict[str, Path]) -> None:
     text = _spec({"sibling_text": {"schema": "schema.txt"}}).replace(
         "  label_column: label\n", "  label_column: label\n  meta_constants:\n    deep: " + "[" * 50_000 + "]" * 50_000
