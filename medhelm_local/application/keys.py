@@ -63,6 +63,7 @@ def export_public_key(app_ctx: AppContext, out: Path, form: PublicKeyFormat = Pu
     public = load_public_key(source)
     if out.is_dir():
         raise BadInputError(f"--out: {out} is a directory; give a file name")
+    app_ctx.home.refuse_output(out, "--out")
     printed = fingerprint(public)
     audit_event(app_ctx.home, app_ctx.actor, "keys.export_public", role="compliance", key_id=key_id(public),
                 key_fingerprint=printed, format=form.value, destination=out.name)

@@ -137,6 +137,7 @@ def checkpoint(
     app_ctx = app_context(ctx)
     if out.exists() and out.is_dir():
         raise BadInputError(f"--export: {out} is a directory; give a file name")
+    app_ctx.home.refuse_output(out, "--export")
     signer = fingerprint(load_signing_key(app_ctx.home.keys_dir).public_key())
     pinned = pinned_anchor()
     if pinned is not None and pinned.fingerprint != signer:
@@ -196,6 +197,7 @@ def report(
 
         if pdf.is_dir():
             raise BadInputError(f"--pdf: {pdf} is a directory; expected a file path such as report.pdf")
+        home.refuse_output(pdf, "--pdf")
         report = compliance_report(everything, since=start, appliance=home.config.appliance_name, running=running)
         atomic_write(pdf, render_pdf(report), mode=0o640)
     if as_json:

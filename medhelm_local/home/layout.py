@@ -113,6 +113,18 @@ class Home:
                 return f"{name} folder {file.parent}"
         return None
 
+    def refuse_output(self, path: Path, option: str) -> None:
+        """Refuse (exit 2) a file a command is told to write (``--out``) where it would replace one of the appliance's
+        own: in its keys, store or audit folders, a private key file wherever it lies, or appliance.yaml (``keys
+        export-public --out keys/store-data.key`` replaced the store's data key with a public key: every stored
+        result was lost)."""
+        place = self.appliance_place(path)
+        if place is None and path.resolve() == self.config_path.resolve():
+            place = f"configuration {self.config_path}"
+        if place is not None:
+            raise BadInputError(f"{option}: {path} lies in the appliance's {place}; nothing a command exports is "
+                                "written there (write it elsewhere, off the appliance)")
+
     def model_secret(self, path: Path, config: ApplianceConfig | None = None) -> str | None:
         """Which secret of a model ``path`` is, symlinks followed: a model's ``api_key_file`` (the chart mounts the
         vLLM key at /etc/medhelm/vllm/api-key, outside every appliance place), or a process's state under /proc
