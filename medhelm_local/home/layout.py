@@ -12,6 +12,12 @@ from medhelm_local.home.config import ApplianceConfig, default_config, dump_conf
 from medhelm_local.home.keys import SECRET_KEY_FILES, ensure_keys
 
 CONFIG_FILE = "appliance.yaml"
+CONFIG_ENV = "MEDHELM_CONFIG"
+# Where the chart and compose mount the deployment's appliance.yaml, read-only. Where a file is there, it is the
+# configuration: the CLI's environment is the insider's to set, and $MEDHELM_CONFIG naming a copy they wrote (or
+# the home's own appliance.yaml, with the variable unset) would widen the allowlist, add a model on any host, or
+# move the audit trail and the keys.
+APPLIANCE_CONFIG = Path("/etc/medhelm/appliance.yaml")
 
 
 def resolve_home(option: Path | None) -> Path:
@@ -55,15 +61,24 @@ class Home:
 
     @property
     def config_path(self) -> Path:
-        # A deployment may mount a read-only config elsewhere (e.g. a Kubernetes ConfigMap).
-        override = os.environ.get("MEDHELM_CONFIG")
+        """The deployment's mounted appliance.yaml (:data:`APPLIANCE_CONFIG`) where there is one, and then
+        ``$MEDHELM_CONFIG`` naming another file is refused; else the file ``$MEDHELM_CONFIG`` names (a read-only
+        config elsewhere), else the home's own."""
+        override = os.environ.get(CONFIG_ENV)
+        if APPLIANCE_CONFIG.exists():
+            if override and Path(override).resolve() != APPLIANCE_CONFIG.resolve():
+                raise ConfigError(
+                    f"{CONFIG_ENV} names {override}, but this appliance's configuration is mounted at "
+                    f"{APPLIANCE_CONFIG}: every command follows that one alone (unset {CONFIG_ENV}); change it "
+                    "where the deployment is configured (the chart's values, deploy/appliance.compose.yaml)")
+            return APPLIANCE_CONFIG
         return Path(override) if override else self.root / CONFIG_FILE
 
     @property
     def config_from_deployment(self) -> bool:
-        """appliance.yaml is the file ``$MEDHELM_CONFIG`` names (the Helm chart's ConfigMap, compose's mount), not
-        the home's own."""
-        return bool(os.environ.get("MEDHELM_CONFIG"))
+        """appliance.yaml is the deployment's (mounted at :data:`APPLIANCE_CONFIG`, or the file ``$MEDHELM_CONFIG``
+        names: the Helm chart's ConfigMap, compose's mount), not the home's own."""
+        return APPLIANCE_CONFIG.exists() or bool(os.environ.get(CONFIG_ENV))
 
     def config_writable(self) -> bool:
         """Whether this process can replace appliance.yaml as :meth:`save_config` does: the file (where it exists)
