@@ -52,45 +52,63 @@ def insert_plan(store: Store, run: RunInfo, chunks: Iterable[Sequence[PlannedIte
     """Record a run, its planned items and their send order, streaming: memory does not grow with the plan;
     ``sending``: the options it sends with (``runner_sending``), kept with its own rows.
 
-    Each chunk is its own transaction, so a large plan never sits whole in DuckDB's transaction-local memory;
-    the send order is ranked inside DuckDB (which spills, encrypted, if it must). The run's own rows come last,
-    in one transaction: until then the items belong to no run and nothing reads them. Items left by a planning
-    that was killed midway (no run row) are removed first.
+    A transaction holds at most ``ROWS_PER_TRANSACTION`` rows (items, then send-order rows), so a large plan never
+    sits whole in DuckDB's transaction-local memory, and a plan that fits is stored in one commit; the send order
+    is ranked inside DuckDB (which spills, encrypted, if it must). The run's own rows come last, with the last of
+    its plan's rows: until they are committed the items belong to no run and nothing reads them. Items left by a
+    planning that was killed midway (no run row) are removed first.
     """
     conn = store.conn
-    with store.transaction():
-        for table in ("run_items", "runner_item_order"):
-            conn.execute(f"DELETE FROM {table} WHERE run_id NOT IN (SELECT run_id FROM runs)")
     conn.execute("CREATE OR REPLACE TEMP TABLE plan_keys (benchmark VARCHAR, instance_id VARCHAR, "
                  "position INTEGER, order_key VARCHAR)")
     try:
-        for chunk in chunks:
-            if chunk:
-                with store.transaction():
+        with store.transaction():
+            bounded = _BoundedTransaction(store)
+            for table in ("run_items", "runner_item_order"):
+                conn.execute(f"DELETE FROM {table} WHERE run_id NOT IN (SELECT run_id FROM runs)")
+            for chunk in chunks:
+                if chunk:
+                    bounded.make_room(len(chunk))
                     _insert_items(store, run.run_id, chunk)
-        conn.execute("CREATE OR REPLACE TEMP TABLE plan_ranks AS SELECT benchmark, instance_id, "
-                     "row_number() OVER (ORDER BY order_key, benchmark, position) - 1 AS send_rank "
-                     "FROM temp.plan_keys")
-        row = conn.execute("SELECT count(*) FROM temp.plan_ranks").fetchone()
-        total = int(row[0]) if row else 0
-        for start in range(0, total, ROWS_PER_TRANSACTION):
-            with store.transaction():
+            conn.execute("CREATE OR REPLACE TEMP TABLE plan_ranks AS SELECT benchmark, instance_id, "
+                         "row_number() OVER (ORDER BY order_key, benchmark, position) - 1 AS send_rank "
+                         "FROM temp.plan_keys")
+            row = conn.execute("SELECT count(*) FROM temp.plan_ranks").fetchone()
+            total = int(row[0]) if row else 0
+            for start in range(0, total, ROWS_PER_TRANSACTION):
+                bounded.make_room(min(ROWS_PER_TRANSACTION, total - start))
                 conn.execute("INSERT INTO runner_item_order SELECT ?, benchmark, instance_id, send_rank "
                              "FROM temp.plan_ranks WHERE send_rank >= ? AND send_rank < ?",
                              [run.run_id, start, start + ROWS_PER_TRANSACTION])
+            conn.execute(
+                "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                [run.run_id, run.model, json.dumps(run.benchmarks), run.created_at, run.finished_at, run.status,
+                 run.max_instances, run.seed, json.dumps(run.manifest)],
+            )
+            conn.execute("INSERT INTO runner_runs VALUES (?, ?, ?, ?)",
+                         [run.run_id, plan_key, order_mode, manifest_sha256])
+            if sending is not None:
+                keep_sending(store, run.run_id, sending)
     finally:
         conn.execute("DROP TABLE IF EXISTS temp.plan_keys")
         conn.execute("DROP TABLE IF EXISTS temp.plan_ranks")
-    with store.transaction():
-        conn.execute(
-            "INSERT INTO runs VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)",
-            [run.run_id, run.model, json.dumps(run.benchmarks), run.created_at, run.finished_at, run.status,
-             run.max_instances, run.seed, json.dumps(run.manifest)],
-        )
-        conn.execute("INSERT INTO runner_runs VALUES (?, ?, ?, ?)",
-                     [run.run_id, plan_key, order_mode, manifest_sha256])
-        if sending is not None:
-            keep_sending(store, run.run_id, sending)
+
+
+class _BoundedTransaction:
+    """The open transaction of :func:`insert_plan`, committed and begun anew before rows that would take it past
+    ``ROWS_PER_TRANSACTION`` (a batch larger than that is a transaction of its own): each commit writes and
+    syncs the WAL, so a plan that fits makes one."""
+
+    def __init__(self, store: Store) -> None:
+        self.conn = store.conn
+        self.rows = 0
+
+    def make_room(self, rows: int) -> None:
+        if self.rows and self.rows + rows > ROWS_PER_TRANSACTION:
+            self.conn.execute("COMMIT")
+            self.conn.execute("BEGIN TRANSACTION")
+            self.rows = 0
+        self.rows += rows
 
 
 PLANNED_ITEMS = ColumnBatch.of(benchmark="VARCHAR", instance_id="VARCHAR", fingerprint="VARCHAR",

@@ -71,6 +71,58 @@ def test_a_planning_killed_midway_is_invisible_and_cleaned_up(tmp_path: Path) ->
         assert runs_db.find_resumable(store, plan.plan_key) == run.run_id
 
 
+def test_a_plan_that_fits_one_transaction_is_stored_whole_or_not_at_all(tmp_path: Path) -> None:
+    """Up to ``ROWS_PER_TRANSACTION`` rows, the items, their send order and the run are one commit (one WAL sync,
+    not one per chunk): a planning killed midway leaves none of its rows behind, not even for the next to clean."""
+    home = make_home(tmp_path / "home", ["http://127.0.0.1:9/v1"])
+    register(home, synthetic_instances(30))
+    run = RunInfo(run_id="run-whole", model="fake", benchmarks=["pubmedqa"], created_at=utcnow(), finished_at=None,
+                  status="planned", max_instances=None, seed=0, manifest={})
+    with Store.open(home) as store:
+        plan = compute_plan(store, SHIPPED, "fake", ["pubmedqa"], max_instances=None, seed=0)
+        items = [item for chunk in plan_items(store, plan) for item in chunk]
+
+        def killed_after(chunks: int) -> object:
+            for start in range(0, 10 * chunks, 10):
+                yield items[start:start + 10]
+            raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):
+            runs_db.insert_plan(store, run, killed_after(2), plan_key=plan.plan_key,  # type: ignore[arg-type]
+                                order_mode="prefix", manifest_sha256="0" * 64)
+        assert store.conn.execute("SELECT count(*) FROM run_items").fetchone() == (0,)
+
+
+def test_a_larger_plan_commits_at_most_rows_per_transaction_at_a_time(tmp_path: Path,
+                                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    home = make_home(tmp_path / "home", ["http://127.0.0.1:9/v1"])
+    register(home, synthetic_instances(30))
+    monkeypatch.setattr(runs_db, "ROWS_PER_TRANSACTION", 10)
+    run = RunInfo(run_id="run-bounded", model="fake", benchmarks=["pubmedqa"], created_at=utcnow(), finished_at=None,
+                  status="planned", max_instances=None, seed=0, manifest={})
+    with Store.open(home) as store:
+        plan = compute_plan(store, SHIPPED, "fake", ["pubmedqa"], max_instances=None, seed=0)
+        items = [item for chunk in plan_items(store, plan) for item in chunk]
+
+        def killed_after(chunks: int) -> object:
+            for start in range(0, 5 * chunks, 5):
+                yield items[start:start + 5]
+            raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):  # two chunks of 5 fill the first transaction, the third is rolled back
+            runs_db.insert_plan(store, run, killed_after(3), plan_key=plan.plan_key,  # type: ignore[arg-type]
+                                order_mode="prefix", manifest_sha256="0" * 64)
+        assert store.conn.execute("SELECT count(*) FROM run_items").fetchone() == (10,)
+        assert store.get_run(run.run_id) is None
+        runs_db.insert_plan(store, run, [items[start:start + 5] for start in range(0, 30, 5)],
+                            plan_key=plan.plan_key, order_mode="prefix", manifest_sha256="0" * 64)
+        assert runs_db.count_items(store, run.run_id) == 30
+        ranks = [int(r[0]) for r in store.conn.execute(
+            "SELECT send_rank FROM runner_item_order WHERE run_id = ? ORDER BY send_rank", [run.run_id]).fetchall()]
+        assert ranks == list(range(30))
+        assert runs_db.find_resumable(store, plan.plan_key) == run.run_id
+
+
 def test_paging_skips_answered_items_and_keeps_going_past_a_fully_answered_page(tmp_path: Path) -> None:
     from medhelm_local.records import ChatMessage, InferenceRequest, InferenceResult
 
