@@ -10,7 +10,7 @@ import pytest
 from medhelm_local.errors import ConfigError
 from medhelm_local.home import Home, resolve_home
 from medhelm_local.home.config import load_config
-from tests.conftest import Cli, cli_env
+from tests.conftest import Cli, cli_env, run_read_only
 
 
 def _mode(path: Path) -> int:
@@ -79,6 +79,22 @@ def test_init_with_a_file_for_home_is_bad_input(tmp_path: Path, home: str) -> No
     result = Cli(home=tmp_path / home, env=cli_env())("init")
     assert result.code == 2, result.stderr
     assert "not a directory" in result.stderr and "internal error" not in result.stderr
+
+
+def test_init_with_medhelm_config_naming_a_missing_file_on_a_read_only_folder_says_what_to_do(cli: Cli) -> None:
+    """The chart (and compose) name the deployment's appliance.yaml by $MEDHELM_CONFIG, on a read-only mount; where
+    the file is missing there, `init` tried to create it and ended with "internal error (OSError)" (exit 1). It
+    names the file and what to do now (exit 2), and leaves the home without keys or config."""
+    mounted = cli.home.parent / "etc"
+    mounted.mkdir()
+    config = mounted / "appliance.yaml"
+    cli.env["MEDHELM_CONFIG"] = str(config)
+    refused = run_read_only(cli, mounted, "init")
+    assert refused.code == 2, refused.stderr
+    assert (f"{config} ($MEDHELM_CONFIG): no such file, and init cannot create it" in refused.stderr
+            and f"or unset it so that init writes {cli.home / 'appliance.yaml'}" in refused.stderr), refused.stderr
+    assert "internal error" not in refused.stderr
+    assert list(mounted.iterdir()) == [] and list(cli.home.iterdir()) == []
 
 
 def test_keys_readable_by_others_are_refused(home_cli: Cli) -> None:

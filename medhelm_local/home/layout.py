@@ -157,10 +157,25 @@ class Home:
             result.kept.append(CONFIG_FILE)
             _ = self.config  # validate the existing file: a bad one must fail init loudly
         else:
-            self.save_config(default_config())
+            try:
+                self.save_config(default_config())
+            except OSError as exc:
+                raise self._config_not_created(exc) from None
             result.created.append(CONFIG_FILE)
         for directory in (self.store_path.parent, self.audit_path.parent, self.exports_dir, self.reports_dir):
             directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         for name, created in ensure_keys(self.keys_dir, trail=self.audit_path, store=self.store_path).items():
             (result.created if created else result.kept).append(f"keys/{name}")
         return result
+
+    def _config_not_created(self, exc: OSError) -> MedhelmError:
+        """Why ``init`` could not write a missing appliance.yaml, and what to do: where ``$MEDHELM_CONFIG`` names it,
+        the deployment's file is missing (bad input, exit 2); else the home cannot be written."""
+        path, why = self.config_path, exc.strerror or type(exc).__name__
+        if self.config_from_deployment:
+            return BadInputError(
+                f"{path} ($MEDHELM_CONFIG): no such file, and init cannot create it ({why}). $MEDHELM_CONFIG names "
+                "the deployment's appliance.yaml (the Helm chart's ConfigMap, compose's mount): mount it there, "
+                f"point $MEDHELM_CONFIG at the file, or unset it so that init writes {self.root / CONFIG_FILE}")
+        return MedhelmError(f"{path}: init cannot write it ({why}); run init as the home's owner, on a writable "
+                            "volume")
