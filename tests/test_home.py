@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import stat
 from pathlib import Path
 
@@ -9,7 +10,9 @@ import pytest
 
 from medhelm_local.errors import ConfigError
 from medhelm_local.home import Home, resolve_home
-from medhelm_local.home.config import load_config
+from medhelm_local.home.config import default_config, dump_config, load_config
+from medhelm_local.home.keys import DATA_KEY_FILE, PUBLIC_KEY_FILE, load_public_key, load_signing_key
+from medhelm_local.home.layout import atomic_write
 from tests.conftest import Cli, cli_env, run_read_only
 
 
@@ -95,6 +98,32 @@ def test_init_with_medhelm_config_naming_a_missing_file_on_a_read_only_folder_sa
             and f"or unset it so that init writes {cli.home / 'appliance.yaml'}" in refused.stderr), refused.stderr
     assert "internal error" not in refused.stderr
     assert list(mounted.iterdir()) == [] and list(cli.home.iterdir()) == []
+
+
+def test_files_are_written_whole_when_the_system_writes_less_than_asked(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """One os.write may write fewer bytes than it is given (a signal, a size limit, 2 GiB per call on Linux);
+    atomic_write and the key files wrote once and kept what the first call wrote: a truncated appliance.yaml, or a
+    truncated key that init then kept. Every byte is written now."""
+    real_write = os.write
+    calls = []
+
+    def short_write(fd: int, data: bytes) -> int:
+        calls.append(len(data))
+        return real_write(fd, bytes(data)[:7])
+
+    monkeypatch.setattr(os, "write", short_write)
+    data = bytes(range(256)) * 40
+    atomic_write(tmp_path / "file.bin", data)
+    home = Home(tmp_path / "home")
+    home.init()
+    monkeypatch.setattr(os, "write", real_write)
+    assert (tmp_path / "file.bin").read_bytes() == data
+    assert (home.root / "appliance.yaml").read_text() == dump_config(default_config())
+    public = load_public_key(home.keys_dir / PUBLIC_KEY_FILE)
+    assert public.public_bytes_raw() == load_signing_key(home.keys_dir).public_key().public_bytes_raw()
+    assert len((home.keys_dir / DATA_KEY_FILE).read_bytes()) == 64
+    assert len(calls) > 100
 
 
 def test_keys_readable_by_others_are_refused(home_cli: Cli) -> None:

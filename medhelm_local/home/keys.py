@@ -15,6 +15,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from medhelm_local.errors import BadInputError, MedhelmError
+from medhelm_local.fileio import write_all
 
 SIGNING_KEY_FILE = "signing-ed25519.pem"
 PUBLIC_KEY_FILE = "signing-ed25519.pub.pem"
@@ -42,7 +43,7 @@ def write_secret_file(path: Path, data: bytes, mode: int = 0o600) -> bool:
     except FileExistsError:
         return False
     try:
-        os.write(fd, data)
+        write_all(fd, data)
         os.fsync(fd)
     finally:
         os.close(fd)

@@ -8,6 +8,7 @@ from functools import cached_property
 from pathlib import Path
 
 from medhelm_local.errors import BadInputError, ConfigError, MedhelmError
+from medhelm_local.fileio import write_all
 from medhelm_local.home.config import ApplianceConfig, default_config, dump_config, load_config
 from medhelm_local.home.keys import SECRET_KEY_FILES, ensure_keys
 
@@ -32,7 +33,7 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         try:
-            os.write(fd, data)
+            write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
