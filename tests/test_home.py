@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import errno
 import os
 import stat
 from pathlib import Path
 
 import pytest
 
-from medhelm_local.errors import ConfigError
+from medhelm_local.errors import ConfigError, MedhelmError
 from medhelm_local.home import Home, resolve_home
 from medhelm_local.home.config import default_config, dump_config, load_config
-from medhelm_local.home.keys import DATA_KEY_FILE, PUBLIC_KEY_FILE, load_public_key, load_signing_key
+from medhelm_local.home.keys import (
+    DATA_KEY_FILE,
+    PUBLIC_KEY_FILE,
+    SIGNING_KEY_FILE,
+    load_public_key,
+    load_signing_key,
+)
 from medhelm_local.home.layout import atomic_write
 from tests.conftest import Cli, cli_env, run_read_only
 
@@ -124,6 +131,41 @@ def test_files_are_written_whole_when_the_system_writes_less_than_asked(tmp_path
     assert public.public_bytes_raw() == load_signing_key(home.keys_dir).public_key().public_bytes_raw()
     assert len((home.keys_dir / DATA_KEY_FILE).read_bytes()) == 64
     assert len(calls) > 100
+
+
+def test_a_key_init_could_not_write_is_not_left_half_written(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk while init wrote the signing key left an empty key file ("internal error (OSError)"); once space
+    was freed, init kept it and every command failed on it ("internal error (ValueError)"). The failure names the
+    key file, nothing of the key is left, and init run again creates it."""
+    real_write = os.write
+
+    def disk_full(fd: int, data: bytes) -> int:
+        if b"PRIVATE KEY" in bytes(data):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", disk_full)
+    key = tmp_path / "home" / "keys" / SIGNING_KEY_FILE
+    with pytest.raises(MedhelmError, match=f"{key}: init cannot write it \\(No space left on device\\)"):
+        Home(tmp_path / "home").init()
+    assert not key.exists()
+    monkeypatch.setattr(os, "write", real_write)
+    home = Home(tmp_path / "home")
+    assert f"keys/{SIGNING_KEY_FILE}" in home.init().created
+    assert load_public_key(home.keys_dir / PUBLIC_KEY_FILE).public_bytes_raw() == (
+        load_signing_key(home.keys_dir).public_key().public_bytes_raw())
+
+
+def test_init_with_medhelm_keys_dir_on_a_read_only_folder_names_it(cli: Cli) -> None:
+    """A mounted Secret ($MEDHELM_KEYS_DIR) without the keys: init ended with "internal error (OSError)"."""
+    mounted = cli.home.parent / "secret"
+    mounted.mkdir()
+    cli.env["MEDHELM_KEYS_DIR"] = str(mounted / "keys")
+    refused = run_read_only(cli, mounted, "init")
+    assert refused.code == 1, refused.stderr
+    assert f"{mounted / 'keys'}: init cannot write it" in refused.stderr and "$MEDHELM_KEYS_DIR" in refused.stderr
+    assert "internal error" not in refused.stderr
 
 
 def test_keys_readable_by_others_are_refused(home_cli: Cli) -> None:

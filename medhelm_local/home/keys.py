@@ -35,7 +35,8 @@ class KeyError_(MedhelmError):
 def write_secret_file(path: Path, data: bytes, mode: int = 0o600) -> bool:
     """Create ``path`` with ``data`` unless it exists. Returns True when created.
 
-    O_EXCL makes a concurrent or repeated init unable to replace an existing key.
+    O_EXCL makes a concurrent or repeated init unable to replace an existing key. A write that fails (a full disk)
+    removes the file it created: part of a key is no key, and every later init would keep it.
     """
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
@@ -43,11 +44,17 @@ def write_secret_file(path: Path, data: bytes, mode: int = 0o600) -> bool:
     except FileExistsError:
         return False
     try:
-        write_all(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.chmod(path, mode)
+        try:
+            write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.chmod(path, mode)
+    except BaseException as exc:
+        path.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.filename is None:  # os.write's error names no file
+            exc.filename = str(path)
+        raise
     return True
 
 

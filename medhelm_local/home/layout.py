@@ -163,10 +163,18 @@ class Home:
             except OSError as exc:
                 raise self._config_not_created(exc) from None
             result.created.append(CONFIG_FILE)
-        for directory in (self.store_path.parent, self.audit_path.parent, self.exports_dir, self.reports_dir):
-            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        for name, created in ensure_keys(self.keys_dir, trail=self.audit_path, store=self.store_path).items():
-            (result.created if created else result.kept).append(f"keys/{name}")
+        try:
+            for directory in (self.store_path.parent, self.audit_path.parent, self.exports_dir, self.reports_dir):
+                directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            for name, created in ensure_keys(self.keys_dir, trail=self.audit_path, store=self.store_path).items():
+                (result.created if created else result.kept).append(f"keys/{name}")
+        except OSError as exc:
+            where = Path(exc.filename or self.root)
+            mounted = (" ($MEDHELM_KEYS_DIR: the folder, a mounted Secret, must hold the keys or let init write them)"
+                       if os.environ.get("MEDHELM_KEYS_DIR") and where.is_relative_to(self.keys_dir) else "")
+            raise MedhelmError(f"{where}: init cannot write it ({exc.strerror or type(exc).__name__}){mounted}; "
+                               "free space or make it writable for this user, then run init again (it keeps what "
+                               "it wrote)") from None
         return result
 
     def _config_not_created(self, exc: OSError) -> MedhelmError:
