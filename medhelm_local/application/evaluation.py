@@ -46,7 +46,7 @@ from medhelm_local.audit import audit_event
 from medhelm_local.audit.intents import INTENT_SEQ, open_intent
 from medhelm_local.audit.trail import AuditTrail, AuditWriteError
 from medhelm_local.context import AppContext
-from medhelm_local.errors import Interrupted, NotFoundError
+from medhelm_local.errors import BadInputError, Interrupted, NotFoundError
 from medhelm_local.home import Home
 from medhelm_local.inference.backends import open_client
 from medhelm_local.inference.client import ChatClient
@@ -113,6 +113,8 @@ def evaluate(app_ctx: AppContext, request: EvaluationRequest) -> RunOutcome:
                     taken.shard_of = target.run_id  # not before: a shard refused its lock takes no part in the run
                 if target.shard is None and target.run is not None:
                     _merge_left_shards(app_ctx, main, target.run_id)
+                if mode.kind == "retry_errors":
+                    _refuse_retry_with_items_unsent(main, target.run_id)
                 run, report = asyncio.run(_infer(app_ctx, main, main_scope, target, sending, settings, taken,
                                                  score=request.score))
                 if target.shard is None:
@@ -172,6 +174,18 @@ def _merge_left_shards(app_ctx: AppContext, main: Store, run_id: str) -> None:
     later, would lose to the new ones."""
     if sharding.pending_shard_files(app_ctx.home, run_id):
         _merge_shard_files(app_ctx, main, run_id)
+
+
+def _refuse_retry_with_items_unsent(main: Store, run_id: str) -> None:
+    """``--retry-errors`` re-sends failed requests only, then finishes the run: on a run whose process was stopped
+    before it sent every item, it marked the run finished, its unsent items missing from every number. Refused
+    (exit 2, nothing sent) until a resume has sent them."""
+    unsent = shards_db.unanswered(main, run_id)
+    if unsent:
+        raise BadInputError(
+            f"run {run_id} has {unsent} item(s) never sent (its process was stopped before it sent them), and "
+            f"--retry-errors re-sends failed requests only: `medhelm-local run --resume {run_id}` sends them "
+            "first, then --retry-errors redoes the failures")
 
 
 @contextmanager
