@@ -157,4 +157,5 @@ def merge(ctx: typer.Context, run_id: str = typer.Argument(..., help="Run id of 
         return
     print_outcome(outcome, configured_reply_model(app_ctx, outcome.run.model))
     info(f"merged {merged_text(outcome)}; run {run_id} is {outcome.run.status}"
-         + ("" if outcome.complete else " (items still unanswered: run the missing shards)"))
+         + ("" if outcome.complete else " (items still unanswered: run the missing shards, or `medhelm-local run "
+                                        f"--resume {run_id}`, which sends them)"))

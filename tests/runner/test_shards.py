@@ -165,6 +165,20 @@ def test_a_merge_repeated_after_a_crash_reports_the_outcomes_it_added_not_those_
         {"run_id": run.run_id, "merged": 0, "already_present": 20}]
 
 
+def test_runs_merge_of_a_run_still_missing_items_names_the_resume_that_sends_them(tmp_path: Path) -> None:
+    """`runs merge` of a run with items no shard sent said only "run the missing shards": a run whose Job is gone
+    (or one never sharded) had no way on named. It names `run --resume RUN_ID` too."""
+    with FakeOpenAIServer(responder=hash_responder()) as server:
+        home = make_home(tmp_path / "home", [server.base_url])
+        register(home, synthetic_instances(20))
+        run_id = evaluate(app(home), quiet(mode=Mode.of_shard(0, 2))).run.run_id
+    merged = subprocess.run(cli_argv(home, "runs", "merge", run_id), capture_output=True, text=True, env=cli_env(),
+                            timeout=300)
+    assert merged.returncode == 0, merged.stderr
+    assert (f"merged 0 outcome(s); run {run_id} is running (items still unanswered: run the missing shards, or "
+            f"`medhelm-local run --resume {run_id}`, which sends them)") in merged.stderr, merged.stderr
+
+
 def test_a_shard_file_built_before_sessions_kept_their_options_still_merges(tmp_path: Path) -> None:
     """Sessions gained their sending options (a table of their own); a shard file left by the previous release has
     no such table, and `runs merge` after the upgrade still folds it in (the shard's file is migrated first)."""
