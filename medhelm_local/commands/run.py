@@ -152,7 +152,8 @@ def run(
              "run's own; else the cap for vllm models, which batch up to it; half the cap for other servers]."),
     resume: str | None = typer.Option(None, "--resume", help="Resume this run: send only what is missing."),
     retry_errors: str | None = typer.Option(None, "--retry-errors", help="Re-send only the failed requests of "
-                                            "this run; each new outcome replaces the error atomically."),
+                                            "this run; each new outcome replaces the error atomically. A run "
+                                            "with items never sent is refused: --resume sends them first."),
     run_id: str | None = typer.Option(None, "--run-id", help="Run id to create or resume (all shards share it)."),
     shard: str | None = typer.Option(None, "--shard", help="I/N: run slice I of N (Kubernetes Indexed Job); "
                                      "shards merge into one run."),
