@@ -2,15 +2,25 @@
 
 from __future__ import annotations
 
+import errno
+import os
 import stat
 from pathlib import Path
 
 import pytest
 
-from medhelm_local.errors import ConfigError
+from medhelm_local.errors import ConfigError, MedhelmError
 from medhelm_local.home import Home, resolve_home
-from medhelm_local.home.config import load_config
-from tests.conftest import Cli, cli_env
+from medhelm_local.home.config import default_config, dump_config, load_config
+from medhelm_local.home.keys import (
+    DATA_KEY_FILE,
+    PUBLIC_KEY_FILE,
+    SIGNING_KEY_FILE,
+    load_public_key,
+    load_signing_key,
+)
+from medhelm_local.home.layout import atomic_write
+from tests.conftest import Cli, cli_env, run_read_only
 
 
 def _mode(path: Path) -> int:
@@ -79,6 +89,83 @@ def test_init_with_a_file_for_home_is_bad_input(tmp_path: Path, home: str) -> No
     result = Cli(home=tmp_path / home, env=cli_env())("init")
     assert result.code == 2, result.stderr
     assert "not a directory" in result.stderr and "internal error" not in result.stderr
+
+
+def test_init_with_medhelm_config_naming_a_missing_file_on_a_read_only_folder_says_what_to_do(cli: Cli) -> None:
+    """The chart (and compose) name the deployment's appliance.yaml by $MEDHELM_CONFIG, on a read-only mount; where
+    the file is missing there, `init` tried to create it and ended with "internal error (OSError)" (exit 1). It
+    names the file and what to do now (exit 2), and leaves the home without keys or config."""
+    mounted = cli.home.parent / "etc"
+    mounted.mkdir()
+    config = mounted / "appliance.yaml"
+    cli.env["MEDHELM_CONFIG"] = str(config)
+    refused = run_read_only(cli, mounted, "init")
+    assert refused.code == 2, refused.stderr
+    assert (f"{config} ($MEDHELM_CONFIG): no such file, and init cannot create it" in refused.stderr
+            and f"or unset it so that init writes {cli.home / 'appliance.yaml'}" in refused.stderr), refused.stderr
+    assert "internal error" not in refused.stderr
+    assert list(mounted.iterdir()) == [] and list(cli.home.iterdir()) == []
+
+
+def test_files_are_written_whole_when_the_system_writes_less_than_asked(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """One os.write may write fewer bytes than it is given (a signal, a size limit, 2 GiB per call on Linux);
+    atomic_write and the key files wrote once and kept what the first call wrote: a truncated appliance.yaml, or a
+    truncated key that init then kept. Every byte is written now."""
+    real_write = os.write
+    calls = []
+
+    def short_write(fd: int, data: bytes) -> int:
+        calls.append(len(data))
+        return real_write(fd, bytes(data)[:7])
+
+    monkeypatch.setattr(os, "write", short_write)
+    data = bytes(range(256)) * 40
+    atomic_write(tmp_path / "file.bin", data)
+    home = Home(tmp_path / "home")
+    home.init()
+    monkeypatch.setattr(os, "write", real_write)
+    assert (tmp_path / "file.bin").read_bytes() == data
+    assert (home.root / "appliance.yaml").read_text() == dump_config(default_config())
+    public = load_public_key(home.keys_dir / PUBLIC_KEY_FILE)
+    assert public.public_bytes_raw() == load_signing_key(home.keys_dir).public_key().public_bytes_raw()
+    assert len((home.keys_dir / DATA_KEY_FILE).read_bytes()) == 64
+    assert len(calls) > 100
+
+
+def test_a_key_init_could_not_write_is_not_left_half_written(tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """A full disk while init wrote the signing key left an empty key file ("internal error (OSError)"); once space
+    was freed, init kept it and every command failed on it ("internal error (ValueError)"). The failure names the
+    key file, nothing of the key is left, and init run again creates it."""
+    real_write = os.write
+
+    def disk_full(fd: int, data: bytes) -> int:
+        if b"PRIVATE KEY" in bytes(data):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real_write(fd, data)
+
+    monkeypatch.setattr(os, "write", disk_full)
+    key = tmp_path / "home" / "keys" / SIGNING_KEY_FILE
+    with pytest.raises(MedhelmError, match=f"{key}: init cannot write it \\(No space left on device\\)"):
+        Home(tmp_path / "home").init()
+    assert not key.exists()
+    monkeypatch.setattr(os, "write", real_write)
+    home = Home(tmp_path / "home")
+    assert f"keys/{SIGNING_KEY_FILE}" in home.init().created
+    assert load_public_key(home.keys_dir / PUBLIC_KEY_FILE).public_bytes_raw() == (
+        load_signing_key(home.keys_dir).public_key().public_bytes_raw())
+
+
+def test_init_with_medhelm_keys_dir_on_a_read_only_folder_names_it(cli: Cli) -> None:
+    """A mounted Secret ($MEDHELM_KEYS_DIR) without the keys: init ended with "internal error (OSError)"."""
+    mounted = cli.home.parent / "secret"
+    mounted.mkdir()
+    cli.env["MEDHELM_KEYS_DIR"] = str(mounted / "keys")
+    refused = run_read_only(cli, mounted, "init")
+    assert refused.code == 1, refused.stderr
+    assert f"{mounted / 'keys'}: init cannot write it" in refused.stderr and "$MEDHELM_KEYS_DIR" in refused.stderr
+    assert "internal error" not in refused.stderr
 
 
 def test_keys_readable_by_others_are_refused(home_cli: Cli) -> None:

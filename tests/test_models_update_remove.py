@@ -7,9 +7,6 @@ from __future__ import annotations
 
 import errno
 import os
-import shutil
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -22,7 +19,7 @@ from medhelm_local.export.policy import POLICY_ENV
 from medhelm_local.testing.fake_openai import FakeOpenAIServer, Faults
 from tests.compliance.conftest import evaluated_home, request_export
 from tests.compliance.inproc import InProcessCli
-from tests.conftest import Cli, CliResult, cli_env
+from tests.conftest import Cli, cli_env, run_read_only
 from tests.test_pipeline import write_extract
 
 
@@ -156,30 +153,6 @@ def test_a_write_that_fails_is_audited_as_a_failure_and_changes_nothing(
     assert report.code == 0 and report.json()["unfinished"] == [], report.stderr
 
 
-def _run_on_read_only(cli: Cli, config: Path, *args: str) -> CliResult:
-    """The CLI (a process of its own) with ``config`` read-only as a ConfigMap's or a ``:ro`` mount is: root writes
-    a file whatever its mode, so for root the file is bound read-only over itself in a mount namespace of the
-    command's own; another user gets it by its mode and its folder's."""
-    command = [sys.executable, "-m", "medhelm_local.cli", "--home", str(cli.home), *args]
-    if os.geteuid() != 0:
-        config.chmod(0o444)
-        config.parent.chmod(0o555)
-        try:
-            proc = subprocess.run(command, capture_output=True, text=True, timeout=120, env=cli.env)
-        finally:
-            config.parent.chmod(0o755)
-            config.chmod(0o644)
-        return CliResult(proc.returncode, proc.stdout, proc.stderr)
-    read_only = 'mount --bind "$0" "$0" && mount -o remount,bind,ro "$0" && '
-    probe = subprocess.run(["unshare", "-m", "sh", "-c", read_only + '! (: >> "$0") 2>/dev/null', str(config)],
-                           capture_output=True, check=False) if shutil.which("unshare") else None
-    if probe is None or probe.returncode != 0:
-        pytest.skip("running as root, and no mount namespace to make a file read-only in (unshare -m)")
-    proc = subprocess.run(["unshare", "-m", "sh", "-c", read_only + 'exec "$@"', str(config), *command],
-                          capture_output=True, text=True, timeout=120, env=cli.env)
-    return CliResult(proc.returncode, proc.stdout, proc.stderr)
-
-
 @pytest.mark.parametrize("command", _MODEL_COMMANDS, ids=["add", "update", "remove"])
 def test_the_deployments_read_only_config_is_refused_with_what_to_do_instead(tmp_path: Path,
                                                                             command: list[str]) -> None:
@@ -194,7 +167,7 @@ def test_the_deployments_read_only_config_is_refused_with_what_to_do_instead(tmp
     before = config.read_bytes()
     cli.env["MEDHELM_CONFIG"] = str(config)
 
-    refused = _run_on_read_only(cli, config, "models", *command)
+    refused = run_read_only(cli, config, "models", *command)
     assert refused.code == 2, refused.stderr
     for words in (f"{config} ($MEDHELM_CONFIG) is the deployment's appliance.yaml, read-only here: `models "
                   f"{command[0]}` cannot change it", "`appliance.extraModels`", "`helm upgrade`",
@@ -217,7 +190,7 @@ def test_a_home_config_this_user_cannot_write_is_refused(tmp_path: Path) -> None
     assert InProcessCli(cli.home)("init").code == 0
     config = cli.home / "appliance.yaml"
     before = config.read_bytes()
-    refused = _run_on_read_only(cli, config, "models", *_MODEL_COMMANDS[0])
+    refused = run_read_only(cli, config, "models", *_MODEL_COMMANDS[0])
     assert refused.code == 2, refused.stderr
     assert (f"{config}: this user cannot write it or its folder, so `models add` cannot change it; run the "
             "command as the home's owner") in refused.stderr

@@ -46,7 +46,7 @@ from medhelm_local.audit import audit_event
 from medhelm_local.audit.intents import INTENT_SEQ, open_intent
 from medhelm_local.audit.trail import AuditTrail, AuditWriteError
 from medhelm_local.context import AppContext
-from medhelm_local.errors import Interrupted, NotFoundError
+from medhelm_local.errors import BadInputError, Interrupted, NotFoundError
 from medhelm_local.home import Home
 from medhelm_local.inference.backends import open_client
 from medhelm_local.inference.client import ChatClient
@@ -78,7 +78,8 @@ class RunOutcome:
     errors: dict[str, dict[str, int]] = field(default_factory=dict)
     complete: bool = True
     shard: str | None = None
-    merged: int | None = None
+    merged: int | None = None  # outcomes this merge added to the run
+    already_present: int | None = None  # outcomes of the merged files the run already had (a merge repeated)
 
 
 @dataclass
@@ -112,6 +113,8 @@ def evaluate(app_ctx: AppContext, request: EvaluationRequest) -> RunOutcome:
                     taken.shard_of = target.run_id  # not before: a shard refused its lock takes no part in the run
                 if target.shard is None and target.run is not None:
                     _merge_left_shards(app_ctx, main, target.run_id)
+                if mode.kind == "retry_errors":
+                    _refuse_retry_with_items_unsent(main, target.run_id)
                 run, report = asyncio.run(_infer(app_ctx, main, main_scope, target, sending, settings, taken,
                                                  score=request.score))
                 if target.shard is None:
@@ -152,14 +155,16 @@ def merge_shards(app_ctx: AppContext, run_id: str, *, score: bool = True) -> Run
 # -- the steps ----------------------------------------------------------------------------------------------
 
 
-def _merge_shard_files(app_ctx: AppContext, main: Store, run_id: str) -> int:
-    """Fold every shard file left for ``run_id`` into ``main`` (audit ``run.merge``); returns the outcomes merged."""
+def _merge_shard_files(app_ctx: AppContext, main: Store, run_id: str) -> shards_db.Merged:
+    """Fold every shard file left for ``run_id`` into ``main`` (audit ``run.merge``: the outcomes it added, and
+    those already there); returns the outcomes merged."""
     home = app_ctx.home
-    merged = 0
+    merged = shards_db.Merged()
     for path in sharding.pending_shard_files(home, run_id):
         merged += sharding.merge_shard(main, path, home, run_id)
         sharding.remove_shard_files(path)
-    audit_event(home, app_ctx.actor, "run.merge", role="informatics", run_id=run_id, merged=merged)
+    audit_event(home, app_ctx.actor, "run.merge", role="informatics", run_id=run_id, merged=merged.added,
+                already_present=merged.already_present)
     return merged
 
 
@@ -169,6 +174,18 @@ def _merge_left_shards(app_ctx: AppContext, main: Store, run_id: str) -> None:
     later, would lose to the new ones."""
     if sharding.pending_shard_files(app_ctx.home, run_id):
         _merge_shard_files(app_ctx, main, run_id)
+
+
+def _refuse_retry_with_items_unsent(main: Store, run_id: str) -> None:
+    """``--retry-errors`` re-sends failed requests only, then finishes the run: on a run whose process was stopped
+    before it sent every item, it marked the run finished, its unsent items missing from every number. Refused
+    (exit 2, nothing sent) until a resume has sent them."""
+    unsent = shards_db.unanswered(main, run_id)
+    if unsent:
+        raise BadInputError(
+            f"run {run_id} has {unsent} item(s) never sent (its process was stopped before it sent them), and "
+            f"--retry-errors re-sends failed requests only: `medhelm-local run --resume {run_id}` sends them "
+            "first, then --retry-errors redoes the failures")
 
 
 @contextmanager
@@ -333,8 +350,8 @@ def _merge_back(app_ctx: AppContext, target: session.Target, *, score: bool) -> 
                          merged=merged)
 
 
-def _conclude(app_ctx: AppContext, main: Store, run_id: str, *, score: bool, mode: str, merged: int,
-              shard: str | None = None) -> RunOutcome:
+def _conclude(app_ctx: AppContext, main: Store, run_id: str, *, score: bool, mode: str,
+              merged: shards_db.Merged, shard: str | None = None) -> RunOutcome:
     """After a merge: finish the run if every item is answered (and it is not finished yet), else say so."""
     run = main.get_run(run_id)
     assert run is not None
@@ -342,16 +359,21 @@ def _conclude(app_ctx: AppContext, main: Store, run_id: str, *, score: bool, mod
     if complete and run.status not in ("finished", "inferred"):
         intent = _intent_to_finish(app_ctx, run, mode=mode, shard=shard)
         if mode != "merge":  # a shard's failure is concluded by its invocation's failure path
-            return _finish(app_ctx, main, run, score=score, mode=mode, shard=shard, merged=merged, intent=intent)
+            return _counted(_finish(app_ctx, main, run, score=score, mode=mode, shard=shard, intent=intent), merged)
         try:
-            return _finish(app_ctx, main, run, score=score, mode=mode, merged=merged, intent=intent)
+            return _counted(_finish(app_ctx, main, run, score=score, mode=mode, intent=intent), merged)
         except BaseException as exc:
             with contextlib.suppress(AuditWriteError):  # the trail refusing too: the original error is the one to see
                 audit_event(app_ctx.home, app_ctx.actor, "run.finish", outcome="failure", role="informatics",
                             run_id=run_id, error_type=type(exc).__name__, **{INTENT_SEQ: intent})
             raise
-    return RunOutcome(run=run, mode=mode, errors=runs_db.errors_by_category(main, run_id), complete=complete,
-                      shard=shard, merged=merged)
+    return _counted(RunOutcome(run=run, mode=mode, errors=runs_db.errors_by_category(main, run_id),
+                               complete=complete, shard=shard), merged)
+
+
+def _counted(outcome: RunOutcome, merged: shards_db.Merged) -> RunOutcome:
+    outcome.merged, outcome.already_present = merged.added, merged.already_present
+    return outcome
 
 
 def _intent_to_finish(app_ctx: AppContext, run: RunInfo, *, mode: str, shard: str | None) -> int | None:
@@ -369,8 +391,7 @@ def _intent_to_finish(app_ctx: AppContext, run: RunInfo, *, mode: str, shard: st
 
 
 def _finish(app_ctx: AppContext, store: Store, run: RunInfo, *, score: bool, mode: str, shard: str | None = None,
-            merged: int | None = None, scored: Mapping[str, int] | None = None, intent: int | None = None
-            ) -> RunOutcome:
+            scored: Mapping[str, int] | None = None, intent: int | None = None) -> RunOutcome:
     """Score the run (``scored``: answers this invocation scored as they arrived, per benchmark: a benchmark it
     answered and scored whole is not scored again) and mark it finished; ``intent``: the seq of the run's intent
     its ``run.finish`` concludes (None: the latest open one, found by the trail's readers)."""
@@ -391,7 +412,7 @@ def _finish(app_ctx: AppContext, store: Store, run: RunInfo, *, score: bool, mod
                 **({} if intent is None else {INTENT_SEQ: intent}))
     finished = store.get_run(run.run_id)
     assert finished is not None
-    return RunOutcome(run=finished, mode=mode, results=results, errors=errors, shard=shard, merged=merged)
+    return RunOutcome(run=finished, mode=mode, results=results, errors=errors, shard=shard)
 
 
 def _scored_whole(store: Store, app_ctx: AppContext, run: RunInfo, benchmark: str, scored: int) -> bool:

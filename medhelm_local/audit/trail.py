@@ -41,6 +41,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 
 from medhelm_local.audit.merkle import MerkleAccumulator
 from medhelm_local.errors import MedhelmError
+from medhelm_local.fileio import write_all
 
 GENESIS = "0" * 64
 CHECKPOINT_ACTION = "audit.checkpoint"
@@ -226,7 +227,7 @@ class AuditTrail:
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
                 os.fchmod(fd, 0o600)  # a leftover temporary file keeps its old mode otherwise
-                os.write(fd, json.dumps(state).encode())
+                write_all(fd, json.dumps(state).encode())
             finally:
                 os.close(fd)
             os.replace(tmp, self.state_path)
@@ -301,13 +302,8 @@ def _append_all_or_nothing(fd: int, payload: bytes, good_size: int, path: Path) 
     last good offset and fsynced before the error propagates; if even that fails, the partial record is left
     for `medhelm-local audit repair` (RUNBOOK: "Audit trail: repairing a failed append").
     """
-    view = memoryview(payload)
     try:
-        while view:
-            written = os.write(fd, view)
-            if written <= 0:
-                raise OSError("write returned no progress")
-            view = view[written:]
+        write_all(fd, payload)
         os.fsync(fd)
     except OSError as exc:
         try:

@@ -49,7 +49,7 @@ def outcome_payload(outcome: RunOutcome) -> dict[str, Any]:
     report = outcome.report
     payload.update({
         "mode": outcome.mode, "shard": outcome.shard, "complete": outcome.complete, "merged": outcome.merged,
-        "errors": outcome.errors, "sending": outcome.sending,
+        "already_present": outcome.already_present, "errors": outcome.errors, "sending": outcome.sending,
         "session": None if report is None else {
             "session_id": report.session_id, "sent": report.sent, "ok": report.ok, "errors": report.errors,
             "prompt_tokens": report.prompt_tokens, "completion_tokens": report.completion_tokens,
@@ -123,8 +123,14 @@ def print_outcome(outcome: RunOutcome, reply_model: str | None = None) -> None:
         info(f"run {outcome.run.run_id}: inference done, not scored; `medhelm-local run --resume "
              f"{outcome.run.run_id}` scores it")
     if outcome.shard is not None and not outcome.complete:
-        info(f"shard {outcome.shard} merged {outcome.merged} outcome(s) into run {outcome.run.run_id}; the run "
+        info(f"shard {outcome.shard} merged {merged_text(outcome)} into run {outcome.run.run_id}; the run "
              "finishes when its last shard merges")
+
+
+def merged_text(outcome: RunOutcome) -> str:
+    """``N outcome(s)``: those the merge added; those the run already had (a merge repeated) are said apart."""
+    present = f" ({outcome.already_present} already in the run)" if outcome.already_present else ""
+    return f"{outcome.merged} outcome(s){present}"
 
 
 def run(
@@ -146,7 +152,8 @@ def run(
              "run's own; else the cap for vllm models, which batch up to it; half the cap for other servers]."),
     resume: str | None = typer.Option(None, "--resume", help="Resume this run: send only what is missing."),
     retry_errors: str | None = typer.Option(None, "--retry-errors", help="Re-send only the failed requests of "
-                                            "this run; each new outcome replaces the error atomically."),
+                                            "this run; each new outcome replaces the error atomically. A run "
+                                            "with items never sent is refused: --resume sends them first."),
     run_id: str | None = typer.Option(None, "--run-id", help="Run id to create or resume (all shards share it)."),
     shard: str | None = typer.Option(None, "--shard", help="I/N: run slice I of N (Kubernetes Indexed Job); "
                                      "shards merge into one run."),

@@ -8,7 +8,7 @@ import typer
 
 from medhelm_local.analysis.cost import run_cost
 from medhelm_local.application.evaluation import merge_shards
-from medhelm_local.commands.run import configured_reply_model, outcome_payload, print_outcome
+from medhelm_local.commands.run import configured_reply_model, merged_text, outcome_payload, print_outcome
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import AppContext, app_context
 from medhelm_local.errors import NotFoundError
@@ -156,5 +156,6 @@ def merge(ctx: typer.Context, run_id: str = typer.Argument(..., help="Run id of 
         emit_json(outcome_payload(outcome))
         return
     print_outcome(outcome, configured_reply_model(app_ctx, outcome.run.model))
-    info(f"merged {outcome.merged} outcome(s); run {run_id} is {outcome.run.status}"
-         + ("" if outcome.complete else " (items still unanswered: run the missing shards)"))
+    info(f"merged {merged_text(outcome)}; run {run_id} is {outcome.run.status}"
+         + ("" if outcome.complete else " (items still unanswered: run the missing shards, or `medhelm-local run "
+                                        f"--resume {run_id}`, which sends them)"))

@@ -15,6 +15,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from medhelm_local.errors import BadInputError, MedhelmError
+from medhelm_local.fileio import write_all
 
 SIGNING_KEY_FILE = "signing-ed25519.pem"
 PUBLIC_KEY_FILE = "signing-ed25519.pub.pem"
@@ -34,7 +35,8 @@ class KeyError_(MedhelmError):
 def write_secret_file(path: Path, data: bytes, mode: int = 0o600) -> bool:
     """Create ``path`` with ``data`` unless it exists. Returns True when created.
 
-    O_EXCL makes a concurrent or repeated init unable to replace an existing key.
+    O_EXCL makes a concurrent or repeated init unable to replace an existing key. A write that fails (a full disk)
+    removes the file it created: part of a key is no key, and every later init would keep it.
     """
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
@@ -42,11 +44,17 @@ def write_secret_file(path: Path, data: bytes, mode: int = 0o600) -> bool:
     except FileExistsError:
         return False
     try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.chmod(path, mode)
+        try:
+            write_all(fd, data)
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.chmod(path, mode)
+    except BaseException as exc:
+        path.unlink(missing_ok=True)
+        if isinstance(exc, OSError) and exc.filename is None:  # os.write's error names no file
+            exc.filename = str(path)
+        raise
     return True
 
 

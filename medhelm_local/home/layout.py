@@ -8,6 +8,7 @@ from functools import cached_property
 from pathlib import Path
 
 from medhelm_local.errors import BadInputError, ConfigError, MedhelmError
+from medhelm_local.fileio import write_all
 from medhelm_local.home.config import ApplianceConfig, default_config, dump_config, load_config
 from medhelm_local.home.keys import SECRET_KEY_FILES, ensure_keys
 
@@ -38,7 +39,7 @@ def atomic_write(path: Path, data: bytes, mode: int = 0o600) -> None:
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
     try:
         try:
-            os.write(fd, data)
+            write_all(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
@@ -197,10 +198,33 @@ class Home:
             result.kept.append(CONFIG_FILE)
             _ = self.config  # validate the existing file: a bad one must fail init loudly
         else:
-            self.save_config(default_config())
+            try:
+                self.save_config(default_config())
+            except OSError as exc:
+                raise self._config_not_created(exc) from None
             result.created.append(CONFIG_FILE)
-        for directory in (self.store_path.parent, self.audit_path.parent, self.exports_dir, self.reports_dir):
-            directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        for name, created in ensure_keys(self.keys_dir, trail=self.audit_path, store=self.store_path).items():
-            (result.created if created else result.kept).append(f"keys/{name}")
+        try:
+            for directory in (self.store_path.parent, self.audit_path.parent, self.exports_dir, self.reports_dir):
+                directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            for name, created in ensure_keys(self.keys_dir, trail=self.audit_path, store=self.store_path).items():
+                (result.created if created else result.kept).append(f"keys/{name}")
+        except OSError as exc:
+            where = Path(exc.filename or self.root)
+            mounted = (" ($MEDHELM_KEYS_DIR: the folder, a mounted Secret, must hold the keys or let init write them)"
+                       if os.environ.get("MEDHELM_KEYS_DIR") and where.is_relative_to(self.keys_dir) else "")
+            raise MedhelmError(f"{where}: init cannot write it ({exc.strerror or type(exc).__name__}){mounted}; "
+                               "free space or make it writable for this user, then run init again (it keeps what "
+                               "it wrote)") from None
         return result
+
+    def _config_not_created(self, exc: OSError) -> MedhelmError:
+        """Why ``init`` could not write a missing appliance.yaml, and what to do: where ``$MEDHELM_CONFIG`` names it,
+        the deployment's file is missing (bad input, exit 2); else the home cannot be written."""
+        path, why = self.config_path, exc.strerror or type(exc).__name__
+        if self.config_from_deployment:
+            return BadInputError(
+                f"{path} ($MEDHELM_CONFIG): no such file, and init cannot create it ({why}). $MEDHELM_CONFIG names "
+                "the deployment's appliance.yaml (the Helm chart's ConfigMap, compose's mount): mount it there, "
+                f"point $MEDHELM_CONFIG at the file, or unset it so that init writes {self.root / CONFIG_FILE}")
+        return MedhelmError(f"{path}: init cannot write it ({why}); run init as the home's owner, on a writable "
+                            "volume")

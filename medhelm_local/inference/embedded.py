@@ -26,11 +26,14 @@ import httpx
 
 from medhelm_local.errors import MedhelmError
 from medhelm_local.home.config import EMBEDDED_SERVED_MODEL
+from medhelm_local.inference.lane import ResponseTooLarge
+from medhelm_local.inference.small_reply import get_small
 from medhelm_local.logs import get_logger
 
 log = get_logger(__name__)
 
 GGUF_NAME = "SmolLM2-135M-Instruct.Q4_1.gguf"
+READY_PROBE_TIMEOUT_S = 2.0  # one readiness probe (its /v1/models), read whole (``small_reply``)
 OFFLINE_ENV = {
     "HF_HUB_OFFLINE": "1",
     "TRANSFORMERS_OFFLINE": "1",
@@ -163,10 +166,11 @@ class EmbeddedServer:
                     f"the embedded model server exited during startup (code {self._proc.returncode}): "
                     + " | ".join(tail)
                 )
+            timeout_s = max(0.1, min(READY_PROBE_TIMEOUT_S, deadline - time.monotonic()))
             try:
-                if httpx.get(f"{self.base_url}/models", headers=headers, timeout=2.0, trust_env=False).is_success:
+                if get_small(f"{self.base_url}/models", timeout_s=timeout_s, headers=headers)[0] == 200:
                     return
-            except httpx.HTTPError:
+            except (httpx.HTTPError, TimeoutError, ResponseTooLarge):
                 pass
             time.sleep(0.25)
         self.stop()

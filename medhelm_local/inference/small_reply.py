@@ -5,12 +5,14 @@ httpx bounds each read, not a reply: a server streaming a body without end was r
 trickling its reply (a byte before each read times out) held the caller for as long as it trickled. Here the whole
 exchange, headers included, is bounded by ``timeout_s`` (TimeoutError beyond) and the body by
 ``MAX_RESPONSE_BYTES``, as sent and as decoded (ResponseTooLarge beyond). The chat client reads its small requests
-so; :func:`get_small` does the same for callers without an event loop (``serve vllm``, the console's System page).
+so; :func:`get_small` does the same for callers that wait for it (``serve vllm``, the console's System page, the
+embedded server's readiness probe).
 """
 
 from __future__ import annotations
 
 import asyncio
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import httpx
@@ -33,13 +35,19 @@ async def read_small(client: httpx.AsyncClient, method: str, url: str, timeout_s
 
 
 def get_small(url: str, *, timeout_s: float, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
-    """GET ``url`` from a thread without a running event loop: its status and body, read as :func:`read_small`
-    reads them (no proxy from the environment, no redirect followed). Raises TimeoutError, ResponseTooLarge and
-    httpx's errors."""
+    """GET ``url`` and wait for it: its status and body, read as :func:`read_small` reads them (no proxy from the
+    environment, no redirect followed). Raises TimeoutError, ResponseTooLarge and httpx's errors."""
 
     async def get() -> tuple[int, bytes]:
         async with httpx.AsyncClient(trust_env=False, follow_redirects=False) as client:
             status, body, _ = await read_small(client, "GET", url, timeout_s, headers=headers)
             return status, body
 
-    return asyncio.run(get())
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return asyncio.run(get())
+    # A caller inside a running loop that blocks it anyway (the embedded server starts within the runner's loop):
+    # the request gets a loop of its own, in a thread.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="small-reply") as pool:
+        return pool.submit(asyncio.run, get()).result()

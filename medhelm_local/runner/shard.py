@@ -98,8 +98,9 @@ def build_shard_store(home: Home, main: Store, run: RunInfo, items: list[Planned
     tmp.replace(path)
 
 
-def merge_shard(main: Store, shard_path: Path, home: Home, run_id: str) -> int:
-    """Merge one shard's outcomes into ``main`` in one transaction; returns the outcomes merged."""
+def merge_shard(main: Store, shard_path: Path, home: Home, run_id: str) -> shards_db.Merged:
+    """Merge one shard's outcomes into ``main`` in one transaction; returns the outcomes it added, and those
+    ``main`` already had (the file of a shard killed after its merge, before it removed the file)."""
     shard = Store.open_file(home, shard_path, read_only=True)
     try:
         return shards_db.merge_outcomes(shard, main, run_id)

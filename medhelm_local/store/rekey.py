@@ -29,6 +29,7 @@ from typing import Any
 import duckdb
 from pydantic import BaseModel
 
+from medhelm_local.fileio import write_all
 from medhelm_local.home.keys import DATA_KEY_FILE, NEW_DATA_KEY_FILE, load_data_key
 from medhelm_local.sinks import AuditSink
 from medhelm_local.store.connection import StoreError, connect_engine, sql_literal
@@ -202,7 +203,7 @@ def rotate_data_key(store: Path, keys_dir: Path, on_point_of_no_return: Callable
             try:
                 fd = os.open(p["new_key"], os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
                 try:
-                    os.write(fd, new_key.encode("ascii"))
+                    write_all(fd, new_key.encode("ascii"))
                     os.fsync(fd)
                 finally:
                     os.close(fd)
@@ -216,7 +217,7 @@ def rotate_data_key(store: Path, keys_dir: Path, on_point_of_no_return: Callable
             journal = {"phase": "swap", "old_key_id": old_id, "new_key_id": new_id}
             fd = os.open(p["journal"], os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
             try:
-                os.write(fd, json.dumps(journal).encode())
+                write_all(fd, json.dumps(journal).encode())
                 os.fsync(fd)
             finally:
                 os.close(fd)

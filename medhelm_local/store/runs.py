@@ -457,8 +457,16 @@ def record_model_server(store: Store, server_id: str, model: str, base_url: str,
 
 # -- shards -----------------------------------------------------------------------------------------------
 
+@dataclass(frozen=True, slots=True)
+class Copied:
+    """What :func:`copy_rows` did: the source rows it offered, and those the target lacked and now has."""
+
+    offered: int
+    added: int
+
+
 def copy_rows(source: Store, target: Store, table: str, where: str, params: list[Any], *,
-              batch_rows: int = 20_000, key: Sequence[str] | None = None) -> int:
+              batch_rows: int = 20_000, key: Sequence[str] | None = None) -> Copied:
     """Copy ``table`` rows matching ``where`` from one store to another, keeping existing target rows: by the
     table's primary key, or, for a table without one, by ``key`` (its columns that identify a row).
 
@@ -468,7 +476,7 @@ def copy_rows(source: Store, target: Store, table: str, where: str, params: list
     keep = ("ON CONFLICT DO NOTHING" if key is None else "s WHERE NOT EXISTS (SELECT 1 FROM " + table + " t WHERE "
             + " AND ".join(f"t.{column} = s.{column}" for column in key) + ")")
     cursor = source.conn.cursor()
-    copied = 0
+    offered = added = 0
     try:
         cursor.execute(f"USE {_catalog(source)}")
         reader = cursor.execute(f"SELECT * FROM {table} WHERE {where}", params).to_arrow_reader(batch_rows)
@@ -477,13 +485,15 @@ def copy_rows(source: Store, target: Store, table: str, where: str, params: list
                 continue
             target.conn.register("shard_copy_src", batch)
             try:
-                target.conn.execute(f"INSERT INTO {table} BY NAME SELECT * FROM shard_copy_src {keep}")
+                inserted = target.conn.execute(
+                    f"INSERT INTO {table} BY NAME SELECT * FROM shard_copy_src {keep}").fetchone()
             finally:
                 target.conn.unregister("shard_copy_src")
-            copied += batch.num_rows
+            offered += batch.num_rows
+            added += int(inserted[0]) if inserted else 0
     finally:
         cursor.close()
-    return copied
+    return Copied(offered, added)
 
 
 def _catalog(store: Store) -> str:

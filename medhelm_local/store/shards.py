@@ -8,6 +8,7 @@ through a plain file.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from medhelm_local.store import runs as runs_db
 from medhelm_local.store.batch import ID_LIST_PARAM, id_list
@@ -44,16 +45,27 @@ def copy_inputs(main: Store, shard: Store, items: Sequence[PlannedItem]) -> None
                               [benchmark, fingerprint, id_list(ids[start:start + _IDS_PER_COPY])])
 
 
-def merge_outcomes(shard: Store, main: Store, run_id: str) -> int:
+@dataclass(frozen=True, slots=True)
+class Merged:
+    """The outcomes (responses) a merge added to the main store, and those of the shard's file it already had."""
+
+    added: int = 0
+    already_present: int = 0
+
+    def __add__(self, other: Merged) -> Merged:
+        return Merged(self.added + other.added, self.already_present + other.already_present)
+
+
+def merge_outcomes(shard: Store, main: Store, run_id: str) -> Merged:
     """Merge a shard's outcomes of ``run_id`` (requests, responses, sessions and their sending options, truncations,
     replaced errors) into ``main`` in one transaction; the primary keys (``ROW_KEYS`` for ``requests``) keep one
-    outcome per item, so a merge repeated after a crash adds nothing. Returns the responses merged."""
-    merged = 0
+    outcome per item, so a merge repeated after a crash adds nothing (and says so: ``Merged.added`` is 0)."""
+    merged = Merged()
     with main.transaction():
         for table in OUTCOME_TABLES:
             copied = runs_db.copy_rows(shard, main, table, "run_id = ?", [run_id], key=ROW_KEYS.get(table))
             if table == "responses":
-                merged = copied
+                merged = Merged(copied.added, copied.offered - copied.added)
         _merge_error_history(shard, main, run_id)
     return merged
 

@@ -93,6 +93,22 @@ def test_a_crash_at_any_step_leaves_a_usable_store(home_with_data: InProcessCli,
     assert _datasets(cli) == before
 
 
+def test_the_new_key_is_written_whole_when_the_system_writes_less_than_asked(home_with_data: InProcessCli,
+                                                                               monkeypatch: pytest.MonkeyPatch
+                                                                               ) -> None:
+    """The new data key and the journal were written with one os.write each: a short write left part of the key
+    in place of the key the store had just been re-encrypted under, and the store unreadable for good."""
+    cli = home_with_data
+    before = _datasets(cli)
+    real_write = os.write
+    monkeypatch.setattr(os, "write", lambda fd, data: real_write(fd, bytes(data)[:5]))
+    rotated = cli("keys", "rotate", "--json")
+    monkeypatch.setattr(os, "write", real_write)
+    assert rotated.code == 0, rotated.stderr
+    assert len(_key(cli)) == 64 and rekey.data_key_id(_key(cli)) == json.loads(rotated.stdout)["new_key_id"]
+    assert _datasets(cli) == before
+
+
 def test_rotation_refused_while_shards_are_unmerged(home_with_data: InProcessCli) -> None:
     cli = home_with_data
     shard = cli.home / "store" / "shards" / "run-x" / "shard-0-of-2.duckdb"

@@ -44,7 +44,7 @@ def test_ctrl_c_while_the_server_starts_ends_it(stubborn: Path, monkeypatch: pyt
     def interrupted(*_args: Any, **_kwargs: Any) -> Any:
         raise KeyboardInterrupt
 
-    monkeypatch.setattr(embedded.httpx, "get", interrupted)  # the readiness probe: where a Ctrl-C lands
+    monkeypatch.setattr(embedded, "get_small", interrupted)  # the readiness probe: where a Ctrl-C lands
     server = EmbeddedServer(startup_timeout_s=30)
     try:
         with pytest.raises(KeyboardInterrupt), server:

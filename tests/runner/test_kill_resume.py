@@ -145,3 +145,43 @@ def test_a_signal_mid_run_saves_the_answers_and_marks_the_run_interrupted(tmp_pa
     assert json.loads(final.stdout)["run_id"] == run_id
     assert outcomes(home, run_id) == outcomes(reference, reference_run)
     assert scores(home, run_id) == scores(reference, reference_run)
+
+
+def test_retry_errors_of_a_run_killed_before_it_sent_everything_is_refused_until_a_resume_sends_the_rest(
+        tmp_path: Path) -> None:
+    """`run --retry-errors` re-sends failed requests only: on a run killed mid-way it sent nothing of the items
+    never sent, then marked the run finished and complete, scored on the answers it had (n=152 of 200). It is
+    refused (exit 2), naming the resume that sends them, and the run is left as it was; the resume then finishes
+    it whole."""
+    with FakeOpenAIServer(responder=hash_responder(), latency_s=0.01, slots=4) as server:
+        home = make_home(tmp_path / "home", [server.base_url])
+        register(home, synthetic_instances(200))
+        server.hold_after = 40  # the run is certainly mid-way when it is killed
+        proc = subprocess.Popen(run_argv(home), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=cli_env())
+        deadline = time.monotonic() + 120
+        while (server.held == 0 or _answered(home) == 0) and proc.poll() is None:
+            assert time.monotonic() < deadline, "the runner never committed an answer"
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=30)
+        server.release_held()
+        (run_id,) = _run_ids(home)
+        answered, before = _answered(home), server.stats()["requests_seen"]
+        assert 0 < answered < 200
+
+        retried = subprocess.run(cli_argv(home, "run", "--retry-errors", run_id, "--json"), capture_output=True,
+                                 text=True, env=cli_env(), timeout=300)
+        assert retried.returncode == 2, retried.stderr
+        assert (f"run {run_id} has {200 - answered} item(s) never sent" in retried.stderr
+                and f"`medhelm-local run --resume {run_id}` sends them first" in retried.stderr), retried.stderr
+        assert server.stats()["requests_seen"] == before and _answered(home) == answered
+        with Store.open(home, read_only=True) as store:
+            run = store.get_run(run_id)
+        assert run is not None and run.status == "running"
+
+        resumed = subprocess.run(cli_argv(home, "run", "--resume", run_id, "--json"), capture_output=True, text=True,
+                                 env=cli_env(), timeout=300)
+        assert resumed.returncode == 0, resumed.stderr
+    payload = json.loads(resumed.stdout)
+    assert (payload["status"], [(r["benchmark"], r["n"]) for r in payload["results"]]) == (
+        "finished", [("pubmedqa", 200)])

@@ -126,11 +126,57 @@ def test_a_shard_left_unmerged_is_merged_by_runs_merge(tmp_path: Path) -> None:
     (start,) = [r for r in records if r["action"] == "run.start"]
     failures = [r["objects"] for r in records if r["action"] == "run.finish" and r["outcome"] == "failure"]
     assert failures == [{"shard": "1/2", "error_type": "RuntimeError", "run_id": run_id, "intent_seq": start["seq"]}]
-    assert [r["objects"]["merged"] for r in records if r["action"] == "run.merge"] == [20, 0]
+    assert [(r["objects"]["merged"], r["objects"]["already_present"]) for r in records
+            if r["action"] == "run.merge"] == [(20, 0), (0, 0)]
     assert start["objects"]["shards"] == 2
     assert unfinished(records) == []
     (run,) = summarize(records, None).runs
     assert (run.run_id, run.outcome) == (run_id, "success")
+
+
+def test_a_merge_repeated_after_a_crash_reports_the_outcomes_it_added_not_those_it_offered(tmp_path: Path) -> None:
+    """A shard killed after its merge committed, before it removed its file, leaves a file whose outcomes the run
+    already has. `runs merge` then said `merged 20 outcome(s)` (and audited `run.merge` merged 20) while adding
+    none; it reports what it added (0) and, apart, what the run already had."""
+    with FakeOpenAIServer(responder=hash_responder()) as server:
+        home = make_home(tmp_path / "home", [server.base_url])
+        register(home, synthetic_instances(20))
+
+        def pod_killed(*_args: object, **_kwargs: object) -> None:
+            raise RuntimeError("pod killed")
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(sharding, "remove_shard_files", pod_killed)
+            with pytest.raises(RuntimeError, match="pod killed"):
+                evaluate(app(home), quiet(mode=Mode.of_shard(0, 1)))
+    with Store.open(home, read_only=True) as store:
+        (run,) = store.list_runs()
+    assert len(outcomes(home, run.run_id)) == 20, "the shard's merge committed before it was killed"
+    assert len(sharding.pending_shard_files(home, run.run_id)) == 1
+
+    done = subprocess.run(cli_argv(home, "runs", "merge", run.run_id, "--json"), capture_output=True, text=True,
+                          env=cli_env(), timeout=300)
+    assert done.returncode == 0, done.stderr
+    payload = json.loads(done.stdout)
+    assert (payload["merged"], payload["already_present"], payload["status"]) == (0, 20, "finished")
+    assert sharding.pending_shard_files(home, run.run_id) == []
+    records = AuditTrail(home.audit_path).records()
+    assert [r["objects"] for r in records if r["action"] == "run.merge"] == [
+        {"run_id": run.run_id, "merged": 0, "already_present": 20}]
+
+
+def test_runs_merge_of_a_run_still_missing_items_names_the_resume_that_sends_them(tmp_path: Path) -> None:
+    """`runs merge` of a run with items no shard sent said only "run the missing shards": a run whose Job is gone
+    (or one never sharded) had no way on named. It names `run --resume RUN_ID` too."""
+    with FakeOpenAIServer(responder=hash_responder()) as server:
+        home = make_home(tmp_path / "home", [server.base_url])
+        register(home, synthetic_instances(20))
+        run_id = evaluate(app(home), quiet(mode=Mode.of_shard(0, 2))).run.run_id
+    merged = subprocess.run(cli_argv(home, "runs", "merge", run_id), capture_output=True, text=True, env=cli_env(),
+                            timeout=300)
+    assert merged.returncode == 0, merged.stderr
+    assert (f"merged 0 outcome(s); run {run_id} is running (items still unanswered: run the missing shards, or "
+            f"`medhelm-local run --resume {run_id}`, which sends them)") in merged.stderr, merged.stderr
 
 
 def test_a_shard_file_built_before_sessions_kept_their_options_still_merges(tmp_path: Path) -> None:

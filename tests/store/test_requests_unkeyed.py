@@ -78,8 +78,8 @@ def test_copying_requests_into_a_store_twice_adds_them_once(tmp_path: Path) -> N
         fingerprint = register(store, "pubmedqa", DATA)
         run_id = add_run(store, "m", "pubmedqa", fingerprint, DATA, {"p0": "yes"})
     with Store.open(home, read_only=True) as source, Store.open_file(home, tmp_path / "other.duckdb") as target:
-        for _ in range(2):  # a merge repeated after a crash
-            copied = runs_db.copy_rows(source, target, "requests", "run_id = ?", [run_id],
-                                       key=("run_id", "benchmark", "instance_id"))
-            assert copied == 1
+        copies = [runs_db.copy_rows(source, target, "requests", "run_id = ?", [run_id],
+                                    key=("run_id", "benchmark", "instance_id"))
+                  for _ in range(2)]  # a merge repeated after a crash
+        assert copies == [runs_db.Copied(offered=1, added=1), runs_db.Copied(offered=1, added=0)]
         assert target.conn.execute("SELECT count(*) FROM requests").fetchone() == (1,)
