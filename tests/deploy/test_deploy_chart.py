@@ -902,6 +902,63 @@ def test_helm_test_probes_models_from_a_runner_labelled_pod(rendered):
     assert not [v for v in pod["spec"]["volumes"] if "persistentVolumeClaim" in v]
 
 
+def test_helm_test_probes_site_servers_with_the_runners_key_and_ca(tmp_path):
+    """`models wait` probes an appliance.extraModels server with its API key (api_key_file on runner.extraVolumes,
+    or api_key_env from runner.extraEnv), over TLS with the site's CA bundle. The `helm test` pod had none of
+    runner.extraEnv, extraVolumes and extraVolumeMounts: the runner's own wait passed, and `helm test` failed
+    with "cannot read api_key_file" (exit 2). It now runs the same probe the runner does, and the probe gets as far
+    as the connection (nothing listens here: not ready, exit 1), never stopping at the key."""
+    values = load_values("gpu")
+    values["appliance"] = {"extraModels": [
+        {"name": "site-llm", "kind": "openai-compatible", "base_urls": ["http://127.0.0.1:9/v1"],
+         "api_key_file": "/etc/site-llm/api-key"},
+        {"name": "site-gw", "kind": "openai-compatible", "base_urls": ["http://127.0.0.1:9/v1"],
+         "api_key_env": "SITE_GW_KEY"}]}
+    values["runner"] |= {
+        "extraEnv": [{"name": "SSL_CERT_FILE", "value": "/etc/site-ca/ca.pem"},
+                     {"name": "SITE_GW_KEY", "valueFrom": {"secretKeyRef": {"name": "site-gw", "key": "api-key"}}}],
+        "extraVolumes": [{"name": "site-ca", "configMap": {"name": "site-ca"}},
+                         {"name": "site-llm-key", "secret": {"secretName": "site-llm-key", "defaultMode": 0o440}}],
+        "extraVolumeMounts": [{"name": "site-ca", "mountPath": "/etc/site-ca", "readOnly": True},
+                              {"name": "site-llm-key", "mountPath": "/etc/site-llm", "readOnly": True}],
+    }
+    docs = render(values)
+    (pod,) = [p for p in by_kind(docs, "Pod") if p["metadata"]["name"].endswith("-test-models")]
+    (c,) = pod["spec"]["containers"]
+    for volume in values["runner"]["extraVolumes"]:
+        assert volume in pod["spec"]["volumes"], volume["name"]
+    for mount in values["runner"]["extraVolumeMounts"]:
+        assert mount in c["volumeMounts"], mount["mountPath"]
+    env = env_map(c)
+    assert env["SSL_CERT_FILE"] == "/etc/site-ca/ca.pem" and "secretKeyRef" in env["SITE_GW_KEY"]
+    kubernetes_validate.validate(pod, K8S_VERSIONS[-1], strict=True)
+
+    # The pod's command on its appliance.yaml, with its mounts and environment laid out in a temporary root.
+    config = appliance_yaml(docs)
+    config["models"] = [m for m in config["models"] if m["name"].startswith("site-")]
+    config["judges"] = []
+    mounted = {m["mountPath"] for m in c["volumeMounts"]}
+    key_dir = tmp_path / "etc-site-llm"
+    key_dir.mkdir()
+    (key_dir / "api-key").write_text("site-key\n")
+    for model in config["models"]:
+        if "api_key_file" in model:
+            assert str(Path(model["api_key_file"]).parent) in mounted
+            model["api_key_file"] = str(key_dir / "api-key")
+    config_file = tmp_path / "appliance.yaml"
+    config_file.write_text(yaml.safe_dump(config))
+    run_env = {k: v for k, v in os.environ.items() if not k.startswith("MEDHELM_")}
+    run_env |= {"MEDHELM_HOME": str(tmp_path / "home"), "MEDHELM_CONFIG": str(config_file),
+                "SITE_GW_KEY": "gw-key", "PYTHONPATH": str(REPO)}
+    command = [*c["command"][:-2], "--timeout", "2", "--interval", "0.5", "--json"]
+    done = subprocess.run([sys.executable, "-m", "medhelm_local.cli", *command[1:]], env=run_env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr  # not ready (nothing listens), not a configuration error (2)
+    replicas = json.loads(done.stdout)["replicas"]
+    assert {r["model"] for r in replicas} == {"site-llm", "site-gw"}
+    assert all(not r["ok"] and r["attempts"] >= 1 for r in replicas)  # probed, not stopped at a missing key
+
+
 # --- network isolation ------------------------------------------------------------------------------------
 
 
