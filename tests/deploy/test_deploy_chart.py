@@ -239,6 +239,41 @@ def test_appliance_config_is_valid_and_in_cluster(name, rendered):
     assert config.store.lock_timeout_s == store.get("lockTimeoutS", 600)
 
 
+def test_extra_models_take_exactly_the_keys_appliance_yaml_takes():
+    """appliance.extraModels entries go into appliance.yaml as they are, and the appliance refuses an unknown key at
+    start. The schema checked `name` and `kind` only: `replyModel` (the camelCase every other value uses), a
+    `base_url` typo or a missing `base_urls` rendered, and the runner, toolbox and console then all failed to start
+    ("field models[0].replyModel: Extra inputs are not permitted"). The schema now lists appliance.yaml's keys."""
+    from medhelm_local.home.config import ApplianceConfig, ModelEndpoint, Pricing
+
+    schema = json.loads((CHART / "values.schema.json").read_text(encoding="utf-8"))
+    entry = schema["properties"]["appliance"]["properties"]["extraModels"]["items"]
+    assert set(entry["properties"]) == set(ModelEndpoint.model_fields)
+    assert set(entry["properties"]["pricing"]["properties"]) == set(Pricing.model_fields)
+
+    full = {"name": "site-llm", "kind": "openai-compatible", "base_urls": ["https://llm.ai.svc.cluster.local/v1"],
+            "served_model": "gpt-4o", "reply_model": "gpt-4o-2024-08-06", "api_key_file": "/etc/site-llm/api-key",
+            "timeout_s": 300, "context_length": 32768,
+            "pricing": {"input_per_million": 2.5, "output_per_million": 10, "gpu_hour_rate": 0, "gpus": 1}}
+    config = ApplianceConfig.model_validate(appliance_yaml(render({"appliance": {"extraModels": [full]}})))
+    assert config.model("site-llm").replied_model == "gpt-4o-2024-08-06"
+
+    bad = {
+        "camelCase": ({"replyModel": "gpt-4o"}, r"additional properties 'replyModel' not allowed"),
+        "typo": ({"base_url": "https://x.svc.cluster.local/v1"}, r"additional properties 'base_url' not allowed"),
+        "no URL": ({"base_urls": None}, r"missing property 'base_urls'"),
+        "not http": ({"base_urls": ["llm.ai.svc.cluster.local/v1"]}, r"/appliance/extraModels/0/base_urls/0"),
+        "pricing key": ({"pricing": {"gpuHourRate": 2.5}}, r"additional properties 'gpuHourRate' not allowed"),
+    }
+    for what, (change, message) in bad.items():
+        model = {k: v for k, v in ({"name": "site-llm", "kind": "vllm",
+                                    "base_urls": ["http://vllm.ai.svc.cluster.local:8000/v1"]} | change).items()
+                 if v is not None}
+        with pytest.raises(helm_python.HelmError, match=message):
+            render({"appliance": {"extraModels": [model]}})
+            pytest.fail(f"{what}: rendered")
+
+
 def test_runner_model_must_be_configured():
     with pytest.raises(helm_python.HelmError, match=r"runner\.model"):
         render({"runner": {"model": "not-served"}})
