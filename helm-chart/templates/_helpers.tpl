@@ -318,6 +318,59 @@ true
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- /* Every URL appliance.yaml gets must be on its allowlist: the appliance refuses any other before connecting, so
+     a run (and its wait-for-models) would fail on every request. A clusterDomain other than cluster.local is how
+     the chart's own servers fall off the default allowlist. */ -}}
+{{- range (concat .Values.models .Values.judges) -}}
+{{- $replicas := int (ternary .replicas 1 (hasKey . "replicas")) -}}
+{{- if gt $replicas 0 -}}
+{{- $url := index (include "medhelm.replicaURLs" (dict "name" .name "replicas" 1 "root" $) | fromJsonArray) 0 -}}
+{{- if not (include "medhelm.urlAllowed" (dict "url" $url "allowlist" $.Values.appliance.allowlist)) -}}
+{{- fail (printf "model %q: its servers' URLs (%s) are not on appliance.allowlist, so the appliance would refuse every request to them before connecting; add an entry such as \"http://*.svc.%s\" (clusterDomain is %q)" .name $url $.Values.clusterDomain $.Values.clusterDomain) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- range .Values.appliance.extraModels -}}
+{{- $model := .name -}}
+{{- range $url := .base_urls -}}
+{{- if not (include "medhelm.urlAllowed" (dict "url" $url "allowlist" $.Values.appliance.allowlist)) -}}
+{{- fail (printf "appliance.extraModels %q: base URL %s is not on appliance.allowlist, so the appliance would refuse every request to it before connecting; add its scheme://host[:port] to appliance.allowlist (and a networkPolicy.extraRunnerEgress rule)" $model $url) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The parts of an http(s) URL the allowlist compares, as the appliance reads them (medhelm_local/inference/egress.py):
+     {scheme, host (lower case, without IPv6 brackets), port ("" when absent)}. A host pattern keeps its `*`. */}}
+{{- define "medhelm.urlParts" -}}
+{{- $pattern := `^([A-Za-z][A-Za-z0-9+.-]*)://(?:[^@/?#]*@)?(\[[^\]]*\]|[^:/?#]*)(?::([0-9]*))?(?:[/?#].*)?$` -}}
+{{- if regexMatch $pattern . -}}
+{{- $host := regexReplaceAll $pattern . "${2}" | lower | trimPrefix "[" | trimSuffix "]" -}}
+{{- toJson (dict "scheme" (regexReplaceAll $pattern . "${1}" | lower) "host" $host "port" (regexReplaceAll $pattern . "${3}")) -}}
+{{- else -}}
+{{- toJson (dict "scheme" "" "host" "" "port" "") -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when appliance.allowlist allows the URL, as the appliance decides it: same scheme, the entry's port if it
+     names one, and the host matching the entry's shell pattern (`*`, `?`). An entry with a `[...]` class is taken
+     to allow it: the chart cannot tell, and the appliance still decides at run time. Argument: dict url, allowlist. */}}
+{{- define "medhelm.urlAllowed" -}}
+{{- $url := include "medhelm.urlParts" .url | fromJson -}}
+{{- $allowed := false -}}
+{{- if and $url.host (has $url.scheme (list "http" "https")) -}}
+{{- range $entry := .allowlist -}}
+{{- $e := include "medhelm.urlParts" $entry | fromJson -}}
+{{- if and (eq $e.scheme $url.scheme) (or (not $e.port) (eq (int $e.port) (int $url.port))) -}}
+{{- if contains "[" $e.host -}}
+{{- $allowed = true -}}
+{{- else if regexMatch (printf "^%s$" (regexQuoteMeta $e.host | replace "\\*" ".*" | replace "\\?" ".")) $url.host -}}
+{{- $allowed = true -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if $allowed }}true{{ end -}}
 {{- end -}}
 
 {{/* The value (tensorParallelSize, pipelineParallelSize, dataParallelSize) whose vLLM flag an extra `vllm serve`

@@ -274,6 +274,53 @@ def test_extra_models_take_exactly_the_keys_appliance_yaml_takes():
             pytest.fail(f"{what}: rendered")
 
 
+def test_a_cluster_domain_off_the_allowlist_is_refused_at_render():
+    """clusterDomain is a value, and the replica URLs follow it, but the default allowlist names cluster.local: a
+    site with another domain installed cleanly and then every run failed in wait-for-models ("endpoint ... is not on
+    the allowlist in appliance.yaml; refused before connecting"). The chart now refuses it, naming the entry."""
+    from medhelm_local.inference.egress import is_allowed
+
+    values = load_values("gpu") | {"clusterDomain": "hospital.local"}
+    with pytest.raises(helm_python.HelmError, match=r'model "llama-3-8b".*not on appliance.allowlist.*'
+                                                    r'"http://\*\.svc\.hospital\.local"'):
+        render(values)
+    allowlist = ["http://127.0.0.1", "http://*.svc.hospital.local"]
+    config = appliance_yaml(render(values | {"appliance": {"allowlist": allowlist}}))
+    urls = [url for model in config["models"] for url in model.get("base_urls", [])]
+    assert urls and all(".svc.hospital.local:8000/v1" in url and is_allowed(url, allowlist) for url in urls)
+
+
+@pytest.mark.parametrize(("url", "allowlist"), [
+    ("http://llm.ai.svc.cluster.local:8080/v1", ["http://*.svc.cluster.local"]),
+    ("http://llm.ai.svc.cluster.local:8080/v1", ["https://*.svc.cluster.local"]),
+    ("http://llm.ai.svc.cluster.local:8080/v1", ["http://*.svc.cluster.local:8080"]),
+    ("http://llm.ai.svc.cluster.local:8080/v1", ["http://*.svc.cluster.local:8000"]),
+    ("http://llm.ai.svc.cluster.local/v1", ["http://*.svc.cluster.local:80"]),
+    ("http://LLM.AI.svc.cluster.local:8080/v1", ["http://llm.ai.svc.cluster.local"]),
+    ("http://llm.ai.svcXcluster.local:8080/v1", ["http://*.svc.cluster.local"]),
+    ("http://10.0.0.5:8080/v1", ["http://10.0.0.5"]),
+    ("http://10.0.0.5:8080/v1", ["http://10.0.0.*:8080"]),
+    ("http://10.0.0.15:8080/v1", ["http://10.0.0.?:8080"]),
+    ("https://[fd00::5]:8443/v1", ["https://[FD00::5]:8443"]),
+    ("https://[fd00::5]:8443/v1", ["https://[fd00::6]"]),
+    ("https://user@gw.ai.svc.cluster.local/v1", ["https://gw.ai.svc.cluster.local"]),
+])
+def test_the_chart_allows_an_extra_model_url_exactly_where_the_appliance_does(url, allowlist):
+    """appliance.extraModels URLs are checked against appliance.allowlist as the appliance checks them before
+    connecting (scheme, the entry's port if any, the host as a shell pattern): the chart refuses a URL at render
+    exactly where every request to it would be refused at run time."""
+    from medhelm_local.inference.egress import is_allowed
+
+    values = {"appliance": {"allowlist": allowlist, "extraModels": [
+        {"name": "site-llm", "kind": "openai-compatible", "base_urls": [url]}]}}
+    if is_allowed(url, allowlist):
+        render(values)
+    else:
+        with pytest.raises(helm_python.HelmError, match=r'appliance.extraModels "site-llm": base URL .* is not on '
+                                                        r"appliance.allowlist"):
+            render(values)
+
+
 def test_runner_model_must_be_configured():
     with pytest.raises(helm_python.HelmError, match=r"runner\.model"):
         render({"runner": {"model": "not-served"}})
