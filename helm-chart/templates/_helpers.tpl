@@ -233,6 +233,9 @@ true
 {{- with include "medhelm.parallelFlag" $arg -}}
 {{- fail (printf "vllm.extraArgs %q sets the %s of every model, which the chart passes itself and checks each model's gpu.count against: remove it and set %s on the models and judges" $arg . .) -}}
 {{- end -}}
+{{- if include "medhelm.servedNameFlag" $arg -}}
+{{- fail (printf "vllm.extraArgs %q sets the name every server serves its model under, which the chart passes itself (each model's servedModel, default its name) and writes into appliance.yaml as the name the runner asks for and checks replies against: remove it and set servedModel on the models and judges" $arg) -}}
+{{- end -}}
 {{- end -}}
 {{- $servers := list -}}
 {{- range (concat .Values.models .Values.judges) -}}
@@ -260,6 +263,9 @@ true
 {{- range $arg := (default (list) .extraArgs) -}}
 {{- with include "medhelm.parallelFlag" $arg -}}
 {{- fail (printf "model %q: extraArgs %q sets the %s vLLM runs with, which the chart passes itself and checks gpu.count against: remove it and set %s on the model" $model $arg . .) -}}
+{{- end -}}
+{{- if include "medhelm.servedNameFlag" $arg -}}
+{{- fail (printf "model %q: extraArgs %q sets the name vLLM serves the model under, which the chart passes itself (servedModel, default the model's name) and writes into appliance.yaml as the name the runner asks for and checks replies against (vLLM keeps the last one given, so every request would get 404 or name another model): remove it and set servedModel" $model $arg) -}}
 {{- end -}}
 {{- end -}}
 {{- /* vLLM runs one worker per GPU: tensorParallelSize x pipelineParallelSize x dataParallelSize of them per replica.
@@ -384,6 +390,15 @@ true
 {{- $short := and (not (hasPrefix "--" $name)) (gt (len $name) 1) (hasPrefix $name (index $spellings 1)) -}}
 {{- if or $long $short -}}{{- $value -}}{{- end -}}
 {{- end -}}
+{{- end -}}
+
+{{/* "true" when an extra `vllm serve` argument is --served-model-name, as vLLM's parser reads it (underscores as
+     dashes, "=value" attached, an abbreviation of at least --ser). The chart serves each model under one name,
+     servedModel, and appliance.yaml asks for that name and expects it in the replies (vLLM names the model asked
+     for): no reply_model is needed for the chart's servers, and this flag is the only way they could differ. */}}
+{{- define "medhelm.servedNameFlag" -}}
+{{- $name := regexReplaceAll "=.*$" . "" | replace "_" "-" -}}
+{{- if and (hasPrefix "--" $name) (gt (len $name) 4) (hasPrefix $name "--served-model-name") -}}true{{- end -}}
 {{- end -}}
 
 {{/* Egress to every model server (NetworkPolicyEgressRule list items, or nothing): the release's own, on the vLLM

@@ -893,6 +893,33 @@ def test_chart_and_serve_vllm_refuse_the_same_parallel_size_flags(arg):
     assert refused_by_chart == (parallel_flag(arg) is not None)
 
 
+@pytest.mark.parametrize(("arg", "refused"), [
+    ("--served-model-name", True), ("--served_model_name=other", True), ("--served-model", True), ("--ser", True),
+    ("--seed", False), ("--served-model-names", False), ("-O3", False)])
+@pytest.mark.parametrize("where", ["model", "vllm"])
+def test_the_served_name_is_the_charts_so_replies_carry_the_name_asked_for(arg, refused, where):
+    """No reply_model for the chart's own servers: each serves one name (servedModel, default its name), appliance.yaml
+    asks for that name, and vLLM names the model asked for in its replies. A --served-model-name in extraArgs came
+    after the chart's and won in vLLM: the server then answered every request for servedModel with 404 (or, with
+    the name among several, under another name: model_mismatch). The chart refuses it, however vLLM would read it."""
+    model = {"name": "m", "servedModel": "llama-3-8b", "weights": {"claim": "w"}}
+    values: dict[str, Any] = {"models": [model]}
+    if where == "model":
+        model["extraArgs"] = [arg, "other"]
+    else:
+        values["vllm"] = {"extraArgs": [arg, "other"]}
+    if not refused:
+        docs = render(values)
+        (sts,) = servers(docs)
+        args = pod_spec(sts)["containers"][0]["args"]
+        assert args[args.index("--served-model-name") + 1] == "llama-3-8b"
+        assert appliance_yaml(docs)["models"][-1]["served_model"] == "llama-3-8b"
+        assert "reply_model" not in appliance_yaml(docs)["models"][-1]
+        return
+    with pytest.raises(helm_python.HelmError, match=r"sets the name .* serve.* under.*set servedModel"):
+        render(values)
+
+
 def test_pipeline_and_data_parallelism_use_every_gpu_of_the_replica():
     """Beyond tensor parallelism, vLLM splits a model into pipeline stages or serves copies of it in one pod: each
     worker on one GPU, tensorParallelSize x pipelineParallelSize x dataParallelSize of them. The chart passes
