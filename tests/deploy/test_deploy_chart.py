@@ -1650,6 +1650,17 @@ def test_notes_point_to_the_servers_and_the_audit_trail():
     assert "WARNING: images are referenced by tag" in notes({})
 
 
+def test_notes_name_every_path_the_network_policies_open():
+    """The NOTES said "DNS, and runner -> model servers ... only" also where the policies open the console to the
+    ingress controller and the identity provider, and the runner and console to the site's servers: an IT engineer
+    checking the install against the NOTES was told less than the cluster allows."""
+    values = load_values("rke2")
+    (line,) = [line for line in notes(values).splitlines() if line.startswith("NetworkPolicies:")]
+    assert "extraRunnerEgress" in line and "console.egress" in line and "ingress controller -> console" in line
+    (line,) = [line for line in notes(load_values("gpu")).splitlines() if line.startswith("NetworkPolicies:")]
+    assert "console" not in line and "extraRunnerEgress" not in line and line.endswith("nothing else.")
+
+
 def test_endpoint_allowlist_matches_appliance_and_chart():
     from medhelm_local.home.config import DEFAULT_ALLOWLIST
 
