@@ -316,6 +316,11 @@ true
 {{- if and (ne .Values.keys.mode "secret") (or .Values.keys.signingKey .Values.keys.signingPublicKey .Values.keys.storeDataKey) -}}
 {{- fail (printf "keys.signingKey, keys.signingPublicKey and keys.storeDataKey are read only in keys.mode: secret, not %q: remove them from the values (Helm keeps every value, private keys included, in its release history; deploy/RUNBOOK.md, Key rotation)" .Values.keys.mode) -}}
 {{- end -}}
+{{- /* vllmApiKey.value beside existingSecret is never used (the pods read the Secret), yet Helm keeps it in every
+     release-history Secret: a key the site believes it moved out of the values. */ -}}
+{{- if and .Values.vllmApiKey.existingSecret .Values.vllmApiKey.value -}}
+{{- fail (printf "vllmApiKey.value is set but vllmApiKey.existingSecret %q is what the pods read: remove vllmApiKey.value from the values (Helm keeps every value in its release history)" .Values.vllmApiKey.existingSecret) -}}
+{{- end -}}
 {{- if and (gt (int .Values.runner.shards) 1) (gt (int .Values.runner.parallelism) 1) -}}
 {{- range $volume := list "home" "audit" -}}
 {{- $modes := (get $.Values.persistence $volume).accessModes -}}

@@ -800,6 +800,17 @@ def test_key_values_another_mode_would_ignore_are_refused(keys, message):
         render({"keys": keys})
 
 
+def test_a_vllm_api_key_value_beside_its_existing_secret_is_refused():
+    """A site moving the vLLM API key to a Secret of its own (existingSecret, the GitOps setting) and leaving
+    vllmApiKey.value in the values rendered: the pods read the Secret, and Helm went on keeping the old key in
+    every release-history Secret."""
+    secret_only = render({"vllmApiKey": {"existingSecret": "medhelm-vllm-api-key"}})
+    assert not [d for d in by_kind(secret_only, "Secret") if d["metadata"]["name"].endswith("-vllm-api-key")]
+    with pytest.raises(helm_python.HelmError, match=r'vllmApiKey\.value is set but vllmApiKey\.existingSecret '
+                                                    r'"medhelm-vllm-api-key" is what the pods read: remove'):
+        render({"vllmApiKey": {"existingSecret": "medhelm-vllm-api-key", "value": "old-key-in-the-values"}})
+
+
 # --- vLLM model servers and judges ------------------------------------------------------------------------
 
 
