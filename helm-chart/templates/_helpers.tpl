@@ -233,6 +233,9 @@ true
 {{- with include "medhelm.parallelFlag" $arg -}}
 {{- fail (printf "vllm.extraArgs %q sets the %s of every model, which the chart passes itself and checks each model's gpu.count against: remove it and set %s on the models and judges" $arg . .) -}}
 {{- end -}}
+{{- if include "medhelm.servedNameFlag" $arg -}}
+{{- fail (printf "vllm.extraArgs %q sets the name every server serves its model under, which the chart passes itself (each model's servedModel, default its name) and writes into appliance.yaml as the name the runner asks for and checks replies against: remove it and set servedModel on the models and judges" $arg) -}}
+{{- end -}}
 {{- end -}}
 {{- $servers := list -}}
 {{- range (concat .Values.models .Values.judges) -}}
@@ -260,6 +263,9 @@ true
 {{- range $arg := (default (list) .extraArgs) -}}
 {{- with include "medhelm.parallelFlag" $arg -}}
 {{- fail (printf "model %q: extraArgs %q sets the %s vLLM runs with, which the chart passes itself and checks gpu.count against: remove it and set %s on the model" $model $arg . .) -}}
+{{- end -}}
+{{- if include "medhelm.servedNameFlag" $arg -}}
+{{- fail (printf "model %q: extraArgs %q sets the name vLLM serves the model under, which the chart passes itself (servedModel, default the model's name) and writes into appliance.yaml as the name the runner asks for and checks replies against (vLLM keeps the last one given, so every request would get 404 or name another model): remove it and set servedModel" $model $arg) -}}
 {{- end -}}
 {{- end -}}
 {{- /* vLLM runs one worker per GPU: tensorParallelSize x pipelineParallelSize x dataParallelSize of them per replica.
@@ -310,6 +316,11 @@ true
 {{- if and (ne .Values.keys.mode "secret") (or .Values.keys.signingKey .Values.keys.signingPublicKey .Values.keys.storeDataKey) -}}
 {{- fail (printf "keys.signingKey, keys.signingPublicKey and keys.storeDataKey are read only in keys.mode: secret, not %q: remove them from the values (Helm keeps every value, private keys included, in its release history; deploy/RUNBOOK.md, Key rotation)" .Values.keys.mode) -}}
 {{- end -}}
+{{- /* vllmApiKey.value beside existingSecret is never used (the pods read the Secret), yet Helm keeps it in every
+     release-history Secret: a key the site believes it moved out of the values. */ -}}
+{{- if and .Values.vllmApiKey.existingSecret .Values.vllmApiKey.value -}}
+{{- fail (printf "vllmApiKey.value is set but vllmApiKey.existingSecret %q is what the pods read: remove vllmApiKey.value from the values (Helm keeps every value in its release history)" .Values.vllmApiKey.existingSecret) -}}
+{{- end -}}
 {{- if and (gt (int .Values.runner.shards) 1) (gt (int .Values.runner.parallelism) 1) -}}
 {{- range $volume := list "home" "audit" -}}
 {{- $modes := (get $.Values.persistence $volume).accessModes -}}
@@ -318,6 +329,59 @@ true
 {{- end -}}
 {{- end -}}
 {{- end -}}
+{{- /* Every URL appliance.yaml gets must be on its allowlist: the appliance refuses any other before connecting, so
+     a run (and its wait-for-models) would fail on every request. A clusterDomain other than cluster.local is how
+     the chart's own servers fall off the default allowlist. */ -}}
+{{- range (concat .Values.models .Values.judges) -}}
+{{- $replicas := int (ternary .replicas 1 (hasKey . "replicas")) -}}
+{{- if gt $replicas 0 -}}
+{{- $url := index (include "medhelm.replicaURLs" (dict "name" .name "replicas" 1 "root" $) | fromJsonArray) 0 -}}
+{{- if not (include "medhelm.urlAllowed" (dict "url" $url "allowlist" $.Values.appliance.allowlist)) -}}
+{{- fail (printf "model %q: its servers' URLs (%s) are not on appliance.allowlist, so the appliance would refuse every request to them before connecting; add an entry such as \"http://*.svc.%s\" (clusterDomain is %q)" .name $url $.Values.clusterDomain $.Values.clusterDomain) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- range .Values.appliance.extraModels -}}
+{{- $model := .name -}}
+{{- range $url := .base_urls -}}
+{{- if not (include "medhelm.urlAllowed" (dict "url" $url "allowlist" $.Values.appliance.allowlist)) -}}
+{{- fail (printf "appliance.extraModels %q: base URL %s is not on appliance.allowlist, so the appliance would refuse every request to it before connecting; add its scheme://host[:port] to appliance.allowlist (and a networkPolicy.extraRunnerEgress rule)" $model $url) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The parts of an http(s) URL the allowlist compares, as the appliance reads them (medhelm_local/inference/egress.py):
+     {scheme, host (lower case, without IPv6 brackets), port ("" when absent)}. A host pattern keeps its `*`. */}}
+{{- define "medhelm.urlParts" -}}
+{{- $pattern := `^([A-Za-z][A-Za-z0-9+.-]*)://(?:[^@/?#]*@)?(\[[^\]]*\]|[^:/?#]*)(?::([0-9]*))?(?:[/?#].*)?$` -}}
+{{- if regexMatch $pattern . -}}
+{{- $host := regexReplaceAll $pattern . "${2}" | lower | trimPrefix "[" | trimSuffix "]" -}}
+{{- toJson (dict "scheme" (regexReplaceAll $pattern . "${1}" | lower) "host" $host "port" (regexReplaceAll $pattern . "${3}")) -}}
+{{- else -}}
+{{- toJson (dict "scheme" "" "host" "" "port" "") -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when appliance.allowlist allows the URL, as the appliance decides it: same scheme, the entry's port if it
+     names one, and the host matching the entry's shell pattern (`*`, `?`). An entry with a `[...]` class is taken
+     to allow it: the chart cannot tell, and the appliance still decides at run time. Argument: dict url, allowlist. */}}
+{{- define "medhelm.urlAllowed" -}}
+{{- $url := include "medhelm.urlParts" .url | fromJson -}}
+{{- $allowed := false -}}
+{{- if and $url.host (has $url.scheme (list "http" "https")) -}}
+{{- range $entry := .allowlist -}}
+{{- $e := include "medhelm.urlParts" $entry | fromJson -}}
+{{- if and (eq $e.scheme $url.scheme) (or (not $e.port) (eq (int $e.port) (int $url.port))) -}}
+{{- if contains "[" $e.host -}}
+{{- $allowed = true -}}
+{{- else if regexMatch (printf "^%s$" (regexQuoteMeta $e.host | replace "\\*" ".*" | replace "\\?" ".")) $url.host -}}
+{{- $allowed = true -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if $allowed }}true{{ end -}}
 {{- end -}}
 
 {{/* The value (tensorParallelSize, pipelineParallelSize, dataParallelSize) whose vLLM flag an extra `vllm serve`
@@ -331,6 +395,15 @@ true
 {{- $short := and (not (hasPrefix "--" $name)) (gt (len $name) 1) (hasPrefix $name (index $spellings 1)) -}}
 {{- if or $long $short -}}{{- $value -}}{{- end -}}
 {{- end -}}
+{{- end -}}
+
+{{/* "true" when an extra `vllm serve` argument is --served-model-name, as vLLM's parser reads it (underscores as
+     dashes, "=value" attached, an abbreviation of at least --ser). The chart serves each model under one name,
+     servedModel, and appliance.yaml asks for that name and expects it in the replies (vLLM names the model asked
+     for): no reply_model is needed for the chart's servers, and this flag is the only way they could differ. */}}
+{{- define "medhelm.servedNameFlag" -}}
+{{- $name := regexReplaceAll "=.*$" . "" | replace "_" "-" -}}
+{{- if and (hasPrefix "--" $name) (gt (len $name) 4) (hasPrefix $name "--served-model-name") -}}true{{- end -}}
 {{- end -}}
 
 {{/* Egress to every model server (NetworkPolicyEgressRule list items, or nothing): the release's own, on the vLLM

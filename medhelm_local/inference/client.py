@@ -11,7 +11,6 @@ import asyncio
 import json
 import random
 import re
-import ssl
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable, Collection, Sequence
@@ -33,6 +32,7 @@ from medhelm_local.inference.server_text import (
 )
 from medhelm_local.inference.small_reply import read_small
 from medhelm_local.inference.structured import is_format_rejection
+from medhelm_local.inference.tls import tls_context
 from medhelm_local.jsontext import loads_strict
 from medhelm_local.logs import get_logger
 from medhelm_local.records import InferenceRequest, InferenceResult
@@ -306,15 +306,6 @@ class EndpointPool:
         return [e.summary() for e in self.endpoints]
 
 
-def _tls_context(base_urls: Sequence[str]) -> ssl.SSLContext:
-    """The TLS context shared by an endpoint's connections: the CA bundle where one of its URLs is https (loading
-    it takes tens of milliseconds: once per client); for plain-http endpoints, a context that trusts no
-    certificate at all, so that nothing could ever be verified against it."""
-    if any(url.lower().startswith("https://") for url in base_urls):
-        return httpx.create_ssl_context()
-    return ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)  # verifies certificates and host names, against no CA
-
-
 class ChatClient:
     """Sends chat completions to one model served at one or more allowlisted base URLs (replicas).
 
@@ -361,7 +352,7 @@ class ChatClient:
         self._sleep = sleep  # waits out a retry's backoff (a test records the delays instead)
         self._wall_clock = wall_clock  # reads a Retry-After HTTP-date
         self._headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._tls = _tls_context(self.base_urls)
+        self._tls = tls_context(self.base_urls)
         self._timeout = httpx.Timeout(timeout_s, connect=min(10.0, timeout_s))
         self._client = self._make_client(POOL_CONNECTIONS)
         self._lane_extensions = {"timeout": self._timeout.as_dict()}

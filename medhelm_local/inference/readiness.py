@@ -9,6 +9,7 @@ connection opens. Nothing here reads or sends prompts.
 from __future__ import annotations
 
 import asyncio
+import ssl
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
@@ -19,6 +20,7 @@ from medhelm_local.home.config import BackendKind, ModelEndpoint
 from medhelm_local.inference.backends import resolve_api_key, server_root
 from medhelm_local.inference.egress import EgressPolicy
 from medhelm_local.inference.server_text import RECORDED_STATUSES, recorded_status
+from medhelm_local.inference.tls import tls_context
 
 
 @dataclass
@@ -45,12 +47,13 @@ def health_url(endpoint: ModelEndpoint, base_url: str) -> str:
     return f"{base_url}/models"
 
 
-async def _probe_status(url: str, headers: dict[str, str], timeout_s: float) -> int:
+async def _probe_status(url: str, headers: dict[str, str], timeout_s: float, tls: ssl.SSLContext) -> int:
     """The status ``url`` answers a GET with. ``timeout_s`` bounds the whole probe: httpx bounds each read only,
     and a server trickling its reply a byte at a time would hold the probe (and ``models wait``) for as long as it
-    trickles. The body is never read."""
+    trickles. The body is never read. ``tls``: the endpoint's :func:`.tls_context`, the one its requests use."""
     # No proxies from the environment: in-cluster names must never be sent to a proxy.
-    async with (asyncio.timeout(timeout_s), httpx.AsyncClient(trust_env=False, follow_redirects=False) as client,
+    async with (asyncio.timeout(timeout_s),
+                httpx.AsyncClient(trust_env=False, verify=tls, follow_redirects=False) as client,
                 client.stream("GET", url, headers=headers, timeout=timeout_s) as response):
         return response.status_code
 
@@ -74,27 +77,28 @@ def wait_for_models(
     Replicas that answered stay answered (a later failure shows in the run's own per-replica health).
     """
     policy = EgressPolicy.of(egress)  # the caller's (AppContext.egress: refusals audited), or a bare allowlist
-    targets: list[tuple[ModelEndpoint, ReplicaHealth, dict[str, str]]] = []
+    targets: list[tuple[ssl.SSLContext, ReplicaHealth, dict[str, str]]] = []
     for endpoint in probed_endpoints(endpoints):
         headers: dict[str, str] = {}
         if endpoint.kind != BackendKind.VLLM:
             key = resolve_api_key(endpoint)
             if key:
                 headers["Authorization"] = f"Bearer {key}"
+        tls = tls_context(endpoint.base_urls)
         for base in endpoint.base_urls:
             url = health_url(endpoint, base)
             policy.check(url)  # refused before any connection opens
-            targets.append((endpoint, ReplicaHealth(model=endpoint.name, url=url), headers))
+            targets.append((tls, ReplicaHealth(model=endpoint.name, url=url), headers))
     start = clock()
     deadline = start + timeout_s
     while True:
-        for _endpoint, health, headers in targets:
+        for tls, health, headers in targets:
             if health.ok:
                 continue
             health.attempts += 1
             remaining = max(0.1, deadline - clock())
             try:
-                status = asyncio.run(_probe_status(health.url, headers, min(probe_timeout_s, remaining)))
+                status = asyncio.run(_probe_status(health.url, headers, min(probe_timeout_s, remaining), tls))
             except (httpx.HTTPError, TimeoutError) as exc:
                 health.status, health.error = None, type(exc).__name__
                 continue

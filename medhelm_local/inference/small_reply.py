@@ -18,6 +18,7 @@ from typing import Any
 import httpx
 
 from medhelm_local.inference.lane import MAX_RESPONSE_BYTES, ResponseTooLarge
+from medhelm_local.inference.tls import tls_context
 
 
 async def read_small(client: httpx.AsyncClient, method: str, url: str, timeout_s: float, **kwargs: Any
@@ -36,10 +37,11 @@ async def read_small(client: httpx.AsyncClient, method: str, url: str, timeout_s
 
 def get_small(url: str, *, timeout_s: float, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
     """GET ``url`` and wait for it: its status and body, read as :func:`read_small` reads them (no proxy from the
-    environment, no redirect followed). Raises TimeoutError, ResponseTooLarge and httpx's errors."""
+    environment, no redirect followed; the site's CA bundle, :func:`.tls_context`). Raises TimeoutError,
+    ResponseTooLarge and httpx's errors."""
 
     async def get() -> tuple[int, bytes]:
-        async with httpx.AsyncClient(trust_env=False, follow_redirects=False) as client:
+        async with httpx.AsyncClient(trust_env=False, verify=tls_context([url]), follow_redirects=False) as client:
             status, body, _ = await read_small(client, "GET", url, timeout_s, headers=headers)
             return status, body
 

@@ -239,6 +239,88 @@ def test_appliance_config_is_valid_and_in_cluster(name, rendered):
     assert config.store.lock_timeout_s == store.get("lockTimeoutS", 600)
 
 
+def test_extra_models_take_exactly_the_keys_appliance_yaml_takes():
+    """appliance.extraModels entries go into appliance.yaml as they are, and the appliance refuses an unknown key at
+    start. The schema checked `name` and `kind` only: `replyModel` (the camelCase every other value uses), a
+    `base_url` typo or a missing `base_urls` rendered, and the runner, toolbox and console then all failed to start
+    ("field models[0].replyModel: Extra inputs are not permitted"). The schema now lists appliance.yaml's keys."""
+    from medhelm_local.home.config import ApplianceConfig, ModelEndpoint, Pricing
+
+    schema = json.loads((CHART / "values.schema.json").read_text(encoding="utf-8"))
+    entry = schema["properties"]["appliance"]["properties"]["extraModels"]["items"]
+    assert set(entry["properties"]) == set(ModelEndpoint.model_fields)
+    assert set(entry["properties"]["pricing"]["properties"]) == set(Pricing.model_fields)
+
+    full = {"name": "site-llm", "kind": "openai-compatible", "base_urls": ["https://llm.ai.svc.cluster.local/v1"],
+            "served_model": "gpt-4o", "reply_model": "gpt-4o-2024-08-06", "api_key_file": "/etc/site-llm/api-key",
+            "timeout_s": 300, "context_length": 32768,
+            "pricing": {"input_per_million": 2.5, "output_per_million": 10, "gpu_hour_rate": 0, "gpus": 1}}
+    config = ApplianceConfig.model_validate(appliance_yaml(render({"appliance": {"extraModels": [full]}})))
+    assert config.model("site-llm").replied_model == "gpt-4o-2024-08-06"
+
+    bad = {
+        "camelCase": ({"replyModel": "gpt-4o"}, r"additional properties 'replyModel' not allowed"),
+        "typo": ({"base_url": "https://x.svc.cluster.local/v1"}, r"additional properties 'base_url' not allowed"),
+        "no URL": ({"base_urls": None}, r"missing property 'base_urls'"),
+        "not http": ({"base_urls": ["llm.ai.svc.cluster.local/v1"]}, r"/appliance/extraModels/0/base_urls/0"),
+        "pricing key": ({"pricing": {"gpuHourRate": 2.5}}, r"additional properties 'gpuHourRate' not allowed"),
+    }
+    for what, (change, message) in bad.items():
+        model = {k: v for k, v in ({"name": "site-llm", "kind": "vllm",
+                                    "base_urls": ["http://vllm.ai.svc.cluster.local:8000/v1"]} | change).items()
+                 if v is not None}
+        with pytest.raises(helm_python.HelmError, match=message):
+            render({"appliance": {"extraModels": [model]}})
+            pytest.fail(f"{what}: rendered")
+
+
+def test_a_cluster_domain_off_the_allowlist_is_refused_at_render():
+    """clusterDomain is a value, and the replica URLs follow it, but the default allowlist names cluster.local: a
+    site with another domain installed cleanly and then every run failed in wait-for-models ("endpoint ... is not on
+    the allowlist in appliance.yaml; refused before connecting"). The chart now refuses it, naming the entry."""
+    from medhelm_local.inference.egress import is_allowed
+
+    values = load_values("gpu") | {"clusterDomain": "hospital.local"}
+    with pytest.raises(helm_python.HelmError, match=r'model "llama-3-8b".*not on appliance.allowlist.*'
+                                                    r'"http://\*\.svc\.hospital\.local"'):
+        render(values)
+    allowlist = ["http://127.0.0.1", "http://*.svc.hospital.local"]
+    config = appliance_yaml(render(values | {"appliance": {"allowlist": allowlist}}))
+    urls = [url for model in config["models"] for url in model.get("base_urls", [])]
+    assert urls and all(".svc.hospital.local:8000/v1" in url and is_allowed(url, allowlist) for url in urls)
+
+
+@pytest.mark.parametrize(("url", "allowlist"), [
+    ("http://llm.ai.svc.cluster.local:8080/v1", ["http://*.svc.cluster.local"]),
+    ("http://llm.ai.svc.cluster.local:8080/v1", ["https://*.svc.cluster.local"]),
+    ("http://llm.ai.svc.cluster.local:8080/v1", ["http://*.svc.cluster.local:8080"]),
+    ("http://llm.ai.svc.cluster.local:8080/v1", ["http://*.svc.cluster.local:8000"]),
+    ("http://llm.ai.svc.cluster.local/v1", ["http://*.svc.cluster.local:80"]),
+    ("http://LLM.AI.svc.cluster.local:8080/v1", ["http://llm.ai.svc.cluster.local"]),
+    ("http://llm.ai.svcXcluster.local:8080/v1", ["http://*.svc.cluster.local"]),
+    ("http://10.0.0.5:8080/v1", ["http://10.0.0.5"]),
+    ("http://10.0.0.5:8080/v1", ["http://10.0.0.*:8080"]),
+    ("http://10.0.0.15:8080/v1", ["http://10.0.0.?:8080"]),
+    ("https://[fd00::5]:8443/v1", ["https://[FD00::5]:8443"]),
+    ("https://[fd00::5]:8443/v1", ["https://[fd00::6]"]),
+    ("https://user@gw.ai.svc.cluster.local/v1", ["https://gw.ai.svc.cluster.local"]),
+])
+def test_the_chart_allows_an_extra_model_url_exactly_where_the_appliance_does(url, allowlist):
+    """appliance.extraModels URLs are checked against appliance.allowlist as the appliance checks them before
+    connecting (scheme, the entry's port if any, the host as a shell pattern): the chart refuses a URL at render
+    exactly where every request to it would be refused at run time."""
+    from medhelm_local.inference.egress import is_allowed
+
+    values = {"appliance": {"allowlist": allowlist, "extraModels": [
+        {"name": "site-llm", "kind": "openai-compatible", "base_urls": [url]}]}}
+    if is_allowed(url, allowlist):
+        render(values)
+    else:
+        with pytest.raises(helm_python.HelmError, match=r'appliance.extraModels "site-llm": base URL .* is not on '
+                                                        r"appliance.allowlist"):
+            render(values)
+
+
 def test_runner_model_must_be_configured():
     with pytest.raises(helm_python.HelmError, match=r"runner\.model"):
         render({"runner": {"model": "not-served"}})
@@ -718,6 +800,17 @@ def test_key_values_another_mode_would_ignore_are_refused(keys, message):
         render({"keys": keys})
 
 
+def test_a_vllm_api_key_value_beside_its_existing_secret_is_refused():
+    """A site moving the vLLM API key to a Secret of its own (existingSecret, the GitOps setting) and leaving
+    vllmApiKey.value in the values rendered: the pods read the Secret, and Helm went on keeping the old key in
+    every release-history Secret."""
+    secret_only = render({"vllmApiKey": {"existingSecret": "medhelm-vllm-api-key"}})
+    assert not [d for d in by_kind(secret_only, "Secret") if d["metadata"]["name"].endswith("-vllm-api-key")]
+    with pytest.raises(helm_python.HelmError, match=r'vllmApiKey\.value is set but vllmApiKey\.existingSecret '
+                                                    r'"medhelm-vllm-api-key" is what the pods read: remove'):
+        render({"vllmApiKey": {"existingSecret": "medhelm-vllm-api-key", "value": "old-key-in-the-values"}})
+
+
 # --- vLLM model servers and judges ------------------------------------------------------------------------
 
 
@@ -811,6 +904,33 @@ def test_chart_and_serve_vllm_refuse_the_same_parallel_size_flags(arg):
     assert refused_by_chart == (parallel_flag(arg) is not None)
 
 
+@pytest.mark.parametrize(("arg", "refused"), [
+    ("--served-model-name", True), ("--served_model_name=other", True), ("--served-model", True), ("--ser", True),
+    ("--seed", False), ("--served-model-names", False), ("-O3", False)])
+@pytest.mark.parametrize("where", ["model", "vllm"])
+def test_the_served_name_is_the_charts_so_replies_carry_the_name_asked_for(arg, refused, where):
+    """No reply_model for the chart's own servers: each serves one name (servedModel, default its name), appliance.yaml
+    asks for that name, and vLLM names the model asked for in its replies. A --served-model-name in extraArgs came
+    after the chart's and won in vLLM: the server then answered every request for servedModel with 404 (or, with
+    the name among several, under another name: model_mismatch). The chart refuses it, however vLLM would read it."""
+    model = {"name": "m", "servedModel": "llama-3-8b", "weights": {"claim": "w"}}
+    values: dict[str, Any] = {"models": [model]}
+    if where == "model":
+        model["extraArgs"] = [arg, "other"]
+    else:
+        values["vllm"] = {"extraArgs": [arg, "other"]}
+    if not refused:
+        docs = render(values)
+        (sts,) = servers(docs)
+        args = pod_spec(sts)["containers"][0]["args"]
+        assert args[args.index("--served-model-name") + 1] == "llama-3-8b"
+        assert appliance_yaml(docs)["models"][-1]["served_model"] == "llama-3-8b"
+        assert "reply_model" not in appliance_yaml(docs)["models"][-1]
+        return
+    with pytest.raises(helm_python.HelmError, match=r"sets the name .* serve.* under.*set servedModel"):
+        render(values)
+
+
 def test_pipeline_and_data_parallelism_use_every_gpu_of_the_replica():
     """Beyond tensor parallelism, vLLM splits a model into pipeline stages or serves copies of it in one pod: each
     worker on one GPU, tensorParallelSize x pipelineParallelSize x dataParallelSize of them. The chart passes
@@ -900,6 +1020,63 @@ def test_helm_test_probes_models_from_a_runner_labelled_pod(rendered):
     assert c["command"][3:5] == ["models", "wait"]
     # It mounts no PVC: it can run beside a run and on any node.
     assert not [v for v in pod["spec"]["volumes"] if "persistentVolumeClaim" in v]
+
+
+def test_helm_test_probes_site_servers_with_the_runners_key_and_ca(tmp_path):
+    """`models wait` probes an appliance.extraModels server with its API key (api_key_file on runner.extraVolumes,
+    or api_key_env from runner.extraEnv), over TLS with the site's CA bundle. The `helm test` pod had none of
+    runner.extraEnv, extraVolumes and extraVolumeMounts: the runner's own wait passed, and `helm test` failed
+    with "cannot read api_key_file" (exit 2). It now runs the same probe the runner does, and the probe gets as far
+    as the connection (nothing listens here: not ready, exit 1), never stopping at the key."""
+    values = load_values("gpu")
+    values["appliance"] = {"extraModels": [
+        {"name": "site-llm", "kind": "openai-compatible", "base_urls": ["http://127.0.0.1:9/v1"],
+         "api_key_file": "/etc/site-llm/api-key"},
+        {"name": "site-gw", "kind": "openai-compatible", "base_urls": ["http://127.0.0.1:9/v1"],
+         "api_key_env": "SITE_GW_KEY"}]}
+    values["runner"] |= {
+        "extraEnv": [{"name": "SSL_CERT_FILE", "value": "/etc/site-ca/ca.pem"},
+                     {"name": "SITE_GW_KEY", "valueFrom": {"secretKeyRef": {"name": "site-gw", "key": "api-key"}}}],
+        "extraVolumes": [{"name": "site-ca", "configMap": {"name": "site-ca"}},
+                         {"name": "site-llm-key", "secret": {"secretName": "site-llm-key", "defaultMode": 0o440}}],
+        "extraVolumeMounts": [{"name": "site-ca", "mountPath": "/etc/site-ca", "readOnly": True},
+                              {"name": "site-llm-key", "mountPath": "/etc/site-llm", "readOnly": True}],
+    }
+    docs = render(values)
+    (pod,) = [p for p in by_kind(docs, "Pod") if p["metadata"]["name"].endswith("-test-models")]
+    (c,) = pod["spec"]["containers"]
+    for volume in values["runner"]["extraVolumes"]:
+        assert volume in pod["spec"]["volumes"], volume["name"]
+    for mount in values["runner"]["extraVolumeMounts"]:
+        assert mount in c["volumeMounts"], mount["mountPath"]
+    env = env_map(c)
+    assert env["SSL_CERT_FILE"] == "/etc/site-ca/ca.pem" and "secretKeyRef" in env["SITE_GW_KEY"]
+    kubernetes_validate.validate(pod, K8S_VERSIONS[-1], strict=True)
+
+    # The pod's command on its appliance.yaml, with its mounts and environment laid out in a temporary root.
+    config = appliance_yaml(docs)
+    config["models"] = [m for m in config["models"] if m["name"].startswith("site-")]
+    config["judges"] = []
+    mounted = {m["mountPath"] for m in c["volumeMounts"]}
+    key_dir = tmp_path / "etc-site-llm"
+    key_dir.mkdir()
+    (key_dir / "api-key").write_text("site-key\n")
+    for model in config["models"]:
+        if "api_key_file" in model:
+            assert str(Path(model["api_key_file"]).parent) in mounted
+            model["api_key_file"] = str(key_dir / "api-key")
+    config_file = tmp_path / "appliance.yaml"
+    config_file.write_text(yaml.safe_dump(config))
+    run_env = {k: v for k, v in os.environ.items() if not k.startswith("MEDHELM_")}
+    run_env |= {"MEDHELM_HOME": str(tmp_path / "home"), "MEDHELM_CONFIG": str(config_file),
+                "SITE_GW_KEY": "gw-key", "PYTHONPATH": str(REPO)}
+    command = [*c["command"][:-2], "--timeout", "2", "--interval", "0.5", "--json"]
+    done = subprocess.run([sys.executable, "-m", "medhelm_local.cli", *command[1:]], env=run_env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1, done.stderr  # not ready (nothing listens), not a configuration error (2)
+    replicas = json.loads(done.stdout)["replicas"]
+    assert {r["model"] for r in replicas} == {"site-llm", "site-gw"}
+    assert all(not r["ok"] and r["attempts"] >= 1 for r in replicas)  # probed, not stopped at a missing key
 
 
 # --- network isolation ------------------------------------------------------------------------------------
@@ -1482,6 +1659,17 @@ def test_notes_point_to_the_servers_and_the_audit_trail():
     assert "medhelm-local audit verify" in text
     assert f"vllm-judge-a.{NAMESPACE}.svc.cluster.local:8000/v1" in text
     assert "WARNING: images are referenced by tag" in notes({})
+
+
+def test_notes_name_every_path_the_network_policies_open():
+    """The NOTES said "DNS, and runner -> model servers ... only" also where the policies open the console to the
+    ingress controller and the identity provider, and the runner and console to the site's servers: an IT engineer
+    checking the install against the NOTES was told less than the cluster allows."""
+    values = load_values("rke2")
+    (line,) = [line for line in notes(values).splitlines() if line.startswith("NetworkPolicies:")]
+    assert "extraRunnerEgress" in line and "console.egress" in line and "ingress controller -> console" in line
+    (line,) = [line for line in notes(load_values("gpu")).splitlines() if line.startswith("NetworkPolicies:")]
+    assert "console" not in line and "extraRunnerEgress" not in line and line.endswith("nothing else.")
 
 
 def test_endpoint_allowlist_matches_appliance_and_chart():

@@ -167,3 +167,23 @@ def test_a_restore_stops_the_console_and_empties_the_volumes_before_unpacking():
     tar = re.search(r"tar -C /var/lib -czf - (\S+) (\S+) >", runbook)
     assert tar and {f"/var/lib/{tar.group(1)}", f"/var/lib/{tar.group(2)}"} == {"/var/lib/medhelm",
                                                                                "/var/lib/medhelm-audit"}
+
+
+# Appliance commands that send requests to a model server or a judge.
+_SENDING = re.compile(r"\bmh(?: +--actor +\S+)? +(run|jury +rescore|score|models +wait)\b")
+
+
+def test_the_procedures_send_nothing_from_the_toolbox(site):
+    """The toolbox's NetworkPolicies allow DNS alone: a model server is reached from the runner's Jobs (and the
+    console's health probes), never from it. RUNBOOK.md offered `mh run --retry-errors <RUN_ID>` in the toolbox to
+    re-send failed requests: every one of them failed again to connect, and was recorded as failed. Every command
+    of the procedures that sends (`run`, `jury rescore`, `score`, `models wait`) now runs as a Job."""
+    (toolbox,) = [d for d in by_kind(site, "Deployment") if d["metadata"]["name"].endswith("-toolbox")]
+    labels = toolbox["spec"]["template"]["metadata"]["labels"]
+    egress = [rule for policy in by_kind(site, "NetworkPolicy")
+              if all(labels.get(k) == v for k, v in policy["spec"]["podSelector"].get("matchLabels", {}).items())
+              for rule in policy["spec"].get("egress", [])]
+    assert egress and {p["port"] for rule in egress for p in rule["ports"]} == {53}
+    for doc, text in DOCS.items():
+        sending = [m.group(0) for code in _code(text) for m in _SENDING.finditer(code)]
+        assert sending == [], f"{doc}: {sending} in the toolbox, which reaches no model server: run it as a Job"

@@ -13,6 +13,7 @@ import ssl
 from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 
+import httpx
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -246,13 +247,54 @@ def test_https_replica_is_verified_and_served(tmp_path: Path, monkeypatch: pytes
         thread.join(timeout=10)
 
 
-def test_a_plain_http_endpoint_gets_a_tls_context_that_trusts_nothing() -> None:
-    from medhelm_local.inference.client import _tls_context
+def test_probes_trust_the_site_ca_the_requests_trust(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An in-house https server signed by the site's CA (SSL_CERT_FILE, the chart's runner.extraEnv): the chat
+    client trusted it, but `models wait` (the runner's wait-for-models init container, `helm test`), the console's
+    System page and `serve vllm`'s small replies made their own httpx client with trust_env=False, which also drops
+    SSL_CERT_FILE: every probe failed verification (ConnectError) and each Job failed after waiting an hour for a
+    server that was up. Every one of them now uses the client's TLS context."""
+    from medhelm_local.home.config import BackendKind, ModelEndpoint
+    from medhelm_local.inference.egress import EgressPolicy
+    from medhelm_local.inference.readiness import wait_for_models
+    from medhelm_local.inference.small_reply import get_small
+    from medhelm_local.webconsole.pages_it import _probe
 
-    plain = _tls_context(["http://127.0.0.1:8000/v1"])
+    cert, key = _self_signed(tmp_path)
+    fake = FakeOpenAIServer()
+    port = free_port()
+    server, thread = serve_in_thread(fake, port, what="TLS fake server", ssl_certfile=str(cert),
+                                     ssl_keyfile=str(key))
+    base = f"https://127.0.0.1:{port}/v1"
+    local = EgressPolicy.of(["https://127.0.0.1"])
+    endpoints = [ModelEndpoint(name="site-llm", kind=kind, base_urls=[base], served_model=fake.model_id)
+                 for kind in (BackendKind.OPENAI_COMPATIBLE, BackendKind.VLLM)]
+
+    def probes() -> list[bool]:
+        health = wait_for_models(endpoints, local, timeout_s=2, interval_s=0.2)
+        return [h.ok for h in health]
+
+    try:
+        # Not trusted: refused by verification, as the chat client refuses it.
+        assert probes() == [False, False]
+        with pytest.raises(httpx.ConnectError, match=r"CERTIFICATE_VERIFY_FAILED"):
+            get_small(f"{base}/models", timeout_s=5)
+        assert _probe(local, "site-llm", base, endpoints[0]).detail == "unreachable (ConnectError)"
+        monkeypatch.setenv("SSL_CERT_FILE", str(cert))
+        assert probes() == [True, True]
+        assert get_small(f"{base}/models", timeout_s=5)[0] == 200
+        assert _probe(local, "site-llm", base, endpoints[0]).healthy is True
+    finally:
+        server.should_exit = True
+        thread.join(timeout=10)
+
+
+def test_a_plain_http_endpoint_gets_a_tls_context_that_trusts_nothing() -> None:
+    from medhelm_local.inference.tls import tls_context
+
+    plain = tls_context(["http://127.0.0.1:8000/v1"])
     assert plain.verify_mode == ssl.CERT_REQUIRED and plain.check_hostname
     assert plain.cert_store_stats()["x509_ca"] == 0  # no CA bundle loaded: nothing could ever verify
-    tls = _tls_context(["http://127.0.0.1:8000/v1", "HTTPS://vllm.svc.cluster.local/v1"])
+    tls = tls_context(["http://127.0.0.1:8000/v1", "HTTPS://vllm.svc.cluster.local/v1"])
     assert tls.verify_mode == ssl.CERT_REQUIRED and tls.check_hostname
     assert tls.cert_store_stats()["x509_ca"] > 0
 
