@@ -64,8 +64,16 @@ class AppContext:
 
     @classmethod
     def create(cls, home_option: Path | None, actor_option: str | None) -> AppContext:
+        """The OS account, plus the identity stated with ``--actor`` or ``$MEDHELM_ACTOR``: an identity that is
+        not a user name or sign-in subject (free text, a date, an encoding) is refused before anything is done."""
+        from medhelm_local.actors import check_actor
+
         os_user = _os_user()
-        external = actor_option or os.environ.get("MEDHELM_ACTOR")
+        if actor_option:
+            external: str | None = check_actor(actor_option, "--actor")
+        else:
+            stated = os.environ.get("MEDHELM_ACTOR")
+            external = check_actor(stated, "$MEDHELM_ACTOR") if stated else None
         actor = f"{os_user}:{external}" if external else os_user
         return cls(home=Home(resolve_home(home_option)), actor=actor)
 
@@ -73,12 +81,17 @@ class AppContext:
 def _os_user() -> str:
     """The account the process runs as, looked up from its real uid: never from ``LOGNAME`` / ``USER`` (what
     ``getpass.getuser`` reads first), which the caller sets at will and would let them act in the audit trail
-    under a colleague's name. A uid with no account (a container's arbitrary ``runAsUser``) is ``uid<N>``."""
+    under a colleague's name. A uid with no account (a container's arbitrary ``runAsUser``), or whose account name
+    is not a user name's shape (an image whose writable /etc/passwd lets the process name its own uid), is
+    ``uid<N>``."""
+    from medhelm_local.actors import actor_problem
+
     uid = os.getuid()
     try:
-        return pwd.getpwuid(uid).pw_name
+        name = pwd.getpwuid(uid).pw_name
     except KeyError:
         return f"uid{uid}"
+    return f"uid{uid}" if actor_problem(name) else name
 
 
 def app_context(ctx: typer.Context) -> AppContext:

@@ -9,6 +9,7 @@ MODEL_NAME = r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$"
 SERVED_MODEL_NAME = r"^[A-Za-z0-9][A-Za-z0-9._/-]{0,127}$"
 HEADER_NAME = r"^[A-Za-z0-9-]{1,64}$"
 SUFFIX = r"^[A-Za-z0-9_.-]+$"
+ACTOR = r"^[A-Za-z0-9][A-Za-z0-9._@+|:-]{0,127}$"  # a user name or sign-in subject (medhelm_local.actors)
 
 WORDS = {
     LOWER_ID: "lower-case letters, digits and _, starting with a letter (e.g. my_benchmark, exact_match)",
@@ -17,6 +18,7 @@ WORDS = {
     SERVED_MODEL_NAME: "1 to 128 letters, digits, '.', '_', '/' or '-', starting with a letter or digit",
     HEADER_NAME: "an HTTP header name: 1 to 64 letters, digits or '-' (e.g. X-Forwarded-User)",
     SUFFIX: "letters, digits, '.', '_' or '-'",
+    ACTOR: "1 to 128 letters, digits, '.', '_', '-', '@', '+', '|' or ':', starting with a letter or digit, no spaces",
 }
 
 

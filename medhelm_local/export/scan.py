@@ -14,27 +14,10 @@ from dataclasses import dataclass
 from html.parser import HTMLParser
 from typing import Any
 
+from medhelm_local.phi_text import PATTERNS, looks_encoded, variants
 from medhelm_local.store.exports import instance_payloads
 from medhelm_local.store.store import Store
 
-PATTERNS: dict[str, re.Pattern[str]] = {
-    "mrn": re.compile(r"\b(?:MRN|MR#|medical\s+record)\b|\b[A-Z]{1,4}[-#]?\d{6,10}\b|\b\d{7,10}\b", re.IGNORECASE),
-    "ssn": re.compile(r"\b\d{3}-\d{2}-\d{4}\b"),
-    "phone": re.compile(r"(?:\+?\d{1,2}[\s.-]?)?(?:\(\d{3}\)|\b\d{3})[\s.-]\d{3}[\s.-]\d{4}\b"),
-    "email": re.compile(r"[\w.+-]+@[\w-]+(?:\.[\w-]+)+"),
-    "date": re.compile(
-        r"\b\d{4}-\d{1,2}-\d{1,2}\b|\b\d{1,2}[/.-]\d{1,2}[/.-]\d{2,4}\b|"
-        r"\b(?:jan|feb|mar|apr|may|jun|jul|aug|sep|sept|oct|nov|dec)[a-z]*\.?\s+\d{1,2}(?:st|nd|rd|th)?\b",
-        re.IGNORECASE,
-    ),
-    "address": re.compile(
-        r"\b\d{1,6}\s+(?:[A-Za-z]+\s+){1,4}(?:street|st|avenue|ave|road|rd|boulevard|blvd|lane|ln|drive|dr|"
-        r"court|ct|way|place|pl|terrace|parkway|pkwy)\b\.?|\b(?:p\.?\s?o\.?\s+box|apt\.?\s*#?\s*\d+)",
-        re.IGNORECASE,
-    ),
-    "zip_code": re.compile(r"\b\d{5}(?:-\d{4})\b|\b[A-Z]{2}\s+\d{5}\b"),
-    "url": re.compile(r"\b(?:https?|ftp)://|\bwww\.", re.IGNORECASE),
-}
 _TOKEN = re.compile(r"[A-Za-z0-9]+")
 # A word starting with a capital, as names are written: "Okafor", "OKAFOR, MARGARET" (the form EHR systems print),
 # "McDonald", "Smith-Jones", "O'Brien"; each of its letter runs is a term.
@@ -158,29 +141,6 @@ def extract_terms(store: Store, datasets: Iterable[tuple[str, str]], *, min_leng
 GENERATED = re.compile(
     r"^(?:[0-9a-f]{64}|\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}Z|exp-\d{8}T\d{6}Z-[0-9a-f]{6}|SHA256:[A-Za-z0-9+/]{43}"
     r"|[A-Za-z0-9+/]{86}==)$")
-
-
-# Text encoded to slip past the patterns and extract terms: "run-4d617267617265742d4f6b61666f72" is a name in hex.
-# A long token mixing letters and digits (base64, base32), 16 or more hex characters in hex tokens that hold a
-# digit, or 16 or more digits in one string. What the appliance generates is exempt (GENERATED; its run ids are
-# passed as ``fixed``).
-_ENCODING_TOKENS = re.compile(r"[A-Za-z0-9+/=]+")
-_MIXED_TOKEN = re.compile(r"(?=[^\d]*\d)(?=[^A-Za-z]*[A-Za-z])[A-Za-z0-9+/=]{16,}")
-_HEX_TOKEN = re.compile(r"(?=\D*\d)[0-9A-Fa-f]+")
-ENCODED_MIN = 16
-
-
-def looks_encoded(value: str) -> bool:
-    tokens = _ENCODING_TOKENS.findall(value)
-    return (any(_MIXED_TOKEN.fullmatch(t) for t in tokens)
-            or sum(len(t) for t in tokens if _HEX_TOKEN.fullmatch(t)) >= ENCODED_MIN
-            or sum(c.isdigit() for c in value) >= ENCODED_MIN)
-
-
-def variants(value: str) -> list[str]:
-    """The string as written and with ``_`` read as a separator (``\\b`` does not split ``mrn_7730019942``)."""
-    spaced = value.replace("_", " ")
-    return [value] if spaced == value else [value, spaced]
 
 
 def scan_strings(file: str, strings: list[tuple[str, str]], *, patterns: list[str], terms: set[str],

@@ -29,6 +29,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from medhelm_local import __version__
+from medhelm_local.actors import ACTOR_FORM
 from medhelm_local.analysis.figures import fmt
 from medhelm_local.audit import audit_event
 from medhelm_local.audit.trail import AuditWriteError
@@ -44,6 +45,7 @@ from medhelm_local.webconsole.identity import (
     CsrfTokens,
     Identity,
     NotTrusted,
+    RefusedSubject,
     StandaloneSessions,
     identity_from_proxy,
 )
@@ -107,6 +109,8 @@ class Console:
         return AppContext(home=self.home, actor=self.service_actor).egress
 
     def identify(self, request: Request) -> Identity | None:
+        """Who is asking; None for nobody. :class:`RefusedSubject` where the proxy names a user the audit trail
+        cannot record."""
         if self.sessions is not None:
             return self.sessions.identity(request.cookies.get(SESSION_COOKIE))
         peer = request.client.host if request.client else None
@@ -212,8 +216,14 @@ class SecurityMiddleware(BaseHTTPMiddleware):
             request.state.identity = None
             response = await call_next(request)
         else:
-            identity = console.identify(request)
-            if identity is None:
+            refused: RefusedSubject | None = None
+            try:
+                identity = console.identify(request)
+            except RefusedSubject as exc:
+                identity, refused = None, exc
+            if refused is not None:
+                response = await _refused_subject(console, refused)
+            elif identity is None:
                 response = _unauthenticated(console)
             else:
                 request.state.identity = identity
@@ -277,6 +287,18 @@ def bare_page(status: int, title: str, message: str = "", *, command: str = "") 
             f'<link rel="stylesheet" href="/static/console.css">\n</head>\n<body>\n<main id="main">\n'
             f"<h1>{escape(title)}</h1>\n{paragraph}</main>\n</body>\n</html>\n")
     return HTMLResponse(html, status_code=status)
+
+
+async def _refused_subject(console: Console, refused: RefusedSubject) -> Response:
+    """Sign-in refused: the proxy names a user the audit trail cannot record (free text, a date, an encoding). The
+    refusal is audited as the console's service actor, with the reason alone: neither the page nor the record
+    holds the name, nor its hash (a name with a date of birth is too easily guessed back from one)."""
+    await run_in_threadpool(audit_event, console.home, console.service_actor, "console.sign_in_refused",
+                            outcome="denied", role="console", via="console-proxy", reason=f"actor_{refused.reason}")
+    return bare_page(403, "Your sign-in name cannot be used here",
+                     "The identity provider signed you in under a name the appliance's audit trail cannot record "
+                     f"(it must be {ACTOR_FORM}). Ask IT to have the sign-in proxy pass your user name, email or "
+                     "subject id.")
 
 
 def _unauthenticated(console: Console) -> Response:

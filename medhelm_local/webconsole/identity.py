@@ -8,6 +8,9 @@ groups arrive in request headers. Those headers are believed only when the TCP p
 Standalone (no trusted proxies configured) the console listens on loopback only and prints a one-time login
 link, as Jupyter does: the link's token is spent on first use and exchanged for a session cookie (HttpOnly,
 SameSite=Strict). Proxy headers are never read in standalone mode.
+
+The user the proxy names is written into audit records, so it must be a user name or sign-in subject
+(:mod:`medhelm_local.actors`): any other (free text, a date, an encoding) is refused sign-in, with the reason.
 """
 
 from __future__ import annotations
@@ -21,12 +24,12 @@ import threading
 import time
 from dataclasses import dataclass, field
 
+from medhelm_local.actors import actor_problem
 from medhelm_local.home.config import ConsoleRole, ConsoleSettings
 
 SESSION_COOKIE = "medhelm_console"
 SESSION_TTL_S = 12 * 3600
 LOGIN_TOKEN_TTL_S = 15 * 60
-_USER = re.compile(r"^[\w.@+\-:]{1,128}$")
 _GROUP = re.compile(r"^[\w.@+\-:/ ]{1,128}$")
 
 
@@ -42,7 +45,15 @@ class Identity:
 
 
 class NotTrusted(Exception):
-    """The request did not come from a trusted proxy, or came without (valid) identity headers."""
+    """The request did not come from a trusted proxy, or came without identity headers."""
+
+
+class RefusedSubject(Exception):
+    """A trusted proxy named a user the audit trail cannot record (``reason``: a key of ``actors.REASONS``)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
 
 
 def roles_for(groups: tuple[str, ...], settings: ConsoleSettings) -> frozenset[ConsoleRole]:
@@ -61,12 +72,16 @@ def _peer_trusted(peer: str | None, settings: ConsoleSettings) -> bool:
 
 
 def identity_from_proxy(peer: str | None, headers: dict[str, str], settings: ConsoleSettings) -> Identity:
-    """The identity a trusted proxy asserts; :class:`NotTrusted` for anyone else or a malformed assertion."""
+    """The identity a trusted proxy asserts; :class:`NotTrusted` for anyone else or no user, :class:`RefusedSubject`
+    for a user that is not a user name or sign-in subject."""
     if not _peer_trusted(peer, settings):
         raise NotTrusted("request not from a trusted proxy")
     user = headers.get(settings.user_header.lower(), "").strip()
-    if not user or not _USER.match(user):
+    if not user:
         raise NotTrusted("no user header")
+    reason = actor_problem(user)
+    if reason is not None:
+        raise RefusedSubject(reason)
     raw_groups = headers.get(settings.groups_header.lower(), "")
     groups = tuple(g.strip() for g in raw_groups.split(",") if g.strip() and _GROUP.match(g.strip()))
     return Identity(user=user, roles=roles_for(groups, settings), groups=groups, via="proxy")

@@ -51,14 +51,18 @@ def test_a_separator_joined_identifier_in_a_model_name_blocks_the_export(tmp_pat
 
 def test_the_manifest_names_are_scanned_and_the_free_text_actor_never_enters_it(tmp_path: Path) -> None:
     """requested_by was the free-text --actor, signed into the manifest unscanned. Now it is the requester's
-    name in the policy, and it is scanned like everything else that leaves."""
+    name in the policy, and it is scanned like everything else that leaves. (Free text is no longer an actor at
+    all: tests/security/test_actor_identity.py.)"""
     cli = site(tmp_path)
     run_id = evaluate(cli, notes(tmp_path / "notes.csv", 24, note=_patient_note))
-    actor = cli("--actor", "MRN 7730019942", "export", "request", "--runs", run_id, *approve_args(cli.home,
-                "alice-informatics"), "--json")
+    refused = cli("--actor", "MRN 7730019942", "export", "request", "--runs", run_id, *approve_args(cli.home,
+                  "alice-informatics"), "--json")
+    assert refused.code == 2 and "7730019942" not in refused.stderr + refused.stdout
+    actor = cli("--actor", "jdoe@hospital.example.org", "export", "request", "--runs", run_id,
+                *approve_args(cli.home, "alice-informatics"), "--json")
     request = json.loads(actor.stdout)
     bundle = cli.home / "exports" / request["request_id"] / "bundle"
-    assert "7730019942" not in (bundle / "manifest.json").read_text()
+    assert "jdoe" not in (bundle / "manifest.json").read_text()
     # A requester whose policy name is a patient's name seen in the extract blocks the export.
     from tests.compliance.conftest import REQUESTER, signers, write_policy
 

@@ -1,0 +1,74 @@
+"""Who acted, as the audit trail names them: an account or a sign-in subject, never free text.
+
+An identity a user states (``--actor``, ``$MEDHELM_ACTOR``) or the console's proxy asserts is written into every
+audit record, ``audit report`` and its PDF, and the console's audit view, so it is held to the shape of an
+identifier: a user name's characters, no date or other PHI pattern, a few words at most, and no encoded text but
+one opaque id (a UUID, ``auth0|5f7c...``, an identity provider's pairwise subject). The checks are the export
+scan's own (:mod:`medhelm_local.phi_text`). A refusal says what was wrong, never the value."""
+
+from __future__ import annotations
+
+import re
+
+from medhelm_local.errors import BadInputError
+from medhelm_local.patterns import ACTOR, describe
+from medhelm_local.phi_text import PATTERNS, looks_encoded, variants
+
+MAX_WORDS = 6
+MAX_OPAQUE_ID = 48  # an Entra ID pairwise subject has 43; a UUID 36
+SERVICE_ACCOUNT = "system:serviceaccount:"  # Kubernetes' own prefix, not words anyone chose
+_SHAPE = re.compile(ACTOR)
+# Email is a sign-in name's shape; the address and URL patterns need spaces or '/', which the shape refuses.
+_PHI_PATTERNS = ("mrn", "ssn", "phone", "zip_code")
+# Dates as an identifier would hold them, beyond the date pattern's own: 1960.03.04, 1960_03_04, 19600304.
+_DIGIT_DATE = re.compile(r"(?<!\d)(?:\d{1,4}[._:|+-]\d{1,2}[._:|+-]\d{1,4}"
+                         r"|(?:19|20)\d{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01]))(?!\d)")
+# A canonical UUID (Keycloak's and Entra ID's subjects): random digits, not read for dates or record numbers.
+_UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.IGNORECASE)
+_PART_SEPARATOR = re.compile(r"[|:@]")
+_WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")  # AdaQuillonby is two words, as a reader sees it
+
+REASONS = {
+    "shape": "it holds a space or another character not allowed, or is longer than 128 characters",
+    "date": "it holds a date",
+    "phi_pattern": "it has the shape of a record number, SSN, phone number or ZIP code",
+    "encoded": f"it holds encoded text beyond one opaque id of at most {MAX_OPAQUE_ID} characters",
+    "words": f"it holds more than {MAX_WORDS} words",
+}
+ACTOR_FORM = ("a user name or sign-in subject, e.g. alice, alice@hospital.org, auth0|123, "
+              "system:serviceaccount:medhelm:runner or a UUID: " + describe(ACTOR) + f"; no dates, at most "
+              f"{MAX_WORDS} words and one opaque id")
+
+
+def actor_problem(value: str) -> str | None:
+    """Why ``value`` cannot name an actor (a key of :data:`REASONS`), or None where it can."""
+    if not _SHAPE.fullmatch(value):
+        return "shape"
+    blanked = _UUID.sub("-", value)
+    forms = variants(blanked)
+    if _DIGIT_DATE.search(blanked) or any(PATTERNS["date"].search(form) for form in forms):
+        return "date"
+    if any(PATTERNS[name].search(form) for name in _PHI_PATTERNS for form in forms):
+        return "phi_pattern"
+    parts = _PART_SEPARATOR.split(value.removeprefix(SERVICE_ACCOUNT))
+    opaque = max((p for p in parts if looks_encoded(p)), key=len, default=None)
+    if opaque is not None:
+        if len(opaque) > MAX_OPAQUE_ID:
+            return "encoded"
+        parts.remove(opaque)
+    rest = ":".join(parts)
+    if looks_encoded(rest):
+        return "encoded"
+    if len(_WORD.findall(rest)) > MAX_WORDS:
+        return "words"
+    return None
+
+
+def check_actor(value: str, source: str) -> str:
+    """``value`` where it can name an actor; else :class:`BadInputError` naming ``source`` (``--actor``), the
+    reason and the form expected, never the value."""
+    reason = actor_problem(value)
+    if reason is not None:
+        raise BadInputError(f"{source}: not a user name or sign-in subject ({REASONS[reason]}); expected "
+                            f"{ACTOR_FORM}. Nothing was done or recorded.")
+    return value
