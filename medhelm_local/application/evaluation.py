@@ -149,6 +149,7 @@ def merge_shards(app_ctx: AppContext, run_id: str, *, score: bool = True) -> Run
         if main.get_run(run_id) is None:
             raise NotFoundError(f"run {run_id!r} not found; see `medhelm-local runs list`")
         merged = _merge_shard_files(app_ctx, main, run_id)
+        sharding.remove_abandoned_builds(home, run_id)
         return _conclude(app_ctx, main, run_id, score=score, mode="merge", merged=merged)
 
 
@@ -174,6 +175,7 @@ def _merge_left_shards(app_ctx: AppContext, main: Store, run_id: str) -> None:
     later, would lose to the new ones."""
     if sharding.pending_shard_files(app_ctx.home, run_id):
         _merge_shard_files(app_ctx, main, run_id)
+    sharding.remove_abandoned_builds(app_ctx.home, run_id)
 
 
 def _refuse_retry_with_items_unsent(main: Store, run_id: str) -> None:

@@ -15,7 +15,8 @@ Design (DuckDB allows one writer per file, and pods may sit on different nodes o
 
 ``medhelm-local runs merge RUN_ID`` merges any shard files left behind (e.g. a pod that died after its last
 request) and finishes the run when it is complete; so does ``run --resume RUN_ID`` (or ``--retry-errors``) before
-it sends, and it is refused while any shard of the run sends (``store.runlock``).
+it sends, and it is refused while any shard of the run sends (``store.runlock``). Both remove the stores shards were
+killed while building (``*.building``: instances no merge takes), as no shard of the run builds meanwhile.
 """
 
 from __future__ import annotations
@@ -85,17 +86,21 @@ def build_shard_store(home: Home, main: Store, run: RunInfo, items: list[Planned
     meta = runs_db.runner_run(main, run.run_id)
     assert meta is not None, "a sharded run is always planned by the runner"
     plan_key, order_mode, manifest_sha = meta
-    shard = Store.open_file(home, tmp)
     try:
-        shards_db.copy_inputs(main, shard, items)
-        step = runs_db.ROWS_PER_TRANSACTION
-        chunks = (items[start:start + step] for start in range(0, len(items), step))
-        runs_db.insert_plan(shard, run, chunks, plan_key=plan_key, order_mode=order_mode,
-                            manifest_sha256=manifest_sha)
-        shard.checkpoint()
-    finally:
-        shard.close()
-    tmp.replace(path)
+        shard = Store.open_file(home, tmp)
+        try:
+            shards_db.copy_inputs(main, shard, items)
+            step = runs_db.ROWS_PER_TRANSACTION
+            chunks = (items[start:start + step] for start in range(0, len(items), step))
+            runs_db.insert_plan(shard, run, chunks, plan_key=plan_key, order_mode=order_mode,
+                                manifest_sha256=manifest_sha)
+            shard.checkpoint()
+        finally:
+            shard.close()
+        tmp.replace(path)
+    except BaseException:
+        remove_shard_files(tmp)
+        raise
 
 
 def merge_shard(main: Store, shard_path: Path, home: Home, run_id: str) -> shards_db.Merged:
@@ -114,6 +119,16 @@ def remove_shard_files(path: Path) -> None:
     folder = path.parent
     if folder.is_dir() and not any(folder.iterdir()):
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def remove_abandoned_builds(home: Home, run_id: str) -> None:
+    """Remove the shard stores a killed shard left half built (``build_shard_store``'s temporary file, its WAL):
+    they hold instances, and no shard ever merges them (the shard restarted builds its own again). Only while the
+    run's lock is held (``runs merge``, a resume), when no shard of the run builds."""
+    folder = shards_dir(home, run_id)
+    for path in sorted(folder.glob("shard-*-of-*.duckdb.building*")) if folder.is_dir() else []:
+        remove_shard_files(path)
+        log.info("shard.abandoned_build_removed", run_id=run_id, file=path.name)
 
 
 def pending_shard_files(home: Home, run_id: str) -> list[Path]:

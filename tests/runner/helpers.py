@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -118,3 +119,30 @@ def shard_killed_before_merging(home: Home, index: int, count: int) -> None:
         patch.setattr(sharding, "merge_shard", pod_killed)
         with pytest.raises(RuntimeError, match="pod killed"):
             evaluate(app(home), quiet(mode=Mode.of_shard(index, count)))
+
+
+# A shard process (its own, as a pod is) SIGKILLed while it builds its store: once the instances are copied in.
+_KILLED_WHILE_BUILDING = """
+import os, signal, sys
+from pathlib import Path
+from medhelm_local.application.evaluation import Mode, evaluate
+from medhelm_local.home import Home
+from medhelm_local.store import shards as shards_db
+from tests.runner.helpers import app, quiet
+
+copy_inputs = shards_db.copy_inputs
+
+def killed(main, shard, items):
+    copy_inputs(main, shard, items)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+shards_db.copy_inputs = killed
+evaluate(app(Home(Path(sys.argv[1]))), quiet(mode=Mode.of_shard(int(sys.argv[2]), int(sys.argv[3]))))
+"""
+
+
+def shard_killed_while_building(home: Home, index: int, count: int) -> None:
+    """Shard ``index``/``count``'s pod is killed (SIGKILL) while it builds its store: its half-built file is left."""
+    proc = subprocess.run([sys.executable, "-c", _KILLED_WHILE_BUILDING, str(home.root), str(index), str(count)],
+                          capture_output=True, text=True, env=cli_env(), timeout=120)
+    assert proc.returncode == -9, proc.stderr

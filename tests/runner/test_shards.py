@@ -23,6 +23,7 @@ from medhelm_local.runner import shard as sharding
 from medhelm_local.runner.plan import parse_shard, shard_range
 from medhelm_local.store import Store
 from medhelm_local.store import runs as runs_db
+from medhelm_local.store import shards as shards_db
 from medhelm_local.store.connection import LOCK_TIMEOUT_ENV, StoreError
 from medhelm_local.testing.fake_openai import FakeOpenAIServer, hash_responder
 from tests.runner.helpers import (
@@ -36,6 +37,7 @@ from tests.runner.helpers import (
     run_argv,
     scores,
     shard_killed_before_merging,
+    shard_killed_while_building,
     synthetic_instances,
 )
 from tests.store import previous_release
@@ -177,6 +179,41 @@ def test_runs_merge_of_a_run_still_missing_items_names_the_resume_that_sends_the
     assert merged.returncode == 0, merged.stderr
     assert (f"merged 0 outcome(s); run {run_id} is running (items still unanswered: run the missing shards, or "
             f"`medhelm-local run --resume {run_id}`, which sends them)") in merged.stderr, merged.stderr
+
+
+def test_a_store_a_killed_shard_left_half_built_is_removed_by_runs_merge_and_by_a_resume(tmp_path: Path) -> None:
+    """A shard killed while building its store left `shard-I-of-N.duckdb.building` (the slice's instances) in the
+    run's shard folder; no merge ever took it, and it stayed after the run finished. `runs merge` and a resume (the
+    run's lock held: no shard builds) remove it; a build that fails (not killed) removes its own."""
+    instances = synthetic_instances(40)
+    with FakeOpenAIServer(responder=hash_responder()) as server:
+        home = make_home(tmp_path / "home", [server.base_url])
+        register(home, instances)
+        run_id = evaluate(app(home), quiet(mode=Mode.of_shard(0, 2))).run.run_id
+        folder = sharding.shards_dir(home, run_id)
+
+        def failing(*_args: object) -> None:
+            raise RuntimeError("copy failed")
+
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(shards_db, "copy_inputs", failing)
+            with pytest.raises(RuntimeError, match="copy failed"):
+                evaluate(app(home), quiet(mode=Mode.of_shard(1, 2)))
+        assert not folder.exists()
+
+        shard_killed_while_building(home, 1, 2)
+        assert sorted(p.name for p in folder.iterdir()) == ["shard-1-of-2.duckdb.building",
+                                                            "shard-1-of-2.duckdb.building.wal"]
+        merge = subprocess.run(cli_argv(home, "runs", "merge", run_id, "--json"), capture_output=True, text=True,
+                               env=cli_env(), timeout=120)
+        assert merge.returncode == 0, merge.stderr
+        assert (json.loads(merge.stdout)["complete"], folder.exists()) == (False, False)
+
+        shard_killed_while_building(home, 1, 2)
+        assert folder.exists()
+        resumed = evaluate(app(home), quiet(mode=Mode.resume(run_id)))
+        assert (resumed.run.status, folder.exists()) == ("finished", False)
+    assert sorted(r[1] for r in outcomes(home, run_id)) == sorted(i.id for i in instances)
 
 
 def test_a_shard_file_built_before_sessions_kept_their_options_still_merges(tmp_path: Path) -> None:
