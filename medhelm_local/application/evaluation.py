@@ -130,9 +130,14 @@ def evaluate(app_ctx: AppContext, request: EvaluationRequest) -> RunOutcome:
             elif mode.shard is not None and not taken.concluded:
                 _conclude_shard_failure(app_ctx, mode.shard_label, taken.shard_of, exc)
             if isinstance(exc, KeyboardInterrupt) and taken.live is not None:
+                # A resume sends only items without an outcome: the failures a retry had not re-sent yet need
+                # the retry again.
+                retrying = mode.kind == "retry_errors"
+                again, rest = (("--retry-errors", "re-sends the failures not retried yet") if retrying
+                               else ("--resume", "sends the rest"))
                 raise Interrupted(f"interrupted: run {taken.live} keeps every answer it received; "
-                                  f"`medhelm-local --home {shlex.quote(str(home.root))} run --resume {taken.live}` "
-                                  "sends the rest") from None
+                                  f"`medhelm-local --home {shlex.quote(str(home.root))} run {again} {taken.live}` "
+                                  f"{rest}") from None
             raise
     outcome.report = report
     outcome.sending = sending.record

@@ -33,7 +33,7 @@ def _summary(app_ctx: AppContext, store: Store, run: RunInfo) -> dict[str, Any]:
         planned, answered, errors = planned + p, answered + a, errors + e
     live = run_live(app_ctx.home, store, run)
     return {"run_id": run.run_id, "model": run.model, "benchmarks": run.benchmarks, "status": run.status,
-            "live": live, "status_text": status_text(app_ctx.home, run, live),
+            "live": live, "status_text": status_text(app_ctx.home, store, run, live),
             "prompt_style": run_prompt_style(run.manifest),
             "created_at": run.created_at, "finished_at": run.finished_at, "planned": planned, "answered": answered,
             "errors": errors, "manifest_sha256": manifest_sha256(run.manifest)}

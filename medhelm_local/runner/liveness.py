@@ -30,13 +30,16 @@ def run_live(home: Home, store: Store, run: RunInfo) -> bool | None:
     return whole
 
 
-def status_text(home: Home, run: RunInfo, live: bool | None) -> str:
+def status_text(home: Home, store: Store, run: RunInfo, live: bool | None) -> str:
     """The status as shown to a person: ``running`` is qualified when no process is sending the run, with the
-    commands that resume it (shard files left behind are merged first, or a resume would send their items again)."""
+    commands that resume it (shard files left behind are merged first, or a resume would send their items again; a
+    retry of its errors killed is retried again: a resume sends only items without an outcome)."""
     if run.status != "running" or live is True:
         return run.status
     if live is False:
-        resume = f"medhelm-local run --resume {run.run_id}"
+        sessions = runs_db.sessions(store, run.run_id)
+        again = "--retry-errors" if sessions and sessions[-1]["mode"] == "retry_errors" else "--resume"
+        resume = f"medhelm-local run {again} {run.run_id}"
         if sharding.pending_shard_files(home, run.run_id):
             resume = f"medhelm-local runs merge {run.run_id}, then {resume} if it is still unfinished"
         return f"interrupted (no process is sending it; resume with: {resume})"

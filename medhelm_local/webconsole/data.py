@@ -193,7 +193,7 @@ def _summary(home: Home, store: Store, run: RunInfo) -> RunSummary:
     live = run_live(home, store, run)
     return RunSummary(run=run, prompt_style=run_prompt_style(run.manifest), progress=progress,
                       errors_by_category=runs_db.errors_by_category(store, run.run_id),
-                      live=live, status_text=status_text(home, run, live))
+                      live=live, status_text=status_text(home, store, run, live))
 
 
 def runs(home: Home) -> list[RunSummary]:

@@ -12,10 +12,22 @@ from typing import Any
 
 import pytest
 
+from medhelm_local.application.evaluation import evaluate
 from medhelm_local.home import Home
 from medhelm_local.store import Store
-from medhelm_local.testing.fake_openai import FakeOpenAIServer, hash_responder
-from tests.runner.helpers import cli_argv, cli_env, make_home, outcomes, register, run_argv, scores, synthetic_instances
+from medhelm_local.testing.fake_openai import FakeOpenAIServer, Faults, hash_responder
+from tests.runner.helpers import (
+    app,
+    cli_argv,
+    cli_env,
+    make_home,
+    outcomes,
+    quiet,
+    register,
+    run_argv,
+    scores,
+    synthetic_instances,
+)
 
 N = 400
 
@@ -185,3 +197,63 @@ def test_retry_errors_of_a_run_killed_before_it_sent_everything_is_refused_until
     payload = json.loads(resumed.stdout)
     assert (payload["status"], [(r["benchmark"], r["n"]) for r in payload["results"]]) == (
         "finished", [("pubmedqa", 200)])
+
+
+def _retry_stopped_mid_way(home: Home, run_id: str, signum: int) -> subprocess.CompletedProcess[str]:
+    """`run --retry-errors RUN_ID` against a healthy server of its own (which answers 20 requests, then holds the
+    rest: the retry is certainly mid-way), sent ``signum`` once a request is held; the held requests released."""
+    with FakeOpenAIServer(responder=hash_responder(), latency_s=0.01, slots=4) as server:
+        config = home.config.model_copy(deep=True)
+        config.models[-1].base_urls = [server.base_url]
+        home.save_config(config)
+        server.hold_after = 20
+        argv = cli_argv(home, "run", "--retry-errors", run_id, "--json")
+        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env())
+        deadline = time.monotonic() + 120
+        while server.held == 0 and proc.poll() is None:
+            assert time.monotonic() < deadline, "the retry never sent past the requests answered"
+            time.sleep(0.005)
+        proc.send_signal(signum)
+        try:
+            stdout, stderr = proc.communicate(timeout=60)
+        finally:
+            server.release_held()
+    return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
+
+
+def test_a_retry_of_errors_interrupted_or_killed_says_to_retry_again_and_that_ends_it(tmp_path: Path) -> None:
+    """A resume sends only items without an outcome. A Ctrl-C'd `run --retry-errors` said "`run --resume RUN` sends
+    the rest", and `runs list` showed a killed one as "resume with: medhelm-local run --resume RUN": that sent
+    nothing and finished the run with the failures not retried yet. Both name `--retry-errors` now, which ends the
+    run as an uninterrupted retry does."""
+    instances = synthetic_instances(120)
+    with FakeOpenAIServer(responder=hash_responder(), faults=Faults(http_5xx=1.0)) as broken:
+        home = make_home(tmp_path / "home", [broken.base_url], max_retries=0)
+        register(home, instances)
+        run_id = evaluate(app(home), quiet(backoff_base_s=0.01)).run.run_id
+
+    interrupted = _retry_stopped_mid_way(home, run_id, signal.SIGINT)
+    assert interrupted.returncode == 130, interrupted.stderr
+    assert (f"interrupted: run {run_id} keeps every answer it received; `medhelm-local --home {home.root} run "
+            f"--retry-errors {run_id}` re-sends the failures not retried yet") in interrupted.stderr
+
+    killed = _retry_stopped_mid_way(home, run_id, signal.SIGKILL)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    listed = subprocess.run(cli_argv(home, "runs", "list", "--json"), capture_output=True, text=True, env=cli_env(),
+                            timeout=120)
+    (shown,) = json.loads(listed.stdout)
+    assert shown["status_text"] == (f"interrupted (no process is sending it; resume with: medhelm-local run "
+                                    f"--retry-errors {run_id})")
+    assert 0 < shown["errors"] < len(instances)
+
+    with FakeOpenAIServer(responder=hash_responder()) as healthy:
+        reference, reference_run, _ = _uninterrupted(tmp_path, healthy.base_url, instances)
+        config = home.config.model_copy(deep=True)
+        config.models[-1].base_urls = [healthy.base_url]
+        home.save_config(config)
+        final = subprocess.run(cli_argv(home, "run", "--retry-errors", run_id, "--json"), capture_output=True,
+                               text=True, env=cli_env(), timeout=300)
+        assert final.returncode == 0, final.stderr
+    assert (json.loads(final.stdout)["status"], json.loads(final.stdout)["errors"]) == ("finished", {})
+    assert outcomes(home, run_id) == outcomes(reference, reference_run)
+    assert scores(home, run_id) == scores(reference, reference_run)
