@@ -21,7 +21,7 @@ from starlette.routing import Route
 
 from medhelm_local.audit.anchor import FINGERPRINT_ENV, PUBKEY_FILE_ENV, pinned_anchor
 from medhelm_local.audit.report import ComplianceReport, compliance_report, filter_records, parse_time
-from medhelm_local.audit.trail import AuditTrail, read_state, state_path_for
+from medhelm_local.audit.trail import AuditTrail, AuditWriteError, read_state, state_path_for
 from medhelm_local.audit.verify import VerifyReport, verify_file
 from medhelm_local.errors import BadInputError, NotFoundError
 from medhelm_local.export import approval as export_approval
@@ -101,15 +101,22 @@ async def audit_verify(request: Request) -> Response:
     if not check_csrf(request, form):
         return bad_form_token(request, "/audit")
 
-    def verify() -> tuple[VerifyReport, str]:
+    def verify() -> tuple[VerifyReport, str, bool]:
         report, source = verify_trail(console.home)
-        console.audit(identity_of(request), "audit.verify", outcome="intact" if report.intact else "failed",
-                      role="compliance", records=report.records, first_bad_seq=report.first_bad_seq,
-                      key_fingerprint=getattr(report, "fingerprint", "") or None)
-        return report, source
+        try:
+            console.audit(identity_of(request), "audit.verify", outcome="intact" if report.intact else "failed",
+                          role="compliance", records=report.records, first_bad_seq=report.first_bad_seq,
+                          key_fingerprint=getattr(report, "fingerprint", "") or None)
+        except AuditWriteError:
+            if report.intact:  # nothing wrong with what it holds, yet it cannot be written: fail closed as elsewhere
+                raise
+            # A damaged trail refuses appends; what this check found is what the officer came to see (hashes and
+            # sequence numbers only), so it is shown, and the page says it could not be recorded, as `audit verify`.
+            return report, source, False
+        return report, source, True
 
-    report, source = await run_in_threadpool(verify)
-    return console.render(request, "audit_verify.html", report=report, key_source=source,
+    report, source, recorded = await run_in_threadpool(verify)
+    return console.render(request, "audit_verify.html", report=report, key_source=source, recorded=recorded,
                           status_code=200 if report.intact else 409)
 
 

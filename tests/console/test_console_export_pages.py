@@ -202,3 +202,22 @@ def test_every_refused_approval_is_in_the_audit_trail(site: Site) -> None:
         assert record["actor"] == "carl" and record["role"] == "compliance"
         assert record["objects"]["request_id"] == site.ready and record["objects"]["reason"] == "signature_unreadable"
     assert site.client.get(f"/exports/{site.ready}").text.count('id="export-status">ready<') == 1
+
+
+def test_verifying_a_tampered_trail_shows_where_it_breaks(site: Site) -> None:
+    """Someone edited a record (a run's outcome) after it was written. Pressing "Verify" showed "Audit trail
+    unavailable ... cannot be written" (the page failed closed because its own audit.verify record could not be
+    appended to a damaged trail), so the one check meant to find tampering never said that it had. The page now
+    gives the verdict, the first bad record and the problems, and says the check itself could not be recorded."""
+    trail = site.cli.home / "audit" / "audit.jsonl"
+    token = site.csrf("/audit")
+    lines = trail.read_text(encoding="utf-8").splitlines(keepends=True)
+    edited = next(i for i, line in enumerate(lines) if '"action":"run.finish"' in line)
+    seq = json.loads(lines[edited])["seq"]
+    lines[edited] = lines[edited].replace('"outcome":"success"', '"outcome":"ok"')  # the file's size changes
+    trail.write_text("".join(lines), encoding="utf-8")
+    reply = site.client.post("/audit/verify", data={"csrf": token})
+    assert reply.status_code == 409 and "Audit trail unavailable" not in reply.text
+    assert re.search(rf'id="verdict">NOT INTACT: first bad record seq {seq}<', reply.text)
+    assert f"record {seq} differs" in text_of(reply.text)
+    assert re.search(r'id="not-recorded">[^<]*could not be recorded in the trail', reply.text)
