@@ -49,7 +49,8 @@ LABELS = {
                 "(benchmark, rival) pairs, n pairs. Suppressed scores take no part. Macro average: the mean of the "
                 "model's published benchmark scores, each benchmark weighted equally, over n benchmarks. Their 95% "
                 "CIs: the win rate and the average recomputed on 1000 bootstrap resamples of each benchmark's scored "
-                "instances (rivals on the same resamples).",
+                "instances (rivals on the same resamples). A model with no win rate has no rank (-): it has no "
+                "published score, or no rival with a published score on the same benchmark; it is listed last.",
     "scores_note": "Each score is shown with its 95% confidence interval (percentile bootstrap over the scored "
                    "instances, 1000 resamples) and n, the number of scored instances behind it; failed requests "
                    "are counted apart (n failed), never scored as zero. A suppressed score shows neither.",
@@ -212,7 +213,7 @@ def _leaderboard_table(data: ExportAggregates, digits: int) -> str:
     rows = []
     for m in data.models:
         rows.append(
-            f'<tr><td class="num">{m.rank}</td><td>{escape(m.model)}</td>'
+            f'<tr><td class="num">{"-" if m.rank is None else m.rank}</td><td>{escape(m.model)}</td>'
             f'<td class="num">{escape(_value(m.win_rate, digits))}</td>'
             + _ci(m.win_rate_ci_low, m.win_rate_ci_high, digits) + f'<td class="n">{m.win_pairs}</td>'
             f'<td class="num">{escape(_value(m.macro_avg, digits))}</td>'
