@@ -219,6 +219,7 @@ class LeaderboardFigures:
     heatmap: str
     categories: str
     scatter: str
+    scatter_left_out: tuple[str, ...] = ()  # models the scatter (and its Pareto front) has no point for
 
 
 def leaderboard_figures(models: Sequence[str], benchmarks: Sequence[str],
@@ -253,4 +254,5 @@ def leaderboard_figures(models: Sequence[str], benchmarks: Sequence[str],
                                      empty=text.no_scores, digits=digits, intervals=category_intervals),
         scatter=cost_scatter_svg(points, pareto=front, score_label=axis, cost_label=text.cost_axis,
                                  title=text.scatter, empty=text.no_cost, front_label=front_label),
+        scatter_left_out=tuple(m for m in models if m not in {p[0] for p in points}),
     )

@@ -287,6 +287,11 @@ def ranked(rows: list[ModelRow]) -> list[ModelRow]:
     return [*scored, *unranked]
 
 
+def cost_unknown_why(row: ModelRow) -> str:
+    """Why a row's cost is unknown, as cost_performance noted it (no pricing, a model or judge removed since)."""
+    return str(row.cost_detail.get("note") or "no pricing configured for this model")
+
+
 def apply_costs(rows: list[ModelRow], costs: dict[str, ModelCost]) -> None:
     """Attach each model's cost and mark the cost / win-rate Pareto front."""
     for row in rows:

@@ -17,6 +17,7 @@ from medhelm_local.analysis.leaderboard import (
     ModelRow,
     PairwiseDifference,
     WinRule,
+    cost_unknown_why,
     resolve_category,
 )
 from medhelm_local.analysis.stats import DEFAULT_RESAMPLES
@@ -145,8 +146,12 @@ def print_leaderboard(rows: list[ModelRow], *, mdes: dict[str, BenchmarkMDE] | N
         info(SD_UNDEFINED_NOTE)
     for line in comparability_lines(rows):
         info(line)
-    if rows and all(r.cost is None for r in rows):
+    unpriced = [r for r in rows if r.cost is None]
+    if rows and len(unpriced) == len(rows):
         info(COST_UNAVAILABLE)
+    elif unpriced:
+        info("cost unavailable for " + ", ".join(f"{r.model} ({cost_unknown_why(r)})" for r in unpriced)
+             + "; the pareto column compares only the models with a cost")
 
 
 def board_payload(board: Board) -> list[dict[str, Any]]:
