@@ -40,6 +40,7 @@ HEADINGS = {
 LABELS = {
     "request": "Request", "generated": "Generated (UTC)", "version": "Appliance version", "policy": "Policy sha256",
     "min_cell": "Minimum cell size", "no_cost": "No cost available: no pricing is configured for these models.",
+    "no_point": "No model has both a published cost and a published score to plot.",
     "no_scores": "No published scores.", "suppressed": "suppressed", "win_axis": "Win rate",
     "cost_axis": "Estimated cost", "front": "ringed and joined: the cost / win-rate Pareto front",
     "macro_axis": "Macro average (a single model: no win rate)",
@@ -150,8 +151,8 @@ def report_figures(data: ExportAggregates) -> figures.LeaderboardFigures:
     models = data.models
     text = figures.FigureText(heatmap=SECTIONS["heatmap"], categories=SECTIONS["categories"],
                               scatter=SECTIONS["scatter"], missing=LABELS["suppressed"], no_scores=LABELS["no_scores"],
-                              no_cost=LABELS["no_cost"], score_axis=LABELS["win_axis"], cost_axis=LABELS["cost_axis"],
-                              front=LABELS["front"], macro_axis=LABELS["macro_axis"],
+                              no_cost=LABELS["no_cost"], no_point=LABELS["no_point"], score_axis=LABELS["win_axis"],
+                              cost_axis=LABELS["cost_axis"], front=LABELS["front"], macro_axis=LABELS["macro_axis"],
                               macro_front=LABELS["macro_front"])
     return figures.leaderboard_figures(
         [m.model for m in models], sorted({c.benchmark for c in data.cells}),

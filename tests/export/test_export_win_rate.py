@@ -85,3 +85,18 @@ def test_a_model_without_a_win_rate_has_no_rank_in_the_bundle() -> None:
     assert table is not None
     assert re.findall(r'<tr><td class="num">([^<]*)</td><td>([AB])</td>', table.group(0)) == [("-", "A"), ("-", "B")]
     assert "A model with no win rate has no rank" in report
+
+
+def test_a_report_with_costs_but_no_published_score_does_not_say_no_pricing_is_configured() -> None:
+    """Both models priced (their costs published), every score suppressed: the report's cost scatter had nothing to
+    plot and said "No cost available: no pricing is configured for these models", beside a leaderboard showing
+    their costs. It now says what is missing: a published score."""
+    from medhelm_local.export.render import render_files
+
+    raw = _raw({"A": {"pubmedqa": (0.1, 7)}, "B": {"pubmedqa": (0.2, 5)}})
+    raw = raw.model_copy(update={"usage": [RawModelUsage(model=m, cost=2.5, n_total=80) for m in ("A", "B")]})
+    data = publish(raw, ExportPolicy(), request_id="exp-x", policy_sha256="0" * 64)
+    assert [m.cost for m in data.models] == [2.5, 2.5]
+    report = render_files(data)["report.html"].decode()
+    assert "no pricing is configured" not in report
+    assert "No model has both a published cost and a published score to plot." in report
