@@ -36,6 +36,16 @@ def parse_time(value: str, option: str) -> datetime:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
+def check_window(since: datetime | None, until: datetime | None, since_name: str, until_name: str) -> None:
+    """Refuse an end at or before the start: no record could match, and an empty list would read as a quiet window."""
+    if since is not None and until is not None and until <= since:
+        def shown(moment: datetime) -> str:
+            return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+        raise BadInputError(f"{until_name} ({shown(until)}) is not after {since_name} ({shown(since)}), so no record "
+                            "can match: the two may be swapped")
+
+
 def record_time(record: dict[str, Any]) -> datetime | None:
     try:
         return datetime.fromisoformat(str(record["ts"]).replace("Z", "+00:00"))

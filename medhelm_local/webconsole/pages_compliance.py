@@ -20,7 +20,13 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from medhelm_local.audit.anchor import FINGERPRINT_ENV, PUBKEY_FILE_ENV, pinned_anchor
-from medhelm_local.audit.report import ComplianceReport, compliance_report, filter_records, parse_time
+from medhelm_local.audit.report import (
+    ComplianceReport,
+    check_window,
+    compliance_report,
+    filter_records,
+    parse_time,
+)
 from medhelm_local.audit.trail import AuditTrail, AuditWriteError, read_state, state_path_for
 from medhelm_local.audit.verify import VerifyReport, verify_file
 from medhelm_local.errors import BadInputError, NotFoundError
@@ -71,13 +77,20 @@ def audit_trail(request: Request) -> Response:
             times[name] = _time(request, name)
         except BadInputError as exc:
             errors[name] = str(exc)
+    invalid = set(errors)
+    if not errors:
+        try:
+            check_window(times["since"], times["until"], "since", "until")
+        except BadInputError as exc:
+            errors["until"], invalid = str(exc), {"since", "until"}
     try:
         page = max(0, int(request.query_params.get("page", "0")))
     except ValueError:
         errors["page"] = "page: expected a number"
+        invalid.add("page")
     if errors:  # the form again, with what was typed, each wrong field marked and what is wrong with it
         return console.render(request, "audit.html", records=[], matched=0, total=len(records), filters=filters,
-                              limit=MAX_RECORDS, error="; ".join(errors.values()), invalid=set(errors),
+                              limit=MAX_RECORDS, error="; ".join(errors.values()), invalid=invalid,
                               status_code=400)
     chosen = filter_records(records, since=times["since"], until=times["until"],
                             actor=filters["actor"] or None, action=filters["action"] or None)

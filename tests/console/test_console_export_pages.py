@@ -151,6 +151,18 @@ def test_a_mistyped_audit_filter_keeps_the_form_and_what_was_typed(site: Site) -
     assert re.search(r'id="filter-error">since: expected an ISO date', reply.text)
 
 
+def test_an_audit_filter_ending_before_it_starts_says_so(site: Site) -> None:
+    """Since and Until swapped: the page read "0 of N records match", as if nothing had happened in that window. It
+    now keeps the form, marks both fields and says that Until must be after Since."""
+    reply = site.client.get("/audit", params={"since": "2026-11-26T15:50Z", "until": "2026-11-26T15:40Z"})
+    assert reply.status_code == 400 and 'id="audit"' in reply.text and "records match" not in reply.text
+    error = re.search(r'id="filter-error">([^<]*)<', reply.text)
+    assert error is not None
+    assert "until (2026-11-26T15:40:00Z) is not after since (2026-11-26T15:50:00Z)" in error.group(1)
+    for name in ("since", "until"):
+        assert re.search(rf'name="{name}" value="[^"]*"[^>]*aria-invalid="true"', reply.text), name
+
+
 def test_the_approved_notice_is_never_shown_for_a_request_this_officer_did_not_approve(site: Site) -> None:
     """"Approved with your signature" came from the address alone (?approved=1, where an approval leads): a link
     with it showed a ready request as approved, and another officer as its approver. Now only the approver, on an
