@@ -122,7 +122,8 @@ def print_leaderboard(rows: list[ModelRow], *, mdes: dict[str, BenchmarkMDE] | N
                ["model", "rank", "win rate", "win sd", "macro avg", "sd", "cost", "pareto", *categories, *benchmarks],
                [[r.model, UNRANKED if r.rank is None else r.rank,
                  WIN_RATE_LEFT_OUT if r.win_rate_left_out else r.win_rate, _sd(r.win_sd, r.win_rate), r.macro_avg,
-                 _sd(r.sd, r.macro_avg), money(r.cost, unknown="unavailable"), r.pareto,
+                 _sd(r.sd, r.macro_avg), money(r.cost, unknown="unavailable"),
+                 None if r.pareto is None else "yes" if r.pareto else "no",
                  *[r.categories.get(c) for c in categories],
                  *[_cell(r, b) for b in benchmarks]] for r in rows])
     if mdes:
