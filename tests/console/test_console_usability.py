@@ -88,13 +88,18 @@ def test_the_audit_until_field_says_its_day_is_not_included(signed_in: Client, c
     was labelled "Until" with a month's last day as its example (2026-11-30), which read as "through": a filter for
     November so written dropped every record of November 30 without a word. The label says the day is not included,
     and the example is the day after the period."""
-    from medhelm_local.audit.trail import AuditTrail
+    from datetime import date, timedelta
+
+    from medhelm_local.audit.trail import CHECKPOINT_ACTION, AuditTrail
 
     client = signed_in(ConsoleRole.COMPLIANCE)
-    last_day = str(AuditTrail(Home(console_home.home).audit_path).records()[-1]["ts"])[:10]
-    reply = client.get("/audit", params={"since": last_day, "until": last_day})
+    records = AuditTrail(Home(console_home.home).audit_path).records()
+    last_day = str(records[-1]["ts"])[:10]
+    day_before = (date.fromisoformat(last_day) - timedelta(days=1)).isoformat()
+    reply = client.get("/audit", params={"since": day_before, "until": last_day})
     found = re.search(r"(\d+) of \d+ records match", reply.text)
-    assert found is not None and found.group(1) == "0"  # the day named in Until is not in the result
+    on_day_before = [r for r in records if str(r["ts"])[:10] == day_before and r["action"] != CHECKPOINT_ACTION]
+    assert found is not None and found.group(1) == str(len(on_day_before))  # the day named in Until is left out
     label = re.search(r"<label>([^<]*)<input name=\"until\"[^>]*>", reply.text)
     assert label is not None and "not included" in label.group(1)
     assert 'placeholder="2026-11-30"' not in label.group(0)
