@@ -275,6 +275,29 @@ async def export_approve(request: Request) -> Response:
     return RedirectResponse(f"/exports/{request_id}?approved=1", status_code=303)
 
 
+@requires(COMPLIANCE)
+async def export_deny(request: Request) -> Response:
+    """Deny (withdraw) a pending request, as ``export deny`` does: no key is needed, since a denial can only stop a
+    release; the export module audits it under this user's name and refuses a request already decided."""
+    from medhelm_local.application.exports import deny_export
+    from medhelm_local.context import AppContext
+
+    console = console_of(request)
+    request_id = request.path_params["request_id"]
+    form = await request.form()
+    if not check_csrf(request, form):
+        return bad_form_token(request, f"/exports/{request_id}")
+    _request(console.home, request_id)  # an unknown id: not found
+    try:
+        await run_in_threadpool(deny_export, AppContext(home=console.home, actor=identity_of(request).user),
+                                request_id)
+    except export_bundle.ExportRefused as exc:
+        return console.render(request, "error.html", status_code=409, title="Denial refused",
+                              message=f"{exc}. Nothing was changed.",
+                              back=(f"/exports/{request_id}", f"Back to export request {request_id}"))
+    return RedirectResponse(f"/exports/{request_id}", status_code=303)
+
+
 def _approval_refused(request: Request, request_id: str, exc: Exception, form: Any) -> Response:
     """Refused (a bad signature, or the request is no longer what was requested and audited): say so and why, and
     give the form again with what was pasted (an uploaded file cannot be put back into its field), while the request
@@ -293,4 +316,5 @@ def routes() -> list[Route]:
         Route("/exports", exports),
         Route("/exports/{request_id}", export_detail), Route("/exports/{request_id}/report.html", export_report),
         Route("/exports/{request_id}/approve", export_approve, methods=["POST"]),
+        Route("/exports/{request_id}/deny", export_deny, methods=["POST"]),
     ]

@@ -233,3 +233,24 @@ def test_verifying_a_tampered_trail_shows_where_it_breaks(site: Site) -> None:
     assert re.search(rf'id="verdict">NOT INTACT: first bad record seq {seq}<', reply.text)
     assert f"record {seq} differs" in text_of(reply.text)
     assert re.search(r'id="not-recorded">[^<]*could not be recorded in the trail', reply.text)
+
+
+def test_an_officer_can_refuse_a_ready_request_in_the_console(site: Site) -> None:
+    """A ready request's page offered only "Approve with this signature": an officer who decided to refuse it found
+    no way to, and no word on how (the command was given for blocked requests only). The page now has a Deny
+    button (no key needed: denying can only stop a release), audited under the officer's name, after which the
+    request reads denied and can no longer be approved; a second deny is refused and says why."""
+    page = site.client.get(f"/exports/{site.ready}").text
+    assert 'id="deny-form"' in page and "can never be released" in text_of(page)
+    reply = site.client.post(f"/exports/{site.ready}/deny", data={"csrf": site.csrf(f"/exports/{site.ready}")},
+                             follow_redirects=False)
+    assert reply.status_code == 303 and reply.headers["location"] == f"/exports/{site.ready}"
+    shown = site.client.get(f"/exports/{site.ready}").text
+    assert 'id="export-status">denied<' in shown and 'id="approve-form"' not in shown
+    assert 'id="deny-form"' not in shown
+    records = [r for r in json.loads(site.cli("audit", "show", "--action", "export.deny", "--json").stdout)]
+    assert [(r["outcome"], r["actor"].split(":")[-1]) for r in records] == [("denied", "carl")]
+    assert site.cli("export", "list", "--json").code == 0
+    again = site.client.post(f"/exports/{site.ready}/deny", data={"csrf": site.csrf("/exports")})
+    assert again.status_code == 409 and "was already denied" in text_of(again.text)
+    assert f'id="back" href="/exports/{site.ready}"' in again.text
