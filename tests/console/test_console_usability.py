@@ -404,3 +404,24 @@ def test_the_run_page_counts_what_was_not_scored_and_the_leaderboard_says_what_i
     other = client.get("/leaderboard?style=medhelm&rule=helm").text  # the runs are of the default style
     links = re.findall(r'href="(/leaderboard\?style=[^"]+)"', other)
     assert links == ["/leaderboard?style=default&amp;rule=helm"]
+
+
+def test_the_system_page_counts_audit_records_as_the_audit_page_does(signed_in: Client,
+                                                                     console_home: ConsoleHome) -> None:
+    """The IT page said "Records 68" where the audit trail page said "34 of 34 records match" of the same trail: it
+    counted the signed checkpoints too, so a compliance officer comparing them saw half the trail missing. It now
+    gives the records as the audit page counts them, and the lines (checkpoints included) as such; the verification
+    page's count of lines is labelled so too."""
+    from medhelm_local.audit.trail import CHECKPOINT_ACTION, AuditTrail
+
+    reply = signed_in(ConsoleRole.IT).get("/system")
+    assert reply.status_code == 200
+    records = AuditTrail(Home(console_home.home).audit_path).records()
+    events = sum(1 for r in records if r["action"] != CHECKPOINT_ACTION)
+    shown = re.search(r'id="audit-records">(\d+) \(as the audit trail page counts them\)[^<]*: (\d+) lines', reply.text)
+    assert shown is not None and (int(shown.group(1)), int(shown.group(2))) == (events, len(records))
+    compliance = signed_in(ConsoleRole.COMPLIANCE)
+    token = re.search(r'name="csrf" value="([0-9a-f]+)"', compliance.get("/audit").text)
+    assert token is not None
+    verified = compliance.post("/audit/verify", data={"csrf": token.group(1)}).text
+    assert "<dt>Lines checked (records and their signed checkpoints)</dt>" in verified
