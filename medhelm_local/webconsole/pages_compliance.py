@@ -178,18 +178,19 @@ def exports(request: Request) -> Response:
     return console.render(request, "exports.html", requests=export_bundle.list_requests(console.home.exports_dir))
 
 
+PREVIEWED_TABLES = ("leaderboard.csv", "categories.csv", "cells.csv")
+
+
 def _preview(bundle: Path) -> dict[str, Any]:
-    """The bundle as it would leave: its leaderboard table and its files (names, sizes, sha256)."""
+    """The bundle as it would leave: its files (names, sizes, sha256) and each of its tables, cell for cell."""
     files = []
     for path in sorted(bundle.iterdir()) if bundle.is_dir() else []:
         if path.is_file():
             files.append({"name": path.name, "bytes": path.stat().st_size,
                           "sha256": hashlib.sha256(path.read_bytes()).hexdigest()})
-    table: list[list[str]] = []
-    board = bundle / "leaderboard.csv"
-    if board.is_file():
-        table = list(csv.reader(io.StringIO(board.read_text(encoding="utf-8"))))
-    return {"files": files, "leaderboard": table}
+    tables = {name: list(csv.reader(io.StringIO((bundle / name).read_text(encoding="utf-8"))))
+              for name in PREVIEWED_TABLES if (bundle / name).is_file()}
+    return {"files": files, "tables": {name: rows for name, rows in tables.items() if rows}}
 
 
 @requires(COMPLIANCE)

@@ -4,6 +4,7 @@ copy of the console's home (requests are approved and blocked here), served in t
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from collections.abc import Iterator
@@ -254,3 +255,21 @@ def test_an_officer_can_refuse_a_ready_request_in_the_console(site: Site) -> Non
     again = site.client.post(f"/exports/{site.ready}/deny", data={"csrf": site.csrf("/exports")})
     assert again.status_code == 409 and "was already denied" in text_of(again.text)
     assert f'id="back" href="/exports/{site.ready}"' in again.text
+
+
+def test_the_bundle_preview_shows_every_table_that_would_leave(site: Site) -> None:
+    """The preview showed leaderboard.csv only: the per-benchmark cells (cells.csv, what most of an export is, with
+    what was suppressed and why) and the category means were a sha256 in the file list. Each CSV of the bundle is
+    now shown as it would leave, cell for cell."""
+    import csv
+    from html import unescape
+
+    page = site.client.get(f"/exports/{site.ready}").text
+    bundle = site.cli.home / "exports" / site.ready / "bundle"
+    for name in ("leaderboard.csv", "categories.csv", "cells.csv"):
+        rows = list(csv.reader(io.StringIO((bundle / name).read_text(encoding="utf-8"))))
+        table = re.search(rf'<table id="bundle-{name.removesuffix(".csv")}">(.*?)</table>', page, re.S)
+        assert table is not None, name
+        shown = [[unescape(c) for c in re.findall(r"<t[hd]>([^<]*)</t[hd]>", row)]
+                 for row in re.findall(r"<tr>(.*?)</tr>", table.group(1), re.S)]
+        assert shown == rows, name
