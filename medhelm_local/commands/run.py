@@ -108,6 +108,13 @@ def print_outcome(outcome: RunOutcome, reply_model: str | None = None) -> None:
         detail = ", ".join(f"{c}: {n}" for c, n in categories.items())
         info(f"{benchmark}: recorded failures ({detail}); `medhelm-local run --retry-errors {outcome.run.run_id}` "
              "re-sends only those")
+    context = (outcome.run.manifest or {}).get("context") or {}
+    if report is not None and context.get("source") == "default":  # said once per command that sent something
+        model = outcome.run.model
+        info(f"{model}: its context length is not set in appliance.yaml and its server does not report it, so "
+             f"prompts were fitted to {context.get('context_length')} tokens (a longer one is cut); set "
+             f"context_length on the model if it takes more (`medhelm-local models update {model} "
+             "--context-length N`)")
     # What each category means and what to do first: re-sending before the cause is fixed fails the same way.
     for category in sorted({c for categories in outcome.errors.values() for c in categories} - {MODEL_MISMATCH}):
         hint = failure_hint(category, who="model")
