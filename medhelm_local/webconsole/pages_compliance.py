@@ -40,6 +40,26 @@ from medhelm_local.webconsole.app import bad_form_token, check_csrf, console_of,
 
 COMPLIANCE = ConsoleRole.COMPLIANCE
 MAX_RECORDS = 500
+# What an action's first word says it concerns (the audit page's legend; COMPLIANCE.md section 1 has the details).
+ACTION_FAMILIES = {
+    "appliance": "setting the appliance up (init)",
+    "audit": "the audit trail itself: a verification, an exported checkpoint, a repair",
+    "benchmark": "a custom benchmark spec added or removed",
+    "config": "a model added, changed or removed in appliance.yaml",
+    "console": "the web console: sign-in and sign-out, patient-level views (instances, a response to rate), "
+               "ratings, refusals",
+    "dataset": "an extract or benchmark file registered (its fingerprint, never its content)",
+    "egress": "a network connection the allowlist refused",
+    "endpoint": "a model server a run used (its address and version)",
+    "export": "an export request, its approval or denial, and its release",
+    "jury": "the LLM jury: re-scoring and validation against clinicians' ratings",
+    "keys": "the signing and storage keys: rotation, recovery, public key export",
+    "leaderboard": "a leaderboard viewed from the command line",
+    "report": "a report written",
+    "run": "an evaluation run: its start, resumption, merge and finish (scored and failed counts)",
+    "score": "outputs made elsewhere scored against a registered dataset",
+    "server": "a local model server started or stopped",
+}
 REPORT_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src 'none'; script-src 'none'; sandbox"
 
 
@@ -104,7 +124,7 @@ def audit_trail(request: Request) -> Response:
     shown = list(reversed(chosen))[page * MAX_RECORDS:(page + 1) * MAX_RECORDS]
     return console.render(request, "audit.html", records=shown, matched=len(chosen), total=len(records),
                           filters=filters, limit=MAX_RECORDS, invalid=set(), page=page, pages=pages,
-                          previous=link(page - 1), next=link(page + 1))
+                          previous=link(page - 1), next=link(page + 1), families=ACTION_FAMILIES)
 
 
 @requires(COMPLIANCE)

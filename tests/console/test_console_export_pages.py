@@ -273,3 +273,16 @@ def test_the_bundle_preview_shows_every_table_that_would_leave(site: Site) -> No
         shown = [[unescape(c) for c in re.findall(r"<t[hd]>([^<]*)</t[hd]>", row)]
                  for row in re.findall(r"<tr>(.*?)</tr>", table.group(1), re.S)]
         assert shown == rows, name
+
+
+def test_the_audit_page_explains_its_columns_and_every_action_it_lists(site: Site) -> None:
+    """The audit page listed actions such as endpoint.use and outcomes such as attempt with no word on what they
+    mean. A legend now explains each column, the intent outcomes, and the first word of every action listed."""
+    page = site.client.get("/audit").text
+    legend = re.search(r'<details class="noprint" id="audit-legend">(.*?)</details>', page, re.S)
+    assert legend is not None
+    explained = set(re.findall(r"<li><code>([a-z_]+)\.</code>: [^<]+</li>", legend.group(1)))
+    table = page.split('<table id="audit">')[1].split("</table>")[0]
+    listed = {action.split(".")[0] for action in re.findall(r"<td>([a-z_]+\.[a-z_.]+)</td>", table)}
+    assert listed and listed <= explained, listed - explained
+    assert "intent_seq" in legend.group(1) and "never patient text" in legend.group(1)
