@@ -257,7 +257,7 @@ def test_a_reports_registration_attempt_shows_no_fingerprint_rather_than_none() 
                                   record("success", fingerprint="8b3276be8942ebbd" * 4, version="51f45f95" * 8,
                                          instances=1000)], None))
     assert "None" not in text
-    assert "  analyst  pubmedqa  attempt" in text
+    assert "  analyst  pubmedqa  ori_pqal.json  attempt" in text  # the attempt names its file
     assert "pubmedqa  fingerprint 8b3276be8942ebbd (stored version 51f45f9551f45f95)  success" in text
 
 

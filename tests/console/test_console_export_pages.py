@@ -287,3 +287,21 @@ def test_the_audit_page_explains_its_columns_and_every_action_it_lists(site: Sit
     listed = {row[4].split(".")[0] for row in cells if len(row) == 7}  # Seq, Time, Actor, Role, Action, ...
     assert listed and listed <= explained, listed - explained
     assert "intent_seq" in legend.group(1) and "never patient text" in legend.group(1)
+
+
+def test_the_compliance_report_says_which_file_a_rejected_registration_was_and_why(site: Site,
+                                                                                   tmp_path: Path) -> None:
+    """A refused registration read "hospice_referral ... rejected" in the report's Datasets table, with no file and
+    no reason, though the audit record holds both (the file's name and the error's kind, never its message). The
+    table now names the file and says why in words."""
+    bad = tmp_path / "hospice_bad.csv"
+    bad.write_text("prompt,context,label\nQ,note,Z\n", encoding="utf-8")
+    assert site.cli("datasets", "register", "hospice_referral", str(bad)).code == 2
+    html = site.client.get("/audit/report").text
+    table = re.search(r'<table id="report-datasets">(.*?)</table>', html, re.S)
+    assert table is not None
+    rows = [" ".join(re.sub(r"<[^>]+>", " ", row).split()) for row in re.findall(r"<tr>(.*?)</tr>", table.group(1),
+                                                                                 re.S)]
+    assert "Source file" in rows[0]
+    assert any("hospice_bad.csv" in row and "rejected: the file did not read as the benchmark expects" in row
+               for row in rows), rows
