@@ -212,3 +212,30 @@ def test_models_add_says_whether_the_model_is_a_judge(home_cli: Cli) -> None:
     assert plain.code == 0 and "a jury member" not in plain.stdout + plain.stderr
     listed = {m["name"]: m["judge"] for m in home_cli("models", "list", "--json").json()}
     assert listed["grader"] is True and listed["candidate"] is False
+
+
+def test_a_runs_failures_say_what_each_category_means_and_what_to_do(home_cli: Cli, tmp_path: Path) -> None:
+    """A model whose server is down: the run printed "recorded failures (connect_error: 12)" and a retry command, with
+    nothing saying what connect_error means or that retrying before the server is back would fail the same way. Each
+    category now comes with the same fixed hint `jury failures` gives a judge's, worded for the model's server."""
+    extract = write_extract(tmp_path / "extract.csv", n=12)
+    assert home_cli("datasets", "register", "hospice_referral", str(extract)).code == 0
+    _add_model(home_cli, "down", "http://127.0.0.1:9/v1")
+    run = home_cli("run", "--model", "down", "--benchmarks", "hospice_referral", "--max-retries", "0")
+    assert run.code == 1, run.stderr
+    assert "hospice_referral: recorded failures (connect_error: 12)" in run.stderr
+    assert ("connect_error: the model's server could not be reached: is it running, and is its base URL right?"
+            in run.stderr)
+
+
+def test_a_run_on_the_default_context_length_says_so_in_plain_words(home_cli: Cli, tmp_path: Path) -> None:
+    """Neither appliance.yaml nor the server gives the model's context length: prompts are fitted to the default
+    2,048 tokens, and longer ones cut. A person at the terminal saw only a log line,
+    "warning run.context_length_default context_length=2048 model=down setting=context_length". The run's summary
+    now says what it means and what to set."""
+    extract = write_extract(tmp_path / "extract.csv", n=12)
+    assert home_cli("datasets", "register", "hospice_referral", str(extract)).code == 0
+    _add_model(home_cli, "down", "http://127.0.0.1:9/v1")
+    run = home_cli("run", "--model", "down", "--benchmarks", "hospice_referral", "--max-retries", "0")
+    assert ("down: its context length is not set in appliance.yaml and its server does not report it, so prompts "
+            "were fitted to 2048 tokens (a longer one is cut); set context_length on the model") in run.stderr

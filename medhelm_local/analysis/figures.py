@@ -207,6 +207,7 @@ class FigureText:
     missing: str = "no score"
     no_scores: str = "No scores."
     no_cost: str = "No cost available: configure pricing for the models in appliance.yaml."
+    no_point: str = "No model has both a cost and a score to plot."  # costs known, but no score beside them
     score_axis: str = "Win rate"
     cost_axis: str = "Estimated cost"
     front: str = "ringed and joined: the cost / win-rate Pareto front"
@@ -219,6 +220,7 @@ class LeaderboardFigures:
     heatmap: str
     categories: str
     scatter: str
+    scatter_left_out: tuple[str, ...] = ()  # models the scatter (and its Pareto front) has no point for
 
 
 def leaderboard_figures(models: Sequence[str], benchmarks: Sequence[str],
@@ -252,5 +254,8 @@ def leaderboard_figures(models: Sequence[str], benchmarks: Sequence[str],
         categories=category_bars_svg(models, categories, category_means, title=text.categories,
                                      empty=text.no_scores, digits=digits, intervals=category_intervals),
         scatter=cost_scatter_svg(points, pareto=front, score_label=axis, cost_label=text.cost_axis,
-                                 title=text.scatter, empty=text.no_cost, front_label=front_label),
+                                 title=text.scatter, front_label=front_label,
+                                 empty=text.no_point if any(costs.get(m) is not None for m in models)
+                                 else text.no_cost),
+        scatter_left_out=tuple(m for m in models if m not in {p[0] for p in points}),
     )

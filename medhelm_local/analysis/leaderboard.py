@@ -31,6 +31,7 @@ from medhelm_local.analysis.aggregate import InstanceSeries, statistic
 from medhelm_local.analysis.cost_performance import ModelCost, pareto_front
 from medhelm_local.analysis.stats import (
     DEFAULT_RESAMPLES,
+    benchmark_seed,
     bootstrap_ci,
     bootstrap_matrix,
     mde,
@@ -287,6 +288,11 @@ def ranked(rows: list[ModelRow]) -> list[ModelRow]:
     return [*scored, *unranked]
 
 
+def cost_unknown_why(row: ModelRow) -> str:
+    """Why a row's cost is unknown, as cost_performance noted it (no pricing, a model or judge removed since)."""
+    return str(row.cost_detail.get("note") or "no pricing configured for this model")
+
+
 def apply_costs(rows: list[ModelRow], costs: dict[str, ModelCost]) -> None:
     """Attach each model's cost and mark the cost / win-rate Pareto front."""
     for row in rows:
@@ -313,19 +319,21 @@ def _stack_counts(members: list[InstanceSeries]) -> np.ndarray | None:
 
 def score_intervals(series: list[InstanceSeries], *, resamples: int = DEFAULT_RESAMPLES, seed: int = 0
                     ) -> dict[tuple[str, str], Interval | None]:
-    """Bootstrap 95% CI of every (model, benchmark) score (None: fewer than two instances or no resamples)."""
+    """Bootstrap 95% CI of every (model, benchmark) score (None: fewer than two instances or no resamples), each
+    benchmark on its own seed (``benchmark_seed``: the resamples its summaries' CIs use)."""
     out: dict[tuple[str, str], Interval | None] = {}
-    for members in _by_benchmark(series).values():
+    for benchmark, members in _by_benchmark(series).items():
+        own = benchmark_seed(benchmark, seed)
         if resamples >= 1 and _shared_ids(members):
             stats = bootstrap_matrix(np.stack([m.values for m in members]), _stack_counts(members),
-                                     members[0].aggregation, resamples=resamples, seed=seed)
+                                     members[0].aggregation, resamples=resamples, seed=own)
             for member, row in zip(members, stats, strict=True):
                 low, high = percentile_interval(row)
                 out[(member.model, member.benchmark)] = Interval(low=low, high=high)
             continue
         for member in members:
             interval = bootstrap_ci(member.values, member.counts, member.aggregation, resamples=resamples,
-                                    seed=seed)
+                                    seed=own)
             out[(member.model, member.benchmark)] = Interval(low=interval[0], high=interval[1]) if interval else None
     return out
 

@@ -9,6 +9,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Iterator
 from statistics import NormalDist
 
@@ -79,6 +80,13 @@ def percentile_interval(samples: np.ndarray) -> tuple[float, float]:
 def spread(values: list[float]) -> float | None:
     """Population SD (ddof 0) of ``values``; None for fewer than two: an SD of one value is undefined, not 0."""
     return float(np.std(values)) if len(values) >= 2 else None
+
+
+def benchmark_seed(benchmark: str, seed: int = 0) -> int:
+    """The bootstrap seed of a benchmark's own (stable across runs and exports): benchmarks are resampled
+    independently, and a score's CI and every summary over it (category mean, macro average, win rate) draw the same
+    resamples, so a summary over that one score has the score's own interval."""
+    return (int.from_bytes(hashlib.sha256(benchmark.encode("utf-8")).digest()[:4], "big") + seed) % 2**32
 
 
 def bootstrap_ci(values: np.ndarray, counts: np.ndarray | None = None, aggregation: Aggregation = Aggregation.MEAN,

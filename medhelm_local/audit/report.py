@@ -36,6 +36,16 @@ def parse_time(value: str, option: str) -> datetime:
     return parsed if parsed.tzinfo else parsed.replace(tzinfo=UTC)
 
 
+def check_window(since: datetime | None, until: datetime | None, since_name: str, until_name: str) -> None:
+    """Refuse an end at or before the start: no record could match, and an empty list would read as a quiet window."""
+    if since is not None and until is not None and until <= since:
+        def shown(moment: datetime) -> str:
+            return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+        raise BadInputError(f"{until_name} ({shown(until)}) is not after {since_name} ({shown(since)}), so no record "
+                            "can match: the two may be swapped")
+
+
 def record_time(record: dict[str, Any]) -> datetime | None:
     try:
         return datetime.fromisoformat(str(record["ts"]).replace("Z", "+00:00"))
@@ -132,6 +142,29 @@ class AuditSummary(BaseModel):
     egress_denials: list[dict[str, Any]]
     verifications: list[dict[str, Any]]
     unreadable: int = 0  # records not of the appliance's form, left out of the summary
+
+
+# Why a registration was refused, from the error's kind (its message, which may quote the file, is never audited).
+REFUSAL_REASONS = {
+    "ExtractError": "the file did not read as the benchmark expects (the command named the row and column)",
+    "SqlRefused": "the spec's SQL was refused (not a single SELECT over the extract's own tables)",
+    "SpecPathError": "a path the spec names is outside the extract's folder",
+    "ConfigError": "the spec or the appliance's settings were refused",
+    "TemplateError": "the spec's prompt template was refused",
+    "MetricUnsuited": "the spec's metric cannot score its task",
+    "ScorerInputMismatch": "the spec's metric needs a field its loader does not give",
+    "NotFoundError": "the file or benchmark was not found",
+    "KeyboardInterrupt": "interrupted (Ctrl-C)",
+    "Interrupted": "interrupted",
+}
+
+
+def outcome_text(entry: dict[str, Any]) -> str:
+    """A registration's outcome, with why it was refused where the record says (the error's kind, in words)."""
+    reason = entry.get("reason")
+    if not reason:
+        return str(entry.get("outcome"))
+    return f"{entry.get('outcome')}: {REFUSAL_REASONS.get(str(reason), str(reason))}"
 
 
 def _brief(record: dict[str, Any], *keys: str) -> dict[str, Any]:
@@ -272,7 +305,8 @@ def summarize(records: list[dict[str, Any]], since: datetime | None,
             raise TypeError("objects")
         ts = str(record.get("ts", ""))
         if action == "dataset.register":
-            datasets.append(_brief(record, "benchmark", "fingerprint", "version", "instances", "previous_version"))
+            datasets.append(_brief(record, "benchmark", "fingerprint", "version", "instances", "previous_version",
+                                   "source_name", "reason"))
         elif action == "run.resume" and (resumed := run_of(str(objects.get("run_id")))) is not None:
             resumed.resumed += 1
         elif action == "endpoint.use" and (used := run_of(str(objects.get("run_id")))) is not None:
@@ -363,7 +397,7 @@ def render_text(summary: AuditSummary) -> str:
     out += [f"  {d['ts']}  {d['actor']}  {d.get('benchmark')}"  # an attempt or a refusal has no fingerprint
             + (f"  fingerprint {str(d['fingerprint'])[:16]}" if d.get("fingerprint") else "")
             + (f" (stored version {str(d['version'])[:16]}{_reread(d)})" if d.get("version") else "")
-            + f"  {d['outcome']}"
+            + (f"  {d['source_name']}" if d.get("source_name") else "") + f"  {outcome_text(d)}"
             for d in summary.datasets] or ["  (none)"]
     out += ["", "Runs:"]
     for run in summary.runs:
@@ -448,10 +482,11 @@ def report_tables(summary: AuditSummary) -> list[ReportTable]:
         ReportTable(id="actors", title="Who acted", columns=["Actor", "Records"],
                     rows=[[a, str(n)] for a, n in sorted(summary.actors.items())]),
         ReportTable(id="report-datasets", title="Datasets registered",
-                    columns=["Time", "Actor", "Benchmark", "Source sha256", "Dataset version", "Outcome"],
+                    columns=["Time", "Actor", "Benchmark", "Source file", "Source sha256", "Dataset version",
+                             "Outcome"],
                     rows=[[str(d.get("ts")), str(d.get("actor")), str(d.get("benchmark")),
-                           str(d.get("fingerprint") or "")[:16], str(d.get("version") or "")[:16] + _reread(d),
-                           str(d.get("outcome"))] for d in summary.datasets]),
+                           str(d.get("source_name") or ""), str(d.get("fingerprint") or "")[:16],
+                           str(d.get("version") or "")[:16] + _reread(d), outcome_text(d)] for d in summary.datasets]),
         ReportTable(id="report-runs", title="Runs", columns=["Started", "Actor", "Model", "Run",
                                                               "Benchmarks (dataset version)", "Endpoints", "Outcome"],
                     rows=runs),

@@ -18,7 +18,7 @@ from medhelm_local.audit.anchor import (
     pinned_anchor,
 )
 from medhelm_local.audit.repair import repair_trail
-from medhelm_local.audit.report import filter_records, parse_time, render_text, summarize
+from medhelm_local.audit.report import check_window, filter_records, parse_time, render_text, summarize
 from medhelm_local.audit.trail import AuditTrail, AuditWriteError, audit_event, read_state, state_path_for
 from medhelm_local.audit.verify import ExportedCheckpoint, verify_file
 from medhelm_local.console import emit_json, emit_table, info
@@ -44,11 +44,11 @@ def show(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """List audit records (ids and hashes only), oldest first."""
+    start = parse_time(since, "--since") if since else None
+    end = parse_time(until, "--until") if until else None
+    check_window(start, end, "--since", "--until")
     records = AuditTrail(app_context(ctx).home.audit_path).records()
-    records = filter_records(
-        records, since=parse_time(since, "--since") if since else None,
-        until=parse_time(until, "--until") if until else None, actor=actor, action=action, checkpoints=checkpoints,
-    )
+    records = filter_records(records, since=start, until=end, actor=actor, action=action, checkpoints=checkpoints)
     if as_json:
         emit_json(records)
         return

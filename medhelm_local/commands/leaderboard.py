@@ -17,6 +17,7 @@ from medhelm_local.analysis.leaderboard import (
     ModelRow,
     PairwiseDifference,
     WinRule,
+    cost_unknown_why,
     resolve_category,
 )
 from medhelm_local.analysis.stats import DEFAULT_RESAMPLES
@@ -121,7 +122,8 @@ def print_leaderboard(rows: list[ModelRow], *, mdes: dict[str, BenchmarkMDE] | N
                ["model", "rank", "win rate", "win sd", "macro avg", "sd", "cost", "pareto", *categories, *benchmarks],
                [[r.model, UNRANKED if r.rank is None else r.rank,
                  WIN_RATE_LEFT_OUT if r.win_rate_left_out else r.win_rate, _sd(r.win_sd, r.win_rate), r.macro_avg,
-                 _sd(r.sd, r.macro_avg), money(r.cost, unknown="unavailable"), r.pareto,
+                 _sd(r.sd, r.macro_avg), money(r.cost, unknown="unavailable"),
+                 None if r.pareto is None else "yes" if r.pareto else "no",
                  *[r.categories.get(c) for c in categories],
                  *[_cell(r, b) for b in benchmarks]] for r in rows])
     if mdes:
@@ -145,8 +147,12 @@ def print_leaderboard(rows: list[ModelRow], *, mdes: dict[str, BenchmarkMDE] | N
         info(SD_UNDEFINED_NOTE)
     for line in comparability_lines(rows):
         info(line)
-    if rows and all(r.cost is None for r in rows):
+    unpriced = [r for r in rows if r.cost is None]
+    if rows and len(unpriced) == len(rows):
         info(COST_UNAVAILABLE)
+    elif unpriced:
+        info("cost unavailable for " + ", ".join(f"{r.model} ({cost_unknown_why(r)})" for r in unpriced)
+             + "; the pareto column compares only the models with a cost")
 
 
 def board_payload(board: Board) -> list[dict[str, Any]]:

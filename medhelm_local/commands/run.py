@@ -22,6 +22,7 @@ from medhelm_local.prompts.styles import check_style, run_prompt_style
 from medhelm_local.records import BenchmarkScore
 from medhelm_local.runner.plan import ORDER_MODES, parse_shard
 from medhelm_local.scoring.jury import JURY
+from medhelm_local.scoring.jury_hints import UNKNOWN_HINT, failure_hint
 from medhelm_local.store.store import RunInfo
 
 
@@ -107,6 +108,18 @@ def print_outcome(outcome: RunOutcome, reply_model: str | None = None) -> None:
         detail = ", ".join(f"{c}: {n}" for c, n in categories.items())
         info(f"{benchmark}: recorded failures ({detail}); `medhelm-local run --retry-errors {outcome.run.run_id}` "
              "re-sends only those")
+    context = (outcome.run.manifest or {}).get("context") or {}
+    if report is not None and context.get("source") == "default":  # said once per command that sent something
+        model = outcome.run.model
+        info(f"{model}: its context length is not set in appliance.yaml and its server does not report it, so "
+             f"prompts were fitted to {context.get('context_length')} tokens (a longer one is cut); set "
+             f"context_length on the model if it takes more (`medhelm-local models update {model} "
+             "--context-length N`)")
+    # What each category means and what to do first: re-sending before the cause is fixed fails the same way.
+    for category in sorted({c for categories in outcome.errors.values() for c in categories} - {MODEL_MISMATCH}):
+        hint = failure_hint(category, who="model")
+        if hint != UNKNOWN_HINT:
+            info(f"{category}: {hint}")
     if any(MODEL_MISMATCH in categories for categories in outcome.errors.values()) and reply_model is not None:
         info(f"{MODEL_MISMATCH}: the server's reply named another model than reply_model ({reply_model!r}, set on "
              f"model {outcome.run.model!r} in appliance.yaml); those answers are not scored. If the server names its "

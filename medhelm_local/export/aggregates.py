@@ -259,7 +259,7 @@ class PublishedCell(_Closed):
 
 class PublishedModel(_Closed):
     model: str
-    rank: int
+    rank: int | None  # 1 for the best win rate; None: no win rate, unranked (as the console's leaderboard)
     win_rate: float | None
     win_rate_ci_low: float | None = None  # 95% CIs of the summaries (export.intervals), rounded as the scores
     win_rate_ci_high: float | None = None
@@ -532,7 +532,7 @@ def publish(raw: RawExport, policy: ExportPolicy, *, request_id: str, policy_sha
         raw_cost = usage[model].cost if model in usage and usage[model].n_total >= policy.min_cell_size else None
         rate = rates.get(model)
         models.append(PublishedModel(
-            model=model, rank=0, win_rate=None if rate is None else round(rate, decimals),
+            model=model, rank=None, win_rate=None if rate is None else round(rate, decimals),
             win_pairs=pairs[model],
             macro_avg=round(sum(values) / len(values), decimals) if values else None,
             category_scores={c: round(sum(v) / len(v), decimals) for c, v in sorted(categories[model].items())},
@@ -541,9 +541,10 @@ def publish(raw: RawExport, policy: ExportPolicy, *, request_id: str, policy_sha
             **summary_ci.get(model, {}),
         ))
     # A model with no win rate (no published rival, nothing published) is not one that lost every pairing: it is
-    # listed after every model that has one, whatever its macro average (the leaderboard leaves it unranked).
+    # listed after every model that has one, whatever its macro average, with no rank (the leaderboard's unranked);
+    # numbered, an all-suppressed export read "1 A, 2 B" from the alphabet.
     models.sort(key=lambda m: (m.win_rate is None, -(m.win_rate or 0), -(m.macro_avg or 0), m.model))
-    for rank, model_row in enumerate(models, start=1):
+    for rank, model_row in enumerate((m for m in models if m.win_rate is not None), start=1):
         model_row.rank = rank
     return ExportAggregates(
         schema_id=EXPORT_SCHEMA, request_id=request_id,

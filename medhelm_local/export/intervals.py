@@ -10,20 +10,13 @@ scores the summaries are computed from: an interval says nothing about a suppres
 
 from __future__ import annotations
 
-import hashlib
-
 import numpy as np
 
 from medhelm_local.analysis.aggregate import InstanceSeries
 from medhelm_local.analysis.leaderboard import NO_UNLIKE, TIE_TOLERANCE, Unlike, WinRule, comparable
-from medhelm_local.analysis.stats import DEFAULT_RESAMPLES, bootstrap_matrix, percentile_interval
+from medhelm_local.analysis.stats import DEFAULT_RESAMPLES, benchmark_seed, bootstrap_matrix, percentile_interval
 
 RESAMPLES = DEFAULT_RESAMPLES
-
-
-def benchmark_seed(benchmark: str) -> int:
-    """A seed of the benchmark's own (stable across runs and exports): benchmarks are resampled independently."""
-    return int.from_bytes(hashlib.sha256(benchmark.encode("utf-8")).digest()[:4], "big")
 
 
 def replicates(series: InstanceSeries) -> list[float] | None:

@@ -40,6 +40,7 @@ HEADINGS = {
 LABELS = {
     "request": "Request", "generated": "Generated (UTC)", "version": "Appliance version", "policy": "Policy sha256",
     "min_cell": "Minimum cell size", "no_cost": "No cost available: no pricing is configured for these models.",
+    "no_point": "No model has both a published cost and a published score to plot.",
     "no_scores": "No published scores.", "suppressed": "suppressed", "win_axis": "Win rate",
     "cost_axis": "Estimated cost", "front": "ringed and joined: the cost / win-rate Pareto front",
     "macro_axis": "Macro average (a single model: no win rate)",
@@ -49,7 +50,8 @@ LABELS = {
                 "(benchmark, rival) pairs, n pairs. Suppressed scores take no part. Macro average: the mean of the "
                 "model's published benchmark scores, each benchmark weighted equally, over n benchmarks. Their 95% "
                 "CIs: the win rate and the average recomputed on 1000 bootstrap resamples of each benchmark's scored "
-                "instances (rivals on the same resamples).",
+                "instances (rivals on the same resamples). A model with no win rate has no rank (-): it has no "
+                "published score, or no rival with a published score on the same benchmark; it is listed last.",
     "scores_note": "Each score is shown with its 95% confidence interval (percentile bootstrap over the scored "
                    "instances, 1000 resamples) and n, the number of scored instances behind it; failed requests "
                    "are counted apart (n failed), never scored as zero. A suppressed score shows neither.",
@@ -149,8 +151,8 @@ def report_figures(data: ExportAggregates) -> figures.LeaderboardFigures:
     models = data.models
     text = figures.FigureText(heatmap=SECTIONS["heatmap"], categories=SECTIONS["categories"],
                               scatter=SECTIONS["scatter"], missing=LABELS["suppressed"], no_scores=LABELS["no_scores"],
-                              no_cost=LABELS["no_cost"], score_axis=LABELS["win_axis"], cost_axis=LABELS["cost_axis"],
-                              front=LABELS["front"], macro_axis=LABELS["macro_axis"],
+                              no_cost=LABELS["no_cost"], no_point=LABELS["no_point"], score_axis=LABELS["win_axis"],
+                              cost_axis=LABELS["cost_axis"], front=LABELS["front"], macro_axis=LABELS["macro_axis"],
                               macro_front=LABELS["macro_front"])
     return figures.leaderboard_figures(
         [m.model for m in models], sorted({c.benchmark for c in data.cells}),
@@ -212,7 +214,7 @@ def _leaderboard_table(data: ExportAggregates, digits: int) -> str:
     rows = []
     for m in data.models:
         rows.append(
-            f'<tr><td class="num">{m.rank}</td><td>{escape(m.model)}</td>'
+            f'<tr><td class="num">{"-" if m.rank is None else m.rank}</td><td>{escape(m.model)}</td>'
             f'<td class="num">{escape(_value(m.win_rate, digits))}</td>'
             + _ci(m.win_rate_ci_low, m.win_rate_ci_high, digits) + f'<td class="n">{m.win_pairs}</td>'
             f'<td class="num">{escape(_value(m.macro_avg, digits))}</td>'

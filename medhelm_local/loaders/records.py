@@ -393,11 +393,14 @@ def header_summary(header: list[str], known: list[str]) -> str:
     return "; ".join(parts)
 
 
-def unnamed_header(header: list[str]) -> str:
+def unnamed_header(header: list[str], *, has_header_row: bool = True) -> str:
     """What a header holds where a spec names the columns looked for: how many names, none shown. The spec's writer
     chooses those names, and the row read as the header may be a data row (``header_row`` on one, a header-less
     extract): naming the ones found would tell which guesses of a patient's values (a century of dates of birth,
-    listed as columns) that row holds."""
+    listed as columns) that row holds. A file with no header row (Parquet, JSON, a DuckDB table) has columns, named
+    no more than a CSV's, with no header row to point to."""
+    if not has_header_row:
+        return f"the file has {len(header)} column(s), not named here"
     return (f"the header has {len(header)} column name(s), not shown: they may be data if the header row is missing "
             "or not the row read")
 
@@ -414,7 +417,8 @@ def check_columns(table: Table, columns: list[str], optional: Iterable[str] = ()
                                               "on another row, below a title, set loader option header_row to it")
         for column in columns:
             if column not in present:
-                raise ExtractError(file, f"a column named {column!r} ({unnamed_header(header)}{hint})", column=column)
+                found = unnamed_header(header, has_header_row=header_row is not None)
+                raise ExtractError(file, f"a column named {column!r} ({found}{hint})", column=column)
             if column in binary:
                 raise binary_not_text(file, column, *binary[column])
         for column in optional:

@@ -274,6 +274,7 @@ class InstanceRow:
     instance_id: str
     messages: list[dict[str, str]]
     output: str | None
+    expected: list[str]  # the gold answer the score compares with: its label, else its references (none: no gold)
     error: str | None
     finish_reason: str | None
     score: float | None
@@ -301,11 +302,10 @@ def instances(home: Home, run_id: str, benchmark: str, *, page: int = 0, failure
         spec = spec_for_run(benchmark, run.manifest, specs)  # the run's own, frozen when it was created
         rows, total = console_db.item_page(store, run_id, benchmark, spec.metric, failures_only=failures_only,
                                            limit=PAGE_SIZE, offset=page * PAGE_SIZE)
-        rebuild: dict[str, list[str]] = {}
+        wanted: dict[str, list[str]] = {}  # every row's instance: its gold answer, and its prompt where rebuilt
         for row in rows:
-            if row.request is None and row.request_hash is not None:
-                rebuild.setdefault(row.fingerprint, []).append(row.instance_id)
-        by_id = {iid: instance for fingerprint, ids in rebuild.items()
+            wanted.setdefault(row.fingerprint, []).append(row.instance_id)
+        by_id = {iid: instance for fingerprint, ids in wanted.items()
                  for iid, instance in store.get_instances(benchmark, fingerprint, ids).items()}
         judgments: dict[str, dict[str, Any]] = {}
         for j in get_judgments(store, run_id, benchmark):
@@ -316,16 +316,20 @@ def instances(home: Home, run_id: str, benchmark: str, *, page: int = 0, failure
         source = "none"
         if row.request is not None:
             messages, source = (json.loads(row.request) or {}).get("messages", []), "stored"
-        elif row.instance_id in by_id:
+        elif row.request_hash is not None and row.instance_id in by_id:
             request = sent_request(spec, by_id[row.instance_id], run.seed, row.cut)
             messages = [m.model_dump() for m in request.messages]
             source = "rebuilt" if request.digest() == row.request_hash else "differs"
         iid = row.instance_id
+        instance = by_id.get(iid)
+        expected = ([] if instance is None else [instance.label] if instance.label is not None
+                    else list(instance.references))
         ratings = {judge: dict(j.ratings) for judge, j in judgments.get(iid, {}).items() if j.ratings}
         errors = {judge: str(j.error or j.status) for judge, j in judgments.get(iid, {}).items() if not j.ratings}
         out.append(InstanceRow(instance_id=iid, messages=[{"role": str(m.get("role")),
                                                            "content": str(m.get("content"))} for m in messages],
-                               output=row.output, error=row.error, finish_reason=row.finish_reason,
+                               output=row.output, expected=expected, error=row.error,
+                               finish_reason=row.finish_reason,
                                score=row.score, judge_ratings=ratings, judge_errors=errors,
                                prompt_source=source, cut=row.cut, position=row.position))
     return out, total

@@ -20,8 +20,14 @@ from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
 from medhelm_local.audit.anchor import FINGERPRINT_ENV, PUBKEY_FILE_ENV, pinned_anchor
-from medhelm_local.audit.report import ComplianceReport, compliance_report, filter_records, parse_time
-from medhelm_local.audit.trail import AuditTrail, read_state, state_path_for
+from medhelm_local.audit.report import (
+    ComplianceReport,
+    check_window,
+    compliance_report,
+    filter_records,
+    parse_time,
+)
+from medhelm_local.audit.trail import AuditTrail, AuditWriteError, read_state, state_path_for
 from medhelm_local.audit.verify import VerifyReport, verify_file
 from medhelm_local.errors import BadInputError, NotFoundError
 from medhelm_local.export import approval as export_approval
@@ -34,6 +40,26 @@ from medhelm_local.webconsole.app import bad_form_token, check_csrf, console_of,
 
 COMPLIANCE = ConsoleRole.COMPLIANCE
 MAX_RECORDS = 500
+# What an action's first word says it concerns (the audit page's legend; COMPLIANCE.md section 1 has the details).
+ACTION_FAMILIES = {
+    "appliance": "setting the appliance up (init)",
+    "audit": "the audit trail itself: a verification, an exported checkpoint, a repair",
+    "benchmark": "a custom benchmark spec added or removed",
+    "config": "a model added, changed or removed in appliance.yaml",
+    "console": "the web console: sign-in and sign-out, patient-level views (instances, a response to rate), "
+               "ratings, refusals",
+    "dataset": "an extract or benchmark file registered (its fingerprint, never its content)",
+    "egress": "a network connection the allowlist refused",
+    "endpoint": "a model server a run used (its address and version)",
+    "export": "an export request, its approval or denial, and its release",
+    "jury": "the LLM jury: re-scoring and validation against clinicians' ratings",
+    "keys": "the signing and storage keys: rotation, recovery, public key export",
+    "leaderboard": "a leaderboard viewed from the command line",
+    "report": "a report written",
+    "run": "an evaluation run: its start, resumption, merge and finish (scored and failed counts)",
+    "score": "outputs made elsewhere scored against a registered dataset",
+    "server": "a local model server started or stopped",
+}
 REPORT_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src 'none'; script-src 'none'; sandbox"
 
 
@@ -71,13 +97,20 @@ def audit_trail(request: Request) -> Response:
             times[name] = _time(request, name)
         except BadInputError as exc:
             errors[name] = str(exc)
+    invalid = set(errors)
+    if not errors:
+        try:
+            check_window(times["since"], times["until"], "since", "until")
+        except BadInputError as exc:
+            errors["until"], invalid = str(exc), {"since", "until"}
     try:
         page = max(0, int(request.query_params.get("page", "0")))
     except ValueError:
         errors["page"] = "page: expected a number"
+        invalid.add("page")
     if errors:  # the form again, with what was typed, each wrong field marked and what is wrong with it
         return console.render(request, "audit.html", records=[], matched=0, total=len(records), filters=filters,
-                              limit=MAX_RECORDS, error="; ".join(errors.values()), invalid=set(errors),
+                              limit=MAX_RECORDS, error="; ".join(errors.values()), invalid=invalid,
                               status_code=400)
     chosen = filter_records(records, since=times["since"], until=times["until"],
                             actor=filters["actor"] or None, action=filters["action"] or None)
@@ -91,7 +124,7 @@ def audit_trail(request: Request) -> Response:
     shown = list(reversed(chosen))[page * MAX_RECORDS:(page + 1) * MAX_RECORDS]
     return console.render(request, "audit.html", records=shown, matched=len(chosen), total=len(records),
                           filters=filters, limit=MAX_RECORDS, invalid=set(), page=page, pages=pages,
-                          previous=link(page - 1), next=link(page + 1))
+                          previous=link(page - 1), next=link(page + 1), families=ACTION_FAMILIES)
 
 
 @requires(COMPLIANCE)
@@ -101,15 +134,22 @@ async def audit_verify(request: Request) -> Response:
     if not check_csrf(request, form):
         return bad_form_token(request, "/audit")
 
-    def verify() -> tuple[VerifyReport, str]:
+    def verify() -> tuple[VerifyReport, str, bool]:
         report, source = verify_trail(console.home)
-        console.audit(identity_of(request), "audit.verify", outcome="intact" if report.intact else "failed",
-                      role="compliance", records=report.records, first_bad_seq=report.first_bad_seq,
-                      key_fingerprint=getattr(report, "fingerprint", "") or None)
-        return report, source
+        try:
+            console.audit(identity_of(request), "audit.verify", outcome="intact" if report.intact else "failed",
+                          role="compliance", records=report.records, first_bad_seq=report.first_bad_seq,
+                          key_fingerprint=getattr(report, "fingerprint", "") or None)
+        except AuditWriteError:
+            if report.intact:  # nothing wrong with what it holds, yet it cannot be written: fail closed as elsewhere
+                raise
+            # A damaged trail refuses appends; what this check found is what the officer came to see (hashes and
+            # sequence numbers only), so it is shown, and the page says it could not be recorded, as `audit verify`.
+            return report, source, False
+        return report, source, True
 
-    report, source = await run_in_threadpool(verify)
-    return console.render(request, "audit_verify.html", report=report, key_source=source,
+    report, source, recorded = await run_in_threadpool(verify)
+    return console.render(request, "audit_verify.html", report=report, key_source=source, recorded=recorded,
                           status_code=200 if report.intact else 409)
 
 
@@ -158,18 +198,19 @@ def exports(request: Request) -> Response:
     return console.render(request, "exports.html", requests=export_bundle.list_requests(console.home.exports_dir))
 
 
+PREVIEWED_TABLES = ("leaderboard.csv", "categories.csv", "cells.csv")
+
+
 def _preview(bundle: Path) -> dict[str, Any]:
-    """The bundle as it would leave: its leaderboard table and its files (names, sizes, sha256)."""
+    """The bundle as it would leave: its files (names, sizes, sha256) and each of its tables, cell for cell."""
     files = []
     for path in sorted(bundle.iterdir()) if bundle.is_dir() else []:
         if path.is_file():
             files.append({"name": path.name, "bytes": path.stat().st_size,
                           "sha256": hashlib.sha256(path.read_bytes()).hexdigest()})
-    table: list[list[str]] = []
-    board = bundle / "leaderboard.csv"
-    if board.is_file():
-        table = list(csv.reader(io.StringIO(board.read_text(encoding="utf-8"))))
-    return {"files": files, "leaderboard": table}
+    tables = {name: list(csv.reader(io.StringIO((bundle / name).read_text(encoding="utf-8"))))
+              for name in PREVIEWED_TABLES if (bundle / name).is_file()}
+    return {"files": files, "tables": {name: rows for name, rows in tables.items() if rows}}
 
 
 @requires(COMPLIANCE)
@@ -255,6 +296,29 @@ async def export_approve(request: Request) -> Response:
     return RedirectResponse(f"/exports/{request_id}?approved=1", status_code=303)
 
 
+@requires(COMPLIANCE)
+async def export_deny(request: Request) -> Response:
+    """Deny (withdraw) a pending request, as ``export deny`` does: no key is needed, since a denial can only stop a
+    release; the export module audits it under this user's name and refuses a request already decided."""
+    from medhelm_local.application.exports import deny_export
+    from medhelm_local.context import AppContext
+
+    console = console_of(request)
+    request_id = request.path_params["request_id"]
+    form = await request.form()
+    if not check_csrf(request, form):
+        return bad_form_token(request, f"/exports/{request_id}")
+    _request(console.home, request_id)  # an unknown id: not found
+    try:
+        await run_in_threadpool(deny_export, AppContext(home=console.home, actor=identity_of(request).user),
+                                request_id)
+    except export_bundle.ExportRefused as exc:
+        return console.render(request, "error.html", status_code=409, title="Denial refused",
+                              message=f"{exc}. Nothing was changed.",
+                              back=(f"/exports/{request_id}", f"Back to export request {request_id}"))
+    return RedirectResponse(f"/exports/{request_id}", status_code=303)
+
+
 def _approval_refused(request: Request, request_id: str, exc: Exception, form: Any) -> Response:
     """Refused (a bad signature, or the request is no longer what was requested and audited): say so and why, and
     give the form again with what was pasted (an uploaded file cannot be put back into its field), while the request
@@ -273,4 +337,5 @@ def routes() -> list[Route]:
         Route("/exports", exports),
         Route("/exports/{request_id}", export_detail), Route("/exports/{request_id}/report.html", export_report),
         Route("/exports/{request_id}/approve", export_approve, methods=["POST"]),
+        Route("/exports/{request_id}/deny", export_deny, methods=["POST"]),
     ]

@@ -18,6 +18,7 @@ from medhelm_local.analysis.leaderboard import (
     UNRANKED,
     WIN_RATE_LEFT_OUT,
     WinRule,
+    cost_unknown_why,
 )
 from medhelm_local.benchmarks.registry import SpecRegistry
 from medhelm_local.errors import NotFoundError
@@ -119,7 +120,13 @@ def leaderboard(request: Request) -> Response:
     view = data.leaderboard(console.home, prompt_style=style, rule=rule)
     summaries = summary_intervals(view, console.specs)
     figures = console_figures(view, summaries)
-    return console.render(request, "leaderboard.html", view=view, figures=figures, styles=PROMPT_STYLES,
+    rows = {r.model: r for r in view.rows}
+    # Each model without a point, and why: a dropped point read as the rest being the whole Pareto comparison.
+    not_plotted = {m: (f"cost unavailable: {cost_unknown_why(rows[m])}" if rows[m].cost is None
+                       else "no score" if rows[m].macro_avg is None else "no win rate")
+                   for m in figures.scatter_left_out}
+    return console.render(request, "leaderboard.html", view=view, figures=figures, not_plotted=not_plotted,
+                          styles=PROMPT_STYLES,
                           rules=WIN_RULES, rule_text=WIN_RULES[rule], summaries=summaries,
                           sd_undefined=SD_UNDEFINED, sd_note=SD_UNDEFINED_NOTE, win_left_out=WIN_RATE_LEFT_OUT,
                           unranked=UNRANKED)

@@ -116,7 +116,8 @@ def system(request: Request) -> Response:
     exported = data.last_record_time(records, "audit.checkpoint_export")
     return console.render(request, "system.html", view=view, probes=probe_servers(console.home.config, console.egress),
                           checkpoint=checkpoint, checkpoint_age=_age(checkpoint), exported=exported,
-                          exported_age=_age(exported), records=len(records))
+                          exported_age=_age(exported), records=len(records),
+                          events=sum(1 for r in records if r.get("action") != CHECKPOINT_ACTION))
 
 
 def routes() -> list[Route]:

@@ -167,3 +167,55 @@ def test_failed_requests_are_said_to_be_unpriced_under_token_pricing(tmp_path: P
     assert (with_failures.errors, with_failures.total) == (2, pytest.approx(4 * 11 / 1e6))
     assert with_failures.note.endswith("; 2 failed request(s) carry no usage and are not priced")
     assert "failed" not in without.note
+
+
+def _one_priced_home(tmp_path: Path) -> Home:
+    """Two models scored on pubmedqa: "tiny" priced in appliance.yaml, "other" not configured at all."""
+    from medhelm_local.benchmarks.registry import SHIPPED
+    from medhelm_local.scoring.engine import score_benchmark
+
+    home = make_home(tmp_path / "home")
+    data = pubmedqa(12)
+    with Store.open(home) as store:
+        fingerprint = register(store, "pubmedqa", data)
+        for model, right in (("tiny", 6), ("other", 9)):
+            run_id = add_run(store, model, "pubmedqa", fingerprint, data, answers(data, right), prompt_tokens=10,
+                             completion_tokens=1)
+            score_benchmark(store, SHIPPED, run_id, "pubmedqa")
+    config = home.config.model_copy(deep=True)
+    config.models.append(ModelEndpoint(name="tiny", base_urls=["http://127.0.0.1:9/v1"],
+                                       pricing=Pricing(input_per_million=0.5, output_per_million=1.5)))
+    home.save_config(config)
+    return home
+
+
+def test_a_model_without_a_cost_is_named_where_the_cost_and_pareto_front_leave_it_out(tmp_path: Path) -> None:
+    """One model priced, one not. The CLI's table read "unavailable" and pareto "-" for the unpriced model with no
+    word why (the note came only when no model had a cost), and the console's cost scatter dropped it silently, its
+    one priced rival alone "on the Pareto front". Both now name the model left out and why."""
+    from medhelm_local.home.config import ConsoleRole
+    from tests.console.pages import page_as
+
+    home = _one_priced_home(tmp_path)
+    table = Cli(home=home.root, env=cli_env())("leaderboard", "--resamples", "0")
+    assert table.code == 0, table.stderr
+    assert ("cost unavailable for other (model no longer configured); the pareto column compares only the models "
+            "with a cost") in table.stderr
+
+    page = page_as(home, "/leaderboard", ConsoleRole.INFORMATICS)
+    assert page.status_code == 200
+    note = page.text.split('id="fig-scatter"')[1]
+    assert ("Not plotted: other (cost unavailable: model no longer configured). The Pareto front compares only the "
+            "models plotted.") in " ".join(note.split())
+
+
+def test_the_leaderboard_table_says_yes_or_no_for_the_pareto_front(tmp_path: Path) -> None:
+    """The CLI's pareto column read Python's "True" (and "False"), where the console and `datasets list` say yes and
+    no; a model with no cost still reads "-"."""
+    table = Cli(home=_one_priced_home(tmp_path).root, env=cli_env())("leaderboard", "--resamples", "0")
+    assert table.code == 0, table.stderr
+    board = table.stdout.split("\n# ")[0]  # the models table, before the MDE and paired-difference tables
+    lines = [line.split("\t") for line in board.splitlines() if not line.startswith("#")]
+    header, body = lines[0], {row[0]: row for row in lines[1:]}
+    pareto = header.index("pareto")
+    assert (body["tiny"][pareto], body["other"][pareto]) == ("yes", "-")

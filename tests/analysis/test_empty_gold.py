@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from datetime import datetime
 from pathlib import Path
 
@@ -16,10 +17,12 @@ from medhelm_local.commands.leaderboard import leaderboard_payload
 from medhelm_local.export.aggregates import RawCell, collect, publish, publish_cell
 from medhelm_local.export.policy import ExportPolicy
 from medhelm_local.export.render import render_files
+from medhelm_local.home.config import ConsoleRole
 from medhelm_local.records import Instance
 from medhelm_local.scoring.ehrsql import run_query
 from medhelm_local.scoring.engine import score_benchmark
 from medhelm_local.store import Store
+from tests.console.pages import page_as
 from tests.scoring.helpers import add_run, make_home, register
 from tests.scoring.test_real_data import instances
 
@@ -64,6 +67,11 @@ def test_leaderboard_and_export_carry_empty_gold(public_data: Path, tmp_path: Pa
     rows = build_leaderboard(results, specs=SHIPPED, series=series, resamples=0)
     entry = leaderboard_payload(rows)[0]["benchmarks"]["ehrsql"]
     assert entry["score"] == 0.8 and entry["n_gold_empty"] == 30 and entry["score_nonempty_gold"] == 0.5
+    # The console's leaderboard says it beside the score, as the CLI's table does: it showed 0.800 alone, most of it
+    # earned by answering "no rows" to questions whose gold query returns none.
+    page = page_as(home, "/leaderboard", ConsoleRole.INFORMATICS)
+    scores = " ".join(re.sub(r"<[^>]+>", " ", page.text.split('id="scores"')[1].split("</table>")[0]).split())
+    assert "0.800" in scores and "30 with empty gold; 0.500 on the others" in scores
 
     (cell,) = raw.cells
     assert (cell.n_gold_empty, cell.score_nonempty_gold) == (30, 0.5)

@@ -331,3 +331,23 @@ def test_an_sd_of_fewer_than_two_values_is_undefined() -> None:
     two = mde([np.array([1.0, 0.0, 1.0, 0.0]), np.array([1.0, 1.0, 1.0, 0.0])])
     assert two is not None and two[1] is not None and two[1] > 0
     assert bootstrap_ci(np.array([1.0])) is None
+
+
+def test_a_score_and_a_summary_over_that_score_alone_have_the_same_ci() -> None:
+    """hospice_referral is the only benchmark of its category: the console read "0.286 [0.095, 0.476]" for the
+    benchmark and "0.286 [0.095, 0.524]" for the category mean, two intervals for one number on one page, because the
+    score's CI resampled with seed 0 and the summaries with the benchmark's own seed. Both resample alike now."""
+    from medhelm_local.export import intervals
+
+    rng = np.random.default_rng(7)
+    for _ in range(40):
+        values = rng.permutation(np.array([1.0] * 6 + [0.0] * 15))
+        series = InstanceSeries(model="m", benchmark="hospice_referral", metric="exact_match", run_id="r",
+                                aggregation=Aggregation.MEAN, ids=[f"i{k}" for k in range(21)], values=values)
+        result = BenchmarkScore(model="m", benchmark="hospice_referral", metric="exact_match",
+                                score=float(values.mean()), n=21)
+        row = build_leaderboard([result], specs=SHIPPED, series=[series])[0]
+        score_ci = row.ci["hospice_referral"]
+        replicates = intervals.replicates(series)
+        assert score_ci is not None and replicates is not None
+        assert (score_ci.low, score_ci.high) == intervals.mean_interval([replicates]), values

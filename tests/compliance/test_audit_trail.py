@@ -113,6 +113,11 @@ def test_show_filters_and_report(evaluated: EvaluatedHome) -> None:
     assert actions == {"export.request", "export.approve"}
     assert cli("audit", "show", "--since", "2999-01-01", "--json").stdout.strip() == "[]"
     assert cli("audit", "show", "--since", "not-a-date").code == 2
+    # --until at or before --since (the two swapped): nothing can match. It listed no record and exited 0, as if
+    # nothing had happened in that window; now it says why (exit 2).
+    swapped = cli("audit", "show", "--since", "2026-11-26T15:50Z", "--until", "2026-11-26T15:40Z")
+    assert swapped.code == 2 and swapped.stdout == ""
+    assert "--until (2026-11-26T15:40:00Z) is not after --since (2026-11-26T15:50:00Z)" in swapped.stderr
     everything = json.loads(cli("audit", "show", "--checkpoints", "--json").stdout)
     assert any(r["action"] == "audit.checkpoint" for r in everything)
     assert all(set(r) == {"seq", "ts", "actor", "role", "action", "objects", "outcome", "host", "prev"}
@@ -252,7 +257,7 @@ def test_a_reports_registration_attempt_shows_no_fingerprint_rather_than_none() 
                                   record("success", fingerprint="8b3276be8942ebbd" * 4, version="51f45f95" * 8,
                                          instances=1000)], None))
     assert "None" not in text
-    assert "  analyst  pubmedqa  attempt" in text
+    assert "  analyst  pubmedqa  ori_pqal.json  attempt" in text  # the attempt names its file
     assert "pubmedqa  fingerprint 8b3276be8942ebbd (stored version 51f45f9551f45f95)  success" in text
 
 

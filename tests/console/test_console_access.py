@@ -251,12 +251,13 @@ def test_a_form_without_the_users_token_is_refused_and_audited(console_home: Con
     client = TestClient(create_app(Home(console_home.home), sessions), raise_server_exceptions=False,
                         follow_redirects=False)
     assert client.get(f"/login?token={sessions.new_login_token()}").status_code == 303
-    for path in ("/audit/verify", "/rate", f"/exports/{console_home.export_request}/approve", "/logout"):
+    request = console_home.export_request
+    for path in ("/audit/verify", "/rate", f"/exports/{request}/approve", f"/exports/{request}/deny", "/logout"):
         before = len(console_home.audit_records())
         reply = client.post(path, data={"csrf": "forged", "signature": "-----BEGIN SSH SIGNATURE-----"})
         assert reply.status_code == 400 and "Bad form token" in reply.text, path
         # Mostly a form opened before the console restarted: it says nothing was done and leads back to the page.
-        back = {"/audit/verify": "/audit", "/logout": "/"}.get(path, path.removesuffix("/approve"))
+        back = {"/audit/verify": "/audit", "/logout": "/", "/rate": "/rate"}.get(path, f"/exports/{request}")
         assert "This form has expired" in reply.text and f'id="back" href="{back}"' in reply.text, path
         refused = [r for r in console_home.audit_records()[before:] if r["action"] == "console.bad_form_token"]
         assert len(refused) == 1, path

@@ -4,6 +4,7 @@ copy of the console's home (requests are approved and blocked here), served in t
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from collections.abc import Iterator
@@ -151,6 +152,18 @@ def test_a_mistyped_audit_filter_keeps_the_form_and_what_was_typed(site: Site) -
     assert re.search(r'id="filter-error">since: expected an ISO date', reply.text)
 
 
+def test_an_audit_filter_ending_before_it_starts_says_so(site: Site) -> None:
+    """Since and Until swapped: the page read "0 of N records match", as if nothing had happened in that window. It
+    now keeps the form, marks both fields and says that Until must be after Since."""
+    reply = site.client.get("/audit", params={"since": "2026-11-26T15:50Z", "until": "2026-11-26T15:40Z"})
+    assert reply.status_code == 400 and 'id="audit"' in reply.text and "records match" not in reply.text
+    error = re.search(r'id="filter-error">([^<]*)<', reply.text)
+    assert error is not None
+    assert "until (2026-11-26T15:40:00Z) is not after since (2026-11-26T15:50:00Z)" in error.group(1)
+    for name in ("since", "until"):
+        assert re.search(rf'name="{name}" value="[^"]*"[^>]*aria-invalid="true"', reply.text), name
+
+
 def test_the_approved_notice_is_never_shown_for_a_request_this_officer_did_not_approve(site: Site) -> None:
     """"Approved with your signature" came from the address alone (?approved=1, where an approval leads): a link
     with it showed a ready request as approved, and another officer as its approver. Now only the approver, on an
@@ -202,3 +215,93 @@ def test_every_refused_approval_is_in_the_audit_trail(site: Site) -> None:
         assert record["actor"] == "carl" and record["role"] == "compliance"
         assert record["objects"]["request_id"] == site.ready and record["objects"]["reason"] == "signature_unreadable"
     assert site.client.get(f"/exports/{site.ready}").text.count('id="export-status">ready<') == 1
+
+
+def test_verifying_a_tampered_trail_shows_where_it_breaks(site: Site) -> None:
+    """Someone edited a record (a run's outcome) after it was written. Pressing "Verify" showed "Audit trail
+    unavailable ... cannot be written" (the page failed closed because its own audit.verify record could not be
+    appended to a damaged trail), so the one check meant to find tampering never said that it had. The page now
+    gives the verdict, the first bad record and the problems, and says the check itself could not be recorded."""
+    trail = site.cli.home / "audit" / "audit.jsonl"
+    token = site.csrf("/audit")
+    lines = trail.read_text(encoding="utf-8").splitlines(keepends=True)
+    edited = next(i for i, line in enumerate(lines) if '"action":"run.finish"' in line)
+    seq = json.loads(lines[edited])["seq"]
+    lines[edited] = lines[edited].replace('"outcome":"success"', '"outcome":"ok"')  # the file's size changes
+    trail.write_text("".join(lines), encoding="utf-8")
+    reply = site.client.post("/audit/verify", data={"csrf": token})
+    assert reply.status_code == 409 and "Audit trail unavailable" not in reply.text
+    assert re.search(rf'id="verdict">NOT INTACT: first bad record seq {seq}<', reply.text)
+    assert f"record {seq} differs" in text_of(reply.text)
+    assert re.search(r'id="not-recorded">[^<]*could not be recorded in the trail', reply.text)
+
+
+def test_an_officer_can_refuse_a_ready_request_in_the_console(site: Site) -> None:
+    """A ready request's page offered only "Approve with this signature": an officer who decided to refuse it found
+    no way to, and no word on how (the command was given for blocked requests only). The page now has a Deny
+    button (no key needed: denying can only stop a release), audited under the officer's name, after which the
+    request reads denied and can no longer be approved; a second deny is refused and says why."""
+    page = site.client.get(f"/exports/{site.ready}").text
+    assert 'id="deny-form"' in page and "can never be released" in text_of(page)
+    reply = site.client.post(f"/exports/{site.ready}/deny", data={"csrf": site.csrf(f"/exports/{site.ready}")},
+                             follow_redirects=False)
+    assert reply.status_code == 303 and reply.headers["location"] == f"/exports/{site.ready}"
+    shown = site.client.get(f"/exports/{site.ready}").text
+    assert 'id="export-status">denied<' in shown and 'id="approve-form"' not in shown
+    assert 'id="deny-form"' not in shown
+    records = [r for r in json.loads(site.cli("audit", "show", "--action", "export.deny", "--json").stdout)]
+    assert [(r["outcome"], r["actor"].split(":")[-1]) for r in records] == [("denied", "carl")]
+    assert site.cli("export", "list", "--json").code == 0
+    again = site.client.post(f"/exports/{site.ready}/deny", data={"csrf": site.csrf("/exports")})
+    assert again.status_code == 409 and "was already denied" in text_of(again.text)
+    assert f'id="back" href="/exports/{site.ready}"' in again.text
+
+
+def test_the_bundle_preview_shows_every_table_that_would_leave(site: Site) -> None:
+    """The preview showed leaderboard.csv only: the per-benchmark cells (cells.csv, what most of an export is, with
+    what was suppressed and why) and the category means were a sha256 in the file list. Each CSV of the bundle is
+    now shown as it would leave, cell for cell."""
+    import csv
+    from html import unescape
+
+    page = site.client.get(f"/exports/{site.ready}").text
+    bundle = site.cli.home / "exports" / site.ready / "bundle"
+    for name in ("leaderboard.csv", "categories.csv", "cells.csv"):
+        rows = list(csv.reader(io.StringIO((bundle / name).read_text(encoding="utf-8"))))
+        table = re.search(rf'<table id="bundle-{name.removesuffix(".csv")}">(.*?)</table>', page, re.S)
+        assert table is not None, name
+        shown = [[unescape(c) for c in re.findall(r"<t[hd]>([^<]*)</t[hd]>", row)]
+                 for row in re.findall(r"<tr>(.*?)</tr>", table.group(1), re.S)]
+        assert shown == rows, name
+
+
+def test_the_audit_page_explains_its_columns_and_every_action_it_lists(site: Site) -> None:
+    """The audit page listed actions such as endpoint.use and outcomes such as attempt with no word on what they
+    mean. A legend now explains each column, the intent outcomes, and the first word of every action listed."""
+    page = site.client.get("/audit").text
+    legend = re.search(r'<details class="noprint" id="audit-legend">(.*?)</details>', page, re.S)
+    assert legend is not None
+    explained = set(re.findall(r"<li><code>([a-z_]+)\.</code>: [^<]+</li>", legend.group(1)))
+    table = page.split('<table id="audit">')[1].split("</table>")[0]
+    cells = [re.findall(r"<td[^>]*>(.*?)</td>", row, re.S) for row in re.findall(r"<tr>(.*?)</tr>", table, re.S)]
+    listed = {row[4].split(".")[0] for row in cells if len(row) == 7}  # Seq, Time, Actor, Role, Action, ...
+    assert listed and listed <= explained, listed - explained
+    assert "intent_seq" in legend.group(1) and "never patient text" in legend.group(1)
+
+
+def test_the_compliance_report_says_which_file_a_rejected_registration_was_and_why(site: Site,
+                                                                                   tmp_path: Path) -> None:
+    """A refused registration read "hospice_referral ... rejected" in the report's Datasets table, with no file and
+    no reason, though the audit record holds both (the file's name and the error's kind, never its message). The
+    table now names the file and says why in words."""
+    bad = tmp_path / "hospice_bad.csv"
+    bad.write_text("prompt,context,label\nQ,note,Z\n", encoding="utf-8")
+    assert site.cli("datasets", "register", "hospice_referral", str(bad)).code == 2
+    html = site.client.get("/audit/report").text
+    table = re.search(r'<table id="report-datasets">(.*?)</table>', html, re.S)
+    assert table is not None
+    rows = [" ".join(re.sub(r"<[^>]+>", " ", row).split()) for row in re.findall(r"<tr>(.*?)</tr>", table.group(1),
+                                                                                 re.S)]
+    assert "Source file" in rows[0]
+    assert any("hospice_bad.csv" in row and "rejected: the file did not read as the benchmark expects" in row
+               for row in rows), rows

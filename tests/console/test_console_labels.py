@@ -277,3 +277,23 @@ def test_the_groups_you_sign_in_with_can_be_opened_by_keyboard(browser: Any, pro
     assert groups.is_displayed() and groups.text == "Your groups: medhelm-compliance"
     assert groups.size["width"] > 0 and groups.location["x"] >= 0  # on screen, not cut off by the page's edge
     assert groups.location["x"] + groups.size["width"] <= browser.execute_script("return window.innerWidth")
+
+
+def test_the_instances_view_shows_the_answer_each_response_was_scored_against(
+        signed_in: Client, console_home: ConsoleHome) -> None:
+    """The per-instance view, for error analysis, showed the prompt, the response and a score of 0 but not the gold
+    answer the score compares with: an analyst could not tell what the model should have said. Each row now shows
+    it ("Expected": a choice task's label, a free-text task's reference answers)."""
+    client = signed_in(ConsoleRole.INFORMATICS)
+    misses = client.get(f"/runs/{console_home.runs['model-b']}/hospice_referral/instances", params={"failures": "1"})
+    assert misses.status_code == 200
+    assert header_cells(misses.text, "instances")[:5] == ["Instance", "Prompt", "Response", "Expected", "Score"]
+    rows = re.findall(r'Synthetic note (\d+):.*?</td>\s*<td><pre class="text">([^<]*)</pre>.*?</td>\s*'
+                      r'<td class="expected"><pre class="text">([^<]*)</pre></td>\s*<td class="num">([^<]*)</td>',
+                      misses.text, re.S)
+    assert len(rows) == 12  # model-b is wrong on notes 13-24
+    for note, response, expected, score in rows:
+        assert expected == ("A" if int(note) % 2 else "B") != response and score == "0.000", (note, response)
+    free_text = client.get(f"/runs/{console_home.runs['model-b']}/medication_qa/instances")
+    expected = re.findall(r'<td class="expected"><pre class="text">([^<]*)</pre></td>', free_text.text)
+    assert sorted(expected) == sorted(f"Avoid grapefruit with dose {i}." for i in range(6))

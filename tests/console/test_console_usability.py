@@ -88,13 +88,18 @@ def test_the_audit_until_field_says_its_day_is_not_included(signed_in: Client, c
     was labelled "Until" with a month's last day as its example (2026-11-30), which read as "through": a filter for
     November so written dropped every record of November 30 without a word. The label says the day is not included,
     and the example is the day after the period."""
-    from medhelm_local.audit.trail import AuditTrail
+    from datetime import date, timedelta
+
+    from medhelm_local.audit.trail import CHECKPOINT_ACTION, AuditTrail
 
     client = signed_in(ConsoleRole.COMPLIANCE)
-    last_day = str(AuditTrail(Home(console_home.home).audit_path).records()[-1]["ts"])[:10]
-    reply = client.get("/audit", params={"since": last_day, "until": last_day})
+    records = AuditTrail(Home(console_home.home).audit_path).records()
+    last_day = str(records[-1]["ts"])[:10]
+    day_before = (date.fromisoformat(last_day) - timedelta(days=1)).isoformat()
+    reply = client.get("/audit", params={"since": day_before, "until": last_day})
     found = re.search(r"(\d+) of \d+ records match", reply.text)
-    assert found is not None and found.group(1) == "0"  # the day named in Until is not in the result
+    on_day_before = [r for r in records if str(r["ts"])[:10] == day_before and r["action"] != CHECKPOINT_ACTION]
+    assert found is not None and found.group(1) == str(len(on_day_before))  # the day named in Until is left out
     label = re.search(r"<label>([^<]*)<input name=\"until\"[^>]*>", reply.text)
     assert label is not None and "not included" in label.group(1)
     assert 'placeholder="2026-11-30"' not in label.group(0)
@@ -399,3 +404,24 @@ def test_the_run_page_counts_what_was_not_scored_and_the_leaderboard_says_what_i
     other = client.get("/leaderboard?style=medhelm&rule=helm").text  # the runs are of the default style
     links = re.findall(r'href="(/leaderboard\?style=[^"]+)"', other)
     assert links == ["/leaderboard?style=default&amp;rule=helm"]
+
+
+def test_the_system_page_counts_audit_records_as_the_audit_page_does(signed_in: Client,
+                                                                     console_home: ConsoleHome) -> None:
+    """The IT page said "Records 68" where the audit trail page said "34 of 34 records match" of the same trail: it
+    counted the signed checkpoints too, so a compliance officer comparing them saw half the trail missing. It now
+    gives the records as the audit page counts them, and the lines (checkpoints included) as such; the verification
+    page's count of lines is labelled so too."""
+    from medhelm_local.audit.trail import CHECKPOINT_ACTION, AuditTrail
+
+    reply = signed_in(ConsoleRole.IT).get("/system")
+    assert reply.status_code == 200
+    records = AuditTrail(Home(console_home.home).audit_path).records()
+    events = sum(1 for r in records if r["action"] != CHECKPOINT_ACTION)
+    shown = re.search(r'id="audit-records">(\d+) \(as the audit trail page counts them\)[^<]*: (\d+) lines', reply.text)
+    assert shown is not None and (int(shown.group(1)), int(shown.group(2))) == (events, len(records))
+    compliance = signed_in(ConsoleRole.COMPLIANCE)
+    token = re.search(r'name="csrf" value="([0-9a-f]+)"', compliance.get("/audit").text)
+    assert token is not None
+    verified = compliance.post("/audit/verify", data={"csrf": token.group(1)}).text
+    assert "<dt>Lines checked (records and their signed checkpoints)</dt>" in verified

@@ -58,4 +58,45 @@ def test_a_model_without_a_win_rate_is_listed_after_every_model_with_one() -> No
     0). Ranked as if D's win rate were 0, D came before C on its macro average."""
     raw = _raw({"A": {"pubmedqa": (0.6, 40)}, "C": {"pubmedqa": (0.3, 40)}, "D": {"medication_qa": (0.9, 40)}})
     data = publish(raw, ExportPolicy(), request_id="exp-x", policy_sha256="0" * 64)
-    assert [(m.rank, m.model, m.win_rate) for m in data.models] == [(1, "A", 1.0), (2, "C", 0.0), (3, "D", None)]
+    assert [(m.rank, m.model, m.win_rate) for m in data.models] == [(1, "A", 1.0), (2, "C", 0.0), (None, "D", None)]
+
+
+def test_a_model_without_a_win_rate_has_no_rank_in_the_bundle() -> None:
+    """Every score suppressed (each on fewer instances than the minimum cell size): no model has a win rate. The
+    bundle's leaderboard still numbered them, alphabetically, "1 A, 2 B": a reader outside took A for the better
+    model, where the console calls both unranked. A model with no win rate now has no rank (empty in
+    leaderboard.csv, null in aggregates.json, "-" in report.html, whose note says why), as the console shows it."""
+    import csv
+    import io
+    import json
+    import re
+
+    from medhelm_local.export.render import render_files
+
+    raw = _raw({"A": {"pubmedqa": (0.1, 7)}, "B": {"pubmedqa": (0.2, 5)}})
+    data = publish(raw, ExportPolicy(), request_id="exp-x", policy_sha256="0" * 64)
+    assert [(m.rank, m.model, m.win_rate) for m in data.models] == [(None, "A", None), (None, "B", None)]
+    files = render_files(data)
+    board = list(csv.DictReader(io.StringIO(files["leaderboard.csv"].decode())))
+    assert [(row["rank"], row["model"]) for row in board] == [("", "A"), ("", "B")]
+    assert [m["rank"] for m in json.loads(files["aggregates.json"])["models"]] == [None, None]
+    report = files["report.html"].decode()
+    table = re.search(r'<table id="leaderboard">.*?</table>', report, re.S)
+    assert table is not None
+    assert re.findall(r'<tr><td class="num">([^<]*)</td><td>([AB])</td>', table.group(0)) == [("-", "A"), ("-", "B")]
+    assert "A model with no win rate has no rank" in report
+
+
+def test_a_report_with_costs_but_no_published_score_does_not_say_no_pricing_is_configured() -> None:
+    """Both models priced (their costs published), every score suppressed: the report's cost scatter had nothing to
+    plot and said "No cost available: no pricing is configured for these models", beside a leaderboard showing
+    their costs. It now says what is missing: a published score."""
+    from medhelm_local.export.render import render_files
+
+    raw = _raw({"A": {"pubmedqa": (0.1, 7)}, "B": {"pubmedqa": (0.2, 5)}})
+    raw = raw.model_copy(update={"usage": [RawModelUsage(model=m, cost=2.5, n_total=80) for m in ("A", "B")]})
+    data = publish(raw, ExportPolicy(), request_id="exp-x", policy_sha256="0" * 64)
+    assert [m.cost for m in data.models] == [2.5, 2.5]
+    report = render_files(data)["report.html"].decode()
+    assert "no pricing is configured" not in report
+    assert "No model has both a published cost and a published score to plot." in report

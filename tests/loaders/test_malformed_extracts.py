@@ -288,3 +288,18 @@ def test_blank_rows_and_trailing_unnamed_columns_still_load(tmp_path: Path) -> N
     result = load_dataset(_hospice(), path)
     assert [i.fields["context"] for i in result.instances] == ["line one\nline two", "ok"]
     assert result.skipped["blank row"] == 2
+
+
+def test_a_missing_column_of_a_parquet_file_speaks_of_its_columns_not_a_header_row(tmp_path: Path) -> None:
+    """A Parquet file without the spec's column read "the header has 3 column name(s), not shown: they may be data if
+    the header row is missing or not the row read": a Parquet (or JSON, Feather, DuckDB) file has no header row to
+    miss, and the hint sent its reader looking for one. It now counts the file's columns, still naming none."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path = tmp_path / "hospice.parquet"
+    pq.write_table(pa.table({"prompt": ["Refer to hospice?"], "note": [SECRET], "label": ["A"]}), path)
+    error = _fail(_hospice(), path)
+    assert (error.column, error.place) == ("context", None)
+    assert "a column named 'context' (the file has 3 column(s), not named here)" in error.expected
+    assert "header row" not in error.expected

@@ -150,6 +150,14 @@ def test_leaderboard_reports_the_truncated_share(tmp_path: Path, public_data: Pa
     assert row["benchmarks"]["pubmedqa"]["truncated_share"] == pytest.approx(share)
     table = subprocess.run(base, capture_output=True, text=True, env=cli_env(), timeout=300)
     assert f"prompts truncated to fit: {share:.0%}" in table.stdout + table.stderr
+    # The console's leaderboard says it beside the score too (it showed the score, CI and n alone, so a score on
+    # cut prompts read as one on whole prompts).
+    from medhelm_local.home.config import ConsoleRole
+    from tests.console.pages import page_as
+
+    page = page_as(home, "/leaderboard", ConsoleRole.INFORMATICS)
+    scores = page.text.split('id="scores"')[1].split("</table>")[0]
+    assert f"prompts cut to fit: {share:.0%}" in scores
     # `runs show` says per benchmark how many prompts were cut and by how much.
     (run_id,) = [r["run_id"] for r in json.loads(subprocess.run(
         [*base[:-1], "runs", "list", "--json"], capture_output=True, text=True, env=cli_env(), timeout=300).stdout)]

@@ -60,7 +60,7 @@ def test_json_keys_that_are_data_are_not_listed(tmp_path: Path) -> None:
     with pytest.raises(ExtractError) as caught:
         load_dataset(shipped_spec("hospice_referral"), data)
     _assert_clean(str(caught.value))
-    assert "the header has 2 column name(s), not shown" in str(caught.value)
+    assert "the file has 2 column(s), not named here" in str(caught.value)  # a JSON Lines file has no header row
 
 
 def test_pubmedqa_missing_key_does_not_name_the_pmid(tmp_path: Path) -> None:
