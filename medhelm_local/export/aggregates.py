@@ -52,7 +52,9 @@ from medhelm_local.prompts.styles import run_prompt_style
 from medhelm_local.scoring.metrics import Aggregation
 from medhelm_local.store.store import RunInfo, Store
 
-EXPORT_SCHEMA = "medhelm-local/export-aggregates/v1"
+# v2: a model with no win rate has no rank (null; v1 numbered it after the ranked models). A recipient reading
+# ``schema_id`` knows which it has.
+EXPORT_SCHEMA = "medhelm-local/export-aggregates/v2"
 CI_RESAMPLES = DEFAULT_RESAMPLES  # the CLI leaderboard's defaults: the export's CI is the leaderboard's CI
 CI_SEED = 0
 NOTES = (

@@ -65,7 +65,8 @@ def test_a_model_without_a_win_rate_has_no_rank_in_the_bundle() -> None:
     """Every score suppressed (each on fewer instances than the minimum cell size): no model has a win rate. The
     bundle's leaderboard still numbered them, alphabetically, "1 A, 2 B": a reader outside took A for the better
     model, where the console calls both unranked. A model with no win rate now has no rank (empty in
-    leaderboard.csv, null in aggregates.json, "-" in report.html, whose note says why), as the console shows it."""
+    leaderboard.csv, null in aggregates.json, "-" in report.html, whose note says why), as the console shows it;
+    the bundle says it is schema v2, where a rank may be null."""
     import csv
     import io
     import json
@@ -79,7 +80,10 @@ def test_a_model_without_a_win_rate_has_no_rank_in_the_bundle() -> None:
     files = render_files(data)
     board = list(csv.DictReader(io.StringIO(files["leaderboard.csv"].decode())))
     assert [(row["rank"], row["model"]) for row in board] == [("", "A"), ("", "B")]
-    assert [m["rank"] for m in json.loads(files["aggregates.json"])["models"]] == [None, None]
+    published = json.loads(files["aggregates.json"])
+    assert [m["rank"] for m in published["models"]] == [None, None]
+    # A null rank is new in v2 (v1 numbered every model): a recipient's validator tells them apart by schema_id.
+    assert published["schema_id"] == "medhelm-local/export-aggregates/v2"
     report = files["report.html"].decode()
     table = re.search(r'<table id="leaderboard">.*?</table>', report, re.S)
     assert table is not None
