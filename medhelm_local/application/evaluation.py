@@ -18,8 +18,9 @@ run split across pods. In order:
    main store is given back meanwhile);
 5. a shard merges its outcomes back; a run with every item answered is scored and finished (audit
    ``run.finish``). A failure marks the run this invocation set running as failed (or interrupted) and leaves
-   a ``run.finish`` failure record; so does one after ``run.start`` but before the run is live (its plan not
-   stored), which names the error's class only.
+   a ``run.finish`` failure record (each attempted even where the other fails: the run's own error is the one
+   raised); so does one after ``run.start`` but before the run is live (its plan not stored), which names the
+   error's class only.
 
 A shard leaves its run's status as it is (other shards may still be sending it; readers see whether any is:
 ``runner.liveness``). Its failure, once its run exists, concludes the run's open intent in the trail (``run.start``,
@@ -51,6 +52,7 @@ from medhelm_local.home import Home
 from medhelm_local.inference.backends import open_client
 from medhelm_local.inference.client import ChatClient
 from medhelm_local.inference.tokens import TokenCounter
+from medhelm_local.logs import get_logger
 from medhelm_local.prompts.styles import spec_for_run
 from medhelm_local.records import BenchmarkScore
 from medhelm_local.runner import session
@@ -64,6 +66,8 @@ from medhelm_local.store import runs as runs_db
 from medhelm_local.store import shards as shards_db
 from medhelm_local.store.runlock import run_lock, shard_lock
 from medhelm_local.store.store import RunInfo
+
+log = get_logger(__name__)
 
 __all__ = ["EvaluationRequest", "Mode", "RunOutcome", "Selection", "Sending", "evaluate", "merge_shards"]
 
@@ -124,9 +128,7 @@ def evaluate(app_ctx: AppContext, request: EvaluationRequest) -> RunOutcome:
                     outcome = _merge_back(app_ctx, target, score=request.score)
         except BaseException as exc:
             if taken.live is not None:
-                main.set_run_status(taken.live, "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
-                audit_event(home, app_ctx.actor, "run.finish", outcome="failure", role="informatics",
-                            run_id=taken.live, error_type=type(exc).__name__)
+                _record_failure(app_ctx, main, taken.live, exc)
             elif mode.shard is not None and not taken.concluded:
                 _conclude_shard_failure(app_ctx, mode.shard_label, taken.shard_of, exc)
             if isinstance(exc, KeyboardInterrupt) and taken.live is not None:
@@ -142,6 +144,22 @@ def evaluate(app_ctx: AppContext, request: EvaluationRequest) -> RunOutcome:
     outcome.report = report
     outcome.sending = sending.record
     return outcome
+
+
+def _record_failure(app_ctx: AppContext, main: Store, run_id: str, exc: BaseException) -> None:
+    """Mark the run this invocation set running failed (interrupted for Ctrl-C or SIGTERM) and record its
+    ``run.finish`` failure (the error's class only). Either step failing too (a full disk, a store error) must not
+    hide ``exc``, the error the user needs, nor stop the other: the status not stored leaves the run ``running``,
+    which readers show as interrupted once no process sends it."""
+    try:
+        main.set_run_status(run_id, "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
+    except Exception as status_error:
+        log.warning("run.status_not_stored", run_id=run_id, error_type=type(status_error).__name__)
+    try:
+        audit_event(app_ctx.home, app_ctx.actor, "run.finish", outcome="failure", role="informatics", run_id=run_id,
+                    error_type=type(exc).__name__)
+    except Exception as audit_error:
+        log.warning("run.finish_not_recorded", run_id=run_id, error_type=type(audit_error).__name__)
 
 
 def merge_shards(app_ctx: AppContext, run_id: str, *, score: bool = True) -> RunOutcome:
