@@ -5,7 +5,8 @@ run split across pods. In order:
 
 1. refuse early what would fail later (prompt-style parity; a benchmark its scorers cannot score: a jury
    without judges, loader options giving no field a metric reads);
-2. open the main store (a shard waits, with jitter, while another pod holds it) and resolve the run and its
+2. open the main store (a shard waits, with jitter, while another pod holds it), conclude the run intents killed
+   processes left open on runs finished or never created (``application.run_intents``), and resolve the run and its
    model (``runner.session.resolve``: the one place the model is resolved) and how it sends (the options given,
    else the run's own: ``runner.session.sending_for``); take the run's lock (a shard takes its run's shard lock,
    shared: shards of one run send in parallel, each from its own store file), held until the run is concluded.
@@ -43,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from medhelm_local.analysis.aggregate import benchmark_score
+from medhelm_local.application.run_intents import conclude_left_open
 from medhelm_local.audit import audit_event
 from medhelm_local.audit.intents import INTENT_SEQ, open_intent
 from medhelm_local.audit.trail import AuditTrail, AuditWriteError
@@ -105,6 +107,7 @@ def evaluate(app_ctx: AppContext, request: EvaluationRequest) -> RunOutcome:
     with ExitStack() as main_scope:
         try:
             main = main_scope.enter_context(_open_main(app_ctx, mode))
+            conclude_left_open(app_ctx, main)  # before this process takes a run's lock (see there)
             target = session.resolve(main, config, app_ctx.specs, request.selection, mode)
             sending = session.sending_for(main, config, target, request.sending)
             settings = session.execution_settings(config, sending.sending, target.endpoint,
@@ -167,6 +170,8 @@ def merge_shards(app_ctx: AppContext, run_id: str, *, score: bool = True) -> Run
     holds the run's lock, as a resume does: refused while any shard of the run sends (their files are in use)."""
     home = app_ctx.home
     refused_because = "runs merge would fold in and remove the files they are writing"
+    with sharding.open_main_store(home) as main:
+        conclude_left_open(app_ctx, main)  # before this process takes the run's lock (see there)
     with run_lock(home.store_path, run_id, home.config.store, refused_because=refused_because), \
             sharding.open_main_store(home) as main:
         if main.get_run(run_id) is None:

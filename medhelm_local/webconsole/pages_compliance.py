@@ -23,7 +23,7 @@ from medhelm_local.audit.anchor import FINGERPRINT_ENV, PUBKEY_FILE_ENV, pinned_
 from medhelm_local.audit.report import ComplianceReport, compliance_report, filter_records, parse_time
 from medhelm_local.audit.trail import AuditTrail, read_state, state_path_for
 from medhelm_local.audit.verify import VerifyReport, verify_file
-from medhelm_local.errors import BadInputError, NotFoundError
+from medhelm_local.errors import BadInputError, MedhelmError, NotFoundError
 from medhelm_local.export import approval as export_approval
 from medhelm_local.export import bundle as export_bundle
 from medhelm_local.home import Home
@@ -31,6 +31,7 @@ from medhelm_local.home.config import ConsoleRole
 from medhelm_local.home.keys import PUBLIC_KEY_FILE, load_public_key
 from medhelm_local.store.runlock import run_in_progress
 from medhelm_local.webconsole.app import bad_form_token, check_csrf, console_of, identity_of, requires
+from medhelm_local.webconsole.data import reading
 
 COMPLIANCE = ConsoleRole.COMPLIANCE
 MAX_RECORDS = 500
@@ -117,7 +118,17 @@ def _compliance_report(request: Request) -> ComplianceReport:
     console = console_of(request)
     return compliance_report(AuditTrail(console.home.audit_path).records(), since=_time(request, "since"),
                              appliance=console.home.config.appliance_name,
-                             running=partial(run_in_progress, console.home.store_path))
+                             running=partial(run_in_progress, console.home.store_path),
+                             run_statuses=_run_statuses(console.home))
+
+
+def _run_statuses(home: Home) -> dict[str, str] | None:
+    """Every run's stored status, by id, as for ``audit report``: None where the store cannot be read now."""
+    try:
+        with reading(home) as store:
+            return {run.run_id: run.status for run in store.list_runs()}
+    except (MedhelmError, OSError):
+        return None
 
 
 @requires(COMPLIANCE)

@@ -1,0 +1,149 @@
+"""A `run` SIGKILLed at the two points where its run's intent could be left open for good.
+
+Before: killed after it marked its run finished in the store but before it wrote `run.finish`, it left a
+`run.start` no later command could conclude (the run is finished: nothing takes it up again), listed by `audit
+report` as having "no outcome yet" forever. Killed after `run.start` but before the run's plan was stored, it left
+an intent for a run that never existed (running the command again creates a run with a new id), listed the same
+way. Now `audit report` (text, --json, the printable report the console shows) says what the store shows: the run
+finished, or no run was created; and the next `run` (or `runs merge`) concludes each such intent with a record
+written late, by its own actor, naming the intent, never rewriting what the trail already holds."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from medhelm_local.audit.intents import unfinished
+from medhelm_local.audit.report import (
+    NO_OUTCOME_YET,
+    RUN_FINISHED_UNRECORDED,
+    RUN_NEVER_CREATED,
+    compliance_report,
+    summarize,
+)
+from medhelm_local.audit.trail import AuditTrail
+from medhelm_local.audit.verify import verify_file
+from medhelm_local.home import Home
+from medhelm_local.home.keys import load_signing_key
+from medhelm_local.store import Store
+from medhelm_local.testing.fake_openai import FakeOpenAIServer, hash_responder
+from tests.runner.helpers import cli_argv, cli_env, make_home, register, run_argv, synthetic_instances
+
+# The CLI, SIGKILLed once its run is marked finished in the store (before it records run.finish).
+KILLED_ONCE_FINISHED = """
+import os, signal, sys
+from medhelm_local.store import Store
+
+set_run_status = Store.set_run_status
+
+def killed(self, run_id, status, **kwargs):
+    set_run_status(self, run_id, status, **kwargs)
+    if status in ("finished", "inferred"):
+        os.kill(os.getpid(), signal.SIGKILL)
+
+Store.set_run_status = killed
+from medhelm_local.cli import main
+sys.argv = ["medhelm-local", *sys.argv[1:]]
+main()
+"""
+
+# The CLI, SIGKILLed after its run.start, before the run's plan is stored.
+KILLED_BEFORE_PLAN = """
+import os, signal, sys
+from medhelm_local.runner import session
+
+def killed(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGKILL)
+
+session.record_plan = killed
+from medhelm_local.cli import main
+sys.argv = ["medhelm-local", *sys.argv[1:]]
+main()
+"""
+
+
+def _killed(script: str, argv: list[str]) -> None:
+    proc = subprocess.run([sys.executable, "-c", script, *argv[3:]], capture_output=True, text=True, env=cli_env(),
+                          timeout=300)
+    assert proc.returncode == -9, proc.stderr
+
+
+def _report(home: Home) -> dict[str, Any]:
+    proc = subprocess.run(cli_argv(home, "audit", "report", "--json"), capture_output=True, text=True,
+                          env=cli_env(), timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    payload = json.loads(proc.stdout)
+    assert isinstance(payload, dict)
+    return payload
+
+
+def _run_records(trail: Path) -> list[dict[str, Any]]:
+    return [r for r in AuditTrail(trail).records() if r["action"] in ("run.start", "run.resume", "run.finish")]
+
+
+def test_a_run_killed_after_it_was_marked_finished_is_reported_finished_and_concluded_late(tmp_path: Path) -> None:
+    with FakeOpenAIServer(responder=hash_responder()) as server:
+        home = make_home(tmp_path / "home", [server.base_url])
+        register(home, synthetic_instances(6))
+        _killed(KILLED_ONCE_FINISHED, run_argv(home))
+        (start,) = _run_records(home.audit_path)
+        run_id = start["objects"]["run_id"]
+        with Store.open(home, read_only=True) as store:
+            stored = store.get_run(run_id)
+        assert stored is not None and stored.status == "finished"
+
+        (listed,) = _report(home)["unfinished"]
+        assert (listed["action"], listed["attempted"]["run_id"]) == ("run.start", run_id)
+        assert listed["status"] == RUN_FINISHED_UNRECORDED
+        text = subprocess.run(cli_argv(home, "audit", "report"), capture_output=True, text=True, env=cli_env(),
+                              timeout=300).stdout
+        assert f"run.start by {start['actor']} on {start['host']}: {RUN_FINISHED_UNRECORDED}" in text
+
+        again = subprocess.run(run_argv(home), capture_output=True, text=True,
+                               env={**cli_env(), "MEDHELM_ACTOR": "bob"}, timeout=300)
+        assert again.returncode == 0, again.stderr
+    records = _run_records(home.audit_path)
+    late = next(r for r in records if r["action"] == "run.finish" and r["objects"].get("intent_seq") == start["seq"])
+    assert late["outcome"] == "recovered" and late["actor"].endswith(":bob") and late["role"] == "system"
+    assert late["objects"]["run_id"] == run_id and late["objects"]["recorded_late"] is True
+    assert late["objects"]["run_status"] == "finished"
+    assert unfinished(AuditTrail(home.audit_path).records()) == []
+    assert _report(home)["unfinished"] == []
+    assert verify_file(home.audit_path, load_signing_key(home.keys_dir).public_key()).intact
+
+
+def test_a_run_killed_before_its_plan_was_stored_is_reported_never_created_and_concluded_abandoned(
+        tmp_path: Path) -> None:
+    with FakeOpenAIServer(responder=hash_responder()) as server:
+        home = make_home(tmp_path / "home", [server.base_url])
+        register(home, synthetic_instances(6))
+        _killed(KILLED_BEFORE_PLAN, run_argv(home))
+        (start,) = _run_records(home.audit_path)
+        orphan = start["objects"]["run_id"]
+        with Store.open(home, read_only=True) as store:
+            assert store.get_run(orphan) is None
+
+        (listed,) = _report(home)["unfinished"]
+        assert (listed["attempted"]["run_id"], listed["status"]) == (orphan, RUN_NEVER_CREATED)
+        printable = compliance_report(AuditTrail(home.audit_path).records(), since=None, appliance="a",
+                                      run_statuses={})
+        table = next(t for t in printable.tables if t.id == "report-unfinished")
+        assert table.rows[0][5] == RUN_NEVER_CREATED
+        # Without the store to read (a copy of the trail), nothing is claimed beyond the trail.
+        assert summarize(AuditTrail(home.audit_path).records(), None).unfinished[0].status == NO_OUTCOME_YET
+
+        again = subprocess.run(run_argv(home), capture_output=True, text=True, env=cli_env(), timeout=300)
+        assert again.returncode == 0, again.stderr
+    records = _run_records(home.audit_path)
+    late = next(r for r in records if r["action"] == "run.finish" and r["objects"].get("intent_seq") == start["seq"])
+    assert (late["outcome"], late["objects"]["run_id"]) == ("abandoned", orphan)
+    assert late["objects"]["run_in_store"] is False and late["objects"]["recorded_late"] is True
+    new_start = [r for r in records if r["action"] == "run.start"][-1]
+    assert new_start["objects"]["run_id"] != orphan
+    assert unfinished(AuditTrail(home.audit_path).records()) == []
+    runs = {r["run_id"]: r for r in _report(home)["runs"]}
+    assert runs[orphan]["outcome"] == "abandoned" and runs[new_start["objects"]["run_id"]]["outcome"] == "success"
+    assert verify_file(home.audit_path, load_signing_key(home.keys_dir).public_key()).intact
