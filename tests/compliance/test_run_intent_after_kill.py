@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from medhelm_local.application.evaluation import evaluate
+from medhelm_local.audit import audit_event
 from medhelm_local.audit.intents import unfinished
 from medhelm_local.audit.report import (
     NO_OUTCOME_YET,
@@ -30,7 +32,7 @@ from medhelm_local.home import Home
 from medhelm_local.home.keys import load_signing_key
 from medhelm_local.store import Store
 from medhelm_local.testing.fake_openai import FakeOpenAIServer, hash_responder
-from tests.runner.helpers import cli_argv, cli_env, make_home, register, run_argv, synthetic_instances
+from tests.runner.helpers import app, cli_argv, cli_env, make_home, quiet, register, run_argv, synthetic_instances
 
 # The CLI, SIGKILLed once its run is marked finished in the store (before it records run.finish).
 KILLED_ONCE_FINISHED = """
@@ -147,3 +149,38 @@ def test_a_run_killed_before_its_plan_was_stored_is_reported_never_created_and_c
     runs = {r["run_id"]: r for r in _report(home)["runs"]}
     assert runs[orphan]["outcome"] == "abandoned" and runs[new_start["objects"]["run_id"]]["outcome"] == "success"
     assert verify_file(home.audit_path, load_signing_key(home.keys_dir).public_key()).intact
+
+
+# Holds a run's lock, as a process sending that run does, until its stdin closes.
+HOLDS_RUN_LOCK = """
+import sys
+from pathlib import Path
+from medhelm_local.store.runlock import run_lock
+
+with run_lock(Path(sys.argv[1]), sys.argv[2]):
+    print("held", flush=True)
+    sys.stdin.read()
+"""
+
+
+def test_runs_merge_concludes_an_abandoned_intent_but_never_one_whose_run_a_process_holds(tmp_path: Path) -> None:
+    """The intent of a run being created now (its process holds the run's lock) is not a crash's: left alone."""
+    with FakeOpenAIServer(responder=hash_responder()) as server:
+        home = make_home(tmp_path / "home", [server.base_url])
+        register(home, synthetic_instances(4))
+        run_id = evaluate(app(home), quiet()).run.run_id
+    creating = audit_event(home, "alice", "run.start", role="informatics", run_id="run-being-created", model="fake")
+    abandoned = audit_event(home, "alice", "run.start", role="informatics", run_id="run-killed", model="fake")
+    holder = subprocess.Popen([sys.executable, "-c", HOLDS_RUN_LOCK, str(home.store_path), "run-being-created"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=cli_env())
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "held"
+        merged = subprocess.run(cli_argv(home, "runs", "merge", run_id), capture_output=True, text=True,
+                                env=cli_env(), timeout=300)
+        assert merged.returncode == 0, merged.stderr
+    finally:
+        holder.communicate("", timeout=30)
+    records = AuditTrail(home.audit_path).records()
+    late = [r for r in records if r["action"] == "run.finish" and r["objects"].get("recorded_late")]
+    assert [(r["outcome"], r["objects"]["intent_seq"]) for r in late] == [("abandoned", abandoned["seq"])]
+    assert [u.record["seq"] for u in unfinished(records)] == [creating["seq"]]
