@@ -23,7 +23,7 @@ from medhelm_local.audit.anchor import FINGERPRINT_ENV, PUBKEY_FILE_ENV, pinned_
 from medhelm_local.audit.report import ComplianceReport, compliance_report, filter_records, parse_time
 from medhelm_local.audit.trail import AuditTrail, read_state, state_path_for
 from medhelm_local.audit.verify import VerifyReport, verify_file
-from medhelm_local.errors import BadInputError, MedhelmError, NotFoundError
+from medhelm_local.errors import BadInputError, NotFoundError
 from medhelm_local.export import approval as export_approval
 from medhelm_local.export import bundle as export_bundle
 from medhelm_local.home import Home
@@ -127,7 +127,7 @@ def _run_statuses(home: Home) -> dict[str, str] | None:
     try:
         with reading(home) as store:
             return {run.run_id: run.status for run in store.list_runs()}
-    except (MedhelmError, OSError):
+    except Exception:  # the store is an aid here: the report is of the trail, and must not fail with the store
         return None
 
 

@@ -184,3 +184,14 @@ def test_runs_merge_concludes_an_abandoned_intent_but_never_one_whose_run_a_proc
     late = [r for r in records if r["action"] == "run.finish" and r["objects"].get("recorded_late")]
     assert [(r["outcome"], r["objects"]["intent_seq"]) for r in late] == [("abandoned", abandoned["seq"])]
     assert [u.record["seq"] for u in unfinished(records)] == [creating["seq"]]
+
+
+def test_audit_report_with_a_store_it_cannot_read_says_what_the_trail_says(tmp_path: Path) -> None:
+    """The store only adds to the report: one that cannot be read leaves it to the trail, never failing it."""
+    with FakeOpenAIServer(responder=hash_responder()) as server:
+        home = make_home(tmp_path / "home", [server.base_url])
+        register(home, synthetic_instances(4))
+        _killed(KILLED_BEFORE_PLAN, run_argv(home))
+    home.store_path.write_bytes(b"not a store")
+    (listed,) = _report(home)["unfinished"]
+    assert listed["status"] == NO_OUTCOME_YET
