@@ -16,6 +16,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from medhelm_local.application.evaluation import evaluate
 from medhelm_local.audit import audit_event
 from medhelm_local.audit.intents import unfinished
@@ -195,3 +197,47 @@ def test_audit_report_with_a_store_it_cannot_read_says_what_the_trail_says(tmp_p
     home.store_path.write_bytes(b"not a store")
     (listed,) = _report(home)["unfinished"]
     assert listed["status"] == NO_OUTCOME_YET
+
+
+def test_only_the_trails_recent_records_are_read_for_intents_left_open(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every `run` looks for intents a crash left open, so it reads only the trail's last RECENT_TRAIL_BYTES: read
+    whole, a trail of 100,000 records cost each run 1.7 s. An intent older than that window stays open (and `audit
+    report`, which reads the whole trail, still says how its run ended); one inside it is concluded."""
+    from medhelm_local.application import run_intents
+
+    with FakeOpenAIServer(responder=hash_responder()) as server:
+        home = make_home(tmp_path / "home", [server.base_url])
+        register(home, synthetic_instances(4))
+    old = audit_event(home, "alice", "run.start", role="informatics", run_id="run-killed-long-ago", model="fake")
+    for _ in range(8):  # later activity pushes it out of a small window
+        audit_event(home, "alice", "leaderboard.view", role="informatics")
+    recent = audit_event(home, "alice", "run.start", role="informatics", run_id="run-killed-just-now", model="fake")
+    trail = AuditTrail(home.audit_path)
+    data = home.audit_path.read_bytes()
+    starts = [0, *(i + 1 for i, byte in enumerate(data) if byte == 0x0A)][:-1]
+    (at,) = [start for start in starts if json.loads(data[start:data.index(b"\n", start)])["seq"] == recent["seq"]]
+    window = len(data) - at  # the recent intent whole, nothing older
+    assert next(r["seq"] for r in trail.recent_records(window)) == recent["seq"]
+    monkeypatch.setattr(run_intents, "RECENT_TRAIL_BYTES", window)
+
+    with Store.open(home) as store:
+        assert run_intents.conclude_left_open(app(home), store) == 1
+    records = trail.records()
+    late = [r for r in records if r["action"] == "run.finish" and r["objects"].get("recorded_late")]
+    assert [(r["outcome"], r["objects"]["intent_seq"]) for r in late] == [("abandoned", recent["seq"])]
+    assert [u.record["seq"] for u in unfinished(records)] == [old["seq"]]
+
+
+def test_recent_records_are_whole_records_only(tmp_path: Path) -> None:
+    """A window that starts inside a record leaves that record out rather than parse half of it."""
+    path = tmp_path / "trail.jsonl"
+    lines = [json.dumps({"seq": i, "action": "x", "pad": "p" * 50}) for i in range(5)]
+    path.write_text("\n".join(lines) + "\n")
+    trail = AuditTrail(path)
+    assert [r["seq"] for r in trail.recent_records(10 ** 6)] == [0, 1, 2, 3, 4]
+    assert [r["seq"] for r in trail.recent_records(len(lines[-1]) + 1)] == [4]
+    assert [r["seq"] for r in trail.recent_records(len(lines[-1]) + 2)] == [4]  # starts at the newline before it
+    assert [r["seq"] for r in trail.recent_records(len(lines[-1]) + 3)] == [4]  # starts inside record 3
+    assert [r["seq"] for r in trail.recent_records(len(lines[-1]) + len(lines[-2]) + 2)] == [3, 4]
+    assert AuditTrail(tmp_path / "none.jsonl").recent_records(100) == []
