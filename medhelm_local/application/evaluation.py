@@ -5,7 +5,8 @@ run split across pods. In order:
 
 1. refuse early what would fail later (prompt-style parity; a benchmark its scorers cannot score: a jury
    without judges, loader options giving no field a metric reads);
-2. open the main store (a shard waits, with jitter, while another pod holds it) and resolve the run and its
+2. open the main store (a shard waits, with jitter, while another pod holds it), conclude the run intents killed
+   processes left open on runs finished or never created (``application.run_intents``), and resolve the run and its
    model (``runner.session.resolve``: the one place the model is resolved) and how it sends (the options given,
    else the run's own: ``runner.session.sending_for``); take the run's lock (a shard takes its run's shard lock,
    shared: shards of one run send in parallel, each from its own store file), held until the run is concluded.
@@ -18,8 +19,9 @@ run split across pods. In order:
    main store is given back meanwhile);
 5. a shard merges its outcomes back; a run with every item answered is scored and finished (audit
    ``run.finish``). A failure marks the run this invocation set running as failed (or interrupted) and leaves
-   a ``run.finish`` failure record; so does one after ``run.start`` but before the run is live (its plan not
-   stored), which names the error's class only.
+   a ``run.finish`` failure record (each attempted even where the other fails: the run's own error is the one
+   raised); so does one after ``run.start`` but before the run is live (its plan not stored), which names the
+   error's class only.
 
 A shard leaves its run's status as it is (other shards may still be sending it; readers see whether any is:
 ``runner.liveness``). Its failure, once its run exists, concludes the run's open intent in the trail (``run.start``,
@@ -42,6 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from medhelm_local.analysis.aggregate import benchmark_score
+from medhelm_local.application.run_intents import conclude_left_open
 from medhelm_local.audit import audit_event
 from medhelm_local.audit.intents import INTENT_SEQ, open_intent
 from medhelm_local.audit.trail import AuditTrail, AuditWriteError
@@ -51,6 +54,7 @@ from medhelm_local.home import Home
 from medhelm_local.inference.backends import open_client
 from medhelm_local.inference.client import ChatClient
 from medhelm_local.inference.tokens import TokenCounter
+from medhelm_local.logs import get_logger
 from medhelm_local.prompts.styles import spec_for_run
 from medhelm_local.records import BenchmarkScore
 from medhelm_local.runner import session
@@ -64,6 +68,8 @@ from medhelm_local.store import runs as runs_db
 from medhelm_local.store import shards as shards_db
 from medhelm_local.store.runlock import run_lock, shard_lock
 from medhelm_local.store.store import RunInfo
+
+log = get_logger(__name__)
 
 __all__ = ["EvaluationRequest", "Mode", "RunOutcome", "Selection", "Sending", "evaluate", "merge_shards"]
 
@@ -101,6 +107,7 @@ def evaluate(app_ctx: AppContext, request: EvaluationRequest) -> RunOutcome:
     with ExitStack() as main_scope:
         try:
             main = main_scope.enter_context(_open_main(app_ctx, mode))
+            conclude_left_open(app_ctx, main)  # before this process takes a run's lock (see there)
             target = session.resolve(main, config, app_ctx.specs, request.selection, mode)
             sending = session.sending_for(main, config, target, request.sending)
             settings = session.execution_settings(config, sending.sending, target.endpoint,
@@ -124,9 +131,7 @@ def evaluate(app_ctx: AppContext, request: EvaluationRequest) -> RunOutcome:
                     outcome = _merge_back(app_ctx, target, score=request.score)
         except BaseException as exc:
             if taken.live is not None:
-                main.set_run_status(taken.live, "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
-                audit_event(home, app_ctx.actor, "run.finish", outcome="failure", role="informatics",
-                            run_id=taken.live, error_type=type(exc).__name__)
+                _record_failure(app_ctx, main, taken.live, exc)
             elif mode.shard is not None and not taken.concluded:
                 _conclude_shard_failure(app_ctx, mode.shard_label, taken.shard_of, exc)
             if isinstance(exc, KeyboardInterrupt) and taken.live is not None:
@@ -144,11 +149,29 @@ def evaluate(app_ctx: AppContext, request: EvaluationRequest) -> RunOutcome:
     return outcome
 
 
+def _record_failure(app_ctx: AppContext, main: Store, run_id: str, exc: BaseException) -> None:
+    """Mark the run this invocation set running failed (interrupted for Ctrl-C or SIGTERM) and record its
+    ``run.finish`` failure (the error's class only). Either step failing too (a full disk, a store error) must not
+    hide ``exc``, the error the user needs, nor stop the other: the status not stored leaves the run ``running``,
+    which readers show as interrupted once no process sends it."""
+    try:
+        main.set_run_status(run_id, "interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
+    except Exception as status_error:
+        log.warning("run.status_not_stored", run_id=run_id, error_type=type(status_error).__name__)
+    try:
+        audit_event(app_ctx.home, app_ctx.actor, "run.finish", outcome="failure", role="informatics", run_id=run_id,
+                    error_type=type(exc).__name__)
+    except Exception as audit_error:
+        log.warning("run.finish_not_recorded", run_id=run_id, error_type=type(audit_error).__name__)
+
+
 def merge_shards(app_ctx: AppContext, run_id: str, *, score: bool = True) -> RunOutcome:
     """``runs merge``: fold every shard file left for ``run_id`` into the main store; finish it if complete. It
     holds the run's lock, as a resume does: refused while any shard of the run sends (their files are in use)."""
     home = app_ctx.home
     refused_because = "runs merge would fold in and remove the files they are writing"
+    with sharding.open_main_store(home) as main:
+        conclude_left_open(app_ctx, main)  # before this process takes the run's lock (see there)
     with run_lock(home.store_path, run_id, home.config.store, refused_because=refused_because), \
             sharding.open_main_store(home) as main:
         if main.get_run(run_id) is None:

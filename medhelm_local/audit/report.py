@@ -10,7 +10,7 @@ records carry no patient data (no prompt, output or extract value), so neither d
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from contextlib import suppress
 from datetime import UTC, datetime
 from typing import Any
@@ -25,6 +25,13 @@ from medhelm_local.errors import BadInputError
 EXPORT_ACTIONS = ("export.request", "export.approve", "export.deny", "export.release")
 NO_OUTCOME_YET = "no outcome yet"
 RUN_IN_PROGRESS = "in progress (a process sending it holds its lock)"
+# A run's intent left open by a process that ended (killed, power lost) at a point the store tells apart; the next
+# `run` or `runs merge` concludes it with a record written late (`run.finish` recovered or abandoned).
+RUN_FINISHED_UNRECORDED = ("the run is finished in the store; its process ended before it recorded run.finish "
+                           "(the next run or runs merge records it)")
+RUN_NEVER_CREATED = ("no run was created: no run has this id in the store (its process ended before it stored the "
+                     "run's plan; the next run or runs merge records it abandoned)")
+FINISHED_STATUSES = ("finished", "inferred")
 
 
 def parse_time(value: str, option: str) -> datetime:
@@ -125,7 +132,7 @@ class UnfinishedAction(BaseModel):
     host: str
     action: str  # the intent's action (run.start or run.resume for a run)
     attempted: dict[str, Any]  # the intent's ids: what was attempted, never content
-    status: str  # NO_OUTCOME_YET or RUN_IN_PROGRESS
+    status: str  # NO_OUTCOME_YET, RUN_IN_PROGRESS, RUN_FINISHED_UNRECORDED or RUN_NEVER_CREATED
 
 
 class AuditSummary(BaseModel):
@@ -246,10 +253,10 @@ def _started_before(records: list[dict[str, Any]], since: datetime | None
     return requests, starts
 
 
-def _unfinished(records: list[dict[str, Any]], since: datetime | None,
-                running: Callable[[str], bool] | None) -> list[UnfinishedAction]:
+def _unfinished(records: list[dict[str, Any]], since: datetime | None, running: Callable[[str], bool] | None,
+                run_statuses: Mapping[str, str] | None) -> list[UnfinishedAction]:
     """The intents at or after ``since`` that nothing in the whole trail concludes; ``running(run_id)``: whether a
-    process is sending that run now."""
+    process is sending that run now; ``run_statuses``: every run in the store, by id (None: the store unread)."""
     out = []
     for intent in unfinished(records):
         record = intent.record
@@ -261,19 +268,36 @@ def _unfinished(records: list[dict[str, Any]], since: datetime | None,
         out.append(UnfinishedAction(
             seq=seq if isinstance(seq, int) else None, time=str(record.get("ts", "")),
             actor=str(record.get("actor", "")), host=str(record.get("host", "")), action=str(record.get("action")),
-            attempted=intent.attempted,
-            status=RUN_IN_PROGRESS if running is not None and run_id is not None and running(str(run_id))
-            else NO_OUTCOME_YET))
+            attempted=intent.attempted, status=_run_intent_status(record, run_id, running, run_statuses)))
     return out
 
 
+def _run_intent_status(record: dict[str, Any], run_id: Any, running: Callable[[str], bool] | None,
+                       run_statuses: Mapping[str, str] | None) -> str:
+    """What is known of an open intent beyond the trail: for a run's, whether a process sends it, and what the
+    store holds of it (a killed process leaves an intent open whether or not its step took effect)."""
+    if run_id is None:
+        return NO_OUTCOME_YET
+    if running is not None and running(str(run_id)):
+        return RUN_IN_PROGRESS
+    if run_statuses is None:
+        return NO_OUTCOME_YET
+    stored = run_statuses.get(str(run_id))
+    if stored is None and record.get("action") == "run.start":
+        return RUN_NEVER_CREATED
+    return RUN_FINISHED_UNRECORDED if stored in FINISHED_STATUSES else NO_OUTCOME_YET
+
+
 def summarize(records: list[dict[str, Any]], since: datetime | None,
-              running: Callable[[str], bool] | None = None) -> AuditSummary:
+              running: Callable[[str], bool] | None = None, run_statuses: Mapping[str, str] | None = None
+              ) -> AuditSummary:
     """The summary of the trail's records (checkpoints left out) at or after ``since``. ``records`` is the whole
     trail: an approval, denial or release in the period of a request made before it is listed with that request,
     and a run started before it with its end. ``running(run_id)``: whether a process is sending that run now (a
-    run with no outcome yet is then said to be in progress)."""
-    unconcluded = _unfinished(records, since, running)
+    run with no outcome yet is then said to be in progress); ``run_statuses``: the stored status of every run in
+    the store, by id (a run's open intent is then said to be on a finished run, or on a run never created; None:
+    the store was not read, and nothing is said beyond the trail)."""
+    unconcluded = _unfinished(records, since, running, run_statuses)
     requested_before, started_before = _started_before(records, since)
     records = filter_records(records, since=since)
     actors: dict[str, int] = {}
@@ -509,11 +533,11 @@ def report_tables(summary: AuditSummary) -> list[ReportTable]:
 
 
 def compliance_report(records: list[dict[str, Any]], *, since: datetime | None, appliance: str,
-                      generated: datetime | None = None, running: Callable[[str], bool] | None = None
-                      ) -> ComplianceReport:
-    """The report over ``records`` (the whole trail: checkpoints are read from it) since ``since``; ``running``:
-    as for :func:`summarize`."""
-    summary = summarize(records, since, running)
+                      generated: datetime | None = None, running: Callable[[str], bool] | None = None,
+                      run_statuses: Mapping[str, str] | None = None) -> ComplianceReport:
+    """The report over ``records`` (the whole trail: checkpoints are read from it) since ``since``; ``running``
+    and ``run_statuses``: as for :func:`summarize`."""
+    summary = summarize(records, since, running, run_statuses)
     return ComplianceReport(
         appliance=appliance, generated=(generated or datetime.now(UTC)).isoformat(timespec="seconds"),
         since=since.isoformat() if since else None, records=summary.records, unreadable=summary.unreadable,

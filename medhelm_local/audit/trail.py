@@ -280,18 +280,38 @@ class AuditTrail:
         self.last_checkpoint = checkpoint
         return record
 
+    def recent_records(self, max_bytes: int) -> list[dict[str, Any]]:
+        """The parsed records among the last ``max_bytes`` of the trail (whole records only: a record the window
+        starts inside is left out), as :meth:`records` parses them. Bounded work however long the trail has grown."""
+        try:
+            with self.path.open("rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                start = max(0, size - max_bytes)
+                f.seek(max(0, start - 1))  # the byte before: a newline there means the window starts a record
+                data = f.read()
+        except FileNotFoundError:
+            return []
+        if start > 0:
+            cut = data.find(b"\n")
+            data = data[cut + 1:] if cut >= 0 else b""
+        return _parsed(_split_lines(data, self.path))
+
     def records(self) -> list[dict[str, Any]]:
         """Parsed records (for display; ``audit verify`` is what checks them). A line that is not a JSON object
         (garbled or tampered with) is left out, as an unparseable one is: ``audit verify`` names it."""
-        out = []
-        for line in read_lines(self.path):
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict):
-                out.append(record)
-        return out
+        return _parsed(read_lines(self.path))
+
+
+def _parsed(lines: list[bytes]) -> list[dict[str, Any]]:
+    out = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            out.append(record)
+    return out
 
 
 def _append_all_or_nothing(fd: int, payload: bytes, good_size: int, path: Path) -> None:

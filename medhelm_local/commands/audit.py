@@ -22,7 +22,7 @@ from medhelm_local.audit.report import check_window, filter_records, parse_time,
 from medhelm_local.audit.trail import AuditTrail, AuditWriteError, audit_event, read_state, state_path_for
 from medhelm_local.audit.verify import ExportedCheckpoint, verify_file
 from medhelm_local.console import emit_json, emit_table, info
-from medhelm_local.context import app_context
+from medhelm_local.context import AppContext, app_context
 from medhelm_local.errors import BadInputError
 from medhelm_local.home.keys import PUBLIC_KEY_FILE, VERIFIER_KEY_NAME, load_public_key, load_signing_key
 from medhelm_local.home.layout import atomic_write
@@ -190,7 +190,8 @@ def report(
     home = app_context(ctx).home
     everything = AuditTrail(home.audit_path).records()
     running = partial(run_in_progress, home.store_path)
-    summary = summarize(everything, start, running)
+    run_statuses = _run_statuses(app_context(ctx))
+    summary = summarize(everything, start, running, run_statuses)
     if pdf is not None:
         from medhelm_local.audit.report import compliance_report
         from medhelm_local.audit.report_pdf import render_pdf
@@ -198,7 +199,8 @@ def report(
         if pdf.is_dir():
             raise BadInputError(f"--pdf: {pdf} is a directory; expected a file path such as report.pdf")
         home.refuse_output(pdf, "--pdf")
-        report = compliance_report(everything, since=start, appliance=home.config.appliance_name, running=running)
+        report = compliance_report(everything, since=start, appliance=home.config.appliance_name, running=running,
+                                   run_statuses=run_statuses)
         atomic_write(pdf, render_pdf(report), mode=0o640)
     if as_json:
         emit_json({**summary.model_dump(), **({"pdf": str(pdf)} if pdf is not None else {})})
@@ -206,3 +208,17 @@ def report(
         sys.stdout.write(render_text(summary))
         if pdf is not None:
             info(f"wrote the compliance report as PDF to {pdf}")
+
+
+def _run_statuses(app_ctx: AppContext) -> dict[str, str] | None:
+    """Every run's stored status, by id: what the report says of a run's intent left open by a killed process. None
+    where the store cannot be read (none yet, no data key for this user, held by a writer): the report then says
+    only what the trail does."""
+    if not app_ctx.home.store_path.exists():
+        return None
+    try:
+        with app_ctx.open_store(read_only=True) as store:
+            return {run.run_id: run.status for run in store.list_runs()}
+    except Exception:  # the store is an aid here: the report is of the trail, and must not fail with the store
+        return None
+

@@ -152,10 +152,15 @@ def merge(ctx: typer.Context, run_id: str = typer.Argument(..., help="Run id of 
     (exit 2) while any shard of the run sends."""
     app_ctx = app_context(ctx)
     outcome = merge_shards(app_ctx, run_id, score=not skip_scoring)
+    # The merge has given the run's lock back: whether a shard sends the run now is read as `runs show` reads it.
+    with app_ctx.open_store(read_only=True) as store:
+        live = run_live(app_ctx.home, store, outcome.run)
+        shown = status_text(app_ctx.home, store, outcome.run, live)
     if as_json:
-        emit_json(outcome_payload(outcome))
+        emit_json({**outcome_payload(outcome), "live": live, "status_text": shown})
         return
     print_outcome(outcome, configured_reply_model(app_ctx, outcome.run.model))
-    info(f"merged {merged_text(outcome)}; run {run_id} is {outcome.run.status}"
-         + ("" if outcome.complete else " (items still unanswered: run the missing shards, or `medhelm-local run "
-                                        f"--resume {run_id}`, which sends them)"))
+    unanswered = ("" if outcome.complete or live is False else
+                  " (items still unanswered: run the missing shards, or `medhelm-local run "
+                  f"--resume {run_id}`, which sends them)")
+    info(f"merged {merged_text(outcome)}; run {run_id} is {shown}{unanswered}")

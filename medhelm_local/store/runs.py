@@ -326,7 +326,8 @@ def commit_outcomes(store: Store, run_id: str, session_id: str, wall_s: float, o
                     replace_errors: bool) -> None:
     """Commit a batch of outcomes and the session's counters in one transaction.
 
-    Normal mode never overwrites: a second outcome for an item is dropped (the primary key keeps the first).
+    Normal mode never overwrites: a second outcome for an item is dropped (the primary key keeps the first), with
+    its truncation record, and the session's counts of responses and errors count only the outcomes kept.
     ``replace_errors``: an item's stored *error* is moved to ``runner_error_history`` and replaced by the new
     outcome atomically, with the request (and its truncation record) the retry sent; a stored success is never
     replaced.
@@ -342,7 +343,7 @@ def commit_outcomes(store: Store, run_id: str, session_id: str, wall_s: float, o
         prompt_tokens=[r.prompt_tokens for r in results], completion_tokens=[r.completion_tokens for r in results],
         latency_s=[r.latency_s for r in results], attempts=[r.attempts for r in results],
         finish_reason=[r.finish_reason for r in results], endpoint=[r.endpoint for r in results])
-    errors = sum(1 for o in outcomes if not o.result.ok)
+    # Tokens and request time were spent on every outcome sent, kept or not (what the session cost).
     prompt_tokens = sum(o.result.prompt_tokens or 0 for o in outcomes)
     completion_tokens = sum(o.result.completion_tokens or 0 for o in outcomes)
     request_s = sum(o.result.latency_s for o in outcomes)
@@ -382,7 +383,9 @@ def commit_outcomes(store: Store, run_id: str, session_id: str, wall_s: float, o
         if scores:
             conn.execute(f"INSERT INTO scores SELECT $run_id, * FROM {NEW_SCORES.source}",
                          {"run_id": run_id, "batch": scores_batch(scores)})
-        cut = [(o.request, o.truncated) for o in outcomes if o.truncated is not None]
+        # The truncation record and the counts of responses and errors describe the outcomes kept: a dropped one's
+        # cut would replace the kept request's record, and counting it would count an answer the run lacks.
+        cut = [(o.request, o.truncated) for o in stored if o.truncated is not None]
         if cut:
             conn.execute(f"INSERT OR REPLACE INTO runner_truncations SELECT $run_id, * "
                          f"FROM {OUTCOME_TRUNCATIONS.source}",
@@ -396,8 +399,8 @@ def commit_outcomes(store: Store, run_id: str, session_id: str, wall_s: float, o
             "UPDATE runner_sessions SET last_commit_at = ?, wall_s = ?, responses = responses + ?, "
             "errors = errors + ?, prompt_tokens = prompt_tokens + ?, completion_tokens = completion_tokens + ?, "
             "request_s = request_s + ? WHERE run_id = ? AND session_id = ?",
-            [now, wall_s, len(outcomes), errors, prompt_tokens, completion_tokens, request_s, run_id,
-             session_id],
+            [now, wall_s, len(stored), sum(1 for o in stored if not o.result.ok), prompt_tokens, completion_tokens,
+             request_s, run_id, session_id],
         )
 
 

@@ -37,6 +37,7 @@ from medhelm_local.home.config import ConsoleRole
 from medhelm_local.home.keys import PUBLIC_KEY_FILE, load_public_key
 from medhelm_local.store.runlock import run_in_progress
 from medhelm_local.webconsole.app import bad_form_token, check_csrf, console_of, identity_of, requires
+from medhelm_local.webconsole.data import reading
 
 COMPLIANCE = ConsoleRole.COMPLIANCE
 MAX_RECORDS = 500
@@ -157,7 +158,17 @@ def _compliance_report(request: Request) -> ComplianceReport:
     console = console_of(request)
     return compliance_report(AuditTrail(console.home.audit_path).records(), since=_time(request, "since"),
                              appliance=console.home.config.appliance_name,
-                             running=partial(run_in_progress, console.home.store_path))
+                             running=partial(run_in_progress, console.home.store_path),
+                             run_statuses=_run_statuses(console.home))
+
+
+def _run_statuses(home: Home) -> dict[str, str] | None:
+    """Every run's stored status, by id, as for ``audit report``: None where the store cannot be read now."""
+    try:
+        with reading(home) as store:
+            return {run.run_id: run.status for run in store.list_runs()}
+    except Exception:  # the store is an aid here: the report is of the trail, and must not fail with the store
+        return None
 
 
 @requires(COMPLIANCE)

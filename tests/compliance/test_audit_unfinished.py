@@ -26,6 +26,8 @@ from medhelm_local.audit.trail import AuditTrail
 from medhelm_local.audit.verify import verify_file
 from medhelm_local.home.keys import ensure_keys, load_signing_key
 from medhelm_local.runner import session
+from medhelm_local.store import Store
+from medhelm_local.store.connection import StoreError
 from medhelm_local.testing.fake_openai import FakeOpenAIServer, hash_responder
 from tests.compliance.conftest import REQUESTER, EvaluatedHome, request_export, signers
 from tests.console.test_compliance_pdf import pdf_text
@@ -220,6 +222,37 @@ def test_a_run_failing_before_it_is_live_concludes_its_run_start(tmp_path: Path,
     assert finish["objects"]["error_type"] == "OSError" and finish["objects"]["intent_seq"] == start["seq"]
     assert "Jane" not in home.audit_path.read_text()
     assert unfinished(records) == []
+
+
+def test_a_run_failing_whose_failed_status_cannot_be_stored_raises_its_own_error_and_records_run_finish(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run failing once live, whose failure path then could not store the status `failed` (a full disk, a store
+    error), raised the store's error instead of its own, and wrote no `run.finish`: `audit report` listed its
+    `run.start` as having no outcome yet. The user sees the run's own error now, and the failure is recorded."""
+    set_run_status = Store.set_run_status
+
+    def disk_full_on_failure(self: Store, run_id: str, status: str, **kwargs: Any) -> None:
+        if status == "failed":
+            raise StoreError("IO Error: No space left on device")
+        set_run_status(self, run_id, status, **kwargs)
+
+    def scorer_down(*_args: object, **_kwargs: object) -> None:
+        raise LookupError("scorer down while reading Question number 1")
+
+    with FakeOpenAIServer(responder=hash_responder()) as server:
+        home = make_home(tmp_path / "home", [server.base_url])
+        register(home, synthetic_instances(3))
+        monkeypatch.setattr(Store, "set_run_status", disk_full_on_failure)
+        monkeypatch.setattr(evaluation, "benchmark_score", scorer_down)
+        with pytest.raises(LookupError, match="scorer down"):
+            evaluate(app(home), quiet())
+    records = AuditTrail(home.audit_path).records()
+    (start,) = [r for r in records if r["action"] == "run.start"]
+    (finish,) = [r for r in records if r["action"] == "run.finish"]
+    assert (finish["outcome"], finish["objects"]["error_type"]) == ("failure", "LookupError")
+    assert finish["objects"]["run_id"] == start["objects"]["run_id"]
+    assert unfinished(records) == []
+    assert "Question number" not in home.audit_path.read_text()
 
 
 def test_runs_merge_finishing_a_run_a_shard_failure_concluded_takes_it_up_again(

@@ -169,7 +169,8 @@ def test_a_merge_repeated_after_a_crash_reports_the_outcomes_it_added_not_those_
 
 def test_runs_merge_of_a_run_still_missing_items_names_the_resume_that_sends_them(tmp_path: Path) -> None:
     """`runs merge` of a run with items no shard sent said only "run the missing shards": a run whose Job is gone
-    (or one never sharded) had no way on named. It names `run --resume RUN_ID` too."""
+    (or one never sharded) had no way on named. It names `run --resume RUN_ID` too. It also said "run X is
+    running" (the stored status) of a run no process sends: it says interrupted, as `runs list`/`show` do."""
     with FakeOpenAIServer(responder=hash_responder()) as server:
         home = make_home(tmp_path / "home", [server.base_url])
         register(home, synthetic_instances(20))
@@ -177,8 +178,15 @@ def test_runs_merge_of_a_run_still_missing_items_names_the_resume_that_sends_the
     merged = subprocess.run(cli_argv(home, "runs", "merge", run_id), capture_output=True, text=True, env=cli_env(),
                             timeout=300)
     assert merged.returncode == 0, merged.stderr
-    assert (f"merged 0 outcome(s); run {run_id} is running (items still unanswered: run the missing shards, or "
-            f"`medhelm-local run --resume {run_id}`, which sends them)") in merged.stderr, merged.stderr
+    # No process sends the run: it is interrupted, as `runs show` says, never "running" (its stored status).
+    assert (f"merged 0 outcome(s); run {run_id} is interrupted (no process is sending it; resume with: "
+            f"medhelm-local run --resume {run_id})") in merged.stderr, merged.stderr
+    assert " is running" not in merged.stderr
+    as_json = subprocess.run(cli_argv(home, "runs", "merge", run_id, "--json"), capture_output=True, text=True,
+                             env=cli_env(), timeout=300)
+    payload = json.loads(as_json.stdout)
+    assert (payload["status"], payload["live"]) == ("running", False)
+    assert payload["status_text"].startswith("interrupted (no process is sending it")
 
 
 def test_a_store_a_killed_shard_left_half_built_is_removed_by_runs_merge_and_by_a_resume(tmp_path: Path) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from medhelm_local.records import ChatMessage, InferenceRequest, InferenceResult, Instance
+from medhelm_local.records import ChatMessage, InferenceRequest, InferenceResult, Instance, Truncated
 from medhelm_local.store import Store
 from medhelm_local.store import runs as runs_db
 from tests.scoring.helpers import add_run, make_home, register
@@ -83,3 +83,25 @@ def test_copying_requests_into_a_store_twice_adds_them_once(tmp_path: Path) -> N
                   for _ in range(2)]  # a merge repeated after a crash
         assert copies == [runs_db.Copied(offered=1, added=1), runs_db.Copied(offered=1, added=0)]
         assert target.conn.execute("SELECT count(*) FROM requests").fetchone() == (1,)
+
+
+def test_an_outcome_dropped_as_a_second_one_for_its_item_is_not_counted_nor_its_cut_recorded(tmp_path: Path
+                                                                                              ) -> None:
+    """A second outcome offered for an item is dropped (the key keeps the first), but the session's `responses` and
+    `errors` counted it, and its truncation record replaced the kept request's (INSERT OR REPLACE): `runs show`
+    counted answers the run lacks, and the cut reported was not the one of the request whose answer is scored. They
+    count and record the outcomes kept now; tokens and request time, spent either way, count every one sent."""
+    home = make_home(tmp_path / "home")
+    with Store.open(home) as store:
+        fingerprint = register(store, "pubmedqa", DATA)
+        run_id = add_run(store, "m", "pubmedqa", fingerprint, DATA, {"p0": "yes"})
+        runs_db.start_session(store, run_id, "s2", mode="resume", shard=None, endpoints=[])
+        cut = Truncated(field="context", field_chars=900, removed_chars=400, removed_tokens=100, prompt_tokens=50)
+        dropped = runs_db.Outcome(_outcome("again", None).request,
+                                  InferenceResult(error="timeout", latency_s=0.5, prompt_tokens=7), truncated=cut)
+        runs_db.commit_outcomes(store, run_id, "s2", 1.0, [dropped], replace_errors=False)
+        session = next(s for s in runs_db.sessions(store, run_id) if s["session_id"] == "s2")
+        assert (session["responses"], session["errors"]) == (0, 0)
+        assert (session["prompt_tokens"], session["request_s"]) == (7, 0.5)
+        assert store.conn.execute("SELECT count(*) FROM runner_truncations WHERE run_id = ?", [run_id]
+                                  ).fetchone() == (0,)
