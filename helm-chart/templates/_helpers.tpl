@@ -299,6 +299,9 @@ true
 {{- if gt (len $pins) 1 -}}
 {{- fail (printf "%s are all set, but the pods read the audit key's fingerprint from one place: set only one of auditKey.fingerprint, auditKey.existingConfigMap or auditKey.existingSecret" (join " and " $pins)) -}}
 {{- end -}}
+{{- if and .Values.console.ingress.enabled (not .Values.console.enabled) -}}
+{{- fail "console.ingress.enabled is true but console.enabled is false: the chart renders no console and so no Ingress for it; set console.enabled: true (and its OIDC settings), or console.ingress.enabled: false" -}}
+{{- end -}}
 {{- if and .Values.runner.command .Values.runner.extraArgs -}}
 {{- fail "runner.extraArgs is added to the run command the chart builds; with runner.command it would be ignored: put those arguments in runner.command" -}}
 {{- end -}}

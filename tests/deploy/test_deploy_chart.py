@@ -811,6 +811,16 @@ def test_a_vllm_api_key_value_beside_its_existing_secret_is_refused():
         render({"vllmApiKey": {"existingSecret": "medhelm-vllm-api-key", "value": "old-key-in-the-values"}})
 
 
+def test_a_console_ingress_without_the_console_is_refused():
+    """console.ingress.enabled with console.enabled false rendered no Ingress and said nothing: the site believed
+    it had published the console. The chart now refuses it at render; with the console on, the Ingress renders."""
+    ingress = {"enabled": True, "host": "medhelm.hospital.example"}
+    with pytest.raises(helm_python.HelmError, match=r"console\.ingress\.enabled is true but console\.enabled is "
+                                                    r"false: the chart renders no console"):
+        render({"console": {"enabled": False, "ingress": ingress}})
+    assert by_kind(render({"console": _CONSOLE | {"ingress": ingress}}), "Ingress")
+
+
 # --- vLLM model servers and judges ------------------------------------------------------------------------
 
 
