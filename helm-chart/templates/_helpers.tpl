@@ -230,6 +230,9 @@ true
 {{- $names = append $names .name -}}
 {{- end -}}
 {{- range $arg := .Values.vllm.extraArgs -}}
+{{- if include "medhelm.accessLogFlag" $arg -}}
+{{- fail (printf "vllm.extraArgs %q turns uvicorn's access log back on (a line per request with the client address and path), which the chart turns off on every server with --disable-uvicorn-access-log: remove it" $arg) -}}
+{{- end -}}
 {{- with include "medhelm.parallelFlag" $arg -}}
 {{- fail (printf "vllm.extraArgs %q sets the %s of every model, which the chart passes itself and checks each model's gpu.count against: remove it and set %s on the models and judges" $arg . .) -}}
 {{- end -}}
@@ -261,6 +264,9 @@ true
      unseen by the GPU check below. */ -}}
 {{- $model := .name -}}
 {{- range $arg := (default (list) .extraArgs) -}}
+{{- if include "medhelm.accessLogFlag" $arg -}}
+{{- fail (printf "model %q: extraArgs %q turns uvicorn's access log back on (a line per request with the client address and path), which the chart turns off on every server with --disable-uvicorn-access-log: remove it" $model $arg) -}}
+{{- end -}}
 {{- with include "medhelm.parallelFlag" $arg -}}
 {{- fail (printf "model %q: extraArgs %q sets the %s vLLM runs with, which the chart passes itself and checks gpu.count against: remove it and set %s on the model" $model $arg . .) -}}
 {{- end -}}
@@ -398,6 +404,13 @@ true
 {{- $short := and (not (hasPrefix "--" $name)) (gt (len $name) 1) (hasPrefix $name (index $spellings 1)) -}}
 {{- if or $long $short -}}{{- $value -}}{{- end -}}
 {{- end -}}
+{{- end -}}
+
+{{/* "true" when an extra `vllm serve` argument is --no-disable-uvicorn-access-log (vLLM's boolean flags take a
+     --no- form), as vLLM's parser reads it: underscores as dashes, "=value" attached, an abbreviation. */}}
+{{- define "medhelm.accessLogFlag" -}}
+{{- $name := regexReplaceAll "=.*$" . "" | replace "_" "-" -}}
+{{- if and (hasPrefix "--no-disable-u" $name) (hasPrefix $name "--no-disable-uvicorn-access-log") -}}true{{- end -}}
 {{- end -}}
 
 {{/* "true" when an extra `vllm serve` argument is --served-model-name, as vLLM's parser reads it (underscores as

@@ -914,6 +914,28 @@ def test_chart_and_serve_vllm_refuse_the_same_parallel_size_flags(arg):
     assert refused_by_chart == (parallel_flag(arg) is not None)
 
 
+@pytest.mark.parametrize("where", ["model", "vllm"])
+def test_site_extra_args_keep_the_access_log_off(where):
+    """vllm.extraArgs used to default to ["--disable-uvicorn-access-log"]: a site setting its own list (say
+    ["--enable-prefix-caching"]) replaced it and every server logged an access line per request again. The chart
+    now passes the flag itself, whatever extraArgs says, and refuses the --no- form that would undo it."""
+    model = {"name": "m", "weights": {"claim": "w"}}
+    values: dict[str, Any] = {"models": [model], "vllm": {"extraArgs": ["--enable-prefix-caching"]}}
+    if where == "model":
+        model["extraArgs"] = ["--max-num-seqs", "64"]
+    (sts,) = servers(render(values))
+    args = pod_spec(sts)["containers"][0]["args"]
+    assert "--disable-uvicorn-access-log" in args and "--enable-prefix-caching" in args
+    assert args.index("--disable-uvicorn-access-log") < args.index("--enable-prefix-caching")
+    for undo in ("--no-disable-uvicorn-access-log", "--no_disable_uvicorn_access_log=true", "--no-disable-uvi"):
+        if where == "model":
+            model["extraArgs"] = [undo]
+        else:
+            values["vllm"] = {"extraArgs": [undo]}
+        with pytest.raises(helm_python.HelmError, match=r"turns uvicorn's access log back on"):
+            render(values)
+
+
 @pytest.mark.parametrize(("arg", "refused"), [
     ("--served-model-name", True), ("--served_model_name=other", True), ("--served-model", True), ("--ser", True),
     ("--seed", False), ("--served-model-names", False), ("-O3", False)])
