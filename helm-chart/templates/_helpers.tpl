@@ -305,6 +305,17 @@ true
 {{- if gt (len $pins) 1 -}}
 {{- fail (printf "%s are all set, but the pods read the audit key's fingerprint from one place: set only one of auditKey.fingerprint, auditKey.existingConfigMap or auditKey.existingSecret" (join " and " $pins)) -}}
 {{- end -}}
+{{- /* A public key file pinned through runner.extraEnv anchors the audit trail only where the appliance cannot
+     write it: a read-only mount, never the home, audit, keys or scratch volumes. */ -}}
+{{- range (default (list) .Values.runner.extraEnv) -}}
+{{- if eq .name "MEDHELM_AUDIT_PUBKEY_FILE" -}}
+{{- $path := default "" .value -}}
+{{- $writable := `^/(var/lib/medhelm|var/lib/medhelm-audit|var/lib/medhelm-incoming|run/medhelm|tmp)(/|$)` -}}
+{{- if or (not (hasPrefix "/" $path)) (contains "/.." $path) (regexMatch $writable $path) -}}
+{{- fail "runner.extraEnv MEDHELM_AUDIT_PUBKEY_FILE must be a literal absolute path (value, no \"..\") on a read-only mount (runner.extraVolumes, e.g. a ConfigMap): not on the home, audit, keys, incoming or /tmp volumes, which the appliance writes, so a key there anchors nothing" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- if and .Values.console.ingress.enabled (not .Values.console.enabled) -}}
 {{- fail "console.ingress.enabled is true but console.enabled is false: the chart renders no console and so no Ingress for it; set console.enabled: true (and its OIDC settings), or console.ingress.enabled: false" -}}
 {{- end -}}

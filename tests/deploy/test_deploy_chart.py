@@ -642,6 +642,16 @@ def test_one_models_node_selector_and_affinity_stay_with_that_model():
         ("MEDHELM_EXPORT_POLICY", "/var/lib/medhelm/policy.yaml"),  # a policy the appliance itself can write
         ("MEDHELM_AUDIT_KEY_FINGERPRINT", "SHA256:x"),  # re-pins over compliance's ConfigMap
         ("MEDHELM_KEYS_DIR", "/var/lib/medhelm/keys"),
+        ("MEDHELM_ACTOR", "someone-else"),  # the identity written into the audit trail
+        ("TMPDIR", "/var/lib/medhelm"),  # scratch files onto the backed-up home volume instead of an emptyDir
+        ("HOME", "/var/lib/medhelm-audit"),
+        ("HTTPS_PROXY", "http://proxy.hospital.example:3128"),  # every request through a third party
+        ("HTTP_PROXY", "http://proxy.hospital.example:3128"),
+        ("ALL_PROXY", "socks5://proxy.hospital.example:1080"),
+        ("https_proxy", "http://proxy.hospital.example:3128"),
+        ("NO_PROXY", ""),
+        ("PYTHONPATH", "/var/lib/medhelm/site"),  # other code, run in the pods that hold the keys
+        ("LD_PRELOAD", "/var/lib/medhelm/hook.so"),
     ],
 )
 def test_extra_env_cannot_override_what_the_chart_pins(where, name, value):
@@ -658,6 +668,33 @@ def test_extra_env_cannot_override_what_the_chart_pins(where, name, value):
         path = rf"/{where}/extraEnv/0/name"
     with pytest.raises(helm_python.HelmError, match=path):
         render(values)
+
+
+@pytest.mark.parametrize("path", ["/var/lib/medhelm/pub.pem", "/var/lib/medhelm-audit/k.pub", "/tmp/k.pub",
+                                  "/run/medhelm/keys/signing-ed25519.pub.pem", "/etc/medhelm/../../var/lib/medhelm/p",
+                                  "pub.pem", None])
+def test_an_audit_public_key_pin_on_a_volume_the_appliance_writes_is_refused(path):
+    """MEDHELM_AUDIT_PUBKEY_FILE (RUNBOOK: the public key mounted read-only) anchors the trail only off the
+    appliance's writable volumes: pointed at the home, it was a key whoever holds the home could replace."""
+    entry: dict[str, Any] = {"name": "MEDHELM_AUDIT_PUBKEY_FILE"}
+    if path is None:
+        entry["valueFrom"] = {"configMapKeyRef": {"name": "x", "key": "path"}}
+    else:
+        entry["value"] = path
+    values = load_values("gpu")
+    values["runner"]["extraEnv"] = [entry]
+    with pytest.raises(helm_python.HelmError, match=r"MEDHELM_AUDIT_PUBKEY_FILE must be a literal absolute path"):
+        render(values)
+    values["runner"]["extraEnv"] = [{"name": "MEDHELM_AUDIT_PUBKEY_FILE", "value": "/etc/medhelm/audit-key/key.pub"}]
+    assert render(values)
+
+
+@pytest.mark.parametrize("name", ["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "MEDHELM_LOCK_TIMEOUT_S", "NCCL_DEBUG"])
+def test_extra_env_still_takes_a_site_ca_and_harmless_settings(name):
+    values = load_values("gpu")
+    values["runner"]["extraEnv"] = [{"name": name, "value": "/etc/site-ca/ca.pem"}]
+    (cron,) = by_kind(render(values), "CronJob")
+    assert env_map(pod_spec(cron)["containers"][0])[name] == "/etc/site-ca/ca.pem"
 
 
 def test_every_pinned_env_var_keeps_the_charts_value(rendered):
