@@ -567,6 +567,10 @@ containers:
     env:
       {{- include "medhelm.runnerEnv" . | nindent 6 }}
       - {name: MEDHELM_ACTOR, value: {{ .Values.toolbox.actor | quote }}}
+      {{- if .Values.networkPolicy.enabled }}
+      # Its NetworkPolicies reach DNS only: `run` here is refused (exit 2) instead of recording every request failed.
+      - {name: MEDHELM_NO_MODEL_EGRESS, value: "1"}
+      {{- end }}
     readinessProbe:
       exec: {command: ["medhelm-local", "doctor", "--json"]}
       periodSeconds: 60
@@ -693,6 +697,8 @@ volumes:
     configMapKeyRef: {name: {{ default (printf "%s-audit-key" (include "medhelm.fullname" $)) .existingConfigMap | quote }}, key: {{ .key | quote }}}
 {{- end }}
 {{- end }}
+# Hints to resume a run name a Job from this CronJob (deploy/RUNBOOK.md, Runs), not a command typed here.
+- {name: MEDHELM_RUNNER_CRONJOB, value: {{ printf "%s-runner" (include "medhelm.fullname" .) | quote }}}
 - {name: HOME, value: /var/lib/medhelm}
 - {name: TMPDIR, value: /tmp}
 - {name: VLLM_NO_USAGE_STATS, value: "1"}

@@ -697,6 +697,28 @@ def test_extra_env_still_takes_a_site_ca_and_harmless_settings(name):
     assert env_map(pod_spec(cron)["containers"][0])[name] == "/etc/site-ca/ca.pem"
 
 
+@pytest.mark.parametrize("network_policy", [True, False])
+def test_appliance_pods_say_how_runs_are_sent_here(network_policy):
+    """`runs list`, `runs show` and the console told a user in the toolbox to type `medhelm-local run --resume`, and
+    `run` there sent every request into a failure (the toolbox reaches DNS only). Every appliance pod names the
+    runner CronJob (its hints name a Job from it); the toolbox, while its NetworkPolicies hold, says it reaches no
+    model server, so `run` there is refused (exit 2) before anything is sent."""
+    values = load_values("gpu") | {"console": _CONSOLE, "networkPolicy": {"enabled": network_policy}}
+    docs = render(values)
+    (cron,) = by_kind(docs, "CronJob")
+    containers = {d["metadata"]["name"]: env_map(c) for d in workloads(docs) for c in pod_spec(d)["containers"]
+                  if c["name"] in {"runner", "toolbox", "console"}}
+    assert len(containers) == 3
+    for name, env in containers.items():
+        assert env["MEDHELM_RUNNER_CRONJOB"] == cron["metadata"]["name"], name
+        no_egress = name.endswith("-toolbox") and network_policy
+        assert env.get("MEDHELM_NO_MODEL_EGRESS") == ("1" if no_egress else None), name
+    for pinned in ("MEDHELM_RUNNER_CRONJOB", "MEDHELM_NO_MODEL_EGRESS"):
+        values["runner"]["extraEnv"] = [{"name": pinned, "value": "x"}]
+        with pytest.raises(helm_python.HelmError, match="/runner/extraEnv/0/name"):
+            render(values)
+
+
 def test_every_pinned_env_var_keeps_the_charts_value(rendered):
     """Whatever a value set adds, the effective (last) value of each pinned variable is the chart's."""
     pinned = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
