@@ -230,6 +230,9 @@ true
 {{- $names = append $names .name -}}
 {{- end -}}
 {{- range $arg := .Values.vllm.extraArgs -}}
+{{- if include "medhelm.accessLogFlag" $arg -}}
+{{- fail (printf "vllm.extraArgs %q turns uvicorn's access log back on (a line per request with the client address and path), which the chart turns off on every server with --disable-uvicorn-access-log: remove it" $arg) -}}
+{{- end -}}
 {{- with include "medhelm.parallelFlag" $arg -}}
 {{- fail (printf "vllm.extraArgs %q sets the %s of every model, which the chart passes itself and checks each model's gpu.count against: remove it and set %s on the models and judges" $arg . .) -}}
 {{- end -}}
@@ -261,6 +264,9 @@ true
      unseen by the GPU check below. */ -}}
 {{- $model := .name -}}
 {{- range $arg := (default (list) .extraArgs) -}}
+{{- if include "medhelm.accessLogFlag" $arg -}}
+{{- fail (printf "model %q: extraArgs %q turns uvicorn's access log back on (a line per request with the client address and path), which the chart turns off on every server with --disable-uvicorn-access-log: remove it" $model $arg) -}}
+{{- end -}}
 {{- with include "medhelm.parallelFlag" $arg -}}
 {{- fail (printf "model %q: extraArgs %q sets the %s vLLM runs with, which the chart passes itself and checks gpu.count against: remove it and set %s on the model" $model $arg . .) -}}
 {{- end -}}
@@ -298,6 +304,20 @@ true
 {{- end -}}
 {{- if gt (len $pins) 1 -}}
 {{- fail (printf "%s are all set, but the pods read the audit key's fingerprint from one place: set only one of auditKey.fingerprint, auditKey.existingConfigMap or auditKey.existingSecret" (join " and " $pins)) -}}
+{{- end -}}
+{{- /* A public key file pinned through runner.extraEnv anchors the audit trail only where the appliance cannot
+     write it: a read-only mount, never the home, audit, keys or scratch volumes. */ -}}
+{{- range (default (list) .Values.runner.extraEnv) -}}
+{{- if eq .name "MEDHELM_AUDIT_PUBKEY_FILE" -}}
+{{- $path := default "" .value -}}
+{{- $writable := `^/(var/lib/medhelm|var/lib/medhelm-audit|var/lib/medhelm-incoming|run/medhelm|tmp)(/|$)` -}}
+{{- if or (not (hasPrefix "/" $path)) (contains "/.." $path) (regexMatch $writable $path) -}}
+{{- fail "runner.extraEnv MEDHELM_AUDIT_PUBKEY_FILE must be a literal absolute path (value, no \"..\") on a read-only mount (runner.extraVolumes, e.g. a ConfigMap): not on the home, audit, keys, incoming or /tmp volumes, which the appliance writes, so a key there anchors nothing" -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if and .Values.console.ingress.enabled (not .Values.console.enabled) -}}
+{{- fail "console.ingress.enabled is true but console.enabled is false: the chart renders no console and so no Ingress for it; set console.enabled: true (and its OIDC settings), or console.ingress.enabled: false" -}}
 {{- end -}}
 {{- if and .Values.runner.command .Values.runner.extraArgs -}}
 {{- fail "runner.extraArgs is added to the run command the chart builds; with runner.command it would be ignored: put those arguments in runner.command" -}}
@@ -395,6 +415,13 @@ true
 {{- $short := and (not (hasPrefix "--" $name)) (gt (len $name) 1) (hasPrefix $name (index $spellings 1)) -}}
 {{- if or $long $short -}}{{- $value -}}{{- end -}}
 {{- end -}}
+{{- end -}}
+
+{{/* "true" when an extra `vllm serve` argument is --no-disable-uvicorn-access-log (vLLM's boolean flags take a
+     --no- form), as vLLM's parser reads it: underscores as dashes, "=value" attached, an abbreviation. */}}
+{{- define "medhelm.accessLogFlag" -}}
+{{- $name := regexReplaceAll "=.*$" . "" | replace "_" "-" -}}
+{{- if and (hasPrefix "--no-disable-u" $name) (hasPrefix $name "--no-disable-uvicorn-access-log") -}}true{{- end -}}
 {{- end -}}
 
 {{/* "true" when an extra `vllm serve` argument is --served-model-name, as vLLM's parser reads it (underscores as
@@ -540,6 +567,10 @@ containers:
     env:
       {{- include "medhelm.runnerEnv" . | nindent 6 }}
       - {name: MEDHELM_ACTOR, value: {{ .Values.toolbox.actor | quote }}}
+      {{- if .Values.networkPolicy.enabled }}
+      # Its NetworkPolicies reach DNS only: `run` here is refused (exit 2) instead of recording every request failed.
+      - {name: MEDHELM_NO_MODEL_EGRESS, value: "1"}
+      {{- end }}
     readinessProbe:
       exec: {command: ["medhelm-local", "doctor", "--json"]}
       periodSeconds: 60
@@ -666,6 +697,8 @@ volumes:
     configMapKeyRef: {name: {{ default (printf "%s-audit-key" (include "medhelm.fullname" $)) .existingConfigMap | quote }}, key: {{ .key | quote }}}
 {{- end }}
 {{- end }}
+# Hints to resume a run name a Job from this CronJob (deploy/RUNBOOK.md, Runs), not a command typed here.
+- {name: MEDHELM_RUNNER_CRONJOB, value: {{ printf "%s-runner" (include "medhelm.fullname" .) | quote }}}
 - {name: HOME, value: /var/lib/medhelm}
 - {name: TMPDIR, value: /tmp}
 - {name: VLLM_NO_USAGE_STATS, value: "1"}

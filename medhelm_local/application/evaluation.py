@@ -49,8 +49,10 @@ from medhelm_local.audit import audit_event
 from medhelm_local.audit.intents import INTENT_SEQ, open_intent
 from medhelm_local.audit.trail import AuditTrail, AuditWriteError
 from medhelm_local.context import AppContext
+from medhelm_local.deployment import refuse_sending_without_egress, runner_cronjob, send_again_hint
 from medhelm_local.errors import BadInputError, Interrupted, NotFoundError
 from medhelm_local.home import Home
+from medhelm_local.home.config import BackendKind
 from medhelm_local.inference.backends import open_client
 from medhelm_local.inference.client import ChatClient
 from medhelm_local.inference.tokens import TokenCounter
@@ -109,6 +111,9 @@ def evaluate(app_ctx: AppContext, request: EvaluationRequest) -> RunOutcome:
             main = main_scope.enter_context(_open_main(app_ctx, mode))
             conclude_left_open(app_ctx, main)  # before this process takes a run's lock (see there)
             target = session.resolve(main, config, app_ctx.specs, request.selection, mode)
+            if target.endpoint.kind != BackendKind.EMBEDDED:
+                refuse_sending_without_egress(target.run_id if target.run is not None else None,
+                                              "--retry-errors" if mode.kind == "retry_errors" else "--resume")
             sending = session.sending_for(main, config, target, request.sending)
             settings = session.execution_settings(config, sending.sending, target.endpoint,
                                                   errors_only=mode.kind == "retry_errors")
@@ -140,8 +145,9 @@ def evaluate(app_ctx: AppContext, request: EvaluationRequest) -> RunOutcome:
                 retrying = mode.kind == "retry_errors"
                 again, rest = (("--retry-errors", "re-sends the failures not retried yet") if retrying
                                else ("--resume", "sends the rest"))
-                raise Interrupted(f"interrupted: run {taken.live} keeps every answer it received; "
-                                  f"`medhelm-local --home {shlex.quote(str(home.root))} run {again} {taken.live}` "
+                command = (send_again_hint(taken.live, again) if runner_cronjob() is not None else
+                           f"`medhelm-local --home {shlex.quote(str(home.root))} run {again} {taken.live}`")
+                raise Interrupted(f"interrupted: run {taken.live} keeps every answer it received; {command} "
                                   f"{rest}") from None
             raise
     outcome.report = report
@@ -214,7 +220,7 @@ def _refuse_retry_with_items_unsent(main: Store, run_id: str) -> None:
     if unsent:
         raise BadInputError(
             f"run {run_id} has {unsent} item(s) never sent (its process was stopped before it sent them), and "
-            f"--retry-errors re-sends failed requests only: `medhelm-local run --resume {run_id}` sends them "
+            f"--retry-errors re-sends failed requests only: {send_again_hint(run_id, quoted=True)} sends them "
             "first, then --retry-errors redoes the failures")
 
 

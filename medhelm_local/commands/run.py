@@ -15,6 +15,7 @@ import typer
 from medhelm_local.application.evaluation import EvaluationRequest, Mode, RunOutcome, Selection, Sending, evaluate
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import AppContext, app_context
+from medhelm_local.deployment import send_again_hint
 from medhelm_local.errors import BadInputError
 from medhelm_local.formatting import duration
 from medhelm_local.inference.client import MODEL_MISMATCH
@@ -106,8 +107,8 @@ def print_outcome(outcome: RunOutcome, reply_model: str | None = None) -> None:
              f"{report.prompt_tokens} prompt + {report.completion_tokens} completion tokens")
     for benchmark, categories in outcome.errors.items():
         detail = ", ".join(f"{c}: {n}" for c, n in categories.items())
-        info(f"{benchmark}: recorded failures ({detail}); `medhelm-local run --retry-errors {outcome.run.run_id}` "
-             "re-sends only those")
+        info(f"{benchmark}: recorded failures ({detail}); "
+             f"{send_again_hint(outcome.run.run_id, '--retry-errors', quoted=True)} re-sends only those")
     context = (outcome.run.manifest or {}).get("context") or {}
     if report is not None and context.get("source") == "default":  # said once per command that sent something
         model = outcome.run.model
@@ -133,8 +134,8 @@ def print_outcome(outcome: RunOutcome, reply_model: str | None = None) -> None:
              "reply_model: NAME on the model in appliance.yaml (the server's own name for it is never logged: it may "
              "echo a prompt; its /v1/models lists it)")
     if outcome.run.status == "inferred":
-        info(f"run {outcome.run.run_id}: inference done, not scored; `medhelm-local run --resume "
-             f"{outcome.run.run_id}` scores it")
+        scores_it = send_again_hint(outcome.run.run_id, quoted=True)
+        info(f"run {outcome.run.run_id}: inference done, not scored; {scores_it} scores it")
     if outcome.shard is not None and not outcome.complete:
         info(f"shard {outcome.shard} merged {merged_text(outcome)} into run {outcome.run.run_id}; the run "
              "finishes when its last shard merges")

@@ -11,6 +11,7 @@ from medhelm_local.application.evaluation import merge_shards
 from medhelm_local.commands.run import configured_reply_model, merged_text, outcome_payload, print_outcome
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import AppContext, app_context
+from medhelm_local.deployment import send_again_hint
 from medhelm_local.errors import NotFoundError
 from medhelm_local.formatting import duration, money
 from medhelm_local.prompts.styles import run_prompt_style
@@ -161,6 +162,6 @@ def merge(ctx: typer.Context, run_id: str = typer.Argument(..., help="Run id of 
         return
     print_outcome(outcome, configured_reply_model(app_ctx, outcome.run.model))
     unanswered = ("" if outcome.complete or live is False else
-                  " (items still unanswered: run the missing shards, or `medhelm-local run "
-                  f"--resume {run_id}`, which sends them)")
+                  " (items still unanswered: run the missing shards, or "
+                  f"{send_again_hint(run_id, quoted=True)}, which sends them)")
     info(f"merged {merged_text(outcome)}; run {run_id} is {shown}{unanswered}")

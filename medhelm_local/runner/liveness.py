@@ -8,6 +8,7 @@ shard lock (each shard of a sharded run, shared).
 
 from __future__ import annotations
 
+from medhelm_local.deployment import send_again_hint
 from medhelm_local.home import Home
 from medhelm_local.runner import shard as sharding
 from medhelm_local.runner.plan import derived_run_id
@@ -39,7 +40,7 @@ def status_text(home: Home, store: Store, run: RunInfo, live: bool | None) -> st
     if live is False:
         sessions = runs_db.sessions(store, run.run_id)
         again = "--retry-errors" if sessions and sessions[-1]["mode"] == "retry_errors" else "--resume"
-        resume = f"medhelm-local run {again} {run.run_id}"
+        resume = send_again_hint(run.run_id, again)
         if sharding.pending_shard_files(home, run.run_id):
             resume = f"medhelm-local runs merge {run.run_id}, then {resume} if it is still unfinished"
         return f"interrupted (no process is sending it; resume with: {resume})"

@@ -28,6 +28,7 @@ from medhelm_local.analysis.leaderboard import (
 )
 from medhelm_local.analysis.stats import DEFAULT_RESAMPLES
 from medhelm_local.benchmarks.registry import SpecRegistry
+from medhelm_local.deployment import send_again_hint
 from medhelm_local.errors import MedhelmError, NotFoundError
 from medhelm_local.home import Home
 from medhelm_local.home.keys import load_data_key
@@ -170,6 +171,14 @@ class RunSummary:
     def badge(self) -> str:
         """The status a page's badge (and its reloading) goes by: a run no process sends counts as interrupted."""
         return "interrupted" if self.live is False else self.run.status
+
+    @property
+    def resume_hint(self) -> str:
+        return send_again_hint(self.run.run_id)
+
+    @property
+    def retry_hint(self) -> str:
+        return send_again_hint(self.run.run_id, "--retry-errors")
 
     @property
     def planned(self) -> int:

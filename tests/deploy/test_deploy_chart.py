@@ -642,6 +642,16 @@ def test_one_models_node_selector_and_affinity_stay_with_that_model():
         ("MEDHELM_EXPORT_POLICY", "/var/lib/medhelm/policy.yaml"),  # a policy the appliance itself can write
         ("MEDHELM_AUDIT_KEY_FINGERPRINT", "SHA256:x"),  # re-pins over compliance's ConfigMap
         ("MEDHELM_KEYS_DIR", "/var/lib/medhelm/keys"),
+        ("MEDHELM_ACTOR", "someone-else"),  # the identity written into the audit trail
+        ("TMPDIR", "/var/lib/medhelm"),  # scratch files onto the backed-up home volume instead of an emptyDir
+        ("HOME", "/var/lib/medhelm-audit"),
+        ("HTTPS_PROXY", "http://proxy.hospital.example:3128"),  # every request through a third party
+        ("HTTP_PROXY", "http://proxy.hospital.example:3128"),
+        ("ALL_PROXY", "socks5://proxy.hospital.example:1080"),
+        ("https_proxy", "http://proxy.hospital.example:3128"),
+        ("NO_PROXY", ""),
+        ("PYTHONPATH", "/var/lib/medhelm/site"),  # other code, run in the pods that hold the keys
+        ("LD_PRELOAD", "/var/lib/medhelm/hook.so"),
     ],
 )
 def test_extra_env_cannot_override_what_the_chart_pins(where, name, value):
@@ -658,6 +668,55 @@ def test_extra_env_cannot_override_what_the_chart_pins(where, name, value):
         path = rf"/{where}/extraEnv/0/name"
     with pytest.raises(helm_python.HelmError, match=path):
         render(values)
+
+
+@pytest.mark.parametrize("path", ["/var/lib/medhelm/pub.pem", "/var/lib/medhelm-audit/k.pub", "/tmp/k.pub",
+                                  "/run/medhelm/keys/signing-ed25519.pub.pem", "/etc/medhelm/../../var/lib/medhelm/p",
+                                  "pub.pem", None])
+def test_an_audit_public_key_pin_on_a_volume_the_appliance_writes_is_refused(path):
+    """MEDHELM_AUDIT_PUBKEY_FILE (RUNBOOK: the public key mounted read-only) anchors the trail only off the
+    appliance's writable volumes: pointed at the home, it was a key whoever holds the home could replace."""
+    entry: dict[str, Any] = {"name": "MEDHELM_AUDIT_PUBKEY_FILE"}
+    if path is None:
+        entry["valueFrom"] = {"configMapKeyRef": {"name": "x", "key": "path"}}
+    else:
+        entry["value"] = path
+    values = load_values("gpu")
+    values["runner"]["extraEnv"] = [entry]
+    with pytest.raises(helm_python.HelmError, match=r"MEDHELM_AUDIT_PUBKEY_FILE must be a literal absolute path"):
+        render(values)
+    values["runner"]["extraEnv"] = [{"name": "MEDHELM_AUDIT_PUBKEY_FILE", "value": "/etc/medhelm/audit-key/key.pub"}]
+    assert render(values)
+
+
+@pytest.mark.parametrize("name", ["SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "MEDHELM_LOCK_TIMEOUT_S", "NCCL_DEBUG"])
+def test_extra_env_still_takes_a_site_ca_and_harmless_settings(name):
+    values = load_values("gpu")
+    values["runner"]["extraEnv"] = [{"name": name, "value": "/etc/site-ca/ca.pem"}]
+    (cron,) = by_kind(render(values), "CronJob")
+    assert env_map(pod_spec(cron)["containers"][0])[name] == "/etc/site-ca/ca.pem"
+
+
+@pytest.mark.parametrize("network_policy", [True, False])
+def test_appliance_pods_say_how_runs_are_sent_here(network_policy):
+    """`runs list`, `runs show` and the console told a user in the toolbox to type `medhelm-local run --resume`, and
+    `run` there sent every request into a failure (the toolbox reaches DNS only). Every appliance pod names the
+    runner CronJob (its hints name a Job from it); the toolbox, while its NetworkPolicies hold, says it reaches no
+    model server, so `run` there is refused (exit 2) before anything is sent."""
+    values = load_values("gpu") | {"console": _CONSOLE, "networkPolicy": {"enabled": network_policy}}
+    docs = render(values)
+    (cron,) = by_kind(docs, "CronJob")
+    containers = {d["metadata"]["name"]: env_map(c) for d in workloads(docs) for c in pod_spec(d)["containers"]
+                  if c["name"] in {"runner", "toolbox", "console"}}
+    assert len(containers) == 3
+    for name, env in containers.items():
+        assert env["MEDHELM_RUNNER_CRONJOB"] == cron["metadata"]["name"], name
+        no_egress = name.endswith("-toolbox") and network_policy
+        assert env.get("MEDHELM_NO_MODEL_EGRESS") == ("1" if no_egress else None), name
+    for pinned in ("MEDHELM_RUNNER_CRONJOB", "MEDHELM_NO_MODEL_EGRESS"):
+        values["runner"]["extraEnv"] = [{"name": pinned, "value": "x"}]
+        with pytest.raises(helm_python.HelmError, match="/runner/extraEnv/0/name"):
+            render(values)
 
 
 def test_every_pinned_env_var_keeps_the_charts_value(rendered):
@@ -811,6 +870,16 @@ def test_a_vllm_api_key_value_beside_its_existing_secret_is_refused():
         render({"vllmApiKey": {"existingSecret": "medhelm-vllm-api-key", "value": "old-key-in-the-values"}})
 
 
+def test_a_console_ingress_without_the_console_is_refused():
+    """console.ingress.enabled with console.enabled false rendered no Ingress and said nothing: the site believed
+    it had published the console. The chart now refuses it at render; with the console on, the Ingress renders."""
+    ingress = {"enabled": True, "host": "medhelm.hospital.example"}
+    with pytest.raises(helm_python.HelmError, match=r"console\.ingress\.enabled is true but console\.enabled is "
+                                                    r"false: the chart renders no console"):
+        render({"console": {"enabled": False, "ingress": ingress}})
+    assert by_kind(render({"console": _CONSOLE | {"ingress": ingress}}), "Ingress")
+
+
 # --- vLLM model servers and judges ------------------------------------------------------------------------
 
 
@@ -902,6 +971,28 @@ def test_chart_and_serve_vllm_refuse_the_same_parallel_size_flags(arg):
         assert "extraArgs" in str(error) and "sets the" in str(error), error
         refused_by_chart = True
     assert refused_by_chart == (parallel_flag(arg) is not None)
+
+
+@pytest.mark.parametrize("where", ["model", "vllm"])
+def test_site_extra_args_keep_the_access_log_off(where):
+    """vllm.extraArgs used to default to ["--disable-uvicorn-access-log"]: a site setting its own list (say
+    ["--enable-prefix-caching"]) replaced it and every server logged an access line per request again. The chart
+    now passes the flag itself, whatever extraArgs says, and refuses the --no- form that would undo it."""
+    model = {"name": "m", "weights": {"claim": "w"}}
+    values: dict[str, Any] = {"models": [model], "vllm": {"extraArgs": ["--enable-prefix-caching"]}}
+    if where == "model":
+        model["extraArgs"] = ["--max-num-seqs", "64"]
+    (sts,) = servers(render(values))
+    args = pod_spec(sts)["containers"][0]["args"]
+    assert "--disable-uvicorn-access-log" in args and "--enable-prefix-caching" in args
+    assert args.index("--disable-uvicorn-access-log") < args.index("--enable-prefix-caching")
+    for undo in ("--no-disable-uvicorn-access-log", "--no_disable_uvicorn_access_log=true", "--no-disable-uvi"):
+        if where == "model":
+            model["extraArgs"] = [undo]
+        else:
+            values["vllm"] = {"extraArgs": [undo]}
+        with pytest.raises(helm_python.HelmError, match=r"turns uvicorn's access log back on"):
+            render(values)
 
 
 @pytest.mark.parametrize(("arg", "refused"), [
