@@ -14,7 +14,7 @@ import pytest
 from medhelm_local.application.evaluation import EvaluationRequest, Mode, Selection, Sending, evaluate
 from medhelm_local.context import AppContext
 from medhelm_local.home import Home
-from medhelm_local.home.config import ModelEndpoint, RunnerSettings
+from medhelm_local.home.config import ConsoleRole, ModelEndpoint, RunnerSettings
 from medhelm_local.records import Instance
 from medhelm_local.runner import shard as sharding
 from medhelm_local.store import Store
@@ -146,3 +146,18 @@ def shard_killed_while_building(home: Home, index: int, count: int) -> None:
     proc = subprocess.run([sys.executable, "-c", _KILLED_WHILE_BUILDING, str(home.root), str(index), str(count)],
                           capture_output=True, text=True, env=cli_env(), timeout=120)
     assert proc.returncode == -9, proc.stderr
+
+
+def console_page(home: Home, path: str) -> str:
+    """The console's page at ``path`` for an informatics and IT user (standalone sign-in), its text on one line."""
+    from starlette.testclient import TestClient
+
+    from medhelm_local.webconsole.app import create_app
+    from medhelm_local.webconsole.identity import StandaloneSessions
+
+    sessions = StandaloneSessions(user="ines", roles=frozenset({ConsoleRole.INFORMATICS, ConsoleRole.IT}))
+    with TestClient(create_app(Home(home.root), sessions), raise_server_exceptions=False) as client:
+        assert client.get(f"/login?token={sessions.new_login_token()}").status_code == 200
+        page = client.get(path)
+    assert page.status_code == 200, page.text
+    return " ".join(page.text.split())

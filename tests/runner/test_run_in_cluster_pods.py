@@ -12,10 +12,17 @@ from pathlib import Path
 import pytest
 
 from medhelm_local.home import Home
-from medhelm_local.home.config import ConsoleRole
 from medhelm_local.store import Store
 from medhelm_local.testing.fake_openai import FakeOpenAIServer, hash_responder
-from tests.runner.helpers import cli_argv, cli_env, make_home, register, run_argv, synthetic_instances
+from tests.runner.helpers import (
+    cli_argv,
+    cli_env,
+    console_page,
+    make_home,
+    register,
+    run_argv,
+    synthetic_instances,
+)
 
 CRONJOB = "medhelm-medhelm-local-runner"
 IN_CHART = {"MEDHELM_RUNNER_CRONJOB": CRONJOB}
@@ -25,20 +32,6 @@ IN_TOOLBOX = IN_CHART | {"MEDHELM_NO_MODEL_EGRESS": "1"}
 def _cli(home: Home, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cli_argv(home, *args), capture_output=True, text=True, env=cli_env() | (env or {}),
                           timeout=120)
-
-
-def _console_page(home: Home, path: str) -> str:
-    from starlette.testclient import TestClient
-
-    from medhelm_local.webconsole.app import create_app
-    from medhelm_local.webconsole.identity import StandaloneSessions
-
-    sessions = StandaloneSessions(user="ines", roles=frozenset({ConsoleRole.INFORMATICS, ConsoleRole.IT}))
-    with TestClient(create_app(Home(home.root), sessions), raise_server_exceptions=False) as client:
-        assert client.get(f"/login?token={sessions.new_login_token()}").status_code == 200
-        page = client.get(path)
-    assert page.status_code == 200, page.text
-    return " ".join(page.text.split())
 
 
 def _killed_run(home: Home, server: FakeOpenAIServer) -> str:
@@ -77,7 +70,7 @@ def test_in_the_chart_hints_name_a_job_and_the_toolbox_refuses_to_send(tmp_path:
         assert job in shown and f"medhelm-local run --resume {run_id}" not in shown
         monkeypatch.setenv("MEDHELM_RUNNER_CRONJOB", CRONJOB)
         for page in ("/runs", f"/runs/{run_id}", "/system"):
-            text = _console_page(home, page)
+            text = console_page(home, page)
             assert job in text and f"medhelm-local run --resume {run_id}" not in text, page
 
         # `run --resume` typed in the toolbox: refused, exit 2, nothing sent, the run left as it was.

@@ -10,10 +10,17 @@ from pathlib import Path
 from typing import Any
 
 from medhelm_local.home import Home
-from medhelm_local.home.config import ConsoleRole
 from medhelm_local.store import Store
 from medhelm_local.testing.fake_openai import FakeOpenAIServer, hash_responder
-from tests.runner.helpers import cli_argv, cli_env, make_home, register, run_argv, synthetic_instances
+from tests.runner.helpers import (
+    cli_argv,
+    cli_env,
+    console_page,
+    make_home,
+    register,
+    run_argv,
+    synthetic_instances,
+)
 
 
 def _cli(home: Home, *args: str) -> subprocess.CompletedProcess[str]:
@@ -33,20 +40,6 @@ def _listed(home: Home) -> dict[str, Any]:
     return dict(row)
 
 
-def _console_page(home: Home, path: str) -> str:
-    from starlette.testclient import TestClient
-
-    from medhelm_local.webconsole.app import create_app
-    from medhelm_local.webconsole.identity import StandaloneSessions
-
-    sessions = StandaloneSessions(user="ines", roles=frozenset({ConsoleRole.INFORMATICS, ConsoleRole.IT}))
-    with TestClient(create_app(Home(home.root), sessions), raise_server_exceptions=False) as client:
-        assert client.get(f"/login?token={sessions.new_login_token()}").status_code == 200
-        page = client.get(path)
-    assert page.status_code == 200, page.text
-    return " ".join(page.text.split())
-
-
 def test_a_killed_run_is_shown_as_not_sent_and_a_live_one_as_sent(tmp_path: Path) -> None:
     with FakeOpenAIServer(responder=hash_responder(), latency_s=0.2, slots=8) as server:
         home = make_home(tmp_path / "home", [server.base_url])
@@ -62,7 +55,7 @@ def test_a_killed_run_is_shown_as_not_sent_and_a_live_one_as_sent(tmp_path: Path
             assert (sending["status"], sending["live"]) == ("running", True)
             shown = json.loads(_cli(home, "runs", "show", run_id, "--json").stdout)
             assert (shown["status"], shown["live"]) == ("running", True)
-            assert "no process is sending it" not in _console_page(home, f"/runs/{run_id}")
+            assert "no process is sending it" not in console_page(home, f"/runs/{run_id}")
             assert proc.poll() is None, "the run must still be sending while it is read"
         finally:
             proc.send_signal(signal.SIGKILL)
@@ -77,7 +70,7 @@ def test_a_killed_run_is_shown_as_not_sent_and_a_live_one_as_sent(tmp_path: Path
         for page in ("/runs", f"/runs/{run_id}", "/system"):
             assert (
                 f"interrupted (no process is sending it; resume with: medhelm-local run --resume {run_id})"
-                in _console_page(home, page)
+                in console_page(home, page)
             ), page
         with Store.open(home, read_only=True) as store:
             stored = store.get_run(run_id)
@@ -124,7 +117,7 @@ def test_a_sharded_run_is_live_while_any_shard_sends_and_interrupted_once_none_d
         advice = ("interrupted (no process is sending it; resume with: medhelm-local runs merge ward-7, then "
                   "medhelm-local run --resume ward-7 if it is still unfinished)")
         assert killed["status_text"] == advice
-        assert advice in _console_page(home, "/runs/ward-7")
+        assert advice in console_page(home, "/runs/ward-7")
         (unfinished,) = json.loads(_cli(home, "audit", "report", "--json").stdout)["unfinished"]
         assert unfinished["status"] == NO_OUTCOME_YET
 
