@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -45,81 +47,76 @@ def test_a_query_larger_than_the_memory_limit_spills_inside_the_home(tmp_path: P
     assert os.listdir(workdir) == []  # DuckDB's default spill place (./.tmp) was never used
 
 
-def test_a_planning_killed_midway_is_invisible_and_cleaned_up(tmp_path: Path) -> None:
+def _planning_home(tmp_path: Path) -> Home:
     home = make_home(tmp_path / "home", ["http://127.0.0.1:9/v1"])
     register(home, synthetic_instances(30))
-    run = RunInfo(run_id="run-fixed", model="fake", benchmarks=["pubmedqa"], created_at=utcnow(), finished_at=None,
-                  status="planned", max_instances=None, seed=0, manifest={})
+    return home
 
-    def killed_after_first_chunk(store: Store) -> object:
-        chunks = plan_items(store, plan)
-        yield next(chunks)
-        raise KeyboardInterrupt  # the process dies while planning
 
+def _planned_run(run_id: str) -> RunInfo:
+    return RunInfo(run_id=run_id, model="fake", benchmarks=["pubmedqa"], created_at=utcnow(), finished_at=None,
+                   status="planned", max_instances=None, seed=0, manifest={})
+
+
+def _killed_after(items: list[Any], size: int, chunks: int) -> Iterator[list[Any]]:
+    """``chunks`` chunks of ``size`` items, then the process dies while planning."""
+    for start in range(0, size * chunks, size):
+        yield items[start:start + size]
+    raise KeyboardInterrupt
+
+
+def _insert(store: Store, run: RunInfo, chunks: Iterable[Sequence[Any]], plan: Any) -> None:
+    runs_db.insert_plan(store, run, chunks, plan_key=plan.plan_key, order_mode="prefix", manifest_sha256="0" * 64)
+
+
+def _send_ranks(store: Store, run_id: str) -> list[int]:
+    return [int(r[0]) for r in store.conn.execute(
+        "SELECT send_rank FROM runner_item_order WHERE run_id = ? ORDER BY send_rank", [run_id]).fetchall()]
+
+
+def test_a_planning_killed_midway_is_invisible_and_cleaned_up(tmp_path: Path) -> None:
+    home = _planning_home(tmp_path)
+    run = _planned_run("run-fixed")
     with Store.open(home) as store:
         plan = compute_plan(store, SHIPPED, "fake", ["pubmedqa"], max_instances=None, seed=0)
-        with pytest.raises(KeyboardInterrupt):
-            runs_db.insert_plan(store, run, killed_after_first_chunk(store), plan_key=plan.plan_key,  # type: ignore[arg-type]
-                                order_mode="prefix", manifest_sha256="0" * 64)
+        first = next(plan_items(store, plan))
+        with pytest.raises(KeyboardInterrupt):  # killed after its first chunk
+            _insert(store, run, _killed_after(first, len(first), 1), plan)
         assert store.get_run(run.run_id) is None and runs_db.find_resumable(store, plan.plan_key) is None
-        runs_db.insert_plan(store, run, plan_items(store, plan), plan_key=plan.plan_key, order_mode="prefix",
-                            manifest_sha256="0" * 64)
+        _insert(store, run, plan_items(store, plan), plan)
         assert runs_db.count_items(store, run.run_id) == 30
-        ranks = [int(r[0]) for r in store.conn.execute(
-            "SELECT send_rank FROM runner_item_order WHERE run_id = ? ORDER BY send_rank", [run.run_id]).fetchall()]
-        assert ranks == list(range(30))
+        assert _send_ranks(store, run.run_id) == list(range(30))
         assert runs_db.find_resumable(store, plan.plan_key) == run.run_id
 
 
 def test_a_plan_that_fits_one_transaction_is_stored_whole_or_not_at_all(tmp_path: Path) -> None:
     """Up to ``ROWS_PER_TRANSACTION`` rows, the items, their send order and the run are one commit (one WAL sync,
     not one per chunk): a planning killed midway leaves none of its rows behind, not even for the next to clean."""
-    home = make_home(tmp_path / "home", ["http://127.0.0.1:9/v1"])
-    register(home, synthetic_instances(30))
-    run = RunInfo(run_id="run-whole", model="fake", benchmarks=["pubmedqa"], created_at=utcnow(), finished_at=None,
-                  status="planned", max_instances=None, seed=0, manifest={})
+    home = _planning_home(tmp_path)
+    run = _planned_run("run-whole")
     with Store.open(home) as store:
         plan = compute_plan(store, SHIPPED, "fake", ["pubmedqa"], max_instances=None, seed=0)
         items = [item for chunk in plan_items(store, plan) for item in chunk]
-
-        def killed_after(chunks: int) -> object:
-            for start in range(0, 10 * chunks, 10):
-                yield items[start:start + 10]
-            raise KeyboardInterrupt
-
         with pytest.raises(KeyboardInterrupt):
-            runs_db.insert_plan(store, run, killed_after(2), plan_key=plan.plan_key,  # type: ignore[arg-type]
-                                order_mode="prefix", manifest_sha256="0" * 64)
+            _insert(store, run, _killed_after(items, 10, 2), plan)
         assert store.conn.execute("SELECT count(*) FROM run_items").fetchone() == (0,)
 
 
 def test_a_larger_plan_commits_at_most_rows_per_transaction_at_a_time(tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    home = make_home(tmp_path / "home", ["http://127.0.0.1:9/v1"])
-    register(home, synthetic_instances(30))
+    home = _planning_home(tmp_path)
     monkeypatch.setattr(runs_db, "ROWS_PER_TRANSACTION", 10)
-    run = RunInfo(run_id="run-bounded", model="fake", benchmarks=["pubmedqa"], created_at=utcnow(), finished_at=None,
-                  status="planned", max_instances=None, seed=0, manifest={})
+    run = _planned_run("run-bounded")
     with Store.open(home) as store:
         plan = compute_plan(store, SHIPPED, "fake", ["pubmedqa"], max_instances=None, seed=0)
         items = [item for chunk in plan_items(store, plan) for item in chunk]
-
-        def killed_after(chunks: int) -> object:
-            for start in range(0, 5 * chunks, 5):
-                yield items[start:start + 5]
-            raise KeyboardInterrupt
-
         with pytest.raises(KeyboardInterrupt):  # two chunks of 5 fill the first transaction, the third is rolled back
-            runs_db.insert_plan(store, run, killed_after(3), plan_key=plan.plan_key,  # type: ignore[arg-type]
-                                order_mode="prefix", manifest_sha256="0" * 64)
+            _insert(store, run, _killed_after(items, 5, 3), plan)
         assert store.conn.execute("SELECT count(*) FROM run_items").fetchone() == (10,)
         assert store.get_run(run.run_id) is None
-        runs_db.insert_plan(store, run, [items[start:start + 5] for start in range(0, 30, 5)],
-                            plan_key=plan.plan_key, order_mode="prefix", manifest_sha256="0" * 64)
+        _insert(store, run, [items[start:start + 5] for start in range(0, 30, 5)], plan)
         assert runs_db.count_items(store, run.run_id) == 30
-        ranks = [int(r[0]) for r in store.conn.execute(
-            "SELECT send_rank FROM runner_item_order WHERE run_id = ? ORDER BY send_rank", [run.run_id]).fetchall()]
-        assert ranks == list(range(30))
+        assert _send_ranks(store, run.run_id) == list(range(30))
         assert runs_db.find_resumable(store, plan.plan_key) == run.run_id
 
 
