@@ -132,15 +132,7 @@ def test_a_signal_mid_run_saves_the_answers_and_marks_the_run_interrupted(tmp_pa
         server.hold_after = server.stats()["requests_seen"] + 40
         proc = subprocess.Popen(run_argv(home), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=cli_env(),
                                 text=True)
-        deadline = time.monotonic() + 120
-        while server.held == 0 and proc.poll() is None:
-            assert time.monotonic() < deadline, "the runner never sent past the first 40 requests"
-            time.sleep(0.005)
-        proc.send_signal(signum)
-        try:
-            _, stderr = proc.communicate(timeout=60)
-        finally:
-            server.release_held()
+        _, stderr = _signalled_once_held(server, proc, signum, "the runner never sent past the first 40 requests")
         assert proc.returncode == 130, stderr
         (run_id,) = _run_ids(home)
         # what was kept and the command that goes on, the run named (it said "the run can be resumed", no id)
@@ -199,6 +191,21 @@ def test_retry_errors_of_a_run_killed_before_it_sent_everything_is_refused_until
         "finished", [("pubmedqa", 200)])
 
 
+def _signalled_once_held(server: FakeOpenAIServer, proc: subprocess.Popen[str], signum: int,
+                         never: str) -> tuple[str, str]:
+    """Send ``signum`` to ``proc`` once ``server`` holds a request (``never``: the failure if it never does), then
+    its output, the held requests released."""
+    deadline = time.monotonic() + 120
+    while server.held == 0 and proc.poll() is None:
+        assert time.monotonic() < deadline, never
+        time.sleep(0.005)
+    proc.send_signal(signum)
+    try:
+        return proc.communicate(timeout=60)
+    finally:
+        server.release_held()
+
+
 def _retry_stopped_mid_way(home: Home, run_id: str, signum: int) -> subprocess.CompletedProcess[str]:
     """`run --retry-errors RUN_ID` against a healthy server of its own (which answers 20 requests, then holds the
     rest: the retry is certainly mid-way), sent ``signum`` once a request is held; the held requests released."""
@@ -209,15 +216,7 @@ def _retry_stopped_mid_way(home: Home, run_id: str, signum: int) -> subprocess.C
         server.hold_after = 20
         argv = cli_argv(home, "run", "--retry-errors", run_id, "--json")
         proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env())
-        deadline = time.monotonic() + 120
-        while server.held == 0 and proc.poll() is None:
-            assert time.monotonic() < deadline, "the retry never sent past the requests answered"
-            time.sleep(0.005)
-        proc.send_signal(signum)
-        try:
-            stdout, stderr = proc.communicate(timeout=60)
-        finally:
-            server.release_held()
+        stdout, stderr = _signalled_once_held(server, proc, signum, "the retry never sent past the requests answered")
     return subprocess.CompletedProcess(argv, proc.returncode, stdout, stderr)
 
 
