@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
-from medhelm_local.errors import BadInputError
+from medhelm_local.errors import BadInputError, ConfigError
 
 RUNNER_CRONJOB_ENV = "MEDHELM_RUNNER_CRONJOB"
 NO_MODEL_EGRESS_ENV = "MEDHELM_NO_MODEL_EGRESS"
@@ -53,3 +54,18 @@ def refuse_sending_without_egress(run_id: str | None, flag: str) -> None:
     raise BadInputError(f"{where}: run it as a Job: set runner.model and runner.benchmarks (or runner.command) in "
                         f"the values, helm upgrade, then kubectl create job --from=cronjob/{cronjob} JOB_NAME "
                         "(deploy/RUNBOOK.md, Runs)")
+
+
+def mounted_file(mounted: Path, env: str, *, what: str, followers: str, elsewhere: str) -> Path | None:
+    """The deployment's read-only file at ``mounted`` where there is one (the chart's ConfigMaps, compose's ``:ro``
+    mounts), else None. Where it is mounted, ``$env`` naming another file is refused (:class:`ConfigError`): the
+    CLI's environment is the insider's to set, and a copy they wrote would widen the allowlist or name their own
+    approver key. ``what`` names the file in the refusal, ``followers`` who follows it (its verb included),
+    ``elsewhere`` where to turn instead."""
+    named = os.environ.get(env)
+    if not mounted.exists():
+        return None
+    if named and Path(named).resolve() != mounted.resolve():
+        raise ConfigError(f"{env} names {named}, but this appliance's {what} is mounted at {mounted}: {followers} "
+                          f"that one alone (unset {env}); {elsewhere}")
+    return mounted

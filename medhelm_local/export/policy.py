@@ -19,6 +19,7 @@ import yaml
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from medhelm_local.deployment import mounted_file
 from medhelm_local.errors import BadInputError, ConfigError, validation_problems
 from medhelm_local.export import sshsig
 
@@ -146,14 +147,13 @@ def load_policy(home_root: Path) -> LoadedPolicy:
     """The policy mounted at ``APPLIANCE_POLICY`` (``$MEDHELM_EXPORT_POLICY`` naming another file is then
     refused), else the one ``$MEDHELM_EXPORT_POLICY`` names, else the packaged default. A policy inside the home
     is refused: whoever runs the CLI can write there, so it could name their own key as an approver."""
+    mounted = mounted_file(APPLIANCE_POLICY, POLICY_ENV, what="export policy",
+                           followers="requests and approvals follow",
+                           elsewhere="a recipient checks a bundle against their own copy with `export verify "
+                                     "--policy FILE`")
+    if mounted is not None:
+        return load_policy_file(mounted, str(mounted))
     named = os.environ.get(POLICY_ENV)
-    if APPLIANCE_POLICY.exists():
-        if named and Path(named).resolve() != APPLIANCE_POLICY.resolve():
-            raise ConfigError(
-                f"{POLICY_ENV} names {named}, but this appliance's export policy is mounted at {APPLIANCE_POLICY}: "
-                f"requests and approvals follow that one alone (unset {POLICY_ENV}); a recipient checks a bundle "
-                "against their own copy with `export verify --policy FILE`")
-        return load_policy_file(APPLIANCE_POLICY, str(APPLIANCE_POLICY))
     if named:
         return load_policy_file(Path(named), POLICY_ENV)
     if (home_root / HOME_POLICY).exists():

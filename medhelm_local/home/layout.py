@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
 
+from medhelm_local.deployment import mounted_file
 from medhelm_local.errors import BadInputError, ConfigError, MedhelmError
 from medhelm_local.fileio import write_all
 from medhelm_local.home.config import ApplianceConfig, default_config, dump_config, load_config
@@ -65,14 +66,12 @@ class Home:
         """The deployment's mounted appliance.yaml (:data:`APPLIANCE_CONFIG`) where there is one, and then
         ``$MEDHELM_CONFIG`` naming another file is refused; else the file ``$MEDHELM_CONFIG`` names (a read-only
         config elsewhere), else the home's own."""
+        mounted = mounted_file(APPLIANCE_CONFIG, CONFIG_ENV, what="configuration", followers="every command follows",
+                               elsewhere="change it where the deployment is configured (the chart's values, "
+                                         "deploy/appliance.compose.yaml)")
+        if mounted is not None:
+            return mounted
         override = os.environ.get(CONFIG_ENV)
-        if APPLIANCE_CONFIG.exists():
-            if override and Path(override).resolve() != APPLIANCE_CONFIG.resolve():
-                raise ConfigError(
-                    f"{CONFIG_ENV} names {override}, but this appliance's configuration is mounted at "
-                    f"{APPLIANCE_CONFIG}: every command follows that one alone (unset {CONFIG_ENV}); change it "
-                    "where the deployment is configured (the chart's values, deploy/appliance.compose.yaml)")
-            return APPLIANCE_CONFIG
         return Path(override) if override else self.root / CONFIG_FILE
 
     @property
