@@ -568,7 +568,8 @@ containers:
       {{- include "medhelm.runnerEnv" . | nindent 6 }}
       - {name: MEDHELM_ACTOR, value: {{ .Values.toolbox.actor | quote }}}
       {{- if .Values.networkPolicy.enabled }}
-      # Its NetworkPolicies reach DNS only: `run` here is refused (exit 2) instead of recording every request failed.
+      # Its NetworkPolicies reach DNS only: `run` and the other commands asking a model or judge server are refused
+      # here (exit 2) instead of recording every request failed.
       - {name: MEDHELM_NO_MODEL_EGRESS, value: "1"}
       {{- end }}
     readinessProbe:

@@ -49,7 +49,13 @@ from medhelm_local.audit import audit_event
 from medhelm_local.audit.intents import INTENT_SEQ, open_intent
 from medhelm_local.audit.trail import AuditTrail, AuditWriteError
 from medhelm_local.context import AppContext
-from medhelm_local.deployment import refuse_sending_without_egress, runner_cronjob, send_again_hint
+from medhelm_local.deployment import (
+    no_model_egress,
+    refuse_sending_without_egress,
+    refuse_without_model_egress,
+    runner_cronjob,
+    send_again_hint,
+)
 from medhelm_local.errors import BadInputError, Interrupted, NotFoundError
 from medhelm_local.home import Home
 from medhelm_local.home.config import BackendKind
@@ -65,6 +71,7 @@ from medhelm_local.runner.execute import ExecutionReport, ExecutionSettings
 from medhelm_local.runner.manifest import manifest_sha256
 from medhelm_local.runner.options import EvaluationRequest, Mode, Selection, Sending
 from medhelm_local.scoring.engine import score_benchmark
+from medhelm_local.scoring.registry import networked_judges
 from medhelm_local.store import Store
 from medhelm_local.store import runs as runs_db
 from medhelm_local.store import shards as shards_db
@@ -111,9 +118,8 @@ def evaluate(app_ctx: AppContext, request: EvaluationRequest) -> RunOutcome:
             main = main_scope.enter_context(_open_main(app_ctx, mode))
             conclude_left_open(app_ctx, main)  # before this process takes a run's lock (see there)
             target = session.resolve(main, config, app_ctx.specs, request.selection, mode)
-            if target.endpoint.kind != BackendKind.EMBEDDED:
-                refuse_sending_without_egress(target.run_id if target.run is not None else None,
-                                              "--retry-errors" if mode.kind == "retry_errors" else "--resume")
+            if no_model_egress():
+                _refuse_sending_here(app_ctx, target, mode, score=request.score)
             sending = session.sending_for(main, config, target, request.sending)
             settings = session.execution_settings(config, sending.sending, target.endpoint,
                                                   errors_only=mode.kind == "retry_errors")
@@ -155,6 +161,17 @@ def evaluate(app_ctx: AppContext, request: EvaluationRequest) -> RunOutcome:
     return outcome
 
 
+def _refuse_sending_here(app_ctx: AppContext, target: session.Target, mode: Mode, *, score: bool) -> None:
+    """In a pod that reaches no model or judge server: refused where this run sends to its model's servers, or
+    its judges (an embedded model's run, scored now) are asked over the network."""
+    benchmarks = target.run.benchmarks if target.run is not None else target.plan.benchmarks if target.plan else []
+    judges = networked_judges(app_ctx.home.config, [app_ctx.specs.get(b) for b in benchmarks]) if score else []
+    if target.endpoint.kind != BackendKind.EMBEDDED or judges:
+        refuse_sending_without_egress(target.run_id if target.run is not None else None,
+                                      "--retry-errors" if mode.kind == "retry_errors" else "--resume",
+                                      judges=[] if target.endpoint.kind != BackendKind.EMBEDDED else judges)
+
+
 def _record_failure(app_ctx: AppContext, main: Store, run_id: str, exc: BaseException) -> None:
     """Mark the run this invocation set running failed (interrupted for Ctrl-C or SIGTERM) and record its
     ``run.finish`` failure (the error's class only). Either step failing too (a full disk, a store error) must not
@@ -177,6 +194,8 @@ def merge_shards(app_ctx: AppContext, run_id: str, *, score: bool = True) -> Run
     home = app_ctx.home
     refused_because = "runs merge would fold in and remove the files they are writing"
     with sharding.open_main_store(home) as main:
+        if score and no_model_egress() and (run := main.get_run(run_id)) is not None:
+            _refuse_judging_here(app_ctx, run)
         conclude_left_open(app_ctx, main)  # before this process takes the run's lock (see there)
     with run_lock(home.store_path, run_id, home.config.store, refused_because=refused_because), \
             sharding.open_main_store(home) as main:
@@ -185,6 +204,20 @@ def merge_shards(app_ctx: AppContext, run_id: str, *, score: bool = True) -> Run
         merged = _merge_shard_files(app_ctx, main, run_id)
         sharding.remove_abandoned_builds(home, run_id)
         return _conclude(app_ctx, main, run_id, score=score, mode="merge", merged=merged)
+
+
+def _refuse_judging_here(app_ctx: AppContext, run: RunInfo) -> None:
+    """``runs merge`` in a pod that reaches no judge server: refused where completing the run would score it with
+    judges asked over the network (before anything is merged: the merge that completes a run scores it). A run
+    already finished (or inferred) is not scored again."""
+    if run.status in ("finished", "inferred"):
+        return
+    judges = networked_judges(app_ctx.home.config, [app_ctx.specs.get(b) for b in run.benchmarks])
+    if judges:
+        refuse_without_model_egress(
+            f"runs merge scores run {run.run_id} once complete, asking the judges ({', '.join(judges)})",
+            f"finish it as {send_again_hint(run.run_id)}, which merges the shard files first and then scores; or "
+            "merge here with --skip-scoring (a run it completes ends inferred, not scored, until that Job)")
 
 
 # -- the steps ----------------------------------------------------------------------------------------------

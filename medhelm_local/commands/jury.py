@@ -18,10 +18,12 @@ from medhelm_local.analysis.stats import DEFAULT_RESAMPLES
 from medhelm_local.audit import audit_event
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import app_context
+from medhelm_local.deployment import as_job, refuse_without_model_egress
 from medhelm_local.errors import BadInputError, NotFoundError
 from medhelm_local.scoring.engine import score_benchmark
 from medhelm_local.scoring.jury import JuryStats, is_jury_scored, jury_rows
 from medhelm_local.scoring.jury_hints import failure_hint
+from medhelm_local.scoring.registry import networked_judges
 from medhelm_local.scoring.rouge import ROUGE_L
 from medhelm_local.store.judgments import JudgmentStatus, get_judgments, judge_failure_rates, score_rows
 from medhelm_local.store.ratings import list_ratings
@@ -89,6 +91,12 @@ def rescore(
                 raise BadInputError(f"run {run_id} did not evaluate {target}")
             if not is_jury_scored(specs.get(target)):
                 raise BadInputError(f"benchmark {target} is not scored by the jury (metric {specs.get(target).metric})")
+        judges = networked_judges(config, [specs.get(target) for target in targets])
+        if judges:
+            refuse_without_model_egress(
+                f"jury rescore asks the judges ({', '.join(judges)})",
+                as_job("jury", "rescore", "--run", run_id, *(["--benchmark", benchmark] if benchmark else []),
+                       "--json"))
         results: list[dict[str, Any]] = []
         for target in targets:
             stats = JuryStats()

@@ -13,6 +13,7 @@ from medhelm_local.audit import audit_event
 from medhelm_local.audit.intents import announce
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import AppContext, app_context
+from medhelm_local.deployment import refuse_without_model_egress
 from medhelm_local.errors import BadInputError, ConfigError, EgressDenied, MedhelmError, validation_problems
 from medhelm_local.home.config import GIVE_BASE_URL, ApplianceConfig, BackendKind, ModelEndpoint
 
@@ -287,6 +288,12 @@ def wait(
     # An unknown name exits 2, naming the configured ones.
     selected = [config.model(n) for n in dict.fromkeys(names)] if names else list(config.models)
     probed = probed_endpoints(selected)
+    if probed:
+        refuse_without_model_egress(
+            "models wait probes the model servers",
+            "a Job from the runner CronJob waits for them itself (runner.waitForModels: its wait-for-models init "
+            "container, deploy/RUNBOOK.md, Runs); `kubectl get pods -l app.kubernetes.io/component=model-server` "
+            "shows whether they are Ready")
     results = wait_for_models(probed, app_ctx.egress, timeout_s=timeout, interval_s=interval)
     ok = all(r.ok for r in results)
     skipped = [e.name for e in selected if e not in probed]

@@ -12,6 +12,7 @@ import typer
 from medhelm_local.audit import audit_event
 from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import app_context
+from medhelm_local.deployment import as_job, refuse_without_model_egress
 from medhelm_local.errors import BadInputError, NotFoundError
 from medhelm_local.prompts.styles import DEFAULT_STYLE, MEDHELM_STYLE, check_style, parity_status, styled_spec
 from medhelm_local.records import Instance
@@ -20,7 +21,7 @@ from medhelm_local.scoring.checks import check_spec
 from medhelm_local.scoring.engine import score_items
 from medhelm_local.scoring.helm_outputs import FAILED as HELM_FAILED
 from medhelm_local.scoring.helm_outputs import is_helm_source, match_instances, read_helm_outputs
-from medhelm_local.scoring.registry import calls_models
+from medhelm_local.scoring.registry import calls_models, networked_judges
 from medhelm_local.scoring.summary import Breakdown, summarise
 from medhelm_local.store.judgments import judge_failure_rates
 
@@ -150,6 +151,13 @@ def score(
         source, source_format = predictions, "jsonl"
     asks_models = calls_models(spec)  # the jury: judges from appliance.yaml, their failure rates reported
     config = app_ctx.home.config if asks_models else None
+    networked = networked_judges(config, [spec]) if config is not None else []
+    if networked:
+        refuse_without_model_egress(
+            f"score asks the judges ({', '.join(networked)}) to score {benchmark}",
+            as_job("score", benchmark, "--predictions", str(predictions), "--prompt-style", prompt_style, "--json")
+            + "; --predictions must name the file on a volume the Job mounts too (the toolbox's /tmp and incoming "
+            "folder are its own)")
     with app_ctx.open_store() as store:
         dataset = store.current_dataset(benchmark)
         if dataset is None:

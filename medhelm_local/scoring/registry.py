@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import functools
 import importlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import MedhelmError
+from medhelm_local.home.config import ApplianceConfig, BackendKind
 from medhelm_local.scoring.details import ScoreDetails
 from medhelm_local.scoring.scorer import Aggregation, InstanceFn, InstanceScorer, Needs, Scorer, sub_values
 
@@ -126,3 +127,11 @@ def secondary_values(metric: str, details: ScoreDetails) -> dict[str, float]:
 def calls_models(spec: BenchmarkSpec) -> bool:
     """Whether a spec's scorers ask models (judges), whose failure rates are then reported."""
     return any(scorer.calls_models for scorer, _ in spec_scorers(spec))
+
+
+def networked_judges(config: ApplianceConfig, specs: Iterable[BenchmarkSpec]) -> list[str]:
+    """The judges scoring ``specs`` asks over the network: none where no spec's scorers ask models, and never an
+    embedded one (each process starts it on loopback)."""
+    if not any(calls_models(spec) for spec in specs):
+        return []
+    return [judge for judge in config.judges if config.model(judge).kind != BackendKind.EMBEDDED]
