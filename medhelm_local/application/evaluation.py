@@ -363,15 +363,18 @@ def _conclude_shard_failure(app_ctx: AppContext, shard: str | None, run_id: str 
     """Record a shard's failure (the error's class only). Once its run exists, it concludes the run's open intent,
     which it names: the run cannot finish until this shard's slice is sent again. A shard failing before its run
     exists, or whose run has no open intent (another shard's failure concluded it; it is finished), concludes
-    nothing."""
+    nothing. The trail refusing the record (a full disk) must not hide ``exc``, the error the user needs."""
     home = app_ctx.home
     intent = None
     if run_id is not None:
         with contextlib.suppress(AuditWriteError, OSError):  # a trail that cannot be read: the record concludes nothing
             intent = _open_run_intent(home, run_id)
     concludes: dict[str, Any] = {} if intent is None else {"run_id": run_id, INTENT_SEQ: intent}
-    audit_event(home, app_ctx.actor, "run.finish", outcome="failure", role="informatics", shard=shard,
-                error_type=type(exc).__name__, **concludes)
+    try:
+        audit_event(home, app_ctx.actor, "run.finish", outcome="failure", role="informatics", shard=shard,
+                    error_type=type(exc).__name__, **concludes)
+    except Exception as audit_error:
+        log.warning("run.finish_not_recorded", run_id=run_id, shard=shard, error_type=type(audit_error).__name__)
 
 
 @contextmanager

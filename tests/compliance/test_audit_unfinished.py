@@ -22,7 +22,7 @@ from medhelm_local.application.evaluation import Mode, evaluate, merge_shards
 from medhelm_local.audit.intents import unfinished
 from medhelm_local.audit.report import NO_OUTCOME_YET, RUN_IN_PROGRESS, compliance_report, parse_time, summarize
 from medhelm_local.audit.report_pdf import render_pdf
-from medhelm_local.audit.trail import AuditTrail
+from medhelm_local.audit.trail import AuditTrail, AuditWriteError
 from medhelm_local.audit.verify import verify_file
 from medhelm_local.home.keys import ensure_keys, load_signing_key
 from medhelm_local.runner import session
@@ -252,6 +252,42 @@ def test_a_run_failing_whose_failed_status_cannot_be_stored_raises_its_own_error
     assert (finish["outcome"], finish["objects"]["error_type"]) == ("failure", "LookupError")
     assert finish["objects"]["run_id"] == start["objects"]["run_id"]
     assert unfinished(records) == []
+    assert "Question number" not in home.audit_path.read_text()
+
+
+def test_a_shard_failing_whose_run_finish_the_trail_refuses_raises_its_own_error(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A shard whose send failed, and whose failure's `run.finish` the trail then refused (a full disk), raised the
+    trail's error: the user saw "audit record could not be written", not why the shard stopped. It raises its own
+    error now; where the trail takes the record, the failure concludes the run's intent as before."""
+    audit_event = evaluation.audit_event
+
+    def trail_full_on_finish(home: Any, actor: str, action: str, **fields: Any) -> dict[str, Any]:
+        if action == "run.finish":
+            raise AuditWriteError("audit record could not be written: No space left on device")
+        return audit_event(home, actor, action, **fields)
+
+    async def server_gone(*_args: object, **_kwargs: object) -> None:
+        raise ConnectionError("server gone while sending Question number 1")
+
+    with FakeOpenAIServer(responder=hash_responder()) as server:
+        home = make_home(tmp_path / "home", [server.base_url])
+        register(home, synthetic_instances(20))
+        monkeypatch.setattr(session, "send", server_gone)
+        monkeypatch.setattr(evaluation, "audit_event", trail_full_on_finish)
+        with pytest.raises(ConnectionError, match="server gone"):
+            evaluate(app(home), quiet(mode=Mode.of_shard(0, 2)))
+        assert [r["action"] for r in AuditTrail(home.audit_path).records()
+                if r["action"].startswith("run.")] == ["run.start"]
+
+        monkeypatch.setattr(evaluation, "audit_event", audit_event)  # the trail takes records again
+        with pytest.raises(ConnectionError, match="server gone"):
+            evaluate(app(home), quiet(mode=Mode.of_shard(1, 2)))
+    records = AuditTrail(home.audit_path).records()
+    (start,) = [r for r in records if r["action"] == "run.start"]
+    (finish,) = [r for r in records if r["action"] == "run.finish"]
+    assert (finish["outcome"], finish["objects"]["error_type"]) == ("failure", "ConnectionError")
+    assert finish["objects"]["shard"] == "1/2" and finish["objects"]["intent_seq"] == start["seq"]
     assert "Question number" not in home.audit_path.read_text()
 
 
