@@ -6,6 +6,7 @@ ranked and exportable."""
 from __future__ import annotations
 
 import errno
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -258,6 +259,17 @@ def test_resuming_after_the_endpoint_changed_checks_the_model_identity(
             assert refused.code == 2 and f"({changed} changed" in refused.stderr, refused.stderr
             assert other.requests_seen == 0
         change(cli, first.base_url, "llama-a")  # back, for the next case
+    # Each refusal is in the trail (who tried to add to the run with another model), naming fields, never values;
+    # it opens no intent that `audit report` would list as unfinished.
+    refusals = [r for r in _records(cli, "run.resume") if r["outcome"] == "refused"]
+    assert [(r["objects"]["run_id"], r["objects"]["mode"], r["objects"]["reason"], r["objects"]["changed"])
+            for r in refusals] == [(run_id, "retry_errors", "model_identity_changed", ["served_model"]),
+                                   (run_id, "retry_errors", "model_identity_changed", ["server_versions"])]
+    assert all(r["objects"]["intent_seq"] is None for r in refusals)
+    assert "llama-b" not in json.dumps(refusals) and "0.10.0" not in json.dumps(refusals)
+    report = cli("audit", "report", "--json")
+    assert report.code == 0 and report.json()["unfinished"] == [], report.stdout
+    assert [r["reason"] for r in report.json()["run_refusals"]] == ["model_identity_changed"] * 2
 
     with FakeOpenAIServer(model_id="llama-a", version="0.9.0") as replica:
         change(cli, replica.base_url, None)

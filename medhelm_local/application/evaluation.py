@@ -14,7 +14,8 @@ run split across pods. In order:
    the shard files dead shards left before it sends; a shard waits while a resume sends;
 3. ask the model's servers who they are; create the run (audit ``run.start``, manifest, sending options and
    plan stored before any request) or check that the model is the one the run started with (audit
-   ``run.resume``, with the sending options and any an option given again changed);
+   ``run.resume``, with the sending options and any an option given again changed); adding to a run whose specs
+   or model changed since it was created is refused, and audited (``run.resume`` ``refused``, opening no intent);
 4. send: from the main store, or, for a shard, from its own store file holding its slice of the send order (the
    main store is given back meanwhile);
 5. a shard merges its outcomes back; a run with every item answered is scored and finished (audit
@@ -141,6 +142,8 @@ def evaluate(app_ctx: AppContext, request: EvaluationRequest) -> RunOutcome:
                 else:
                     outcome = _merge_back(app_ctx, target, score=request.score)
         except BaseException as exc:
+            if isinstance(exc, session.RunChanged):
+                _record_refusal(app_ctx, exc, mode)
             if taken.live is not None:
                 _record_failure(app_ctx, main, taken.live, exc)
             elif mode.shard is not None and not taken.concluded:
@@ -170,6 +173,19 @@ def _refuse_sending_here(app_ctx: AppContext, target: session.Target, mode: Mode
         refuse_sending_without_egress(target.run_id if target.run is not None else None,
                                       "--retry-errors" if mode.kind == "retry_errors" else "--resume",
                                       judges=[] if target.endpoint.kind != BackendKind.EMBEDDED else judges)
+
+
+def _record_refusal(app_ctx: AppContext, refused: session.RunChanged, mode: Mode) -> None:
+    """A resume (retry, shard, a run finding its unfinished run) refused because the run's specs or model changed:
+    ``run.resume`` ``refused``, before any intent (it concludes nothing, and opens nothing), naming the run, the
+    reason and what changed (benchmark ids or identity fields, never a value). Who tried to add to a frozen run
+    with something else is the trail's to say. The trail refusing the record must not hide the refusal itself."""
+    try:
+        audit_event(app_ctx.home, app_ctx.actor, "run.resume", outcome="refused", role="informatics",
+                    run_id=refused.run_id, model=refused.model, mode=mode.kind, reason=refused.reason,
+                    changed=refused.changed, **{INTENT_SEQ: None})
+    except Exception as audit_error:
+        log.warning("run.refusal_not_recorded", run_id=refused.run_id, error_type=type(audit_error).__name__)
 
 
 def _record_failure(app_ctx: AppContext, main: Store, run_id: str, exc: BaseException) -> None:

@@ -21,6 +21,7 @@ from typing import Any
 from medhelm_local.audit.trail import AuditTrail, AuditWriteError, audit_event
 
 INTENT_SEQ = "intent_seq"
+REFUSALS = ("refused", "denied")  # outcomes of an action refused before it acted
 
 
 @dataclass(frozen=True)
@@ -35,7 +36,8 @@ class Pairing:
     resumable: bool = False  # a later intent on the same ids takes over an open one (a run resumed)
 
     def is_intent(self, action: str, outcome: str) -> bool:
-        return action in self.opens and self.opens[action] in (None, outcome)
+        """A refusal is never an intent: nothing was done, and nothing will conclude it."""
+        return action in self.opens and self.opens[action] in (None, outcome) and outcome not in REFUSALS
 
     def is_outcome(self, action: str, outcome: str) -> bool:
         return action == self.closes and not self.is_intent(action, outcome)

@@ -18,7 +18,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from medhelm_local.audit.anchor import key_id_fingerprint
-from medhelm_local.audit.intents import unfinished
+from medhelm_local.audit.intents import REFUSALS, unfinished
 from medhelm_local.audit.trail import CHECKPOINT_ACTION
 from medhelm_local.errors import BadInputError
 
@@ -142,6 +142,7 @@ class AuditSummary(BaseModel):
     unfinished: list[UnfinishedAction] = []
     datasets: list[dict[str, Any]]
     runs: list[RunSummary]
+    run_refusals: list[dict[str, Any]] = []  # resumes refused because the run's specs or model changed
     exports: list[ExportSummary]
     export_refusals: list[ExportRefusal] = []
     key_events: list[dict[str, Any]]
@@ -248,7 +249,7 @@ def _started_before(records: list[dict[str, Any]], since: datetime | None
             continue
         if record.get("action") == "export.request" and record.get("outcome") in ("ready", "blocked"):
             requests[str(objects.get("request_id"))] = record
-        elif record.get("action") in ("run.start", "run.resume"):
+        elif record.get("action") in ("run.start", "run.resume") and record.get("outcome") not in REFUSALS:
             starts[str(objects.get("run_id"))] = record
     return requests, starts
 
@@ -306,6 +307,7 @@ def summarize(records: list[dict[str, Any]], since: datetime | None,
     exports: dict[str, ExportSummary] = {}
     requests: dict[str, dict[str, Any]] = dict(requested_before)  # the request records, by id, for refusals
     refusals: list[ExportRefusal] = []
+    run_refusals: list[dict[str, Any]] = []
     keys: list[dict[str, Any]] = []
     config: list[dict[str, Any]] = []
     egress: list[dict[str, Any]] = []
@@ -331,6 +333,8 @@ def summarize(records: list[dict[str, Any]], since: datetime | None,
         if action == "dataset.register":
             datasets.append(_brief(record, "benchmark", "fingerprint", "version", "instances", "previous_version",
                                    "source_name", "reason"))
+        elif action in ("run.start", "run.resume") and record.get("outcome") in REFUSALS:
+            run_refusals.append(_brief(record, "run_id", "model", "mode", "reason", "changed"))
         elif action == "run.resume" and (resumed := run_of(str(objects.get("run_id")))) is not None:
             resumed.resumed += 1
         elif action == "endpoint.use" and (used := run_of(str(objects.get("run_id")))) is not None:
@@ -383,7 +387,8 @@ def summarize(records: list[dict[str, Any]], since: datetime | None,
     return AuditSummary(
         since=since.isoformat() if since else None, records=len(records), actors=actors, unfinished=unconcluded,
         datasets=datasets,
-        runs=list(runs.values()), exports=list(exports.values()), export_refusals=refusals, key_events=keys,
+        runs=list(runs.values()), run_refusals=run_refusals, exports=list(exports.values()), export_refusals=refusals,
+        key_events=keys,
         config_changes=config, egress_denials=egress, verifications=verifications, unreadable=unreadable,
     )
 
@@ -446,7 +451,8 @@ def render_text(summary: AuditSummary) -> str:
             for r in summary.export_refusals]
     if not summary.exports and not summary.export_refusals:
         out.append("  (none)")
-    for title, items in (("Key events", summary.key_events), ("Configuration changes", summary.config_changes),
+    for title, items in (("Refused resumes of a run", summary.run_refusals), ("Key events", summary.key_events),
+                         ("Configuration changes", summary.config_changes),
                          ("Egress denials", summary.egress_denials), ("Audit verifications", summary.verifications)):
         out += ["", f"{title}:"]
         out += [f"  {i['ts']}  {i['actor']}  {i['action']}  {i['outcome']}"
@@ -522,7 +528,8 @@ def report_tables(summary: AuditSummary) -> list[ReportTable]:
                            r.request_id or "-", ", ".join(r.runs) or "-", r.key or "-"]
                           for r in summary.export_refusals]),
     ]
-    for table_id, title, items in (("report-keys", "Key events", summary.key_events),
+    for table_id, title, items in (("report-run-refusals", "Refused resumes of a run", summary.run_refusals),
+                                   ("report-keys", "Key events", summary.key_events),
                                    ("report-config", "Configuration changes", summary.config_changes),
                                    ("report-egress", "Egress denials", summary.egress_denials),
                                    ("report-verifications", "Audit verifications", summary.verifications)):

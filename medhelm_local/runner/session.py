@@ -130,6 +130,16 @@ def _check_plan_of(run: RunInfo, selection: Selection) -> None:
                                 "retry sends the run's own plan (leave the option out, or start a new run)")
 
 
+class RunChanged(BadInputError):
+    """Refused: adding to ``run`` would mix what it was created with (its benchmarks' specs, its model's identity)
+    with something else. ``reason`` (``spec_changed``, ``model_identity_changed``) and ``changed`` (the benchmarks
+    whose spec changed, or the identity's fields) name what, never a value: the trail records them."""
+
+    def __init__(self, message: str, run: RunInfo, *, reason: str, changed: list[str]) -> None:
+        super().__init__(message)
+        self.run_id, self.model, self.reason, self.changed = run.run_id, run.model, reason, changed
+
+
 def _check_specs_frozen(run: RunInfo, specs: SpecRegistry) -> None:
     """Refuse to add to a run whose benchmarks' spec files changed since it was created: one run never mixes
     prompts or decoding. (The run itself always uses its snapshot; this says why it cannot go on.)"""
@@ -137,10 +147,10 @@ def _check_specs_frozen(run: RunInfo, specs: SpecRegistry) -> None:
     if changed:
         detail = "; ".join(f"benchmark {b}: {', '.join(fields[:6])}{' ...' if len(fields) > 6 else ''}"
                            for b, fields in changed.items())
-        raise BadInputError(
+        raise RunChanged(
             f"run {run.run_id} is frozen to the specs it was created with, and the spec changed since ({detail}); "
-            "a run never mixes prompts or decoding: start a new run (--new-run), or restore the spec"
-        )
+            "a run never mixes prompts or decoding: start a new run (--new-run), or restore the spec",
+            run, reason="spec_changed", changed=sorted(changed))
 
 
 def _named_run(store: Store, specs: SpecRegistry, selection: Selection, mode: Mode) -> RunInfo | None:
@@ -312,11 +322,11 @@ def check_identity(run: RunInfo, endpoint: ModelEndpoint, servers: list[dict[str
     changed = [k for k in before if before[k] is not None and now[k] is not None and before[k] != now[k]
                and before[k] != []]
     if changed:
-        raise BadInputError(
+        raise RunChanged(
             f"run {run.run_id} was started against a different model ({', '.join(changed)} changed: "
             f"{ {k: before[k] for k in changed} } -> { {k: now[k] for k in changed} }); it cannot be resumed "
-            "with this one. Start a new run (--new-run)"
-        )
+            "with this one. Start a new run (--new-run)",
+            run, reason="model_identity_changed", changed=changed)
     unverified = [k for k in before if before[k] not in (None, []) and now[k] is None]
     if unverified:
         log.warning("run.identity_unverified", run_id=run.run_id, fields=unverified)

@@ -94,6 +94,34 @@ def test_changed_spec_refuses_resume_and_retry_and_the_run_keeps_its_snapshot(ho
         assert only["n_failed"] == 0 and only["n"] > 0
 
 
+def test_a_resume_refused_because_the_spec_changed_is_in_the_trail(home_cli: Cli, tmp_path: Path) -> None:
+    """A resume refused because a benchmark's spec changed since the run was created exited 2 and left no trace in
+    the trail: a compliance officer could not see who tried to add to a frozen run with another spec. It is
+    recorded now, `run.resume` `refused`, naming the run, the reason and the benchmark (no spec content), opening
+    no intent, and `audit report` lists it; the run itself is left as it was."""
+    _register(home_cli, _spec_with(tmp_path, "original.yaml"))
+    with FakeOpenAIServer(responder=lambda _m: "A", faults=Faults(http_5xx=1.0)) as server:
+        assert home_cli("models", "add", "fake", "--base-url", server.base_url).code == 0
+        first = home_cli("run", "--model", "fake", "--benchmarks", "followup_needed", "--max-retries", "0", "--json")
+        run_id = first.json()["run_id"]
+        _register(home_cli, _spec_with(tmp_path, "changed.yaml", prompt={"system": "Secret-Sentinel-Prompt",
+                                                                          "template": "{context}\n{question}"}))
+        for flag in ("--resume", "--retry-errors"):
+            assert home_cli("run", flag, run_id).code == 2
+    trail = Home(home_cli.home).audit_path.read_text()
+    report = home_cli("audit", "report", "--json").json()
+    assert isinstance(report, dict)
+    assert [(r["action"], r["outcome"], r["run_id"], r["model"], r["mode"], r["reason"], r["changed"])
+            for r in report["run_refusals"]] == [
+        ("run.resume", "refused", run_id, "fake", mode, "spec_changed", ["followup_needed"])
+        for mode in ("resume", "retry_errors")]
+    assert report["unfinished"] == [] and [r["resumed"] for r in report["runs"]] == [0]
+    shown = home_cli("audit", "show", "--action", "run.resume", "--json")
+    assert shown.code == 0 and "Secret-Sentinel-Prompt" not in shown.stdout + trail
+    text = home_cli("audit", "report").stdout
+    assert "Refused resumes of a run:" in text and f"run_id={run_id}" in text and "reason=spec_changed" in text
+
+
 def test_spec_for_run_reads_the_snapshot_not_the_current_file() -> None:
     spec = shipped_spec("pubmedqa")
     manifest = {"prompt_style": {"name": "default"}, **manifest_specs({"pubmedqa": spec})}
