@@ -5,14 +5,18 @@ audit records and their refused connections go. Nothing here is process-wide: a 
 
 from __future__ import annotations
 
+import functools
 import os
 import pwd
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 import typer
 
+from medhelm_local.errors import MedhelmError
 from medhelm_local.home import Home, resolve_home
 
 if TYPE_CHECKING:
@@ -68,17 +72,28 @@ class AppContext:
         not a user name or sign-in subject (free text, a date, an encoding) is refused before anything is done."""
         from medhelm_local.actors import check_actor
 
-        os_user = _os_user()
+        home = Home(resolve_home(home_option))
+        staff_ids = functools.partial(_site_staff_ids, home)
+        os_user = _os_user(staff_ids)
         if actor_option:
-            external: str | None = check_actor(actor_option, "--actor")
+            external: str | None = check_actor(actor_option, "--actor", staff_ids)
         else:
             stated = os.environ.get("MEDHELM_ACTOR")
-            external = check_actor(stated, "$MEDHELM_ACTOR") if stated else None
+            external = check_actor(stated, "$MEDHELM_ACTOR", staff_ids) if stated else None
         actor = f"{os_user}:{external}" if external else os_user
-        return cls(home=Home(resolve_home(home_option)), actor=actor)
+        return cls(home=home, actor=actor)
 
 
-def _os_user() -> str:
+def _site_staff_ids(home: Home) -> re.Pattern[str] | None:
+    """The site's staff number form (appliance.yaml ``identity.staff_id_pattern``); None where the home has no
+    readable configuration (yet): the command itself then says what is wrong with it."""
+    try:
+        return home.config.identity.staff_ids()
+    except MedhelmError:
+        return None
+
+
+def _os_user(staff_ids: Callable[[], re.Pattern[str] | None]) -> str:
     """The account the process runs as, looked up from its real uid: never from ``LOGNAME`` / ``USER`` (what
     ``getpass.getuser`` reads first), which the caller sets at will and would let them act in the audit trail
     under a colleague's name. A uid with no account (a container's arbitrary ``runAsUser``), or whose account name
@@ -91,7 +106,10 @@ def _os_user() -> str:
         name = pwd.getpwuid(uid).pw_name
     except KeyError:
         return f"uid{uid}"
-    return f"uid{uid}" if actor_problem(name) else name
+    reason = actor_problem(name)
+    if reason == "phi_pattern":
+        reason = actor_problem(name, staff_ids())
+    return f"uid{uid}" if reason else name
 
 
 def app_context(ctx: typer.Context) -> AppContext:

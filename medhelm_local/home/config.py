@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated
@@ -195,6 +196,34 @@ class ConsoleSettings(BaseModel):
         return values
 
 
+class IdentitySettings(BaseModel):
+    """How the site's people are named in the audit trail (:mod:`medhelm_local.actors`)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    # The site's staff numbers, a regular expression matched whole (e.g. ``[eu]\d{7}``): a sign-in name, or one
+    # part of a subject (``e1234567@hospital.org``, ``github|1234567``), matching it is accepted although a record
+    # number has its shape. Set where the deployment is configured, as the rest of this file.
+    staff_id_pattern: str | None = Field(default=None, min_length=1, max_length=100)
+
+    @field_validator("staff_id_pattern")
+    @classmethod
+    def _compiles(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        try:
+            pattern = re.compile(value)
+        except re.error as exc:
+            raise ValueError(f"staff_id_pattern: not a regular expression ({exc.msg})") from None
+        if pattern.fullmatch(""):
+            raise ValueError("staff_id_pattern: matches an empty name; write the staff number's form, e.g. "
+                             "[eu]\\d{7}")
+        return value
+
+    def staff_ids(self) -> re.Pattern[str] | None:
+        return None if self.staff_id_pattern is None else re.compile(self.staff_id_pattern)
+
+
 class ApplianceConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -208,6 +237,7 @@ class ApplianceConfig(BaseModel):
     runner: RunnerSettings = Field(default_factory=RunnerSettings)
     store: StoreSettings = Field(default_factory=StoreSettings)
     console: ConsoleSettings = Field(default_factory=ConsoleSettings)
+    identity: IdentitySettings = Field(default_factory=IdentitySettings)
 
     @model_validator(mode="after")
     def _references_resolve(self) -> ApplianceConfig:

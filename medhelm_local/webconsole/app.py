@@ -114,9 +114,10 @@ class Console:
         if self.sessions is not None:
             return self.sessions.identity(request.cookies.get(SESSION_COOKIE))
         peer = request.client.host if request.client else None
+        config = self.home.config
         try:
-            return identity_from_proxy(peer, {k.lower(): v for k, v in request.headers.items()},
-                                       self.home.config.console)
+            return identity_from_proxy(peer, {k.lower(): v for k, v in request.headers.items()}, config.console,
+                                       config.identity.staff_ids())
         except NotTrusted:
             return None
 

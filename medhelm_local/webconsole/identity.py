@@ -71,15 +71,16 @@ def _peer_trusted(peer: str | None, settings: ConsoleSettings) -> bool:
     return any(address in ipaddress.ip_network(n, strict=False) for n in settings.trusted_proxies)
 
 
-def identity_from_proxy(peer: str | None, headers: dict[str, str], settings: ConsoleSettings) -> Identity:
+def identity_from_proxy(peer: str | None, headers: dict[str, str], settings: ConsoleSettings,
+                        staff_ids: re.Pattern[str] | None = None) -> Identity:
     """The identity a trusted proxy asserts; :class:`NotTrusted` for anyone else or no user, :class:`RefusedSubject`
-    for a user that is not a user name or sign-in subject."""
+    for a user that is not a user name or sign-in subject (``staff_ids``: the site's staff number form)."""
     if not _peer_trusted(peer, settings):
         raise NotTrusted("request not from a trusted proxy")
     user = headers.get(settings.user_header.lower(), "").strip()
     if not user:
         raise NotTrusted("no user header")
-    reason = actor_problem(user)
+    reason = actor_problem(user, staff_ids)
     if reason is not None:
         raise RefusedSubject(reason)
     raw_groups = headers.get(settings.groups_header.lower(), "")

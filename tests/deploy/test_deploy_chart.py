@@ -239,6 +239,19 @@ def test_appliance_config_is_valid_and_in_cluster(name, rendered):
     assert config.store.lock_timeout_s == store.get("lockTimeoutS", 600)
 
 
+def test_the_sites_staff_number_form_reaches_appliance_yaml():
+    """A hospital whose people sign in with staff numbers (e1234567) names their form once in the values; every pod
+    reads it from the mounted appliance.yaml (the insider cannot widen it there). Unset, appliance.yaml has none."""
+    from medhelm_local.home.config import ApplianceConfig
+
+    assert "identity" not in appliance_yaml(render())
+    raw = appliance_yaml(render({"appliance": {"identity": {"staffIdPattern": r"[eu]\d{7}"}}}))
+    staff_ids = ApplianceConfig.model_validate(raw).identity.staff_ids()
+    assert staff_ids is not None and staff_ids.fullmatch("e1234567") and not staff_ids.fullmatch("7730019942")
+    with pytest.raises(helm_python.HelmError, match="staffIdPattern"):
+        render({"appliance": {"identity": {"staffIdPattern": "x" * 101}}})
+
+
 def test_extra_models_take_exactly_the_keys_appliance_yaml_takes():
     """appliance.extraModels entries go into appliance.yaml as they are, and the appliance refuses an unknown key at
     start. The schema checked `name` and `kind` only: `replyModel` (the camelCase every other value uses), a

@@ -121,7 +121,7 @@ def test_an_account_name_that_is_free_text_is_recorded_as_its_uid(monkeypatch: p
         pw_name = "Ada Quillonby 1960-03-04"
 
     monkeypatch.setattr(context.pwd, "getpwuid", lambda uid: Entry())
-    assert context._os_user() == f"uid{os.getuid()}"
+    assert context._os_user(lambda: None) == f"uid{os.getuid()}"
 
 
 def _proxied_console(home_cli: Cli) -> Any:
@@ -162,3 +162,71 @@ def test_the_console_refuses_sign_in_to_a_subject_the_trail_cannot_record(home_c
     page = client.get("/audit", headers={"X-Forwarded-User": subject, "X-Forwarded-Groups": "privacy-office"})
     assert page.status_code == 200
     assert client.get("/", headers={"X-Forwarded-User": "  "}).status_code == 401  # no user: as before
+
+
+# Staff numbers as hospitals issue them, which have a record number's shape.
+STAFF = ["e1234567", "E1234567@hospital.org", "u7654321", "github|1234567", "root:e1234567"]
+
+
+def _site_form(home: Path, pattern: str) -> None:
+    from medhelm_local.home import Home
+    from medhelm_local.home.config import ApplianceConfig
+
+    data = Home(home).config.model_dump()
+    data["identity"] = {"staff_id_pattern": pattern}
+    Home(home).save_config(ApplianceConfig.model_validate(data))
+
+
+def test_staff_numbers_are_accepted_only_in_the_form_the_site_configured() -> None:
+    import re
+
+    site = re.compile(r"[eEu]\d{7}|\d{7}")
+    assert [s for s in STAFF if actor_problem(s) != "phi_pattern"] == []
+    assert [s for s in STAFF if actor_problem(s, site) is not None] == []
+    # What is no staff number stays refused: another record number, the record-number words, a date, an SSN, free
+    # text, a staff number with a record number beside it.
+    for attack in ["MRN7730019942", "mrn:e1234567", "e1234567|7730019942", "e1234567.19600304",
+                   "e1234567-123-45-6789", "Ada Quillonby e1234567", *ATTACKS]:
+        assert actor_problem(attack, site) is not None, attack
+
+
+def test_a_staff_number_signs_commands_where_the_site_names_its_form(home_cli: Cli) -> None:
+    refused = home_cli("--actor", "e1234567", "audit", "verify")
+    assert refused.code == 2 and "identity.staff_id_pattern" in refused.stderr
+    assert "e1234567" not in refused.stderr
+    _site_form(home_cli.home, r"e\d{7}")
+    assert home_cli("--actor", "e1234567", "audit", "verify").code == 0
+    home_cli.env["MEDHELM_ACTOR"] = "e1234567@hospital.org"
+    assert home_cli("audit", "verify").code == 0
+    assert _actors(home_cli)[-2:] == [f"{_account()}:e1234567", f"{_account()}:e1234567@hospital.org"]
+    assert home_cli("--actor", "x1234567", "audit", "verify").code == 2  # not the site's form
+
+
+def test_an_account_named_by_staff_number_is_recorded_in_the_sites_form(monkeypatch: pytest.MonkeyPatch) -> None:
+    import re
+
+    from medhelm_local import context
+
+    class Entry:
+        pw_name = "e1234567"
+
+    monkeypatch.setattr(context.pwd, "getpwuid", lambda uid: Entry())
+    assert context._os_user(lambda: None) == f"uid{os.getuid()}"
+    assert context._os_user(lambda: re.compile(r"e\d{7}")) == "e1234567"
+
+
+@pytest.mark.parametrize("pattern", ["(", "\\d*", ""])
+def test_a_staff_number_form_that_cannot_work_is_refused(pattern: str) -> None:
+    from pydantic import ValidationError
+
+    from medhelm_local.home.config import IdentitySettings
+
+    with pytest.raises(ValidationError, match="staff_id_pattern"):
+        IdentitySettings(staff_id_pattern=pattern)
+
+
+def test_the_console_signs_in_a_staff_number_in_the_sites_form(home_cli: Cli) -> None:
+    headers = {"X-Forwarded-User": "e1234567", "X-Forwarded-Groups": "privacy-office"}
+    assert _proxied_console(home_cli).get("/audit", headers=headers).status_code == 403
+    _site_form(home_cli.home, r"e\d{7}")
+    assert _proxied_console(home_cli).get("/audit", headers=headers).status_code == 200
