@@ -27,7 +27,7 @@ from enum import StrEnum
 import numpy as np
 from pydantic import BaseModel, Field
 
-from medhelm_local.analysis.aggregate import InstanceSeries, statistic
+from medhelm_local.analysis.aggregate import InstanceSeries, NewerRun, statistic
 from medhelm_local.analysis.cost_performance import ModelCost, pareto_front
 from medhelm_local.analysis.stats import (
     DEFAULT_RESAMPLES,
@@ -131,6 +131,9 @@ class ModelRow(BaseModel):
     # benchmark -> whether its run scored the dataset version registered last (the one new runs use)
     dataset_current: dict[str, bool] = Field(default_factory=dict)
     rank: int | None = None  # 1 for the best win rate; None: unranked, no win rate (``unranked_reason``)
+    run_ids: dict[str, str] = Field(default_factory=dict)  # benchmark -> the run its score is from
+    # benchmark -> the newer runs not shown (failed, interrupted, unfinished, or scoring nothing), newest first
+    newer_runs: dict[str, list[NewerRun]] = Field(default_factory=dict)
 
     @property
     def win_rate_left_out(self) -> bool:
@@ -155,6 +158,26 @@ class ModelRow(BaseModel):
         """Benchmarks the model ran without a single scored instance (every request or judgement failed): left
         out of its win rate and macro average, never scored as 0, so the row must say so."""
         return sorted(b for b, s in self.benchmarks.items() if s.score is None)
+
+
+def _newer_run_text(run: NewerRun) -> str:
+    if run.status == "finished":
+        return f"{run.run_id} (finished, no instance scored: every request or judgement failed)"
+    if run.status == "inferred":
+        return f"{run.run_id} (answered, not scored yet)"
+    return f"{run.run_id} ({run.status}, not finished)"
+
+
+def newer_run_lines(rows: list[ModelRow]) -> list[str]:
+    """One sentence per model and benchmark whose score comes from an older run than its newest: which run the
+    score is from, and the newer ones not shown and why (the table's, the console's)."""
+    lines = []
+    for row in rows:
+        for benchmark, runs in row.newer_runs.items():
+            shown = f"run {row.run_ids[benchmark]}" if benchmark in row.run_ids else "an older run"
+            lines.append(f"{row.model} on {benchmark} shows {shown}, not the newer "
+                         f"{'; '.join(_newer_run_text(run) for run in runs)}")
+    return lines
 
 
 def _win_value(own: float, rival: float, rule: WinRule) -> float:

@@ -18,6 +18,7 @@ from medhelm_local.analysis.leaderboard import (
     PairwiseDifference,
     WinRule,
     cost_unknown_why,
+    newer_run_lines,
     resolve_category,
 )
 from medhelm_local.analysis.stats import DEFAULT_RESAMPLES
@@ -38,8 +39,8 @@ def leaderboard_payload(rows: list[ModelRow], *, pairwise: list[PairwiseDifferen
                         mdes: dict[str, BenchmarkMDE] | None = None) -> list[dict[str, Any]]:
     """One object per model, in rank order: its rank (null: unranked, and ``unranked_reason``), win_rate, win_sd, the
     pairings the win rate counts and leaves out (not comparable),
-    macro_avg, sd, categories, cost, and per benchmark score, CI, n (and the benchmark's MDE); ``pairwise`` adds
-    each rival's paired differences."""
+    macro_avg, sd, categories, cost, and per benchmark score, CI, n, the run it is from and the newer runs not shown
+    (and the benchmark's MDE); ``pairwise`` adds each rival's paired differences."""
     mdes = mdes or {}
     payload = []
     for r in rows:
@@ -57,6 +58,9 @@ def leaderboard_payload(rows: list[ModelRow], *, pairwise: list[PairwiseDifferen
                 entry["judge_failure_rates"] = r.judge_failures[b]
             if b in r.prompt_sha256:
                 entry["prompt_sha256"] = r.prompt_sha256[b]
+            if b in r.run_ids:
+                entry["run_id"] = r.run_ids[b]
+            entry["newer_runs_not_shown"] = [run.model_dump() for run in r.newer_runs.get(b, [])]
             entry["not_comparable_with"] = r.not_comparable.get(b, {})
             entry["dataset_current"] = r.dataset_current.get(b, True)
             if b in mdes:
@@ -100,7 +104,8 @@ def _cell(row: ModelRow, benchmark: str) -> str:
     share = row.format_rates.get(benchmark, {}).get("truncated_share")
     cut = f" [prompts truncated to fit: {share:.0%}]" if share else ""
     marks = [*(["another dataset version"] if not row.dataset_current.get(benchmark, True) else []),
-             *(["not comparable"] if benchmark in row.not_comparable else [])]
+             *(["not comparable"] if benchmark in row.not_comparable else []),
+             *(["a newer run not shown"] if benchmark in row.newer_runs else [])]
     unlike = f" [{'; '.join(marks)}: see below]" if marks else ""
     return f"{score.score:.3f}{ci} ({counts}){empty}{cut}{unlike}"
 
@@ -145,7 +150,7 @@ def print_leaderboard(rows: list[ModelRow], *, mdes: dict[str, BenchmarkMDE] | N
                                                        *((r.win_sd, r.win_rate) for r in rows),
                                                        *((m.sd, m.mde) for m in (mdes or {}).values())]):
         info(SD_UNDEFINED_NOTE)
-    for line in comparability_lines(rows):
+    for line in [*comparability_lines(rows), *newer_run_lines(rows)]:
         info(line)
     unpriced = [r for r in rows if r.cost is None]
     if rows and len(unpriced) == len(rows):
@@ -183,7 +188,7 @@ def leaderboard(
     prompt_style: str = typer.Option(DEFAULT_STYLE, "--prompt-style",
                                      help="Only runs of this prompt style: default or medhelm (styles never mix)."),
 ) -> None:
-    """Show the leaderboard over the latest finished run of each model and benchmark (of one prompt style)."""
+    """Show the leaderboard over the newest finished run that scored each model's benchmark (of one prompt style)."""
     app_ctx = app_context(ctx)
     specs = app_ctx.specs
     resolved = resolve_category(category, specs) if category else None
