@@ -25,6 +25,7 @@ from medhelm_local.analysis.leaderboard import (
     apply_costs,
     benchmark_mdes,
     build_leaderboard,
+    item_set_differences,
     pairwise_differences,
 )
 from medhelm_local.benchmarks.registry import SpecRegistry
@@ -96,6 +97,9 @@ def build_board(data: BoardData, specs: SpecRegistry, *, prompt_style: str, rule
         row.prompt_sha256 = {b: h for (m, b), h in data.prompt_hashes.items() if m == row.model and b in row.benchmarks}
         row.run_ids = {b: data.runs.chosen[(row.model, b)] for b in sorted(row.benchmarks)}
         row.newer_runs = {b: newer for b in sorted(row.benchmarks) if (newer := data.runs.newer.get((row.model, b)))}
+    differ = item_set_differences(data.series, unlike=unlike)
+    for row in rows:
+        row.items_differ = {b: differ[(row.model, b)] for b in sorted(row.benchmarks) if (row.model, b) in differ}
     apply_costs(rows, data.costs)
     apply_comparability(rows, data.comparability)
     return Board(rows=rows, series=data.series,

@@ -15,7 +15,10 @@ and its SD are over the model's benchmarks with equal weight, comparable or not 
 population SDs (ddof 0), and undefined (None, never 0.0) over fewer than two values: one benchmark says nothing
 about how a model's scores spread. Two scores within :data:`TIE_TOLERANCE` of each other tie: equal means summed in
 another order (jury ratings, thirds and ninths) differ by a rounding error of about 1e-16, which must not decide a
-win.
+win. A model's score on a benchmark is over its scored items: a failed request or judgement is left out, never
+scored 0, so two models' scores there can be over different items. The win rate and macro average compare those
+scores as they are (the paper's benchmark scores); the paired differences and MDEs use the items both scored; the
+leaderboard names each benchmark where comparable runs' scored items differ (:func:`item_set_differences`).
 """
 
 from __future__ import annotations
@@ -106,6 +109,14 @@ class BenchmarkMDE(BaseModel):
     pairs: int
 
 
+class ItemSetDifference(BaseModel):
+    """How a model's scored items on a benchmark differ from a rival's whose run is comparable: each score leaves
+    out its own failed items (never scored 0), so the two scores are over different items."""
+
+    only_own: int  # items the model's score counts and the rival's leaves out
+    only_rival: int  # items the rival's score counts and the model's leaves out
+
+
 class ModelRow(BaseModel):
     model: str
     win_rate: float | None
@@ -134,6 +145,8 @@ class ModelRow(BaseModel):
     run_ids: dict[str, str] = Field(default_factory=dict)  # benchmark -> the run its score is from
     # benchmark -> the newer runs not shown (failed, interrupted, unfinished, or scoring nothing), newest first
     newer_runs: dict[str, list[NewerRun]] = Field(default_factory=dict)
+    # benchmark -> rival -> how their scored items differ (failures left out), where the two runs are comparable
+    items_differ: dict[str, dict[str, ItemSetDifference]] = Field(default_factory=dict)
 
     @property
     def win_rate_left_out(self) -> bool:
@@ -416,6 +429,38 @@ def pairwise_differences(series: list[InstanceSeries], *, resamples: int = DEFAU
                     ci_low=-interval[1] if interval else None, ci_high=-interval[0] if interval else None,
                     n=len(ia)))
     return out
+
+
+def item_set_differences(series: list[InstanceSeries], *, unlike: Unlike = NO_UNLIKE
+                         ) -> dict[tuple[str, str], dict[str, ItemSetDifference]]:
+    """(model, benchmark) -> rival -> how their scored items differ, for each pairing of comparable runs (not in
+    ``unlike``) whose scores leave out different failed items; pairings over the same items are absent."""
+    out: dict[tuple[str, str], dict[str, ItemSetDifference]] = {}
+    for benchmark, members in _by_benchmark(series).items():
+        for a in members:
+            for b in members:
+                if a is b or not comparable(unlike, benchmark, a.model, b.model):
+                    continue
+                own, theirs = set(a.ids), set(b.ids)
+                if own != theirs:
+                    out.setdefault((a.model, benchmark), {})[b.model] = ItemSetDifference(
+                        only_own=len(own - theirs), only_rival=len(theirs - own))
+    return out
+
+
+def item_set_lines(rows: list[ModelRow]) -> list[str]:
+    """One sentence per benchmark whose compared scores are over different items: how many failed items each
+    model's score there leaves out (the table's, the console's)."""
+    lines = []
+    for benchmark in sorted({b for row in rows for b in row.items_differ}):
+        involved = {row.model for row in rows if benchmark in row.items_differ}
+        counts = [f"{row.model}'s leaves out {s.n_failed} of its {s.n + s.n_failed}" for row in rows
+                  if row.model in involved and (s := row.benchmarks.get(benchmark)) is not None]
+        lines.append(f"{benchmark}: the scores compared are over different items (a failed item is left out of its "
+                     f"model's score, never scored 0): {', '.join(counts)}. Win rates and macro averages compare "
+                     "these scores as they are; the paired differences and MDE use only the items both models "
+                     "scored")
+    return lines
 
 
 def benchmark_mdes(series: list[InstanceSeries], *, unlike: Unlike = NO_UNLIKE) -> dict[str, BenchmarkMDE]:

@@ -18,6 +18,7 @@ from medhelm_local.analysis.leaderboard import (
     PairwiseDifference,
     WinRule,
     cost_unknown_why,
+    item_set_lines,
     newer_run_lines,
     resolve_category,
 )
@@ -39,8 +40,9 @@ def leaderboard_payload(rows: list[ModelRow], *, pairwise: list[PairwiseDifferen
                         mdes: dict[str, BenchmarkMDE] | None = None) -> list[dict[str, Any]]:
     """One object per model, in rank order: its rank (null: unranked, and ``unranked_reason``), win_rate, win_sd, the
     pairings the win rate counts and leaves out (not comparable),
-    macro_avg, sd, categories, cost, and per benchmark score, CI, n, the run it is from and the newer runs not shown
-    (and the benchmark's MDE); ``pairwise`` adds each rival's paired differences."""
+    macro_avg, sd, categories, cost, and per benchmark score, CI, n, the run it is from and the newer runs not shown,
+    the comparable rivals whose scores are over other items (and the benchmark's MDE); ``pairwise`` adds each rival's
+    paired differences."""
     mdes = mdes or {}
     payload = []
     for r in rows:
@@ -62,6 +64,8 @@ def leaderboard_payload(rows: list[ModelRow], *, pairwise: list[PairwiseDifferen
                 entry["run_id"] = r.run_ids[b]
             entry["newer_runs_not_shown"] = [run.model_dump() for run in r.newer_runs.get(b, [])]
             entry["not_comparable_with"] = r.not_comparable.get(b, {})
+            entry["scored_items_differ_from"] = {rival: difference.model_dump()
+                                                 for rival, difference in r.items_differ.get(b, {}).items()}
             entry["dataset_current"] = r.dataset_current.get(b, True)
             if b in mdes:
                 entry["mde"] = mdes[b].mde
@@ -105,7 +109,8 @@ def _cell(row: ModelRow, benchmark: str) -> str:
     cut = f" [prompts truncated to fit: {share:.0%}]" if share else ""
     marks = [*(["another dataset version"] if not row.dataset_current.get(benchmark, True) else []),
              *(["not comparable"] if benchmark in row.not_comparable else []),
-             *(["a newer run not shown"] if benchmark in row.newer_runs else [])]
+             *(["a newer run not shown"] if benchmark in row.newer_runs else []),
+             *(["other items than a rival's"] if benchmark in row.items_differ else [])]
     unlike = f" [{'; '.join(marks)}: see below]" if marks else ""
     return f"{score.score:.3f}{ci} ({counts}){empty}{cut}{unlike}"
 
@@ -150,7 +155,7 @@ def print_leaderboard(rows: list[ModelRow], *, mdes: dict[str, BenchmarkMDE] | N
                                                        *((r.win_sd, r.win_rate) for r in rows),
                                                        *((m.sd, m.mde) for m in (mdes or {}).values())]):
         info(SD_UNDEFINED_NOTE)
-    for line in [*comparability_lines(rows), *newer_run_lines(rows)]:
+    for line in [*comparability_lines(rows), *item_set_lines(rows), *newer_run_lines(rows)]:
         info(line)
     unpriced = [r for r in rows if r.cost is None]
     if rows and len(unpriced) == len(rows):

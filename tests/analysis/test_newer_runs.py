@@ -71,7 +71,7 @@ def test_a_failed_or_interrupted_rerun_does_not_replace_the_good_result(runs: tu
     table = cli("leaderboard", "--resamples", "0")
     assert table.code == 0, table.stderr
     assert said in table.stderr
-    assert "(n=12) [a newer run not shown: see below]" in table.stdout
+    assert "(n=12) [a newer run not shown; other items than a rival's: see below]" in table.stdout
     page = page_as(home, "/leaderboard?resamples=0")
     assert page.status_code == 200
     assert said in page.text
