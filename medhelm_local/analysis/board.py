@@ -25,6 +25,7 @@ from medhelm_local.analysis.leaderboard import (
     apply_costs,
     benchmark_mdes,
     build_leaderboard,
+    common_items_win_rate,
     item_set_differences,
     pairwise_differences,
 )
@@ -100,6 +101,8 @@ def build_board(data: BoardData, specs: SpecRegistry, *, prompt_style: str, rule
     differ = item_set_differences(data.series, unlike=unlike)
     for row in rows:
         row.items_differ = {b: differ[(row.model, b)] for b in sorted(row.benchmarks) if (row.model, b) in differ}
+        if row.win_rate is not None:
+            row.win_rate_common_items = common_items_win_rate(data.series, row.model, rule, unlike=unlike)
     apply_costs(rows, data.costs)
     apply_comparability(rows, data.comparability)
     return Board(rows=rows, series=data.series,

@@ -18,7 +18,9 @@ another order (jury ratings, thirds and ninths) differ by a rounding error of ab
 win. A model's score on a benchmark is over its scored items: a failed request or judgement is left out, never
 scored 0, so two models' scores there can be over different items. The win rate and macro average compare those
 scores as they are (the paper's benchmark scores); the paired differences and MDEs use the items both scored; the
-leaderboard names each benchmark where comparable runs' scored items differ (:func:`item_set_differences`).
+leaderboard names each benchmark where comparable runs' scored items differ (:func:`item_set_differences`) and
+reports beside the win rate the one with each pairing decided over the items both models scored
+(:func:`common_items_win_rate`), which ranks nothing.
 """
 
 from __future__ import annotations
@@ -147,6 +149,8 @@ class ModelRow(BaseModel):
     newer_runs: dict[str, list[NewerRun]] = Field(default_factory=dict)
     # benchmark -> rival -> how their scored items differ (failures left out), where the two runs are comparable
     items_differ: dict[str, dict[str, ItemSetDifference]] = Field(default_factory=dict)
+    # the win rate with each pairing decided over the items both scored (``common_items_win_rate``); not the rank's
+    win_rate_common_items: float | None = None
 
     @property
     def win_rate_left_out(self) -> bool:
@@ -229,7 +233,12 @@ def win_rate(scores: dict[str, dict[str, float]], model: str, rule: WinRule = Wi
     """The paper's rule: the mean win over all (benchmark, rival) pairs where both have a score. HELM's: the mean
     over benchmarks of the model's win fraction there (HELM's mean win rate), which weighs a benchmark with few
     rivals as much as one with many. Pairs in ``unlike`` are left out. None without any pair."""
-    fractions = _win_fractions(scores, model, rule, unlike)
+    return _mean_win(_win_fractions(scores, model, rule, unlike), rule)
+
+
+def _mean_win(fractions: list[tuple[float, int]], rule: WinRule) -> float | None:
+    """The win rate from (wins, rivals) per benchmark: over all pairings (paper), or the mean of the per-benchmark
+    fractions (HELM); None without any pairing."""
     if not fractions:
         return None
     if rule == WinRule.HELM:
@@ -448,6 +457,34 @@ def item_set_differences(series: list[InstanceSeries], *, unlike: Unlike = NO_UN
     return out
 
 
+def _on_common_items(own: InstanceSeries, rival: InstanceSeries) -> tuple[float | None, float | None]:
+    """The two models' scores recomputed over the items both scored (None: no such item)."""
+    ia, ib = _common(own, rival)
+    return (statistic(own.values[ia], own.counts[ia] if own.counts is not None else None, own.aggregation),
+            statistic(rival.values[ib], rival.counts[ib] if rival.counts is not None else None, rival.aggregation))
+
+
+def common_items_win_rate(series: list[InstanceSeries], model: str, rule: WinRule = WinRule.PAPER, *,
+                          unlike: Unlike = NO_UNLIKE) -> float | None:
+    """The win rate with each (benchmark, rival) pairing decided over the items both models scored (each score
+    recomputed over them, as the paired differences are): no pairing is won on items only one of the two was
+    scored on. Rule and left-out pairings as :func:`win_rate`; None without a pairing. Reported beside the win
+    rate, which stays the paper's (each model's own benchmark scores) and ranks the models."""
+    fractions = []
+    for benchmark, members in _by_benchmark(series).items():
+        own = next((m for m in members if m.model == model), None)
+        wins, rivals = 0.0, 0
+        for rival in members:
+            if own is None or rival is own or not comparable(unlike, benchmark, model, rival.model):
+                continue
+            mine, theirs = _on_common_items(own, rival)
+            if mine is not None and theirs is not None:
+                wins, rivals = wins + _win_value(mine, theirs, rule), rivals + 1
+        if rivals:
+            fractions.append((wins, rivals))
+    return _mean_win(fractions, rule)
+
+
 def item_set_lines(rows: list[ModelRow]) -> list[str]:
     """One sentence per benchmark whose compared scores are over different items: how many failed items each
     model's score there leaves out (the table's, the console's)."""
@@ -460,6 +497,11 @@ def item_set_lines(rows: list[ModelRow]) -> list[str]:
                      f"model's score, never scored 0): {', '.join(counts)}. Win rates and macro averages compare "
                      "these scores as they are; the paired differences and MDE use only the items both models "
                      "scored")
+    if lines:
+        rates = ", ".join(f"{row.model} " + ("-" if (rate := row.win_rate_common_items) is None else f"{rate:.3f}")
+                          for row in rows)
+        lines.append(f"Win rate with each pairing decided over the items both models scored (win_rate_common_items): "
+                     f"{rates}; the rank uses the win rate over each model's own scored items, as MedHELM's")
     return lines
 
 

@@ -73,7 +73,7 @@ def leaderboard_payload(rows: list[ModelRow], *, pairwise: list[PairwiseDifferen
             benchmarks[b] = entry
         row: dict[str, Any] = {
             "model": r.model, "rank": r.rank, "unranked_reason": r.unranked_reason, "prompt_style": r.prompt_style,
-            "win_rate": r.win_rate, "win_sd": r.win_sd,
+            "win_rate": r.win_rate, "win_rate_common_items": r.win_rate_common_items, "win_sd": r.win_sd,
             "win_rule": r.win_rule.value, "win_pairs": r.win_pairs, "win_pairs_left_out": r.win_pairs_left_out,
             "macro_avg": r.macro_avg, "sd": r.sd, "n_benchmarks": len(r.benchmarks),
             "unscored_benchmarks": r.unscored, "categories": r.categories,

@@ -56,3 +56,34 @@ def test_scores_over_different_items_are_named_per_benchmark(tmp_path: Path) -> 
     page = page_as(home, "/leaderboard?resamples=0")
     assert page.status_code == 200
     assert said in page.text.replace("&#39;", "'")
+
+
+def test_the_win_rate_over_common_items_is_reported_beside_the_papers(tmp_path: Path) -> None:
+    """alpha failed pubmedqa's items 20-29, which beta got wrong: over its own 30 items alpha scores 20/30, beta
+    22/40, so alpha won the pairing only because its failures took items beta was scored on. Over the 30 items
+    both scored beta wins (22/30 against 20/30). The win rate (the rank's) is unchanged; the common-items win
+    rate beside it says so."""
+    home = make_home(tmp_path / "home")
+    p_data, m_data = pubmedqa(N), medqa(N)
+    wrong = {i.id: ("no" if i.label != "no" else "yes") for i in p_data}
+    alpha = {i.id: (i.label if n < 20 else None if n < 30 else wrong[i.id]) for n, i in enumerate(p_data)}
+    beta = {i.id: (i.label if n < 20 or n in (30, 31) else wrong[i.id]) for n, i in enumerate(p_data)}
+    with Store.open(home) as store:
+        p_fp, m_fp = register(store, "pubmedqa", p_data), register(store, "medqa", m_data)
+        for model, p_answers, m_answers in (("alpha", alpha, answers(m_data, 20)), ("beta", beta, answers(m_data, 30))):
+            for benchmark, data, fingerprint, outputs in (("pubmedqa", p_data, p_fp, p_answers),
+                                                          ("medqa", m_data, m_fp, m_answers)):
+                run_id = add_run(store, model, benchmark, fingerprint, data, outputs)
+                score_benchmark(store, SHIPPED, run_id, benchmark)
+    cli = Cli(home=home.root, env=cli_env())
+    rows = {r["model"]: r for r in cli("leaderboard", "--json", "--resamples", "0").json()}
+    assert rows["alpha"]["benchmarks"]["pubmedqa"]["score"] == pytest.approx(20 / 30)
+    assert rows["beta"]["benchmarks"]["pubmedqa"]["score"] == pytest.approx(22 / 40)
+    assert rows["alpha"]["win_rate"] == pytest.approx(1 / 2) and rows["beta"]["win_rate"] == pytest.approx(1 / 2)
+    assert rows["alpha"]["win_rate_common_items"] == 0.0 and rows["beta"]["win_rate_common_items"] == 1.0
+    assert rows["alpha"]["benchmarks"]["pubmedqa"]["scored_items_differ_from"] == {
+        "beta": {"only_own": 0, "only_rival": 10}}
+    table = cli("leaderboard", "--resamples", "0")
+    assert ("Win rate with each pairing decided over the items both models scored (win_rate_common_items): "
+            "beta 1.000, alpha 0.000; the rank uses the win rate over each model's own scored items") in table.stderr
+    assert "beta's leaves out 0 of its 40, alpha's leaves out 10 of its 40" in table.stderr
