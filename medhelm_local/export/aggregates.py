@@ -262,7 +262,7 @@ class PublishedCell(_Closed):
     n_gold_empty: int | None = None
     score_nonempty_gold: float | None = None
     score_decimals: int | None = None  # fewer decimals than the policy's for this cell's scores (count rounding)
-    in_leaderboard: bool = True  # the model's latest cell of this benchmark: the one its averages and win rate use
+    in_leaderboard: bool = True  # the cell its averages and win rate use (latest_cells: the latest that scored)
 
 
 class PublishedModel(_Closed):
