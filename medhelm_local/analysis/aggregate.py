@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from pydantic import BaseModel
 
 from medhelm_local.benchmarks.registry import SpecRegistry
 from medhelm_local.prompts.styles import DEFAULT_STYLE, run_prompt_style, spec_for_run
@@ -11,7 +14,7 @@ from medhelm_local.records import BenchmarkScore
 from medhelm_local.scoring.registry import metric_aggregation, read_details, scorer_for
 from medhelm_local.scoring.scorer import Aggregation
 from medhelm_local.scoring.summary import aggregate_values, gold_empty_stats
-from medhelm_local.store.judgments import judge_failure_rates, score_rows
+from medhelm_local.store.judgments import judge_failure_rates, score_rows, scored_count
 from medhelm_local.store.store import Store
 
 if TYPE_CHECKING:  # numpy is imported where a series is built: a `run` (benchmark_score) needs none of it
@@ -115,28 +118,74 @@ def benchmark_score(store: Store, specs: SpecRegistry, run_id: str, model: str, 
                           score_nonempty_gold=score_nonempty_gold)
 
 
-def latest_runs(store: Store, prompt_style: str = DEFAULT_STYLE) -> dict[tuple[str, str], str]:
-    """For each (model, benchmark), the most recent finished run of ``prompt_style`` that covered it: runs of
-    different prompt styles are never mixed in one leaderboard."""
+class NewerRun(BaseModel):
+    """A run of a model on a benchmark newer than the one the leaderboard shows, and its status: ``finished`` (it
+    scored no instance of the benchmark: every request or judgement failed), or not finished (``interrupted``,
+    ``failed``, ``running``; ``inferred``: answered, not scored yet)."""
+
+    run_id: str
+    status: str
+
+
+@dataclass
+class ShownRuns:
+    """Which run the leaderboard shows for each (model, benchmark), and the newer runs it passes over."""
+
+    chosen: dict[tuple[str, str], str]
+    newer: dict[tuple[str, str], list[NewerRun]]  # newest first; absent: the run shown is the newest
+
+
+def shown_runs(store: Store, specs: SpecRegistry, prompt_style: str = DEFAULT_STYLE) -> ShownRuns:
+    """For each (model, benchmark), the newest finished run of ``prompt_style`` that scored at least one of its
+    instances; where none did, the newest finished run (its cell shows the failures). A newer run that failed,
+    was interrupted, is still running or scored nothing never replaces a good result silently, nor is it hidden:
+    it is named in ``newer``. Runs of different prompt styles are never mixed in one leaderboard."""
     chosen: dict[tuple[str, str], str] = {}
-    for run in store.list_runs():  # oldest first, so later runs overwrite
-        if run.status != "finished" or run_prompt_style(run.manifest) != prompt_style:
+    fallback: dict[tuple[str, str], tuple[str, int]] = {}  # the newest finished run, and how many newer ones
+    newer: dict[tuple[str, str], list[NewerRun]] = defaultdict(list)
+    for run in reversed(store.list_runs()):  # newest first
+        if run_prompt_style(run.manifest) != prompt_style:
             continue
         for benchmark in run.benchmarks:
-            chosen[(run.model, benchmark)] = run.run_id
-    return dict(sorted(chosen.items()))
+            key = (run.model, benchmark)
+            if key in chosen:
+                continue
+            if run.status == "finished" and scored_count(store, run.run_id, benchmark,
+                                                         run_metric(store, specs, run.run_id, benchmark)):
+                chosen[key] = run.run_id
+                continue
+            if run.status == "finished" and key not in fallback:
+                fallback[key] = (run.run_id, len(newer[key]))
+            newer[key].append(NewerRun(run_id=run.run_id, status=run.status))
+    for key, (run_id, newer_count) in fallback.items():
+        if key not in chosen:
+            chosen[key], newer[key] = run_id, newer[key][:newer_count]
+    return ShownRuns(chosen=dict(sorted(chosen.items())),
+                     newer={key: runs for key, runs in sorted(newer.items()) if key in chosen and runs})
+
+
+def latest_runs(store: Store, specs: SpecRegistry, prompt_style: str = DEFAULT_STYLE) -> dict[tuple[str, str], str]:
+    """(model, benchmark) -> the run the leaderboard shows (:func:`shown_runs`)."""
+    return shown_runs(store, specs, prompt_style).chosen
+
+
+def scores_of(store: Store, specs: SpecRegistry, chosen: dict[tuple[str, str], str]) -> list[BenchmarkScore]:
+    return [benchmark_score(store, specs, run_id, model, benchmark) for (model, benchmark), run_id in chosen.items()]
+
+
+def series_of(store: Store, specs: SpecRegistry, chosen: dict[tuple[str, str], str]) -> list[InstanceSeries]:
+    """Per-instance values behind :func:`scores_of`, for bootstrap CIs, paired differences and MDE."""
+    return [instance_series(store, specs, run_id, model, benchmark) for (model, benchmark), run_id in chosen.items()]
 
 
 def latest_scores(store: Store, specs: SpecRegistry, prompt_style: str = DEFAULT_STYLE) -> list[BenchmarkScore]:
-    """For each (model, benchmark), the score of the most recent finished run of ``prompt_style`` covering it."""
-    return [benchmark_score(store, specs, run_id, model, benchmark) for (model, benchmark), run_id in
-            latest_runs(store, prompt_style).items()]
+    """For each (model, benchmark), the score of the run the leaderboard shows (:func:`shown_runs`)."""
+    return scores_of(store, specs, latest_runs(store, specs, prompt_style))
 
 
 def latest_series(store: Store, specs: SpecRegistry, prompt_style: str = DEFAULT_STYLE) -> list[InstanceSeries]:
-    """Per-instance values behind :func:`latest_scores`, for bootstrap CIs, paired differences and MDE."""
-    return [instance_series(store, specs, run_id, model, benchmark) for (model, benchmark), run_id in
-            latest_runs(store, prompt_style).items()]
+    """Per-instance values behind :func:`latest_scores`."""
+    return series_of(store, specs, latest_runs(store, specs, prompt_style))
 
 
 def finished_runs_by_style(store: Store) -> dict[str, int]:

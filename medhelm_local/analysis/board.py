@@ -9,10 +9,11 @@ from dataclasses import dataclass
 
 from medhelm_local.analysis.aggregate import (
     InstanceSeries,
+    ShownRuns,
     finished_runs_by_style,
-    latest_runs,
-    latest_scores,
-    latest_series,
+    scores_of,
+    series_of,
+    shown_runs,
 )
 from medhelm_local.analysis.comparability import Comparability, apply_comparability, compare_runs
 from medhelm_local.analysis.cost_performance import ModelCost, model_costs
@@ -24,6 +25,8 @@ from medhelm_local.analysis.leaderboard import (
     apply_costs,
     benchmark_mdes,
     build_leaderboard,
+    common_items_win_rate,
+    item_set_differences,
     pairwise_differences,
 )
 from medhelm_local.benchmarks.registry import SpecRegistry
@@ -34,8 +37,9 @@ from medhelm_local.store.store import Store
 
 @dataclass
 class BoardData:
-    """What the leaderboard reads from the store: the latest runs of one prompt style (of one category)."""
+    """What the leaderboard reads from the store: the runs it shows of one prompt style (of one category)."""
 
+    runs: ShownRuns
     results: list[BenchmarkScore]
     series: list[InstanceSeries]
     costs: dict[str, ModelCost]
@@ -69,13 +73,14 @@ def read_board(store: Store, specs: SpecRegistry, config: ApplianceConfig, *, pr
                category: str | None = None) -> BoardData:
     """The leaderboard's inputs; with ``category``, the cost and comparability of the runs behind that category's
     scores only."""
-    chosen = latest_runs(store, prompt_style)
+    runs = shown_runs(store, specs, prompt_style)
+    chosen = runs.chosen
     behind = {key: run_id for key, run_id in chosen.items()
               if category is None or specs.category_of(key[1]) == category}
-    series = latest_series(store, specs, prompt_style)
+    series = series_of(store, specs, chosen)
     if category is not None:
         series = [s for s in series if specs.category_of(s.benchmark) == category]
-    return BoardData(results=latest_scores(store, specs, prompt_style), series=series,
+    return BoardData(runs=runs, results=scores_of(store, specs, chosen), series=series,
                      costs=model_costs(store, config, behind), comparability=compare_runs(store, behind),
                      prompt_hashes=_prompt_hashes(store, chosen),
                      other_styles={s: n for s, n in finished_runs_by_style(store).items() if s != prompt_style})
@@ -91,6 +96,13 @@ def build_board(data: BoardData, specs: SpecRegistry, *, prompt_style: str, rule
     for row in rows:
         row.prompt_style = prompt_style
         row.prompt_sha256 = {b: h for (m, b), h in data.prompt_hashes.items() if m == row.model and b in row.benchmarks}
+        row.run_ids = {b: data.runs.chosen[(row.model, b)] for b in sorted(row.benchmarks)}
+        row.newer_runs = {b: newer for b in sorted(row.benchmarks) if (newer := data.runs.newer.get((row.model, b)))}
+    differ = item_set_differences(data.series, unlike=unlike)
+    for row in rows:
+        row.items_differ = {b: differ[(row.model, b)] for b in sorted(row.benchmarks) if (row.model, b) in differ}
+        if row.win_rate is not None:
+            row.win_rate_common_items = common_items_win_rate(data.series, row.model, rule, unlike=unlike)
     apply_costs(rows, data.costs)
     apply_comparability(rows, data.comparability)
     return Board(rows=rows, series=data.series,

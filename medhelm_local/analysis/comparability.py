@@ -1,12 +1,12 @@
 """Whether the runs a leaderboard compares on a benchmark measured the same thing.
 
-The leaderboard takes each model's latest finished run of a benchmark. Runs of different models may have been
-made on different versions of the dataset (registered again after the extract changed), with different specs (a
-custom spec edited between the runs, an upgrade that changed a prompt or ``max_tokens``) or on different
-instances (``--max-instances`` or ``--seed``). Their scores are then not comparable: the pairing counts as no win
-and no loss in either model's win rate, and no paired difference or MDE pairs them (``analysis.leaderboard``); the
-leaderboard names what differs and how many pairings each win rate leaves out. A run of a version other than the
-one registered last is named too, with no rival: it is not a score on the benchmark as the appliance now holds it.
+The leaderboard takes each model's newest finished run that scored a benchmark (``aggregate.shown_runs``). Runs of
+different models may have been made on different versions of the dataset (registered again after the extract changed),
+with different specs (a custom spec edited between the runs, an upgrade that changed a prompt or ``max_tokens``) or on
+different instances (``--max-instances`` or ``--seed``). Their scores are then not comparable: the pairing counts as no
+win and no loss in either model's win rate, and no paired difference or MDE pairs them (``analysis.leaderboard``); the
+leaderboard names what differs and how many pairings each win rate leaves out. A run of a version other than the one
+registered last is named too, with no rival: it is not a score on the benchmark as the appliance now holds it.
 """
 
 from __future__ import annotations

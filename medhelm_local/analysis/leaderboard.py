@@ -15,7 +15,12 @@ and its SD are over the model's benchmarks with equal weight, comparable or not 
 population SDs (ddof 0), and undefined (None, never 0.0) over fewer than two values: one benchmark says nothing
 about how a model's scores spread. Two scores within :data:`TIE_TOLERANCE` of each other tie: equal means summed in
 another order (jury ratings, thirds and ninths) differ by a rounding error of about 1e-16, which must not decide a
-win.
+win. A model's score on a benchmark is over its scored items: a failed request or judgement is left out, never
+scored 0, so two models' scores there can be over different items. The win rate and macro average compare those
+scores as they are (the paper's benchmark scores); the paired differences and MDEs use the items both scored; the
+leaderboard names each benchmark where comparable runs' scored items differ (:func:`item_set_differences`) and
+reports beside the win rate the one with each pairing decided over the items both models scored
+(:func:`common_items_win_rate`), which ranks nothing.
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ from enum import StrEnum
 import numpy as np
 from pydantic import BaseModel, Field
 
-from medhelm_local.analysis.aggregate import InstanceSeries, statistic
+from medhelm_local.analysis.aggregate import InstanceSeries, NewerRun, statistic
 from medhelm_local.analysis.cost_performance import ModelCost, pareto_front
 from medhelm_local.analysis.stats import (
     DEFAULT_RESAMPLES,
@@ -106,6 +111,14 @@ class BenchmarkMDE(BaseModel):
     pairs: int
 
 
+class ItemSetDifference(BaseModel):
+    """How a model's scored items on a benchmark differ from a rival's whose run is comparable: each score leaves
+    out its own failed items (never scored 0), so the two scores are over different items."""
+
+    only_own: int  # items the model's score counts and the rival's leaves out
+    only_rival: int  # items the rival's score counts and the model's leaves out
+
+
 class ModelRow(BaseModel):
     model: str
     win_rate: float | None
@@ -131,6 +144,13 @@ class ModelRow(BaseModel):
     # benchmark -> whether its run scored the dataset version registered last (the one new runs use)
     dataset_current: dict[str, bool] = Field(default_factory=dict)
     rank: int | None = None  # 1 for the best win rate; None: unranked, no win rate (``unranked_reason``)
+    run_ids: dict[str, str] = Field(default_factory=dict)  # benchmark -> the run its score is from
+    # benchmark -> the newer runs not shown (failed, interrupted, unfinished, or scoring nothing), newest first
+    newer_runs: dict[str, list[NewerRun]] = Field(default_factory=dict)
+    # benchmark -> rival -> how their scored items differ (failures left out), where the two runs are comparable
+    items_differ: dict[str, dict[str, ItemSetDifference]] = Field(default_factory=dict)
+    # the win rate with each pairing decided over the items both scored (``common_items_win_rate``); not the rank's
+    win_rate_common_items: float | None = None
 
     @property
     def win_rate_left_out(self) -> bool:
@@ -155,6 +175,26 @@ class ModelRow(BaseModel):
         """Benchmarks the model ran without a single scored instance (every request or judgement failed): left
         out of its win rate and macro average, never scored as 0, so the row must say so."""
         return sorted(b for b, s in self.benchmarks.items() if s.score is None)
+
+
+def _newer_run_text(run: NewerRun) -> str:
+    if run.status == "finished":
+        return f"{run.run_id} (finished, no instance scored: every request or judgement failed)"
+    if run.status == "inferred":
+        return f"{run.run_id} (answered, not scored yet)"
+    return f"{run.run_id} ({run.status}, not finished)"
+
+
+def newer_run_lines(rows: list[ModelRow]) -> list[str]:
+    """One sentence per model and benchmark whose score comes from an older run than its newest: which run the
+    score is from, and the newer ones not shown and why (the table's, the console's)."""
+    lines = []
+    for row in rows:
+        for benchmark, runs in row.newer_runs.items():
+            shown = f"run {row.run_ids[benchmark]}" if benchmark in row.run_ids else "an older run"
+            lines.append(f"{row.model} on {benchmark} shows {shown}, not the newer "
+                         f"{'; '.join(_newer_run_text(run) for run in runs)}")
+    return lines
 
 
 def _win_value(own: float, rival: float, rule: WinRule) -> float:
@@ -193,7 +233,12 @@ def win_rate(scores: dict[str, dict[str, float]], model: str, rule: WinRule = Wi
     """The paper's rule: the mean win over all (benchmark, rival) pairs where both have a score. HELM's: the mean
     over benchmarks of the model's win fraction there (HELM's mean win rate), which weighs a benchmark with few
     rivals as much as one with many. Pairs in ``unlike`` are left out. None without any pair."""
-    fractions = _win_fractions(scores, model, rule, unlike)
+    return _mean_win(_win_fractions(scores, model, rule, unlike), rule)
+
+
+def _mean_win(fractions: list[tuple[float, int]], rule: WinRule) -> float | None:
+    """The win rate from (wins, rivals) per benchmark: over all pairings (paper), or the mean of the per-benchmark
+    fractions (HELM); None without any pairing."""
     if not fractions:
         return None
     if rule == WinRule.HELM:
@@ -393,6 +438,71 @@ def pairwise_differences(series: list[InstanceSeries], *, resamples: int = DEFAU
                     ci_low=-interval[1] if interval else None, ci_high=-interval[0] if interval else None,
                     n=len(ia)))
     return out
+
+
+def item_set_differences(series: list[InstanceSeries], *, unlike: Unlike = NO_UNLIKE
+                         ) -> dict[tuple[str, str], dict[str, ItemSetDifference]]:
+    """(model, benchmark) -> rival -> how their scored items differ, for each pairing of comparable runs (not in
+    ``unlike``) whose scores leave out different failed items; pairings over the same items are absent."""
+    out: dict[tuple[str, str], dict[str, ItemSetDifference]] = {}
+    for benchmark, members in _by_benchmark(series).items():
+        for a in members:
+            for b in members:
+                if a is b or not comparable(unlike, benchmark, a.model, b.model):
+                    continue
+                own, theirs = set(a.ids), set(b.ids)
+                if own != theirs:
+                    out.setdefault((a.model, benchmark), {})[b.model] = ItemSetDifference(
+                        only_own=len(own - theirs), only_rival=len(theirs - own))
+    return out
+
+
+def _on_common_items(own: InstanceSeries, rival: InstanceSeries) -> tuple[float | None, float | None]:
+    """The two models' scores recomputed over the items both scored (None: no such item)."""
+    ia, ib = _common(own, rival)
+    return (statistic(own.values[ia], own.counts[ia] if own.counts is not None else None, own.aggregation),
+            statistic(rival.values[ib], rival.counts[ib] if rival.counts is not None else None, rival.aggregation))
+
+
+def common_items_win_rate(series: list[InstanceSeries], model: str, rule: WinRule = WinRule.PAPER, *,
+                          unlike: Unlike = NO_UNLIKE) -> float | None:
+    """The win rate with each (benchmark, rival) pairing decided over the items both models scored (each score
+    recomputed over them, as the paired differences are): no pairing is won on items only one of the two was
+    scored on. Rule and left-out pairings as :func:`win_rate`; None without a pairing. Reported beside the win
+    rate, which stays the paper's (each model's own benchmark scores) and ranks the models."""
+    fractions = []
+    for benchmark, members in _by_benchmark(series).items():
+        own = next((m for m in members if m.model == model), None)
+        wins, rivals = 0.0, 0
+        for rival in members:
+            if own is None or rival is own or not comparable(unlike, benchmark, model, rival.model):
+                continue
+            mine, theirs = _on_common_items(own, rival)
+            if mine is not None and theirs is not None:
+                wins, rivals = wins + _win_value(mine, theirs, rule), rivals + 1
+        if rivals:
+            fractions.append((wins, rivals))
+    return _mean_win(fractions, rule)
+
+
+def item_set_lines(rows: list[ModelRow]) -> list[str]:
+    """One sentence per benchmark whose compared scores are over different items: how many failed items each
+    model's score there leaves out (the table's, the console's)."""
+    lines = []
+    for benchmark in sorted({b for row in rows for b in row.items_differ}):
+        involved = {row.model for row in rows if benchmark in row.items_differ}
+        counts = [f"{row.model}'s leaves out {s.n_failed} of its {s.n + s.n_failed}" for row in rows
+                  if row.model in involved and (s := row.benchmarks.get(benchmark)) is not None]
+        lines.append(f"{benchmark}: the scores compared are over different items (a failed item is left out of its "
+                     f"model's score, never scored 0): {', '.join(counts)}. Win rates and macro averages compare "
+                     "these scores as they are; the paired differences and MDE use only the items both models "
+                     "scored")
+    if lines:
+        rates = ", ".join(f"{row.model} " + ("-" if (rate := row.win_rate_common_items) is None else f"{rate:.3f}")
+                          for row in rows)
+        lines.append(f"Win rate with each pairing decided over the items both models scored (win_rate_common_items): "
+                     f"{rates}; the rank uses the win rate over each model's own scored items, as MedHELM's")
+    return lines
 
 
 def benchmark_mdes(series: list[InstanceSeries], *, unlike: Unlike = NO_UNLIKE) -> dict[str, BenchmarkMDE]:

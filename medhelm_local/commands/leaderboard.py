@@ -18,6 +18,8 @@ from medhelm_local.analysis.leaderboard import (
     PairwiseDifference,
     WinRule,
     cost_unknown_why,
+    item_set_lines,
+    newer_run_lines,
     resolve_category,
 )
 from medhelm_local.analysis.stats import DEFAULT_RESAMPLES
@@ -38,8 +40,9 @@ def leaderboard_payload(rows: list[ModelRow], *, pairwise: list[PairwiseDifferen
                         mdes: dict[str, BenchmarkMDE] | None = None) -> list[dict[str, Any]]:
     """One object per model, in rank order: its rank (null: unranked, and ``unranked_reason``), win_rate, win_sd, the
     pairings the win rate counts and leaves out (not comparable),
-    macro_avg, sd, categories, cost, and per benchmark score, CI, n (and the benchmark's MDE); ``pairwise`` adds
-    each rival's paired differences."""
+    macro_avg, sd, categories, cost, and per benchmark score, CI, n, the run it is from and the newer runs not shown,
+    the comparable rivals whose scores are over other items (and the benchmark's MDE); ``pairwise`` adds each rival's
+    paired differences."""
     mdes = mdes or {}
     payload = []
     for r in rows:
@@ -57,7 +60,12 @@ def leaderboard_payload(rows: list[ModelRow], *, pairwise: list[PairwiseDifferen
                 entry["judge_failure_rates"] = r.judge_failures[b]
             if b in r.prompt_sha256:
                 entry["prompt_sha256"] = r.prompt_sha256[b]
+            if b in r.run_ids:
+                entry["run_id"] = r.run_ids[b]
+            entry["newer_runs_not_shown"] = [run.model_dump() for run in r.newer_runs.get(b, [])]
             entry["not_comparable_with"] = r.not_comparable.get(b, {})
+            entry["scored_items_differ_from"] = {rival: difference.model_dump()
+                                                 for rival, difference in r.items_differ.get(b, {}).items()}
             entry["dataset_current"] = r.dataset_current.get(b, True)
             if b in mdes:
                 entry["mde"] = mdes[b].mde
@@ -65,7 +73,7 @@ def leaderboard_payload(rows: list[ModelRow], *, pairwise: list[PairwiseDifferen
             benchmarks[b] = entry
         row: dict[str, Any] = {
             "model": r.model, "rank": r.rank, "unranked_reason": r.unranked_reason, "prompt_style": r.prompt_style,
-            "win_rate": r.win_rate, "win_sd": r.win_sd,
+            "win_rate": r.win_rate, "win_rate_common_items": r.win_rate_common_items, "win_sd": r.win_sd,
             "win_rule": r.win_rule.value, "win_pairs": r.win_pairs, "win_pairs_left_out": r.win_pairs_left_out,
             "macro_avg": r.macro_avg, "sd": r.sd, "n_benchmarks": len(r.benchmarks),
             "unscored_benchmarks": r.unscored, "categories": r.categories,
@@ -100,7 +108,9 @@ def _cell(row: ModelRow, benchmark: str) -> str:
     share = row.format_rates.get(benchmark, {}).get("truncated_share")
     cut = f" [prompts truncated to fit: {share:.0%}]" if share else ""
     marks = [*(["another dataset version"] if not row.dataset_current.get(benchmark, True) else []),
-             *(["not comparable"] if benchmark in row.not_comparable else [])]
+             *(["not comparable"] if benchmark in row.not_comparable else []),
+             *(["a newer run not shown"] if benchmark in row.newer_runs else []),
+             *(["other items than a rival's"] if benchmark in row.items_differ else [])]
     unlike = f" [{'; '.join(marks)}: see below]" if marks else ""
     return f"{score.score:.3f}{ci} ({counts}){empty}{cut}{unlike}"
 
@@ -145,7 +155,7 @@ def print_leaderboard(rows: list[ModelRow], *, mdes: dict[str, BenchmarkMDE] | N
                                                        *((r.win_sd, r.win_rate) for r in rows),
                                                        *((m.sd, m.mde) for m in (mdes or {}).values())]):
         info(SD_UNDEFINED_NOTE)
-    for line in comparability_lines(rows):
+    for line in [*comparability_lines(rows), *item_set_lines(rows), *newer_run_lines(rows)]:
         info(line)
     unpriced = [r for r in rows if r.cost is None]
     if rows and len(unpriced) == len(rows):
@@ -183,7 +193,7 @@ def leaderboard(
     prompt_style: str = typer.Option(DEFAULT_STYLE, "--prompt-style",
                                      help="Only runs of this prompt style: default or medhelm (styles never mix)."),
 ) -> None:
-    """Show the leaderboard over the latest finished run of each model and benchmark (of one prompt style)."""
+    """Show the leaderboard over the newest finished run that scored each model's benchmark (of one prompt style)."""
     app_ctx = app_context(ctx)
     specs = app_ctx.specs
     resolved = resolve_category(category, specs) if category else None

@@ -62,6 +62,10 @@ NOTES = (
     "Suppressed cells are shown as empty: fewer instances than the minimum cell size, or complementary.",
     "Model averages, category scores and win rates use published scores only; a win rate's interval compares "
     "each resample rounded as the published scores are (scores that round alike tie, as in the win rate).",
+    "A model's score on a benchmark is from its latest requested run that scored an instance of it (a later run "
+    "whose every request or judgement failed is listed among the per-run aggregates, not used).",
+    "A score is over its scored instances only: a failed request or judgement is left out (n_failed), never scored "
+    "0, so two models' scores on a benchmark can be over different instances.",
     "Models are ranked by win rate, then macro average; a model without a win rate (no published score shared "
     "with another model) is listed after every model that has one.",
     "A score is suppressed when the count it implies (score times n, or n minus that) is a small cell.",
@@ -152,14 +156,16 @@ def load_runs(store: Store, run_ids: list[str]) -> list[RunInfo]:
 
 
 def latest_cells(cells: Sequence[RawCell]) -> dict[tuple[str, str], int]:
-    """(model, benchmark) -> the index of the cell the published averages, win rate and cost use: the latest run's;
-    runs created at the same instant are ordered by run id, as the leaderboard orders them, so the export never
-    depends on the order of ``--runs``."""
+    """(model, benchmark) -> the index of the cell the published averages, win rate and cost use, by the
+    leaderboard's rule (``analysis.aggregate.shown_runs``): the latest run's that scored an instance, else the
+    latest run's; runs created at the same instant are ordered by run id, as the leaderboard orders them, so the
+    export never depends on the order of ``--runs``. A newer cell passed over is still published (its counts say
+    why), marked as not in the leaderboard."""
     latest: dict[tuple[str, str], int] = {}
     for index, cell in enumerate(cells):
         key = (cell.model, cell.benchmark)
-        if key not in latest or (cell.created_at, cell.run_id) > (cells[latest[key]].created_at,
-                                                                   cells[latest[key]].run_id):
+        if key not in latest or (cell.n_scored > 0, cell.created_at, cell.run_id) > (
+                cells[latest[key]].n_scored > 0, cells[latest[key]].created_at, cells[latest[key]].run_id):
             latest[key] = index
     return latest
 
@@ -256,7 +262,7 @@ class PublishedCell(_Closed):
     n_gold_empty: int | None = None
     score_nonempty_gold: float | None = None
     score_decimals: int | None = None  # fewer decimals than the policy's for this cell's scores (count rounding)
-    in_leaderboard: bool = True  # the model's latest cell of this benchmark: the one its averages and win rate use
+    in_leaderboard: bool = True  # the cell its averages and win rate use (latest_cells: the latest that scored)
 
 
 class PublishedModel(_Closed):
@@ -502,7 +508,7 @@ def publish(raw: RawExport, policy: ExportPolicy, *, request_id: str, policy_sha
             generated_at: str | None = None) -> ExportAggregates:
     cells = [publish_cell(c, policy) for c in raw.cells]
     decimals = policy.rounding.score_decimals
-    # The leaderboard per model uses each benchmark's most recent requested run.
+    # The leaderboard per model uses each benchmark's latest requested run that scored it (latest_cells).
     latest = {key: (cells[index], raw.cells[index]) for key, index in latest_cells(raw.cells).items()}
     published: dict[str, dict[str, float]] = {}
     categories: dict[str, dict[str, list[float]]] = {}

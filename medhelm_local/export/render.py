@@ -140,7 +140,7 @@ def cell_digits(cell: PublishedCell, digits: int) -> int:
 
 
 def _latest_cells(data: ExportAggregates) -> dict[tuple[str, str], PublishedCell]:
-    """Each model's cell of each benchmark that its averages and win rate use (its latest run)."""
+    """Each model's cell of each benchmark that its averages and win rate use (its latest run that scored it)."""
     return {(cell.model, cell.benchmark): cell for cell in data.cells if cell.in_leaderboard}
 
 

@@ -168,3 +168,10 @@ def score_rows(store: Store, run_id: str, benchmark: str, metric: str | None = N
         params,
     ).fetchall()
     return [(r[0], r[1], r[2], json.loads(r[3] or "{}")) for r in rows]
+
+
+def scored_count(store: Store, run_id: str, benchmark: str, metric: str) -> int:
+    """How many of a run's instances of ``benchmark`` have a ``metric`` value (a failed one has none)."""
+    row = store.conn.execute("SELECT COUNT(*) FROM scores WHERE run_id = ? AND benchmark = ? AND metric = ? "
+                             "AND value IS NOT NULL", [run_id, benchmark, metric]).fetchone()
+    return int(row[0]) if row else 0

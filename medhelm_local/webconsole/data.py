@@ -127,6 +127,8 @@ class LeaderboardView:
     categories: list[str] = field(default_factory=list)
     series: list[InstanceSeries] = field(default_factory=list)  # per-instance values: the summaries' CIs
     comparability: list[str] = field(default_factory=list)  # the CLI's sentences on unlike or outdated runs
+    newer_runs: list[str] = field(default_factory=list)  # the CLI's sentences on newer runs not shown
+    item_sets: list[str] = field(default_factory=list)  # the CLI's sentences on scores over different items
 
 
 def leaderboard(home: Home, *, prompt_style: str, rule: WinRule, resamples: int = DEFAULT_RESAMPLES,
@@ -134,6 +136,7 @@ def leaderboard(home: Home, *, prompt_style: str, rule: WinRule, resamples: int 
     """The CLI leaderboard's numbers (the same assembly, the same bootstrap seed)."""
     from medhelm_local.analysis.board import load_board
     from medhelm_local.analysis.comparability import comparability_lines
+    from medhelm_local.analysis.leaderboard import item_set_lines, newer_run_lines
 
     specs = SpecRegistry(home.root)
     board = load_board(reading(home), specs, home.config, prompt_style=prompt_style, rule=rule, resamples=resamples,
@@ -143,7 +146,8 @@ def leaderboard(home: Home, *, prompt_style: str, rule: WinRule, resamples: int 
                            other_styles=board.other_styles, pairwise=[d for d in board.pairwise if d.model < d.rival],
                            benchmarks=sorted({b for r in rows for b in r.benchmarks}),
                            categories=sorted({c for r in rows for c in r.categories}), series=board.series,
-                           comparability=comparability_lines(rows))
+                           comparability=comparability_lines(rows), newer_runs=newer_run_lines(rows),
+                           item_sets=item_set_lines(rows))
 
 
 @dataclass

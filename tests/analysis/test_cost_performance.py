@@ -13,6 +13,7 @@ from medhelm_local.analysis import cost
 from medhelm_local.analysis.aggregate import latest_runs
 from medhelm_local.analysis.cost import price
 from medhelm_local.analysis.cost_performance import model_costs, pareto_front
+from medhelm_local.benchmarks.registry import SHIPPED
 from medhelm_local.errors import NotFoundError
 from medhelm_local.home import Home
 from medhelm_local.home.config import ModelEndpoint, Pricing
@@ -62,7 +63,7 @@ def test_model_costs_include_the_jury(tmp_path: Path) -> None:
     home = _priced_home(tmp_path / "home")
     with Store.open(home) as store:
         _judged_alpha_and(store, "beta")
-        costs = model_costs(store, home.config, latest_runs(store))
+        costs = model_costs(store, home.config, latest_runs(store, SHIPPED))
     # runs: (10 x 100 x 1.0 + 10 x 10 x 2.0) / 1e6; jury: (10 x 100 x 0.5 + 10 x 10 x 1.0) / 1e6
     assert costs["alpha"].benchmark_cost == pytest.approx(1200 / 1e6)
     assert costs["alpha"].jury_cost == pytest.approx(600 / 1e6)
@@ -94,7 +95,7 @@ def test_a_judge_priced_for_input_only_makes_the_jury_cost_unknown(tmp_path: Pat
                      for m in config.models]
     with Store.open(home) as store:
         _judged_alpha_and(store, "beta")
-        costs = model_costs(store, config, latest_runs(store))
+        costs = model_costs(store, config, latest_runs(store, SHIPPED))
     assert costs["alpha"].benchmark_cost == pytest.approx(1200 / 1e6)
     assert costs["alpha"].jury_cost is None and costs["alpha"].total is None
     assert "judge judge: pricing has no output_per_million" in costs["alpha"].note
@@ -110,13 +111,13 @@ def test_a_model_or_judge_removed_from_the_config_has_an_unknown_cost(tmp_path: 
     home = _priced_home(tmp_path / "home")
     with Store.open(home) as store:
         _judged_alpha_and(store, "gone")
-        costs = model_costs(store, home.config, latest_runs(store))
+        costs = model_costs(store, home.config, latest_runs(store, SHIPPED))
         assert costs["gone"].benchmark_cost is None and costs["gone"].total is None
         assert costs["gone"].note == "model no longer configured"
         assert costs["alpha"].total == pytest.approx(1800 / 1e6)  # the others are still priced
         config = home.config.model_copy(deep=True)
         config.models = [m for m in config.models if m.name != "judge"]
-        costs = model_costs(store, config, latest_runs(store))
+        costs = model_costs(store, config, latest_runs(store, SHIPPED))
     assert costs["alpha"].benchmark_cost == pytest.approx(1200 / 1e6)
     assert costs["alpha"].jury_cost is None and costs["alpha"].total is None
     assert "judge judge is no longer configured" in costs["alpha"].note
@@ -141,7 +142,7 @@ def test_a_bug_in_cost_accounting_surfaces(tmp_path: Path, monkeypatch: pytest.M
         add_run(store, "alpha", "medication_qa", fingerprint, DATA, {i.id: "a" for i in DATA},
                 prompt_tokens=100, completion_tokens=10)
         with pytest.raises(TypeError, match="a bug in pricing"):
-            model_costs(store, home.config, latest_runs(store))
+            model_costs(store, home.config, latest_runs(store, SHIPPED))
 
 
 def test_a_broken_cost_module_fails_the_import() -> None:
@@ -179,7 +180,7 @@ def test_a_run_partly_replaced_by_a_later_run_counts_only_for_the_benchmarks_it_
                                                 prompt_tokens=100, completion_tokens=10))
             add_run(store, model, "medqa", m_fp, m_data, answers(m_data, 9), prompt_tokens=100,
                     completion_tokens=10)
-        chosen = latest_runs(store)
+        chosen = latest_runs(store, SHIPPED)
         assert chosen[("gpu", "pubmedqa")] == first and chosen[("gpu", "medqa")] != first
         costs = model_costs(store, home.config, chosen)
     # 12 pubmedqa answers of run 1 + 12 medqa answers of run 2, each 100 x 1.0 + 10 x 2.0 per million

@@ -21,7 +21,7 @@ def test_the_exported_cost_includes_the_jury(tmp_path: Path) -> None:
         _judged_alpha_and(store, "beta")
         alpha_runs = [run.run_id for run in store.list_runs() if run.model == "alpha"]
         raw = collect(store, SHIPPED, home.config, alpha_runs)
-        leaderboard = model_costs(store, home.config, latest_runs(store))
+        leaderboard = model_costs(store, home.config, latest_runs(store, SHIPPED))
     usage = {u.model: u for u in raw.usage}
     # runs: 10 x (100 x 1.0 + 10 x 2.0) / 1e6; jury: 10 x (100 x 0.5 + 10 x 1.0) / 1e6 (the judge's own prices)
     assert usage["alpha"].cost == pytest.approx((1200 + 600) / 1e6)  # was 1200 / 1e6: the jury left out
@@ -62,7 +62,7 @@ def test_the_exported_cost_is_that_of_the_published_cells_only(tmp_path: Path) -
         second = add_run(store, "alpha", "medqa", m_fp, m_data, answers(m_data, 9), prompt_tokens=100,
                          completion_tokens=10)
         raw = collect(store, SHIPPED, home.config, [first, second])
-        leaderboard = model_costs(store, home.config, latest_runs(store))
+        leaderboard = model_costs(store, home.config, latest_runs(store, SHIPPED))
     cost = {u.model: u for u in raw.usage}["alpha"].cost
     # 12 pubmedqa answers of run 1 + 12 medqa answers of run 2, each 100 x 1.0 + 10 x 2.0 per million; no judging
     # of a published cell
