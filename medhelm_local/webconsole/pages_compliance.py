@@ -19,22 +19,21 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from medhelm_local.audit.anchor import FINGERPRINT_ENV, PUBKEY_FILE_ENV, pinned_anchor
 from medhelm_local.audit.report import (
     ComplianceReport,
     check_window,
     compliance_report,
     filter_records,
     parse_time,
+    trail_integrity,
 )
-from medhelm_local.audit.trail import AuditTrail, AuditWriteError, read_state, state_path_for
-from medhelm_local.audit.verify import VerifyReport, verify_file
+from medhelm_local.audit.trail import AuditTrail, AuditWriteError
+from medhelm_local.audit.verify import VerifyReport, verify_with_pinned_key
 from medhelm_local.errors import BadInputError, NotFoundError
 from medhelm_local.export import approval as export_approval
 from medhelm_local.export import bundle as export_bundle
 from medhelm_local.home import Home
 from medhelm_local.home.config import ConsoleRole
-from medhelm_local.home.keys import PUBLIC_KEY_FILE, load_public_key
 from medhelm_local.store.runlock import run_in_progress
 from medhelm_local.webconsole.app import bad_form_token, check_csrf, console_of, identity_of, requires
 from medhelm_local.webconsole.data import reading
@@ -65,20 +64,8 @@ REPORT_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src 'none'; scr
 
 
 def verify_trail(home: Home) -> tuple[VerifyReport, str]:
-    """Verify the home's trail against the pinned key (``audit.anchor``: the pin, the state file's record count, as
-    ``audit verify`` checks them), and say where the key came from."""
-    path = home.audit_path
-    anchor = pinned_anchor()
-    if anchor is not None and anchor.public_key is not None:
-        key, source = anchor.public_key, f"pinned key ({anchor.source})"
-    else:
-        key = load_public_key(home.keys_dir / PUBLIC_KEY_FILE)
-        source = (f"the home's key, checked against the pinned fingerprint ({anchor.describe(key)})"
-                  if anchor is not None
-                  else "UNANCHORED: the home's own public key, which anyone who can rewrite the trail can replace; "
-                  f"pin it outside the home ({FINGERPRINT_ENV} or {PUBKEY_FILE_ENV})")
-    report = verify_file(path, key, state=read_state(state_path_for(path)), anchor=anchor)
-    return report, source
+    """Verify the home's trail against the pinned key, as ``audit verify`` does, and say where the key came from."""
+    return verify_with_pinned_key(home.audit_path, home.keys_dir)
 
 
 def _time(request: Request, name: str) -> datetime | None:
@@ -159,7 +146,8 @@ def _compliance_report(request: Request) -> ComplianceReport:
     return compliance_report(AuditTrail(console.home.audit_path).records(), since=_time(request, "since"),
                              appliance=console.home.config.appliance_name,
                              running=partial(run_in_progress, console.home.store_path),
-                             run_statuses=_run_statuses(console.home))
+                             run_statuses=_run_statuses(console.home),
+                             integrity=trail_integrity(console.home.audit_path, console.home.keys_dir))
 
 
 def _run_statuses(home: Home) -> dict[str, str] | None:
