@@ -60,6 +60,33 @@ ACTION_FAMILIES = {
     "score": "outputs made elsewhere scored against a registered dataset",
     "server": "a local model server started or stopped",
 }
+# What each outcome the appliance writes means (the audit page's legend): an officer reads "denied" on an export an
+# officer stopped and on a connection the allowlist stopped, so each says whose decision it was.
+OUTCOMES = {
+    "success": "done as asked",
+    "started": "written before a step that matters (an intent): the record of how it ended follows and names it "
+               "(intent_seq); one with nothing after it is listed as unfinished in the compliance report",
+    "attempt": "as started: written before a file is read for registration",
+    "failure": "tried and failed; the error's kind or a reason is under Objects (a run's finish: no request of the "
+               "run was answered; a run with some failed requests finishes success, its failed count under Objects)",
+    "refused": "the appliance refused to do it and did nothing (the reason under Objects): for example an approval "
+               "signed by a key that is not an approver's, or a resume of a run whose benchmark spec or model "
+               "changed",
+    "rejected": "a file the appliance would not register (why, as the error's kind, under Objects)",
+    "denied": "stopped: by the appliance for a network connection outside the allowlist (egress.denied) or a console "
+              "page or sign-in the user may not have (console.*); by a compliance officer for an export request "
+              "(export.deny)",
+    "ready": "an export request that passed every check and awaits an approver's signature",
+    "blocked": "an export request that failed a check: it can only be denied",
+    "approved": "an export request an approver signed with their own key",
+    "intact": "a verification of the trail that found every record as it was signed",
+    "failed": "a verification of the trail that found it damaged (the first bad record under Objects)",
+    "recovered": "written late for a step whose process ended (killed, power lost) part-way, completed by the next "
+                 "command: a run finished in the store before its finish was recorded (run.finish), a key rotation "
+                 "rolled forward (keys.rotate)",
+    "abandoned": "written late by the next run for a run whose process ended before the run was created: nothing "
+                 "was sent",
+}
 REPORT_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src 'none'; script-src 'none'; sandbox"
 
 
@@ -112,7 +139,8 @@ def audit_trail(request: Request) -> Response:
     shown = list(reversed(chosen))[page * MAX_RECORDS:(page + 1) * MAX_RECORDS]
     return console.render(request, "audit.html", records=shown, matched=len(chosen), total=len(records),
                           filters=filters, limit=MAX_RECORDS, invalid=set(), page=page, pages=pages,
-                          previous=link(page - 1), next=link(page + 1), families=ACTION_FAMILIES)
+                          previous=link(page - 1), next=link(page + 1), families=ACTION_FAMILIES,
+                          outcomes=OUTCOMES)
 
 
 @requires(COMPLIANCE)

@@ -289,6 +289,26 @@ def test_the_audit_page_explains_its_columns_and_every_action_it_lists(site: Sit
     assert "intent_seq" in legend.group(1) and "never patient text" in legend.group(1)
 
 
+def test_the_audit_legend_explains_every_outcome_and_whose_decision_a_denial_was(site: Site) -> None:
+    """The legend explained started, attempt, refused and denied only, and called every denied "the appliance
+    refused it": an export request a compliance officer denied read as the appliance's refusal, and failure,
+    rejected, intact, recovered or abandoned (a run concluded late after its process was killed) had no word at all.
+    Each outcome the page lists is now explained, a denial saying whose decision it was."""
+    from html import unescape
+
+    assert site.cli("export", "deny", site.ready).code == 0
+    page = site.client.get("/audit").text
+    legend = re.search(r'<details class="noprint" id="audit-legend">(.*?)</details>', page, re.S)
+    assert legend is not None
+    explained = dict(re.findall(r"<li><code>([a-z_]+)</code>: ([^<]+)</li>", legend.group(1)))
+    table = page.split('<table id="audit">')[1].split("</table>")[0]
+    cells = [re.findall(r"<td[^>]*>(.*?)</td>", row, re.S) for row in re.findall(r"<tr>(.*?)</tr>", table, re.S)]
+    listed = {row[5] for row in cells if len(row) == 7}  # Seq, Time, Actor, Role, Action, Outcome, Objects
+    assert {"denied", "ready", "success"} <= listed and listed <= set(explained), listed - set(explained)
+    assert {"failure", "rejected", "intact", "failed", "recovered", "abandoned"} <= set(explained)
+    assert "by a compliance officer for an export request" in unescape(explained["denied"])
+
+
 def test_the_compliance_report_says_which_file_a_rejected_registration_was_and_why(site: Site,
                                                                                    tmp_path: Path) -> None:
     """A refused registration read "hospice_referral ... rejected" in the report's Datasets table, with no file and
