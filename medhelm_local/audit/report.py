@@ -204,6 +204,9 @@ REFUSAL_REASONS = {
     "MetricUnsuited": "the spec's metric cannot score its task",
     "ScorerInputMismatch": "the spec's metric needs a field its loader does not give",
     "NotFoundError": "the file or benchmark was not found",
+    # The kind every other refusal of the input has (a subclass above says more where one was raised).
+    "BadInputError": ("the file or the benchmark's options were refused before anything was stored (for example a "
+                      "path with no file, a pipe, or one of the appliance's own files; the command said which)"),
     "KeyboardInterrupt": "interrupted (Ctrl-C)",
     "Interrupted": "interrupted",
 }

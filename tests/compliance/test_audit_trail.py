@@ -359,3 +359,17 @@ def test_a_report_of_an_edited_trail_says_the_trail_does_not_verify(evaluated: E
                                   integrity=trail_integrity(home.audit_path, home.keys_dir))
     assert dict(head_rows(printable))["Trail integrity"].startswith(verdict)
     assert cli("audit", "verify").code == 1
+
+
+def test_a_registration_refused_for_a_missing_file_says_why_in_words(tmp_path: Path) -> None:
+    """The commonest refusal, a path with no file behind it (recorded as the error's kind, BadInputError), read
+    "rejected: BadInputError" in the report's Datasets table: a class name where every other kind is said in words."""
+    cli = InProcessCli(home=tmp_path / "home")
+    assert cli("init").code == 0
+    assert cli("datasets", "register", "hospice_referral", str(tmp_path / "nowhere" / "notes.csv")).code == 2
+    (registration,) = [d for d in json.loads(cli("audit", "report", "--json").stdout)["datasets"]
+                       if d["outcome"] == "rejected"]
+    assert registration["reason"] == "BadInputError" and registration["source_name"] == "notes.csv"
+    text = cli("audit", "report").stdout
+    assert "rejected: the file or the benchmark's options were refused before anything was stored" in text
+    assert "BadInputError" not in text
