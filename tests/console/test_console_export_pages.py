@@ -289,6 +289,19 @@ def test_the_audit_page_explains_its_columns_and_every_action_it_lists(site: Sit
     assert "intent_seq" in legend.group(1) and "never patient text" in legend.group(1)
 
 
+def test_the_export_list_names_the_approver_as_the_cli_and_the_request_page_do(site: Site) -> None:
+    """An approved request's row in the console's list said only who ran the approval ("Decided by root", the
+    account), where `export list` says "approved by carol-compliance" and the request's own page "by root (approver
+    carol-compliance)": the officer scanning the list could not see whose key released it. The row names both."""
+    approved = site.cli("export", "approve", site.ready, *compliance_fixtures.approve_args(site.cli.home))
+    assert approved.code == 0, approved.stderr
+    page = site.client.get("/exports").text
+    row = next(r for r in re.findall(r"<tr>(.*?)</tr>", page, re.S) if site.ready in r)
+    decided = re.findall(r"<td>([^<]*)</td>", row)[-1]
+    assert decided.endswith(f"(approver {compliance_fixtures.APPROVER})"), decided
+    assert f" by {decided}</dd>" in site.client.get(f"/exports/{site.ready}").text  # as the request's page says
+
+
 def test_the_audit_legend_explains_every_outcome_and_whose_decision_a_denial_was(site: Site) -> None:
     """The legend explained started, attempt, refused and denied only, and called every denied "the appliance
     refused it": an export request a compliance officer denied read as the appliance's refusal, and failure,
