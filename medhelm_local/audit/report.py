@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from contextlib import suppress
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 from pydantic import BaseModel
@@ -20,7 +21,8 @@ from pydantic import BaseModel
 from medhelm_local.audit.anchor import key_id_fingerprint
 from medhelm_local.audit.intents import REFUSALS, unfinished
 from medhelm_local.audit.trail import CHECKPOINT_ACTION
-from medhelm_local.errors import BadInputError
+from medhelm_local.audit.verify import verify_with_pinned_key
+from medhelm_local.errors import BadInputError, MedhelmError
 
 EXPORT_ACTIONS = ("export.request", "export.approve", "export.deny", "export.release")
 NO_OUTCOME_YET = "no outcome yet"
@@ -135,8 +137,48 @@ class UnfinishedAction(BaseModel):
     status: str  # NO_OUTCOME_YET, RUN_IN_PROGRESS, RUN_FINISHED_UNRECORDED or RUN_NEVER_CREATED
 
 
+class TrailIntegrity(BaseModel):
+    """Whether the trail the report is drawn from verifies, as ``audit verify`` checks it (pinned key, chain,
+    Merkle roots, signatures, the state file's count): a report of an edited trail states what the trail says now,
+    which is not what happened."""
+
+    checked: bool
+    intact: bool = False
+    first_bad_seq: int | None = None
+    problems: int = 0
+    key: str | None = None  # the fingerprint of the key it was checked with
+    anchored: bool = False  # that key is pinned outside the home
+    reason: str | None = None  # why it could not be checked
+
+    @property
+    def text(self) -> str:
+        """The verdict in words, for the report's head."""
+        if not self.checked:
+            return f"NOT CHECKED ({self.reason}): run medhelm-local audit verify before relying on this report"
+        if not self.intact:
+            return (f"NOT INTACT from record seq {self.first_bad_seq} ({self.problems} problem(s)): records from "
+                    "there on may have been edited, removed or added, so the tables below show what the trail says "
+                    "now, not what happened; run medhelm-local audit verify for each problem")
+        if not self.anchored:
+            return (f"intact, but UNANCHORED: checked with the home's own key {self.key}, which whoever can rewrite "
+                    "the trail can replace; pin the key outside the home (audit verify says how)")
+        return f"intact: every record checked against the pinned key {self.key}"
+
+
+def trail_integrity(audit_path: Path, keys_dir: Path) -> TrailIntegrity:
+    """Verify the home's trail for a report (nothing is recorded: the report is a reading, ``audit verify`` the
+    audited check)."""
+    try:
+        report, _source = verify_with_pinned_key(audit_path, keys_dir)
+    except (MedhelmError, OSError) as exc:  # no trail or public key yet, a pin that cannot be read
+        return TrailIntegrity(checked=False, reason=str(exc) or type(exc).__name__)
+    return TrailIntegrity(checked=True, intact=report.intact, first_bad_seq=report.first_bad_seq,
+                          problems=len(report.problems), key=report.fingerprint, anchored=report.anchored)
+
+
 class AuditSummary(BaseModel):
     since: str | None
+    integrity: TrailIntegrity | None = None  # None: not checked (a summary of records given, not of a trail)
     records: int
     actors: dict[str, int]
     unfinished: list[UnfinishedAction] = []
@@ -162,6 +204,9 @@ REFUSAL_REASONS = {
     "MetricUnsuited": "the spec's metric cannot score its task",
     "ScorerInputMismatch": "the spec's metric needs a field its loader does not give",
     "NotFoundError": "the file or benchmark was not found",
+    # The kind every other refusal of the input has (a subclass above says more where one was raised).
+    "BadInputError": ("the file or the benchmark's options were refused before anything was stored (for example a "
+                      "path with no file, a pipe, or one of the appliance's own files; the command said which)"),
     "KeyboardInterrupt": "interrupted (Ctrl-C)",
     "Interrupted": "interrupted",
 }
@@ -414,6 +459,8 @@ def _attempted(action: UnfinishedAction, separator: str) -> str:
 def render_text(summary: AuditSummary) -> str:
     """A readable plain-text report."""
     out = [f"Audit report{' since ' + summary.since if summary.since else ''}: {summary.records} records"]
+    if summary.integrity is not None:
+        out.append(f"Trail integrity: {summary.integrity.text}")
     if summary.unreadable:
         out.append(f"{summary.unreadable} record(s) not of the form the appliance writes were left out: run "
                    "`medhelm-local audit verify`")
@@ -479,6 +526,7 @@ class ComplianceReport(BaseModel):
     records: int
     last_checkpoint: str | None
     last_export: str | None
+    integrity: TrailIntegrity | None = None
     tables: list[ReportTable]
     unreadable: int = 0  # records not of the appliance's form, left out of the tables
 
@@ -541,12 +589,15 @@ def report_tables(summary: AuditSummary) -> list[ReportTable]:
 
 def compliance_report(records: list[dict[str, Any]], *, since: datetime | None, appliance: str,
                       generated: datetime | None = None, running: Callable[[str], bool] | None = None,
-                      run_statuses: Mapping[str, str] | None = None) -> ComplianceReport:
+                      run_statuses: Mapping[str, str] | None = None, integrity: TrailIntegrity | None = None
+                      ) -> ComplianceReport:
     """The report over ``records`` (the whole trail: checkpoints are read from it) since ``since``; ``running``
-    and ``run_statuses``: as for :func:`summarize`."""
+    and ``run_statuses``: as for :func:`summarize`; ``integrity``: whether the trail verifies
+    (:func:`trail_integrity`)."""
     summary = summarize(records, since, running, run_statuses)
     return ComplianceReport(
         appliance=appliance, generated=(generated or datetime.now(UTC)).isoformat(timespec="seconds"),
         since=since.isoformat() if since else None, records=summary.records, unreadable=summary.unreadable,
+        integrity=integrity,
         last_checkpoint=_last(records, CHECKPOINT_ACTION), last_export=_last(records, "audit.checkpoint_export"),
         tables=report_tables(summary))

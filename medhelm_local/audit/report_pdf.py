@@ -25,6 +25,7 @@ def head_rows(report: ComplianceReport) -> list[tuple[str, str]]:
             ("Records covered", str(report.records) + (f" since {report.since}" if report.since else "")),
             ("Last signed checkpoint", report.last_checkpoint or "none"),
             ("Last checkpoint exported off the appliance", report.last_export or "never"),
+            *([("Trail integrity", report.integrity.text)] if report.integrity is not None else []),
             *([("Records left out", f"{report.unreadable}, not of the form the appliance writes: run audit verify")]
               if report.unreadable else [])]
 
@@ -119,7 +120,7 @@ def render_pdf(report: ComplianceReport) -> bytes:
         pdf.set_font(FONT, "B", 9)
         pdf.cell(75, 5.5, latin1(label))
         pdf.set_font(FONT, size=9)
-        pdf.cell(0, 5.5, latin1(value), new_x="LMARGIN", new_y="NEXT")
+        pdf.multi_cell(0, 5.5, latin1(value), new_x="LMARGIN", new_y="NEXT")  # a verdict may take two lines
     for table in report.tables:
         if pdf.get_y() + 24 > pdf.page_break_trigger:  # a title with at least its heading and a row
             pdf.add_page()

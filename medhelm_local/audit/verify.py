@@ -17,7 +17,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from medhelm_local.audit.anchor import Anchor, fingerprint
+from medhelm_local.audit.anchor import FINGERPRINT_ENV, PUBKEY_FILE_ENV, Anchor, fingerprint, pinned_anchor
 from medhelm_local.audit.merkle import MerkleAccumulator
 from medhelm_local.audit.trail import (
     CHECKPOINT_ACTION,
@@ -28,8 +28,11 @@ from medhelm_local.audit.trail import (
     checkpoint_signature_ok,
     key_id,
     line_hash,
+    read_state,
+    state_path_for,
 )
 from medhelm_local.errors import BadInputError
+from medhelm_local.home.keys import PUBLIC_KEY_FILE, load_public_key
 
 STATE_NAME = "audit.jsonl.state"
 REQUIRED_FIELDS = ("seq", "ts", "actor", "role", "action", "objects", "outcome", "host", "prev")
@@ -225,3 +228,19 @@ def verify_file(path: Path, public_key: Ed25519PublicKey, *, external: ExportedC
         report.intact = False
         report.first_bad_seq = report.problems[0].seq
     return report
+
+
+def verify_with_pinned_key(path: Path, keys_dir: Path) -> tuple[VerifyReport, str]:
+    """Verify the trail at ``path`` as ``audit verify`` does without options: against the pinned key (else the
+    home's public key in ``keys_dir``, checked against a pinned fingerprint), and the record count its state file
+    recorded; and say where the key came from."""
+    anchor = pinned_anchor()
+    if anchor is not None and anchor.public_key is not None:
+        key, source = anchor.public_key, f"pinned key ({anchor.source})"
+    else:
+        key = load_public_key(keys_dir / PUBLIC_KEY_FILE)
+        source = (f"the home's key, checked against the pinned fingerprint ({anchor.describe(key)})"
+                  if anchor is not None
+                  else "UNANCHORED: the home's own public key, which anyone who can rewrite the trail can replace; "
+                  f"pin it outside the home ({FINGERPRINT_ENV} or {PUBKEY_FILE_ENV})")
+    return verify_file(path, key, state=read_state(state_path_for(path)), anchor=anchor), source

@@ -18,7 +18,14 @@ from medhelm_local.audit.anchor import (
     pinned_anchor,
 )
 from medhelm_local.audit.repair import repair_trail
-from medhelm_local.audit.report import check_window, filter_records, parse_time, render_text, summarize
+from medhelm_local.audit.report import (
+    check_window,
+    filter_records,
+    parse_time,
+    render_text,
+    summarize,
+    trail_integrity,
+)
 from medhelm_local.audit.trail import AuditTrail, AuditWriteError, audit_event, read_state, state_path_for
 from medhelm_local.audit.verify import ExportedCheckpoint, verify_file
 from medhelm_local.console import emit_json, emit_table, info
@@ -185,13 +192,15 @@ def report(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
 ) -> None:
     """Who ran which benchmarks on which datasets and models; what was exported and who approved it; which actions
-    have no outcome recorded (still running, or killed)."""
+    have no outcome recorded (still running, or killed). It first says whether the trail verifies."""
     start = parse_time(since, "--since") if since else None
     home = app_context(ctx).home
+    integrity = trail_integrity(home.audit_path, home.keys_dir)
     everything = AuditTrail(home.audit_path).records()
     running = partial(run_in_progress, home.store_path)
     run_statuses = _run_statuses(app_context(ctx))
     summary = summarize(everything, start, running, run_statuses)
+    summary.integrity = integrity
     if pdf is not None:
         from medhelm_local.audit.report import compliance_report
         from medhelm_local.audit.report_pdf import render_pdf
@@ -200,7 +209,7 @@ def report(
             raise BadInputError(f"--pdf: {pdf} is a directory; expected a file path such as report.pdf")
         home.refuse_output(pdf, "--pdf")
         report = compliance_report(everything, since=start, appliance=home.config.appliance_name, running=running,
-                                   run_statuses=run_statuses)
+                                   run_statuses=run_statuses, integrity=integrity)
         atomic_write(pdf, render_pdf(report), mode=0o640)
     if as_json:
         emit_json({**summary.model_dump(), **({"pdf": str(pdf)} if pdf is not None else {})})

@@ -19,22 +19,21 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 from starlette.routing import Route
 
-from medhelm_local.audit.anchor import FINGERPRINT_ENV, PUBKEY_FILE_ENV, pinned_anchor
 from medhelm_local.audit.report import (
     ComplianceReport,
     check_window,
     compliance_report,
     filter_records,
     parse_time,
+    trail_integrity,
 )
-from medhelm_local.audit.trail import AuditTrail, AuditWriteError, read_state, state_path_for
-from medhelm_local.audit.verify import VerifyReport, verify_file
+from medhelm_local.audit.trail import AuditTrail, AuditWriteError
+from medhelm_local.audit.verify import VerifyReport, verify_with_pinned_key
 from medhelm_local.errors import BadInputError, NotFoundError
 from medhelm_local.export import approval as export_approval
 from medhelm_local.export import bundle as export_bundle
 from medhelm_local.home import Home
 from medhelm_local.home.config import ConsoleRole
-from medhelm_local.home.keys import PUBLIC_KEY_FILE, load_public_key
 from medhelm_local.store.runlock import run_in_progress
 from medhelm_local.webconsole.app import bad_form_token, check_csrf, console_of, identity_of, requires
 from medhelm_local.webconsole.data import reading
@@ -61,24 +60,39 @@ ACTION_FAMILIES = {
     "score": "outputs made elsewhere scored against a registered dataset",
     "server": "a local model server started or stopped",
 }
+# What each outcome the appliance writes means (the audit page's legend): an officer reads "denied" on an export an
+# officer stopped and on a connection the allowlist stopped, so each says whose decision it was.
+OUTCOMES = {
+    "success": "done as asked",
+    "started": "written before a step that matters (an intent): the record of how it ended follows and names it "
+               "(intent_seq); one with nothing after it is listed as unfinished in the compliance report",
+    "attempt": "as started: written before a file is read for registration",
+    "failure": "tried and failed; the error's kind or a reason is under Objects (a run's finish: no request of the "
+               "run was answered; a run with some failed requests finishes success, its failed count under Objects)",
+    "refused": "the appliance refused to do it and did nothing (the reason under Objects): for example an approval "
+               "signed by a key that is not an approver's, or a resume of a run whose benchmark spec or model "
+               "changed",
+    "rejected": "a file the appliance would not register (why, as the error's kind, under Objects)",
+    "denied": "stopped: by the appliance for a network connection outside the allowlist (egress.denied) or a console "
+              "page or sign-in the user may not have (console.*); by a compliance officer for an export request "
+              "(export.deny)",
+    "ready": "an export request that passed every check and awaits an approver's signature",
+    "blocked": "an export request that failed a check: it can only be denied",
+    "approved": "an export request an approver signed with their own key",
+    "intact": "a verification of the trail that found every record as it was signed",
+    "failed": "a verification of the trail that found it damaged (the first bad record under Objects)",
+    "recovered": "written late for a step whose process ended (killed, power lost) part-way, completed by the next "
+                 "command: a run finished in the store before its finish was recorded (run.finish), a key rotation "
+                 "rolled forward (keys.rotate)",
+    "abandoned": "written late by the next run for a run whose process ended before the run was created: nothing "
+                 "was sent",
+}
 REPORT_CSP = "default-src 'none'; style-src 'unsafe-inline'; img-src 'none'; script-src 'none'; sandbox"
 
 
 def verify_trail(home: Home) -> tuple[VerifyReport, str]:
-    """Verify the home's trail against the pinned key (``audit.anchor``: the pin, the state file's record count, as
-    ``audit verify`` checks them), and say where the key came from."""
-    path = home.audit_path
-    anchor = pinned_anchor()
-    if anchor is not None and anchor.public_key is not None:
-        key, source = anchor.public_key, f"pinned key ({anchor.source})"
-    else:
-        key = load_public_key(home.keys_dir / PUBLIC_KEY_FILE)
-        source = (f"the home's key, checked against the pinned fingerprint ({anchor.describe(key)})"
-                  if anchor is not None
-                  else "UNANCHORED: the home's own public key, which anyone who can rewrite the trail can replace; "
-                  f"pin it outside the home ({FINGERPRINT_ENV} or {PUBKEY_FILE_ENV})")
-    report = verify_file(path, key, state=read_state(state_path_for(path)), anchor=anchor)
-    return report, source
+    """Verify the home's trail against the pinned key, as ``audit verify`` does, and say where the key came from."""
+    return verify_with_pinned_key(home.audit_path, home.keys_dir)
 
 
 def _time(request: Request, name: str) -> datetime | None:
@@ -125,7 +139,8 @@ def audit_trail(request: Request) -> Response:
     shown = list(reversed(chosen))[page * MAX_RECORDS:(page + 1) * MAX_RECORDS]
     return console.render(request, "audit.html", records=shown, matched=len(chosen), total=len(records),
                           filters=filters, limit=MAX_RECORDS, invalid=set(), page=page, pages=pages,
-                          previous=link(page - 1), next=link(page + 1), families=ACTION_FAMILIES)
+                          previous=link(page - 1), next=link(page + 1), families=ACTION_FAMILIES,
+                          outcomes=OUTCOMES)
 
 
 @requires(COMPLIANCE)
@@ -159,7 +174,8 @@ def _compliance_report(request: Request) -> ComplianceReport:
     return compliance_report(AuditTrail(console.home.audit_path).records(), since=_time(request, "since"),
                              appliance=console.home.config.appliance_name,
                              running=partial(run_in_progress, console.home.store_path),
-                             run_statuses=_run_statuses(console.home))
+                             run_statuses=_run_statuses(console.home),
+                             integrity=trail_integrity(console.home.audit_path, console.home.keys_dir))
 
 
 def _run_statuses(home: Home) -> dict[str, str] | None:

@@ -309,3 +309,67 @@ def test_a_report_lists_every_refused_export_action_with_its_reason_and_actor(ev
     table = next(t for t in printable.tables if t.id == "report-export-refusals")
     assert [row[3] for row in table.rows] == ["not_a_requester", "not_an_approver", "bad_signature",
                                               "not_approved", "already_decided", "destination_exists"]
+
+
+def test_a_report_of_an_edited_trail_says_the_trail_does_not_verify(evaluated: EvaluatedHome,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """A run's finish edited in the trail (its counts and outcome) was reported as the trail said, with no word
+    that the trail no longer verifies, by `audit report`, its PDF and the console's report page: an officer filing
+    the report took the edited numbers for what happened. Each now says whether the trail verifies against the
+    pinned key and, where it does not, from which record. (A console cannot start on a trail that does not verify,
+    as no command can: the officer here signed in before the edit.)"""
+    from starlette.testclient import TestClient
+
+    from medhelm_local.audit.anchor import FINGERPRINT_ENV
+    from medhelm_local.audit.report_pdf import head_rows
+    from medhelm_local.home import Home
+    from medhelm_local.home.config import ConsoleRole
+    from medhelm_local.webconsole.app import create_app
+    from medhelm_local.webconsole.identity import StandaloneSessions
+
+    cli, home = evaluated.cli, Home(evaluated.home)
+    unpinned = cli("audit", "report")
+    assert unpinned.code == 0 and "Trail integrity: intact, but UNANCHORED" in unpinned.stdout
+    pinned = json.loads(cli("keys", "show", "--json").stdout)["signing_key_fingerprint"]
+    monkeypatch.setenv(FINGERPRINT_ENV, pinned)
+    intact = cli("audit", "report")
+    assert f"Trail integrity: intact: every record checked against the pinned key {pinned}" in intact.stdout
+    sessions = StandaloneSessions(user="carl.compliance", roles=frozenset({ConsoleRole.COMPLIANCE}))
+    with TestClient(create_app(home, sessions), raise_server_exceptions=False) as console:
+        assert console.get(f"/login?token={sessions.new_login_token()}").status_code == 200
+        trail = home.audit_path
+        lines = trail.read_text(encoding="utf-8").splitlines(keepends=True)
+        (position,) = [i for i, line in enumerate(lines) if json.loads(line)["action"] == "run.finish"]
+        finish = json.loads(lines[position])
+        finish["objects"]["scored"], finish["outcome"] = 1000, "recovered"
+        lines[position] = json.dumps(finish, separators=(",", ":"), sort_keys=True) + "\n"
+        trail.write_text("".join(lines), encoding="utf-8")
+        page = console.get("/audit/report")
+    verdict = f"NOT INTACT from record seq {finish['seq']} ("
+    assert page.status_code == 200 and verdict in page.text
+
+    report = cli("audit", "report")
+    assert report.code == 0 and f"Trail integrity: {verdict}" in report.stdout.splitlines()[1], report.stderr
+    summary = json.loads(cli("audit", "report", "--json").stdout)
+    assert summary["integrity"]["intact"] is False and summary["integrity"]["first_bad_seq"] == finish["seq"]
+    assert summary["integrity"]["key"] == pinned and summary["integrity"]["anchored"] is True
+    from medhelm_local.audit.report import compliance_report, trail_integrity
+
+    printable = compliance_report(AuditTrail(trail).records(), since=None, appliance="a",
+                                  integrity=trail_integrity(home.audit_path, home.keys_dir))
+    assert dict(head_rows(printable))["Trail integrity"].startswith(verdict)
+    assert cli("audit", "verify").code == 1
+
+
+def test_a_registration_refused_for_a_missing_file_says_why_in_words(tmp_path: Path) -> None:
+    """The commonest refusal, a path with no file behind it (recorded as the error's kind, BadInputError), read
+    "rejected: BadInputError" in the report's Datasets table: a class name where every other kind is said in words."""
+    cli = InProcessCli(home=tmp_path / "home")
+    assert cli("init").code == 0
+    assert cli("datasets", "register", "hospice_referral", str(tmp_path / "nowhere" / "notes.csv")).code == 2
+    (registration,) = [d for d in json.loads(cli("audit", "report", "--json").stdout)["datasets"]
+                       if d["outcome"] == "rejected"]
+    assert registration["reason"] == "BadInputError" and registration["source_name"] == "notes.csv"
+    text = cli("audit", "report").stdout
+    assert "rejected: the file or the benchmark's options were refused before anything was stored" in text
+    assert "BadInputError" not in text

@@ -289,6 +289,39 @@ def test_the_audit_page_explains_its_columns_and_every_action_it_lists(site: Sit
     assert "intent_seq" in legend.group(1) and "never patient text" in legend.group(1)
 
 
+def test_the_export_list_names_the_approver_as_the_cli_and_the_request_page_do(site: Site) -> None:
+    """An approved request's row in the console's list said only who ran the approval ("Decided by root", the
+    account), where `export list` says "approved by carol-compliance" and the request's own page "by root (approver
+    carol-compliance)": the officer scanning the list could not see whose key released it. The row names both."""
+    approved = site.cli("export", "approve", site.ready, *compliance_fixtures.approve_args(site.cli.home))
+    assert approved.code == 0, approved.stderr
+    page = site.client.get("/exports").text
+    row = next(r for r in re.findall(r"<tr>(.*?)</tr>", page, re.S) if site.ready in r)
+    decided = re.findall(r"<td>([^<]*)</td>", row)[-1]
+    assert decided.endswith(f"(approver {compliance_fixtures.APPROVER})"), decided
+    assert f" by {decided}</dd>" in site.client.get(f"/exports/{site.ready}").text  # as the request's page says
+
+
+def test_the_audit_legend_explains_every_outcome_and_whose_decision_a_denial_was(site: Site) -> None:
+    """The legend explained started, attempt, refused and denied only, and called every denied "the appliance
+    refused it": an export request a compliance officer denied read as the appliance's refusal, and failure,
+    rejected, intact, recovered or abandoned (a run concluded late after its process was killed) had no word at all.
+    Each outcome the page lists is now explained, a denial saying whose decision it was."""
+    from html import unescape
+
+    assert site.cli("export", "deny", site.ready).code == 0
+    page = site.client.get("/audit").text
+    legend = re.search(r'<details class="noprint" id="audit-legend">(.*?)</details>', page, re.S)
+    assert legend is not None
+    explained = dict(re.findall(r"<li><code>([a-z_]+)</code>: ([^<]+)</li>", legend.group(1)))
+    table = page.split('<table id="audit">')[1].split("</table>")[0]
+    cells = [re.findall(r"<td[^>]*>(.*?)</td>", row, re.S) for row in re.findall(r"<tr>(.*?)</tr>", table, re.S)]
+    listed = {row[5] for row in cells if len(row) == 7}  # Seq, Time, Actor, Role, Action, Outcome, Objects
+    assert {"denied", "ready", "success"} <= listed and listed <= set(explained), listed - set(explained)
+    assert {"failure", "rejected", "intact", "failed", "recovered", "abandoned"} <= set(explained)
+    assert "by a compliance officer for an export request" in unescape(explained["denied"])
+
+
 def test_the_compliance_report_says_which_file_a_rejected_registration_was_and_why(site: Site,
                                                                                    tmp_path: Path) -> None:
     """A refused registration read "hospice_referral ... rejected" in the report's Datasets table, with no file and
