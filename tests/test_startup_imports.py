@@ -17,7 +17,9 @@ register_commands("run")
 import medhelm_local.application.evaluation
 import httpx
 assert "httpx._main" not in sys.modules or sys.modules["httpx._main"] is None
-print(sorted(m for m in ("click", "pygments.lexers", "rich.syntax") if m in sys.modules))
+# nor the compliance report and its trail verification (a `run` reads the trail's last records only)
+print(sorted(m for m in ("click", "pygments.lexers", "rich.syntax", "medhelm_local.audit.report",
+                         "medhelm_local.audit.verify") if m in sys.modules))
 client = httpx.Client(transport=httpx.MockTransport(lambda request: httpx.Response(200, text="ok")))
 assert client.get("http://replica.invalid/v1/models").text == "ok"
 import click, uvicorn  # the console's server still imports its own command line library

@@ -25,8 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from medhelm_local.audit import audit_event
-from medhelm_local.audit.intents import INTENT_SEQ, unfinished
-from medhelm_local.audit.report import FINISHED_STATUSES
+from medhelm_local.audit.intents import FINISHED_STATUSES, INTENT_SEQ, unfinished
 from medhelm_local.audit.trail import AuditTrail
 from medhelm_local.context import AppContext
 from medhelm_local.store.runlock import run_in_progress

@@ -22,6 +22,7 @@ from medhelm_local.audit.trail import AuditTrail, AuditWriteError, audit_event
 
 INTENT_SEQ = "intent_seq"
 REFUSALS = ("refused", "denied")  # outcomes of an action refused before it acted
+FINISHED_STATUSES = ("finished", "inferred")  # a run's stored statuses once it ended with every item answered
 
 
 @dataclass(frozen=True)

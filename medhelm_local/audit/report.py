@@ -19,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from medhelm_local.audit.anchor import key_id_fingerprint
-from medhelm_local.audit.intents import REFUSALS, unfinished
+from medhelm_local.audit.intents import FINISHED_STATUSES, REFUSALS, unfinished
 from medhelm_local.audit.trail import CHECKPOINT_ACTION
 from medhelm_local.audit.verify import verify_with_pinned_key
 from medhelm_local.errors import BadInputError, MedhelmError
@@ -33,7 +33,6 @@ RUN_FINISHED_UNRECORDED = ("the run is finished in the store; its process ended 
                            "(the next run or runs merge records it)")
 RUN_NEVER_CREATED = ("no run was created: no run has this id in the store (its process ended before it stored the "
                      "run's plan; the next run or runs merge records it abandoned)")
-FINISHED_STATUSES = ("finished", "inferred")
 
 
 def parse_time(value: str, option: str) -> datetime:
