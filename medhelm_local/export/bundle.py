@@ -42,6 +42,7 @@ from medhelm_local.export.differencing import CellInstances, cell_instances, clo
 from medhelm_local.export.policy import LoadedPolicy
 from medhelm_local.export.render import fixed_text, render_files, suppressed_text
 from medhelm_local.export.scan import Finding, extract_terms, scan_strings, strings_of, vocabulary_tokens
+from medhelm_local.home.config import EMBEDDED_MODEL_NAME
 from medhelm_local.home.layout import atomic_write
 from medhelm_local.prompts.styles import PROMPT_STYLES
 from medhelm_local.store.store import Store
@@ -190,8 +191,8 @@ def list_requests(exports_dir: Path) -> list[ExportRequest]:
 
 def fixed_vocabulary() -> set[str]:
     """The appliance's own text: schema keys, fixed report text and notes, check ids, the shipped benchmarks'
-    ids, the taxonomy's category names, metric names, prompt style names. Never text a user wrote (custom
-    specs, model names, run ids): that is data, and data is scanned."""
+    ids, the taxonomy's category names, metric names, prompt style names, the embedded model's shipped name. Never
+    text a user wrote (custom specs, model names, run ids): that is data, and data is scanned."""
     from medhelm_local.scoring.metrics import known_metrics
     from medhelm_local.taxonomy.model import load_taxonomy
 
@@ -200,6 +201,7 @@ def fixed_vocabulary() -> set[str]:
         words.update(model_cls.model_fields)
     words.update({agg.EXPORT_SCHEMA, MANIFEST_SCHEMA, __version__, *PROMPT_STYLES, *known_metrics()})
     words.update(spec.id for spec in shipped_specs())
+    words.add(EMBEDDED_MODEL_NAME)  # the embedded model's name as shipped (PubMedQA's text holds "Paraffin-embedded")
     words.update(c.name for c in load_taxonomy().categories)
     words.update({"tree_size", "root", "chain_head", "key_id", "signature", CHECKPOINT_SCHEMA, *BUNDLE_FILES})
     return words

@@ -63,3 +63,29 @@ def test_counts_rounded_on_public_benchmarks_give_a_ready_request(public_data: P
     assert len(cells) == 12 and {c["n_scored"] for c in cells} == {205}
     published = [c for c in cells if c["score"] is not None]
     assert published and all(c["score_decimals"] == 2 and round(c["score"], 2) == c["score"] for c in published)
+
+
+def test_the_embedded_models_own_name_is_no_extract_term(public_data: Path, tmp_path: Path) -> None:
+    """The appliance's default model is named ``smollm2-135m-embedded``; PubMedQA's abstracts hold "Paraffin-embedded"
+    (a capitalised word, so an extract term), and every export of the embedded model's PubMedQA runs was blocked.
+    The name is the appliance's own, as a shipped benchmark id is: fixed vocabulary, not data."""
+    from medhelm_local.export.bundle import fixed_vocabulary
+    from medhelm_local.export.scan import extract_terms, scan_strings, vocabulary_tokens
+    from medhelm_local.home import Home
+    from medhelm_local.home.config import EMBEDDED_MODEL_NAME
+    from medhelm_local.store import Store
+
+    cli = InProcessCli(home=tmp_path / "home")
+    assert cli("init").code == 0
+    assert cli("datasets", "register", "pubmedqa", str(public_data / "pubmedqa")).code == 0
+    fixed = fixed_vocabulary()
+    with Store.open(Home(cli.home), read_only=True) as store:
+        dataset = store.current_dataset("pubmedqa")
+        assert dataset is not None
+        terms = extract_terms(store, [("pubmedqa", dataset.fingerprint)], min_length=4, vocabulary=set())
+        assert "embedded" in terms  # the extract does hold it
+        terms = extract_terms(store, [("pubmedqa", dataset.fingerprint)], min_length=4,
+                              vocabulary=vocabulary_tokens(fixed))
+    strings = [("$.runs[0].model", EMBEDDED_MODEL_NAME), ("$.runs[1].model", "paraffin-7b")]
+    _, _, seen = scan_strings("aggregates.json", strings, patterns=[], terms=terms, allowed=None, fixed=fixed)
+    assert [f.location for f in seen] == ["$.runs[1].model"]  # a name a user chose is still scanned
