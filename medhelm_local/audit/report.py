@@ -156,11 +156,13 @@ REFUSAL_REASONS = {
     "ExtractError": "the file did not read as the benchmark expects (the command named the row and column)",
     "SqlRefused": "the spec's SQL was refused (not a single SELECT over the extract's own tables)",
     "SpecPathError": "a path the spec names is outside the extract's folder",
+    "ApplianceFileRefused": "the file is one of the appliance's own (keys, store, audit trail) or a model's API key",
     "ConfigError": "the spec or the appliance's settings were refused",
     "TemplateError": "the spec's prompt template was refused",
     "MetricUnsuited": "the spec's metric cannot score its task",
     "ScorerInputMismatch": "the spec's metric needs a field its loader does not give",
     "NotFoundError": "the file or benchmark was not found",
+    "BadInputError": "the input was refused (the command said why)",
     "KeyboardInterrupt": "interrupted (Ctrl-C)",
     "Interrupted": "interrupted",
 }

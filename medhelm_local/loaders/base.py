@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec
-from medhelm_local.errors import BadInputError, ExtractError, Place
+from medhelm_local.errors import BadInputError, ExtractError, NotFoundError, Place
 from medhelm_local.loaders.paths import SpecPathError, extract_folder, inside
 from medhelm_local.records import Instance
 
@@ -90,7 +90,7 @@ def load_dataset(spec: BenchmarkSpec, path: Path) -> LoadResult:
     """Read and validate ``path`` for ``spec``; raise on the first problem, return nothing partial."""
     _ensure_registered(spec.input_format)
     if not path.exists():
-        raise BadInputError(f"{path}: no such file or directory")
+        raise NotFoundError(f"{path}: no such file or directory")
     if not (path.is_file() or path.is_dir()):  # a pipe (`<(...)`) is read once: the recorded sha256 would be of nothing
         raise BadInputError(f"{path}: expected a regular file or a folder (a pipe or device can be read only once; "
                             "copy it to a file first)")
