@@ -258,7 +258,27 @@ def test_a_reports_registration_attempt_shows_no_fingerprint_rather_than_none() 
                                          instances=1000)], None))
     assert "None" not in text
     assert "  analyst  pubmedqa  ori_pqal.json  attempt" in text  # the attempt names its file
-    assert "pubmedqa  fingerprint 8b3276be8942ebbd (stored version 51f45f9551f45f95)  success" in text
+    assert "pubmedqa  source sha256 8b3276be8942ebbd (dataset version 51f45f9551f45f95)  success" in text
+
+
+def test_a_reports_registration_names_its_hashes_as_datasets_list_and_the_pdf_do() -> None:
+    """The text report printed a registration's source file sha256 as "fingerprint" and the dataset version as
+    "stored version", while `datasets list` (and its --json), `runs show` and the report's own PDF call the first
+    the source sha256 and the second the dataset version (its "fingerprint" in `datasets list --json`): a compliance
+    officer matching the report's "fingerprint" against `datasets list` found another number."""
+    from medhelm_local.audit.report import render_text, report_tables, summarize
+
+    record = {"ts": "2026-11-02T09:00:00Z", "action": "dataset.register", "actor": "analyst", "outcome": "success",
+              "objects": {"benchmark": "pubmedqa", "fingerprint": "8b3276be8942ebbd" * 4, "version": "51f45f95" * 8,
+                          "source_name": "ori_pqal.json"}}
+    summary = summarize([record], None)
+    text = render_text(summary)
+    assert "fingerprint" not in text and "stored version" not in text
+    line = next(line for line in text.splitlines() if "pubmedqa" in line)
+    assert "source sha256 8b3276be8942ebbd (dataset version 51f45f9551f45f95)" in line
+    table = next(t for t in report_tables(summary) if t.id == "report-datasets")
+    assert table.columns[4:6] == ["Source sha256", "Dataset version"]
+    assert table.rows[0][4:6] == ["8b3276be8942ebbd", "51f45f9551f45f95"]
 
 
 def test_a_report_lists_every_refused_export_action_with_its_reason_and_actor(evaluated: EvaluatedHome,
