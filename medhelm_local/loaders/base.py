@@ -171,7 +171,10 @@ def canonical_label(spec: BenchmarkSpec, raw: str, path: Path, place: Place | No
         mapped = spec.label_map.get(value)
         if mapped is None:
             allowed = ", ".join(repr(k) for k in spec.label_map)
-            raise ExtractError(path, f"a label in the label map ({allowed})", place=place, column=column)
+            # Said whatever the value (never shown): `Yes` or `YES` for a map of `yes` is the usual slip.
+            raise ExtractError(path, f"a label in the label map ({allowed}; matched exactly, upper and lower case "
+                               "included, spaces around it ignored: list each spelling the file uses in label_map)",
+                               place=place, column=column)
         value = mapped
     if spec.labels is not None and value not in spec.labels:
         allowed = ", ".join(repr(k) for k in spec.labels)
