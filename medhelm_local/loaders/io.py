@@ -509,7 +509,7 @@ def duckdb_rows(path: Path, *, table: str | None, query: str | None) -> FileRows
             names = {r[0].lower() for r in con.execute("select table_name from duckdb_tables()").fetchall()}
             names |= {r[0].lower() for r in con.execute("select view_name from duckdb_views()").fetchall()}
             if table.lower() not in names:
-                raise ExtractError(path, f"a table or view named {table!r}", column=table)
+                raise ExtractError(path, f"a table or view named {table!r} (loader option table)")
             try:
                 relation = con.table(table)
             except duckdb.Error as exc:

@@ -68,8 +68,11 @@ def test_duckdb_missing_table(tmp_path: Path) -> None:
     db = tmp_path / "extract.duckdb"
     duckdb.connect(str(db)).close()
     spec = shipped_spec("ent_referral").model_copy(update={"loader_options": {"table": "referrals"}})
-    with pytest.raises(ExtractError, match="a table or view named 'referrals'"):
+    with pytest.raises(ExtractError, match="a table or view named 'referrals'") as refused:
         load_dataset(spec, db)
+    # The table was named as a column: "file extract.duckdb, column 'referrals': expected a table or view named ..."
+    assert refused.value.column is None and "column" not in str(refused.value)
+    assert str(refused.value) == f"file {db}: expected a table or view named 'referrals' (loader option table)"
 
 
 def test_omop_eunomia_end_to_end(tmp_path: Path, eunomia_db: Path) -> None:
