@@ -114,7 +114,10 @@ def detect_format(path: Path) -> str:
         suffixes = suffixes[:-1]
     fmt = _SUFFIX_FORMAT.get(suffixes[-1]) if suffixes else None
     if fmt is None:
-        raise ExtractError(path, f"a file ending in one of {', '.join(sorted(_SUFFIX_FORMAT))} (optionally .gz)")
+        # Excel's "Unicode Text" and many report tools save tab-separated text as .txt.
+        raise ExtractError(path, f"a file ending in one of {', '.join(sorted(_SUFFIX_FORMAT))} (optionally .gz), or "
+                                 f"the format named with loader option format ({', '.join(FORMATS)}; Excel's "
+                                 "\"Unicode Text\" .txt is tsv)")
     return fmt
 
 
