@@ -105,7 +105,7 @@ def test_registering_after_an_upgrade_that_reads_the_file_differently_stores_a_n
         "instances_differ": 6, "instances_compared": 6, "order_changed": False}
     assert "new_version_reason" not in registered[0]
     report = home_cli("audit", "report")
-    assert f"(stored version {new_version[:16]}, a new reading of version {before.fingerprint[:16]})" in report.stdout
+    assert f"(dataset version {new_version[:16]}, a new reading of version {before.fingerprint[:16]})" in report.stdout
 
     # The same release registering the same file again: the version it stored, unchanged.
     third = home_cli("datasets", "register", "followup_needed", str(db), "--spec", str(spec_file), "--json")

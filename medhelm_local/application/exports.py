@@ -47,7 +47,9 @@ def request_export(app_ctx: AppContext, run_ids: list[str], key: Path) -> Export
     ``status`` says whether every check passed (``ready``) or not (``blocked``)."""
     home = app_ctx.home
     loaded = load_policy(home.root)
-    private = sshsig.load_private_key(key)
+    # A request is signed here (its digest exists only once the candidate is built): there is no --signature.
+    private = sshsig.load_private_key(key, otherwise="a request is signed on the appliance, so give --key a "
+                                      "requester key it can read (without a passphrase where it cannot decrypt one)")
     requester_key = sshsig.fingerprint(private.public_key())
     requester = loaded.policy.approval.requester(requester_key)
     if requester is None:

@@ -198,6 +198,7 @@ REFUSAL_REASONS = {
     "ExtractError": "the file did not read as the benchmark expects (the command named the row and column)",
     "SqlRefused": "the spec's SQL was refused (not a single SELECT over the extract's own tables)",
     "SpecPathError": "a path the spec names is outside the extract's folder",
+    "ApplianceFileRefused": "the file is one of the appliance's own (keys, store, audit trail) or a model's API key",
     "ConfigError": "the spec or the appliance's settings were refused",
     "TemplateError": "the spec's prompt template was refused",
     "MetricUnsuited": "the spec's metric cannot score its task",
@@ -469,9 +470,11 @@ def render_text(summary: AuditSummary) -> str:
     out += ["", "Who acted:"]
     out += [f"  {actor}: {n} records" for actor, n in sorted(summary.actors.items())] or ["  (nobody)"]
     out += ["", "Datasets registered:"]
-    out += [f"  {d['ts']}  {d['actor']}  {d.get('benchmark')}"  # an attempt or a refusal has no fingerprint
-            + (f"  fingerprint {str(d['fingerprint'])[:16]}" if d.get("fingerprint") else "")
-            + (f" (stored version {str(d['version'])[:16]}{_reread(d)})" if d.get("version") else "")
+    # The trail's `fingerprint` is the source file's sha256; `version` is what `datasets list` and runs call the
+    # dataset version (its fingerprint there). Named as the PDF and `datasets list` name them.
+    out += [f"  {d['ts']}  {d['actor']}  {d.get('benchmark')}"  # an attempt or a refusal has neither
+            + (f"  source sha256 {str(d['fingerprint'])[:16]}" if d.get("fingerprint") else "")
+            + (f" (dataset version {str(d['version'])[:16]}{_reread(d)})" if d.get("version") else "")
             + (f"  {d['source_name']}" if d.get("source_name") else "") + f"  {outcome_text(d)}"
             for d in summary.datasets] or ["  (none)"]
     out += ["", "Runs:"]

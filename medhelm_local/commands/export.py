@@ -49,6 +49,18 @@ def sign_hint(digest: str) -> str:
     return f"printf %s {digest} | ssh-keygen -Y sign -f ~/.ssh/id_ed25519 -n {APPROVAL_NAMESPACE} > approval.sig"
 
 
+# What a requester can do about a failed scan: the strings it finds are mostly names users chose, which a finished
+# run keeps (its model name and run id are in its manifest).
+_RENAMED_RUN = ("a finished run keeps its names: request a run made under others (`run --run-id`, or the model "
+                "added again under another name)")
+BLOCKED_HINTS = {
+    "extract_terms": "a word or identifier of the runs' extracts is in a string at the places above, often a model "
+                     "name, run id or custom benchmark id sharing a capitalised word with them; " + _RENAMED_RUN,
+    "phi_patterns": "a string at the places above has the shape of PHI (a record number, a date, a phone number...) "
+                    "or of encoded text, often a model name, run id or custom benchmark id; " + _RENAMED_RUN,
+}
+
+
 def _print_checks(request: ExportRequest) -> None:
     emit_table(f"export request {request.request_id}: {request.status}", ["check", "result", "detail"],
                [[c.id, c.result, c.detail] for c in request.checks])
@@ -56,6 +68,12 @@ def _print_checks(request: ExportRequest) -> None:
         for finding in check.findings[:20]:
             sys.stdout.write(f"  {check.id}: {finding['file']} {finding['location']}: {finding['rule']}\n")
     sys.stdout.write(f"manifest digest: {request.manifest_sha256}\n")
+    if request.status == "blocked":
+        sys.stdout.write(f"blocked: it can only be denied (`medhelm-local export deny {request.request_id}`); fix "
+                         "what the failing checks name, then request again\n")
+        for check in request.checks:
+            if check.result == "fail" and check.id in BLOCKED_HINTS:
+                sys.stdout.write(f"  {check.id}: {BLOCKED_HINTS[check.id]}\n")
     if request.status == "ready":
         sys.stdout.write(f"an approver (not {request.requested_by}) signs it on their own machine:\n  "
                          f"{sign_hint(request.manifest_sha256)}\nthen: medhelm-local export release "

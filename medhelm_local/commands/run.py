@@ -159,7 +159,8 @@ def run(
                                     "own: another is refused) [default: config]."),
     concurrency: int | None = typer.Option(None, "--concurrency", min=1,
                                            help="Cap on requests in flight (adaptive below it) [default: on resume "
-                                                "or retry, the run's own; else config]."),
+                                                "or retry, the run's own; else config; 2 for the embedded model, "
+                                                "which answers one at a time]."),
     initial_concurrency: int | None = typer.Option(
         None, "--initial-concurrency", min=1,
         help="Requests in flight at the start; the limiter adapts from there [default: on resume or retry, the "

@@ -185,33 +185,49 @@ def verify(armored: str, messages: list[bytes], namespace: str) -> Verified:
     raise SignatureError("the signature does not match (signed something else, or changed)")
 
 
-def load_private_key(path: Path) -> Ed25519PrivateKey:
+# What an approver does instead of giving the appliance a key it cannot use.
+SIGN_ELSEWHERE = "sign with `ssh-keygen -Y sign -n medhelm-export` on your own machine and pass --signature FILE"
+
+
+def openssh_decryption_available() -> bool:
+    """Whether a passphrase-protected OpenSSH key can be decrypted here: cryptography needs the bcrypt package."""
+    try:
+        import bcrypt  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def load_private_key(path: Path, *, otherwise: str = SIGN_ELSEWHERE) -> Ed25519PrivateKey:
     """The signer's own Ed25519 key (OpenSSH or PEM). A passphrase comes from $MEDHELM_KEY_PASSPHRASE or the
     terminal. The key is used in memory for one signature and never written anywhere. (Signing on your own
-    machine with ``ssh-keygen -Y sign`` and passing ``--signature`` keeps the key off the appliance entirely.)"""
+    machine with ``ssh-keygen -Y sign`` and passing ``--signature`` keeps the key off the appliance entirely.)
+    ``otherwise``: what the signer can do where the key cannot be used (a request has no ``--signature``)."""
     try:
         data = path.read_bytes()
     except OSError as exc:
         raise BadInputError(f"--key: cannot read {path} ({exc.strerror})") from None
-    loader = (serialization.load_ssh_private_key if b"OPENSSH PRIVATE KEY" in data
-              else serialization.load_pem_private_key)
+    openssh = b"OPENSSH PRIVATE KEY" in data
+    loader = serialization.load_ssh_private_key if openssh else serialization.load_pem_private_key
     unusable = (f"--key: {path} is not a private key this appliance can use (an Ed25519 key in OpenSSH or PEM "
                 "format, with the right passphrase)")
+    undecryptable = (f"--key: {path} is a passphrase-protected OpenSSH key, which this appliance cannot decrypt "
+                     f"(the Python package bcrypt, which does, is not installed): {otherwise}")
     try:
         try:
             key = loader(data, None)
         except TypeError:  # encrypted: ask for the passphrase
+            if openssh and not openssh_decryption_available():  # no passphrase would do: say so before asking
+                raise BadInputError(undecryptable) from None
             secret = os.environ.get(PASSPHRASE_ENV)
             if secret is None:
                 if not sys.stdin.isatty():
-                    raise BadInputError(f"--key: {path} is passphrase-protected: set {PASSPHRASE_ENV}, or sign "
-                                        "with ssh-keygen -Y sign on your own machine and pass --signature") from None
+                    raise BadInputError(f"--key: {path} is passphrase-protected: set {PASSPHRASE_ENV}, or "
+                                        f"{otherwise}") from None
                 secret = getpass.getpass(f"passphrase for {path}: ")
             key = loader(data, secret.encode())
     except UnsupportedAlgorithm:
-        raise BadInputError(f"--key: {path}: this appliance cannot decrypt passphrase-protected OpenSSH keys; sign "
-                            "with `ssh-keygen -Y sign -n medhelm-export` on your own machine and pass --signature "
-                            "FILE") from None
+        raise BadInputError(undecryptable) from None
     except ValueError:
         raise BadInputError(unusable) from None
     if not isinstance(key, Ed25519PrivateKey):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from medhelm_local.benchmarks.spec import BenchmarkSpec
-from medhelm_local.errors import BadInputError, ExtractError, Place
+from medhelm_local.errors import BadInputError, ExtractError, NotFoundError, Place
 from medhelm_local.loaders.paths import SpecPathError, extract_folder, inside
 from medhelm_local.records import Instance
 
@@ -90,7 +90,7 @@ def load_dataset(spec: BenchmarkSpec, path: Path) -> LoadResult:
     """Read and validate ``path`` for ``spec``; raise on the first problem, return nothing partial."""
     _ensure_registered(spec.input_format)
     if not path.exists():
-        raise BadInputError(f"{path}: no such file or directory")
+        raise NotFoundError(f"{path}: no such file or directory")
     if not (path.is_file() or path.is_dir()):  # a pipe (`<(...)`) is read once: the recorded sha256 would be of nothing
         raise BadInputError(f"{path}: expected a regular file or a folder (a pipe or device can be read only once; "
                             "copy it to a file first)")
@@ -171,7 +171,10 @@ def canonical_label(spec: BenchmarkSpec, raw: str, path: Path, place: Place | No
         mapped = spec.label_map.get(value)
         if mapped is None:
             allowed = ", ".join(repr(k) for k in spec.label_map)
-            raise ExtractError(path, f"a label in the label map ({allowed})", place=place, column=column)
+            # Said whatever the value (never shown): `Yes` or `YES` for a map of `yes` is the usual slip.
+            raise ExtractError(path, f"a label in the label map ({allowed}; matched exactly, upper and lower case "
+                               "included, spaces around it ignored: list each spelling the file uses in label_map)",
+                               place=place, column=column)
         value = mapped
     if spec.labels is not None and value not in spec.labels:
         allowed = ", ".join(repr(k) for k in spec.labels)

@@ -114,7 +114,10 @@ def detect_format(path: Path) -> str:
         suffixes = suffixes[:-1]
     fmt = _SUFFIX_FORMAT.get(suffixes[-1]) if suffixes else None
     if fmt is None:
-        raise ExtractError(path, f"a file ending in one of {', '.join(sorted(_SUFFIX_FORMAT))} (optionally .gz)")
+        # Excel's "Unicode Text" and many report tools save tab-separated text as .txt.
+        raise ExtractError(path, f"a file ending in one of {', '.join(sorted(_SUFFIX_FORMAT))} (optionally .gz), or "
+                                 f"the format named with loader option format ({', '.join(FORMATS)}; Excel's "
+                                 "\"Unicode Text\" .txt is tsv)")
     return fmt
 
 
@@ -509,7 +512,7 @@ def duckdb_rows(path: Path, *, table: str | None, query: str | None) -> FileRows
             names = {r[0].lower() for r in con.execute("select table_name from duckdb_tables()").fetchall()}
             names |= {r[0].lower() for r in con.execute("select view_name from duckdb_views()").fetchall()}
             if table.lower() not in names:
-                raise ExtractError(path, f"a table or view named {table!r}", column=table)
+                raise ExtractError(path, f"a table or view named {table!r} (loader option table)")
             try:
                 relation = con.table(table)
             except duckdb.Error as exc:

@@ -24,6 +24,11 @@ class SpecPathError(BadInputError):
     """A path a spec names is absolute, climbs out of the extract's folder, or resolves outside it."""
 
 
+class ApplianceFileRefused(BadInputError):
+    """An extract, or a file a spec names, is one of the appliance's own files (keys, store, audit trail) or a
+    model's API key."""
+
+
 def extract_folder(path: Path) -> Path:
     """The folder a spec's paths are relative to: the extract itself when it is a folder, else its parent."""
     return path if path.is_dir() else path.parent
@@ -83,9 +88,9 @@ def refuse_appliance_files(home: Home, files: list[Path]) -> None:
     for file in files:
         place = home.appliance_place(file)
         if place is not None:
-            raise BadInputError(f"{file}: lies in the appliance's {place}; extracts and the files a spec names are "
-                                "never read from there")
+            raise ApplianceFileRefused(f"{file}: lies in the appliance's {place}; extracts and the files a spec "
+                                       "names are never read from there")
         secret = home.model_secret(file)
         if secret is not None:
-            raise BadInputError(f"{file}: is {secret}; extracts and the files a spec names are never read from "
-                                "there")
+            raise ApplianceFileRefused(f"{file}: is {secret}; extracts and the files a spec names are never read "
+                                       "from there")

@@ -109,7 +109,19 @@ def query_failure(exc: duckdb.Error, where: Path | str, option: str, expected: s
     if isinstance(exc, duckdb.OutOfMemoryException):
         return ExtractError(where, f"{expected} within DuckDB's memory limit (extracts are read in memory, never "
                                    "spilled to disk; give the appliance more memory)")
-    return ExtractError(where, f"{expected} ({type(exc).__name__})")
+    kind = type(exc).__name__
+    hint = _FAILURE_HINTS.get(kind)
+    return ExtractError(where, f"{expected} ({kind}" + (f": {hint}; run the query with DuckDB on a copy of the "
+                                                        "extract to see which)" if hint else ")"))
+
+
+# What a failed query's DuckDB error class says, in words: its message is never shown (a conversion error quotes
+# the value it could not convert, which may be patient text).
+_FAILURE_HINTS = {
+    "BinderException": "a column or function the query names is not in the extract, or not of a type that fits",
+    "CatalogException": "a table, view or function the query names is not in the extract",
+    "ConversionException": "a value could not be converted to the type the query asks for",
+}
 
 
 def _statement_name(statement: Any, text: str | None = None) -> str:

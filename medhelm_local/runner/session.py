@@ -226,6 +226,11 @@ def planned_run(store: Store, specs: SpecRegistry, run_id: str, plan: Plan) -> R
 # gateways: they start at half the cap.
 QUEUEING_KINDS = frozenset({BackendKind.VLLM})
 
+# The embedded llama.cpp server's default cap: it answers one request at a time, so two in flight keep it busy and
+# any more only wait in its queue, each towards the request timeout (with the config's cap, 256, the limiter started
+# at 128: every request past the first few dozen timed out on a CPU). ``--concurrency`` still sets another.
+EMBEDDED_CONCURRENCY = 2
+
 
 # The options of ``run`` that shape how a run sends (``Sending``'s fields), kept with the run.
 SENT_WITH = ("concurrency", "initial_concurrency", "request_timeout_s", "max_retries")
@@ -251,10 +256,13 @@ class SessionSending:
 def sending_for(store: Store, config: ApplianceConfig, target: Target, sending: Sending) -> SessionSending:
     """The sending options of this session: each one given (not None in ``sending``), else the run's own (a
     resume or retry never falls back to defaults the run did not start with), else the default (the config's
-    ``runner`` settings, the model's ``timeout_s``). The cap never exceeds ``runner.max_concurrency``."""
+    ``runner`` settings, :data:`EMBEDDED_CONCURRENCY` for the embedded model, the model's ``timeout_s``). The cap
+    never exceeds ``runner.max_concurrency``."""
     kept = runs_db.run_sending(store, target.run_id) if target.run is not None else None
     ceiling = config.runner.max_concurrency
-    defaults: dict[str, Any] = {"concurrency": ceiling, "initial_concurrency": None,
+    embedded = target.endpoint.kind == BackendKind.EMBEDDED
+    defaults: dict[str, Any] = {"concurrency": min(EMBEDDED_CONCURRENCY, ceiling) if embedded else ceiling,
+                                "initial_concurrency": None,
                                 "request_timeout_s": target.endpoint.timeout_s,
                                 "max_retries": config.runner.max_retries}
     given = {name: getattr(sending, name) for name in SENT_WITH if getattr(sending, name) is not None}

@@ -86,8 +86,9 @@ def rubric_of(spec: BenchmarkSpec) -> JudgeRubric:
 def judge_names(config: ApplianceConfig | None, benchmark: str) -> list[str]:
     if config is None or not config.judges:
         raise JudgesNotConfigured(
-            f"benchmark {benchmark} is scored by the LLM jury, but no judges are configured: add judge model "
-            "names under `judges:` in appliance.yaml (MedHELM uses three), each one a configured model"
+            f"benchmark {benchmark} is scored by the LLM jury, but no judges are configured: make a configured "
+            "model a judge with `medhelm-local models update NAME --judge`, or add one with `models add NAME ... "
+            "--judge` (MedHELM uses three; with the Helm chart, its values' `judges`)"
         )
     return list(config.judges)
 

@@ -258,7 +258,27 @@ def test_a_reports_registration_attempt_shows_no_fingerprint_rather_than_none() 
                                          instances=1000)], None))
     assert "None" not in text
     assert "  analyst  pubmedqa  ori_pqal.json  attempt" in text  # the attempt names its file
-    assert "pubmedqa  fingerprint 8b3276be8942ebbd (stored version 51f45f9551f45f95)  success" in text
+    assert "pubmedqa  source sha256 8b3276be8942ebbd (dataset version 51f45f9551f45f95)  success" in text
+
+
+def test_a_reports_registration_names_its_hashes_as_datasets_list_and_the_pdf_do() -> None:
+    """The text report printed a registration's source file sha256 as "fingerprint" and the dataset version as
+    "stored version", while `datasets list` (and its --json), `runs show` and the report's own PDF call the first
+    the source sha256 and the second the dataset version (its "fingerprint" in `datasets list --json`): a compliance
+    officer matching the report's "fingerprint" against `datasets list` found another number."""
+    from medhelm_local.audit.report import render_text, report_tables, summarize
+
+    record = {"ts": "2026-11-02T09:00:00Z", "action": "dataset.register", "actor": "analyst", "outcome": "success",
+              "objects": {"benchmark": "pubmedqa", "fingerprint": "8b3276be8942ebbd" * 4, "version": "51f45f95" * 8,
+                          "source_name": "ori_pqal.json"}}
+    summary = summarize([record], None)
+    text = render_text(summary)
+    assert "fingerprint" not in text and "stored version" not in text
+    line = next(line for line in text.splitlines() if "pubmedqa" in line)
+    assert "source sha256 8b3276be8942ebbd (dataset version 51f45f9551f45f95)" in line
+    table = next(t for t in report_tables(summary) if t.id == "report-datasets")
+    assert table.columns[4:6] == ["Source sha256", "Dataset version"]
+    assert table.rows[0][4:6] == ["8b3276be8942ebbd", "51f45f9551f45f95"]
 
 
 def test_a_report_lists_every_refused_export_action_with_its_reason_and_actor(evaluated: EvaluatedHome,
@@ -361,12 +381,16 @@ def test_a_report_of_an_edited_trail_says_the_trail_does_not_verify(evaluated: E
     assert cli("audit", "verify").code == 1
 
 
-def test_a_registration_refused_for_a_missing_file_says_why_in_words(tmp_path: Path) -> None:
-    """The commonest refusal, a path with no file behind it (recorded as the error's kind, BadInputError), read
-    "rejected: BadInputError" in the report's Datasets table: a class name where every other kind is said in words."""
+def test_a_registration_refused_for_its_input_says_why_in_words(tmp_path: Path) -> None:
+    """A refusal of the input with no kind of its own (here a pipe, which can be read only once; a missing file is
+    NotFoundError) is recorded as BadInputError, and read "rejected: BadInputError" in the report's Datasets table:
+    a class name where every other kind is said in words."""
+    import os
+
     cli = InProcessCli(home=tmp_path / "home")
     assert cli("init").code == 0
-    assert cli("datasets", "register", "hospice_referral", str(tmp_path / "nowhere" / "notes.csv")).code == 2
+    os.mkfifo(tmp_path / "notes.csv")
+    assert cli("datasets", "register", "hospice_referral", str(tmp_path / "notes.csv")).code == 2
     (registration,) = [d for d in json.loads(cli("audit", "report", "--json").stdout)["datasets"]
                        if d["outcome"] == "rejected"]
     assert registration["reason"] == "BadInputError" and registration["source_name"] == "notes.csv"

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from medhelm_local.audit.trail import AuditTrail
+from medhelm_local.errors import BadInputError
 from medhelm_local.export.bundle import ExportRefused, release
 from medhelm_local.formatting import money
 from tests.compliance.conftest import (
@@ -182,3 +183,34 @@ def test_release_to_a_file_is_refused_naming_out(tmp_path: Path, out: str, messa
     with pytest.raises(ExportRefused, match=f"^--out: .*{message}"):
         release(bundle, tmp_path / out, "exp-20260101T000000Z-abcdef")
     assert (tmp_path / "report.pdf").read_text() == "not a folder"
+
+
+def test_a_passphrase_protected_openssh_key_the_appliance_cannot_decrypt_is_named_with_what_works(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`ssh-keygen -t ed25519` with a passphrase writes an encrypted OpenSSH key, which cryptography decrypts only
+    with the bcrypt package. Without it a requester was told "set MEDHELM_KEY_PASSPHRASE, or ... pass --signature":
+    with the passphrase set the next try failed as undecryptable, and `export request` has no --signature. Now the
+    first answer says the key cannot be decrypted here and what the signer can do instead: an approver signs on
+    their own machine, a requester gives a key the appliance can read."""
+    import subprocess
+
+    from medhelm_local.export import sshsig
+    from tests.security.exportkit import site
+
+    # as where bcrypt is not installed (raising=False: the check is new)
+    monkeypatch.setattr(sshsig, "openssh_decryption_available", lambda: False, raising=False)
+    monkeypatch.setenv(sshsig.PASSPHRASE_ENV, "correct horse")
+    key = tmp_path / "people" / "protected"
+    key.parent.mkdir(parents=True, exist_ok=True)
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "correct horse", "-f", str(key)], check=True)
+    cli = site(tmp_path)
+    refused = cli("export", "request", "--runs", "run-x", "--key", str(key))
+    assert refused.code == 2
+    assert (f"--key: {key} is a passphrase-protected OpenSSH key, which this appliance cannot decrypt (the Python "
+            "package bcrypt, which does, is not installed): a request is signed on the appliance, so give --key a "
+            "requester key it can read") in refused.stderr
+    assert "--signature" not in refused.stderr and "set MEDHELM_KEY_PASSPHRASE" not in refused.stderr
+    with pytest.raises(BadInputError) as approver:
+        sshsig.load_private_key(key)
+    assert str(approver.value).endswith("is not installed): sign with `ssh-keygen -Y sign -n medhelm-export` on "
+                                        "your own machine and pass --signature FILE")

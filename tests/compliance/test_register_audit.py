@@ -86,3 +86,24 @@ def test_a_failure_after_the_data_is_committed_still_records_the_registration(
     assert _outcomes(ctx.home) == ["attempt", "success"]  # the registration itself, with its version
     objects = _registrations(ctx.home)[-1]["objects"]
     assert isinstance(objects, dict) and objects["version"] == registered.fingerprint
+
+
+def test_the_report_says_why_a_missing_or_appliance_file_was_refused(ctx: AppContext, tmp_path: Path) -> None:
+    """A registration naming a file that does not exist (the commonest slip) or one of the appliance's own files
+    (its keys folder) was listed by `audit report` as "rejected: BadInputError", a Python class name where the
+    compliance officer reads why it was refused; now each says so in words."""
+    from medhelm_local.audit.report import render_text, summarize
+    from medhelm_local.audit.trail import AuditTrail
+    from medhelm_local.errors import BadInputError
+
+    key_copy = ctx.home.keys_dir / "notes.json"
+    key_copy.write_bytes(_sample().read_bytes())
+    for path in (tmp_path / "missing.json", key_copy):
+        with pytest.raises(BadInputError):
+            datasets.register_dataset(ctx, "pubmedqa", path)
+    assert [r["objects"]["reason"] for r in _registrations(ctx.home) if r["outcome"] == "rejected"] == [
+        "NotFoundError", "ApplianceFileRefused"]
+    text = render_text(summarize(AuditTrail(ctx.home.audit_path).records(), None))
+    assert "Error" not in text
+    assert "missing.json  rejected: the file or benchmark was not found" in text
+    assert "notes.json  rejected: the file is one of the appliance's own (keys, store, audit trail)" in text

@@ -64,12 +64,42 @@ def test_duckdb_table_or_query_extract(tmp_path: Path, source: str) -> None:
     assert len(result.instances) == (3 if source == "table" else 2)
 
 
+@pytest.mark.parametrize(("query", "kind", "words"), [
+    ("select ref_idx as ref_id, note, prompt, outcome from referrals", "BinderException", "a column or function"),
+    ("select ref_id, uppr(note) as note, prompt, outcome from referrals", "CatalogException",
+     "a table, view or function"),
+    ("select cast(note as integer) as ref_id, note, prompt, outcome from referrals", "ConversionException",
+     "a value could not be converted"),
+])
+def test_a_query_that_fails_says_what_kind_of_mistake_without_duckdbs_message(tmp_path: Path, query: str, kind: str,
+                                                                              words: str) -> None:
+    """A spec query with a mistyped column was refused as "expected a valid SQL query (BinderException)": a class
+    name, no word of what to look for. The kind is now said in words; DuckDB's message is still never shown (a
+    conversion error quotes the value, here a note)."""
+    db = tmp_path / "extract.duckdb"
+    con = duckdb.connect(str(db))
+    con.execute("create table referrals (ref_id integer, note varchar, prompt varchar, outcome varchar)")
+    con.execute("insert into referrals values (1, 'Ada Quillonby, ear pain', 'Refer to ENT?', 'A')")
+    con.close()
+    options = {"id_column": "ref_id", "fields": {"context": "note", "question": "prompt"}, "label_column": "outcome",
+               "query": query}
+    spec = shipped_spec("ent_referral").model_copy(update={"loader_options": options})
+    with pytest.raises(ExtractError) as refused:
+        load_dataset(spec, db)
+    message = str(refused.value)
+    assert f"({kind}: {words}" in message and "run the query with DuckDB on a copy of the extract" in message
+    assert "Quillonby" not in message and "ref_idx" not in message and "uppr" not in message
+
+
 def test_duckdb_missing_table(tmp_path: Path) -> None:
     db = tmp_path / "extract.duckdb"
     duckdb.connect(str(db)).close()
     spec = shipped_spec("ent_referral").model_copy(update={"loader_options": {"table": "referrals"}})
-    with pytest.raises(ExtractError, match="a table or view named 'referrals'"):
+    with pytest.raises(ExtractError, match="a table or view named 'referrals'") as refused:
         load_dataset(spec, db)
+    # The table was named as a column: "file extract.duckdb, column 'referrals': expected a table or view named ..."
+    assert refused.value.column is None and "column" not in str(refused.value)
+    assert str(refused.value) == f"file {db}: expected a table or view named 'referrals' (loader option table)"
 
 
 def test_omop_eunomia_end_to_end(tmp_path: Path, eunomia_db: Path) -> None:

@@ -73,6 +73,23 @@ def test_label_outside_the_label_map(tmp_path: Path) -> None:
     assert "label map" in error.expected
 
 
+def test_a_label_in_another_case_is_refused_with_how_labels_are_matched(tmp_path: Path) -> None:
+    """An extract writing `Yes` where the spec's label_map has `yes` (Excel, a report tool) was refused with
+    "expected a label in the label map ('yes', 'no')" only: the value is never shown, so nothing told the user that
+    case counts (spaces around a label do not) or what to do. The message now says both, whatever the value."""
+    path = tmp_path / "followup.csv"
+    path.write_text(f"note_id,note_text,question,followup\n7,{SECRET},q?,yes\n8,b,q?,Yes\n", encoding="utf-8")
+    spec = spec_with("hospice_referral", loader_options={
+        "id_column": "note_id", "fields": {"context": "note_text", "question": "question"},
+        "label_column": "followup"}, label_map={"yes": "A", "no": "B"})
+    error = _fail(spec, path)
+    assert (str(error.place), error.column) == ("row 3 (the 2nd data row)", "followup")
+    assert error.expected == ("a label in the label map ('yes', 'no'; matched exactly, upper and lower case included, "
+                              "spaces around it ignored: list each spelling the file uses in label_map)")
+    path.write_text("note_id,note_text,question,followup\n7,a,q?, yes \n8,b,q?,no\n", encoding="utf-8")
+    assert [i.label for i in load_dataset(spec, path).instances] == ["A", "B"]
+
+
 def test_duplicate_id(tmp_path: Path) -> None:
     path = tmp_path / "followup.csv"
     path.write_text("note_id,note_text,question,followup\n7,a,q?,yes\n8,b,q?,no\n7,c,q?,no\n", encoding="utf-8")

@@ -158,6 +158,20 @@ def test_a_utf16_export_with_its_byte_order_mark_loads(tmp_path: Path, name: str
         ("1", "A", "Otalgia, 3 months.\r\nPlan: ENT"), ("2", "B", "Résumé: cold")]
 
 
+def test_an_excel_unicode_text_export_names_the_format_option_and_loads_with_it(tmp_path: Path) -> None:
+    """Excel's "Save as Unicode Text" writes tab-separated UTF-16 as `.txt`: it was refused with the list of file
+    endings only ("expected a file ending in one of .arrow, .csv, ..."), leaving the user to rename the extract;
+    the spec's loader option `format` reads it as it is, and the error now says so."""
+    rows = [["ref_id", "note", "prompt", "outcome"], ["1", "Otalgia", "Refer?", "A"], ["2", "Cold", "Refer?", "B"]]
+    path = tmp_path / "referrals.txt"
+    path.write_bytes("".join("\t".join(r) + "\r\n" for r in rows).encode("utf-16"))
+    with pytest.raises(ExtractError) as info:
+        load_dataset(_ent(), path)
+    assert "or the format named with loader option format (csv, tsv, " in info.value.expected
+    assert "Excel's \"Unicode Text\" .txt is tsv" in info.value.expected
+    assert [(i.id, i.label) for i in load_dataset(_ent(format="tsv"), path).instances] == [("1", "A"), ("2", "B")]
+
+
 def test_utf16_that_is_damaged_is_named_as_utf16(tmp_path: Path) -> None:
     path = tmp_path / "referrals.csv"
     path.write_bytes("ref_id,note,prompt,outcome\r\n1,a,b,A\r\n".encode("utf-16") + b"\x00\xd8")  # a lone surrogate

@@ -162,6 +162,35 @@ def test_the_limiter_starts_at_the_cap_only_for_servers_that_queue(kind: str, re
     assert limiter.limit == (expected or 128)
 
 
+@pytest.mark.parametrize(("kind", "given", "expected"), [
+    ("embedded", None, 2),  # one request at a time: two keep it busy, more only wait towards the timeout
+    ("embedded", 8, 8),  # --concurrency still sets another
+    ("vllm", None, 256),
+    ("openai-compatible", None, 256),
+])
+def test_the_embedded_model_is_sent_two_requests_at_a_time_unless_told_otherwise(
+        tmp_path: Path, kind: str, given: int | None, expected: int) -> None:
+    """`run --model smollm2-135m-embedded` without --concurrency kept up to 128 requests in flight (half the
+    config's cap of 256) to the embedded llama.cpp server, which answers one at a time: each waited behind the
+    others, and on a CPU every request past the first few dozen timed out (120 s) and was recorded as failed."""
+    from medhelm_local.home import Home
+    from medhelm_local.home.config import BackendKind, ModelEndpoint
+    from medhelm_local.runner.options import Sending
+    from medhelm_local.runner.session import Target, execution_settings, sending_for
+    from medhelm_local.store import Store
+
+    home = Home(tmp_path / "home")
+    home.init()
+    endpoint = ModelEndpoint(name="m", kind=BackendKind(kind),
+                             base_urls=[] if kind == "embedded" else ["http://127.0.0.1:9/v1"])
+    with Store.open(home) as store:
+        chosen = sending_for(store, home.config, Target(endpoint=endpoint, mode="new", run_id="run-x", seed=0),
+                             Sending(concurrency=given))
+    assert chosen.sending.concurrency == expected and chosen.record["concurrency"] == expected  # kept with the run
+    settings = execution_settings(home.config, chosen.sending, endpoint, errors_only=False)
+    assert AdaptiveLimiter(settings.concurrency, initial=settings.initial_concurrency).limit <= expected
+
+
 def test_run_initial_concurrency_flag_sets_where_the_limiter_starts(home_cli: Cli, tmp_path: Path) -> None:
     from medhelm_local.testing.fake_openai import FakeOpenAIServer
     from tests.test_pipeline import write_extract

@@ -19,6 +19,7 @@ from medhelm_local.scoring.engine import score_benchmark
 from medhelm_local.scoring.jury import (
     InvalidJudgement,
     JudgesNotConfigured,
+    judge_names,
     judge_prompt,
     parse_judgement,
     response_format,
@@ -163,6 +164,17 @@ def test_no_judges_configured_is_a_clear_error(tmp_path: Path) -> None:
         with pytest.raises(JudgesNotConfigured):
             score_benchmark(store, SHIPPED, run_id, BENCHMARK, config=None)
     assert JudgesNotConfigured.exit_code == 2
+
+
+def test_no_judges_configured_names_the_audited_command_that_adds_one() -> None:
+    """The error told the user to add names under `judges:` in appliance.yaml by hand: an edit the audit trail
+    never sees (`models update --judge` writes `config.model_update`), and one the chart's read-only
+    appliance.yaml refuses. It now names the command."""
+    with pytest.raises(JudgesNotConfigured) as refused:
+        judge_names(None, BENCHMARK)
+    message = str(refused.value)
+    assert "`medhelm-local models update NAME --judge`" in message and "models add NAME ... --judge" in message
+    assert "in appliance.yaml" not in message
 
 
 def test_parse_judgement_validates_every_criterion() -> None:

@@ -49,6 +49,29 @@ def test_a_separator_joined_identifier_in_a_model_name_blocks_the_export(tmp_pat
     assert request["status"] == "blocked" and "phi_patterns" in failed(request)
 
 
+def test_a_request_blocked_by_a_model_name_says_what_the_requester_can_do(tmp_path: Path) -> None:
+    """A model named like a word of the extracts (here a patient's surname; the embedded model's
+    `smollm2-135m-embedded` shares `embedded` with PubMedQA's "Paraffin-embedded") blocked the request with
+    "name or identifier seen in a registered extract" at `$.runs[0].model` and nothing more: the requester was not
+    told the request can only be denied, nor that a finished run keeps its names."""
+    from tests.compliance.conftest import REQUESTER, signers
+
+    cli = site(tmp_path)
+    run_id = evaluate(cli, notes(tmp_path / "notes.csv", 24, note=_patient_note), model=f"{PATIENT.lower()}-7b")
+    result = cli("export", "request", "--runs", run_id, "--key", str(signers(cli.home)[REQUESTER].private))
+    assert result.code == 1, result.stderr
+    assert "extract_terms: aggregates.json $.runs[0].model: name or identifier seen in a registered extract" in (
+        result.stdout)
+    request_id = json.loads(cli("export", "list", "--json").stdout)[-1]["request_id"]
+    assert (f"blocked: it can only be denied (`medhelm-local export deny {request_id}`); fix what the failing "
+            "checks name, then request again") in result.stdout
+    assert "  extract_terms: a word or identifier of the runs' extracts is in a string at the places above" in (
+        result.stdout)
+    assert "a finished run keeps its names: request a run made under others" in result.stdout
+    assert "phi_patterns: a string" not in result.stdout  # only the checks that failed
+    assert PATIENT not in result.stdout + result.stderr
+
+
 def test_the_manifest_names_are_scanned_and_the_free_text_actor_never_enters_it(tmp_path: Path) -> None:
     """requested_by was the free-text --actor, signed into the manifest unscanned. Now it is the requester's
     name in the policy, and it is scanned like everything else that leaves. (Free text is no longer an actor at
