@@ -214,3 +214,26 @@ def test_a_passphrase_protected_openssh_key_the_appliance_cannot_decrypt_is_name
         sshsig.load_private_key(key)
     assert str(approver.value).endswith("is not installed): sign with `ssh-keygen -Y sign -n medhelm-export` on "
                                         "your own machine and pass --signature FILE")
+
+
+def test_a_passphrase_protected_openssh_key_signs_with_its_passphrase(tmp_path: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    """What `ssh-keygen -t ed25519` writes with a passphrase (the key a careful requester has) is decrypted with
+    $MEDHELM_KEY_PASSPHRASE (bcrypt is a dependency): it signs; a wrong passphrase is refused naming the file."""
+    import subprocess
+
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from medhelm_local.export import sshsig
+
+    key = tmp_path / "protected"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "correct horse", "-f", str(key)], check=True)
+    assert sshsig.openssh_decryption_available()
+    monkeypatch.setenv(sshsig.PASSPHRASE_ENV, "correct horse")
+    private = sshsig.load_private_key(key)
+    assert isinstance(private, Ed25519PrivateKey)
+    public = sshsig.parse_public_key((tmp_path / "protected.pub").read_text(), "protected.pub")
+    assert sshsig.fingerprint(private.public_key()) == sshsig.fingerprint(public)
+    monkeypatch.setenv(sshsig.PASSPHRASE_ENV, "wrong")
+    with pytest.raises(BadInputError, match="with the right passphrase"):
+        sshsig.load_private_key(key)
