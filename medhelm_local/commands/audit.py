@@ -145,6 +145,10 @@ def checkpoint(
     if out.exists() and out.is_dir():
         raise BadInputError(f"--export: {out} is a directory; give a file name")
     app_ctx.home.refuse_output(out, "--export")
+    if out.exists() or out.is_symlink():
+        # An earlier checkpoint kept off the appliance still proves the trail up to its head: never replace it.
+        raise BadInputError(f"--export: {out} already exists (an earlier checkpoint: keep it); give a new file "
+                            "name, e.g. with today's date. Nothing was exported")
     signer = fingerprint(load_signing_key(app_ctx.home.keys_dir).public_key())
     pinned = pinned_anchor()
     if pinned is not None and pinned.fingerprint != signer:

@@ -97,6 +97,18 @@ def test_truncation_with_the_state_file_rewritten_is_caught_by_an_exported_check
     assert code == 1 and "truncated" in {p["kind"] for p in report["problems"]}
 
 
+def test_an_exported_checkpoint_is_never_replaced(tmp_path: Path) -> None:
+    """Exporting a checkpoint to a file that already holds one replaced it, silently: the officer's earlier proof
+    of the trail up to its head was gone. Refused now (exit 2), the file and the trail as they were."""
+    cli, _ = _home_with_trail(tmp_path, events=2)
+    head = tmp_path / "kept-by-the-officer.json"
+    assert cli("audit", "checkpoint", "--export", str(head)).code == 0
+    kept, trail = head.read_bytes(), (cli.home / "audit" / "audit.jsonl").read_bytes()
+    refused = cli("audit", "checkpoint", "--export", str(head))
+    assert refused.code == 2 and "already exists" in refused.stderr
+    assert head.read_bytes() == kept and (cli.home / "audit" / "audit.jsonl").read_bytes() == trail
+
+
 def _attacker_rewrites_everything(home: Path) -> None:
     """Replace the key pair and the whole trail with a fresh one of the attacker's own (valid in itself)."""
     keys = home / "keys"
