@@ -138,7 +138,10 @@ def _sending_text(sending: dict[str, Any]) -> str:
 
 
 @app.command("manifest")
-def manifest(ctx: typer.Context, run_id: str = typer.Argument(..., help="Run id.")) -> None:
+def manifest(ctx: typer.Context, run_id: str = typer.Argument(..., help="Run id."),
+             as_json: bool = typer.Option(True, "--json", hidden=True,
+                                          help="Accepted as every command that a script reads takes it: this one "
+                                               "always writes JSON.")) -> None:
     """The run's reproducibility manifest (JSON) and its sha256."""
     with app_context(ctx).open_store(read_only=True) as store:
         run = _get(store, run_id)

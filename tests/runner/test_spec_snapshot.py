@@ -54,6 +54,7 @@ def test_changed_spec_refuses_resume_and_retry_and_the_run_keeps_its_snapshot(ho
 
         # The manifest holds the whole styled spec and its hash; the stored manifest hash covers it.
         shown_first = home_cli("runs", "manifest", run_id).json()
+        assert home_cli("runs", "manifest", run_id, "--json").json() == shown_first  # as scripts pass it
         assert isinstance(shown_first, dict)
         manifest = shown_first["manifest"]
         assert shown_first["manifest_sha256"] == manifest_sha256(manifest)
