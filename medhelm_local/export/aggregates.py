@@ -52,9 +52,10 @@ from medhelm_local.prompts.styles import run_prompt_style
 from medhelm_local.scoring.metrics import Aggregation
 from medhelm_local.store.store import RunInfo, Store
 
-# v2: a model with no win rate has no rank (null; v1 numbered it after the ranked models). A recipient reading
+# v2: a model with no win rate has no rank (null; v1 numbered it after the ranked models). v3: each run's
+# ``dataset_fingerprints`` are keyed (``Store.published_fingerprint``), no longer the plain ones. A recipient reading
 # ``schema_id`` knows which it has.
-EXPORT_SCHEMA = "medhelm-local/export-aggregates/v2"
+EXPORT_SCHEMA = "medhelm-local/export-aggregates/v3"
 CI_RESAMPLES = DEFAULT_RESAMPLES  # the CLI leaderboard's defaults: the export's CI is the leaderboard's CI
 CI_SEED = 0
 NOTES = (
@@ -135,6 +136,7 @@ class RawRun(_Closed):
     manifest_sha256: str
     dataset_fingerprints: dict[str, str]
     prompt_style: str = "default"  # the run's prompt style (default, or medhelm parity)
+    published_fingerprints: dict[str, str] = {}  # as the bundle carries them (Store.published_fingerprint)
 
 
 class RawExport(_Closed):
@@ -206,7 +208,9 @@ def collect(store: Store, specs: SpecRegistry, config: ApplianceConfig, run_ids:
         fingerprints = {b: str(d.get("fingerprint")) for b, d in datasets.items() if isinstance(d, dict)}
         raw_runs.append(RawRun(run_id=run.run_id, model=run.model, status=run.status, benchmarks=run.benchmarks,
                                manifest_sha256=run_manifest_sha256(run.manifest), dataset_fingerprints=fingerprints,
-                               prompt_style=run_prompt_style(run.manifest)))
+                               prompt_style=run_prompt_style(run.manifest),
+                               published_fingerprints={b: store.published_fingerprint(fp)
+                                                       for b, fp in fingerprints.items()}))
         n_run = 0
         for benchmark in run.benchmarks:
             result = benchmark_score(store, specs, run.run_id, run.model, benchmark)
@@ -242,7 +246,7 @@ class PublishedRun(_Closed):
     status: str
     benchmarks: list[str]
     manifest_sha256: str
-    dataset_fingerprints: dict[str, str]
+    dataset_fingerprints: dict[str, str]  # keyed by the appliance's secret (Store.published_fingerprint)
     prompt_style: str = "default"  # the run's prompt style (default, or medhelm parity)
 
 
@@ -559,5 +563,7 @@ def publish(raw: RawExport, policy: ExportPolicy, *, request_id: str, policy_sha
         generated_at=generated_at or datetime.now(UTC).isoformat(timespec="seconds").replace("+00:00", "Z"),
         appliance_version=__version__, policy_sha256=policy_sha256, min_cell_size=policy.min_cell_size,
         score_decimals=policy.rounding.score_decimals, cost_decimals=policy.rounding.cost_decimals,
-        runs=[PublishedRun(**r.model_dump()) for r in raw.runs], cells=cells, models=models, notes=list(NOTES),
+        runs=[PublishedRun(**r.model_dump(exclude={"published_fingerprints"})
+                           | {"dataset_fingerprints": r.published_fingerprints}) for r in raw.runs],
+        cells=cells, models=models, notes=list(NOTES),
     )

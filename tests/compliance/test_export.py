@@ -237,3 +237,30 @@ def test_a_passphrase_protected_openssh_key_signs_with_its_passphrase(tmp_path: 
     monkeypatch.setenv(sshsig.PASSPHRASE_ENV, "wrong")
     with pytest.raises(BadInputError, match="with the right passphrase"):
         sshsig.load_private_key(key)
+
+
+def test_exported_dataset_fingerprints_are_keyed_not_the_plain_hash(evaluated: EvaluatedHome) -> None:
+    """The plain fingerprint is sha256(source file's sha256 : loader's): a recipient could confirm a guess of a small
+    file's one unknown cell (an insider's file of known text and a date of birth) by hashing candidates. The export
+    carries it keyed by the store's secret: the same across requests, never the plain one."""
+    import hashlib
+
+    cli = evaluated.cli
+    shown = cli("datasets", "list", "--json")
+    assert shown.code == 0
+    listed = json.loads(shown.stdout)
+    plain = {str(d["fingerprint"]) for d in listed}
+    sources = {str(d["source_sha256"]) for d in listed if d.get("source_sha256")}
+    published = []
+    for _ in range(2):
+        request = request_export(cli, evaluated.run_id)
+        data = json.loads((cli.home / "exports" / str(request["request_id"]) / "bundle" / "aggregates.json")
+                          .read_text())
+        assert data["schema_id"] == "medhelm-local/export-aggregates/v3"
+        published.append(data["runs"][0]["dataset_fingerprints"])
+    assert published[0] == published[1] and published[0]
+    values = set(published[0].values())
+    assert all(len(v) == 64 for v in values) and not values & plain
+    assert sources and not values & {hashlib.sha256(s.encode()).hexdigest() for s in sources}
+    bundle_text = "".join(p.read_text() for p in (cli.home / "exports").rglob("*") if p.suffix in (".json", ".csv"))
+    assert not any(fingerprint in bundle_text for fingerprint in plain)

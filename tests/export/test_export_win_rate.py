@@ -83,7 +83,7 @@ def test_a_model_without_a_win_rate_has_no_rank_in_the_bundle() -> None:
     published = json.loads(files["aggregates.json"])
     assert [m["rank"] for m in published["models"]] == [None, None]
     # A null rank is new in v2 (v1 numbered every model): a recipient's validator tells them apart by schema_id.
-    assert published["schema_id"] == "medhelm-local/export-aggregates/v2"
+    assert published["schema_id"] == "medhelm-local/export-aggregates/v3"
     report = files["report.html"].decode()
     table = re.search(r'<table id="leaderboard">.*?</table>', report, re.S)
     assert table is not None
