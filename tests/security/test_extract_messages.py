@@ -8,6 +8,7 @@ column names only."""
 from __future__ import annotations
 
 import json
+import re
 import shutil
 from importlib import resources
 from pathlib import Path
@@ -42,7 +43,8 @@ def test_header_less_extract_does_not_print_its_first_row(home_cli: Cli, tmp_pat
     assert "note_text" in result.stderr  # the spec's column it looked for
     assert "header row is missing" in result.stderr
     audit = (home_cli.home / "audit" / "audit.jsonl").read_text(encoding="utf-8")
-    _assert_clean(audit)
+    # Hashes and signatures are random to this check: one holds "7730" in about one run of twenty.
+    _assert_clean(re.sub(r"[0-9a-f]{32,}|[A-Za-z0-9+/]{40,}={0,2}", "<generated>", audit))
 
 
 def test_a_repeated_value_in_a_header_less_first_row_is_not_named(tmp_path: Path) -> None:
