@@ -65,8 +65,8 @@ NOTES = (
     "each resample rounded as the published scores are (scores that round alike tie, as in the win rate).",
     "A model's score on a benchmark is from its latest requested run that scored an instance of it (a later run "
     "whose every request or judgement failed is listed among the per-run aggregates, not used).",
-    "A score is over its scored instances only: a failed request or judgement is left out (n_failed), never scored "
-    "0, so two models' scores on a benchmark can be over different instances.",
+    "A score is over its scored instances only: a failed request or judgement is left out (counted as n failed), never "
+    "scored 0, so two models' scores on a benchmark can be over different instances.",
     "Models are ranked by win rate, then macro average; a model without a win rate (no published score shared "
     "with another model) is listed after every model that has one.",
     "A score is suppressed when the count it implies (score times n, or n minus that) is a small cell.",
