@@ -27,6 +27,7 @@ Nothing here writes audit records: the use case does, between the steps.
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -41,6 +42,7 @@ from medhelm_local.inference.client import ChatClient
 from medhelm_local.inference.embedded import smollm2_gguf_path
 from medhelm_local.inference.tokens import TokenCounter, open_counter
 from medhelm_local.logs import get_logger
+from medhelm_local.phi_text import NAME_REASONS, chosen_name_problem
 from medhelm_local.prompts.styles import (
     DEFAULT_STYLE,
     manifest_entry,
@@ -54,7 +56,15 @@ from medhelm_local.runner.execute import ExecutionReport, ExecutionSettings, exe
 from medhelm_local.runner.fitting import PromptFitter, context_entry, run_context_length
 from medhelm_local.runner.manifest import build_manifest, model_identity, weights_fingerprint
 from medhelm_local.runner.options import Mode, ModeKind, Selection, Sending
-from medhelm_local.runner.plan import Plan, compute_plan, derived_run_id, new_run_id, plan_items, validate_benchmarks
+from medhelm_local.runner.plan import (
+    Plan,
+    compute_plan,
+    derived_run_id,
+    is_generated_run_id,
+    new_run_id,
+    plan_items,
+    validate_benchmarks,
+)
 from medhelm_local.runner.progress import RunProgress
 from medhelm_local.scoring.checks import check_benchmarks
 from medhelm_local.scoring.engine import ScoreAsAnswered
@@ -103,6 +113,35 @@ def _check_run_id(run_id: str) -> str:
     if not RUN_ID_PATTERN.match(run_id):
         raise BadInputError("--run-id: letters, digits, '.', '_' and '-' only (at most 128)")
     return run_id
+
+
+# A CronJob names its Job <cronjob>-<the scheduled time in minutes since the epoch>, and the chart's sharded runner
+# runs under that name (--run-id $(MEDHELM_JOB_NAME)): eight digits, a record number's shape, but a minute of the
+# past weeks, which nobody chooses as they would a patient's number.
+_SCHEDULED_JOB = re.compile(r"(?P<cronjob>.+)-(?P<minute>\d{8,10})")
+_SCHEDULED_JOB_WINDOW_MIN = 31 * 24 * 60
+
+
+def _without_scheduled_minute(run_id: str) -> str:
+    """``run_id`` without a CronJob Job name's minute suffix, where it has one scheduled in the past 31 days."""
+    match = _SCHEDULED_JOB.fullmatch(run_id)
+    now = int(time.time() // 60)
+    if match is None or not now - _SCHEDULED_JOB_WINDOW_MIN <= int(match["minute"]) <= now + 5:
+        return run_id
+    return match["cronjob"]
+
+
+def _check_new_run_id(run_id: str) -> None:
+    """A run created under an id the user chose is recorded under it in the audit trail (``run.start`` and every
+    record after), ``audit report`` and exports: like an actor, it may hold no date, PHI pattern or encoded text.
+    Checked before anything is recorded; an existing run keeps its id, and the runner's own forms pass (its
+    generated ids, and a CronJob's Job names for the chart's sharded runs)."""
+    problem = chosen_name_problem(_without_scheduled_minute(run_id))
+    if problem is not None:
+        raise BadInputError(f"--run-id: {NAME_REASONS[problem]}; a run id is recorded in the audit trail and "
+                            "exports, so name the run in words (e.g. q3-discharge-review), never with a patient's "
+                            "date, record number or encoded text, or leave --run-id out for a generated one. "
+                            "Nothing was sent or recorded.")
 
 
 def _check_style_of(run: RunInfo, selection: Selection) -> None:
@@ -200,6 +239,8 @@ def resolve(store: Store, config: ApplianceConfig, specs: SpecRegistry, selectio
         assert run_id is not None
         return Target(endpoint=endpoint, mode="shard" if plan.shard is not None else "resume", run=existing,
                       plan=plan, run_id=run_id, seed=seed, shard=plan.shard)
+    if run_id is not None and not is_generated_run_id(run_id, plan.plan_key):
+        _check_new_run_id(run_id)
     return Target(endpoint=endpoint, mode=mode.kind, plan=plan, run_id=run_id or new_run_id(), seed=seed,
                   shard=plan.shard)
 

@@ -4,11 +4,14 @@ is recorded or stored."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 
 import pytest
 
+from medhelm_local.testing.fake_openai import FakeOpenAIServer
 from tests.conftest import Cli
 
 SAMPLES = Path(str(resources.files("medhelm_local.data") / "samples"))
@@ -62,3 +65,60 @@ def test_a_benchmark_id_in_words_is_registered(home_cli: Cli, tmp_path: Path) ->
                           str(SAMPLES / "followup_needed.csv"), "--spec", str(spec))
     assert registered.code == 0, registered.stderr
     assert "followup_after_discharge_v2" in _trail(home_cli)
+
+
+@pytest.fixture
+def registered_with_model(home_cli: Cli) -> Iterator[tuple[Cli, FakeOpenAIServer]]:
+    data, spec = SAMPLES / "followup_needed.csv", SAMPLES / "followup_needed.yaml"
+    assert home_cli("datasets", "register", "followup_needed", str(data), "--spec", str(spec)).code == 0
+    with FakeOpenAIServer(responder=lambda _m: "A") as server:
+        assert home_cli("models", "add", "always-a", "--base-url", server.base_url).code == 0
+        yield home_cli, server
+
+
+@pytest.mark.parametrize("run_id", ["okafor-margaret-7730019942", "quillonby-1960-03-04", "ada.19600304",
+                                    "run-4f6b61666f72204d617267617265"])
+def test_a_new_run_under_a_run_id_holding_phi_is_refused_before_anything_is_sent_or_recorded(
+        registered_with_model: tuple[Cli, FakeOpenAIServer], run_id: str) -> None:
+    cli, server = registered_with_model
+    before = _trail(cli)
+    refused = cli("run", "--model", "always-a", "--benchmarks", "followup_needed", "--run-id", run_id, "--json")
+    assert refused.code == 2, refused.stderr
+    assert "--run-id" in refused.stderr and "a run id is recorded in the audit trail" in refused.stderr
+    assert run_id not in refused.stderr + refused.stdout
+    assert _trail(cli) == before
+    assert server.completions_sent == 0
+    assert cli("runs", "list", "--json").json() == []
+
+
+def test_a_run_id_in_words_and_the_runners_own_ids_are_accepted(
+        registered_with_model: tuple[Cli, FakeOpenAIServer]) -> None:
+    cli, _ = registered_with_model
+    named = cli("run", "--model", "always-a", "--benchmarks", "followup_needed", "--run-id", "q3-discharge-review",
+                "--json")
+    assert named.code == 0, named.stderr
+    generated = cli("run", "--model", "always-a", "--benchmarks", "followup_needed", "--new-run", "--json")
+    assert generated.code == 0, generated.stderr
+    runs = {run["run_id"] for run in cli("runs", "list", "--json").json()}
+    assert "q3-discharge-review" in runs and len(runs) == 2
+    # A generated id given back (as a shard or a resume would) names the run it is, the date in it the runner's.
+    generated_id = next(r for r in runs if r != "q3-discharge-review")
+    again = cli("run", "--model", "always-a", "--benchmarks", "followup_needed", "--run-id", generated_id, "--json")
+    assert again.code == 0, again.stderr
+
+
+def test_a_cronjobs_job_name_names_a_sharded_run_though_its_minute_has_a_record_numbers_shape(
+        registered_with_model: tuple[Cli, FakeOpenAIServer]) -> None:
+    """The chart's sharded runner runs under its Job's name, `<cronjob>-<scheduled minute since the epoch>`: eight
+    digits, accepted where they are a minute of the past weeks (a number nobody chooses), not otherwise."""
+    cli, _ = registered_with_model
+    minute = int(time.time() // 60) - 3
+    job_name = f"medhelm-runner-{minute}"
+    shard = cli("run", "--model", "always-a", "--benchmarks", "followup_needed", "--run-id", job_name,
+                "--shard", "0/2", "--json")
+    assert shard.code == 0, shard.stderr
+    assert job_name in _trail(cli)
+    chosen = f"medhelm-runner-{minute - 90 * 24 * 60}"  # not a minute a CronJob scheduled lately
+    refused = cli("run", "--model", "always-a", "--benchmarks", "followup_needed", "--run-id", chosen, "--shard",
+                  "0/2", "--json")
+    assert refused.code == 2 and "record number" in refused.stderr, refused.stderr
