@@ -78,3 +78,12 @@ def chosen_name_problem(value: str) -> str | None:
     """Why ``value`` (a custom benchmark id, a ``--run-id``) cannot name something the audit trail, the audit
     report and exports record (a key of :data:`NAME_REASONS`), or None: no date, PHI pattern or encoded text."""
     return name_phi_problem(value) or ("encoded" if looks_encoded(value) else None)
+
+
+def recorded_file_name(name: str) -> str:
+    """A file's name as the audit trail records it (a registered extract's, a refused spec's): as written, or,
+    where it reads as patient data (:func:`chosen_name_problem`: ``Okafor_MRN7730019942_1960-03-04.csv``), withheld,
+    saying why in a word the trail keeps (``[withheld:date]``, ``[withheld:phi_pattern]``, ``[withheld:encoded]``).
+    An extract's sha256 beside it still identifies the file; the store keeps its name."""
+    problem = chosen_name_problem(name)
+    return name if problem is None else f"[withheld:{problem}]"

@@ -122,3 +122,29 @@ def test_a_cronjobs_job_name_names_a_sharded_run_though_its_minute_has_a_record_
     refused = cli("run", "--model", "always-a", "--benchmarks", "followup_needed", "--run-id", chosen, "--shard",
                   "0/2", "--json")
     assert refused.code == 2 and "record number" in refused.stderr, refused.stderr
+
+
+def test_an_extract_file_named_for_a_patient_is_registered_with_its_name_withheld_from_the_trail(
+        home_cli: Cli, tmp_path: Path) -> None:
+    """The extract's file name was recorded as written in dataset.register, `audit report` and its PDF. Where it
+    reads as patient data it is withheld there, saying why (the source sha256 still identifies the file)."""
+    named = tmp_path / "Okafor_Margaret_MRN7730019942_1960-03-04.csv"
+    named.write_bytes((SAMPLES / "followup_needed.csv").read_bytes())
+    spec = SAMPLES / "followup_needed.yaml"
+    registered = home_cli("datasets", "register", "followup_needed", str(named), "--spec", str(spec))
+    assert registered.code == 0, registered.stderr
+    report = home_cli("audit", "report")
+    assert report.code == 0, report.stderr
+    for text in (_trail(home_cli), report.stdout):
+        assert "Okafor" not in text and "7730019942" not in text and "1960-03-04" not in text
+        assert "[withheld:date]" in text
+    refused_spec = tmp_path / "Okafor_Margaret_7730019942.yaml"
+    refused_spec.write_text("id: [not, a, name]\n")
+    assert home_cli("benchmarks", "add", str(refused_spec)).code == 2
+    trail = _trail(home_cli)
+    assert "Okafor" not in trail and "[withheld:phi_pattern]" in trail
+
+    plain = tmp_path / "followup_extract.csv"
+    plain.write_bytes(named.read_bytes())
+    assert home_cli("datasets", "register", "followup_needed", str(plain)).code == 0
+    assert "followup_extract.csv" in _trail(home_cli)
