@@ -13,6 +13,7 @@ from pathlib import Path
 from medhelm_local.audit.intents import Attempt, announce
 from medhelm_local.audit.trail import audit_event
 from medhelm_local.context import AppContext
+from medhelm_local.errors import NotFoundError
 from medhelm_local.export import sshsig
 from medhelm_local.export.approval import approve as approve_request
 from medhelm_local.export.approval import audited_approval, audited_decision, decided_by_hand
@@ -41,6 +42,17 @@ from medhelm_local.home.keys import PUBLIC_KEY_FILE, load_public_key, load_signi
 from medhelm_local.home.layout import atomic_write
 
 
+def _refuse_unknown_runs(app_ctx: AppContext, run_ids: list[str]) -> None:
+    """Exit 2, before anything is recorded, where ``--runs`` names a run the store does not hold: the request's
+    records name its runs, and a run id that names no run is only what the requester typed (a patient's record
+    number, a date). A run that exists was named under the checks of ``run --run-id``."""
+    with app_ctx.open_store(read_only=True) as store:
+        unknown = [run_id for run_id in run_ids if store.get_run(run_id) is None]
+    if unknown:
+        raise NotFoundError(f"--runs: {len(unknown)} of the {len(run_ids)} run id(s) name no run in the store (see "
+                            "`runs list`); nothing was requested or recorded")
+
+
 def request_export(app_ctx: AppContext, run_ids: list[str], key: Path) -> ExportRequest:
     """Build a candidate bundle inside the home from ``run_ids``, check it against the disclosure policy and sign
     it with the requester's ``key`` (listed in the policy; read, used once, never stored). The request's
@@ -48,6 +60,7 @@ def request_export(app_ctx: AppContext, run_ids: list[str], key: Path) -> Export
     home = app_ctx.home
     loaded = load_policy(home.root)
     private = sshsig.load_private_key(key)
+    _refuse_unknown_runs(app_ctx, run_ids)
     requester_key = sshsig.fingerprint(private.public_key())
     requester = loaded.policy.approval.requester(requester_key)
     if requester is None:

@@ -4,6 +4,7 @@ is recorded or stored."""
 
 from __future__ import annotations
 
+import subprocess
 import time
 from collections.abc import Iterator
 from importlib import resources
@@ -148,3 +149,26 @@ def test_an_extract_file_named_for_a_patient_is_registered_with_its_name_withhel
     plain.write_bytes(named.read_bytes())
     assert home_cli("datasets", "register", "followup_needed", str(plain)).code == 0
     assert "followup_extract.csv" in _trail(home_cli)
+
+
+def test_an_export_request_naming_runs_that_do_not_exist_is_refused_before_anything_is_recorded(
+        registered_with_model: tuple[Cli, FakeOpenAIServer], tmp_path: Path) -> None:
+    """`export request --runs okafor-margaret-7730019942,ada.1960.03.04` with a key the policy does not list was
+    recorded (`export.request` refused, not_a_requester) with the run ids as typed, and `audit report` printed them:
+    any user could write any text of a run id's shape into the trail. Run ids that name no run are refused first."""
+    cli, _ = registered_with_model
+    assert cli("run", "--model", "always-a", "--benchmarks", "followup_needed", "--run-id", "q3-discharge-review",
+               "--json").code == 0
+    key = tmp_path / "someone"
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(key)], check=True)
+    before = _trail(cli)
+    typed = "q3-discharge-review,okafor-margaret-7730019942,ada.1960.03.04"
+    refused = cli("export", "request", "--runs", typed, "--key", str(key))
+    assert refused.code == 2 and "2 of the 3 run id(s) name no run" in refused.stderr, refused.stderr
+    assert "7730019942" not in refused.stderr and "1960" not in refused.stderr
+    assert _trail(cli) == before
+    assert "7730019942" not in cli("audit", "report").stdout
+
+    known = cli("export", "request", "--runs", "q3-discharge-review", "--key", str(key))
+    assert known.code == 2 and "not listed under approval.requesters" in known.stderr
+    assert "export.request" in _trail(cli).removeprefix(before)  # the refusal of a real run is still recorded
