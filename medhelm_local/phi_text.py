@@ -80,10 +80,11 @@ def chosen_name_problem(value: str) -> str | None:
     return name_phi_problem(value) or ("encoded" if looks_encoded(value) else None)
 
 
-def recorded_file_name(name: str) -> str:
-    """A file's name as the audit trail records it (a registered extract's, a refused spec's): as written, or,
-    where it reads as patient data (:func:`chosen_name_problem`: ``Okafor_MRN7730019942_1960-03-04.csv``), withheld,
-    saying why in a word the trail keeps (``[withheld:date]``, ``[withheld:phi_pattern]``, ``[withheld:encoded]``).
-    An extract's sha256 beside it still identifies the file; the store keeps its name."""
+def recorded_name(name: str) -> str:
+    """A name a user typed as the audit trail records it (a registered extract's or a refused spec's file name, a
+    model a refused ``models`` command named): as written, or, where it reads as patient data
+    (:func:`chosen_name_problem`: ``Okafor_MRN7730019942_1960-03-04.csv``), withheld, saying why in a word the trail
+    keeps (``[withheld:date]``, ``[withheld:phi_pattern]``, ``[withheld:encoded]``). An extract's sha256 beside it
+    still identifies the file; the store keeps its name."""
     problem = chosen_name_problem(name)
     return name if problem is None else f"[withheld:{problem}]"

@@ -186,6 +186,30 @@ def test_the_deployments_read_only_config_is_refused_with_what_to_do_instead(tmp
     assert config.read_bytes() != before
 
 
+@pytest.mark.parametrize("action", ["add", "update", "remove"])
+def test_a_refusal_in_the_toolbox_records_no_patient_data_a_user_typed_as_the_model(tmp_path: Path,
+                                                                                    action: str) -> None:
+    """Anyone in the toolbox, where appliance.yaml is the deployment's, could run `models remove
+    Okafor_Margaret_MRN7730019942_DOB_1960-03-04`: the refusal recorded the name as typed, and `audit report`
+    printed it. A name that is no configured model is recorded only where it is a model name's shape reading as no
+    patient data, else withheld saying why; a configured model's name is recorded as it is."""
+    cli = Cli(home=tmp_path / "home", env=cli_env())
+    assert InProcessCli(cli.home)("init").code == 0
+    config = tmp_path / "etc" / "appliance.yaml"
+    config.parent.mkdir()
+    (cli.home / "appliance.yaml").rename(config)
+    cli.env["MEDHELM_CONFIG"] = str(config)
+    extra = {"add": ["--base-url", "http://127.0.0.1:8001/v1"], "update": ["--context-length", "4096"],
+             "remove": []}[action]
+    for name in ("Okafor_Margaret_MRN7730019942_DOB_1960-03-04", "Okafor Margaret 1960", "llama-70b",
+                 "smollm2-135m-embedded"):
+        assert run_read_only(cli, config, "models", action, name, *extra).code == 2
+    recorded = [r["objects"]["model"] for r in _records(cli, f"config.model_{action}")]
+    assert recorded == ["[withheld:date]", "[withheld:shape]", "llama-70b", "smollm2-135m-embedded"]
+    report = cli("audit", "report")
+    assert "Okafor" not in report.stdout and "7730019942" not in report.stdout
+
+
 def test_a_home_config_this_user_cannot_write_is_refused(tmp_path: Path) -> None:
     cli = Cli(home=tmp_path / "home", env=cli_env())
     assert InProcessCli(cli.home)("init").code == 0

@@ -21,7 +21,7 @@ from medhelm_local.home.layout import atomic_write
 from medhelm_local.loaders.base import LoadResult, load_dataset
 from medhelm_local.loaders.io import csv_field_cap
 from medhelm_local.loaders.paths import refuse_appliance_files
-from medhelm_local.phi_text import recorded_file_name
+from medhelm_local.phi_text import recorded_name
 from medhelm_local.prompts.build import TemplateError, instance_templates
 from medhelm_local.runner.plan import store_prefix_keys
 from medhelm_local.store.store import ReadingChange, Store
@@ -134,7 +134,7 @@ def register_file(app_ctx: AppContext, spec: BenchmarkSpec, path: Path, *, spec_
     ``spec_file``: a custom benchmark YAML, stored in the home only once its data has validated.
     """
     home = app_ctx.home
-    source_name = recorded_file_name(path.name)
+    source_name = recorded_name(path.name)
     attempt = announce(home, app_ctx.actor, "dataset.register", role="informatics", opened="attempt",
                        benchmark=spec.id, source_name=source_name)
     try:

@@ -16,7 +16,7 @@ from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.console import emit_json, emit_table, info, stdout_console
 from medhelm_local.context import app_context
 from medhelm_local.errors import BadInputError
-from medhelm_local.phi_text import recorded_file_name
+from medhelm_local.phi_text import recorded_name
 from medhelm_local.prompts.styles import parity_status
 
 NAME = "benchmarks"
@@ -104,7 +104,7 @@ def add(
             "benchmark.add",
             outcome="rejected",
             role="informatics",
-            source_name=recorded_file_name(spec_file.name),
+            source_name=recorded_name(spec_file.name),
         )
         raise
     audit_event(app_ctx.home, app_ctx.actor, "benchmark.add", role="informatics", benchmark=spec.id)
