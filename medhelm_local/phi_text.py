@@ -88,3 +88,10 @@ def recorded_name(name: str) -> str:
     still identifies the file; the store keeps its name."""
     problem = chosen_name_problem(name)
     return name if problem is None else f"[withheld:{problem}]"
+
+
+def recorded_path(path: str, keep: tuple[str, ...] = ()) -> str:
+    """A path a user typed (an export's destination) as the audit trail records it: each part as
+    :func:`recorded_name` records a name (``/media/usb/[withheld:date]``), but the parts in ``keep`` (names the
+    appliance generated: a request id, its timestamp's digits included)."""
+    return "/".join(part if part in keep else part and recorded_name(part) for part in path.split("/"))

@@ -40,6 +40,7 @@ from medhelm_local.export.bundle import (
 from medhelm_local.export.policy import POLICY_ENV, load_policy
 from medhelm_local.home.keys import PUBLIC_KEY_FILE, load_public_key, load_signing_key
 from medhelm_local.home.layout import atomic_write
+from medhelm_local.phi_text import recorded_path
 
 
 def _refuse_unknown_runs(app_ctx: AppContext, run_ids: list[str]) -> None:
@@ -144,12 +145,13 @@ def release_export(app_ctx: AppContext, req: ExportRequest, out: Path) -> Path:
             f"bundle {req.request_id} does not verify ({'; '.join(problems)}); not released",
             reason="bundle_does_not_verify"))
     with announce(home, app_ctx.actor, "export.release", role="compliance", request_id=req.request_id,
-                  manifest_sha256=approved, destination=str(out.resolve())) as attempt:
+                  manifest_sha256=approved, destination=recorded_path(str(out.resolve()))) as attempt:
         try:
             target = release(bundle, out, req.request_id, check_copy=problems_of)  # the copy is what is checked last
         except ExportRefused as exc:
             raise _refuse_release(app_ctx, req.request_id, out, exc, attempt) from None
-        attempt.conclude(request_id=req.request_id, manifest_sha256=approved, destination=str(target.resolve()))
+        attempt.conclude(request_id=req.request_id, manifest_sha256=approved,
+                         destination=recorded_path(str(target.resolve()), keep=(req.request_id,)))
     req.released_to.append(str(target.resolve()))
     save_request(home.exports_dir, req)
     return target
@@ -169,7 +171,7 @@ def _refuse_release(app_ctx: AppContext, request_id: str, out: Path, refused: Ex
                     attempt: Attempt | None = None) -> ExportRefused:
     """Audit a refused release (an attempt to take a bundle out of the home is recorded, whatever stopped it), as
     the outcome of ``attempt`` when it was refused after its intent was recorded."""
-    objects = {"request_id": request_id, "reason": refused.reason, "destination": str(out.resolve())}
+    objects = {"request_id": request_id, "reason": refused.reason, "destination": recorded_path(str(out.resolve()))}
     if attempt is not None:
         attempt.conclude("refused", **objects)
     else:

@@ -124,5 +124,7 @@ def remove(ctx: typer.Context, benchmark_id: str = typer.Argument(..., metavar="
     if not is_custom(benchmark_id):
         raise BadInputError(f"{benchmark_id!r} is a built-in MedHELM benchmark and cannot be removed")
     remove_custom_spec(benchmark_id, app_ctx.home.root)
-    audit_event(app_ctx.home, app_ctx.actor, "benchmark.remove", role="informatics", benchmark=benchmark_id)
+    # The file removed may have been put in the home by hand, its id never checked as a registered one is.
+    audit_event(app_ctx.home, app_ctx.actor, "benchmark.remove", role="informatics",
+                benchmark=recorded_name(benchmark_id))
     info(f"removed custom benchmark {benchmark_id}")
