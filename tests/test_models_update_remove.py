@@ -263,6 +263,31 @@ def _by_hand(cli: InProcessCli, url: str, served: str | None) -> None:
     (cli.home / "appliance.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
 
 
+def test_a_retry_while_the_models_server_is_down_is_not_recorded_as_a_model_change(
+        cli: InProcessCli, tmp_path: Path) -> None:
+    """A retry of a run whose server (version 0.9.0) is down was refused as "started against a different model
+    (server_versions changed: ['0.9.0'] -> [])" and recorded as run.resume refused, model_identity_changed: the
+    trail said someone tried to add to the run with another model. It is refused still (nothing can be checked),
+    as model_identity_unverifiable, saying why; with the server back the retry goes on."""
+    assert cli("datasets", "register", "hospice_referral", str(write_extract(tmp_path / "x.csv", n=6))).code == 0
+    with FakeOpenAIServer(model_id="llama-a", version="0.9.0", faults=Faults(http_5xx=1.0)) as first:
+        assert cli("models", "add", "m", "--base-url", first.base_url, "--served-model", "llama-a").code == 0
+        failed = cli("run", "--model", "m", "--benchmarks", "hospice_referral", "--max-retries", "0", "--json")
+        port = first.port
+    assert failed.code == 1, failed.stderr
+    run_id = failed.json()["run_id"]
+
+    refused = cli("run", "--retry-errors", run_id)
+    assert refused.code == 2, refused.stderr
+    assert "none answers one now (down, or their /version unreachable)" in refused.stderr
+    assert "different model" not in refused.stderr
+    (record,) = [r for r in _records(cli, "run.resume") if r["outcome"] == "refused"]
+    assert (record["objects"]["reason"], record["objects"]["changed"]) == ("model_identity_unverifiable",
+                                                                         ["server_versions"])
+    with FakeOpenAIServer(model_id="llama-a", version="0.9.0", port=port):
+        assert cli("run", "--retry-errors", run_id).code == 0
+
+
 @pytest.mark.parametrize("change", [_by_cli, _by_hand], ids=["models-update", "hand-edit"])
 def test_resuming_after_the_endpoint_changed_checks_the_model_identity(
         cli: InProcessCli, tmp_path: Path, change: Callable[[InProcessCli, str, str | None], None]) -> None:

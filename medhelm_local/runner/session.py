@@ -171,8 +171,9 @@ def _check_plan_of(run: RunInfo, selection: Selection) -> None:
 
 class RunChanged(BadInputError):
     """Refused: adding to ``run`` would mix what it was created with (its benchmarks' specs, its model's identity)
-    with something else. ``reason`` (``spec_changed``, ``model_identity_changed``) and ``changed`` (the benchmarks
-    whose spec changed, or the identity's fields) name what, never a value: the trail records them."""
+    with something else. ``reason`` (``spec_changed``, ``model_identity_changed``, ``model_identity_unverifiable``:
+    its servers answer no version now) and ``changed`` (the benchmarks whose spec changed, or the identity's
+    fields) name what, never a value: the trail records them."""
 
     def __init__(self, message: str, run: RunInfo, *, reason: str, changed: list[str]) -> None:
         super().__init__(message)
@@ -360,14 +361,23 @@ def check_identity(run: RunInfo, endpoint: ModelEndpoint, servers: list[dict[str
     without its weights file): unverified, never silently taken as unchanged (the caller records it)."""
     before = model_identity(run.manifest)
     now = model_identity({"model": {"served_model": endpoint.model_id, "weights": weights, "servers": servers}})
-    changed = [k for k in before if before[k] is not None and now[k] is not None and before[k] != now[k]
-               and before[k] != []]
+    changed = [k for k in before if before[k] not in (None, []) and now[k] not in (None, []) and before[k] != now[k]]
     if changed:
         raise RunChanged(
             f"run {run.run_id} was started against a different model ({', '.join(changed)} changed: "
             f"{ {k: before[k] for k in changed} } -> { {k: now[k] for k in changed} }); it cannot be resumed "
             "with this one. Start a new run (--new-run)",
             run, reason="model_identity_changed", changed=changed)
+    # Versions the run recorded, and none answered now (its servers down, or /version unreachable): nothing says the
+    # model changed, nor that it did not. Refused as before, but never recorded as a change.
+    silent = [k for k in before if isinstance(before[k], list) and before[k] and now[k] == []]
+    if silent:
+        raise RunChanged(
+            f"run {run.run_id} was started against servers that answered their version, and none answers one now "
+            f"(down, or their /version unreachable): the model cannot be checked to be the one the run started "
+            f"with. Add to it once its servers answer (`models wait {endpoint.name}`), or start a new run "
+            "(--new-run)",
+            run, reason="model_identity_unverifiable", changed=silent)
     unverified = [k for k in before if before[k] not in (None, []) and now[k] is None]
     if unverified:
         log.warning("run.identity_unverified", run_id=run.run_id, fields=unverified)
