@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from medhelm_local.errors import BadInputError
 from medhelm_local.patterns import ACTOR, describe
-from medhelm_local.phi_text import PATTERNS, looks_encoded, variants
+from medhelm_local.phi_text import PATTERNS, looks_encoded, name_phi_problem, variants
 
 MAX_WORDS = 6
 MAX_OPAQUE_ID = 48  # an Entra ID pairwise subject has 43; a UUID 36
@@ -25,9 +25,6 @@ SERVICE_ACCOUNT = "system:serviceaccount:"  # Kubernetes' own prefix, not words 
 _SHAPE = re.compile(ACTOR)
 # Email is a sign-in name's shape; the address and URL patterns need spaces or '/', which the shape refuses.
 _PHI_PATTERNS = ("ssn", "phone", "zip_code")  # and "mrn", read after the site's staff numbers are set aside
-# Dates as an identifier would hold them, beyond the date pattern's own: 1960.03.04, 1960_03_04, 19600304.
-_DIGIT_DATE = re.compile(r"(?<!\d)(?:\d{1,4}[._:|+-]\d{1,2}[._:|+-]\d{1,4}"
-                         r"|(?:19|20)\d{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01]))(?!\d)")
 # A canonical UUID (Keycloak's and Entra ID's subjects): random digits, not read for dates or record numbers.
 _UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.IGNORECASE)
 _PART_SEPARATOR = re.compile(r"[|:@]")
@@ -53,11 +50,9 @@ def actor_problem(value: str, staff_ids: re.Pattern[str] | None = None) -> str |
     if not _SHAPE.fullmatch(value):
         return "shape"
     blanked = _UUID.sub("-", value)
-    forms = variants(blanked)
-    if _DIGIT_DATE.search(blanked) or any(PATTERNS["date"].search(form) for form in forms):
-        return "date"
-    if any(PATTERNS[name].search(form) for name in _PHI_PATTERNS for form in forms):
-        return "phi_pattern"
+    problem = name_phi_problem(blanked, _PHI_PATTERNS)
+    if problem is not None:
+        return problem
     if any(PATTERNS["mrn"].search(form) for form in variants(_without_staff_ids(blanked, staff_ids))):
         return "phi_pattern"
     parts = _PART_SEPARATOR.split(value.removeprefix(SERVICE_ACCOUNT))

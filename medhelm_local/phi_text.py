@@ -1,7 +1,7 @@
 """Text that may carry patient data, as the appliance recognises it: the PHI patterns and the encoded-text rule
 ("long encodings are blocked"). The export scan reads every string that leaves with them, and the audit trail's
-actor check (:mod:`medhelm_local.actors`) every identity a user states; kept apart from the scan so a command
-checks an identity without loading the store."""
+checks every name a user chooses that the trail records: the actor (:mod:`medhelm_local.actors`), a custom
+benchmark id, a ``--run-id``; kept apart from the scan so a command checks a name without loading the store."""
 
 from __future__ import annotations
 
@@ -48,3 +48,50 @@ def variants(value: str) -> list[str]:
     """The string as written and with ``_`` read as a separator (``\\b`` does not split ``mrn_7730019942``)."""
     spaced = value.replace("_", " ")
     return [value] if spaced == value else [value, spaced]
+
+
+# Dates as an identifier would hold them, beyond the date pattern's own: 1960.03.04, 1960_03_04, 19600304.
+DIGIT_DATE = re.compile(r"(?<!\d)(?:\d{1,4}[._:|+-]\d{1,2}[._:|+-]\d{1,4}"
+                        r"|(?:19|20)\d{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01]))(?!\d)")
+RECORD_PATTERNS = ("ssn", "phone", "zip_code", "mrn")
+# Why a name a user chose reads as patient data, in words (never the name itself).
+NAME_REASONS = {
+    "date": "it holds a date",
+    "phi_pattern": "it has the shape of a record number, SSN, phone number or ZIP code",
+    "encoded": "it holds encoded text (a long hex, base64 or digit run)",
+}
+
+
+def name_phi_problem(value: str, patterns: tuple[str, ...] = RECORD_PATTERNS) -> str | None:
+    """Why ``value``, a name a user chose that the audit trail records, reads as patient data: ``date``,
+    ``phi_pattern`` (one of ``patterns``), or None. (The encoded-text rule is the caller's: an actor may hold one
+    opaque id.)"""
+    forms = variants(value)
+    if DIGIT_DATE.search(value) or any(PATTERNS["date"].search(form) for form in forms):
+        return "date"
+    if any(PATTERNS[name].search(form) for name in patterns for form in forms):
+        return "phi_pattern"
+    return None
+
+
+def chosen_name_problem(value: str) -> str | None:
+    """Why ``value`` (a custom benchmark id, a ``--run-id``) cannot name something the audit trail, the audit
+    report and exports record (a key of :data:`NAME_REASONS`), or None: no date, PHI pattern or encoded text."""
+    return name_phi_problem(value) or ("encoded" if looks_encoded(value) else None)
+
+
+def recorded_name(name: str) -> str:
+    """A name a user typed as the audit trail records it (a registered extract's or a refused spec's file name, a
+    model a refused ``models`` command named): as written, or, where it reads as patient data
+    (:func:`chosen_name_problem`: ``Okafor_MRN7730019942_1960-03-04.csv``), withheld, saying why in a word the trail
+    keeps (``[withheld:date]``, ``[withheld:phi_pattern]``, ``[withheld:encoded]``). An extract's sha256 beside it
+    still identifies the file; the store keeps its name."""
+    problem = chosen_name_problem(name)
+    return name if problem is None else f"[withheld:{problem}]"
+
+
+def recorded_path(path: str, keep: tuple[str, ...] = ()) -> str:
+    """A path a user typed (an export's destination) as the audit trail records it: each part as
+    :func:`recorded_name` records a name (``/media/usb/[withheld:date]``), but the parts in ``keep`` (names the
+    appliance generated: a request id, its timestamp's digits included)."""
+    return "/".join(part if part in keep else part and recorded_name(part) for part in path.split("/"))

@@ -186,6 +186,30 @@ def test_the_deployments_read_only_config_is_refused_with_what_to_do_instead(tmp
     assert config.read_bytes() != before
 
 
+@pytest.mark.parametrize("action", ["add", "update", "remove"])
+def test_a_refusal_in_the_toolbox_records_no_patient_data_a_user_typed_as_the_model(tmp_path: Path,
+                                                                                    action: str) -> None:
+    """Anyone in the toolbox, where appliance.yaml is the deployment's, could run `models remove
+    Okafor_Margaret_MRN7730019942_DOB_1960-03-04`: the refusal recorded the name as typed, and `audit report`
+    printed it. A name that is no configured model is recorded only where it is a model name's shape reading as no
+    patient data, else withheld saying why; a configured model's name is recorded as it is."""
+    cli = Cli(home=tmp_path / "home", env=cli_env())
+    assert InProcessCli(cli.home)("init").code == 0
+    config = tmp_path / "etc" / "appliance.yaml"
+    config.parent.mkdir()
+    (cli.home / "appliance.yaml").rename(config)
+    cli.env["MEDHELM_CONFIG"] = str(config)
+    extra = {"add": ["--base-url", "http://127.0.0.1:8001/v1"], "update": ["--context-length", "4096"],
+             "remove": []}[action]
+    for name in ("Okafor_Margaret_MRN7730019942_DOB_1960-03-04", "Okafor Margaret 1960", "llama-70b",
+                 "smollm2-135m-embedded"):
+        assert run_read_only(cli, config, "models", action, name, *extra).code == 2
+    recorded = [r["objects"]["model"] for r in _records(cli, f"config.model_{action}")]
+    assert recorded == ["[withheld:date]", "[withheld:shape]", "llama-70b", "smollm2-135m-embedded"]
+    report = cli("audit", "report")
+    assert "Okafor" not in report.stdout and "7730019942" not in report.stdout
+
+
 def test_a_home_config_this_user_cannot_write_is_refused(tmp_path: Path) -> None:
     cli = Cli(home=tmp_path / "home", env=cli_env())
     assert InProcessCli(cli.home)("init").code == 0
@@ -237,6 +261,31 @@ def _by_hand(cli: InProcessCli, url: str, served: str | None) -> None:
             if served:
                 model["served_model"] = served
     (cli.home / "appliance.yaml").write_text(yaml.safe_dump(config, sort_keys=False))
+
+
+def test_a_retry_while_the_models_server_is_down_is_not_recorded_as_a_model_change(
+        cli: InProcessCli, tmp_path: Path) -> None:
+    """A retry of a run whose server (version 0.9.0) is down was refused as "started against a different model
+    (server_versions changed: ['0.9.0'] -> [])" and recorded as run.resume refused, model_identity_changed: the
+    trail said someone tried to add to the run with another model. It is refused still (nothing can be checked),
+    as model_identity_unverifiable, saying why; with the server back the retry goes on."""
+    assert cli("datasets", "register", "hospice_referral", str(write_extract(tmp_path / "x.csv", n=6))).code == 0
+    with FakeOpenAIServer(model_id="llama-a", version="0.9.0", faults=Faults(http_5xx=1.0)) as first:
+        assert cli("models", "add", "m", "--base-url", first.base_url, "--served-model", "llama-a").code == 0
+        failed = cli("run", "--model", "m", "--benchmarks", "hospice_referral", "--max-retries", "0", "--json")
+        port = first.port
+    assert failed.code == 1, failed.stderr
+    run_id = failed.json()["run_id"]
+
+    refused = cli("run", "--retry-errors", run_id)
+    assert refused.code == 2, refused.stderr
+    assert "none answers one now (down, or their /version unreachable)" in refused.stderr
+    assert "different model" not in refused.stderr
+    (record,) = [r for r in _records(cli, "run.resume") if r["outcome"] == "refused"]
+    assert (record["objects"]["reason"], record["objects"]["changed"]) == ("model_identity_unverifiable",
+                                                                         ["server_versions"])
+    with FakeOpenAIServer(model_id="llama-a", version="0.9.0", port=port):
+        assert cli("run", "--retry-errors", run_id).code == 0
 
 
 @pytest.mark.parametrize("change", [_by_cli, _by_hand], ids=["models-update", "hand-edit"])

@@ -21,6 +21,7 @@ from medhelm_local.home.layout import atomic_write
 from medhelm_local.loaders.base import LoadResult, load_dataset
 from medhelm_local.loaders.io import csv_field_cap
 from medhelm_local.loaders.paths import refuse_appliance_files
+from medhelm_local.phi_text import recorded_name
 from medhelm_local.prompts.build import TemplateError, instance_templates
 from medhelm_local.runner.plan import store_prefix_keys
 from medhelm_local.store.store import ReadingChange, Store
@@ -133,8 +134,9 @@ def register_file(app_ctx: AppContext, spec: BenchmarkSpec, path: Path, *, spec_
     ``spec_file``: a custom benchmark YAML, stored in the home only once its data has validated.
     """
     home = app_ctx.home
+    source_name = recorded_name(path.name)
     attempt = announce(home, app_ctx.actor, "dataset.register", role="informatics", opened="attempt",
-                       benchmark=spec.id, source_name=path.name)
+                       benchmark=spec.id, source_name=source_name)
     try:
         refuse_appliance_files(home, [path])
         with csv_field_cap(home.config.loaders.csv_field_max_mib):
@@ -145,7 +147,7 @@ def register_file(app_ctx: AppContext, spec: BenchmarkSpec, path: Path, *, spec_
     except BaseException as exc:  # a refused file, and a Ctrl-C or memory error while reading it: an outcome each
         # The error's class (SqlRefused, SpecPathError, ExtractError...) is safe to audit; its message is not.
         attempt.conclude("rejected" if isinstance(exc, BadInputError) else "failure", benchmark=spec.id,
-                         source_name=path.name, reason=type(exc).__name__)
+                         source_name=source_name, reason=type(exc).__name__)
         raise
     # The store first (waiting, bounded, for its lock): a registration that cannot take it writes nothing. The
     # custom spec is validated into a staging folder and moved into place as the data's transaction commits;
@@ -173,7 +175,7 @@ def register_file(app_ctx: AppContext, spec: BenchmarkSpec, path: Path, *, spec_
     except BaseException as exc:
         if registration is None:  # a spec refused as it is staged is rejected, as a refused file is
             attempt.conclude("rejected" if isinstance(exc, BadInputError) else "failure", benchmark=spec.id,
-                             source_name=path.name, reason=type(exc).__name__)
+                             source_name=source_name, reason=type(exc).__name__)
         raise
     return registration
 

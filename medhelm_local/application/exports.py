@@ -13,6 +13,7 @@ from pathlib import Path
 from medhelm_local.audit.intents import Attempt, announce
 from medhelm_local.audit.trail import audit_event
 from medhelm_local.context import AppContext
+from medhelm_local.errors import NotFoundError
 from medhelm_local.export import sshsig
 from medhelm_local.export.approval import approve as approve_request
 from medhelm_local.export.approval import audited_approval, audited_decision, decided_by_hand
@@ -39,6 +40,18 @@ from medhelm_local.export.bundle import (
 from medhelm_local.export.policy import POLICY_ENV, load_policy
 from medhelm_local.home.keys import PUBLIC_KEY_FILE, load_public_key, load_signing_key
 from medhelm_local.home.layout import atomic_write
+from medhelm_local.phi_text import recorded_path
+
+
+def _refuse_unknown_runs(app_ctx: AppContext, run_ids: list[str]) -> None:
+    """Exit 2, before anything is recorded, where ``--runs`` names a run the store does not hold: the request's
+    records name its runs, and a run id that names no run is only what the requester typed (a patient's record
+    number, a date). A run that exists was named under the checks of ``run --run-id``."""
+    with app_ctx.open_store(read_only=True) as store:
+        unknown = [run_id for run_id in run_ids if store.get_run(run_id) is None]
+    if unknown:
+        raise NotFoundError(f"--runs: {len(unknown)} of the {len(run_ids)} run id(s) name no run in the store (see "
+                            "`runs list`); nothing was requested or recorded")
 
 
 def request_export(app_ctx: AppContext, run_ids: list[str], key: Path) -> ExportRequest:
@@ -50,6 +63,7 @@ def request_export(app_ctx: AppContext, run_ids: list[str], key: Path) -> Export
     # A request is signed here (its digest exists only once the candidate is built): there is no --signature.
     private = sshsig.load_private_key(key, otherwise="a request is signed on the appliance, so give --key a "
                                       "requester key it can read (without a passphrase where it cannot decrypt one)")
+    _refuse_unknown_runs(app_ctx, run_ids)
     requester_key = sshsig.fingerprint(private.public_key())
     requester = loaded.policy.approval.requester(requester_key)
     if requester is None:
@@ -133,12 +147,13 @@ def release_export(app_ctx: AppContext, req: ExportRequest, out: Path) -> Path:
             f"bundle {req.request_id} does not verify ({'; '.join(problems)}); not released",
             reason="bundle_does_not_verify"))
     with announce(home, app_ctx.actor, "export.release", role="compliance", request_id=req.request_id,
-                  manifest_sha256=approved, destination=str(out.resolve())) as attempt:
+                  manifest_sha256=approved, destination=recorded_path(str(out.resolve()))) as attempt:
         try:
             target = release(bundle, out, req.request_id, check_copy=problems_of)  # the copy is what is checked last
         except ExportRefused as exc:
             raise _refuse_release(app_ctx, req.request_id, out, exc, attempt) from None
-        attempt.conclude(request_id=req.request_id, manifest_sha256=approved, destination=str(target.resolve()))
+        attempt.conclude(request_id=req.request_id, manifest_sha256=approved,
+                         destination=recorded_path(str(target.resolve()), keep=(req.request_id,)))
     req.released_to.append(str(target.resolve()))
     save_request(home.exports_dir, req)
     return target
@@ -158,7 +173,7 @@ def _refuse_release(app_ctx: AppContext, request_id: str, out: Path, refused: Ex
                     attempt: Attempt | None = None) -> ExportRefused:
     """Audit a refused release (an attempt to take a bundle out of the home is recorded, whatever stopped it), as
     the outcome of ``attempt`` when it was refused after its intent was recorded."""
-    objects = {"request_id": request_id, "reason": refused.reason, "destination": str(out.resolve())}
+    objects = {"request_id": request_id, "reason": refused.reason, "destination": recorded_path(str(out.resolve()))}
     if attempt is not None:
         attempt.conclude("refused", **objects)
     else:

@@ -18,6 +18,7 @@ from medhelm_local.errors import BadInputError
 from medhelm_local.home.keys import PUBLIC_KEY_FILE, load_public_key
 from medhelm_local.home.layout import atomic_write
 from medhelm_local.home.recover import DataKeyRecovery, SigningRecovery, recover_data_key, recover_signing_key
+from medhelm_local.phi_text import recorded_name
 from medhelm_local.store.rekey import RotationResult, rotate_data_key
 
 
@@ -66,7 +67,7 @@ def export_public_key(app_ctx: AppContext, out: Path, form: PublicKeyFormat = Pu
     app_ctx.home.refuse_output(out, "--out")
     printed = fingerprint(public)
     audit_event(app_ctx.home, app_ctx.actor, "keys.export_public", role="compliance", key_id=key_id(public),
-                key_fingerprint=printed, format=form.value, destination=out.name)
+                key_fingerprint=printed, format=form.value, destination=recorded_name(out.name))
     content = (source.read_bytes() if form is PublicKeyFormat.PEM
                else public.public_bytes(Encoding.OpenSSH, PublicFormat.OpenSSH) + f" {OPENSSH_COMMENT}\n".encode())
     atomic_write(out, content, mode=0o644)

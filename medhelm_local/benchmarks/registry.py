@@ -23,6 +23,7 @@ from pydantic import ValidationError
 from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import BadInputError, MedhelmError, NotFoundError, unknown_field_hint, validation_problems
 from medhelm_local.home.layout import atomic_write
+from medhelm_local.phi_text import NAME_REASONS, chosen_name_problem
 
 CUSTOM_DIR = "benchmarks"
 # A custom spec file is read only up to this size: specs are a page of YAML, never data.
@@ -249,6 +250,7 @@ def load_custom_spec(path: Path, *, check_clash: bool = True, check_fields: bool
                             f"{_loader_option_hint(exc)}") from None
     if check_clash and spec.id in _builtin_ids():
         raise BadInputError(f"{path}: field id {spec.id!r} is a built-in MedHELM benchmark; choose another id")
+    _check_id_is_no_phi(path, spec.id)
     if spec.input_format not in available_loaders():
         raise BadInputError(f"{path}: field input_format must be one of {', '.join(available_loaders())}")
     try:
@@ -270,6 +272,18 @@ def load_custom_spec(path: Path, *, check_clash: bool = True, check_fields: bool
     for name, template in templates:
         _check_template(path, name, template)
     return spec
+
+
+def _check_id_is_no_phi(path: Path, benchmark_id: str) -> None:
+    """A custom benchmark's id is recorded as written in the audit trail (``dataset.register``, ``run.start``),
+    ``audit report`` and its PDF, and exports: it may not hold a date, a record number's or another PHI pattern's
+    shape, or encoded text, as an actor may not. Read for stored specs too: a file written into the home's
+    ``benchmarks/`` by hand is recorded as well. The refusal never quotes the id."""
+    problem = chosen_name_problem(benchmark_id)
+    if problem is not None:
+        raise BadInputError(f"{path}: field id: {NAME_REASONS[problem]}; a benchmark id is recorded in the audit "
+                            "trail and exports, so it names the task in words (e.g. followup_needed), never a "
+                            "patient's date, record number or encoded text")
 
 
 def _quote_hint(exc: ValidationError) -> str:

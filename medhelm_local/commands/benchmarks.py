@@ -16,6 +16,7 @@ from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.console import emit_json, emit_table, info, stdout_console
 from medhelm_local.context import app_context
 from medhelm_local.errors import BadInputError
+from medhelm_local.phi_text import recorded_name
 from medhelm_local.prompts.styles import parity_status
 
 NAME = "benchmarks"
@@ -103,7 +104,7 @@ def add(
             "benchmark.add",
             outcome="rejected",
             role="informatics",
-            source_name=spec_file.name,
+            source_name=recorded_name(spec_file.name),
         )
         raise
     audit_event(app_ctx.home, app_ctx.actor, "benchmark.add", role="informatics", benchmark=spec.id)
@@ -123,5 +124,7 @@ def remove(ctx: typer.Context, benchmark_id: str = typer.Argument(..., metavar="
     if not is_custom(benchmark_id):
         raise BadInputError(f"{benchmark_id!r} is a built-in MedHELM benchmark and cannot be removed")
     remove_custom_spec(benchmark_id, app_ctx.home.root)
-    audit_event(app_ctx.home, app_ctx.actor, "benchmark.remove", role="informatics", benchmark=benchmark_id)
+    # The file removed may have been put in the home by hand, its id never checked as a registered one is.
+    audit_event(app_ctx.home, app_ctx.actor, "benchmark.remove", role="informatics",
+                benchmark=recorded_name(benchmark_id))
     info(f"removed custom benchmark {benchmark_id}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import errno
+import re
 from enum import StrEnum
 from typing import Any
 
@@ -15,7 +16,10 @@ from medhelm_local.console import emit_json, emit_table, info
 from medhelm_local.context import AppContext, app_context
 from medhelm_local.deployment import refuse_without_model_egress
 from medhelm_local.errors import BadInputError, ConfigError, EgressDenied, MedhelmError, validation_problems
+from medhelm_local.home import Home
 from medhelm_local.home.config import GIVE_BASE_URL, ApplianceConfig, BackendKind, ModelEndpoint
+from medhelm_local.patterns import MODEL_NAME
+from medhelm_local.phi_text import recorded_name
 
 NAME = "models"
 HELP = "Models under test and judges: add, update, remove and list endpoints."
@@ -200,6 +204,18 @@ def _check_allowlisted(app_ctx: AppContext, endpoint: ModelEndpoint, action: str
             raise
 
 
+def _recorded_model(home: Home, name: str) -> str:
+    """The model a refused command named, as the trail records it: a configured model's name; any other name is
+    only what the user typed (anyone may run `models` in the toolbox, where it is refused), recorded where it is a
+    model name's shape and reads as no patient data, else withheld (``[withheld:shape]``, ``[withheld:date]``...)."""
+    try:
+        if any(model.name == name for model in home.config.models):
+            return name
+    except MedhelmError:
+        pass
+    return recorded_name(name) if re.fullmatch(MODEL_NAME, name) else "[withheld:shape]"
+
+
 def _refuse_unwritable_config(app_ctx: AppContext, action: str, name: str) -> None:
     """Refuse (exit 2, audited, before anything is checked or written) where appliance.yaml cannot be written: the
     deployment's read-only file (the chart's ConfigMap, compose's ``:ro`` mount), changed where it is made, or a
@@ -208,7 +224,7 @@ def _refuse_unwritable_config(app_ctx: AppContext, action: str, name: str) -> No
     if home.config_writable():
         return
     managed = home.config_from_deployment
-    audit_event(home, app_ctx.actor, action, outcome="refused", role="it-admin", model=name,
+    audit_event(home, app_ctx.actor, action, outcome="refused", role="it-admin", model=_recorded_model(home, name),
                 reason="config_managed_by_deployment" if managed else "config_not_writable", intent_seq=None)
     command = f"`models {action.removeprefix('config.model_')}`"
     if managed:

@@ -27,6 +27,7 @@ Nothing here writes audit records: the use case does, between the steps.
 from __future__ import annotations
 
 import re
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
@@ -41,6 +42,7 @@ from medhelm_local.inference.client import ChatClient
 from medhelm_local.inference.embedded import smollm2_gguf_path
 from medhelm_local.inference.tokens import TokenCounter, open_counter
 from medhelm_local.logs import get_logger
+from medhelm_local.phi_text import NAME_REASONS, chosen_name_problem
 from medhelm_local.prompts.styles import (
     DEFAULT_STYLE,
     manifest_entry,
@@ -54,7 +56,15 @@ from medhelm_local.runner.execute import ExecutionReport, ExecutionSettings, exe
 from medhelm_local.runner.fitting import PromptFitter, context_entry, run_context_length
 from medhelm_local.runner.manifest import build_manifest, model_identity, weights_fingerprint
 from medhelm_local.runner.options import Mode, ModeKind, Selection, Sending
-from medhelm_local.runner.plan import Plan, compute_plan, derived_run_id, new_run_id, plan_items, validate_benchmarks
+from medhelm_local.runner.plan import (
+    Plan,
+    compute_plan,
+    derived_run_id,
+    is_generated_run_id,
+    new_run_id,
+    plan_items,
+    validate_benchmarks,
+)
 from medhelm_local.runner.progress import RunProgress
 from medhelm_local.scoring.checks import check_benchmarks
 from medhelm_local.scoring.engine import ScoreAsAnswered
@@ -105,6 +115,35 @@ def _check_run_id(run_id: str) -> str:
     return run_id
 
 
+# A CronJob names its Job <cronjob>-<the scheduled time in minutes since the epoch>, and the chart's sharded runner
+# runs under that name (--run-id $(MEDHELM_JOB_NAME)): eight digits, a record number's shape, but a minute of the
+# past weeks, which nobody chooses as they would a patient's number.
+_SCHEDULED_JOB = re.compile(r"(?P<cronjob>.+)-(?P<minute>\d{8,10})")
+_SCHEDULED_JOB_WINDOW_MIN = 31 * 24 * 60
+
+
+def _without_scheduled_minute(run_id: str) -> str:
+    """``run_id`` without a CronJob Job name's minute suffix, where it has one scheduled in the past 31 days."""
+    match = _SCHEDULED_JOB.fullmatch(run_id)
+    now = int(time.time() // 60)
+    if match is None or not now - _SCHEDULED_JOB_WINDOW_MIN <= int(match["minute"]) <= now + 5:
+        return run_id
+    return match["cronjob"]
+
+
+def _check_new_run_id(run_id: str) -> None:
+    """A run created under an id the user chose is recorded under it in the audit trail (``run.start`` and every
+    record after), ``audit report`` and exports: like an actor, it may hold no date, PHI pattern or encoded text.
+    Checked before anything is recorded; an existing run keeps its id, and the runner's own forms pass (its
+    generated ids, and a CronJob's Job names for the chart's sharded runs)."""
+    problem = chosen_name_problem(_without_scheduled_minute(run_id))
+    if problem is not None:
+        raise BadInputError(f"--run-id: {NAME_REASONS[problem]}; a run id is recorded in the audit trail and "
+                            "exports, so name the run in words (e.g. q3-discharge-review), never with a patient's "
+                            "date, record number or encoded text, or leave --run-id out for a generated one. "
+                            "Nothing was sent or recorded.")
+
+
 def _check_style_of(run: RunInfo, selection: Selection) -> None:
     style = run_prompt_style(run.manifest)
     if selection.prompt_style and selection.prompt_style != style:
@@ -132,8 +171,9 @@ def _check_plan_of(run: RunInfo, selection: Selection) -> None:
 
 class RunChanged(BadInputError):
     """Refused: adding to ``run`` would mix what it was created with (its benchmarks' specs, its model's identity)
-    with something else. ``reason`` (``spec_changed``, ``model_identity_changed``) and ``changed`` (the benchmarks
-    whose spec changed, or the identity's fields) name what, never a value: the trail records them."""
+    with something else. ``reason`` (``spec_changed``, ``model_identity_changed``, ``model_identity_unverifiable``:
+    its servers answer no version now) and ``changed`` (the benchmarks whose spec changed, or the identity's
+    fields) name what, never a value: the trail records them."""
 
     def __init__(self, message: str, run: RunInfo, *, reason: str, changed: list[str]) -> None:
         super().__init__(message)
@@ -200,6 +240,8 @@ def resolve(store: Store, config: ApplianceConfig, specs: SpecRegistry, selectio
         assert run_id is not None
         return Target(endpoint=endpoint, mode="shard" if plan.shard is not None else "resume", run=existing,
                       plan=plan, run_id=run_id, seed=seed, shard=plan.shard)
+    if run_id is not None and not is_generated_run_id(run_id, plan.plan_key):
+        _check_new_run_id(run_id)
     return Target(endpoint=endpoint, mode=mode.kind, plan=plan, run_id=run_id or new_run_id(), seed=seed,
                   shard=plan.shard)
 
@@ -327,14 +369,23 @@ def check_identity(run: RunInfo, endpoint: ModelEndpoint, servers: list[dict[str
     without its weights file): unverified, never silently taken as unchanged (the caller records it)."""
     before = model_identity(run.manifest)
     now = model_identity({"model": {"served_model": endpoint.model_id, "weights": weights, "servers": servers}})
-    changed = [k for k in before if before[k] is not None and now[k] is not None and before[k] != now[k]
-               and before[k] != []]
+    changed = [k for k in before if before[k] not in (None, []) and now[k] not in (None, []) and before[k] != now[k]]
     if changed:
         raise RunChanged(
             f"run {run.run_id} was started against a different model ({', '.join(changed)} changed: "
             f"{ {k: before[k] for k in changed} } -> { {k: now[k] for k in changed} }); it cannot be resumed "
             "with this one. Start a new run (--new-run)",
             run, reason="model_identity_changed", changed=changed)
+    # Versions the run recorded, and none answered now (its servers down, or /version unreachable): nothing says the
+    # model changed, nor that it did not. Refused as before, but never recorded as a change.
+    silent = [k for k in before if isinstance(before[k], list) and before[k] and now[k] == []]
+    if silent:
+        raise RunChanged(
+            f"run {run.run_id} was started against servers that answered their version, and none answers one now "
+            f"(down, or their /version unreachable): the model cannot be checked to be the one the run started "
+            f"with. Add to it once its servers answer (`models wait {endpoint.name}`), or start a new run "
+            "(--new-run)",
+            run, reason="model_identity_unverifiable", changed=silent)
     unverified = [k for k in before if before[k] not in (None, []) and now[k] is None]
     if unverified:
         log.warning("run.identity_unverified", run_id=run.run_id, fields=unverified)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import inspect
 import logging
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from html import escape
@@ -39,6 +40,7 @@ from medhelm_local.formatting import duration, money
 from medhelm_local.home import Home
 from medhelm_local.home.config import ConsoleRole
 from medhelm_local.inference.egress import EgressPolicy
+from medhelm_local.phi_text import chosen_name_problem
 from medhelm_local.webconsole.data import NoStoreYet, RunInProgress
 from medhelm_local.webconsole.identity import (
     SESSION_COOKIE,
@@ -153,12 +155,26 @@ def identity_of(request: Request) -> Identity:
 Endpoint = Callable[[Request], Any]
 
 
+# The ids the appliance generates (a run's, an export request's): a timestamp's digits, never a name someone chose.
+_GENERATED_ID = re.compile(r"(?:run|exp)-\d{8}T\d{6}Z-[0-9a-f]{6}")
+
+
+def audited_page(request: Request) -> str:
+    """The page a refusal names in the trail: its path, each value in it (a run id in ``/runs/ID``: whatever the user
+    put in the address) kept where it is an id the appliance generated or reads as no patient data, else the route's
+    name for it in brackets (``/runs/[run_id]``, characters the trail keeps). A user lacking a page's role could
+    otherwise write a patient's name and birth date into the trail by opening ``/runs/Okafor_1960-03-04``."""
+    unsafe = {str(value): name for name, value in request.path_params.items()
+              if not _GENERATED_ID.fullmatch(str(value)) and chosen_name_problem(str(value)) is not None}
+    return "/".join(f"[{unsafe[part]}]" if part in unsafe else part for part in request.url.path.split("/"))
+
+
 def _refusal(request: Request, roles: tuple[ConsoleRole, ...]) -> Response | None:
     identity = identity_of(request)
     if any(identity.has(r) for r in roles):
         return None
     console = console_of(request)
-    console.audit(identity, "console.access_denied", outcome="denied", page=request.url.path,
+    console.audit(identity, "console.access_denied", outcome="denied", page=audited_page(request),
                   needs=[r.value for r in roles])
     return console.render(request, "denied.html", status_code=403, needs=[ROLE_LABELS[r] for r in roles])
 
@@ -193,7 +209,7 @@ def check_csrf(request: Request, form: Any) -> bool:
     console, identity = console_of(request), identity_of(request)
     if console.csrf.valid(identity.user, form.get("csrf")):
         return True
-    console.audit(identity, "console.bad_form_token", outcome="denied", page=request.url.path)
+    console.audit(identity, "console.bad_form_token", outcome="denied", page=audited_page(request))
     return False
 
 

@@ -397,3 +397,34 @@ def test_a_registration_refused_for_its_input_says_why_in_words(tmp_path: Path) 
     text = cli("audit", "report").stdout
     assert "rejected: the file or the benchmark's options were refused before anything was stored" in text
     assert "BadInputError" not in text
+
+
+def test_paths_and_names_a_user_types_reach_the_trail_only_where_they_hold_no_patient_data(
+        evaluated: EvaluatedHome, tmp_path: Path) -> None:
+    """`export release REQ --out /media/Okafor_Margaret_1960-03-04` (refused: not approved), `keys export-public --out
+    Okafor_1960-03-04.pub` and `benchmarks remove` of a spec file put in the home by hand recorded the folder, file
+    name or id as typed: anyone could write a patient's name and birth date into the trail. Each part that reads as
+    patient data is now withheld, saying why; the rest, and the request id the appliance generated, as before."""
+    cli = evaluated.cli
+    trail = cli.home / "audit" / "audit.jsonl"
+    request_id = str(request_export(cli, evaluated.run_id)["request_id"])
+    refused = cli("export", "release", request_id, "--out", str(tmp_path / "Okafor_Margaret_1960-03-04"))
+    assert refused.code == 2, refused.stderr
+    assert cli("keys", "export-public", "--out", str(tmp_path / "Okafor_MRN7730019942.pub")).code == 0
+    (cli.home / "benchmarks").mkdir(exist_ok=True)
+    (cli.home / "benchmarks" / "okafor_19600304.yaml").write_text("id: okafor_19600304\n")
+    assert cli("benchmarks", "remove", "okafor_19600304").code == 0
+    assert cli("export", "approve", request_id, *approve_args(cli.home)).code == 0
+    (tmp_path / "outbox").mkdir()
+    assert cli("export", "release", request_id, "--out", str(tmp_path / "outbox")).code == 0
+
+    text = trail.read_text() + cli("audit", "report").stdout
+    assert "Okafor" not in text and "okafor" not in text and "1960" not in text and "7730019942" not in text
+    records = AuditTrail(trail).records()
+    destinations = [r["objects"]["destination"] for r in records
+                    if r["action"] in ("export.release", "keys.export_public")]
+    assert destinations[0] == f"{tmp_path.resolve()}/[withheld:date]"
+    assert destinations[1] == "[withheld:phi_pattern]"
+    assert destinations[-1] == f"{(tmp_path / 'outbox').resolve()}/{request_id}"
+    (removed,) = [r for r in records if r["action"] == "benchmark.remove"]
+    assert removed["objects"]["benchmark"] == "[withheld:date]"

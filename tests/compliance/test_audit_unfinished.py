@@ -29,7 +29,7 @@ from medhelm_local.runner import session
 from medhelm_local.store import Store
 from medhelm_local.store.connection import StoreError
 from medhelm_local.testing.fake_openai import FakeOpenAIServer, hash_responder
-from tests.compliance.conftest import REQUESTER, EvaluatedHome, request_export, signers
+from tests.compliance.conftest import REQUESTER, EvaluatedHome, request_export, run_json, signers
 from tests.console.test_compliance_pdf import pdf_text
 from tests.runner.helpers import app, make_home, quiet, register, shard_killed_before_merging, synthetic_instances
 
@@ -136,11 +136,15 @@ def test_a_run_is_in_progress_while_its_lock_is_held_and_has_no_outcome_once_kil
 
 
 def test_an_export_request_failing_after_its_intent_records_the_failure(evaluated: EvaluatedHome) -> None:
-    """A request naming a run not in the store wrote its intent and then stopped (exit 2) with no outcome; it is
-    now concluded `failure` (the error's class, never its message) and listed among failed export actions."""
+    """A request naming a run not finished wrote its intent and then stopped (exit 2) with no outcome; it is now
+    concluded `failure` (the error's class, never its message) and listed among failed export actions. (A run id
+    naming no run is refused before any record: tests/security/test_chosen_names.py.)"""
     cli = evaluated.cli
-    result = cli("export", "request", "--runs", "run-nope", "--key", str(signers(cli.home)[REQUESTER].private))
-    assert result.code == 2
+    inferred = run_json(cli, "run", "--model", "eval-model", "--benchmarks", "hospice_referral", "--new-run",
+                        "--skip-scoring")
+    result = cli("export", "request", "--runs", str(inferred["run_id"]), "--key",
+                 str(signers(cli.home)[REQUESTER].private))
+    assert result.code == 2 and "not finished" in result.stderr, result.stderr
     records = [r for r in AuditTrail(cli.home / "audit" / "audit.jsonl").records()
                if r["action"] == "export.request"]
     assert [r["outcome"] for r in records] == ["started", "failure"]
@@ -151,7 +155,7 @@ def test_an_export_request_failing_after_its_intent_records_the_failure(evaluate
     (failed,) = summary["export_refusals"]
     assert (failed["action"], failed["outcome"], failed["request_id"]) == ("export.request", "failed",
                                                                            records[0]["objects"]["request_id"])
-    assert failed["reason"] == records[1]["objects"]["error_type"] and "run-nope" not in json.dumps(failed)
+    assert failed["reason"] == records[1]["objects"]["error_type"]
     assert "export.request failed (" in cli("audit", "report").stdout
 
 

@@ -389,3 +389,35 @@ def test_patient_level_views_are_audited_by_position_never_by_instance_id(consol
                                     "positions": [row.position for row in shown], "via": "console-standalone"}
     assert set(rated[0]["objects"]) == {"run_id", "benchmark", "position", "via"}
     assert rated[0]["objects"]["position"] in {item.position for item in ratable}
+
+
+def test_a_refused_page_is_recorded_without_the_patient_data_a_user_put_in_its_address(
+        console_home: ConsoleHome) -> None:
+    """A clinician opening `/runs/Okafor_Margaret_1960-03-04` (a page for informatics) was refused and the refusal
+    recorded that path as typed: anyone signed in could write a patient's name and birth date into the trail, and a
+    forged form's refusal likewise. A value in the address is kept only where it is an id the appliance generated
+    or reads as no patient data; else the page is named as its route names it."""
+    from starlette.testclient import TestClient
+
+    from medhelm_local.webconsole.app import create_app
+
+    sessions = StandaloneSessions(user="carl", roles=frozenset({ConsoleRole.CLINICIAN}))
+    client = TestClient(create_app(Home(console_home.home), sessions), raise_server_exceptions=False,
+                        follow_redirects=False)
+    assert client.get(f"/login?token={sessions.new_login_token()}").status_code == 303
+    request = console_home.export_request
+    for path in ("/runs/Okafor_Margaret_1960-03-04", "/runs/q3-discharge-review",
+                 "/runs/mrn7730019942/medqa/instances", f"/exports/{request}"):
+        assert client.get(path).status_code == 403, path
+    officer = StandaloneSessions(user="olga", roles=frozenset({ConsoleRole.COMPLIANCE}))
+    forging = TestClient(create_app(Home(console_home.home), officer), raise_server_exceptions=False,
+                         follow_redirects=False)
+    assert forging.get(f"/login?token={officer.new_login_token()}").status_code == 303
+    assert forging.post("/exports/Okafor_1960-03-04/approve", data={"csrf": "forged"}).status_code == 400
+    pages = [(r["action"], r["objects"]["page"]) for r in console_home.audit_records()
+             if r["action"] in ("console.access_denied", "console.bad_form_token")]
+    denied = "console.access_denied"
+    assert pages[-5:] == [(denied, "/runs/[run_id]"), (denied, "/runs/q3-discharge-review"),
+                          (denied, "/runs/[run_id]/medqa/instances"), (denied, f"/exports/{request}"),
+                          ("console.bad_form_token", "/exports/[request_id]/approve")]
+    assert not any(word in str(console_home.audit_records()) for word in ("Okafor", "7730019942", "1960"))

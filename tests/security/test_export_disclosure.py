@@ -11,8 +11,9 @@ import yaml
 
 from medhelm_local.export.aggregates import RawCell, publish_cell
 from medhelm_local.export.policy import ExportPolicy
+from medhelm_local.home import ModelEndpoint
 from medhelm_local.testing.fake_openai import FakeOpenAIServer
-from tests.compliance.conftest import approve_args, request_export
+from tests.compliance.conftest import add_models, approve_args, request_export
 from tests.security.exportkit import evaluate, failed, notes, policy_env, site
 
 __all__ = ["policy_env"]  # the autouse fixture that restores $MEDHELM_EXPORT_POLICY
@@ -30,16 +31,16 @@ def _aggregates(cli_home: Path, request: dict[str, object]) -> dict[str, object]
     return data
 
 
-def test_a_run_id_carrying_an_mrn_blocks_the_export(tmp_path: Path) -> None:
-    """Run ids were exempt from the pattern scan as "system" values."""
+def test_a_run_id_carrying_an_mrn_never_names_a_run(tmp_path: Path) -> None:
+    """Run ids were exempt from the pattern scan as "system" values; the scan then blocked the export of a run so
+    named, but its trail already held the number. Such an id is now refused before the run is created."""
     cli = site(tmp_path)
+    add_models(cli.home, [ModelEndpoint(name="eval-model", base_urls=["http://127.0.0.1:9/v1"])])  # never reached
+    assert cli("datasets", "register", "hospice_referral", str(notes(tmp_path / "notes.csv", 24))).code == 0
     for run_id in ("MRN-7730019942", "mrn_7730019942", "7730019942"):
-        evaluated = evaluate(cli, notes(tmp_path / f"{run_id}.csv", 24), run_id=run_id)
-        request = request_export(cli, evaluated)
-        assert request["status"] == "blocked", run_id
-        where = {(f["file"], f["location"]) for f in failed(request)["phi_patterns"]}
-        assert ("aggregates.json", "$.runs[0].run_id") in where and ("manifest.json", "$.requested_by") not in where
-        assert "7730019942" not in json.dumps(request["checks"])
+        refused = cli("run", "--model", "eval-model", "--benchmarks", "hospice_referral", "--run-id", run_id)
+        assert refused.code == 2 and "record number" in refused.stderr, (run_id, refused.stderr)
+        assert "7730019942" not in refused.stderr + (cli.home / "audit" / "audit.jsonl").read_text()
 
 
 def test_a_separator_joined_identifier_in_a_model_name_blocks_the_export(tmp_path: Path) -> None:
@@ -338,10 +339,12 @@ def _hex(text: str) -> str:
 def test_a_patient_name_encoded_in_a_run_id_or_model_name_blocks_the_export(tmp_path: Path) -> None:
     """The pattern and extract-term scans read text as written: `--run-id run-<the patient's name in hex>` gave a
     ready request (the name itself, `margaret-okafor-hiv`, was blocked). Long hex, base64 and digit runs in
-    what leaves are now findings of the PHI check, whoever chose them."""
+    what leaves are now findings of the PHI check, whoever chose them. Such a run id is now refused before the run
+    is created (exit 2, tests/security/test_chosen_names.py), so no run under it reaches an export."""
     import base64
 
     cli = site(tmp_path)
+    add_models(cli.home, [ModelEndpoint(name="eval-model", base_urls=["http://127.0.0.1:9/v1"])])  # never reached
     name = f"Ada {PATIENT} HIV+"
     cases: list[tuple[str, str]] = [
         ("run_id", f"run-{_hex(name)}"),
@@ -351,8 +354,13 @@ def test_a_patient_name_encoded_in_a_run_id_or_model_name_blocks_the_export(tmp_
     ]
     for i, (field, value) in enumerate(cases):
         extract = notes(tmp_path / f"notes-{i}.csv", 24, note=_patient_note)
-        run_id = (evaluate(cli, extract, run_id=value) if field == "run_id"
-                  else evaluate(cli, extract, model=value))
+        if field == "run_id":
+            assert cli("datasets", "register", "hospice_referral", str(extract)).code == 0
+            refused = cli("run", "--model", "eval-model", "--benchmarks", "hospice_referral", "--run-id", value)
+            assert refused.code == 2 and "encoded text" in refused.stderr, (value, refused.stderr)
+            assert value not in refused.stderr
+            continue
+        run_id = evaluate(cli, extract, model=value)
         request = request_export(cli, run_id)
         assert request["status"] == "blocked", value
         findings = failed(request)["phi_patterns"]
@@ -363,7 +371,8 @@ def test_a_patient_name_encoded_in_a_run_id_or_model_name_blocks_the_export(tmp_
 def test_generated_run_ids_are_not_read_as_encoded_text(tmp_path: Path) -> None:
     """The appliance's own run ids hold a timestamp and hex digits (`run-20261126T041500Z-a1b2c3`), or, for a
     sharded run, 24 hex digits of its plan key: generated, like the hashes beside them, they pass. The shard form
-    chosen with `--run-id` for a run of another plan is read like any chosen id."""
+    chosen with `--run-id` for a run of another plan is read like any chosen id: refused as encoded text where the
+    run would be created."""
     cli = site(tmp_path)
     plain = evaluate(cli, notes(tmp_path / "notes.csv", 24))
     assert plain.startswith("run-") and len(plain) == len("run-20261126T041500Z-a1b2c3")
@@ -384,7 +393,7 @@ def test_generated_run_ids_are_not_read_as_encoded_text(tmp_path: Path) -> None:
     derived = json.loads(sharded.stdout)["run_id"]
     assert len(derived) == len("run-") + 24
     assert request_export(cli, derived)["status"] == "ready"
-    chosen = evaluate(cli, notes(tmp_path / "again.csv", 24), run_id="run-" + "0123456789abcdef01234567")
-    blocked = request_export(cli, chosen)
-    assert blocked["status"] == "blocked"
-    assert any(f["rule"].startswith("encoded text") for f in failed(blocked)["phi_patterns"])
+    assert cli("datasets", "register", "hospice_referral", str(notes(tmp_path / "again.csv", 24))).code == 0
+    chosen = cli("run", "--model", "eval-model", "--benchmarks", "hospice_referral", "--run-id",
+                 "run-" + "0123456789abcdef01234567")
+    assert chosen.code == 2 and "encoded text" in chosen.stderr, chosen.stderr
