@@ -176,6 +176,23 @@ def test_omop_event_date_column_of_another_type_is_bad_input(eunomia_db: Path, t
         "condition_start_date", "visit_start_date", "drug_exposure_start_date")
 
 
+@pytest.mark.parametrize(("table", "column"), [
+    ("person", "year_of_birth"),
+    ("concept", "concept_name"),
+    ("drug_exposure", "drug_concept_id"),
+    ("measurement", "unit_source_value"),
+])
+def test_an_omop_column_the_loader_reads_missing_is_named(eunomia_db: Path, tmp_path: Path, table: str,
+                                                          column: str) -> None:
+    """A CDM without one of the columns the loader reads failed mid-read: `internal error (BinderException)`, exit 1
+    (person.year_of_birth), or "a cohort_sql query that runs" for a column the cohort query never names."""
+    path = _omop_copy(eunomia_db, tmp_path, f"alter table {table} drop column {column}")
+    with pytest.raises(ExtractError) as info:
+        load_dataset(_omop_spec(tmp_path), path)
+    assert info.value.file == str(path) and info.value.column == column
+    assert f"in the OMOP CDM table {table!r}" in str(info.value)
+
+
 def test_omop_year_of_birth_that_is_not_a_year_is_bad_input(eunomia_db: Path, tmp_path: Path) -> None:
     path = _omop_copy(eunomia_db, tmp_path, "alter table person alter year_of_birth type varchar",
                       f"update person set year_of_birth = '{SECRET}' where person_id = 1")
