@@ -320,6 +320,30 @@ def test_a_damaged_meds_event_file_is_named_not_the_label_file(tmp_path: Path) -
     assert info.value.file == str(events)
 
 
+@pytest.mark.parametrize(("file", "column", "cells"), [
+    ("data/0.parquet", "subject_id", ["1", "1", "1", "1", "2", "2", SECRET]),
+    ("data/0.parquet", "code", [1, 2, 3, 4, 5, 6, 7]),
+    ("data/0.parquet", "numeric_value", [None, None, SECRET, None, None, "8.1", None]),
+    ("labels/new_acutemi.parquet", "subject_id", ["1", "2", SECRET]),
+])
+def test_a_meds_column_of_another_type_names_its_file_and_column(tmp_path: Path, file: str, column: str,
+                                                                  cells: list[object]) -> None:
+    """An event file with subject_id as text was refused naming the label file and no column ("label and event
+    columns of the MEDS types ... (ConversionException)"); a numeric_value written as text reached the prompt."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tests.loaders.test_native_formats import _meds_folder
+
+    root = _meds_folder(tmp_path / "meds")
+    table = pq.read_table(root / file)
+    pq.write_table(table.set_column(table.column_names.index(column), column, pa.array(cells)), root / file)
+    with pytest.raises(ExtractError) as info:
+        load_dataset(shipped_spec("ehrshot"), root)
+    assert (info.value.file, info.value.column) == (str(root / file), column)
+    assert SECRET not in str(info.value)
+
+
 def test_meds_times_with_a_time_zone_are_refused_saying_what_is_expected(tmp_path: Path) -> None:
     """A label file written with time-zone-aware prediction times was refused naming only DuckDB's exception."""
     import pyarrow as pa
