@@ -156,13 +156,32 @@ def read_text(path: Path) -> str:
     return decode_utf8(path, read_bytes(path))
 
 
+class _DuplicateKey(ValueError):
+    """A JSON object naming one key twice."""
+
+
+# Objects that name a key twice are refused, as a CSV header naming a column twice is: the parser keeps the last
+# value without a word, so one of two columns (or two records keyed by id, as PubMedQA's) would be dropped.
+_ONE_KEY_ONCE = "JSON objects that name each key once (an object here names one key twice, and only its last value " \
+                "would be read)"
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise _DuplicateKey
+    return obj
+
+
 def parse_json(path: Path, text: str) -> Any:
     line = lone_surrogate_line(text)
     if line is not None:
         raise ExtractError(path, f"valid JSON text (a \\u escape at line {line} is an unpaired surrogate, not a "
                                  "character)")
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKey:
+        raise ExtractError(path, _ONE_KEY_ONCE) from None
     except json.JSONDecodeError as exc:
         raise ExtractError(path, f"valid JSON (parse error at line {exc.lineno}, column {exc.colno})") from None
     except RecursionError:
@@ -364,7 +383,9 @@ def read_table_file(
                 continue
             place = Place.line(line_no)
             try:
-                obj = json.loads(line)
+                obj = json.loads(line, object_pairs_hook=_unique_keys)
+            except _DuplicateKey:
+                raise ExtractError(path, _ONE_KEY_ONCE, place=place) from None
             except (ValueError, RecursionError):  # ValueError: not JSON, or an integer of too many digits
                 raise ExtractError(path, "one JSON object per line (this line is not JSON)", place=place) from None
             if not isinstance(obj, dict):

@@ -47,6 +47,30 @@ def test_a_json_integer_past_pythons_digit_limit_is_bad_input(public_data: Path,
     assert info.value.file == str(path) and "digits" in info.value.expected
 
 
+def test_a_json_object_naming_a_key_twice_is_refused(public_data: Path, tmp_path: Path) -> None:
+    """JSON's parser keeps a repeated key's last value without a word: a JSONL row exported with two "question"
+    keys, or a PubMedQA file holding one PMID twice, registered with one of the two silently dropped (a CSV header
+    naming a column twice is refused)."""
+    lines = _medqa_lines(public_data)
+    lines[4] = lines[4][:-1] + ', "question": ' + json.dumps(SECRET) + "}"
+    path = tmp_path / "medqa.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(ExtractError) as info:
+        load_dataset(shipped_spec("medqa"), path)
+    assert (info.value.file, str(info.value.place)) == (str(path), "line 5")
+    assert "names one key twice" in info.value.expected and SECRET not in str(info.value)
+
+    text = (public_data / PUBMEDQA).read_text(encoding="utf-8")
+    first = next(iter(json.loads(text)))
+    cut = text.rindex("}")
+    path = tmp_path / "ori_pqal.json"
+    path.write_text(text[:cut] + f', "{first}": ' + json.dumps({"QUESTION": SECRET}) + "\n}", encoding="utf-8")
+    with pytest.raises(ExtractError) as info:
+        load_dataset(shipped_spec("pubmedqa"), path)
+    assert info.value.file == str(path) and "names one key twice" in info.value.expected
+    assert SECRET not in str(info.value)
+
+
 @pytest.mark.parametrize("cell", ["[" * 100_000, "[" + "9" * 5000 + "]", '{"A": ' * 100_000])
 def test_a_json_cell_the_parser_refuses_is_bad_input(public_data: Path, tmp_path: Path, cell: str) -> None:
     rows = [json.loads(line) for line in _medqa_lines(public_data)[:5]]
