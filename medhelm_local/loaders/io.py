@@ -134,6 +134,17 @@ def read_bytes(path: Path) -> bytes:
     return data
 
 
+# Files a text format cannot read, by their first bytes: named as what they are (a gzip named .csv was
+# "invalid byte at line 1, offset 1"), with what to do.
+_BINARY_FORMATS = (
+    (b"\x1f\x8b", "gzip-compressed: name it {name}.gz, or decompress it"),
+    (b"PK\x03\x04", "a ZIP archive, as an Excel workbook is: name a workbook .xlsx, or unzip an archive"),
+    (b"PAR1", "a Parquet file: name it .parquet"),
+    (b"ARROW1", "an Arrow IPC (Feather) file: name it .feather"),
+    (b"\xd0\xcf\x11\xe0", "an old Excel .xls workbook (or another Office file): save it as .xlsx or CSV UTF-8"),
+)
+
+
 def decode_utf8(path: Path, data: bytes) -> str:
     """UTF-8 text (a BOM dropped); a file that begins with a UTF-16 byte-order mark (SQL Server's and Excel's
     "Unicode" exports) is read as UTF-16, which that mark makes unambiguous."""
@@ -148,8 +159,12 @@ def decode_utf8(path: Path, data: bytes) -> str:
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
+        for magic, what in _BINARY_FORMATS:
+            if data.startswith(magic):
+                raise ExtractError(path, f"UTF-8 text (the file is {what.format(name=path.name)})") from None
         line = data[: exc.start].count(b"\n") + 1
-        raise ExtractError(path, f"UTF-8 text (invalid byte at line {line}, offset {exc.start})") from None
+        raise ExtractError(path, f"UTF-8 text (invalid byte at line {line}, offset {exc.start}; saved in a Windows or "
+                                 "Latin-1 encoding? save it again as UTF-8, Excel's \"CSV UTF-8\")") from None
 
 
 def read_text(path: Path) -> str:

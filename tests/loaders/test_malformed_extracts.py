@@ -143,6 +143,33 @@ def test_non_utf8(tmp_path: Path) -> None:
     assert error.expected.startswith("UTF-8 text (invalid byte at line 2")
 
 
+@pytest.mark.parametrize(("kind", "expected"), [
+    ("gzip", "gzip-compressed: name it hospice.csv.gz"),
+    ("parquet", "a Parquet file: name it .parquet"),
+    ("xlsx", "a ZIP archive, as an Excel workbook is"),
+])
+def test_a_binary_file_named_csv_says_what_it_is(tmp_path: Path, kind: str, expected: str) -> None:
+    """A gzip-compressed extract named .csv was refused as "UTF-8 text (invalid byte at line 1, offset 1)", a
+    Parquet file or workbook named .csv likewise: nothing said what the file was, or what to do."""
+    text = f"prompt,context,label\nRefer?,{SECRET},A\n"
+    path = tmp_path / "hospice.csv"
+    if kind == "gzip":
+        path.write_bytes(gzip.compress(text.encode()))
+    elif kind == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({"prompt": ["Refer?"], "context": [SECRET], "label": ["A"]}), path)
+    else:
+        from openpyxl import Workbook
+
+        workbook = Workbook()
+        workbook.active.append(["prompt", "context", "label"])
+        workbook.active.append(["Refer?", SECRET, "A"])
+        workbook.save(path)
+    assert expected in _fail(_hospice(), path).expected
+
+
 def test_truncated_gzip(tmp_path: Path) -> None:
     data = gzip.compress(("prompt,context,label\n" + "Refer?,note,A\n" * 200).encode())
     path = tmp_path / "hospice.csv.gz"
