@@ -79,6 +79,7 @@ class FileRows:
     places: list[Place]
     binary: dict[str, tuple[str, Place]] = field(default_factory=dict)
     header_row: int | None = None  # the row the header was read from, in a file of rows (CSV, TSV, a sheet)
+    error_cells: dict[str, Place] = field(default_factory=dict)  # column -> its first Excel error cell (#N/A...)
 
 
 def numbered(rows: list[dict[str, Any]], unit: str = "record") -> list[Place]:
@@ -96,12 +97,14 @@ class Table:
     skipped: Counter[str] = field(default_factory=Counter)
     binary: dict[Path, dict[str, tuple[str, Place]]] = field(default_factory=dict)
     header_rows: dict[Path, int] = field(default_factory=dict)
+    error_cells: dict[Path, dict[str, Place]] = field(default_factory=dict)
 
     def extend(self, file: Path, read: FileRows) -> None:
         if file not in self.files:
             self.files.append(file)
         self.headers[file] = read.header
         self.binary[file] = read.binary
+        self.error_cells[file] = read.error_cells
         if read.header_row is not None:
             self.header_rows[file] = read.header_row
         self.rows.extend(Row(file, i, r, place) for i, (r, place) in enumerate(zip(read.rows, read.places,
@@ -506,7 +509,10 @@ def _xlsx_rows(path: Path, sheet: str | None, header_row: int = 1) -> FileRows:
         # Read-only mode reads no further than the sheet's recorded <dimension>, which tools that fill a template
         # or stream rows leave stale: the rows and columns past it would be dropped without a word. Read them all.
         worksheet.reset_dimensions()
-        values = [[_cell_value(cell) for cell in r] for r in worksheet.iter_rows()]
+        values, errors = [], []
+        for row in worksheet.iter_rows():
+            values.append([_cell_value(cell) for cell in row])
+            errors.append([i for i, cell in enumerate(row) if cell.data_type == "e"])
     finally:
         workbook.close()
     if not values:
@@ -521,7 +527,19 @@ def _xlsx_rows(path: Path, sheet: str | None, header_row: int = 1) -> FileRows:
     check_unique_header(path, header)
     rows = [{h: (r[i] if i < len(r) else None) for i, h in enumerate(header) if h} for r in values[header_row:]]
     places = [Place.sheet_row(header_row + 1 + i, i + 1) for i in range(len(rows))]
-    return FileRows([h for h in header if h], rows, places, header_row=header_row)
+    error_cells: dict[str, Place] = {}
+    for place, columns in zip(places, errors[header_row:], strict=True):
+        for i in columns:
+            if i < len(header) and header[i]:
+                error_cells.setdefault(header[i], place)
+    return FileRows([h for h in header if h], rows, places, header_row=header_row, error_cells=error_cells)
+
+
+def excel_error(file: Path, column: str, place: Place) -> ExtractError:
+    """The error for a sheet's cell that holds an Excel error (#N/A, #DIV/0!, #VALUE!...) in a column the spec reads:
+    read as text, "#DIV/0!" reached the prompt as the patient's note."""
+    return ExtractError(file, "a value, not an Excel error (#N/A, #DIV/0!, #VALUE!...: a formula that failed; fix it "
+                              "or clear the cell)", place=place, column=column)
 
 
 def _cell_value(cell: Any) -> Any:
