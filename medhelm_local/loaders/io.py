@@ -150,8 +150,9 @@ _BINARY_FORMATS = (
 
 def decode_utf8(path: Path, data: bytes) -> str:
     """UTF-8 text (a BOM dropped); a file that begins with a UTF-16 byte-order mark (SQL Server's and Excel's
-    "Unicode" exports) is read as UTF-16, which that mark makes unambiguous."""
-    if not data.strip():
+    "Unicode" exports) is read as UTF-16, which that mark makes unambiguous. A NUL byte is refused: UTF-16 without
+    its mark, or a damaged file (a copy cut short and padded with zeros), never text a prompt should hold."""
+    if not data or data.isspace():
         raise ExtractError(path, "a non-empty file")
     if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) and not data.startswith(codecs.BOM_UTF32_LE):
         try:
@@ -159,15 +160,28 @@ def decode_utf8(path: Path, data: bytes) -> str:
         except UnicodeDecodeError as exc:
             raise ExtractError(path, f"UTF-16 text, as its byte-order mark says (invalid data at offset {exc.start})"
                                ) from None
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        _refuse_binary(path, data)
+        if b"\x00" in (data[:1], data[1:2]):
+            raise ExtractError(path, "UTF-8 text (the file looks like UTF-16 without its byte-order mark: save it "
+                                     "again as UTF-8, Excel's \"CSV UTF-8\")")
+        line = data.count(b"\n", 0, nul) + 1
+        raise ExtractError(path, f"UTF-8 text without NUL bytes (one at line {line}, offset {nul}: the file is "
+                                 "damaged, e.g. a copy cut short and padded with zeros)")
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
-        for magic, what in _BINARY_FORMATS:
-            if data.startswith(magic):
-                raise ExtractError(path, f"UTF-8 text (the file is {what.format(name=path.name)})") from None
+        _refuse_binary(path, data)
         line = data[: exc.start].count(b"\n") + 1
         raise ExtractError(path, f"UTF-8 text (invalid byte at line {line}, offset {exc.start}; saved in a Windows or "
                                  "Latin-1 encoding? save it again as UTF-8, Excel's \"CSV UTF-8\")") from None
+
+
+def _refuse_binary(path: Path, data: bytes) -> None:
+    for magic, what in _BINARY_FORMATS:
+        if data.startswith(magic):
+            raise ExtractError(path, f"UTF-8 text (the file is {what.format(name=path.name)})")
 
 
 def read_text(path: Path) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -167,6 +168,21 @@ def test_a_binary_file_named_csv_says_what_it_is(tmp_path: Path, kind: str, expe
         workbook.active.append(["prompt", "context", "label"])
         workbook.active.append(["Refer?", SECRET, "A"])
         workbook.save(path)
+    assert expected in _fail(_hospice(), path).expected
+
+
+@pytest.mark.parametrize(("make", "expected"), [
+    (lambda text: text.encode("utf-16-le"), "UTF-16 without its byte-order mark"),
+    (lambda text: text.encode() + b"\x00" * 5000, "without NUL bytes (one at line 3"),
+    (lambda text: text.replace("note", "no\x00te", 1).encode(), "without NUL bytes (one at line 2"),
+])
+def test_nul_bytes_in_a_text_extract_are_refused(tmp_path: Path, make: Callable[[str], bytes],
+                                                 expected: str) -> None:
+    """UTF-16 saved without its byte-order mark was refused as a row of the wrong field count; a copy cut short
+    and padded with zeros (a 2 GB one: 38 s and 12.7 GB of memory) as a field over the CSV cap, "raise the cap";
+    one NUL inside a note registered, the NUL in the prompt."""
+    path = tmp_path / "hospice.csv"
+    path.write_bytes(make(f"prompt,context,label\nRefer?,{SECRET} note,A\n"))
     assert expected in _fail(_hospice(), path).expected
 
 
