@@ -145,6 +145,8 @@ _BINARY_FORMATS = (
     (b"PAR1", "a Parquet file: name it .parquet"),
     (b"ARROW1", "an Arrow IPC (Feather) file: name it .feather"),
     (b"\xd0\xcf\x11\xe0", "an old Excel .xls workbook (or another Office file): save it as .xlsx or CSV UTF-8"),
+    (codecs.BOM_UTF32_LE, "UTF-32 text, as its byte-order mark says: save it again as UTF-8"),
+    (codecs.BOM_UTF32_BE, "UTF-32 text, as its byte-order mark says: save it again as UTF-8"),
 )
 
 

@@ -148,6 +148,7 @@ def test_non_utf8(tmp_path: Path) -> None:
     ("gzip", "gzip-compressed: name it hospice.csv.gz"),
     ("parquet", "a Parquet file: name it .parquet"),
     ("xlsx", "a ZIP archive, as an Excel workbook is"),
+    ("utf-32", "UTF-32 text, as its byte-order mark says"),
 ])
 def test_a_binary_file_named_csv_says_what_it_is(tmp_path: Path, kind: str, expected: str) -> None:
     """A gzip-compressed extract named .csv was refused as "UTF-8 text (invalid byte at line 1, offset 1)", a
@@ -156,6 +157,8 @@ def test_a_binary_file_named_csv_says_what_it_is(tmp_path: Path, kind: str, expe
     path = tmp_path / "hospice.csv"
     if kind == "gzip":
         path.write_bytes(gzip.compress(text.encode()))
+    elif kind == "utf-32":
+        path.write_bytes(text.encode("utf-32"))
     elif kind == "parquet":
         import pyarrow as pa
         import pyarrow.parquet as pq
