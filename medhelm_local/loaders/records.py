@@ -179,13 +179,21 @@ def is_blank(value: Any) -> bool:
         return True
     if isinstance(value, str):
         return not value.strip()
-    if isinstance(value, list | tuple | dict):
+    if isinstance(value, list | tuple):
+        # [None]: a list column's null items are no value either (one level: a nested list is a value)
+        return all(_missing(v) or (isinstance(v, str) and not v.strip()) for v in value)
+    if isinstance(value, dict):
         return len(value) == 0
     return False
 
 
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 def as_text(value: Any) -> str:
-    """Text for a prompt field: lists joined by newlines, integral floats without ``.0``."""
+    """Text for a prompt field: lists joined by newlines (a null item left out: it read "None"), integral floats
+    without ``.0``."""
     if isinstance(value, str):
         return value
     if isinstance(value, bool):
@@ -193,7 +201,7 @@ def as_text(value: Any) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     if isinstance(value, list | tuple):
-        return "\n".join(as_text(v) for v in value)
+        return "\n".join(as_text(v) for v in value if not _missing(v))
     if isinstance(value, datetime | date):
         return value.isoformat()
     if isinstance(value, dict):

@@ -72,6 +72,22 @@ def test_an_excel_error_cell_in_a_column_read_is_refused(tmp_path: Path) -> None
     assert "Excel error" in info.value.expected
 
 
+def test_a_list_column_s_null_items_never_reach_a_prompt_as_none(tmp_path: Path) -> None:
+    """A Parquet list column's null item was rendered as the text "None": a note of [line, null, line] read
+    "line\nNone\nline", and a list of nulls alone passed as a note reading "None"."""
+    def write(notes: list[list[str | None]]) -> Path:
+        path = tmp_path / "referrals.parquet"
+        pq.write_table(pa.table({"ref_id": list(range(1, len(notes) + 1)), "note": pa.array(notes),
+                                 "prompt": ["Refer to ENT?"] * len(notes), "outcome": ["A"] * len(notes)}), path)
+        return path
+
+    instances = load_dataset(_ent(), write([["otalgia", None, "hearing loss"], ["vertigo"]])).instances
+    assert [i.fields["context"] for i in instances] == ["otalgia\nhearing loss", "vertigo"]
+    with pytest.raises(ExtractError) as info:
+        load_dataset(_ent(), write([["vertigo"], [None]]))
+    assert (str(info.value.place), info.value.column) == ("record 2 (counting from 1)", "note")
+
+
 def test_a_duckdb_table_with_a_time_zone_column_loads(tmp_path: Path) -> None:
     # Any TIMESTAMPTZ column (a note's signing time) made the whole table unreadable: DuckDB's Python conversion
     # needs pytz, and the error blamed the query. HUGEINT ids stay exact in meta.
