@@ -130,6 +130,9 @@ def read_bytes(path: Path) -> bytes:
     if path.suffix.lower() == ".gz":
         if not data:
             raise ExtractError(path, "a non-empty file")
+        if not data.startswith(b"\x1f\x8b"):
+            raise ExtractError(path, "a gzip-compressed file, as its name ending .gz says (it is not compressed: "
+                                     "name it without the .gz)")
         try:
             data = gzip.decompress(data)
         except (EOFError, gzip.BadGzipFile, zlib.error):

@@ -196,6 +196,14 @@ def test_truncated_gzip(tmp_path: Path) -> None:
     assert "complete gzip stream" in _fail(_hospice(), path).expected
 
 
+def test_a_plain_file_named_gz_is_named_as_not_compressed(tmp_path: Path) -> None:
+    """A CSV left uncompressed but named .csv.gz was refused as "a complete gzip stream (the file is truncated or
+    damaged)": the file was whole, only its name was wrong."""
+    path = tmp_path / "hospice.csv.gz"
+    path.write_text(f"prompt,context,label\nRefer?,{SECRET},A\n", encoding="utf-8")
+    assert "it is not compressed: name it without the .gz" in _fail(_hospice(), path).expected
+
+
 def test_truncated_gzip_in_dischargeme_set(tmp_path: Path) -> None:
     for name in ("discharge", "radiology", "discharge_target"):
         (tmp_path / f"{name}.csv.gz").write_bytes(gzip.compress(b"hadm_id,text\n1,x\n")[:12])
