@@ -318,8 +318,8 @@ def _csv_rows(path: Path, text: str, delimiter: str, header_row: int = 1) -> Fil
     header = [h.strip() for h in records[header_row - 1][0]]
     if header_row == 1 and header[0].lower() == "sep=" and not any(header[1:]):
         # Excel writes "sep=;" above the header when asked to, and hides it when it opens the file.
-        line = '"sep=,"' if delimiter == "," else '"sep=" and a tab'
-        raise ExtractError(path, f"the header in row 1 (row 1 is Excel's separator line {line}: set loader option "
+        sep_line = '"sep=,"' if delimiter == "," else '"sep=" and a tab'
+        raise ExtractError(path, f"the header in row 1 (row 1 is Excel's separator line {sep_line}: set loader option "
                                  "header_row: 2, the row the column names are in)")
     if not any(header):
         raise ExtractError(path, f"a header row naming the columns (row {header_row} is empty; loader option "
