@@ -13,7 +13,8 @@ model), ``domains`` [visit, condition, drug, measurement], ``max_context_tokens`
 The CDM columns the loader reads are checked before the cohort query runs, a missing one named with its table:
 ``person`` (person_id, gender_concept_id, gender_source_value, year_of_birth), ``concept`` (concept_id,
 concept_name), and each domain's table (person_id, its date column, a DATE or TIMESTAMP, and its concept column;
-``measurement`` also value_as_number and unit_source_value).
+``measurement`` also value_as_number and unit_source_value); the ids it joins on (person_id, concept_id and the
+concept columns) must be integers (a DECIMAL without a fraction, as Oracle's NUMBER loads, too).
 
 Instance id: ``instance_id`` if the query returns it, else ``<person_id>:<prediction_date>``. Fields:
 ``timeline``, ``question``. Meta: ``person_id``, ``prediction_date``, ``n_events``, ``events_dropped``.
@@ -130,6 +131,7 @@ def cohort_place(position: int) -> Place:
 
 # The columns the loader itself reads (beyond each domain's person_id, date and concept): a CDM missing one failed
 # as an internal error in the middle of the read.
+_INTEGERS = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT")
 _READ_COLUMNS: dict[str, tuple[str, ...]] = {
     "person": ("person_id", "gender_concept_id", "gender_source_value", "year_of_birth"),
     "concept": ("concept_id", "concept_name"),
@@ -138,8 +140,8 @@ _READ_COLUMNS: dict[str, tuple[str, ...]] = {
 
 
 def _check_columns(con: duckdb.DuckDBPyConnection, path: Path, schema: str, domains: list[str]) -> None:
-    """Each column the loader reads exists, and each domain's date column is a DATE or TIMESTAMP (a CDM loaded from
-    CSV as text is not)."""
+    """Each column the loader reads exists, each domain's date column is a DATE or TIMESTAMP and the ids it joins on
+    integers (a CDM loaded from CSV as text has neither)."""
     types = {
         (table.lower(), column.lower()): kind
         for table, column, kind in con.execute(
@@ -155,12 +157,20 @@ def _check_columns(con: duckdb.DuckDBPyConnection, path: Path, schema: str, doma
         for column in columns:
             if (table, column) not in types:
                 raise ExtractError(path, f"a column {column!r} in the OMOP CDM table {table!r}", column=column)
+    # The ids the loader joins on: as text (a CDM loaded from CSV) the join failed naming no table or column.
+    ids = [("person", "person_id"), ("person", "gender_concept_id"), ("concept", "concept_id")]
     for domain in domains:
-        table, date_col = DOMAINS[domain][0], DOMAINS[domain][1]
+        table, date_col, concept_col = DOMAINS[domain][:3]
+        ids += [(table, "person_id"), (table, concept_col)]
         kind = types[(table, date_col)]
         if kind != "DATE" and not str(kind).startswith("TIMESTAMP"):
             raise ExtractError(path, f"column {date_col!r} of the OMOP CDM table {table!r} of type DATE or TIMESTAMP "
                                      f"(it is {kind}: cast it when the CDM is loaded)", column=date_col)
+    for table, column in ids:
+        kind = types[(table, column)]
+        if kind not in _INTEGERS and not (kind.startswith("DECIMAL(") and kind.endswith(",0)")):  # Oracle's NUMBER
+            raise ExtractError(path, f"column {column!r} of the OMOP CDM table {table!r} of an integer type (it is "
+                                     f"{kind}: cast it when the CDM is loaded)", column=column)
 
 
 def _cohort(con: duckdb.DuckDBPyConnection, path: Path, cohort_sql: str) -> list[tuple[Any, ...]]:

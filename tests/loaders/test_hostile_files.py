@@ -217,6 +217,23 @@ def test_an_omop_column_the_loader_reads_missing_is_named(eunomia_db: Path, tmp_
     assert f"in the OMOP CDM table {table!r}" in str(info.value)
 
 
+@pytest.mark.parametrize(("table", "column"), [("condition_occurrence", "person_id"), ("concept", "concept_id")])
+def test_an_omop_id_column_loaded_as_text_is_named(eunomia_db: Path, tmp_path: Path, table: str, column: str) -> None:
+    """A CDM loaded from CSV with an id column as text failed in the join: "expected OMOP CDM tables ... whose
+    columns have the CDM's types (ConversionException)", naming neither the table nor the column."""
+    path = _omop_copy(eunomia_db, tmp_path, f"alter table {table} alter {column} type varchar",
+                      f"update {table} set {column} = '{SECRET}' where {column} = (select min({column}) from {table})")
+    with pytest.raises(ExtractError) as info:
+        load_dataset(_omop_spec(tmp_path), path)
+    assert info.value.column == column and f"of the OMOP CDM table {table!r} of an integer type" in str(info.value)
+    assert SECRET not in str(info.value)
+
+
+def test_omop_ids_of_a_decimal_type_with_no_fraction_load(eunomia_db: Path, tmp_path: Path) -> None:
+    path = _omop_copy(eunomia_db, tmp_path, "alter table person alter person_id type decimal(18, 0)")
+    assert load_dataset(_omop_spec(tmp_path), path).instances
+
+
 def test_omop_year_of_birth_that_is_not_a_year_is_bad_input(eunomia_db: Path, tmp_path: Path) -> None:
     path = _omop_copy(eunomia_db, tmp_path, "alter table person alter year_of_birth type varchar",
                       f"update person set year_of_birth = '{SECRET}' where person_id = 1")
