@@ -525,7 +525,15 @@ def _xlsx_rows(path: Path, sheet: str | None, header_row: int = 1) -> FileRows:
     try:
         workbook = load_workbook(path, read_only=True, data_only=True)
     except (zipfile.BadZipFile, OSError, KeyError, ValueError, InvalidFileException):  # the last: not named .xlsx
-        raise ExtractError(path, "a readable Excel .xlsx workbook") from None
+        try:
+            with path.open("rb") as handle:
+                ole = handle.read(4) == b"\xd0\xcf\x11\xe0"
+        except OSError:
+            ole = False
+        # An OLE container: a workbook protected by a password or a sensitivity label (Office encrypts it so), or .xls.
+        raise ExtractError(path, "a readable Excel .xlsx workbook" + (
+            " (this file is encrypted, by a password or a sensitivity label, or an old .xls: save it as .xlsx "
+            "without protection)" if ole else "")) from None
     try:
         if sheet is not None and sheet not in workbook.sheetnames:
             raise ExtractError(path, f"a worksheet named {sheet!r}")

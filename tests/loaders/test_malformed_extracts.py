@@ -240,6 +240,14 @@ def test_a_workbook_spec_given_another_file_is_bad_input(tmp_path: Path, name: s
     assert _fail(shipped_spec("medication_qa"), path).expected == "a readable Excel .xlsx workbook"
 
 
+def test_an_encrypted_workbook_is_named_as_encrypted(tmp_path: Path) -> None:
+    """A workbook protected by a password or a sensitivity label (Office wraps it in an OLE container) was refused
+    as "a readable Excel .xlsx workbook", as a damaged one is: nothing said it was protected."""
+    path = tmp_path / "hospice.xlsx"
+    path.write_bytes(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(4096))
+    assert "this file is encrypted" in _fail(_hospice(), path).expected
+
+
 def test_a_quote_left_open_is_refused_not_read_to_the_end_of_the_file(tmp_path: Path) -> None:
     path = tmp_path / "hospice.csv"  # three rows; the lenient reader made one instance of them, silently
     path.write_text(f'label,prompt,context\nA,q,"{SECRET} open\nB,q,second note\nA,q,third note\n', encoding="utf-8")
