@@ -436,6 +436,9 @@ def read_table_file(
             except _DuplicateKey:
                 raise ExtractError(path, _ONE_KEY_ONCE, place=place) from None
             except (ValueError, RecursionError):  # ValueError: not JSON, or an integer of too many digits
+                if line.startswith("\ufeff"):  # files joined with cat: each one's byte-order mark starts a line
+                    raise ExtractError(path, "one JSON object per line (this line begins with a byte-order mark: "
+                                             "files joined together? remove it)", place=place) from None
                 raise ExtractError(path, "one JSON object per line (this line is not JSON)", place=place) from None
             if not isinstance(obj, dict):
                 raise ExtractError(path, "a JSON object on each line", place=place)

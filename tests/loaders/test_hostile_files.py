@@ -47,6 +47,17 @@ def test_a_json_integer_past_pythons_digit_limit_is_bad_input(public_data: Path,
     assert info.value.file == str(path) and "digits" in info.value.expected
 
 
+def test_a_byte_order_mark_inside_a_jsonl_file_is_named(public_data: Path, tmp_path: Path) -> None:
+    """Two JSONL exports joined with cat: the second one's byte-order mark starts a line, which was refused as
+    "this line is not JSON", though the line's JSON is whole."""
+    lines = _medqa_lines(public_data)
+    path = tmp_path / "medqa.jsonl"
+    path.write_bytes(("\n".join(lines[:3]) + "\n").encode() + ("\ufeff" + "\n".join(lines[3:]) + "\n").encode())
+    with pytest.raises(ExtractError) as info:
+        load_dataset(shipped_spec("medqa"), path)
+    assert str(info.value.place) == "line 4" and "begins with a byte-order mark" in info.value.expected
+
+
 def test_a_json_object_naming_a_key_twice_is_refused(public_data: Path, tmp_path: Path) -> None:
     """JSON's parser keeps a repeated key's last value without a word: a JSONL row exported with two "question"
     keys, or a PubMedQA file holding one PMID twice, registered with one of the two silently dropped (a CSV header
