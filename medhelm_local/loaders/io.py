@@ -13,9 +13,9 @@ from __future__ import annotations
 import codecs
 import csv
 import gzip
-import io
 import json
 import os
+import re
 import sys
 import zlib
 from collections import Counter
@@ -79,6 +79,7 @@ class FileRows:
     places: list[Place]
     binary: dict[str, tuple[str, Place]] = field(default_factory=dict)
     header_row: int | None = None  # the row the header was read from, in a file of rows (CSV, TSV, a sheet)
+    error_cells: dict[str, Place] = field(default_factory=dict)  # column -> its first Excel error cell (#N/A...)
 
 
 def numbered(rows: list[dict[str, Any]], unit: str = "record") -> list[Place]:
@@ -96,12 +97,14 @@ class Table:
     skipped: Counter[str] = field(default_factory=Counter)
     binary: dict[Path, dict[str, tuple[str, Place]]] = field(default_factory=dict)
     header_rows: dict[Path, int] = field(default_factory=dict)
+    error_cells: dict[Path, dict[str, Place]] = field(default_factory=dict)
 
     def extend(self, file: Path, read: FileRows) -> None:
         if file not in self.files:
             self.files.append(file)
         self.headers[file] = read.header
         self.binary[file] = read.binary
+        self.error_cells[file] = read.error_cells
         if read.header_row is not None:
             self.header_rows[file] = read.header_row
         self.rows.extend(Row(file, i, r, place) for i, (r, place) in enumerate(zip(read.rows, read.places,
@@ -130,6 +133,9 @@ def read_bytes(path: Path) -> bytes:
     if path.suffix.lower() == ".gz":
         if not data:
             raise ExtractError(path, "a non-empty file")
+        if not data.startswith(b"\x1f\x8b"):
+            raise ExtractError(path, "a gzip-compressed file, as its name ending .gz says (it is not compressed: "
+                                     "name it without the .gz)")
         try:
             data = gzip.decompress(data)
         except (EOFError, gzip.BadGzipFile, zlib.error):
@@ -137,10 +143,24 @@ def read_bytes(path: Path) -> bytes:
     return data
 
 
+# Files a text format cannot read, by their first bytes: named as what they are (a gzip named .csv was
+# "invalid byte at line 1, offset 1"), with what to do.
+_BINARY_FORMATS = (
+    (b"\x1f\x8b", "gzip-compressed: name it {name}.gz, or decompress it"),
+    (b"PK\x03\x04", "a ZIP archive, as an Excel workbook is: name a workbook .xlsx, or unzip an archive"),
+    (b"PAR1", "a Parquet file: name it .parquet"),
+    (b"ARROW1", "an Arrow IPC (Feather) file: name it .feather"),
+    (b"\xd0\xcf\x11\xe0", "an old Excel .xls workbook (or another Office file): save it as .xlsx or CSV UTF-8"),
+    (codecs.BOM_UTF32_LE, "UTF-32 text, as its byte-order mark says: save it again as UTF-8"),
+    (codecs.BOM_UTF32_BE, "UTF-32 text, as its byte-order mark says: save it again as UTF-8"),
+)
+
+
 def decode_utf8(path: Path, data: bytes) -> str:
     """UTF-8 text (a BOM dropped); a file that begins with a UTF-16 byte-order mark (SQL Server's and Excel's
-    "Unicode" exports) is read as UTF-16, which that mark makes unambiguous."""
-    if not data.strip():
+    "Unicode" exports) is read as UTF-16, which that mark makes unambiguous. A NUL byte is refused: UTF-16 without
+    its mark, or a damaged file (a copy cut short and padded with zeros), never text a prompt should hold."""
+    if not data or data.isspace():
         raise ExtractError(path, "a non-empty file")
     if data.startswith((codecs.BOM_UTF16_LE, codecs.BOM_UTF16_BE)) and not data.startswith(codecs.BOM_UTF32_LE):
         try:
@@ -148,15 +168,49 @@ def decode_utf8(path: Path, data: bytes) -> str:
         except UnicodeDecodeError as exc:
             raise ExtractError(path, f"UTF-16 text, as its byte-order mark says (invalid data at offset {exc.start})"
                                ) from None
+    nul = data.find(b"\x00")
+    if nul >= 0:
+        _refuse_binary(path, data)
+        if b"\x00" in (data[:1], data[1:2]):
+            raise ExtractError(path, "UTF-8 text (the file looks like UTF-16 without its byte-order mark: save it "
+                                     "again as UTF-8, Excel's \"CSV UTF-8\")")
+        line = data.count(b"\n", 0, nul) + 1
+        raise ExtractError(path, f"UTF-8 text without NUL bytes (one at line {line}, offset {nul}: the file is "
+                                 "damaged, e.g. a copy cut short and padded with zeros)")
     try:
         return data.decode("utf-8-sig")
     except UnicodeDecodeError as exc:
+        _refuse_binary(path, data)
         line = data[: exc.start].count(b"\n") + 1
-        raise ExtractError(path, f"UTF-8 text (invalid byte at line {line}, offset {exc.start})") from None
+        raise ExtractError(path, f"UTF-8 text (invalid byte at line {line}, offset {exc.start}; saved in a Windows or "
+                                 "Latin-1 encoding? save it again as UTF-8, Excel's \"CSV UTF-8\")") from None
+
+
+def _refuse_binary(path: Path, data: bytes) -> None:
+    for magic, what in _BINARY_FORMATS:
+        if data.startswith(magic):
+            raise ExtractError(path, f"UTF-8 text (the file is {what.format(name=path.name)})")
 
 
 def read_text(path: Path) -> str:
     return decode_utf8(path, read_bytes(path))
+
+
+class _DuplicateKey(ValueError):
+    """A JSON object naming one key twice."""
+
+
+# Objects that name a key twice are refused, as a CSV header naming a column twice is: the parser keeps the last
+# value without a word, so one of two columns (or two records keyed by id, as PubMedQA's) would be dropped.
+_ONE_KEY_ONCE = "JSON objects that name each key once (an object here names one key twice, and only its last value " \
+                "would be read)"
+
+
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    obj = dict(pairs)
+    if len(obj) != len(pairs):
+        raise _DuplicateKey
+    return obj
 
 
 def parse_json(path: Path, text: str) -> Any:
@@ -165,7 +219,9 @@ def parse_json(path: Path, text: str) -> Any:
         raise ExtractError(path, f"valid JSON text (a \\u escape at line {line} is an unpaired surrogate, not a "
                                  "character)")
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique_keys)
+    except _DuplicateKey:
+        raise ExtractError(path, _ONE_KEY_ONCE) from None
     except json.JSONDecodeError as exc:
         raise ExtractError(path, f"valid JSON (parse error at line {exc.lineno}, column {exc.colno})") from None
     except RecursionError:
@@ -200,6 +256,12 @@ def csv_field_cap(mib: int) -> Iterator[None]:
         _csv_field_max.reset(token)
 
 
+# A line and its ending (\n, \r\n or a lone \r), as io.StringIO(newline="") gives them to the csv reader, without
+# its copy of the text: StringIO holds 4 bytes a character (a 315 MB extract took 2.0 GB to register, 1.3 GB so;
+# the chart's limit is 8 GiB, past which the pod is killed without a message).
+_LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+")
+
+
 @dataclass
 class _CsvRecords:
     """Records read so far, each with the line it starts on (a quoted field may hold line breaks), and the line
@@ -210,7 +272,8 @@ class _CsvRecords:
     next_line: int = 1
 
     def read(self, text: str, delimiter: str, *, strict: bool) -> None:
-        reader = csv.reader(io.StringIO(text, newline=""), delimiter=delimiter, strict=strict)
+        lines = (match.group() for match in _LINE.finditer(text))
+        reader = csv.reader(lines, delimiter=delimiter, strict=strict)
         for record in reader:
             self.records.append((record, self.next_line))
             self.next_line = reader.line_num + 1
@@ -256,6 +319,11 @@ def _csv_rows(path: Path, text: str, delimiter: str, header_row: int = 1) -> Fil
         raise ExtractError(path, f"a header at row {header_row} (loader option header_row; the file has "
                                  f"{len(records)} rows)")
     header = [h.strip() for h in records[header_row - 1][0]]
+    if header_row == 1 and header[0].lower() == "sep=" and not any(header[1:]):
+        # Excel writes "sep=;" above the header when asked to, and hides it when it opens the file.
+        sep_line = '"sep=,"' if delimiter == "," else '"sep=" and a tab'
+        raise ExtractError(path, f"the header in row 1 (row 1 is Excel's separator line {sep_line}: set loader option "
+                                 "header_row: 2, the row the column names are in)")
     if not any(header):
         raise ExtractError(path, f"a header row naming the columns (row {header_row} is empty; loader option "
                                  "header_row names the row that holds them)")
@@ -367,8 +435,13 @@ def read_table_file(
                 continue
             place = Place.line(line_no)
             try:
-                obj = json.loads(line)
+                obj = json.loads(line, object_pairs_hook=_unique_keys)
+            except _DuplicateKey:
+                raise ExtractError(path, _ONE_KEY_ONCE, place=place) from None
             except (ValueError, RecursionError):  # ValueError: not JSON, or an integer of too many digits
+                if line.startswith("\ufeff"):  # files joined with cat: each one's byte-order mark starts a line
+                    raise ExtractError(path, "one JSON object per line (this line begins with a byte-order mark: "
+                                             "files joined together? remove it)", place=place) from None
                 raise ExtractError(path, "one JSON object per line (this line is not JSON)", place=place) from None
             if not isinstance(obj, dict):
                 raise ExtractError(path, "a JSON object on each line", place=place)
@@ -458,7 +531,15 @@ def _xlsx_rows(path: Path, sheet: str | None, header_row: int = 1) -> FileRows:
     try:
         workbook = load_workbook(path, read_only=True, data_only=True)
     except (zipfile.BadZipFile, OSError, KeyError, ValueError, InvalidFileException):  # the last: not named .xlsx
-        raise ExtractError(path, "a readable Excel .xlsx workbook") from None
+        try:
+            with path.open("rb") as handle:
+                ole = handle.read(4) == b"\xd0\xcf\x11\xe0"
+        except OSError:
+            ole = False
+        # An OLE container: a workbook protected by a password or a sensitivity label (Office encrypts it so), or .xls.
+        raise ExtractError(path, "a readable Excel .xlsx workbook" + (
+            " (this file is encrypted, by a password or a sensitivity label, or an old .xls: save it as .xlsx "
+            "without protection)" if ole else "")) from None
     try:
         if sheet is not None and sheet not in workbook.sheetnames:
             raise ExtractError(path, f"a worksheet named {sheet!r}")
@@ -466,7 +547,10 @@ def _xlsx_rows(path: Path, sheet: str | None, header_row: int = 1) -> FileRows:
         # Read-only mode reads no further than the sheet's recorded <dimension>, which tools that fill a template
         # or stream rows leave stale: the rows and columns past it would be dropped without a word. Read them all.
         worksheet.reset_dimensions()
-        values = [[_cell_value(cell) for cell in r] for r in worksheet.iter_rows()]
+        values, errors = [], []
+        for row in worksheet.iter_rows():
+            values.append([_cell_value(cell) for cell in row])
+            errors.append([i for i, cell in enumerate(row) if cell.data_type == "e"])
     finally:
         workbook.close()
     if not values:
@@ -481,7 +565,19 @@ def _xlsx_rows(path: Path, sheet: str | None, header_row: int = 1) -> FileRows:
     check_unique_header(path, header)
     rows = [{h: (r[i] if i < len(r) else None) for i, h in enumerate(header) if h} for r in values[header_row:]]
     places = [Place.sheet_row(header_row + 1 + i, i + 1) for i in range(len(rows))]
-    return FileRows([h for h in header if h], rows, places, header_row=header_row)
+    error_cells: dict[str, Place] = {}
+    for place, columns in zip(places, errors[header_row:], strict=True):
+        for i in columns:
+            if i < len(header) and header[i]:
+                error_cells.setdefault(header[i], place)
+    return FileRows([h for h in header if h], rows, places, header_row=header_row, error_cells=error_cells)
+
+
+def excel_error(file: Path, column: str, place: Place) -> ExtractError:
+    """The error for a sheet's cell that holds an Excel error (#N/A, #DIV/0!, #VALUE!...) in a column the spec reads:
+    read as text, "#DIV/0!" reached the prompt as the patient's note."""
+    return ExtractError(file, "a value, not an Excel error (#N/A, #DIV/0!, #VALUE!...: a formula that failed; fix it "
+                              "or clear the cell)", place=place, column=column)
 
 
 def _cell_value(cell: Any) -> Any:

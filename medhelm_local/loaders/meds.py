@@ -6,6 +6,10 @@ Folder layout (MEDS v0.3):
   ``metadata/subject_splits.parquet``: ``subject_id, split``; ``metadata/codes.parquet`` (optional):
   ``code, description``;
   ``labels/<task>.parquet`` or ``labels/<task>/*.parquet``: ``subject_id, prediction_time, boolean_value``.
+Each file's columns are checked before the files are read together, a column of another type refused naming its
+file and column: ``subject_id`` an integer, ``time``/``prediction_time`` a timestamp without a time zone (or a
+date), ``code``/``description``/``split`` text, ``numeric_value`` a number (``boolean_value``: a boolean, checked
+per row).
 
 ``loader_options``: ``split`` (keep subjects of this split; null keeps all) [held_out], ``tasks`` (label
 names to use; default all), ``task_questions`` (task -> question), ``max_context_tokens`` [6000],
@@ -20,6 +24,7 @@ Fields: ``timeline`` (events up to the prediction time, oldest first, truncated 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -63,17 +68,42 @@ def _sql_path(path: Path) -> str:
     return _sql_literal(str(path.absolute()))
 
 
-def _columns(con: duckdb.DuckDBPyConnection, source: str, where: Path) -> list[str]:
+def _columns(con: duckdb.DuckDBPyConnection, source: str, where: Path) -> dict[str, str]:
+    """Column -> its type, as DuckDB names it."""
     try:
-        return [r[0] for r in con.execute(f"describe select * from read_parquet({source})").fetchall()]
+        return {r[0]: r[1] for r in con.execute(f"describe select * from read_parquet({source})").fetchall()}
     except duckdb.Error:
         raise ExtractError(where, "readable Parquet files") from None
 
 
-def _require(columns: list[str], needed: list[str], where: Path) -> None:
+_INTEGERS = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT")
+# What a MEDS column the loader reads must hold: the words an error uses, and whether DuckDB's type for it fits.
+# A type is checked per file, before the files are read together: a shard with subject_id as text, or a code
+# written as a number, failed in the join, blamed on the label file and naming no column.
+_MEDS_TYPES: dict[str, tuple[str, Callable[[str], bool]]] = {
+    "subject_id": ("integers", lambda kind: kind in _INTEGERS),
+    "time": ("timestamps without a time zone", lambda kind: kind == "DATE" or (
+        kind.startswith("TIMESTAMP") and "TIME ZONE" not in kind)),
+    "prediction_time": ("timestamps without a time zone", lambda kind: kind == "DATE" or (
+        kind.startswith("TIMESTAMP") and "TIME ZONE" not in kind)),
+    "code": ("text", lambda kind: kind in ("VARCHAR", "BLOB")),
+    "numeric_value": ("numbers", lambda kind: kind in (*_INTEGERS, "FLOAT", "DOUBLE") or kind.startswith("DECIMAL")),
+    "description": ("text", lambda kind: kind in ("VARCHAR", "BLOB")),
+    "split": ("text", lambda kind: kind in ("VARCHAR", "BLOB")),
+}
+
+
+def _require(columns: dict[str, str], needed: list[str], where: Path) -> None:
+    """Each of ``needed`` is a column of ``where`` of its MEDS type (:data:`_MEDS_TYPES`)."""
     for column in needed:
         if column not in columns:
-            raise ExtractError(where, f"a column named {column!r} ({header_summary(columns, needed)})", column=column)
+            raise ExtractError(where, f"a column named {column!r} ({header_summary(list(columns), needed)})",
+                               column=column)
+        if column in _MEDS_TYPES:
+            words, fits = _MEDS_TYPES[column]
+            if not fits(columns[column]):
+                raise ExtractError(where, f"a column of {words} (it is of type {columns[column]})",
+                                   column=column)
 
 
 def _label_files(root: Path, tasks: list[str] | None) -> dict[str, tuple[Path, list[Path]]]:
@@ -233,7 +263,8 @@ def _task_rows(
     max_events: int,
 ) -> None:
     source = "[" + ", ".join(_sql_path(p) for p in parts) + "]"
-    _require(_columns(con, source, where), ["subject_id", "prediction_time", "boolean_value"], where)
+    for part in parts:
+        _require(_columns(con, _sql_path(part), part), ["subject_id", "prediction_time", "boolean_value"], part)
     try:
         # Each row's own file and 0-based place in it, counted before the split filter drops any row.
         labels = con.execute(

@@ -10,6 +10,12 @@ order, named through the ``concept`` table, and truncated to ``max_context_token
 model), ``domains`` [visit, condition, drug, measurement], ``max_context_tokens`` [4000], ``max_events``
 [2000], ``schema`` [main]. The label goes through the spec's ``label_map`` (e.g. ``{"1": "yes", "0": "no"}``).
 
+The CDM columns the loader reads are checked before the cohort query runs, a missing one named with its table:
+``person`` (person_id, gender_concept_id, gender_source_value, year_of_birth), ``concept`` (concept_id,
+concept_name), and each domain's table (person_id, its date column, a DATE or TIMESTAMP, and its concept column;
+``measurement`` also value_as_number and unit_source_value); the ids it joins on (person_id, concept_id and the
+concept columns) must be integers (a DECIMAL without a fraction, as Oracle's NUMBER loads, too).
+
 Instance id: ``instance_id`` if the query returns it, else ``<person_id>:<prediction_date>``. Fields:
 ``timeline``, ``question``. Meta: ``person_id``, ``prediction_date``, ``n_events``, ``events_dropped``.
 """
@@ -107,7 +113,7 @@ def load_omop(spec: BenchmarkSpec, path: Path) -> LoadResult:
         for needed in ["person", "concept", *(DOMAINS[d][0] for d in domains)]:
             if needed not in present:
                 raise ExtractError(path, f"an OMOP CDM table named {needed!r} in schema {schema!r}", column=needed)
-        _check_date_columns(con, path, schema, domains)
+        _check_columns(con, path, schema, domains)
         table = _cohort(con, path, check_select(con, cohort_sql, where=path, option="cohort_sql"))
         rows = _timelines(con, path, table, domains, question, budget, max_events)
     finally:
@@ -123,20 +129,48 @@ def cohort_place(position: int) -> Place:
     return Place.record(int(position) + 1, "cohort_sql row")
 
 
-def _check_date_columns(con: duckdb.DuckDBPyConnection, path: Path, schema: str, domains: list[str]) -> None:
-    """Each domain's date column exists and is a DATE or TIMESTAMP (a CDM loaded from CSV as text is not)."""
+# The columns the loader itself reads (beyond each domain's person_id, date and concept): a CDM missing one failed
+# as an internal error in the middle of the read.
+_INTEGERS = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT")
+_READ_COLUMNS: dict[str, tuple[str, ...]] = {
+    "person": ("person_id", "gender_concept_id", "gender_source_value", "year_of_birth"),
+    "concept": ("concept_id", "concept_name"),
+    "measurement": ("value_as_number", "unit_source_value"),
+}
+
+
+def _check_columns(con: duckdb.DuckDBPyConnection, path: Path, schema: str, domains: list[str]) -> None:
+    """Each column the loader reads exists, each domain's date column is a DATE or TIMESTAMP and the ids it joins on
+    integers (a CDM loaded from CSV as text has neither)."""
+    types = {
+        (table.lower(), column.lower()): kind
+        for table, column, kind in con.execute(
+            "select table_name, column_name, data_type from duckdb_columns() where schema_name = ?", [schema]
+        ).fetchall()
+    }
+    tables = ["person", "concept", *(DOMAINS[d][0] for d in domains)]
+    needed = {table: list(_READ_COLUMNS.get(table, ())) for table in tables}
     for domain in domains:
-        table, date_col = DOMAINS[domain][0], DOMAINS[domain][1]
-        found = con.execute(
-            "select data_type from duckdb_columns() where schema_name = ? and lower(table_name) = ? "
-            "and lower(column_name) = ?",
-            [schema, table, date_col],
-        ).fetchone()
-        if found is None:
-            raise ExtractError(path, f"a column {date_col!r} in the OMOP CDM table {table!r}", column=date_col)
-        if found[0] != "DATE" and not str(found[0]).startswith("TIMESTAMP"):
+        table, date_col, concept_col = DOMAINS[domain][:3]
+        needed[table].extend(["person_id", date_col, concept_col])
+    for table, columns in needed.items():
+        for column in columns:
+            if (table, column) not in types:
+                raise ExtractError(path, f"a column {column!r} in the OMOP CDM table {table!r}", column=column)
+    # The ids the loader joins on: as text (a CDM loaded from CSV) the join failed naming no table or column.
+    ids = [("person", "person_id"), ("person", "gender_concept_id"), ("concept", "concept_id")]
+    for domain in domains:
+        table, date_col, concept_col = DOMAINS[domain][:3]
+        ids += [(table, "person_id"), (table, concept_col)]
+        kind = types[(table, date_col)]
+        if kind != "DATE" and not str(kind).startswith("TIMESTAMP"):
             raise ExtractError(path, f"column {date_col!r} of the OMOP CDM table {table!r} of type DATE or TIMESTAMP "
-                                     f"(it is {found[0]}: cast it when the CDM is loaded)", column=date_col)
+                                     f"(it is {kind}: cast it when the CDM is loaded)", column=date_col)
+    for table, column in ids:
+        kind = types[(table, column)]
+        if kind not in _INTEGERS and not (kind.startswith("DECIMAL(") and kind.endswith(",0)")):  # Oracle's NUMBER
+            raise ExtractError(path, f"column {column!r} of the OMOP CDM table {table!r} of an integer type (it is "
+                                     f"{kind}: cast it when the CDM is loaded)", column=column)
 
 
 def _cohort(con: duckdb.DuckDBPyConnection, path: Path, cohort_sql: str) -> list[tuple[Any, ...]]:

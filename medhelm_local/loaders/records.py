@@ -24,7 +24,7 @@ from medhelm_local.benchmarks.spec import BenchmarkSpec
 from medhelm_local.errors import BadInputError, ExtractError, Place, unknown_field_hint, validation_problems
 from medhelm_local.jsontext import loads_strict
 from medhelm_local.loaders.base import canonical_label
-from medhelm_local.loaders.io import Row, Table, binary_not_text
+from medhelm_local.loaders.io import Row, Table, binary_not_text, excel_error
 from medhelm_local.patterns import SUFFIX
 from medhelm_local.records import LABEL, REFERENCES, Instance, meta_field
 
@@ -179,13 +179,21 @@ def is_blank(value: Any) -> bool:
         return True
     if isinstance(value, str):
         return not value.strip()
-    if isinstance(value, list | tuple | dict):
+    if isinstance(value, list | tuple):
+        # [None]: a list column's null items are no value either (one level: a nested list is a value)
+        return all(_missing(v) or (isinstance(v, str) and not v.strip()) for v in value)
+    if isinstance(value, dict):
         return len(value) == 0
     return False
 
 
+def _missing(value: Any) -> bool:
+    return value is None or (isinstance(value, float) and math.isnan(value))
+
+
 def as_text(value: Any) -> str:
-    """Text for a prompt field: lists joined by newlines, integral floats without ``.0``."""
+    """Text for a prompt field: lists joined by newlines (a null item left out: it read "None"), integral floats
+    without ``.0``."""
     if isinstance(value, str):
         return value
     if isinstance(value, bool):
@@ -193,7 +201,7 @@ def as_text(value: Any) -> str:
     if isinstance(value, float) and value.is_integer():
         return str(int(value))
     if isinstance(value, list | tuple):
-        return "\n".join(as_text(v) for v in value)
+        return "\n".join(as_text(v) for v in value if not _missing(v))
     if isinstance(value, datetime | date):
         return value.isoformat()
     if isinstance(value, dict):
@@ -407,10 +415,11 @@ def unnamed_header(header: list[str], *, has_header_row: bool = True) -> str:
 
 def check_columns(table: Table, columns: list[str], optional: Iterable[str] = ()) -> None:
     """Each file has every column the mapping reads, and none of them, nor an ``optional`` one it has (a column of
-    ``optional_fields``), is binary data that is not text."""
+    ``optional_fields``), is binary data that is not text or holds an Excel error cell."""
     for file, header in table.headers.items():
         present = set(header)
         binary = table.binary.get(file, {})
+        errors = table.error_cells.get(file, {})
         header_row = table.header_rows.get(file)
         # A report export's title above the header is read as the header: say where the header was read from.
         hint = "" if header_row is None else (f"; the header was read from row {header_row}: if the column names are "
@@ -421,9 +430,13 @@ def check_columns(table: Table, columns: list[str], optional: Iterable[str] = ()
                 raise ExtractError(file, f"a column named {column!r} ({found}{hint})", column=column)
             if column in binary:
                 raise binary_not_text(file, column, *binary[column])
+            if column in errors:
+                raise excel_error(file, column, errors[column])
         for column in optional:
             if column in binary:
                 raise binary_not_text(file, column, *binary[column])
+            if column in errors:
+                raise excel_error(file, column, errors[column])
 
 
 def build_instances(spec: BenchmarkSpec, table: Table, mapping: RecordMapping) -> tuple[list[Instance], Counter[str]]:

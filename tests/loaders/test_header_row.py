@@ -59,6 +59,19 @@ def test_a_csv_with_a_title_loads_with_header_row(public_data: Path, tmp_path: P
         f"row 8 (the 5th data row, starting on line {line} of the file)", "Ground Truth Answer")
 
 
+def test_excel_s_separator_line_above_the_header_is_named(public_data: Path, tmp_path: Path) -> None:
+    """Excel writes "sep=," above the header when asked to (and hides it when it opens the file): it was read as a
+    2-column header, and every row was refused for its field count."""
+    original = public_data / MEDCALC
+    path = tmp_path / "test_data.csv"
+    path.write_bytes(b"sep=,\r\n" + original.read_bytes())
+    with pytest.raises(ExtractError) as info:
+        load_dataset(shipped_spec("medcalc_bench"), path)
+    assert info.value.place is None
+    assert "row 1 is Excel's separator line \"sep=,\": set loader option header_row: 2" in info.value.expected
+    assert len(load_dataset(_with("medcalc_bench", header_row=2), path).instances) == 1047
+
+
 def _sheet(path: Path, title_rows: list[list[object]]) -> Path:
     workbook = Workbook()
     sheet = workbook.active

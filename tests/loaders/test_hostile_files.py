@@ -47,6 +47,41 @@ def test_a_json_integer_past_pythons_digit_limit_is_bad_input(public_data: Path,
     assert info.value.file == str(path) and "digits" in info.value.expected
 
 
+def test_a_byte_order_mark_inside_a_jsonl_file_is_named(public_data: Path, tmp_path: Path) -> None:
+    """Two JSONL exports joined with cat: the second one's byte-order mark starts a line, which was refused as
+    "this line is not JSON", though the line's JSON is whole."""
+    lines = _medqa_lines(public_data)
+    path = tmp_path / "medqa.jsonl"
+    path.write_bytes(("\n".join(lines[:3]) + "\n").encode() + ("\ufeff" + "\n".join(lines[3:]) + "\n").encode())
+    with pytest.raises(ExtractError) as info:
+        load_dataset(shipped_spec("medqa"), path)
+    assert str(info.value.place) == "line 4" and "begins with a byte-order mark" in info.value.expected
+
+
+def test_a_json_object_naming_a_key_twice_is_refused(public_data: Path, tmp_path: Path) -> None:
+    """JSON's parser keeps a repeated key's last value without a word: a JSONL row exported with two "question"
+    keys, or a PubMedQA file holding one PMID twice, registered with one of the two silently dropped (a CSV header
+    naming a column twice is refused)."""
+    lines = _medqa_lines(public_data)
+    lines[4] = lines[4][:-1] + ', "question": ' + json.dumps(SECRET) + "}"
+    path = tmp_path / "medqa.jsonl"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with pytest.raises(ExtractError) as info:
+        load_dataset(shipped_spec("medqa"), path)
+    assert (info.value.file, str(info.value.place)) == (str(path), "line 5")
+    assert "names one key twice" in info.value.expected and SECRET not in str(info.value)
+
+    text = (public_data / PUBMEDQA).read_text(encoding="utf-8")
+    first = next(iter(json.loads(text)))
+    cut = text.rindex("}")
+    path = tmp_path / "ori_pqal.json"
+    path.write_text(text[:cut] + f', "{first}": ' + json.dumps({"QUESTION": SECRET}) + "\n}", encoding="utf-8")
+    with pytest.raises(ExtractError) as info:
+        load_dataset(shipped_spec("pubmedqa"), path)
+    assert info.value.file == str(path) and "names one key twice" in info.value.expected
+    assert SECRET not in str(info.value)
+
+
 @pytest.mark.parametrize("cell", ["[" * 100_000, "[" + "9" * 5000 + "]", '{"A": ' * 100_000])
 def test_a_json_cell_the_parser_refuses_is_bad_input(public_data: Path, tmp_path: Path, cell: str) -> None:
     rows = [json.loads(line) for line in _medqa_lines(public_data)[:5]]
@@ -176,6 +211,40 @@ def test_omop_event_date_column_of_another_type_is_bad_input(eunomia_db: Path, t
         "condition_start_date", "visit_start_date", "drug_exposure_start_date")
 
 
+@pytest.mark.parametrize(("table", "column"), [
+    ("person", "year_of_birth"),
+    ("concept", "concept_name"),
+    ("drug_exposure", "drug_concept_id"),
+    ("measurement", "unit_source_value"),
+])
+def test_an_omop_column_the_loader_reads_missing_is_named(eunomia_db: Path, tmp_path: Path, table: str,
+                                                          column: str) -> None:
+    """A CDM without one of the columns the loader reads failed mid-read: `internal error (BinderException)`, exit 1
+    (person.year_of_birth), or "a cohort_sql query that runs" for a column the cohort query never names."""
+    path = _omop_copy(eunomia_db, tmp_path, f"alter table {table} drop column {column}")
+    with pytest.raises(ExtractError) as info:
+        load_dataset(_omop_spec(tmp_path), path)
+    assert info.value.file == str(path) and info.value.column == column
+    assert f"in the OMOP CDM table {table!r}" in str(info.value)
+
+
+@pytest.mark.parametrize(("table", "column"), [("condition_occurrence", "person_id"), ("concept", "concept_id")])
+def test_an_omop_id_column_loaded_as_text_is_named(eunomia_db: Path, tmp_path: Path, table: str, column: str) -> None:
+    """A CDM loaded from CSV with an id column as text failed in the join: "expected OMOP CDM tables ... whose
+    columns have the CDM's types (ConversionException)", naming neither the table nor the column."""
+    path = _omop_copy(eunomia_db, tmp_path, f"alter table {table} alter {column} type varchar",
+                      f"update {table} set {column} = '{SECRET}' where {column} = (select min({column}) from {table})")
+    with pytest.raises(ExtractError) as info:
+        load_dataset(_omop_spec(tmp_path), path)
+    assert info.value.column == column and f"of the OMOP CDM table {table!r} of an integer type" in str(info.value)
+    assert SECRET not in str(info.value)
+
+
+def test_omop_ids_of_a_decimal_type_with_no_fraction_load(eunomia_db: Path, tmp_path: Path) -> None:
+    path = _omop_copy(eunomia_db, tmp_path, "alter table person alter person_id type decimal(18, 0)")
+    assert load_dataset(_omop_spec(tmp_path), path).instances
+
+
 def test_omop_year_of_birth_that_is_not_a_year_is_bad_input(eunomia_db: Path, tmp_path: Path) -> None:
     path = _omop_copy(eunomia_db, tmp_path, "alter table person alter year_of_birth type varchar",
                       f"update person set year_of_birth = '{SECRET}' where person_id = 1")
@@ -301,6 +370,30 @@ def test_a_damaged_meds_event_file_is_named_not_the_label_file(tmp_path: Path) -
     with pytest.raises(ExtractError) as info:
         load_dataset(shipped_spec("ehrshot"), root)
     assert info.value.file == str(events)
+
+
+@pytest.mark.parametrize(("file", "column", "cells"), [
+    ("data/0.parquet", "subject_id", ["1", "1", "1", "1", "2", "2", SECRET]),
+    ("data/0.parquet", "code", [1, 2, 3, 4, 5, 6, 7]),
+    ("data/0.parquet", "numeric_value", [None, None, SECRET, None, None, "8.1", None]),
+    ("labels/new_acutemi.parquet", "subject_id", ["1", "2", SECRET]),
+])
+def test_a_meds_column_of_another_type_names_its_file_and_column(tmp_path: Path, file: str, column: str,
+                                                                  cells: list[object]) -> None:
+    """An event file with subject_id as text was refused naming the label file and no column ("label and event
+    columns of the MEDS types ... (ConversionException)"); a numeric_value written as text reached the prompt."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from tests.loaders.test_native_formats import _meds_folder
+
+    root = _meds_folder(tmp_path / "meds")
+    table = pq.read_table(root / file)
+    pq.write_table(table.set_column(table.column_names.index(column), column, pa.array(cells)), root / file)
+    with pytest.raises(ExtractError) as info:
+        load_dataset(shipped_spec("ehrshot"), root)
+    assert (info.value.file, info.value.column) == (str(root / file), column)
+    assert SECRET not in str(info.value)
 
 
 def test_meds_times_with_a_time_zone_are_refused_saying_what_is_expected(tmp_path: Path) -> None:

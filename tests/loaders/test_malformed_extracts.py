@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -160,11 +161,64 @@ def test_non_utf8(tmp_path: Path) -> None:
     assert error.expected.startswith("UTF-8 text (invalid byte at line 2")
 
 
+@pytest.mark.parametrize(("kind", "expected"), [
+    ("gzip", "gzip-compressed: name it hospice.csv.gz"),
+    ("parquet", "a Parquet file: name it .parquet"),
+    ("xlsx", "a ZIP archive, as an Excel workbook is"),
+    ("utf-32", "UTF-32 text, as its byte-order mark says"),
+])
+def test_a_binary_file_named_csv_says_what_it_is(tmp_path: Path, kind: str, expected: str) -> None:
+    """A gzip-compressed extract named .csv was refused as "UTF-8 text (invalid byte at line 1, offset 1)", a
+    Parquet file or workbook named .csv likewise: nothing said what the file was, or what to do."""
+    text = f"prompt,context,label\nRefer?,{SECRET},A\n"
+    path = tmp_path / "hospice.csv"
+    if kind == "gzip":
+        path.write_bytes(gzip.compress(text.encode()))
+    elif kind == "utf-32":
+        path.write_bytes(text.encode("utf-32"))
+    elif kind == "parquet":
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        pq.write_table(pa.table({"prompt": ["Refer?"], "context": [SECRET], "label": ["A"]}), path)
+    else:
+        from openpyxl import Workbook
+
+        workbook = Workbook()
+        workbook.active.append(["prompt", "context", "label"])
+        workbook.active.append(["Refer?", SECRET, "A"])
+        workbook.save(path)
+    assert expected in _fail(_hospice(), path).expected
+
+
+@pytest.mark.parametrize(("make", "expected"), [
+    (lambda text: text.encode("utf-16-le"), "UTF-16 without its byte-order mark"),
+    (lambda text: text.encode() + b"\x00" * 5000, "without NUL bytes (one at line 3"),
+    (lambda text: text.replace("note", "no\x00te", 1).encode(), "without NUL bytes (one at line 2"),
+])
+def test_nul_bytes_in_a_text_extract_are_refused(tmp_path: Path, make: Callable[[str], bytes],
+                                                 expected: str) -> None:
+    """UTF-16 saved without its byte-order mark was refused as a row of the wrong field count; a copy cut short
+    and padded with zeros (a 2 GB one: 38 s and 12.7 GB of memory) as a field over the CSV cap, "raise the cap";
+    one NUL inside a note registered, the NUL in the prompt."""
+    path = tmp_path / "hospice.csv"
+    path.write_bytes(make(f"prompt,context,label\nRefer?,{SECRET} note,A\n"))
+    assert expected in _fail(_hospice(), path).expected
+
+
 def test_truncated_gzip(tmp_path: Path) -> None:
     data = gzip.compress(("prompt,context,label\n" + "Refer?,note,A\n" * 200).encode())
     path = tmp_path / "hospice.csv.gz"
     path.write_bytes(data[: len(data) // 2])
     assert "complete gzip stream" in _fail(_hospice(), path).expected
+
+
+def test_a_plain_file_named_gz_is_named_as_not_compressed(tmp_path: Path) -> None:
+    """A CSV left uncompressed but named .csv.gz was refused as "a complete gzip stream (the file is truncated or
+    damaged)": the file was whole, only its name was wrong."""
+    path = tmp_path / "hospice.csv.gz"
+    path.write_text(f"prompt,context,label\nRefer?,{SECRET},A\n", encoding="utf-8")
+    assert "it is not compressed: name it without the .gz" in _fail(_hospice(), path).expected
 
 
 def test_truncated_gzip_in_dischargeme_set(tmp_path: Path) -> None:
@@ -201,6 +255,14 @@ def test_a_workbook_spec_given_another_file_is_bad_input(tmp_path: Path, name: s
     path = tmp_path / name  # MedicationQA reads .xlsx; openpyxl refuses any other file name with its own error
     path.write_text('[{"Question": "q", "Answer": "a"}]\n', encoding="utf-8")
     assert _fail(shipped_spec("medication_qa"), path).expected == "a readable Excel .xlsx workbook"
+
+
+def test_an_encrypted_workbook_is_named_as_encrypted(tmp_path: Path) -> None:
+    """A workbook protected by a password or a sensitivity label (Office wraps it in an OLE container) was refused
+    as "a readable Excel .xlsx workbook", as a damaged one is: nothing said it was protected."""
+    path = tmp_path / "hospice.xlsx"
+    path.write_bytes(b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1" + bytes(4096))
+    assert "this file is encrypted" in _fail(_hospice(), path).expected
 
 
 def test_a_quote_left_open_is_refused_not_read_to_the_end_of_the_file(tmp_path: Path) -> None:

@@ -52,6 +52,42 @@ def test_a_workbook_whose_recorded_dimension_is_stale_loads_every_row(tmp_path: 
     assert instances[-1].fields == {"context": "note 20", "question": "Refer to ENT?"} and instances[-1].label == "A"
 
 
+def test_an_excel_error_cell_in_a_column_read_is_refused(tmp_path: Path) -> None:
+    """A sheet's cell holding a failed formula's error was read as its text: "#DIV/0!" or "#N/A" reached the prompt
+    as the patient's note. It is refused naming its row and column; one in a column the spec does not read is not."""
+    workbook = openpyxl.Workbook()
+    sheet = workbook.active
+    assert sheet is not None
+    sheet.append(["ref_id", "note", "prompt", "outcome", "unused"])
+    for n in range(1, 6):
+        sheet.append([n, f"note {n}", "Refer to ENT?", "AB"[n % 2], "#REF!"])
+    path = tmp_path / "referrals.xlsx"
+    workbook.save(path)
+    assert len(load_dataset(_ent(), path).instances) == 5
+    sheet["B4"] = "#N/A"  # openpyxl writes an error code as an error cell, as Excel saves a failed formula's value
+    workbook.save(path)
+    with pytest.raises(ExtractError) as info:
+        load_dataset(_ent(), path)
+    assert (str(info.value.place), info.value.column) == ("row 4 (the 3rd data row)", "note")
+    assert "Excel error" in info.value.expected
+
+
+def test_a_list_column_s_null_items_never_reach_a_prompt_as_none(tmp_path: Path) -> None:
+    """A Parquet list column's null item was rendered as the text "None": a note of [line, null, line] read
+    "line\nNone\nline", and a list of nulls alone passed as a note reading "None"."""
+    def write(notes: list[list[str | None]]) -> Path:
+        path = tmp_path / "referrals.parquet"
+        pq.write_table(pa.table({"ref_id": list(range(1, len(notes) + 1)), "note": pa.array(notes),
+                                 "prompt": ["Refer to ENT?"] * len(notes), "outcome": ["A"] * len(notes)}), path)
+        return path
+
+    instances = load_dataset(_ent(), write([["otalgia", None, "hearing loss"], ["vertigo"]])).instances
+    assert [i.fields["context"] for i in instances] == ["otalgia\nhearing loss", "vertigo"]
+    with pytest.raises(ExtractError) as info:
+        load_dataset(_ent(), write([["vertigo"], [None]]))
+    assert (str(info.value.place), info.value.column) == ("record 2 (counting from 1)", "note")
+
+
 def test_a_duckdb_table_with_a_time_zone_column_loads(tmp_path: Path) -> None:
     # Any TIMESTAMPTZ column (a note's signing time) made the whole table unreadable: DuckDB's Python conversion
     # needs pytz, and the error blamed the query. HUGEINT ids stay exact in meta.
