@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -15,7 +16,7 @@ from medhelm_local.scoring.registry import metric_aggregation, read_details, sco
 from medhelm_local.scoring.scorer import Aggregation
 from medhelm_local.scoring.summary import aggregate_values, gold_empty_stats
 from medhelm_local.store.judgments import judge_failure_rates, score_rows, scored_count
-from medhelm_local.store.store import Store
+from medhelm_local.store.store import RunInfo, Store
 
 if TYPE_CHECKING:  # numpy is imported where a series is built: a `run` (benchmark_score) needs none of it
     import numpy as np
@@ -125,6 +126,9 @@ class NewerRun(BaseModel):
 
     run_id: str
     status: str
+    # For a ``running`` run, whether a process sends it (``runner.liveness.run_live``): False, it was killed (what
+    # `runs list` shows as interrupted); None, not told. The status stays as stored, as in `runs list --json`.
+    live: bool | None = None
 
 
 @dataclass
@@ -135,11 +139,13 @@ class ShownRuns:
     newer: dict[tuple[str, str], list[NewerRun]]  # newest first; absent: the run shown is the newest
 
 
-def shown_runs(store: Store, specs: SpecRegistry, prompt_style: str = DEFAULT_STYLE) -> ShownRuns:
+def shown_runs(store: Store, specs: SpecRegistry, prompt_style: str = DEFAULT_STYLE, *,
+               live: Callable[[RunInfo], bool | None] | None = None) -> ShownRuns:
     """For each (model, benchmark), the newest finished run of ``prompt_style`` that scored at least one of its
     instances; where none did, the newest finished run (its cell shows the failures). A newer run that failed,
     was interrupted, is still running or scored nothing never replaces a good result silently, nor is it hidden:
-    it is named in ``newer``. Runs of different prompt styles are never mixed in one leaderboard."""
+    it is named in ``newer``, a ``running`` one with whether a process sends it (``live``, where the caller can
+    tell). Runs of different prompt styles are never mixed in one leaderboard."""
     chosen: dict[tuple[str, str], str] = {}
     fallback: dict[tuple[str, str], tuple[str, int]] = {}  # the newest finished run, and how many newer ones
     newer: dict[tuple[str, str], list[NewerRun]] = defaultdict(list)
@@ -156,7 +162,8 @@ def shown_runs(store: Store, specs: SpecRegistry, prompt_style: str = DEFAULT_ST
                 continue
             if run.status == "finished" and key not in fallback:
                 fallback[key] = (run.run_id, len(newer[key]))
-            newer[key].append(NewerRun(run_id=run.run_id, status=run.status))
+            sending = live(run) if live is not None and run.status == "running" else None
+            newer[key].append(NewerRun(run_id=run.run_id, status=run.status, live=sending))
     for key, (run_id, newer_count) in fallback.items():
         if key not in chosen:
             chosen[key], newer[key] = run_id, newer[key][:newer_count]

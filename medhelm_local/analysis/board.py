@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from functools import partial
 
 from medhelm_local.analysis.aggregate import (
     InstanceSeries,
@@ -30,6 +31,7 @@ from medhelm_local.analysis.leaderboard import (
     pairwise_differences,
 )
 from medhelm_local.benchmarks.registry import SpecRegistry
+from medhelm_local.home import Home
 from medhelm_local.home.config import ApplianceConfig
 from medhelm_local.records import BenchmarkScore
 from medhelm_local.store.store import Store
@@ -70,10 +72,15 @@ def _prompt_hashes(store: Store, chosen: dict[tuple[str, str], str]) -> dict[tup
 
 
 def read_board(store: Store, specs: SpecRegistry, config: ApplianceConfig, *, prompt_style: str,
-               category: str | None = None) -> BoardData:
+               category: str | None = None, home: Home | None = None) -> BoardData:
     """The leaderboard's inputs; with ``category``, the cost and comparability of the runs behind that category's
-    scores only."""
-    runs = shown_runs(store, specs, prompt_style)
+    scores only; with ``home``, whether a newer ``running`` run is still sent (its locks), as `runs list` says."""
+    live = None
+    if home is not None:
+        from medhelm_local.runner.liveness import run_live
+
+        live = partial(run_live, home, store)
+    runs = shown_runs(store, specs, prompt_style, live=live)
     chosen = runs.chosen
     behind = {key: run_id for key, run_id in chosen.items()
               if category is None or specs.category_of(key[1]) == category}
@@ -112,10 +119,11 @@ def build_board(data: BoardData, specs: SpecRegistry, *, prompt_style: str, rule
 
 def load_board(store: AbstractContextManager[Store], specs: SpecRegistry, config: ApplianceConfig, *,
                prompt_style: str, rule: WinRule, category: str | None = None, resamples: int,
-               seed: int) -> Board:
+               seed: int, home: Home | None = None) -> Board:
     """The leaderboard over ``store`` (opened by the caller as it opens stores, closed here once read), as every
-    view of it shows it: the `leaderboard` command, the console and the demo."""
+    view of it shows it: the `leaderboard` command, the console and the demo. ``home``: the store's, where the
+    caller sends no run (its lock probes would release this process's own locks: never the demo's)."""
     with store as opened:
-        data = read_board(opened, specs, config, prompt_style=prompt_style, category=category)
+        data = read_board(opened, specs, config, prompt_style=prompt_style, category=category, home=home)
     return build_board(data, specs, prompt_style=prompt_style, rule=rule, category=category, resamples=resamples,
                        seed=seed)

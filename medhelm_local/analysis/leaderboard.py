@@ -182,6 +182,8 @@ def _newer_run_text(run: NewerRun) -> str:
         return f"{run.run_id} (finished, no instance scored: every request or judgement failed)"
     if run.status == "inferred":
         return f"{run.run_id} (answered, not scored yet)"
+    if run.status == "running" and run.live is False:  # killed: what `runs list` shows as interrupted
+        return f"{run.run_id} (interrupted: no process is sending it, not finished)"
     return f"{run.run_id} ({run.status}, not finished)"
 
 

@@ -200,7 +200,7 @@ def leaderboard(
     check_style(prompt_style)
     # read-only: works during a run (issue 12 §6)
     board = load_board(app_ctx.open_store(read_only=True), specs, app_ctx.home.config, prompt_style=prompt_style,
-                       rule=ties, category=resolved, resamples=resamples, seed=seed)
+                       rule=ties, category=resolved, resamples=resamples, seed=seed, home=app_ctx.home)
     audit_event(app_ctx.home, app_ctx.actor, "leaderboard.view", role="informatics", models=len(board.rows),
                 category=resolved)
     if as_json:

@@ -140,7 +140,7 @@ def leaderboard(home: Home, *, prompt_style: str, rule: WinRule, resamples: int 
 
     specs = SpecRegistry(home.root)
     board = load_board(reading(home), specs, home.config, prompt_style=prompt_style, rule=rule, resamples=resamples,
-                       seed=seed)
+                       seed=seed, home=home)
     rows = board.rows
     return LeaderboardView(rows=rows, mdes=board.mdes, prompt_style=prompt_style, rule=rule,
                            other_styles=board.other_styles, pairwise=[d for d in board.pairwise if d.model < d.rival],

@@ -4,6 +4,7 @@ interrupted or scored nothing never replaces a good result, and is never hidden 
 from __future__ import annotations
 
 from datetime import datetime
+from pathlib import Path
 
 import pytest
 
@@ -12,6 +13,7 @@ from medhelm_local.export.aggregates import RawCell, latest_cells
 from medhelm_local.home import Home
 from medhelm_local.scoring.engine import score_benchmark
 from medhelm_local.store import Store
+from medhelm_local.store.runlock import run_lock
 from tests.analysis.test_leaderboard_cli import answers, pubmedqa
 from tests.conftest import Cli, cli_env
 from tests.console.pages import page_as
@@ -54,8 +56,9 @@ def test_a_failed_or_interrupted_rerun_does_not_replace_the_good_result(runs: tu
     alpha = rows["alpha"]["benchmarks"]["pubmedqa"]
     assert alpha["score"] == pytest.approx(6 / 12) and alpha["n"] == 12 and alpha["n_failed"] == 0
     assert alpha["run_id"] == ids["alpha_good"]
-    assert alpha["newer_runs_not_shown"] == [{"run_id": ids["alpha_interrupted"], "status": "interrupted"},
-                                             {"run_id": ids["alpha_failed"], "status": "finished"}]
+    assert alpha["newer_runs_not_shown"] == [
+        {"run_id": ids["alpha_interrupted"], "status": "interrupted", "live": None},
+        {"run_id": ids["alpha_failed"], "status": "finished", "live": None}]
     assert rows["alpha"]["rank"] is not None and rows["alpha"]["unscored_benchmarks"] == []
     # a newer run with some failures is still the newest scored run: it is shown, its failures counted
     beta = rows["beta"]["benchmarks"]["pubmedqa"]
@@ -75,6 +78,35 @@ def test_a_failed_or_interrupted_rerun_does_not_replace_the_good_result(runs: tu
     page = page_as(home, "/leaderboard?resamples=0")
     assert page.status_code == 200
     assert said in page.text
+
+
+def test_a_killed_newer_run_is_named_interrupted_as_runs_list_names_it(tmp_path: Path) -> None:
+    """A newer run killed part-way (OOM, a node lost) keeps the stored status `running`. `runs list` showed it
+    interrupted, with the command that resumes it, while the leaderboard and the console said "(running, not
+    finished)", as if it were still being sent. Both now read its locks as `runs list` does."""
+    home = make_home(tmp_path / "home")
+    data = pubmedqa(N)
+    with Store.open(home) as store:
+        fingerprint = register(store, "pubmedqa", data)
+        good = add_run(store, "alpha", "pubmedqa", fingerprint, data, answers(data, 6))
+        score_benchmark(store, SHIPPED, good, "pubmedqa")
+        killed = add_run(store, "alpha", "pubmedqa", fingerprint, data, answers(data, 3), status="running")
+    with run_lock(home.store_path, killed):  # the lock every sending process takes, left when it was killed
+        pass
+    cli = Cli(home=home.root, env=cli_env())
+    listed = cli("runs", "list")
+    assert listed.code == 0 and "interrupted (no process is sending it" in listed.stdout
+    result = cli("leaderboard", "--json", "--resamples", "0")
+    assert result.code == 0, result.stderr
+    shown = result.json()[0]["benchmarks"]["pubmedqa"]
+    assert shown["run_id"] == good
+    assert shown["newer_runs_not_shown"] == [{"run_id": killed, "status": "running", "live": False}]
+    said = (f"alpha on pubmedqa shows run {good}, not the newer {killed} (interrupted: no process is sending it, "
+            "not finished)")
+    table = cli("leaderboard", "--resamples", "0")
+    assert table.code == 0 and said in table.stderr
+    page = page_as(home, "/leaderboard?resamples=0")
+    assert page.status_code == 200 and said in page.text
 
 
 def _cell(run_id: str, created_at: datetime, n_scored: int) -> RawCell:
