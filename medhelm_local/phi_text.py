@@ -51,7 +51,11 @@ def variants(value: str) -> list[str]:
 
 
 # Dates as an identifier would hold them, beyond the date pattern's own: 1960.03.04, 1960_03_04, 19600304.
-DIGIT_DATE = re.compile(r"(?<!\d)(?:\d{1,4}[._:|+-]\d{1,2}[._:|+-]\d{1,4}"
+# A year first (1960-03-04, 1960.3.4), or last with four digits (04.03.1960), with any separators; day and month
+# first with a short year only with one separator twice (04.03.60): model versions (llama-3.1-8b, qwen2.5-72b,
+# v1.2.3) are not dates.
+DIGIT_DATE = re.compile(r"(?<!\d)(?:\d{4}[._:|+-]\d{1,2}[._:|+-]\d{1,2}|\d{1,2}[._:|+-]\d{1,2}[._:|+-]\d{4}"
+                        r"|\d{1,2}([._:|+-])\d{1,2}\1\d{2,4}"
                         r"|(?:19|20)\d{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01]))(?!\d)")
 RECORD_PATTERNS = ("ssn", "phone", "zip_code", "mrn")
 # Why a name a user chose reads as patient data, in words (never the name itself).

@@ -172,3 +172,21 @@ def test_an_export_request_naming_runs_that_do_not_exist_is_refused_before_anyth
     known = cli("export", "request", "--runs", "q3-discharge-review", "--key", str(key))
     assert known.code == 2 and "not listed under approval.requesters" in known.stderr
     assert "export.request" in _trail(cli).removeprefix(before)  # the refusal of a real run is still recorded
+
+
+# Names people give runs and models, with model versions in them: none holds a date.
+VERSIONED = ["llama-3.1-8b-eval", "qwen2.5-7b-instruct", "run-v1.2.3", "llama3.1-70b-q4_k_m", "qwen2.5-72b-q3",
+             "phi-3.5-mini-baseline"]
+# Dates as an insider would slip them in, separators mixed included.
+DATED = ["ada-1960-03.04", "ada-04.03.1960", "ada-04.03.60", "ada-4-3-60", "ada.1960.3.4", "ada_19600304"]
+
+
+def test_a_model_version_in_a_name_is_no_date_and_a_date_still_is() -> None:
+    """``run --run-id llama-3.1-8b-eval`` was refused as holding a date (`3.1-8`), as were qwen2.5-7b and v1.2.3:
+    the date shape took any three digit groups. A year first or last, or day and month with one separator twice,
+    is a date; a version is not."""
+    from medhelm_local.actors import actor_problem
+    from medhelm_local.phi_text import chosen_name_problem
+
+    assert [n for n in VERSIONED if chosen_name_problem(n) or actor_problem(n)] == []
+    assert [n for n in DATED if chosen_name_problem(n) != "date" or actor_problem(n) != "date"] == []
