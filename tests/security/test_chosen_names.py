@@ -108,6 +108,17 @@ def test_a_run_id_in_words_and_the_runners_own_ids_are_accepted(
     assert again.code == 0, again.stderr
 
 
+@pytest.mark.parametrize("run_id", ["llama-3.1-8b-baseline", "qwen2.5-72b-instruct", "medgemma-1.5-4b-q3"])
+def test_a_run_id_naming_a_models_version_is_accepted(
+        registered_with_model: tuple[Cli, FakeOpenAIServer], run_id: str) -> None:
+    """A model's version and size (3.1-8b) were read as a date (3.1-8: two separators, not the same one), and the
+    run was refused: dates write one separator twice (1960.03.04, 04-03-1960)."""
+    cli, _ = registered_with_model
+    named = cli("run", "--model", "always-a", "--benchmarks", "followup_needed", "--run-id", run_id, "--json")
+    assert named.code == 0, named.stderr
+    assert run_id in _trail(cli)
+
+
 def test_a_cronjobs_job_name_names_a_sharded_run_though_its_minute_has_a_record_numbers_shape(
         registered_with_model: tuple[Cli, FakeOpenAIServer]) -> None:
     """The chart's sharded runner runs under its Job's name, `<cronjob>-<scheduled minute since the epoch>`: eight
