@@ -50,9 +50,11 @@ def variants(value: str) -> list[str]:
     return [value] if spaced == value else [value, spaced]
 
 
-# Dates as an identifier would hold them, beyond the date pattern's own: 1960.03.04, 1960_03_04, 19600304. One
-# separator twice: a model's version and size (llama-3.1-8b, qwen2.5-72b) are no date.
-DIGIT_DATE = re.compile(r"(?<!\d)(?:\d{1,4}(?P<sep>[._:|+-])\d{1,2}(?P=sep)\d{1,4}"
+# Dates as an identifier would hold them, beyond the date pattern's own: 1960.03.04, 1960_03_04, 04_03_60, 19600304.
+# One separator twice, the year first or last in 2 or 4 digits: a model's version and size (llama-3.1-8b,
+# qwen2.5-72b) or a release's (vllm-0.6.3) are no date.
+DIGIT_DATE = re.compile(r"(?<!\d)(?:\d{4}(?P<sep>[._:|+-])\d{1,2}(?P=sep)\d{1,2}"
+                        r"|\d{1,2}(?P<sep2>[._:|+-])\d{1,2}(?P=sep2)(?:\d{4}|\d{2})"
                         r"|(?:19|20)\d{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01]))(?!\d)")
 RECORD_PATTERNS = ("ssn", "phone", "zip_code", "mrn")
 # Why a name a user chose reads as patient data, in words (never the name itself).

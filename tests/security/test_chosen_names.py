@@ -109,11 +109,12 @@ def test_a_run_id_in_words_and_the_runners_own_ids_are_accepted(
     assert again.code == 0, again.stderr
 
 
-@pytest.mark.parametrize("run_id", ["llama-3.1-8b-baseline", "qwen2.5-72b-instruct", "medgemma-1.5-4b-q3"])
+@pytest.mark.parametrize("run_id", ["llama-3.1-8b-baseline", "qwen2.5-72b-instruct", "medgemma-1.5-4b-q3",
+                                    "vllm-0.6.3-baseline", "medgemma-v1.0.1-eval"])
 def test_a_run_id_naming_a_models_version_is_accepted(
         registered_with_model: tuple[Cli, FakeOpenAIServer], run_id: str) -> None:
-    """A model's version and size (3.1-8b) were read as a date (3.1-8: two separators, not the same one), and the
-    run was refused: dates write one separator twice (1960.03.04, 04-03-1960)."""
+    """A model's version and size (3.1-8b), or a release's version (0.6.3), were read as a date, and the run was
+    refused: a date writes one separator twice, its year first (1960.03.04) or last in 2 or 4 digits (4.3.60)."""
     cli, _ = registered_with_model
     named = cli("run", "--model", "always-a", "--benchmarks", "followup_needed", "--run-id", run_id, "--json")
     assert named.code == 0, named.stderr
