@@ -50,12 +50,12 @@ def variants(value: str) -> list[str]:
     return [value] if spaced == value else [value, spaced]
 
 
-# Dates as an identifier would hold them, beyond the date pattern's own: 1960.03.04, 1960_03_04, 19600304.
-# A year first (1960-03-04, 1960.3.4), or last with four digits (04.03.1960), with any separators; day and month
-# first with a short year only with one separator twice (04.03.60): model versions (llama-3.1-8b, qwen2.5-72b,
-# v1.2.3) are not dates.
+# Dates as an identifier would hold them, beyond the date pattern's own: 1960.03.04, 1960_03_04, 04_03_60, 19600304.
+# A year first (1960-03-04, 1960.3.4), or last in four digits (04.03.1960), with any separators (an insider mixes
+# them: 1960-03.04); day and month first with a two-digit year only with one separator twice (04.03.60): a model's
+# version and size (llama-3.1-8b, qwen2.5-72b) or a release's (vllm-0.6.3, v1.0.1) are no date.
 DIGIT_DATE = re.compile(r"(?<!\d)(?:\d{4}[._:|+-]\d{1,2}[._:|+-]\d{1,2}|\d{1,2}[._:|+-]\d{1,2}[._:|+-]\d{4}"
-                        r"|\d{1,2}([._:|+-])\d{1,2}\1\d{2,4}"
+                        r"|\d{1,2}([._:|+-])\d{1,2}\1\d{2}"
                         r"|(?:19|20)\d{2}(?:0[1-9]|1[0-2])(?:0[1-9]|[12]\d|3[01]))(?!\d)")
 RECORD_PATTERNS = ("ssn", "phone", "zip_code", "mrn")
 # Why a name a user chose reads as patient data, in words (never the name itself).

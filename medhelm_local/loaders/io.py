@@ -319,7 +319,7 @@ def _csv_rows(path: Path, text: str, delimiter: str, header_row: int = 1) -> Fil
         raise ExtractError(path, f"a header at row {header_row} (loader option header_row; the file has "
                                  f"{len(records)} rows)")
     header = [h.strip() for h in records[header_row - 1][0]]
-    if header_row == 1 and header[0].lower() == "sep=" and not any(header[1:]):
+    if header_row == 1 and header and header[0].lower() == "sep=" and not any(header[1:]):  # [] : a blank line
         # Excel writes "sep=;" above the header when asked to, and hides it when it opens the file.
         sep_line = '"sep=,"' if delimiter == "," else '"sep=" and a tab'
         raise ExtractError(path, f"the header in row 1 (row 1 is Excel's separator line {sep_line}: set loader option "

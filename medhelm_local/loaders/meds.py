@@ -8,8 +8,8 @@ Folder layout (MEDS v0.3):
   ``labels/<task>.parquet`` or ``labels/<task>/*.parquet``: ``subject_id, prediction_time, boolean_value``.
 Each file's columns are checked before the files are read together, a column of another type refused naming its
 file and column: ``subject_id`` an integer, ``time``/``prediction_time`` a timestamp without a time zone (or a
-date), ``code``/``description``/``split`` text, ``numeric_value`` a number (``boolean_value``: a boolean, checked
-per row).
+date), ``code``/``description``/``split`` text, ``numeric_value`` a number (these two may also be all missing,
+Parquet's null type; ``boolean_value``: a boolean, checked per row).
 
 ``loader_options``: ``split`` (keep subjects of this split; null keeps all) [held_out], ``tasks`` (label
 names to use; default all), ``task_questions`` (task -> question), ``max_context_tokens`` [6000],
@@ -69,11 +69,15 @@ def _sql_path(path: Path) -> str:
 
 
 def _columns(con: duckdb.DuckDBPyConnection, source: str, where: Path) -> dict[str, str]:
-    """Column -> its type, as DuckDB names it."""
+    """Column -> its type, as DuckDB names it; ``NULL`` for a column of Parquet's null type (pandas writes a column
+    of None so), which DuckDB reads as INTEGER."""
     try:
-        return {r[0]: r[1] for r in con.execute(f"describe select * from read_parquet({source})").fetchall()}
+        columns = {r[0]: r[1] for r in con.execute(f"describe select * from read_parquet({source})").fetchall()}
+        nulls = {r[0] for r in con.execute(f"select name from parquet_schema({source}) "
+                                           "where logical_type = 'NullType()'").fetchall()}
     except duckdb.Error:
         raise ExtractError(where, "readable Parquet files") from None
+    return {column: "NULL" if column in nulls else kind for column, kind in columns.items()}
 
 
 _INTEGERS = ("TINYINT", "SMALLINT", "INTEGER", "BIGINT", "HUGEINT", "UTINYINT", "USMALLINT", "UINTEGER", "UBIGINT")
@@ -87,8 +91,9 @@ _MEDS_TYPES: dict[str, tuple[str, Callable[[str], bool]]] = {
     "prediction_time": ("timestamps without a time zone", lambda kind: kind == "DATE" or (
         kind.startswith("TIMESTAMP") and "TIME ZONE" not in kind)),
     "code": ("text", lambda kind: kind in ("VARCHAR", "BLOB")),
-    "numeric_value": ("numbers", lambda kind: kind in (*_INTEGERS, "FLOAT", "DOUBLE") or kind.startswith("DECIMAL")),
-    "description": ("text", lambda kind: kind in ("VARCHAR", "BLOB")),
+    "numeric_value": ("numbers", lambda kind: kind in (*_INTEGERS, "FLOAT", "DOUBLE", "NULL")
+                      or kind.startswith("DECIMAL")),
+    "description": ("text", lambda kind: kind in ("VARCHAR", "BLOB", "NULL")),  # NULL: every code undescribed
     "split": ("text", lambda kind: kind in ("VARCHAR", "BLOB")),
 }
 

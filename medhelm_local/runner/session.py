@@ -31,6 +31,7 @@ import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from datetime import UTC, datetime
 from typing import Any
 
 from medhelm_local.benchmarks.registry import SpecRegistry
@@ -122,13 +123,30 @@ _SCHEDULED_JOB = re.compile(r"(?P<cronjob>.+)-(?P<minute>\d{8,10})")
 _SCHEDULED_JOB_WINDOW_MIN = 31 * 24 * 60
 
 
+# A Job started by hand as the chart's NOTES, its README and the RUNBOOK start one (kubectl create job
+# --from=cronjob/... run-$(date +%Y%m%d-%H%M)): a date, but the moment the Job was created, in the operator's time
+# zone (up to 14 hours either side of UTC), in the past weeks.
+_STARTED_JOB = re.compile(r"(?P<job>.+)-(?P<stamp>\d{8}-\d{4})")
+_ANY_TIME_ZONE_MIN = 14 * 60
+
+
 def _without_scheduled_minute(run_id: str) -> str:
-    """``run_id`` without a CronJob Job name's minute suffix, where it has one scheduled in the past 31 days."""
-    match = _SCHEDULED_JOB.fullmatch(run_id)
+    """``run_id`` without a CronJob Job name's minute suffix, where it has one scheduled in the past 31 days, or
+    the date and time a Job started by hand was named with, where it is of the past 31 days."""
     now = int(time.time() // 60)
-    if match is None or not now - _SCHEDULED_JOB_WINDOW_MIN <= int(match["minute"]) <= now + 5:
-        return run_id
-    return match["cronjob"]
+    match = _SCHEDULED_JOB.fullmatch(run_id)
+    if match is not None and now - _SCHEDULED_JOB_WINDOW_MIN <= int(match["minute"]) <= now + 5:
+        return match["cronjob"]
+    started = _STARTED_JOB.fullmatch(run_id)
+    if started is not None:
+        try:
+            stamp = datetime.strptime(started["stamp"], "%Y%m%d-%H%M").replace(tzinfo=UTC)
+        except ValueError:  # not a date and time: checked as written
+            return run_id
+        minute = int(stamp.timestamp() // 60)
+        if now - _SCHEDULED_JOB_WINDOW_MIN - _ANY_TIME_ZONE_MIN <= minute <= now + _ANY_TIME_ZONE_MIN:
+            return started["job"]
+    return run_id
 
 
 def _check_new_run_id(run_id: str) -> None:

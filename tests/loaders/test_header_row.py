@@ -72,6 +72,17 @@ def test_excel_s_separator_line_above_the_header_is_named(public_data: Path, tmp
     assert len(load_dataset(_with("medcalc_bench", header_row=2), path).instances) == 1047
 
 
+def test_a_blank_first_line_is_named_as_an_empty_header_row(public_data: Path, tmp_path: Path) -> None:
+    """A file starting with an empty line (a report tool's leading newline): the separator-line check read the
+    header's first name, and the file was refused as an internal error (exit 1) instead of bad input."""
+    path = tmp_path / "test_data.csv"
+    path.write_bytes(b"\r\n" + (public_data / MEDCALC).read_bytes())
+    with pytest.raises(ExtractError) as info:
+        load_dataset(shipped_spec("medcalc_bench"), path)
+    assert "a header row naming the columns (row 1 is empty; loader option header_row" in info.value.expected
+    assert len(load_dataset(_with("medcalc_bench", header_row=2), path).instances) == 1047
+
+
 def _sheet(path: Path, title_rows: list[list[object]]) -> Path:
     workbook = Workbook()
     sheet = workbook.active

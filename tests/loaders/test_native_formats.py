@@ -281,6 +281,21 @@ def test_ehrshot_meds_parquet(tmp_path: Path) -> None:
     _check_prompts("ehrshot", result.instances)
 
 
+def test_meds_codes_without_descriptions_load(tmp_path: Path) -> None:
+    """A codes.parquet whose descriptions are all missing (pandas writes a column of None as Parquet's null type,
+    which DuckDB reads as INTEGER) was refused as "a column of text (it is of type INTEGER)": codes name the events."""
+    root = _meds_folder(tmp_path / "ehrshot")
+    pq.write_table(pa.table({"code": ["SNOMED/38341003", "LOINC/2160-0"], "description": pa.nulls(2)}),
+                   root / "metadata" / "codes.parquet")
+    result = load_dataset(shipped_spec("ehrshot"), root)
+    timeline = {i.id: i for i in result.instances}["new_acutemi:1:2020-12-31T00:00"].fields["timeline"]
+    assert "SNOMED/38341003" in timeline and "Creatinine (LOINC/2160-0) = 1.4" not in timeline
+    pq.write_table(pa.table({"code": ["SNOMED/38341003"], "description": pa.array([7], pa.int64())}),
+                   root / "metadata" / "codes.parquet")
+    with pytest.raises(ExtractError) as info:
+        load_dataset(shipped_spec("ehrshot"), root)
+    assert (info.value.column, "a column of text (it is of type BIGINT)") == ("description", info.value.expected)
+
 def test_n2c2_cohort_selection_xml(tmp_path: Path) -> None:
     xml = """<?xml version="1.0" encoding="UTF-8" ?>
 <PatientMatching>

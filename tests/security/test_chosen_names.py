@@ -7,6 +7,7 @@ from __future__ import annotations
 import subprocess
 import time
 from collections.abc import Iterator
+from datetime import datetime, timedelta
 from importlib import resources
 from pathlib import Path
 
@@ -108,6 +109,18 @@ def test_a_run_id_in_words_and_the_runners_own_ids_are_accepted(
     assert again.code == 0, again.stderr
 
 
+@pytest.mark.parametrize("run_id", ["llama-3.1-8b-baseline", "qwen2.5-72b-instruct", "medgemma-1.5-4b-q3",
+                                    "vllm-0.6.3-baseline", "medgemma-v1.0.1-eval"])
+def test_a_run_id_naming_a_models_version_is_accepted(
+        registered_with_model: tuple[Cli, FakeOpenAIServer], run_id: str) -> None:
+    """A model's version and size (3.1-8b), or a release's version (0.6.3), were read as a date, and the run was
+    refused: a date writes one separator twice, its year first (1960.03.04) or last in 2 or 4 digits (4.3.60)."""
+    cli, _ = registered_with_model
+    named = cli("run", "--model", "always-a", "--benchmarks", "followup_needed", "--run-id", run_id, "--json")
+    assert named.code == 0, named.stderr
+    assert run_id in _trail(cli)
+
+
 def test_a_cronjobs_job_name_names_a_sharded_run_though_its_minute_has_a_record_numbers_shape(
         registered_with_model: tuple[Cli, FakeOpenAIServer]) -> None:
     """The chart's sharded runner runs under its Job's name, `<cronjob>-<scheduled minute since the epoch>`: eight
@@ -124,6 +137,22 @@ def test_a_cronjobs_job_name_names_a_sharded_run_though_its_minute_has_a_record_
                   "0/2", "--json")
     assert refused.code == 2 and "record number" in refused.stderr, refused.stderr
 
+
+def test_a_job_named_as_the_runbook_names_it_names_a_sharded_run(
+        registered_with_model: tuple[Cli, FakeOpenAIServer]) -> None:
+    """The chart's NOTES, its README and the RUNBOOK start a run as `kubectl create job --from=cronjob/...
+    run-$(date +%Y%m%d-%H%M)`, and a sharded runner's pods run under their Job's name: every pod was refused (exit
+    2) for the date in it. The moment the Job was created passes, as a CronJob's minute does; another date not."""
+    cli, _ = registered_with_model
+    job_name = f"run-{datetime.now() - timedelta(minutes=2):%Y%m%d-%H%M}"
+    shard = cli("run", "--model", "always-a", "--benchmarks", "followup_needed", "--run-id", job_name,
+                "--shard", "0/2", "--json")
+    assert shard.code == 0, shard.stderr
+    assert job_name in _trail(cli)
+    for chosen in (f"run-{datetime.now() - timedelta(days=90):%Y%m%d-%H%M}", "quillonby-19600304-0000"):
+        refused = cli("run", "--model", "always-a", "--benchmarks", "followup_needed", "--run-id", chosen,
+                      "--shard", "0/2", "--json")
+        assert refused.code == 2 and "it holds a date" in refused.stderr, refused.stderr
 
 def test_an_extract_file_named_for_a_patient_is_registered_with_its_name_withheld_from_the_trail(
         home_cli: Cli, tmp_path: Path) -> None:
