@@ -28,7 +28,7 @@ _PHI_PATTERNS = ("ssn", "phone", "zip_code")  # and "mrn", read after the site's
 # A canonical UUID (Keycloak's and Entra ID's subjects): random digits, not read for dates or record numbers.
 _UUID = re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.IGNORECASE)
 _PART_SEPARATOR = re.compile(r"[|:@]")
-_PARTS_AND_SEPARATORS = re.compile(r"([|:@])")
+_PARTS_AND_SEPARATORS = re.compile(f"({_PART_SEPARATOR.pattern})")
 _WORD = re.compile(r"[A-Z]?[a-z]+|[A-Z]+(?![a-z])")  # AdaQuillonby is two words, as a reader sees it
 
 REASONS = {
@@ -77,13 +77,19 @@ def _without_staff_ids(value: str, staff_ids: re.Pattern[str] | None) -> str:
     return "".join("-" if staff_ids.fullmatch(piece) else piece for piece in pieces)
 
 
-def check_actor(value: str, source: str, site_staff_ids: Callable[[], re.Pattern[str] | None] | None = None) -> str:
-    """``value`` where it can name an actor; else :class:`BadInputError` naming ``source`` (``--actor``), the
-    reason and the form expected, never the value. ``site_staff_ids``: the site's staff number form, read only
-    where ``value`` has a record number's shape (most commands' names never need the configuration for it)."""
+def site_actor_problem(value: str, site_staff_ids: Callable[[], re.Pattern[str] | None] | None) -> str | None:
+    """:func:`actor_problem`, the site's staff number form read (``site_staff_ids``) only where ``value`` has a
+    record number's shape: most names never need the configuration for it."""
     reason = actor_problem(value)
     if reason == "phi_pattern" and site_staff_ids is not None:
         reason = actor_problem(value, site_staff_ids())
+    return reason
+
+
+def check_actor(value: str, source: str, site_staff_ids: Callable[[], re.Pattern[str] | None] | None = None) -> str:
+    """``value`` where it can name an actor; else :class:`BadInputError` naming ``source`` (``--actor``), the
+    reason and the form expected, never the value. ``site_staff_ids``: as for :func:`site_actor_problem`."""
+    reason = site_actor_problem(value, site_staff_ids)
     if reason is not None:
         raise BadInputError(f"{source}: not a user name or sign-in subject ({REASONS[reason]}); expected "
                             f"{ACTOR_FORM}. Nothing was done or recorded.")

@@ -99,17 +99,14 @@ def _os_user(staff_ids: Callable[[], re.Pattern[str] | None]) -> str:
     under a colleague's name. A uid with no account (a container's arbitrary ``runAsUser``), or whose account name
     is not a user name's shape (an image whose writable /etc/passwd lets the process name its own uid), is
     ``uid<N>``."""
-    from medhelm_local.actors import actor_problem
+    from medhelm_local.actors import site_actor_problem
 
     uid = os.getuid()
     try:
         name = pwd.getpwuid(uid).pw_name
     except KeyError:
         return f"uid{uid}"
-    reason = actor_problem(name)
-    if reason == "phi_pattern":
-        reason = actor_problem(name, staff_ids())
-    return f"uid{uid}" if reason else name
+    return f"uid{uid}" if site_actor_problem(name, staff_ids) else name
 
 
 def app_context(ctx: typer.Context) -> AppContext:
