@@ -275,18 +275,24 @@ def test_the_bundle_preview_shows_every_table_that_would_leave(site: Site) -> No
         assert shown == rows, name
 
 
-def test_the_audit_page_explains_its_columns_and_every_action_it_lists(site: Site) -> None:
-    """The audit page listed actions such as endpoint.use and outcomes such as attempt with no word on what they
-    mean. A legend now explains each column, the intent outcomes, and the first word of every action listed."""
+def _audit_legend_and_rows(site: Site) -> tuple[str, list[list[str]]]:
+    """The audit page's legend (its HTML) and the cells of each record row it lists."""
     page = site.client.get("/audit").text
     legend = re.search(r'<details class="noprint" id="audit-legend">(.*?)</details>', page, re.S)
     assert legend is not None
-    explained = set(re.findall(r"<li><code>([a-z_]+)\.</code>: [^<]+</li>", legend.group(1)))
     table = page.split('<table id="audit">')[1].split("</table>")[0]
     cells = [re.findall(r"<td[^>]*>(.*?)</td>", row, re.S) for row in re.findall(r"<tr>(.*?)</tr>", table, re.S)]
-    listed = {row[4].split(".")[0] for row in cells if len(row) == 7}  # Seq, Time, Actor, Role, Action, ...
+    return legend.group(1), [row for row in cells if len(row) == 7]
+
+
+def test_the_audit_page_explains_its_columns_and_every_action_it_lists(site: Site) -> None:
+    """The audit page listed actions such as endpoint.use and outcomes such as attempt with no word on what they
+    mean. A legend now explains each column, the intent outcomes, and the first word of every action listed."""
+    legend, cells = _audit_legend_and_rows(site)
+    explained = set(re.findall(r"<li><code>([a-z_]+)\.</code>: [^<]+</li>", legend))
+    listed = {row[4].split(".")[0] for row in cells}  # Seq, Time, Actor, Role, Action, ...
     assert listed and listed <= explained, listed - explained
-    assert "intent_seq" in legend.group(1) and "never patient text" in legend.group(1)
+    assert "intent_seq" in legend and "never patient text" in legend
 
 
 def test_the_export_list_names_the_approver_as_the_cli_and_the_request_page_do(site: Site) -> None:
@@ -310,13 +316,9 @@ def test_the_audit_legend_explains_every_outcome_and_whose_decision_a_denial_was
     from html import unescape
 
     assert site.cli("export", "deny", site.ready).code == 0
-    page = site.client.get("/audit").text
-    legend = re.search(r'<details class="noprint" id="audit-legend">(.*?)</details>', page, re.S)
-    assert legend is not None
-    explained = dict(re.findall(r"<li><code>([a-z_]+)</code>: ([^<]+)</li>", legend.group(1)))
-    table = page.split('<table id="audit">')[1].split("</table>")[0]
-    cells = [re.findall(r"<td[^>]*>(.*?)</td>", row, re.S) for row in re.findall(r"<tr>(.*?)</tr>", table, re.S)]
-    listed = {row[5] for row in cells if len(row) == 7}  # Seq, Time, Actor, Role, Action, Outcome, Objects
+    legend, cells = _audit_legend_and_rows(site)
+    explained = dict(re.findall(r"<li><code>([a-z_]+)</code>: ([^<]+)</li>", legend))
+    listed = {row[5] for row in cells}  # Seq, Time, Actor, Role, Action, Outcome, Objects
     assert {"denied", "ready", "success"} <= listed and listed <= set(explained), listed - set(explained)
     assert {"failure", "rejected", "intact", "failed", "recovered", "abandoned"} <= set(explained)
     assert "by a compliance officer for an export request" in unescape(explained["denied"])
