@@ -47,7 +47,7 @@ from typing import Any
 from medhelm_local.analysis.aggregate import benchmark_score
 from medhelm_local.application.run_intents import conclude_left_open
 from medhelm_local.audit import audit_event
-from medhelm_local.audit.intents import INTENT_SEQ, open_intent
+from medhelm_local.audit.intents import FINISHED_STATUSES, INTENT_SEQ, open_intent
 from medhelm_local.audit.trail import AuditTrail, AuditWriteError
 from medhelm_local.context import AppContext
 from medhelm_local.deployment import (
@@ -226,7 +226,7 @@ def _refuse_judging_here(app_ctx: AppContext, run: RunInfo) -> None:
     """``runs merge`` in a pod that reaches no judge server: refused where completing the run would score it with
     judges asked over the network (before anything is merged: the merge that completes a run scores it). A run
     already finished (or inferred) is not scored again."""
-    if run.status in ("finished", "inferred"):
+    if run.status in FINISHED_STATUSES:
         return
     judges = networked_judges(app_ctx.home.config, [app_ctx.specs.get(b) for b in run.benchmarks])
     if judges:
@@ -357,7 +357,7 @@ def _take_up_again(app_ctx: AppContext, main: Store, target: session.Target, run
     assert target.shard is not None
     home = app_ctx.home
     stored = main.get_run(run.run_id)  # as it is now: a resume this shard waited for may have finished it
-    if stored is None or stored.status in ("finished", "inferred"):
+    if stored is None or stored.status in FINISHED_STATUSES:
         return
     restarted = sharding.shard_store_path(home, run.run_id, *target.shard).exists()
     if not restarted and _open_run_intent(home, run.run_id) is not None:
@@ -444,7 +444,7 @@ def _conclude(app_ctx: AppContext, main: Store, run_id: str, *, score: bool, mod
     run = main.get_run(run_id)
     assert run is not None
     complete = shards_db.unanswered(main, run_id) == 0
-    if complete and run.status not in ("finished", "inferred"):
+    if complete and run.status not in FINISHED_STATUSES:
         intent = _intent_to_finish(app_ctx, run, mode=mode, shard=shard)
         if mode != "merge":  # a shard's failure is concluded by its invocation's failure path
             return _counted(_finish(app_ctx, main, run, score=score, mode=mode, shard=shard, intent=intent), merged)
